@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install missing packages, check formatting and
+# lints, then every test (unit, conformance, property, integration over real sockets).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+cargo fmt --all --check
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --all-targets --locked -- -D warnings
+fi
+cargo test --release --locked

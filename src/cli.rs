@@ -1,0 +1,127 @@
+//! The command line: `check` and `conformance` exercise the engine on files; `run` starts
+//! the proxy. Parsing of arguments lives here so `main.rs` stays a one-liner.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::robots::{CanonicalPath, RobotsTxt};
+
+#[derive(Parser)]
+#[command(
+    name = "robotsgate",
+    version,
+    about = "robots.txt-enforcing egress proxy for crawler fleets"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decide URLs against a robots.txt file.
+    Check(CheckArgs),
+    /// Run SPEC §7 conformance cases from a JSON-lines file.
+    Conformance {
+        /// The `.jsonl` file of cases.
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// The robots.txt file.
+    #[arg(long)]
+    robots: PathBuf,
+    /// Crawler product token; repeat for an ordered list, most specific first.
+    #[arg(long = "agent", required = true)]
+    agents: Vec<String>,
+    /// Read URLs from this file, one per line, instead of the arguments.
+    #[arg(long = "urls", value_name = "FILE", conflicts_with = "url")]
+    urls_from: Option<PathBuf>,
+    /// Print only `allowed N, disallowed M`.
+    #[arg(long)]
+    summary: bool,
+    /// URLs (absolute or /path).
+    #[arg(value_name = "URL")]
+    url: Vec<String>,
+}
+
+impl Cli {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            Command::Check(args) => check(args),
+            Command::Conformance { file } => {
+                let input = std::fs::File::open(&file)
+                    .with_context(|| format!("cannot open {}", file.display()))?;
+                let tally =
+                    crate::conformance::run(BufReader::new(input), std::io::stdout().lock())?;
+                Ok(if tally.failed == 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
+            }
+        }
+    }
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let body = std::fs::read(&args.robots)
+        .with_context(|| format!("cannot read --robots {}", args.robots.display()))?;
+    let robots = RobotsTxt::parse(&body);
+    let group = robots.group_for(&args.agents);
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let (mut allowed, mut disallowed) = (0u64, 0u64);
+    let mut decide = |url: &str, out: &mut dyn Write| -> std::io::Result<()> {
+        let verdict = robots.decide(group, &CanonicalPath::from_url(url));
+        if verdict.allowed {
+            allowed += 1;
+        } else {
+            disallowed += 1;
+        }
+        if !args.summary {
+            let word = if verdict.allowed {
+                "allowed"
+            } else {
+                "disallowed"
+            };
+            writeln!(out, "{word} {url} {verdict}")?;
+        }
+        Ok(())
+    };
+    match &args.urls_from {
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .with_context(|| format!("cannot open --urls {}", path.display()))?;
+            let mut reader = BufReader::with_capacity(1 << 16, file);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                if reader.read_until(b'\n', &mut line)? == 0 {
+                    break;
+                }
+                // URLs are bytes on the wire; decide on them even if not UTF-8.
+                let url = String::from_utf8_lossy(&line);
+                let url = url.trim_end_matches(['\n', '\r']);
+                if !url.is_empty() {
+                    decide(url, &mut out)?;
+                }
+            }
+        }
+        None => {
+            for url in &args.url {
+                decide(url, &mut out)?;
+            }
+        }
+    }
+    if args.summary {
+        writeln!(out, "allowed {allowed}, disallowed {disallowed}")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

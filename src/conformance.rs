@@ -1,0 +1,118 @@
+//! The conformance runner (SPEC §7): verdict and crawl-delay cases, one JSON object a line.
+//!
+//! A line `{"id","robots","agent","url","allowed"}` checks a verdict; `"agent_tokens"`
+//! (an ordered token list) replaces `"agent"`. A line with `"crawl_delay_seconds"` (a
+//! number or `null`) checks the delay the crawler's group sets; a line may check both.
+//! Other fields are ignored. A line that cannot be read counts as a failure, it never
+//! stops the run.
+
+use std::io::{BufRead, Write};
+
+use serde::Deserialize;
+
+use crate::robots::RobotsTxt;
+
+#[derive(Deserialize)]
+struct Case {
+    #[serde(default)]
+    id: String,
+    robots: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    agent_tokens: Option<Vec<String>>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    allowed: Option<bool>,
+    /// Present (possibly `null`) only on crawl-delay cases.
+    #[serde(default, deserialize_with = "present")]
+    crawl_delay_seconds: Option<Option<f64>>,
+}
+
+/// Distinguishes a missing field (`None`) from an explicit `null` (`Some(None)`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
+    Option::<f64>::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+/// Runs every case of `input`, writing one line per failure to `out`, then the summary
+/// line `N passed, M failed`.
+pub fn run(input: impl BufRead, mut out: impl Write) -> std::io::Result<Tally> {
+    let mut tally = Tally::default();
+    for (n, line) in input.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match check_line(&line) {
+            Ok(()) => tally.passed += 1,
+            Err(why) => {
+                tally.failed += 1;
+                writeln!(out, "FAIL line {}: {why}", n + 1)?;
+            }
+        }
+    }
+    writeln!(out, "{} passed, {} failed", tally.passed, tally.failed)?;
+    Ok(tally)
+}
+
+fn check_line(line: &str) -> Result<(), String> {
+    let case: Case = serde_json::from_str(line).map_err(|e| format!("unreadable case: {e}"))?;
+    let tokens: Vec<String> = match (case.agent_tokens, case.agent) {
+        (Some(tokens), _) if !tokens.is_empty() => tokens,
+        (_, Some(agent)) => vec![agent],
+        _ => return Err(format!("{}: no agent or agent_tokens", case.id)),
+    };
+    let robots = RobotsTxt::parse(case.robots.as_bytes());
+    let mut checked = false;
+    if let Some(expected) = case.allowed {
+        let url = case.url.as_deref().ok_or(format!("{}: no url", case.id))?;
+        let verdict = robots.check(&tokens, url);
+        if verdict.allowed != expected {
+            return Err(format!(
+                "{}: {url} for {tokens:?}: expected {}, got {} ({verdict})",
+                case.id,
+                word(expected),
+                word(verdict.allowed),
+            ));
+        }
+        checked = true;
+    }
+    if let Some(expected) = case.crawl_delay_seconds {
+        let got = robots.crawl_delay(robots.group_for(&tokens));
+        let same = match (expected, got) {
+            (Some(e), Some(g)) => (e - g).abs() < 1e-9,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            return Err(format!(
+                "{}: crawl-delay for {tokens:?}: expected {expected:?}, got {got:?}",
+                case.id
+            ));
+        }
+        checked = true;
+    }
+    if checked {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: neither \"allowed\" nor \"crawl_delay_seconds\"",
+            case.id
+        ))
+    }
+}
+
+fn word(allowed: bool) -> &'static str {
+    if allowed {
+        "allowed"
+    } else {
+        "disallowed"
+    }
+}

@@ -1,0 +1,454 @@
+//! The robots.txt engine: any bytes in, a compiled and immutable [`RobotsTxt`] out, and
+//! from it a [`Verdict`] per crawler and URL that says why.
+//!
+//! Pure by design — no I/O, no clocks, no proxy types — so it can be tested and fuzzed
+//! alone and shared read-only behind an `Arc` by every request. The rules it implements,
+//! and every choice where the sources disagree, are in SPEC.md §3–§6.
+//!
+//! Pipeline and costs:
+//! 1. [`lexer`] splits the bytes into records (one pass, no allocation).
+//! 2. [`RobotsTxt::parse`] groups the records (SPEC §3), merges groups naming the same
+//!    agent (SPEC §4), and compiles each rule's pattern once ([`pattern`]) and each
+//!    merged group into a trie ([`index`]). Parsing is linear in the file size.
+//! 3. [`RobotsTxt::group_for`] picks the group for an ordered token list (a few
+//!    case-insensitive compares); [`RobotsTxt::decide`] walks the group's trie along a
+//!    [`CanonicalPath`] — linear in the path, independent of the number of prefix rules,
+//!    and without allocating.
+//!
+//! Size limit: `parse` reads only the first [`MAX_ROBOTS_BYTES`] octets (SPEC §2), so a
+//! fetcher may hand it the whole body or stop reading just past the limit. When the limit
+//! cuts a line in two, the cut line is kept only if it is a `Disallow`: a cut pattern is a
+//! prefix of the real one and covers every URL the real one did, while a cut `Allow` or
+//! `User-agent` would grant more than the site wrote.
+
+mod extensions;
+mod index;
+mod lexer;
+mod normalize;
+mod pattern;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+pub use extensions::CleanParam;
+pub use lexer::MAX_LINE_BYTES;
+pub use normalize::{normalize_path, path_of_url, CanonicalPath};
+
+use index::{IndexedRule, RuleIndex};
+use lexer::Field;
+use pattern::Pattern;
+
+/// Octets of a robots.txt that are parsed; the rest is ignored (SPEC §2: 500 KiB).
+pub const MAX_ROBOTS_BYTES: usize = 512_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleKind {
+    Allow,
+    Disallow,
+}
+
+/// One `Allow`/`Disallow` line, as the explanation of a verdict shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    pub kind: RuleKind,
+    /// The pattern in canonical form (SPEC §5): what was compared.
+    pub pattern: String,
+    /// 1-based line number in the robots.txt.
+    pub line: u32,
+    /// Line of the first `User-agent` record of the group the rule belongs to.
+    pub group_line: u32,
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            RuleKind::Allow => "Allow",
+            RuleKind::Disallow => "Disallow",
+        };
+        write!(f, "{kind}: {} (line {})", self.pattern, self.line)
+    }
+}
+
+/// A merged group (SPEC §4): every group of the file naming the same agent(s).
+#[derive(Debug, Serialize)]
+pub struct Group {
+    /// The agent names that select this group, as written (`*` for the global group).
+    pub agents: Vec<String>,
+    /// Line of the first `User-agent` record of each source group.
+    pub lines: Vec<u32>,
+    /// Largest valid Crawl-delay of the source groups, in seconds.
+    pub crawl_delay: Option<f64>,
+    /// Ids of the rules (see [`RobotsTxt::rules`]), in file order.
+    pub rules: Vec<u32>,
+    #[serde(skip)]
+    index: RuleIndex,
+}
+
+/// Identifies a merged group of one [`RobotsTxt`]; crawlers with the same `GroupId` share
+/// one pacing schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GroupId(u32);
+
+impl GroupId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Why a verdict came out as it did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reason<'a> {
+    /// This rule was the longest match.
+    Rule(&'a Rule),
+    /// The crawler has a group, but none of its rules matches the URL.
+    NoMatchingRule,
+    /// No group names the crawler and there is no `*` group: no restrictions.
+    NoGroup,
+    /// `/robots.txt` itself is always allowed.
+    RobotsTxtItself,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Verdict<'a> {
+    pub allowed: bool,
+    pub reason: Reason<'a>,
+}
+
+impl Verdict<'_> {
+    pub fn rule(&self) -> Option<&Rule> {
+        match self.reason {
+            Reason::Rule(rule) => Some(rule),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason {
+            Reason::Rule(rule) => write!(f, "{rule}, group at line {}", rule.group_line),
+            Reason::NoMatchingRule => f.write_str("no matching rule"),
+            Reason::NoGroup => f.write_str("no group for this agent"),
+            Reason::RobotsTxtItself => f.write_str("/robots.txt is always allowed"),
+        }
+    }
+}
+
+/// A parsed, compiled robots.txt. Immutable; `Send + Sync`; share it behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct RobotsTxt {
+    rules: Vec<Rule>,
+    patterns: Vec<Pattern>,
+    groups: Vec<Group>,
+    /// Named agents (lower-cased) and their group; few, so searched linearly.
+    named: Vec<(Box<str>, GroupId)>,
+    global: Option<GroupId>,
+    sitemaps: Vec<String>,
+    host: Option<String>,
+    clean_params: Vec<CleanParam>,
+    truncated: bool,
+}
+
+/// A group while parsing, before merging.
+struct SourceGroup {
+    agents: Vec<Agent>,
+    line: u32,
+    rules: Vec<u32>,
+    crawl_delay: Option<f64>,
+}
+
+enum Agent {
+    Global,
+    Named(String),
+}
+
+/// The agent a `User-agent` value names (SPEC §4): `*` (alone or followed by white
+/// space) is global; otherwise only the leading `[A-Za-z_-]` octets count.
+fn agent_of(value: &[u8]) -> Option<Agent> {
+    if value.first() == Some(&b'*') && value.get(1).is_none_or(|b| b.is_ascii_whitespace()) {
+        return Some(Agent::Global);
+    }
+    let len = value
+        .iter()
+        .take_while(|b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_'))
+        .count();
+    // ASCII by construction.
+    (len > 0).then(|| Agent::Named(String::from_utf8_lossy(&value[..len]).into_owned()))
+}
+
+/// Google's reference parser also allows the directory of an allowed `index.htm(l)`:
+/// `Allow: /d/index.html` implies `Allow: /d/$`.
+fn index_html_directory(value: &[u8]) -> Option<Vec<u8>> {
+    let slash = memchr::memrchr(b'/', value)?;
+    value[slash..].starts_with(b"/index.htm").then(|| {
+        let mut dir = value[..=slash].to_vec();
+        dir.push(b'$');
+        dir
+    })
+}
+
+impl RobotsTxt {
+    /// Parses any bytes; never fails (invalid lines are skipped, SPEC §3).
+    pub fn parse(body: &[u8]) -> RobotsTxt {
+        let truncated = body.len() > MAX_ROBOTS_BYTES;
+        let text = &body[..body.len().min(MAX_ROBOTS_BYTES)];
+        let cut_line = (truncated
+            && !matches!(body[MAX_ROBOTS_BYTES], b'\n' | b'\r')
+            && !matches!(text.last(), Some(b'\n' | b'\r')))
+        .then(|| lexer::line_count(text));
+
+        let mut robots = RobotsTxt {
+            truncated,
+            ..RobotsTxt::default()
+        };
+        let mut groups: Vec<SourceGroup> = Vec::new();
+        // A `User-agent` after a group member (rule or Crawl-delay) starts a new group.
+        let mut after_rule = true;
+
+        for record in lexer::records(text) {
+            if Some(record.line) == cut_line && record.field != Field::Disallow {
+                continue;
+            }
+            match record.field {
+                Field::UserAgent => {
+                    if after_rule {
+                        groups.push(SourceGroup {
+                            agents: Vec::new(),
+                            line: record.line,
+                            rules: Vec::new(),
+                            crawl_delay: None,
+                        });
+                        after_rule = false;
+                    }
+                    if let (Some(group), Some(agent)) = (groups.last_mut(), agent_of(record.value))
+                    {
+                        group.agents.push(agent);
+                    }
+                }
+                Field::Allow | Field::Disallow => {
+                    let Some(group) = groups.last_mut() else {
+                        continue; // rules before any user-agent are ignored
+                    };
+                    after_rule = true;
+                    if record.value.is_empty() {
+                        continue; // `Disallow:` allows everything (SPEC §3)
+                    }
+                    let kind = if record.field == Field::Allow {
+                        RuleKind::Allow
+                    } else {
+                        RuleKind::Disallow
+                    };
+                    let extra = (kind == RuleKind::Allow)
+                        .then(|| index_html_directory(record.value))
+                        .flatten();
+                    for value in std::iter::once(record.value).chain(extra.as_deref()) {
+                        let compiled = pattern::compile(value);
+                        group.rules.push(robots.rules.len() as u32);
+                        robots.rules.push(Rule {
+                            kind,
+                            pattern: compiled.text,
+                            line: record.line,
+                            group_line: group.line,
+                        });
+                        robots.patterns.push(compiled.pattern);
+                    }
+                }
+                Field::CrawlDelay => {
+                    // A group member like the rules (SPEC §6), so it ends the group's
+                    // user-agent list too: `User-agent: a / Crawl-delay: 2 / User-agent: *`
+                    // gives `a` its own group (Yandex's example).
+                    let Some(group) = groups.last_mut() else {
+                        continue;
+                    };
+                    after_rule = true;
+                    if let Some(delay) = extensions::parse_crawl_delay(record.value) {
+                        group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
+                    }
+                }
+                Field::Sitemap => {
+                    if !record.value.is_empty() {
+                        robots
+                            .sitemaps
+                            .push(String::from_utf8_lossy(record.value).into_owned());
+                    }
+                }
+                Field::Host => {
+                    if robots.host.is_none() {
+                        robots.host = extensions::parse_host(record.value);
+                    }
+                }
+                Field::CleanParam => {
+                    robots
+                        .clean_params
+                        .extend(extensions::parse_clean_param(record.value, record.line));
+                }
+                Field::Unknown => {}
+            }
+        }
+        robots.merge(groups);
+        robots
+    }
+
+    /// Merges source groups by agent name (SPEC §4) and compiles each merged group.
+    fn merge(&mut self, groups: Vec<SourceGroup>) {
+        // Agent name (lower-cased; "*" for global) → the source groups naming it.
+        let mut by_name: Vec<(String, String, Vec<usize>)> = Vec::new();
+        let mut position: HashMap<String, usize> = HashMap::new();
+        for (g, group) in groups.iter().enumerate() {
+            for agent in &group.agents {
+                let written = match agent {
+                    Agent::Global => "*".to_string(),
+                    Agent::Named(name) => name.clone(),
+                };
+                let key = written.to_ascii_lowercase();
+                let slot = *position.entry(key.clone()).or_insert_with(|| {
+                    by_name.push((key, written, Vec::new()));
+                    by_name.len() - 1
+                });
+                let sources = &mut by_name[slot].2;
+                if sources.last() != Some(&g) {
+                    sources.push(g);
+                }
+            }
+        }
+        // Names with the same source groups share one merged group (`e` and `f` in
+        // `User-agent: e` / `User-agent: f` / rules).
+        let mut merged: HashMap<Vec<usize>, GroupId> = HashMap::new();
+        for (key, written, sources) in by_name {
+            let id = match merged.get(&sources) {
+                Some(&id) => {
+                    self.groups[id.index()].agents.push(written);
+                    id
+                }
+                None => {
+                    let id = GroupId(self.groups.len() as u32);
+                    self.groups
+                        .push(self.build_group(written, &sources, &groups));
+                    merged.insert(sources, id);
+                    id
+                }
+            };
+            if key == "*" {
+                self.global = Some(id);
+            } else {
+                self.named.push((key.into_boxed_str(), id));
+            }
+        }
+    }
+
+    fn build_group(&self, name: String, sources: &[usize], groups: &[SourceGroup]) -> Group {
+        let rules: Vec<u32> = sources
+            .iter()
+            .flat_map(|&g| groups[g].rules.iter().copied())
+            .collect();
+        let indexed: Vec<IndexedRule<'_>> = rules
+            .iter()
+            .map(|&id| IndexedRule {
+                id,
+                allow: self.rules[id as usize].kind == RuleKind::Allow,
+                pattern: &self.patterns[id as usize],
+            })
+            .collect();
+        Group {
+            agents: vec![name],
+            lines: sources.iter().map(|&g| groups[g].line).collect(),
+            crawl_delay: sources
+                .iter()
+                .filter_map(|&g| groups[g].crawl_delay)
+                .reduce(f64::max),
+            index: RuleIndex::build(&indexed),
+            rules,
+        }
+    }
+
+    /// The group for a crawler given its product tokens, most specific first (SPEC §4):
+    /// the first token that names a group picks it; otherwise the `*` group; otherwise
+    /// `None` (no restrictions). Tokens compare case-insensitively and whole.
+    pub fn group_for<S: AsRef<str>>(&self, tokens: &[S]) -> Option<GroupId> {
+        tokens
+            .iter()
+            .find_map(|token| {
+                let token = token.as_ref();
+                self.named
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case(token))
+                    .map(|&(_, id)| id)
+            })
+            .or(self.global)
+    }
+
+    /// The verdict for a path in canonical form under the given group.
+    pub fn decide(&self, group: Option<GroupId>, path: &CanonicalPath<'_>) -> Verdict<'_> {
+        if path.path_part() == "/robots.txt" {
+            return Verdict {
+                allowed: true,
+                reason: Reason::RobotsTxtItself,
+            };
+        }
+        let Some(group) = group.and_then(|id| self.groups.get(id.index())) else {
+            return Verdict {
+                allowed: true,
+                reason: Reason::NoGroup,
+            };
+        };
+        let best = group
+            .index
+            .decide(path.as_str().as_bytes(), |id| &self.patterns[id as usize]);
+        match best.map(|id| &self.rules[id as usize]) {
+            Some(rule) => Verdict {
+                allowed: rule.kind == RuleKind::Allow,
+                reason: Reason::Rule(rule),
+            },
+            None => Verdict {
+                allowed: true,
+                reason: Reason::NoMatchingRule,
+            },
+        }
+    }
+
+    /// Convenience: the verdict for a URL (absolute or origin-form) and token list.
+    pub fn check<S: AsRef<str>>(&self, tokens: &[S], url: &str) -> Verdict<'_> {
+        self.decide(self.group_for(tokens), &CanonicalPath::from_url(url))
+    }
+
+    /// Crawl-delay in seconds for a group, if the file sets a valid one.
+    pub fn crawl_delay(&self, group: Option<GroupId>) -> Option<f64> {
+        group.and_then(|id| self.groups.get(id.index())?.crawl_delay)
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<&Group> {
+        self.groups.get(id.index())
+    }
+
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    /// Every `Allow`/`Disallow` rule, in file order; [`Group::rules`] index into it.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn sitemaps(&self) -> &[String] {
+        &self.sitemaps
+    }
+
+    /// The first valid Yandex `Host` value.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    pub fn clean_params(&self) -> &[CleanParam] {
+        &self.clean_params
+    }
+
+    /// True when the input was longer than [`MAX_ROBOTS_BYTES`] and its tail was ignored.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+#[cfg(test)]
+mod tests;

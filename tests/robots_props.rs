@@ -1,0 +1,71 @@
+//! Properties of the engine over generated input: any bytes parse without panicking, and
+//! the compiled matcher agrees with a naive longest-match oracle written independently.
+
+use proptest::prelude::*;
+use robotsgate::robots::RobotsTxt;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn any_bytes_parse_and_decide(body in proptest::collection::vec(any::<u8>(), 0..2048),
+                                  url in ".{0,64}") {
+        let robots = RobotsTxt::parse(&body);
+        let _ = robots.check(&["agent", "*"], &url);
+        let _ = robots.crawl_delay(robots.group_for(&["agent"]));
+    }
+
+    #[test]
+    fn robots_like_text_parses_and_decides(
+        lines in proptest::collection::vec(
+            (prop_oneof![Just("user-agent"), Just("allow"), Just("disallow"), Just("crawl-delay"),
+                         Just("sitemap"), Just("host"), Just("clean-param"), Just("dissalow"), Just("x")],
+             "[ -~\u{80}-\u{10ffff}]{0,24}"), 0..40),
+        url in "[/a-z%*$?.#0-9]{0,40}") {
+        let body: String = lines.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+        let robots = RobotsTxt::parse(body.as_bytes());
+        let verdict = robots.check(&["a"], &url);
+        if let Some(rule) = verdict.rule() {
+            prop_assert!(rule.line as usize <= lines.len());
+        }
+    }
+
+    #[test]
+    fn matcher_agrees_with_naive_oracle(
+        rules in proptest::collection::vec((any::<bool>(), "/[ab/*]{0,6}[$]?"), 1..12),
+        path in "/[ab/]{0,10}") {
+        let mut body = String::from("User-agent: *\n");
+        for (allow, pattern) in &rules {
+            body.push_str(if *allow { "Allow: " } else { "Disallow: " });
+            body.push_str(pattern);
+            body.push('\n');
+        }
+        let robots = RobotsTxt::parse(body.as_bytes());
+        let expected = oracle(&rules, &path);
+        prop_assert_eq!(robots.check(&["x"], &path).allowed, expected, "{}", body);
+    }
+}
+
+/// Longest matching pattern wins, allow on ties, no match allows (SPEC §5), by brute force.
+fn oracle(rules: &[(bool, String)], path: &str) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for (allow, pattern) in rules {
+        if glob(pattern.as_bytes(), path.as_bytes()) {
+            let cand = (pattern.len(), *allow);
+            if best.is_none_or(|b| cand > b) {
+                best = Some(cand);
+            }
+        }
+    }
+    best.is_none_or(|b| b.1)
+}
+
+/// Does `pattern` match a prefix of `path` (`*` any run, final `$` = end of path)?
+fn glob(pattern: &[u8], path: &[u8]) -> bool {
+    match pattern {
+        [] => true,
+        [b'$'] => path.is_empty(),
+        [b'*', rest @ ..] => (0..=path.len()).any(|i| glob(rest, &path[i..])),
+        [c, rest @ ..] => path.first() == Some(c) && glob(rest, &path[1..]),
+    }
+}
