@@ -113,10 +113,10 @@ fn summary(urls: &[String]) {
             black_box(ROBOTS.as_bytes()),
         )))
     });
-    let match_ours = best_of(5, || {
+    let match_ours = best_of(10, || {
         black_box(ours(&robots, "ExampleBot", urls));
     });
-    let match_base = best_of(5, || {
+    let match_base = best_of(10, || {
         black_box(baseline(&robot, urls));
     });
     let rate = |d: Duration| urls.len() as f64 / d.as_secs_f64();

@@ -140,7 +140,6 @@ impl std::fmt::Display for Verdict<'_> {
 #[derive(Debug, Default)]
 pub struct RobotsTxt {
     rules: Vec<Rule>,
-    patterns: Vec<Pattern>,
     groups: Vec<Group>,
     /// Named agents (lower-cased) and their group; few, so searched linearly.
     named: Vec<(Box<str>, GroupId)>,
@@ -204,6 +203,9 @@ impl RobotsTxt {
             ..RobotsTxt::default()
         };
         let mut groups: Vec<SourceGroup> = Vec::new();
+        // Compiled patterns, parallel to `robots.rules`; only the group indexes keep what
+        // they need of them.
+        let mut patterns: Vec<Pattern> = Vec::new();
         // A `User-agent` after a group member (rule or Crawl-delay) starts a new group.
         let mut after_rule = true;
 
@@ -252,7 +254,7 @@ impl RobotsTxt {
                             line: record.line,
                             group_line: group.line,
                         });
-                        robots.patterns.push(compiled.pattern);
+                        patterns.push(compiled.pattern);
                     }
                 }
                 Field::CrawlDelay => {
@@ -287,12 +289,12 @@ impl RobotsTxt {
                 Field::Unknown => {}
             }
         }
-        robots.merge(groups);
+        robots.merge(groups, &patterns);
         robots
     }
 
     /// Merges source groups by agent name (SPEC §4) and compiles each merged group.
-    fn merge(&mut self, groups: Vec<SourceGroup>) {
+    fn merge(&mut self, groups: Vec<SourceGroup>, patterns: &[Pattern]) {
         // Agent name (lower-cased; "*" for global) → the source groups naming it.
         let mut by_name: Vec<(String, String, Vec<usize>)> = Vec::new();
         let mut position: HashMap<String, usize> = HashMap::new();
@@ -325,7 +327,7 @@ impl RobotsTxt {
                 None => {
                     let id = GroupId(self.groups.len() as u32);
                     self.groups
-                        .push(self.build_group(written, &sources, &groups));
+                        .push(self.build_group(written, &sources, &groups, patterns));
                     merged.insert(sources, id);
                     id
                 }
@@ -338,7 +340,13 @@ impl RobotsTxt {
         }
     }
 
-    fn build_group(&self, name: String, sources: &[usize], groups: &[SourceGroup]) -> Group {
+    fn build_group(
+        &self,
+        name: String,
+        sources: &[usize],
+        groups: &[SourceGroup],
+        patterns: &[Pattern],
+    ) -> Group {
         let rules: Vec<u32> = sources
             .iter()
             .flat_map(|&g| groups[g].rules.iter().copied())
@@ -348,7 +356,7 @@ impl RobotsTxt {
             .map(|&id| IndexedRule {
                 id,
                 allow: self.rules[id as usize].kind == RuleKind::Allow,
-                pattern: &self.patterns[id as usize],
+                pattern: &patterns[id as usize],
             })
             .collect();
         Group {
@@ -381,7 +389,7 @@ impl RobotsTxt {
 
     /// The verdict for a path in canonical form under the given group.
     pub fn decide(&self, group: Option<GroupId>, path: &CanonicalPath<'_>) -> Verdict<'_> {
-        if path.path_part() == "/robots.txt" {
+        if path.is_robots_txt() {
             return Verdict {
                 allowed: true,
                 reason: Reason::RobotsTxtItself,
@@ -393,10 +401,11 @@ impl RobotsTxt {
                 reason: Reason::NoGroup,
             };
         };
-        let best = group
+        match group
             .index
-            .decide(path.as_str().as_bytes(), |id| &self.patterns[id as usize]);
-        match best.map(|id| &self.rules[id as usize]) {
+            .decide(path.as_str().as_bytes())
+            .map(|id| &self.rules[id as usize])
+        {
             Some(rule) => Verdict {
                 allowed: rule.kind == RuleKind::Allow,
                 reason: Reason::Rule(rule),

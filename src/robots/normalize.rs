@@ -60,20 +60,20 @@ pub(crate) fn push_escaped(out: &mut Vec<u8>, b: u8) {
 /// host. The fragment is dropped. The result is not yet normalised: see
 /// [`CanonicalPath`].
 pub fn path_of_url(url: &str) -> &str {
-    let url = url.split('#').next().unwrap_or("");
-    let scheme_end = url.find("://").filter(|&i| {
-        i > 0
-            && url[..i]
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
-    });
-    match scheme_end {
-        Some(i) => {
-            let rest = &url[i + 3..];
-            rest.find(['/', '?']).map_or("", |p| &rest[p..])
-        }
+    let bytes = url.as_bytes();
+    let url = match memchr::memchr(b'#', bytes) {
+        Some(i) => &url[..i],
         None => url,
+    };
+    let scheme_len = bytes
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        .count();
+    if scheme_len == 0 || !url[scheme_len..].starts_with("://") {
+        return url;
     }
+    let rest = &url[scheme_len + 3..];
+    memchr::memchr2(b'/', b'?', rest.as_bytes()).map_or("", |p| &rest[p..])
 }
 
 /// A request path (with optional `?query`) in canonical form: what the engine matches and
@@ -100,6 +100,13 @@ impl<'a> CanonicalPath<'a> {
     /// The path without the query.
     pub fn path_part(&self) -> &str {
         self.0.split('?').next().unwrap_or("")
+    }
+
+    /// Is this `/robots.txt` itself (with or without a query)?
+    pub fn is_robots_txt(&self) -> bool {
+        self.0
+            .strip_prefix("/robots.txt")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('?'))
     }
 
     pub fn into_owned(self) -> CanonicalPath<'static> {
@@ -138,20 +145,35 @@ pub fn normalize_path(path: &str) -> Cow<'_, str> {
     Cow::Owned(String::from_utf8(out).unwrap_or_default())
 }
 
-/// True when `normalize_path` would return its input unchanged.
+/// Octets `is_canonical` must look at: `.` and `?` (maybe), the rest (certainly not canonical).
+const SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b as u8 <= b' ' || b >= 0x7f || matches!(b as u8, b'%' | b'#' | b'.' | b'?');
+        b += 1;
+    }
+    table
+};
+
+/// True when `normalize_path` would return its input unchanged: one pass, no allocation.
 fn is_canonical(p: &[u8]) -> bool {
     if p.first() != Some(&b'/') {
         return false;
     }
-    let query_at = memchr::memchr(b'?', p).unwrap_or(p.len());
-    let (path, query) = p.split_at(query_at);
-    !path
-        .iter()
-        .any(|&b| b == b'%' || b == b'#' || needs_encoding(b))
-        && !query
-            .iter()
-            .any(|&b| b == b'%' || b == b'#' || needs_encoding(b))
-        && memchr::memmem::find(path, b"/.").is_none()
+    let mut in_path = true;
+    let mut previous = 0u8;
+    for &b in p {
+        if SPECIAL[usize::from(b)] {
+            match b {
+                b'.' if !in_path || previous != b'/' => {}
+                b'?' => in_path = false,
+                _ => return false,
+            }
+        }
+        previous = b;
+    }
+    true
 }
 
 /// Percent-encoding normalisation of a run of octets (no dot-segment work).

@@ -8,11 +8,9 @@
 //! dropped: they never change what matches.
 //!
 //! Matching a pattern with wildcards is greedy, leftmost-first: each middle segment is
-//! found at its first occurrence after the previous one (a SIMD substring search), and
-//! the last one of an anchored pattern must end the path. For patterns whose only
-//! operator is `*` that is exact and linear in the path length — no backtracking.
-
-use memchr::memmem::Finder;
+//! found at its first occurrence after the previous one, and the last segment of an
+//! anchored pattern must end the path. For patterns whose only operator is `*` this is
+//! exact and needs no backtracking: `O(path × segment)` at worst, and paths are short.
 
 use super::normalize::{escape_at, is_unreserved, needs_encoding, push_escaped};
 
@@ -20,12 +18,12 @@ use super::normalize::{escape_at, is_unreserved, needs_encoding, push_escaped};
 /// the octets of its canonical text, each `*` and `$` operator counting as one.
 pub(crate) type Priority = u32;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Pattern {
-    /// Literal octets before the first `*` (empty when the pattern starts with `*`).
-    pub(crate) prefix: Box<[u8]>,
-    /// Each literal segment that follows a `*`, in order. Empty for a plain prefix rule.
-    pub(crate) rest: Box<[Finder<'static>]>,
+    /// The literal segments, concatenated. Segment 0 is the prefix before the first `*`.
+    bytes: Box<[u8]>,
+    /// End offset of each segment in `bytes`; one entry for a pattern without `*`.
+    ends: Box<[u32]>,
     /// Ends with `$`: the URL must end where the pattern ends.
     pub(crate) anchored: bool,
     pub(crate) priority: Priority,
@@ -41,24 +39,26 @@ pub(crate) struct Compiled {
 /// `/` nor `*` gets a `/` in front (SPEC §3).
 pub(crate) fn compile(value: &[u8]) -> Compiled {
     let mut text: Vec<u8> = Vec::with_capacity(value.len() + 1);
-    let mut segments: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut bytes: Vec<u8> = Vec::with_capacity(value.len() + 1);
+    let mut ends: Vec<u32> = Vec::new();
     let mut anchored = false;
     let mut priority: Priority = 0;
 
     if !matches!(value.first(), Some(b'/' | b'*')) {
-        segments[0].push(b'/');
+        bytes.push(b'/');
         text.push(b'/');
         priority += 1;
     }
     let mut i = 0;
     while i < value.len() {
         let b = value[i];
-        let current = segments.last_mut().expect("segments is never empty");
         if b == b'*' {
             text.push(b'*');
             priority += 1;
-            if !current.is_empty() || segments.len() == 1 {
-                segments.push(Vec::new());
+            // Consecutive `*`s make one boundary.
+            let segment_start = ends.last().map_or(0, |&e| e as usize);
+            if ends.is_empty() || bytes.len() > segment_start {
+                ends.push(bytes.len() as u32);
             }
             i += 1;
         } else if b == b'$' && i + 1 == value.len() {
@@ -68,16 +68,16 @@ pub(crate) fn compile(value: &[u8]) -> Compiled {
             i += 1;
         } else if let Some(decoded) = escape_at(value, i) {
             if is_unreserved(decoded) {
-                current.push(decoded);
+                bytes.push(decoded);
                 text.push(decoded);
                 priority += 1;
             } else {
                 // `%2A` and `%24` are the literal octets; other reserved characters keep
                 // their escape, as the URL side does.
                 if matches!(decoded, b'*' | b'$') {
-                    current.push(decoded);
+                    bytes.push(decoded);
                 } else {
-                    push_escaped(current, decoded);
+                    push_escaped(&mut bytes, decoded);
                 }
                 push_escaped(&mut text, decoded);
                 priority += 3;
@@ -85,28 +85,27 @@ pub(crate) fn compile(value: &[u8]) -> Compiled {
             i += 3;
         } else {
             if needs_encoding(b) {
-                push_escaped(current, b);
+                push_escaped(&mut bytes, b);
                 push_escaped(&mut text, b);
                 priority += 3;
             } else {
-                current.push(b);
+                bytes.push(b);
                 text.push(b);
                 priority += 1;
             }
             i += 1;
         }
     }
+    let last_start = ends.last().map_or(0, |&e| e as usize);
+    let trailing_star = !ends.is_empty() && bytes.len() == last_start;
     // A trailing `*` (not followed by `$`) is redundant: `/fish*` matches as `/fish`.
-    if !anchored && segments.len() > 1 && segments.last().is_some_and(Vec::is_empty) {
-        segments.pop();
+    if !(trailing_star && !anchored) {
+        ends.push(bytes.len() as u32);
     }
-    let mut segments = segments.into_iter();
-    let prefix = segments.next().unwrap_or_default().into_boxed_slice();
-    let rest = segments.map(|s| Finder::new(&s).into_owned()).collect();
     Compiled {
         pattern: Pattern {
-            prefix,
-            rest,
+            bytes: bytes.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
             anchored,
             priority,
         },
@@ -115,25 +114,50 @@ pub(crate) fn compile(value: &[u8]) -> Compiled {
     }
 }
 
+/// First occurrence of `needle` in `hay`. Paths and segments are short, so a scan for the
+/// first octet and a compare beats setting up a substring searcher per call.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else {
+        return Some(0);
+    };
+    let last_start = hay.len().checked_sub(needle.len())?;
+    (0..=last_start).find(|&i| hay[i] == first && hay[i + 1..].starts_with(rest))
+}
+
 impl Pattern {
-    /// True when the pattern has a `*` between literal segments (or before the first).
-    pub(crate) fn has_wildcard(&self) -> bool {
-        !self.rest.is_empty()
+    fn segment(&self, n: usize) -> &[u8] {
+        let start = if n == 0 { 0 } else { self.ends[n - 1] as usize };
+        &self.bytes[start..self.ends[n] as usize]
     }
 
-    /// Does the pattern match `path`, given that `path` starts with `self.prefix`?
+    /// Literal octets before the first `*` (all of them for a pattern without `*`).
+    pub(crate) fn prefix(&self) -> &[u8] {
+        self.segment(0)
+    }
+
+    /// True when the pattern has a `*` after its prefix.
+    pub(crate) fn has_wildcard(&self) -> bool {
+        self.ends.len() > 1
+    }
+
+    /// The octets after the prefix, for a quick "can it match at all" filter.
+    pub(crate) fn tail_bytes(&self) -> &[u8] {
+        &self.bytes[self.ends[0] as usize..]
+    }
+
+    /// Does the pattern match `path`, given that `path` starts with `self.prefix()`?
     ///
-    /// `path` is canonical (see [`super::normalize::normalize_path`]).
+    /// `path` is canonical (see [`super::CanonicalPath`]).
     pub(crate) fn matches_after_prefix(&self, path: &[u8]) -> bool {
-        let mut pos = self.prefix.len();
-        let last = self.rest.len().wrapping_sub(1);
-        for (n, segment) in self.rest.iter().enumerate() {
-            let needle = segment.needle();
-            if n == last && self.anchored {
-                return path.len() >= pos + needle.len() && path.ends_with(needle);
+        let mut pos = self.ends[0] as usize;
+        let segments = self.ends.len();
+        for n in 1..segments {
+            let segment = self.segment(n);
+            if n + 1 == segments && self.anchored {
+                return path.len() >= pos + segment.len() && path.ends_with(segment);
             }
-            match segment.find(&path[pos..]) {
-                Some(at) => pos += at + needle.len(),
+            match find(&path[pos..], segment) {
+                Some(at) => pos += at + segment.len(),
                 None => return false,
             }
         }
@@ -143,7 +167,7 @@ impl Pattern {
     /// Does the pattern match `path` (canonical)?
     #[cfg(test)]
     pub(crate) fn matches(&self, path: &[u8]) -> bool {
-        path.starts_with(&self.prefix) && self.matches_after_prefix(path)
+        path.starts_with(self.prefix()) && self.matches_after_prefix(path)
     }
 }
 
@@ -168,6 +192,8 @@ mod tests {
         assert_eq!(c.text, "/~%2F");
         let c = compile(b"/*.php$");
         assert_eq!((c.pattern.priority, c.pattern.anchored), (7, true));
+        assert_eq!(c.pattern.prefix(), b"/");
+        assert_eq!(c.pattern.tail_bytes(), b".php");
     }
 
     #[test]
@@ -185,12 +211,14 @@ mod tests {
         assert!(!m("/a*b*c", "/acb"));
         assert!(m("*/private/", "/docs/private/a"));
         assert!(m("/a**b", "/a-b"));
+        assert!(m("**b", "/b"));
         assert!(m("/ab$", "/ab"));
         assert!(!m("/ab$", "/abc"));
         // `$` in the middle is an ordinary octet.
         assert!(m("/a$b", "/a$b"));
         // Anchored suffix may not overlap the part already matched.
         assert!(!m("/ab*ba$", "/aba"));
+        assert!(m("/ab*ba$", "/abba"));
     }
 
     #[test]
@@ -199,5 +227,13 @@ mod tests {
         assert!(!m("/file-%2A.html", "/file-x.html"));
         assert!(m("/foo-%24", "/foo-$"));
         assert!(!m("/foo-%24", "/foo-"));
+    }
+
+    #[test]
+    fn find_is_leftmost() {
+        assert_eq!(find(b"abcabc", b"bc"), Some(1));
+        assert_eq!(find(b"abc", b""), Some(0));
+        assert_eq!(find(b"ab", b"abc"), None);
+        assert_eq!(find(b"aab", b"ab"), Some(1));
     }
 }
