@@ -180,9 +180,7 @@ impl RuleIndex {
         let mut route = [(0u32, 0u32); 16];
         let mut route_len = 0;
         let mut mask = None;
-        let Some(mut node) = self.nodes.first() else {
-            return None;
-        };
+        let mut node = self.nodes.first()?;
         let mut depth = 0usize;
         loop {
             if node.prefix_rule.0 > best.0 {

@@ -99,7 +99,7 @@ pub(crate) fn compile(value: &[u8]) -> Compiled {
     let last_start = ends.last().map_or(0, |&e| e as usize);
     let trailing_star = !ends.is_empty() && bytes.len() == last_start;
     // A trailing `*` (not followed by `$`) is redundant: `/fish*` matches as `/fish`.
-    if !(trailing_star && !anchored) {
+    if !trailing_star || anchored {
         ends.push(bytes.len() as u32);
     }
     Compiled {
