@@ -2,7 +2,7 @@
 //! the compiled matcher agrees with a naive longest-match oracle written independently.
 
 use proptest::prelude::*;
-use robotsgate::robots::RobotsTxt;
+use robotsgate::robots::{CanonicalPath, RobotsTxt};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
@@ -28,6 +28,15 @@ proptest! {
         if let Some(rule) = verdict.rule() {
             prop_assert!(rule.line as usize <= lines.len());
         }
+    }
+
+    #[test]
+    fn canonical_form_is_a_fixed_point(raw in "[/a-zA-Z0-9%.?#*$~ \u{e9}-]{0,40}") {
+        // What the proxy forwards must decode to what was matched: normalising the
+        // canonical form again may not change it.
+        let once = CanonicalPath::new(&raw);
+        let twice = CanonicalPath::new(once.as_str());
+        prop_assert_eq!(once.as_str(), twice.as_str());
     }
 
     #[test]

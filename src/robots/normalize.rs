@@ -8,7 +8,8 @@
 //! * an escape of an *unreserved* character (RFC 3986: `A-Z a-z 0-9 - . _ ~`) is decoded,
 //!   so `/%7Euser` is `/~user`;
 //! * every other valid escape is kept, hex upper-cased: `%2f` is `%2F` and never `/`;
-//! * a `%` that does not start a valid escape is kept as it is, on both sides alike.
+//! * a `%` that does not start a valid escape is itself encoded (`%25`): left bare, `%%341`
+//!   would become `%41` here and `A` at the origin, slipping past a rule for `/A`.
 //!
 //! Request paths get two more steps, because the proxy must decide on exactly the path it
 //! forwards (SPEC §5): dot segments are removed (RFC 3986 §5.2.4, after decoding, so
@@ -190,7 +191,7 @@ fn normalize_octets(input: &[u8], out: &mut Vec<u8>) {
             i += 3;
             continue;
         }
-        if needs_encoding(b) {
+        if needs_encoding(b) || b == b'%' {
             push_escaped(out, b);
         } else {
             out.push(b);
@@ -262,7 +263,10 @@ mod tests {
         assert_eq!(normalize_path("/caf%c3%a9"), "/caf%C3%A9");
         assert_eq!(normalize_path("/%7Euser/%41"), "/~user/A");
         assert_eq!(normalize_path("/a%2fb"), "/a%2Fb");
-        assert_eq!(normalize_path("/a%zz%"), "/a%zz%");
+        assert_eq!(normalize_path("/a%zz%"), "/a%25zz%25");
+        // Re-normalising the result changes nothing (no escape is created by decoding).
+        assert_eq!(normalize_path("/%%341"), "/%2541");
+        assert_eq!(normalize_path("/%2541"), "/%2541");
         assert_eq!(normalize_path("/a b"), "/a%20b");
         assert_eq!(normalize_path("/p?q=%7e&r=\u{fc}"), "/p?q=~&r=%C3%BC");
     }

@@ -84,7 +84,8 @@ pub(crate) fn compile(value: &[u8]) -> Compiled {
             }
             i += 3;
         } else {
-            if needs_encoding(b) {
+            // A `%` that starts no valid escape is encoded, as on the URL side.
+            if needs_encoding(b) || b == b'%' {
                 push_escaped(&mut bytes, b);
                 push_escaped(&mut text, b);
                 priority += 3;
@@ -219,6 +220,13 @@ mod tests {
         // Anchored suffix may not overlap the part already matched.
         assert!(!m("/ab*ba$", "/aba"));
         assert!(m("/ab*ba$", "/abba"));
+    }
+
+    #[test]
+    fn bare_percent_is_encoded_like_the_url_side() {
+        let c = compile(b"/a%zz");
+        assert_eq!((c.text.as_str(), c.pattern.priority), ("/a%25zz", 7));
+        assert!(m("/a%zz", "/a%25zz"));
     }
 
     #[test]
