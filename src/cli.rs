@@ -25,6 +25,8 @@ pub struct Cli {
 enum Command {
     /// Decide URLs against a robots.txt file.
     Check(CheckArgs),
+    /// Run the proxy.
+    Run(crate::server::RunArgs),
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
         /// The `.jsonl` file of cases.
@@ -55,6 +57,10 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Check(args) => check(args),
+            Command::Run(args) => {
+                crate::server::run(args)?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Conformance { file } => {
                 let input = std::fs::File::open(&file)
                     .with_context(|| format!("cannot open {}", file.display()))?;

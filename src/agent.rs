@@ -1,0 +1,110 @@
+//! Which crawler is asking: the ordered product-token list a request is judged as.
+//!
+//! robots.txt groups name product tokens (`Googlebot`), never whole User-Agent headers
+//! (SPEC §4), and a fleet's politeness should not hinge on every crawler sending a
+//! truthful header. So the tokens come from configuration first:
+//! 1. the first `agent.rules` entry matching the client address and/or User-Agent text;
+//! 2. otherwise `agent.default_tokens` (or `run --agent`);
+//! 3. otherwise the User-Agent header's first product token (`ExampleBot/1.0 (+https://…)`
+//!    → `ExampleBot`);
+//! 4. otherwise no token at all, which selects only the `*` group.
+
+use std::net::IpAddr;
+
+use crate::config::{AgentConfig, AgentRule};
+
+pub struct AgentResolver {
+    rules: Vec<AgentRule>,
+    default_tokens: Vec<String>,
+}
+
+/// The tokens for one request, borrowed from configuration or from the header.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tokens<'a> {
+    Configured(&'a [String]),
+    FromHeader([&'a str; 1]),
+    None,
+}
+
+impl Tokens<'_> {
+    pub fn as_slice(&self) -> Vec<&str> {
+        match self {
+            Tokens::Configured(list) => list.iter().map(String::as_str).collect(),
+            Tokens::FromHeader(one) => one.to_vec(),
+            Tokens::None => Vec::new(),
+        }
+    }
+}
+
+/// `Name/1.0 (comment)` → `Name`: the leading run of token characters (RFC 9110).
+pub fn product_token(user_agent: &str) -> Option<&str> {
+    let end = user_agent
+        .find(|c: char| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)))
+        .unwrap_or(user_agent.len());
+    let token = &user_agent[..end];
+    (!token.is_empty()).then_some(token)
+}
+
+impl AgentResolver {
+    pub fn new(config: &AgentConfig) -> AgentResolver {
+        AgentResolver {
+            rules: config.rules.clone(),
+            default_tokens: config.default_tokens.clone(),
+        }
+    }
+
+    pub fn tokens<'a>(&'a self, client: Option<IpAddr>, user_agent: Option<&'a str>) -> Tokens<'a> {
+        let rule = self.rules.iter().find(|rule| {
+            let client_ok = rule
+                .client
+                .is_none_or(|net| client.is_some_and(|ip| net.contains(ip)));
+            let ua_ok = rule.user_agent_contains.as_deref().is_none_or(|needle| {
+                user_agent.is_some_and(|ua| ua.to_ascii_lowercase().contains(&needle.to_ascii_lowercase()))
+            });
+            client_ok && ua_ok
+        });
+        if let Some(rule) = rule {
+            return Tokens::Configured(&rule.tokens);
+        }
+        if !self.default_tokens.is_empty() {
+            return Tokens::Configured(&self.default_tokens);
+        }
+        match user_agent.and_then(product_token) {
+            Some(token) => Tokens::FromHeader([token]),
+            None => Tokens::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolver(yaml: &str) -> AgentResolver {
+        let config: AgentConfig = serde_yaml::from_str(yaml).expect("agent config");
+        AgentResolver::new(&config)
+    }
+
+    #[test]
+    fn product_tokens() {
+        assert_eq!(product_token("ExampleBot/1.0 (+https://example.com/bot)"), Some("ExampleBot"));
+        assert_eq!(product_token("Mozilla/5.0 (compatible; Googlebot/2.1)"), Some("Mozilla"));
+        assert_eq!(product_token("curl"), Some("curl"));
+        assert_eq!(product_token(" x"), None);
+        assert_eq!(product_token(""), None);
+    }
+
+    #[test]
+    fn rules_then_default_then_header() {
+        let r = resolver(
+            "default_tokens: []\nrules:\n  - client: 10.0.0.0/8\n    tokens: [AcmeNews, AcmeBot]\n  - user_agent_contains: googlebot\n    tokens: [Googlebot]\n",
+        );
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
+        assert_eq!(r.tokens(ip("10.1.1.1"), Some("x/1")).as_slice(), ["AcmeNews", "AcmeBot"]);
+        assert_eq!(r.tokens(ip("192.0.2.1"), Some("Mozilla/5.0 (compatible; Googlebot/2.1)")).as_slice(), ["Googlebot"]);
+        assert_eq!(r.tokens(ip("192.0.2.1"), Some("ExampleBot/1.0")).as_slice(), ["ExampleBot"]);
+        assert_eq!(r.tokens(None, None), Tokens::None);
+        let r = resolver("default_tokens: [FleetBot]\n");
+        assert_eq!(r.tokens(None, Some("Other/1")).as_slice(), ["FleetBot"]);
+    }
+}

@@ -1,0 +1,350 @@
+//! Configuration: one YAML file shared with Pingora.
+//!
+//! Pingora's own `ServerConf` keys (`threads`, `pid_file`, `upgrade_sock`,
+//! `grace_period_seconds`, …) sit at the top level, where Pingora reads them and ignores
+//! everything else; robotsgate's settings live under the `robotsgate:` key and are read
+//! strictly here: an unknown key or a bad value is an error naming the key path and the
+//! file line. Durations are in seconds (`*_seconds`), sizes in bytes (`*_bytes`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// The whole file, as far as robotsgate is concerned.
+#[derive(Debug, Default, Deserialize)]
+struct File {
+    #[serde(default)]
+    robotsgate: Config,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where crawlers connect (explicit proxy and transparent mode alike).
+    pub listen: SocketAddr,
+    /// Metrics and admin endpoints; keep it on loopback.
+    pub admin_listen: Option<SocketAddr>,
+    pub agent: AgentConfig,
+    pub egress: EgressConfig,
+    pub robots: RobotsConfig,
+    pub upstream: UpstreamConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            agent: AgentConfig::default(),
+            egress: EgressConfig::default(),
+            robots: RobotsConfig::default(),
+            upstream: UpstreamConfig::default(),
+        }
+    }
+}
+
+/// Which crawler a request is (see `agent.rs`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Token list for requests no rule matches; empty = use the User-Agent header.
+    pub default_tokens: Vec<String>,
+    /// First matching rule wins.
+    pub rules: Vec<AgentRule>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRule {
+    /// Matches clients whose address is in this network.
+    #[serde(default)]
+    pub client: Option<Cidr>,
+    /// Matches a User-Agent header containing this text (ASCII case-insensitive).
+    #[serde(default)]
+    pub user_agent_contains: Option<String>,
+    /// Ordered product tokens, most specific first.
+    pub tokens: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Networks opened although they are private, loopback, link-local, … .
+    pub allow_destinations: Vec<Cidr>,
+    /// Destination ports a request may go to (`"80"`, `"1025-65535"`).
+    pub allowed_ports: Vec<PortRange>,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        // Squid's Safe_ports, the part of it crawlers use.
+        EgressConfig {
+            allow_destinations: Vec::new(),
+            allowed_ports: vec![
+                PortRange(80, 80),
+                PortRange(443, 443),
+                PortRange(1025, 65535),
+            ],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RobotsConfig {
+    /// Most origins whose robots.txt is kept; the least recently used is evicted.
+    pub max_origins: usize,
+    /// Whole robots.txt fetch, redirects included.
+    pub fetch_timeout_seconds: f64,
+    /// Freshness when the answer has no usable `Cache-Control: max-age` (SPEC §2: 24 h).
+    pub ttl_seconds: f64,
+    /// Bounds for `max-age`.
+    pub min_ttl_seconds: f64,
+    pub max_ttl_seconds: f64,
+    /// A fresh entry this close to expiry is refreshed in the background.
+    pub refresh_ahead_seconds: f64,
+    /// First retry after a 5xx/network failure; doubles up to `retry_max_seconds`.
+    pub retry_initial_seconds: f64,
+    pub retry_max_seconds: f64,
+    /// Continuous unreachability after which an origin with no copy is allowed (SPEC §2).
+    pub unreachable_allow_after_seconds: f64,
+    /// Redirect hops followed (SPEC §2: at least 5).
+    pub max_redirects: u32,
+}
+
+impl Default for RobotsConfig {
+    fn default() -> Self {
+        RobotsConfig {
+            max_origins: 100_000,
+            fetch_timeout_seconds: 10.0,
+            ttl_seconds: 86_400.0,
+            min_ttl_seconds: 60.0,
+            max_ttl_seconds: 7.0 * 86_400.0,
+            refresh_ahead_seconds: 300.0,
+            retry_initial_seconds: 5.0,
+            retry_max_seconds: 600.0,
+            unreachable_allow_after_seconds: 30.0 * 86_400.0,
+            max_redirects: 5,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    pub connect_timeout_seconds: f64,
+    /// Longest wait for the next bytes from an origin.
+    pub read_timeout_seconds: f64,
+    pub write_timeout_seconds: f64,
+    /// Idle upstream connections are closed after this long in the pool.
+    pub idle_timeout_seconds: f64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout_seconds: 5.0,
+            read_timeout_seconds: 60.0,
+            write_timeout_seconds: 60.0,
+            idle_timeout_seconds: 60.0,
+        }
+    }
+}
+
+/// A network in CIDR notation (`10.0.0.0/8`, `::1/128`); a bare address is a /32 or /128.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Cidr(pub IpNet);
+
+impl TryFrom<String> for Cidr {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse::<Cidr>()
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(Cidr(net.trunc()));
+        }
+        s.parse::<IpAddr>()
+            .map(|ip| Cidr(IpNet::from(ip)))
+            .map_err(|_| format!("`{s}` is not a CIDR network like 10.0.0.0/8"))
+    }
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip)
+    }
+}
+
+/// An inclusive port range; `"443"` is `443-443`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct PortRange(pub u16, pub u16);
+
+impl TryFrom<String> for PortRange {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a port or port range like 1025-65535");
+        let (low, high) = s.split_once('-').unwrap_or((&s, &s));
+        let low: u16 = low.trim().parse().map_err(|_| bad())?;
+        let high: u16 = high.trim().parse().map_err(|_| bad())?;
+        if low == 0 || low > high {
+            return Err(bad());
+        }
+        Ok(PortRange(low, high))
+    }
+}
+
+impl PortRange {
+    pub fn contains(&self, port: u16) -> bool {
+        (self.0..=self.1).contains(&port)
+    }
+}
+
+/// A config error: which file, which key, which line, and what is wrong.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+pub fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value).unwrap_or(Duration::ZERO)
+}
+
+impl Config {
+    /// Reads `robotsgate:` from a YAML file (a missing section means all defaults).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
+        Self::from_yaml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let deserializer = serde_yaml::Deserializer::from_str(text);
+        let file: File = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let line = inner
+                .location()
+                .map(|l| format!(" (line {})", l.line()))
+                .unwrap_or_default();
+            // serde_yaml appends its own " at line L column C"; we say it once, up front.
+            let message = inner.to_string();
+            let message = message
+                .split(" at line ")
+                .next()
+                .unwrap_or(&message)
+                .to_string();
+            ConfigError(format!("key `{key}`{line}: {message}"))
+        })?;
+        file.robotsgate.validate()?;
+        Ok(file.robotsgate)
+    }
+
+    /// Checks that cannot be expressed as types.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let r = &self.robots;
+        let positive = [
+            ("robotsgate.robots.fetch_timeout_seconds", r.fetch_timeout_seconds),
+            ("robotsgate.robots.ttl_seconds", r.ttl_seconds),
+            ("robotsgate.robots.retry_initial_seconds", r.retry_initial_seconds),
+            ("robotsgate.robots.retry_max_seconds", r.retry_max_seconds),
+            ("robotsgate.upstream.connect_timeout_seconds", self.upstream.connect_timeout_seconds),
+            ("robotsgate.upstream.read_timeout_seconds", self.upstream.read_timeout_seconds),
+            ("robotsgate.upstream.write_timeout_seconds", self.upstream.write_timeout_seconds),
+        ];
+        for (key, value) in positive {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ConfigError(format!("key `{key}`: must be a positive number of seconds, got {value}")));
+            }
+        }
+        if !(r.min_ttl_seconds >= 0.0 && r.min_ttl_seconds <= r.max_ttl_seconds) {
+            return Err(ConfigError(
+                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds".into(),
+            ));
+        }
+        if r.max_origins == 0 {
+            return Err(ConfigError("key `robotsgate.robots.max_origins`: must be at least 1".into()));
+        }
+        if r.max_redirects < 5 {
+            return Err(ConfigError(
+                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops".into(),
+            ));
+        }
+        for (i, rule) in self.agent.rules.iter().enumerate() {
+            if rule.tokens.is_empty() {
+                return Err(ConfigError(format!("key `robotsgate.agent.rules[{i}].tokens`: must name at least one token")));
+            }
+            if rule.client.is_none() && rule.user_agent_contains.is_none() {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.agent.rules[{i}]`: needs `client` or `user_agent_contains`"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_parses() {
+        let text = include_str!("../conf/robotsgate.yaml");
+        let config = Config::from_yaml(text).expect("shipped config is valid");
+        assert!(config.egress.allowed_ports.iter().any(|p| p.contains(443)));
+    }
+
+    #[test]
+    fn pingora_keys_and_missing_section_are_fine() {
+        let config = Config::from_yaml("threads: 2\npid_file: /tmp/x.pid\n").expect("valid");
+        assert_eq!(config.robots.max_redirects, 5);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_line() {
+        let text = "threads: 1\nrobotsgate:\n  egress:\n    allowed_ports: [\"80\", \"nope\"]\n";
+        let err = Config::from_yaml(text).expect_err("invalid").to_string();
+        assert!(err.contains("robotsgate.egress.allowed_ports[1]"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+        assert!(err.contains("`nope` is not a port"), "{err}");
+
+        let text = "robotsgate:\n  robots:\n    ttl_secs: 5\n";
+        let err = Config::from_yaml(text).expect_err("unknown key").to_string();
+        assert!(err.contains("robotsgate.robots") && err.contains("ttl_secs") && err.contains("line 3"), "{err}");
+
+        let text = "robotsgate:\n  egress:\n    allow_destinations: [10.0.0.0/33]\n";
+        let err = Config::from_yaml(text).expect_err("bad cidr").to_string();
+        assert!(err.contains("allow_destinations[0]") && err.contains("line 3"), "{err}");
+
+        let text = "robotsgate:\n  robots:\n    max_redirects: 2\n";
+        let err = Config::from_yaml(text).expect_err("too few hops").to_string();
+        assert!(err.contains("robotsgate.robots.max_redirects"), "{err}");
+    }
+
+    #[test]
+    fn cidrs_and_ports() {
+        let c: Cidr = "10.1.2.3/8".parse().expect("cidr");
+        assert!(c.contains("10.200.0.1".parse().expect("ip")));
+        let c: Cidr = "::1".parse().expect("bare ip");
+        assert!(c.contains("::1".parse().expect("ip")));
+        assert_eq!(PortRange::try_from("1025-65535".to_string()), Ok(PortRange(1025, 65535)));
+        assert!(PortRange::try_from("0".to_string()).is_err());
+        assert!(PortRange::try_from("9-8".to_string()).is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! Where robotsgate may send traffic: destination ports and resolved addresses.
+//!
+//! An egress proxy that forwards to whatever a URL names is a server-side request forgery
+//! waiting to happen: `http://169.254.169.254/` is a cloud's credential service, and a
+//! public name can resolve to `10.0.0.5`. So the check runs on the *resolved* address (the
+//! one the connection then uses, so a second lookup cannot swap it), and refuses loopback,
+//! private, link-local, CGNAT, multicast, reserved and cloud-metadata ranges unless the
+//! operator opens a network with `allow_destinations`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::config::{Cidr, EgressConfig, PortRange};
+
+#[derive(Clone, Debug)]
+pub struct EgressPolicy {
+    allow: Vec<Cidr>,
+    ports: Vec<PortRange>,
+}
+
+/// Why a destination was refused; shown to the client in the 403.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Port(u16),
+    Address { ip: IpAddr, range: &'static str },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Port(port) => write!(f, "destination port {port} is not in the allowed ports"),
+            Refusal::Address { ip, range } => {
+                write!(f, "destination {ip} is in a {range} range (open it with allow_destinations)")
+            }
+        }
+    }
+}
+
+fn v4_range(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    Some(match (a, b) {
+        (0, _) => "this-network",
+        (10, _) => "private",
+        (100, 64..=127) => "shared-address (CGNAT)",
+        (127, _) => "loopback",
+        (169, 254) => "link-local / cloud-metadata",
+        (172, 16..=31) => "private",
+        (192, 0) if c == 0 || c == 2 => "reserved",
+        (192, 88) if c == 99 => "reserved",
+        (192, 168) => "private",
+        (198, 18..=19) => "benchmarking",
+        (198, 51) if c == 100 => "documentation",
+        (203, 0) if c == 113 => "documentation",
+        (224..=239, _) => "multicast",
+        (240..=255, _) => "reserved",
+        _ => return None,
+    })
+}
+
+fn v6_range(ip: Ipv6Addr) -> Option<&'static str> {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return v4_range(v4);
+    }
+    let s = ip.segments();
+    Some(match s[0] {
+        _ if ip.is_unspecified() => "unspecified",
+        _ if ip.is_loopback() => "loopback",
+        // NAT64 (64:ff9b::/96) reaches IPv4 space: judge the embedded address.
+        0x64 if s[1] == 0xff9b => {
+            let [.., a, b, c, d] = ip.octets();
+            return v4_range(Ipv4Addr::new(a, b, c, d));
+        }
+        0xfc00..=0xfdff => "unique-local (private)",
+        0xfe80..=0xfebf => "link-local",
+        0xff00..=0xffff => "multicast",
+        0x2001 if s[1] == 0x0db8 => "documentation",
+        0x0000 => "reserved",
+        _ => return None,
+    })
+}
+
+/// The special-purpose range `ip` falls in, if any.
+pub fn special_range(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => v4_range(v4),
+        IpAddr::V6(v6) => v6_range(v6),
+    }
+}
+
+impl EgressPolicy {
+    pub fn new(config: &EgressConfig) -> EgressPolicy {
+        EgressPolicy {
+            allow: config.allow_destinations.clone(),
+            ports: config.allowed_ports.clone(),
+        }
+    }
+
+    pub fn check_port(&self, port: u16) -> Result<(), Refusal> {
+        if self.ports.iter().any(|r| r.contains(port)) {
+            Ok(())
+        } else {
+            Err(Refusal::Port(port))
+        }
+    }
+
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), Refusal> {
+        match special_range(ip) {
+            Some(range) if !self.allow.iter().any(|net| net.contains(ip)) => Err(Refusal::Address { ip, range }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(allow: &[&str]) -> EgressPolicy {
+        EgressPolicy::new(&EgressConfig {
+            allow_destinations: allow.iter().map(|s| s.parse().expect("cidr")).collect(),
+            ..EgressConfig::default()
+        })
+    }
+
+    #[test]
+    fn special_ranges_are_refused() {
+        let p = policy(&[]);
+        for ip in [
+            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.100.100.200",
+            "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00:ec2::254",
+            "::ffff:127.0.0.1", "64:ff9b::a00:1", "ff02::1",
+        ] {
+            assert!(p.check_address(ip.parse().expect("ip")).is_err(), "{ip}");
+        }
+        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "64:ff9b::808:808"] {
+            assert!(p.check_address(ip.parse().expect("ip")).is_ok(), "{ip}");
+        }
+    }
+
+    #[test]
+    fn allow_destinations_opens_a_range() {
+        let p = policy(&["127.0.0.0/8"]);
+        assert!(p.check_address("127.0.0.1".parse().expect("ip")).is_ok());
+        assert!(p.check_address("10.0.0.1".parse().expect("ip")).is_err());
+    }
+
+    #[test]
+    fn ports_follow_safe_ports() {
+        let p = policy(&[]);
+        assert!(p.check_port(80).is_ok());
+        assert!(p.check_port(443).is_ok());
+        assert!(p.check_port(8080).is_ok());
+        assert_eq!(p.check_port(25), Err(Refusal::Port(25)));
+        assert_eq!(p.check_port(1024), Err(Refusal::Port(1024)));
+    }
+}

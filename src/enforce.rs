@@ -1,0 +1,166 @@
+//! Enforcement as a library: the one call a Pingora `ProxyHttp` makes per request.
+//!
+//! [`Enforcer::decide`] takes where a request goes ([`Target`]) and who sends it, and
+//! answers either "forward to this address" or "answer the client with this": the
+//! egress checks, the robots.txt lookup (fetching it if needed) and the verdict, in that
+//! order. It knows nothing of Pingora's session types, so any proxy — robotsgate's own
+//! (`proxy.rs`) or someone else's (`examples/embedded.rs`) — can call it from its
+//! `request_filter` and write the [`Answer`] however it writes responses.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::agent::{AgentResolver, Tokens};
+use crate::config::Config;
+use crate::dns::Resolver;
+use crate::egress::EgressPolicy;
+use crate::fetch::Fetcher;
+use crate::robots::{GroupId, RobotsTxt};
+use crate::store::{Policy, RobotsStore};
+use crate::target::Target;
+
+/// A response robotsgate gives instead of the origin's.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// Metric/log label: `disallowed`, `robots_unreachable`, `egress_denied`, …
+    pub decision: &'static str,
+    /// Value of the `X-Robots-Decision` response header.
+    pub header: String,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub retry_after: Option<u64>,
+}
+
+impl Answer {
+    fn text(status: u16, decision: &'static str, header: String, body: String) -> Answer {
+        Answer {
+            status,
+            decision,
+            header,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(body + "\n"),
+            retry_after: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Decision {
+    /// Allowed: connect to `addr` and send the target's canonical path.
+    Forward { addr: SocketAddr, why: String },
+    /// Answer the client with this; the origin is not contacted.
+    Respond(Answer),
+}
+
+pub struct Enforcer {
+    pub store: Arc<RobotsStore>,
+    pub resolver: Arc<Resolver>,
+    pub egress: Arc<EgressPolicy>,
+    pub agents: AgentResolver,
+}
+
+/// The group a crawler's tokens select in one robots.txt.
+pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
+    match tokens {
+        Tokens::Configured(list) => robots.group_for(list),
+        Tokens::FromHeader(one) => robots.group_for(one),
+        Tokens::None => robots.group_for::<&str>(&[]),
+    }
+}
+
+impl Enforcer {
+    pub fn from_config(config: &Config) -> Enforcer {
+        let resolver = Arc::new(Resolver::from_system());
+        let egress = Arc::new(EgressPolicy::new(&config.egress));
+        let fetcher = Arc::new(Fetcher::new(
+            resolver.clone(),
+            egress.clone(),
+            crate::config::seconds(config.robots.fetch_timeout_seconds),
+            config.robots.max_redirects,
+        ));
+        Enforcer {
+            store: RobotsStore::new(fetcher, config.robots.clone()),
+            resolver,
+            egress,
+            agents: AgentResolver::new(&config.agent),
+        }
+    }
+
+    /// Decides one request. `client` is the downstream address, `user_agent` its header.
+    pub async fn decide(&self, target: &Target, client: Option<IpAddr>, user_agent: Option<&str>) -> Decision {
+        let origin = &target.origin;
+        if let Err(refusal) = self.egress.check_port(origin.port) {
+            return Decision::Respond(egress_denied(refusal.to_string()));
+        }
+        let addrs = match self.resolver.resolve(&origin.host).await {
+            Ok(addrs) => addrs,
+            Err(e) => {
+                return Decision::Respond(Answer::text(502, "upstream_error", format!("dns-failure; origin=\"{origin}\""), format!("robotsgate: {e}")));
+            }
+        };
+        // Every address must pass: a name that also resolves into a private range is
+        // refused outright rather than gambled on.
+        for ip in &addrs {
+            if let Err(refusal) = self.egress.check_address(*ip) {
+                return Decision::Respond(egress_denied(refusal.to_string()));
+            }
+        }
+        let addr = SocketAddr::new(addrs[0], origin.port);
+
+        let snapshot = self.store.get(origin, user_agent.unwrap_or(concat!("robotsgate/", env!("CARGO_PKG_VERSION")))).await;
+        let robots_url = origin.robots_url();
+        match &snapshot.policy {
+            Policy::Rules { robots, body } => {
+                if target.path.is_robots_txt() && !snapshot.is_stale_copy() {
+                    return Decision::Respond(Answer {
+                        status: 200,
+                        decision: "robots_txt_cached",
+                        header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
+                        content_type: "text/plain",
+                        body: body.clone(),
+                        retry_after: None,
+                    });
+                }
+                let tokens = self.agents.tokens(client, user_agent);
+                let verdict = robots.decide(group_for(robots, &tokens), &target.path);
+                if verdict.allowed {
+                    return Decision::Forward { addr, why: verdict.to_string() };
+                }
+                let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
+                let line = verdict.rule().map_or(0, |r| r.line);
+                let pattern = verdict.rule().map(|r| r.pattern.as_str()).unwrap_or("");
+                Decision::Respond(Answer::text(
+                    403,
+                    "disallowed",
+                    format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
+                    format!("robotsgate: {} is disallowed by {robots_url}: {rule}", target.path),
+                ))
+            }
+            Policy::AllowAll { why } => Decision::Forward { addr, why: why.clone() },
+            Policy::DisallowAll { why } => {
+                if target.path.is_robots_txt() {
+                    return Decision::Forward { addr, why: "/robots.txt is always allowed".into() };
+                }
+                let retry = snapshot
+                    .retry_at
+                    .map_or(1, |at| at.saturating_duration_since(Instant::now()).as_secs_f64().ceil().max(1.0) as u64);
+                let mut answer = Answer::text(
+                    503,
+                    "robots_unreachable",
+                    format!("robots-unreachable; robots=\"{robots_url}\"; retry-after={retry}"),
+                    format!("robotsgate: {why}; nothing on {origin} may be fetched until it can be read. Retry in {retry} s."),
+                );
+                answer.retry_after = Some(retry);
+                Decision::Respond(answer)
+            }
+        }
+    }
+}
+
+fn egress_denied(why: String) -> Answer {
+    Answer::text(403, "egress_denied", format!("egress-denied; reason=\"{why}\""), format!("robotsgate: {why}"))
+}

@@ -1,0 +1,380 @@
+//! The robots store: one entry per origin, each holding the origin's current policy.
+//!
+//! Readers are on every request, writers are rare (one fetch per origin per day), so each
+//! entry's state is an `ArcSwap<Snapshot>`: a read is an atomic load, and a refresh swaps
+//! in a new snapshot without ever blocking a reader. Entries live in a map sharded by
+//! origin hash, each shard an LRU bounded to its share of `max_origins`.
+//!
+//! What a fetch outcome means (SPEC §2):
+//! * 2xx → the parsed file, fresh for `max-age` clamped to the configured bounds, else
+//!   the TTL (24 h);
+//! * 4xx (not 429), too many redirects, loops → allow all;
+//! * 429, 5xx, network failure → if a copy from an earlier fetch exists, keep using it
+//!   (stale-if-error); otherwise disallow all — until the origin has been unreachable for
+//!   `unreachable_allow_after` (30 days), then allow all. Retried with exponential backoff
+//!   (503 sooner, `Retry-After` honoured).
+//!
+//! Concurrency: a request that finds no usable snapshot waits for a fetch; concurrent
+//! waiters for one origin share that one fetch (single-flight: a per-entry async lock,
+//! re-checked after it is acquired). The fetch runs as its own task, so a client that
+//! disconnects does not abort it. A fresh snapshot close to expiry is refreshed in the
+//! background while readers keep using it.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::config::{seconds, RobotsConfig};
+use crate::fetch::{FetchOutcome, Fetcher};
+use crate::robots::RobotsTxt;
+use crate::target::Origin;
+
+/// What an origin's robots.txt currently means.
+#[derive(Debug)]
+pub enum Policy {
+    /// A parsed robots.txt; `body` is what the origin sent (for serving `/robots.txt`).
+    Rules { robots: Arc<RobotsTxt>, body: Bytes },
+    /// No robots.txt (4xx, redirects exhausted, or unreachable for 30 days): no limits.
+    AllowAll { why: String },
+    /// Unreachable with no earlier copy: nothing may be fetched for now.
+    DisallowAll { why: String },
+}
+
+/// An origin's state at one moment. Immutable; replaced whole on every change.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub policy: Policy,
+    /// Usable without refetching until then.
+    pub fresh_until: Instant,
+    /// When the policy was last confirmed by the origin (successful fetch).
+    pub fetched_at: Option<Instant>,
+    /// Set while fetches fail: since when, and when to try again.
+    pub unreachable_since: Option<Instant>,
+    pub retry_at: Option<Instant>,
+    /// Consecutive failures, for the backoff.
+    pub failures: u32,
+    /// The last fetch's outcome, for operators (`/check`, logs).
+    pub last_outcome: String,
+    pub last_outcome_class: &'static str,
+}
+
+impl Snapshot {
+    /// Is the policy from an earlier successful fetch, kept while refreshes fail?
+    pub fn is_stale_copy(&self) -> bool {
+        self.unreachable_since.is_some() && !matches!(self.policy, Policy::DisallowAll { .. })
+    }
+}
+
+struct Entry {
+    state: ArcSwapOption<Snapshot>,
+    /// Held while a fetch for this origin runs (single-flight).
+    flight: tokio::sync::Mutex<()>,
+    refreshing: AtomicBool,
+}
+
+/// Counters the metrics module reads.
+#[derive(Default)]
+pub struct StoreStats {
+    pub fetches: AtomicU64,
+    pub single_flight_joins: AtomicU64,
+    pub evictions: AtomicU64,
+}
+
+pub struct RobotsStore {
+    shards: Vec<Mutex<lru::LruCache<Origin, Arc<Entry>>>>,
+    fetcher: Arc<Fetcher>,
+    config: RobotsConfig,
+    pub stats: Arc<StoreStats>,
+}
+
+const SHARDS: usize = 16;
+
+impl RobotsStore {
+    pub fn new(fetcher: Arc<Fetcher>, config: RobotsConfig) -> Arc<RobotsStore> {
+        let per_shard = NonZeroUsize::new(config.max_origins.div_ceil(SHARDS).max(1)).unwrap_or(NonZeroUsize::MIN);
+        Arc::new(RobotsStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(lru::LruCache::new(per_shard))).collect(),
+            fetcher,
+            config,
+            stats: Arc::default(),
+        })
+    }
+
+    fn entry(&self, origin: &Origin) -> Arc<Entry> {
+        let mut hasher = DefaultHasher::new();
+        origin.hash(&mut hasher);
+        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get(origin) {
+            return entry.clone();
+        }
+        let entry = Arc::new(Entry {
+            state: ArcSwapOption::empty(),
+            flight: tokio::sync::Mutex::new(()),
+            refreshing: AtomicBool::new(false),
+        });
+        if map.push(origin.clone(), entry.clone()).is_some_and(|(evicted, _)| &evicted != origin) {
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        entry
+    }
+
+    /// Number of origins held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map(|m| m.len()).unwrap_or(0)).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The current snapshot without fetching, if any.
+    pub fn peek(&self, origin: &Origin) -> Option<Arc<Snapshot>> {
+        self.entry(origin).state.load_full()
+    }
+
+    /// Drops an origin's entry (the next request fetches anew).
+    pub fn purge(&self, origin: &Origin) {
+        for shard in &self.shards {
+            if let Ok(mut map) = shard.lock() {
+                map.pop(origin);
+            }
+        }
+    }
+
+    /// The policy to apply to a request for `origin` now, fetching if there is none.
+    pub async fn get(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+        let entry = self.entry(origin);
+        let now = Instant::now();
+        if let Some(snapshot) = entry.state.load_full() {
+            if now < snapshot.fresh_until {
+                self.maybe_refresh_ahead(&entry, &snapshot, origin, user_agent, now);
+                return snapshot;
+            }
+            // Failing origin, not yet due for a retry: the stale copy or disallow-all.
+            if snapshot.retry_at.is_some_and(|at| now < at) {
+                return snapshot;
+            }
+        }
+        self.fetch_once(&entry, origin, user_agent).await
+    }
+
+    /// Runs one fetch for the entry unless a concurrent caller already did.
+    async fn fetch_once(self: &Arc<Self>, entry: &Arc<Entry>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+        let before = entry.state.load_full();
+        let _flight = entry.flight.lock().await;
+        let current = entry.state.load_full();
+        let changed = match (&before, &current) {
+            (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if let (true, Some(current)) = (changed, current) {
+            self.stats.single_flight_joins.fetch_add(1, Ordering::Relaxed);
+            return current;
+        }
+        let store = self.clone();
+        let origin = origin.clone();
+        let user_agent = user_agent.to_string();
+        let entry_for_task = entry.clone();
+        let task = tokio::spawn(async move { store.fetch_and_store(&entry_for_task, &origin, &user_agent).await });
+        match task.await {
+            Ok(snapshot) => snapshot,
+            // The task cannot panic by design; if it did, fail closed.
+            Err(e) => Arc::new(Snapshot {
+                policy: Policy::DisallowAll { why: format!("robots.txt fetch failed: {e}") },
+                fresh_until: Instant::now(),
+                fetched_at: None,
+                unreachable_since: Some(Instant::now()),
+                retry_at: None,
+                failures: 1,
+                last_outcome: "internal error".into(),
+                last_outcome_class: "network",
+            }),
+        }
+    }
+
+    fn maybe_refresh_ahead(self: &Arc<Self>, entry: &Arc<Entry>, snapshot: &Snapshot, origin: &Origin, user_agent: &str, now: Instant) {
+        let ahead = seconds(self.config.refresh_ahead_seconds);
+        if snapshot.retry_at.is_some() || now + ahead < snapshot.fresh_until {
+            return;
+        }
+        if entry.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        let entry = entry.clone();
+        let origin = origin.clone();
+        let user_agent = user_agent.to_string();
+        tokio::spawn(async move {
+            let _flight = entry.flight.lock().await;
+            store.fetch_and_store(&entry, &origin, &user_agent).await;
+            entry.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// Fetches now and installs the resulting snapshot (caller holds the flight lock).
+    pub async fn refresh(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+        let entry = self.entry(origin);
+        let _flight = entry.flight.lock().await;
+        self.fetch_and_store(&entry, origin, user_agent).await
+    }
+
+    async fn fetch_and_store(&self, entry: &Entry, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+        self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.fetcher.fetch(origin, user_agent).await;
+        crate::metrics::ROBOTS_FETCHES.with_label_values(&[outcome.class()]).inc();
+        let previous = entry.state.load_full();
+        let snapshot = Arc::new(self.next_snapshot(previous.as_deref(), outcome, Instant::now()));
+        match &snapshot.policy {
+            Policy::DisallowAll { why } => log::warn!("robots.txt {} unreachable: {why}", origin.robots_url()),
+            _ if snapshot.is_stale_copy() => {
+                log::warn!("robots.txt {} unreachable, keeping the earlier copy: {}", origin.robots_url(), snapshot.last_outcome)
+            }
+            _ => {}
+        }
+        entry.state.store(Some(snapshot.clone()));
+        snapshot
+    }
+
+    /// The state transition of SPEC §2 (pure: no I/O, time passed in).
+    fn next_snapshot(&self, previous: Option<&Snapshot>, outcome: FetchOutcome, now: Instant) -> Snapshot {
+        let c = &self.config;
+        let class = outcome.class();
+        let ttl = |max_age: Option<Duration>| {
+            max_age
+                .map(|age| age.clamp(seconds(c.min_ttl_seconds), seconds(c.max_ttl_seconds)))
+                .unwrap_or(seconds(c.ttl_seconds))
+        };
+        let fresh = |policy: Policy, max_age: Option<Duration>, what: String| Snapshot {
+            policy,
+            fresh_until: now + ttl(max_age),
+            fetched_at: Some(now),
+            unreachable_since: None,
+            retry_at: None,
+            failures: 0,
+            last_outcome: what,
+            last_outcome_class: class,
+        };
+        match outcome {
+            FetchOutcome::Body { status, body, max_age, hops } => {
+                let robots = Arc::new(RobotsTxt::parse(&body));
+                let what = if hops > 0 { format!("HTTP {status} after {hops} redirect(s)") } else { format!("HTTP {status}") };
+                fresh(Policy::Rules { robots, body }, max_age, what)
+            }
+            FetchOutcome::NoRobots { why, .. } => fresh(Policy::AllowAll { why: format!("no robots.txt ({why})") }, None, why),
+            FetchOutcome::Unreachable { status, why, retry_after } => {
+                let failures = previous.map_or(0, |p| p.failures) + 1;
+                let initial = seconds(c.retry_initial_seconds);
+                let cap = seconds(c.retry_max_seconds);
+                // 503 is the documented "pause crawling" signal: retried sooner.
+                let base = if status == Some(503) { initial / 2 } else { initial };
+                let backoff = base.saturating_mul(1u32 << (failures - 1).min(16)).min(cap);
+                let wait = retry_after.map_or(backoff, |r| r.min(cap));
+                let since = previous.and_then(|p| p.unreachable_since).unwrap_or(now);
+                let retry_at = now + wait;
+                let copy = previous.and_then(|p| match &p.policy {
+                    Policy::Rules { robots, body } => Some(Policy::Rules { robots: robots.clone(), body: body.clone() }),
+                    Policy::AllowAll { why } if p.fetched_at.is_some() => Some(Policy::AllowAll { why: why.clone() }),
+                    _ => None,
+                });
+                let policy = match copy {
+                    Some(policy) => policy,
+                    None if now.duration_since(since) >= seconds(c.unreachable_allow_after_seconds) => Policy::AllowAll {
+                        why: format!("robots.txt unreachable for over {:.0} days", c.unreachable_allow_after_seconds / 86_400.0),
+                    },
+                    None => Policy::DisallowAll { why: format!("robots.txt unreachable: {why}") },
+                };
+                Snapshot {
+                    policy,
+                    fresh_until: retry_at,
+                    fetched_at: previous.and_then(|p| p.fetched_at),
+                    unreachable_since: Some(since),
+                    retry_at: Some(retry_at),
+                    failures,
+                    last_outcome: why,
+                    last_outcome_class: class,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EgressConfig;
+    use crate::dns::Resolver;
+    use crate::egress::EgressPolicy;
+
+    fn store(config: RobotsConfig) -> Arc<RobotsStore> {
+        let fetcher = Fetcher::new(
+            Arc::new(Resolver::from_system()),
+            Arc::new(EgressPolicy::new(&EgressConfig::default())),
+            Duration::from_secs(1),
+            5,
+        );
+        RobotsStore::new(Arc::new(fetcher), config)
+    }
+
+    fn body(text: &str) -> FetchOutcome {
+        FetchOutcome::Body { status: 200, body: Bytes::from(text.to_string()), max_age: None, hops: 0 }
+    }
+
+    fn failure(status: Option<u16>) -> FetchOutcome {
+        FetchOutcome::Unreachable { status, why: "down".into(), retry_after: None }
+    }
+
+    #[tokio::test]
+    async fn transitions_follow_spec_section_2() {
+        let s = store(RobotsConfig::default());
+        let now = Instant::now();
+        // No copy + 5xx → disallow all, retry soon.
+        let down = s.next_snapshot(None, failure(Some(500)), now);
+        assert!(matches!(down.policy, Policy::DisallowAll { .. }));
+        assert_eq!(down.retry_at, Some(now + Duration::from_secs(5)));
+        // Second failure doubles the wait; 503 halves the base.
+        let again = s.next_snapshot(Some(&down), failure(Some(503)), now);
+        assert_eq!(again.retry_at, Some(now + Duration::from_millis(5000)));
+        // 30 days unreachable with no copy → allow all.
+        let later = now + Duration::from_secs(31 * 86_400);
+        let month = s.next_snapshot(Some(&again), failure(None), later);
+        assert!(matches!(month.policy, Policy::AllowAll { .. }), "{:?}", month.policy);
+        // A good copy survives failures (stale-if-error).
+        let good = s.next_snapshot(None, body("User-agent: *\nDisallow: /x\n"), now);
+        assert_eq!(good.fresh_until, now + Duration::from_secs(86_400));
+        let stale = s.next_snapshot(Some(&good), failure(None), now);
+        assert!(matches!(stale.policy, Policy::Rules { .. }) && stale.is_stale_copy());
+        // 4xx → allow all.
+        let none = s.next_snapshot(None, FetchOutcome::NoRobots { status: Some(404), why: "HTTP 404".into() }, now);
+        assert!(matches!(none.policy, Policy::AllowAll { .. }));
+    }
+
+    #[tokio::test]
+    async fn max_age_is_clamped() {
+        let s = store(RobotsConfig { min_ttl_seconds: 60.0, max_ttl_seconds: 3600.0, ..RobotsConfig::default() });
+        let now = Instant::now();
+        let short = FetchOutcome::Body { status: 200, body: Bytes::new(), max_age: Some(Duration::from_secs(1)), hops: 0 };
+        assert_eq!(s.next_snapshot(None, short, now).fresh_until, now + Duration::from_secs(60));
+        let long = FetchOutcome::Body { status: 200, body: Bytes::new(), max_age: Some(Duration::from_secs(1 << 30)), hops: 0 };
+        assert_eq!(s.next_snapshot(None, long, now).fresh_until, now + Duration::from_secs(3600));
+    }
+
+    #[tokio::test]
+    async fn store_is_bounded() {
+        let s = store(RobotsConfig { max_origins: 32, ..RobotsConfig::default() });
+        for port in 1..=500u16 {
+            let origin = crate::target::parse_authority(&format!("127.0.0.1:{port}"), crate::target::Scheme::Http).expect("origin");
+            s.entry(&origin);
+        }
+        assert!(s.len() <= 32 + SHARDS, "{}", s.len());
+        assert!(s.stats.evictions.load(Ordering::Relaxed) > 0);
+    }
+}

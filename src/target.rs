@@ -1,0 +1,266 @@
+//! Request → origin + canonical path: the first step of the pipeline.
+//!
+//! A crawler speaks to robotsgate in one of two ways, and both end here as the same
+//! [`Target`]:
+//! * explicit proxy: an absolute-form target, `GET http://host:port/path HTTP/1.1`;
+//! * transparent (or inside a CONNECT tunnel): an origin-form target, `GET /path`, with
+//!   the origin in the `Host` header and the scheme known from the listener.
+//!
+//! The origin is normalised as SPEC §1 says (lower-case host, IDN as punycode, default
+//! port filled in) so that one robots.txt serves all spellings of it, and the path is made
+//! canonical ([`CanonicalPath`]) once: the decision is made on it and it is what the
+//! origin receives. Pure code: no I/O, no proxy types.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+
+use crate::robots::CanonicalPath;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Host part of an origin: a lower-case ASCII name or an IP literal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Host {
+    Name(String),
+    Ip(IpAddr),
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Name(name) => f.write_str(name),
+            Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
+            Host::Ip(IpAddr::V4(ip)) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// Scheme, host and port (SPEC §1): one robots.txt each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub scheme: Scheme,
+    pub host: Host,
+    pub port: u16,
+}
+
+impl Origin {
+    /// `host` or `host:port` as it goes into a `Host` header (default port omitted).
+    pub fn authority(&self) -> String {
+        if self.port == self.scheme.default_port() {
+            self.host.to_string()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    pub fn robots_url(&self) -> String {
+        format!("{self}/robots.txt")
+    }
+
+    /// The name to resolve and to send as TLS SNI (no brackets around IPv6).
+    pub fn host_name(&self) -> String {
+        match &self.host {
+            Host::Name(name) => name.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme.as_str(), self.authority())
+    }
+}
+
+/// Where a request goes and what path it asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub origin: Origin,
+    pub path: CanonicalPath<'static>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetError {
+    /// Neither an absolute URL nor an origin-form path with a `Host` header.
+    Unusable(&'static str),
+    /// Only `http` and `https` are proxied.
+    Scheme(String),
+    BadAuthority(String),
+    /// `user:pass@` in the URL: refused, credentials do not travel through the proxy.
+    UserInfo,
+}
+
+impl fmt::Display for TargetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TargetError::Unusable(why) => write!(f, "unusable request target: {why}"),
+            TargetError::Scheme(s) => write!(f, "unsupported scheme `{s}` (http and https only)"),
+            TargetError::BadAuthority(a) => write!(f, "invalid host or port `{a}`"),
+            TargetError::UserInfo => f.write_str("credentials in the URL are refused"),
+        }
+    }
+}
+
+impl std::error::Error for TargetError {}
+
+impl Target {
+    /// Reads a request target. `raw` is the request line's target as sent; `host_header`
+    /// is the `Host` header; `scheme` is what an origin-form target means on this
+    /// listener (`http` for plain connections, `https` inside an intercepted tunnel).
+    pub fn from_request(raw: &[u8], host_header: Option<&[u8]>, scheme: Scheme) -> Result<Target, TargetError> {
+        let raw = std::str::from_utf8(raw).map_err(|_| TargetError::Unusable("not UTF-8"))?;
+        if raw.starts_with('/') {
+            let host = host_header.ok_or(TargetError::Unusable("origin-form target without a Host header"))?;
+            let host = std::str::from_utf8(host).map_err(|_| TargetError::Unusable("Host header is not UTF-8"))?;
+            let origin = parse_authority(host.trim(), scheme)?;
+            return Ok(Target {
+                origin,
+                path: CanonicalPath::new(raw).into_owned(),
+            });
+        }
+        let (scheme_text, rest) = raw
+            .split_once("://")
+            .ok_or(TargetError::Unusable("neither an absolute URL nor a /path"))?;
+        let scheme = if scheme_text.eq_ignore_ascii_case("http") {
+            Scheme::Http
+        } else if scheme_text.eq_ignore_ascii_case("https") {
+            Scheme::Https
+        } else {
+            return Err(TargetError::Scheme(scheme_text.to_string()));
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        let origin = parse_authority(authority, scheme)?;
+        Ok(Target {
+            origin,
+            path: CanonicalPath::new(path).into_owned(),
+        })
+    }
+}
+
+/// `host`, `host:port`, `[v6]`, `[v6]:port` → origin. Names are lower-cased and IDNs
+/// converted to punycode (SPEC §1).
+pub fn parse_authority(authority: &str, scheme: Scheme) -> Result<Origin, TargetError> {
+    let bad = || TargetError::BadAuthority(authority.chars().take(256).collect());
+    if authority.contains('@') {
+        return Err(TargetError::UserInfo);
+    }
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (ip, after) = rest.split_once(']').ok_or_else(bad)?;
+        let ip: Ipv6Addr = ip.parse().map_err(|_| bad())?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or_else(bad)?),
+        };
+        (Host::Ip(IpAddr::V6(ip)), port)
+    } else {
+        let (name, port) = match authority.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (authority, None),
+        };
+        let host = if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
+            Host::Ip(IpAddr::V4(ip))
+        } else {
+            if name.is_empty() || name.len() > 253 || name.contains(['/', '\\', ' ', '%', '[', ']']) {
+                return Err(bad());
+            }
+            let ascii = idna::domain_to_ascii(name).map_err(|_| bad())?;
+            if ascii.is_empty() {
+                return Err(bad());
+            }
+            Host::Name(ascii.trim_end_matches('.').to_string())
+        };
+        (host, port)
+    };
+    let port = match port {
+        None => scheme.default_port(),
+        Some("") => scheme.default_port(),
+        Some(p) => match p.parse::<u16>() {
+            Ok(port) if port > 0 && p.bytes().all(|b| b.is_ascii_digit()) => port,
+            _ => return Err(bad()),
+        },
+    };
+    Ok(Origin { scheme, host, port })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(raw: &str, host: Option<&str>) -> Result<Target, TargetError> {
+        Target::from_request(raw.as_bytes(), host.map(str::as_bytes), Scheme::Http)
+    }
+
+    #[test]
+    fn absolute_and_origin_form_give_one_origin() {
+        let a = target("http://Example.COM:80/a/../b?q=1", None).expect("absolute");
+        let b = target("/b?q=1", Some("example.com")).expect("origin-form");
+        assert_eq!(a, b);
+        assert_eq!(a.origin.to_string(), "http://example.com");
+        assert_eq!(a.path.as_str(), "/b?q=1");
+        assert_eq!(a.origin.robots_url(), "http://example.com/robots.txt");
+    }
+
+    #[test]
+    fn origins_differ_by_scheme_host_and_port() {
+        let o = |raw| target(raw, None).expect("valid").origin;
+        assert_ne!(o("http://a.com/"), o("https://a.com/"));
+        assert_ne!(o("http://a.com/"), o("http://www.a.com/"));
+        assert_ne!(o("http://a.com/"), o("http://a.com:8181/"));
+        assert_eq!(o("https://a.com:443/").to_string(), "https://a.com");
+        assert_eq!(o("http://a.com:8181/").authority(), "a.com:8181");
+    }
+
+    #[test]
+    fn idn_hosts_are_punycode() {
+        let t = target("http://m\u{fc}ller.eu/", None).expect("idn");
+        assert_eq!(t.origin.host, Host::Name("xn--mller-kva.eu".into()));
+        assert_eq!(t.origin, target("http://xn--mller-kva.eu/", None).expect("puny").origin);
+    }
+
+    #[test]
+    fn ip_literals() {
+        let t = target("http://[::1]:8080/x", None).expect("v6");
+        assert_eq!(t.origin.host, Host::Ip("::1".parse().expect("ip")));
+        assert_eq!(t.origin.to_string(), "http://[::1]:8080");
+        let t = target("http://127.0.0.1:9/", None).expect("v4");
+        assert_eq!(t.origin.host_name(), "127.0.0.1");
+    }
+
+    #[test]
+    fn empty_path_is_root() {
+        assert_eq!(target("http://a.com", None).expect("valid").path.as_str(), "/");
+        assert_eq!(target("http://a.com?x", None).expect("valid").path.as_str(), "/?x");
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(target("ftp://a.com/", None), Err(TargetError::Scheme("ftp".into())));
+        assert_eq!(target("http://u:p@a.com/", None), Err(TargetError::UserInfo));
+        assert!(matches!(target("/x", None), Err(TargetError::Unusable(_))));
+        assert!(matches!(target("*", Some("a")), Err(TargetError::Unusable(_))));
+        for bad in ["http://a.com:0/", "http://a.com:99999/", "http://a.com:+80/", "http://[::1/", "http://:80/", "http://a b/"] {
+            assert!(matches!(target(bad, None), Err(TargetError::BadAuthority(_))), "{bad}");
+        }
+    }
+}
