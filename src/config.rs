@@ -17,7 +17,7 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 struct File {
     #[serde(default)]
-    robotsgate: Config,
+    robotsgate: Option<Config>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -251,8 +251,9 @@ impl Config {
                 .to_string();
             ConfigError(format!("key `{key}`{line}: {message}"))
         })?;
-        file.robotsgate.validate()?;
-        Ok(file.robotsgate)
+        let config = file.robotsgate.unwrap_or_default();
+        config.validate()?;
+        Ok(config)
     }
 
     /// Checks that cannot be expressed as types.

@@ -1,0 +1,312 @@
+//! Test fixtures over real sockets on 127.0.0.1: an origin server that logs every request
+//! it receives and can misbehave on purpose, and a real `robotsgate run` process.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the origin does for one path.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// A complete response.
+    Respond { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    /// `Content-Length` promises `total` octets, `body` is sent, then the connection is reset.
+    ResetMidBody { body: Vec<u8>, total: usize },
+    /// A chunked body whose last chunk never comes (connection closed instead).
+    TruncatedChunked { body: Vec<u8> },
+    /// Sends the body one octet every `every`.
+    Trickle { body: Vec<u8>, every: Duration },
+    /// The response after a delay.
+    Delayed { delay: Duration, body: Vec<u8> },
+}
+
+impl Behaviour {
+    pub fn ok(body: &str) -> Behaviour {
+        Behaviour::Respond { status: 200, headers: vec![("Content-Type".into(), "text/plain".into())], body: body.as_bytes().to_vec() }
+    }
+    pub fn status(status: u16) -> Behaviour {
+        Behaviour::Respond { status, headers: vec![], body: format!("status {status}\n").into_bytes() }
+    }
+    pub fn redirect(status: u16, location: &str) -> Behaviour {
+        Behaviour::Respond { status, headers: vec![("Location".into(), location.into())], body: vec![] }
+    }
+}
+
+/// One request as the origin received it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Clone)]
+pub struct TestOrigin {
+    pub addr: SocketAddr,
+    routes: Arc<Mutex<HashMap<String, Behaviour>>>,
+    log: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl TestOrigin {
+    /// Starts an origin on 127.0.0.1 (an ephemeral port) in the current tokio runtime.
+    /// Paths without a route answer `200 page <path>`.
+    pub async fn start(routes: Vec<(&str, Behaviour)>) -> TestOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let origin = TestOrigin {
+            addr: listener.local_addr().expect("addr"),
+            routes: Arc::new(Mutex::new(routes.into_iter().map(|(p, b)| (p.to_string(), b)).collect())),
+            log: Arc::default(),
+        };
+        let server = origin.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let server = server.clone();
+                tokio::spawn(async move { server.serve(stream).await });
+            }
+        });
+        origin
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn set(&self, path: &str, behaviour: Behaviour) {
+        self.routes.lock().expect("routes").insert(path.to_string(), behaviour);
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.log.lock().expect("log").clone()
+    }
+
+    pub fn count(&self, target: &str) -> usize {
+        self.seen().iter().filter(|s| s.target == target).count()
+    }
+
+    async fn serve(&self, mut stream: TcpStream) {
+        loop {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut byte).await {
+                    Ok(1) => head.push(byte[0]),
+                    _ => return,
+                }
+                if head.len() > 65536 {
+                    return;
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let mut lines = text.split("\r\n");
+            let mut parts = lines.next().unwrap_or("").split(' ');
+            let method = parts.next().unwrap_or("").to_string();
+            let target = parts.next().unwrap_or("").to_string();
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .collect();
+            self.log.lock().expect("log").push(Seen { method, target: target.clone(), headers });
+            let path = target.split('?').next().unwrap_or("").to_string();
+            let behaviour = self
+                .routes
+                .lock()
+                .expect("routes")
+                .get(&path)
+                .cloned()
+                .unwrap_or_else(|| Behaviour::ok(&format!("page {target}\n")));
+            if !self.respond(&mut stream, behaviour).await {
+                return;
+            }
+        }
+    }
+
+    /// Writes one response; true if the connection may carry another request.
+    async fn respond(&self, stream: &mut TcpStream, behaviour: Behaviour) -> bool {
+        match behaviour {
+            Behaviour::Respond { status, headers, body } => {
+                let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
+                for (k, v) in headers {
+                    out.push_str(&format!("{k}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                let mut bytes = out.into_bytes();
+                bytes.extend_from_slice(&body);
+                stream.write_all(&bytes).await.is_ok()
+            }
+            Behaviour::Delayed { delay, body } => {
+                tokio::time::sleep(delay).await;
+                let mut bytes = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+                bytes.extend_from_slice(&body);
+                stream.write_all(&bytes).await.is_ok()
+            }
+            Behaviour::ResetMidBody { body, total } => {
+                let mut bytes = format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
+                bytes.extend_from_slice(&body);
+                let _ = stream.write_all(&bytes).await;
+                // SO_LINGER 0: close sends RST. Blocking on drop is fine in a test origin.
+                #[allow(deprecated)]
+                let _ = stream.set_linger(Some(Duration::ZERO));
+                false
+            }
+            Behaviour::TruncatedChunked { body } => {
+                let mut bytes = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                bytes.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+                bytes.extend_from_slice(&body);
+                bytes.extend_from_slice(b"\r\n");
+                let _ = stream.write_all(&bytes).await;
+                false
+            }
+            Behaviour::Trickle { body, every } => {
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return false;
+                }
+                for b in body {
+                    tokio::time::sleep(every).await;
+                    if stream.write_all(&[b]).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again
+/// right away).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A `robotsgate run` process with its own config, ports, pid file and upgrade socket.
+pub struct Proxy {
+    child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    _dir: tempfile::TempDir,
+    pub log_path: PathBuf,
+}
+
+impl Proxy {
+    /// Starts robotsgate with `robotsgate:` settings appended from `extra_yaml` (indented
+    /// under `robotsgate:`) and extra command-line arguments; waits until it accepts.
+    pub fn start(extra_yaml: &str, args: &[&str]) -> Proxy {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("robotsgate.yaml");
+        let mut file = std::fs::File::create(&config).expect("config");
+        write!(
+            file,
+            "version: 1\nthreads: 1\npid_file: {pid}\nupgrade_sock: {sock}\ngrace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nrobotsgate:\n{extra_yaml}",
+            pid = dir.path().join("pid").display(),
+            sock = dir.path().join("upgrade.sock").display(),
+        )
+        .expect("write config");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let log_path = dir.path().join("robotsgate.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn robotsgate");
+        let proxy = Proxy { child, addr, admin, _dir: dir, log_path };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "robotsgate did not start:\n{}", proxy.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        proxy
+    }
+
+    /// The common case: loopback origins allowed.
+    pub fn start_for_loopback(extra_yaml: &str) -> Proxy {
+        Proxy::start(extra_yaml, &["--allow-destination", "127.0.0.0/8"])
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A reqwest client that uses this proxy for http URLs.
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::http(self.url()).expect("proxy url"))
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("client")
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
+pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "20", "-D", "-", "-x", &proxy.url()])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// Sends raw bytes to `addr` and returns what comes back before the connection closes
+/// (or 5 s pass).
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
