@@ -59,7 +59,10 @@ impl AgentResolver {
                 .client
                 .is_none_or(|net| client.is_some_and(|ip| net.contains(ip)));
             let ua_ok = rule.user_agent_contains.as_deref().is_none_or(|needle| {
-                user_agent.is_some_and(|ua| ua.to_ascii_lowercase().contains(&needle.to_ascii_lowercase()))
+                user_agent.is_some_and(|ua| {
+                    ua.to_ascii_lowercase()
+                        .contains(&needle.to_ascii_lowercase())
+                })
             });
             client_ok && ua_ok
         });
@@ -87,8 +90,14 @@ mod tests {
 
     #[test]
     fn product_tokens() {
-        assert_eq!(product_token("ExampleBot/1.0 (+https://example.com/bot)"), Some("ExampleBot"));
-        assert_eq!(product_token("Mozilla/5.0 (compatible; Googlebot/2.1)"), Some("Mozilla"));
+        assert_eq!(
+            product_token("ExampleBot/1.0 (+https://example.com/bot)"),
+            Some("ExampleBot")
+        );
+        assert_eq!(
+            product_token("Mozilla/5.0 (compatible; Googlebot/2.1)"),
+            Some("Mozilla")
+        );
         assert_eq!(product_token("curl"), Some("curl"));
         assert_eq!(product_token(" x"), None);
         assert_eq!(product_token(""), None);
@@ -100,9 +109,22 @@ mod tests {
             "default_tokens: []\nrules:\n  - client: 10.0.0.0/8\n    tokens: [AcmeNews, AcmeBot]\n  - user_agent_contains: googlebot\n    tokens: [Googlebot]\n",
         );
         let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
-        assert_eq!(r.tokens(ip("10.1.1.1"), Some("x/1")).as_slice(), ["AcmeNews", "AcmeBot"]);
-        assert_eq!(r.tokens(ip("192.0.2.1"), Some("Mozilla/5.0 (compatible; Googlebot/2.1)")).as_slice(), ["Googlebot"]);
-        assert_eq!(r.tokens(ip("192.0.2.1"), Some("ExampleBot/1.0")).as_slice(), ["ExampleBot"]);
+        assert_eq!(
+            r.tokens(ip("10.1.1.1"), Some("x/1")).as_slice(),
+            ["AcmeNews", "AcmeBot"]
+        );
+        assert_eq!(
+            r.tokens(
+                ip("192.0.2.1"),
+                Some("Mozilla/5.0 (compatible; Googlebot/2.1)")
+            )
+            .as_slice(),
+            ["Googlebot"]
+        );
+        assert_eq!(
+            r.tokens(ip("192.0.2.1"), Some("ExampleBot/1.0")).as_slice(),
+            ["ExampleBot"]
+        );
         assert_eq!(r.tokens(None, None), Tokens::None);
         let r = resolver("default_tokens: [FleetBot]\n");
         assert_eq!(r.tokens(None, Some("Other/1")).as_slice(), ["FleetBot"]);

@@ -28,6 +28,7 @@ pub struct Config {
     /// Metrics and admin endpoints; keep it on loopback.
     pub admin_listen: Option<SocketAddr>,
     pub agent: AgentConfig,
+    pub dns: DnsConfig,
     pub egress: EgressConfig,
     pub robots: RobotsConfig,
     pub upstream: UpstreamConfig,
@@ -39,6 +40,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             agent: AgentConfig::default(),
+            dns: DnsConfig::default(),
             egress: EgressConfig::default(),
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
@@ -67,6 +69,24 @@ pub struct AgentRule {
     pub user_agent_contains: Option<String>,
     /// Ordered product tokens, most specific first.
     pub tokens: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsConfig {
+    /// Name servers (`ip:port`); empty = the system's `/etc/resolv.conf`.
+    pub nameservers: Vec<SocketAddr>,
+    /// Per-query timeout when `nameservers` is set.
+    pub timeout_seconds: f64,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        DnsConfig {
+            nameservers: Vec::new(),
+            timeout_seconds: 2.0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -260,35 +280,58 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.robots;
         let positive = [
-            ("robotsgate.robots.fetch_timeout_seconds", r.fetch_timeout_seconds),
+            (
+                "robotsgate.robots.fetch_timeout_seconds",
+                r.fetch_timeout_seconds,
+            ),
             ("robotsgate.robots.ttl_seconds", r.ttl_seconds),
-            ("robotsgate.robots.retry_initial_seconds", r.retry_initial_seconds),
+            (
+                "robotsgate.robots.retry_initial_seconds",
+                r.retry_initial_seconds,
+            ),
             ("robotsgate.robots.retry_max_seconds", r.retry_max_seconds),
-            ("robotsgate.upstream.connect_timeout_seconds", self.upstream.connect_timeout_seconds),
-            ("robotsgate.upstream.read_timeout_seconds", self.upstream.read_timeout_seconds),
-            ("robotsgate.upstream.write_timeout_seconds", self.upstream.write_timeout_seconds),
+            (
+                "robotsgate.upstream.connect_timeout_seconds",
+                self.upstream.connect_timeout_seconds,
+            ),
+            (
+                "robotsgate.upstream.read_timeout_seconds",
+                self.upstream.read_timeout_seconds,
+            ),
+            (
+                "robotsgate.upstream.write_timeout_seconds",
+                self.upstream.write_timeout_seconds,
+            ),
         ];
         for (key, value) in positive {
             if !(value.is_finite() && value > 0.0) {
-                return Err(ConfigError(format!("key `{key}`: must be a positive number of seconds, got {value}")));
+                return Err(ConfigError(format!(
+                    "key `{key}`: must be a positive number of seconds, got {value}"
+                )));
             }
         }
         if !(r.min_ttl_seconds >= 0.0 && r.min_ttl_seconds <= r.max_ttl_seconds) {
             return Err(ConfigError(
-                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds".into(),
+                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds"
+                    .into(),
             ));
         }
         if r.max_origins == 0 {
-            return Err(ConfigError("key `robotsgate.robots.max_origins`: must be at least 1".into()));
+            return Err(ConfigError(
+                "key `robotsgate.robots.max_origins`: must be at least 1".into(),
+            ));
         }
         if r.max_redirects < 5 {
             return Err(ConfigError(
-                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops".into(),
+                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops"
+                    .into(),
             ));
         }
         for (i, rule) in self.agent.rules.iter().enumerate() {
             if rule.tokens.is_empty() {
-                return Err(ConfigError(format!("key `robotsgate.agent.rules[{i}].tokens`: must name at least one token")));
+                return Err(ConfigError(format!(
+                    "key `robotsgate.agent.rules[{i}].tokens`: must name at least one token"
+                )));
             }
             if rule.client.is_none() && rule.user_agent_contains.is_none() {
                 return Err(ConfigError(format!(
@@ -326,15 +369,25 @@ mod tests {
         assert!(err.contains("`nope` is not a port"), "{err}");
 
         let text = "robotsgate:\n  robots:\n    ttl_secs: 5\n";
-        let err = Config::from_yaml(text).expect_err("unknown key").to_string();
-        assert!(err.contains("robotsgate.robots") && err.contains("ttl_secs") && err.contains("line 3"), "{err}");
+        let err = Config::from_yaml(text)
+            .expect_err("unknown key")
+            .to_string();
+        assert!(
+            err.contains("robotsgate.robots") && err.contains("ttl_secs") && err.contains("line 3"),
+            "{err}"
+        );
 
         let text = "robotsgate:\n  egress:\n    allow_destinations: [10.0.0.0/33]\n";
         let err = Config::from_yaml(text).expect_err("bad cidr").to_string();
-        assert!(err.contains("allow_destinations[0]") && err.contains("line 3"), "{err}");
+        assert!(
+            err.contains("allow_destinations[0]") && err.contains("line 3"),
+            "{err}"
+        );
 
         let text = "robotsgate:\n  robots:\n    max_redirects: 2\n";
-        let err = Config::from_yaml(text).expect_err("too few hops").to_string();
+        let err = Config::from_yaml(text)
+            .expect_err("too few hops")
+            .to_string();
         assert!(err.contains("robotsgate.robots.max_redirects"), "{err}");
     }
 
@@ -344,7 +397,10 @@ mod tests {
         assert!(c.contains("10.200.0.1".parse().expect("ip")));
         let c: Cidr = "::1".parse().expect("bare ip");
         assert!(c.contains("::1".parse().expect("ip")));
-        assert_eq!(PortRange::try_from("1025-65535".to_string()), Ok(PortRange(1025, 65535)));
+        assert_eq!(
+            PortRange::try_from("1025-65535".to_string()),
+            Ok(PortRange(1025, 65535))
+        );
         assert!(PortRange::try_from("0".to_string()).is_err());
         assert!(PortRange::try_from("9-8".to_string()).is_err());
     }

@@ -7,7 +7,11 @@
 
 use std::net::IpAddr;
 
+use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
+
+use crate::config::DnsConfig;
 
 use crate::target::Host;
 
@@ -25,6 +29,42 @@ impl std::fmt::Display for ResolveError {
 }
 
 impl Resolver {
+    /// The configured name servers, or the system's configuration when none are set.
+    pub fn new(config: &DnsConfig) -> Resolver {
+        if config.nameservers.is_empty() {
+            return Self::from_system();
+        }
+        let servers = config
+            .nameservers
+            .iter()
+            .map(|addr| {
+                let mut server = NameServerConfig::udp_and_tcp(addr.ip());
+                for connection in &mut server.connections {
+                    connection.port = addr.port();
+                }
+                server
+            })
+            .collect();
+        let mut builder = TokioResolver::builder_with_config(
+            ResolverConfig::from_name_servers(servers),
+            TokioRuntimeProvider::default(),
+        );
+        builder.options_mut().timeout = crate::config::seconds(config.timeout_seconds);
+        builder.options_mut().attempts = 2;
+        match builder.build() {
+            Ok(resolver) => Resolver {
+                inner: Some(resolver),
+            },
+            Err(e) => {
+                log::warn!(
+                    "DNS: cannot build a resolver for {:?} ({e}); only IP literals will work",
+                    config.nameservers
+                );
+                Resolver { inner: None }
+            }
+        }
+    }
+
     /// The system's resolver configuration. If it cannot be read, names do not resolve
     /// (every lookup fails clearly) rather than falling back to some public server.
     pub fn from_system() -> Resolver {
@@ -44,10 +84,9 @@ impl Resolver {
             Host::Ip(ip) => return Ok(vec![*ip]),
             Host::Name(name) => name,
         };
-        let resolver = self
-            .inner
-            .as_ref()
-            .ok_or_else(|| ResolveError(format!("cannot resolve {name}: no resolver configured")))?;
+        let resolver = self.inner.as_ref().ok_or_else(|| {
+            ResolveError(format!("cannot resolve {name}: no resolver configured"))
+        })?;
         let answer = resolver
             .lookup_ip(name.as_str())
             .await

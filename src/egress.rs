@@ -29,7 +29,10 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::Port(port) => write!(f, "destination port {port} is not in the allowed ports"),
             Refusal::Address { ip, range } => {
-                write!(f, "destination {ip} is in a {range} range (open it with allow_destinations)")
+                write!(
+                    f,
+                    "destination {ip} is in a {range} range (open it with allow_destinations)"
+                )
             }
         }
     }
@@ -104,7 +107,9 @@ impl EgressPolicy {
 
     pub fn check_address(&self, ip: IpAddr) -> Result<(), Refusal> {
         match special_range(ip) {
-            Some(range) if !self.allow.iter().any(|net| net.contains(ip)) => Err(Refusal::Address { ip, range }),
+            Some(range) if !self.allow.iter().any(|net| net.contains(ip)) => {
+                Err(Refusal::Address { ip, range })
+            }
             _ => Ok(()),
         }
     }
@@ -125,13 +130,31 @@ mod tests {
     fn special_ranges_are_refused() {
         let p = policy(&[]);
         for ip in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.100.100.200",
-            "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00:ec2::254",
-            "::ffff:127.0.0.1", "64:ff9b::a00:1", "ff02::1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.100.100.200",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "ff02::1",
         ] {
             assert!(p.check_address(ip.parse().expect("ip")).is_err(), "{ip}");
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "64:ff9b::808:808"] {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+        ] {
             assert!(p.check_address(ip.parse().expect("ip")).is_ok(), "{ip}");
         }
     }

@@ -74,7 +74,7 @@ pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
 
 impl Enforcer {
     pub fn from_config(config: &Config) -> Enforcer {
-        let resolver = Arc::new(Resolver::from_system());
+        let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
         let fetcher = Arc::new(Fetcher::new(
             resolver.clone(),
@@ -91,27 +91,48 @@ impl Enforcer {
     }
 
     /// Decides one request. `client` is the downstream address, `user_agent` its header.
-    pub async fn decide(&self, target: &Target, client: Option<IpAddr>, user_agent: Option<&str>) -> Decision {
+    pub async fn decide(
+        &self,
+        target: &Target,
+        client: Option<IpAddr>,
+        user_agent: Option<&str>,
+    ) -> Decision {
         let origin = &target.origin;
         if let Err(refusal) = self.egress.check_port(origin.port) {
             return Decision::Respond(egress_denied(refusal.to_string()));
         }
-        let addrs = match self.resolver.resolve(&origin.host).await {
-            Ok(addrs) => addrs,
-            Err(e) => {
-                return Decision::Respond(Answer::text(502, "upstream_error", format!("dns-failure; origin=\"{origin}\""), format!("robotsgate: {e}")));
-            }
-        };
-        // Every address must pass: a name that also resolves into a private range is
-        // refused outright rather than gambled on.
-        for ip in &addrs {
-            if let Err(refusal) = self.egress.check_address(*ip) {
-                return Decision::Respond(egress_denied(refusal.to_string()));
+        // Resolve first so the egress check runs on addresses; a failed lookup is not
+        // final yet: robots.txt is unreachable too, and that decides (SPEC §2).
+        let resolved = self.resolver.resolve(&origin.host).await;
+        if let Ok(addrs) = &resolved {
+            // Every address must pass: a name that also resolves into a private range is
+            // refused outright rather than gambled on.
+            for ip in addrs {
+                if let Err(refusal) = self.egress.check_address(*ip) {
+                    return Decision::Respond(egress_denied(refusal.to_string()));
+                }
             }
         }
-        let addr = SocketAddr::new(addrs[0], origin.port);
+        let forward = |why: String| match &resolved {
+            Ok(addrs) => Decision::Forward {
+                addr: SocketAddr::new(addrs[0], origin.port),
+                why,
+            },
+            Err(e) => Decision::Respond(Answer::text(
+                502,
+                "upstream_error",
+                format!("dns-failure; origin=\"{origin}\""),
+                format!("robotsgate: {e}"),
+            )),
+        };
 
-        let snapshot = self.store.get(origin, user_agent.unwrap_or(concat!("robotsgate/", env!("CARGO_PKG_VERSION")))).await;
+        let snapshot = self
+            .store
+            .get(
+                origin,
+                user_agent.unwrap_or(concat!("robotsgate/", env!("CARGO_PKG_VERSION"))),
+            )
+            .await;
         let robots_url = origin.robots_url();
         match &snapshot.policy {
             Policy::Rules { robots, body } => {
@@ -128,7 +149,7 @@ impl Enforcer {
                 let tokens = self.agents.tokens(client, user_agent);
                 let verdict = robots.decide(group_for(robots, &tokens), &target.path);
                 if verdict.allowed {
-                    return Decision::Forward { addr, why: verdict.to_string() };
+                    return forward(verdict.to_string());
                 }
                 let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
                 let line = verdict.rule().map_or(0, |r| r.line);
@@ -137,17 +158,23 @@ impl Enforcer {
                     403,
                     "disallowed",
                     format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
-                    format!("robotsgate: {} is disallowed by {robots_url}: {rule}", target.path),
+                    format!(
+                        "robotsgate: {} is disallowed by {robots_url}: {rule}",
+                        target.path
+                    ),
                 ))
             }
-            Policy::AllowAll { why } => Decision::Forward { addr, why: why.clone() },
+            Policy::AllowAll { why } => forward(why.clone()),
             Policy::DisallowAll { why } => {
                 if target.path.is_robots_txt() {
-                    return Decision::Forward { addr, why: "/robots.txt is always allowed".into() };
+                    return forward("/robots.txt is always allowed".into());
                 }
-                let retry = snapshot
-                    .retry_at
-                    .map_or(1, |at| at.saturating_duration_since(Instant::now()).as_secs_f64().ceil().max(1.0) as u64);
+                let retry = snapshot.retry_at.map_or(1, |at| {
+                    at.saturating_duration_since(Instant::now())
+                        .as_secs_f64()
+                        .ceil()
+                        .max(1.0) as u64
+                });
                 let mut answer = Answer::text(
                     503,
                     "robots_unreachable",
@@ -162,5 +189,10 @@ impl Enforcer {
 }
 
 fn egress_denied(why: String) -> Answer {
-    Answer::text(403, "egress_denied", format!("egress-denied; reason=\"{why}\""), format!("robotsgate: {why}"))
+    Answer::text(
+        403,
+        "egress_denied",
+        format!("egress-denied; reason=\"{why}\""),
+        format!("robotsgate: {why}"),
+    )
 }

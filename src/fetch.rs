@@ -47,9 +47,13 @@ impl FetchOutcome {
         match self {
             FetchOutcome::Body { body, .. } if body.len() > MAX_ROBOTS_BYTES => "too_large",
             FetchOutcome::Body { .. } => "2xx",
-            FetchOutcome::NoRobots { status: Some(_), .. } => "4xx",
+            FetchOutcome::NoRobots {
+                status: Some(_), ..
+            } => "4xx",
             FetchOutcome::NoRobots { status: None, .. } => "3xx_exhausted",
-            FetchOutcome::Unreachable { status: Some(_), .. } => "5xx",
+            FetchOutcome::Unreachable {
+                status: Some(_), ..
+            } => "5xx",
             FetchOutcome::Unreachable { status: None, .. } => "network",
         }
     }
@@ -91,11 +95,19 @@ pub fn retry_after(value: &str) -> Option<Duration> {
         return Some(Duration::from_secs(secs));
     }
     let when = httpdate::parse_http_date(value).ok()?;
-    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 impl Fetcher {
-    pub fn new(resolver: Arc<Resolver>, egress: Arc<EgressPolicy>, timeout: Duration, max_redirects: u32) -> Fetcher {
+    pub fn new(
+        resolver: Arc<Resolver>,
+        egress: Arc<EgressPolicy>,
+        timeout: Duration,
+        max_redirects: u32,
+    ) -> Fetcher {
         Fetcher {
             connector: Connector::new(None),
             resolver,
@@ -123,14 +135,28 @@ impl Fetcher {
                 Ok(response) => response,
                 Err(why) => return unreachable(why),
             };
-            let Response { status, location, body, max_age, retry_after } = response;
+            let Response {
+                status,
+                location,
+                body,
+                max_age,
+                retry_after,
+            } = response;
             match status {
                 200..=299 => {
-                    return FetchOutcome::Body { status, body, max_age, hops };
+                    return FetchOutcome::Body {
+                        status,
+                        body,
+                        max_age,
+                        hops,
+                    };
                 }
                 300..=399 => {
                     let Some(location) = location else {
-                        return FetchOutcome::NoRobots { status: Some(status), why: format!("{status} without Location") };
+                        return FetchOutcome::NoRobots {
+                            status: Some(status),
+                            why: format!("{status} without Location"),
+                        };
                     };
                     if hops >= self.max_redirects {
                         return FetchOutcome::NoRobots {
@@ -139,10 +165,16 @@ impl Fetcher {
                         };
                     }
                     let Some((next, next_path)) = resolve_location(&current, &location) else {
-                        return FetchOutcome::NoRobots { status: None, why: format!("unusable redirect to {location}") };
+                        return FetchOutcome::NoRobots {
+                            status: None,
+                            why: format!("unusable redirect to {location}"),
+                        };
                     };
                     if seen.contains(&(next.clone(), next_path.clone())) {
-                        return FetchOutcome::NoRobots { status: None, why: "redirect loop".into() };
+                        return FetchOutcome::NoRobots {
+                            status: None,
+                            why: "redirect loop".into(),
+                        };
                     }
                     seen.push((next.clone(), next_path.clone()));
                     current = next;
@@ -157,7 +189,10 @@ impl Fetcher {
                     };
                 }
                 400..=499 => {
-                    return FetchOutcome::NoRobots { status: Some(status), why: format!("HTTP {status}") };
+                    return FetchOutcome::NoRobots {
+                        status: Some(status),
+                        why: format!("HTTP {status}"),
+                    };
                 }
                 _ => return unreachable(format!("unexpected status {status}")),
             }
@@ -165,8 +200,14 @@ impl Fetcher {
     }
 
     async fn get(&self, origin: &Origin, path: &str, user_agent: &str) -> Result<Response, String> {
-        self.egress.check_port(origin.port).map_err(|r| r.to_string())?;
-        let addrs = self.resolver.resolve(&origin.host).await.map_err(|e| e.to_string())?;
+        self.egress
+            .check_port(origin.port)
+            .map_err(|r| r.to_string())?;
+        let addrs = self
+            .resolver
+            .resolve(&origin.host)
+            .await
+            .map_err(|e| e.to_string())?;
         for ip in &addrs {
             self.egress.check_address(*ip).map_err(|r| r.to_string())?;
         }
@@ -181,17 +222,38 @@ impl Fetcher {
             .get_http_session(&peer)
             .await
             .map_err(|e| format!("connect {addr}: {e}"))?;
-        let mut request = RequestHeader::build("GET", path.as_bytes(), None).map_err(|e| e.to_string())?;
+        let mut request =
+            RequestHeader::build("GET", path.as_bytes(), None).map_err(|e| e.to_string())?;
         let header = |e: Box<pingora::Error>| e.to_string();
-        request.insert_header("Host", origin.authority()).map_err(header)?;
-        request.insert_header("User-Agent", user_agent).map_err(header)?;
-        request.insert_header("Accept", "text/plain, */*;q=0.5").map_err(header)?;
-        session.write_request_header(Box::new(request)).await.map_err(|e| e.to_string())?;
-        session.finish_request_body().await.map_err(|e| e.to_string())?;
-        session.read_response_header().await.map_err(|e| format!("reading response: {e}"))?;
+        request
+            .insert_header("Host", origin.authority())
+            .map_err(header)?;
+        request
+            .insert_header("User-Agent", user_agent)
+            .map_err(header)?;
+        request
+            .insert_header("Accept", "text/plain, */*;q=0.5")
+            .map_err(header)?;
+        session
+            .write_request_header(Box::new(request))
+            .await
+            .map_err(|e| e.to_string())?;
+        session
+            .finish_request_body()
+            .await
+            .map_err(|e| e.to_string())?;
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| format!("reading response: {e}"))?;
         let head = session.response_header().ok_or("no response header")?;
         let status = head.status.as_u16();
-        let text = |name: &str| head.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let text = |name: &str| {
+            head.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
         let location = text("location");
         let max_age = text("cache-control").as_deref().and_then(max_age);
         let retry = text("retry-after").as_deref().and_then(retry_after);
@@ -212,7 +274,9 @@ impl Fetcher {
         }
         // Only a fully read answer leaves the connection reusable.
         if complete || !(200..300).contains(&status) && session.response_done() {
-            self.connector.release_http_session(session, &peer, None).await;
+            self.connector
+                .release_http_session(session, &peer, None)
+                .await;
         }
         Ok(Response {
             status,
@@ -244,7 +308,11 @@ fn resolve_location(base: &Origin, location: &str) -> Option<(Origin, String)> {
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let origin = parse_authority(&rest[..end], scheme).ok()?;
         let path = &rest[end..];
-        let path = if path.is_empty() || path.starts_with('#') { "/" } else { path };
+        let path = if path.is_empty() || path.starts_with('#') {
+            "/"
+        } else {
+            path
+        };
         return Some((origin, path.split('#').next().unwrap_or("/").to_string()));
     }
     if let Some(rest) = location.strip_prefix("//") {
@@ -255,7 +323,10 @@ fn resolve_location(base: &Origin, location: &str) -> Option<(Origin, String)> {
     } else {
         format!("/{location}")
     };
-    Some((base.clone(), path.split('#').next().unwrap_or("/").to_string()))
+    Some((
+        base.clone(),
+        path.split('#').next().unwrap_or("/").to_string(),
+    ))
 }
 
 #[cfg(test)]
@@ -264,7 +335,10 @@ mod tests {
 
     #[test]
     fn cache_control_max_age() {
-        assert_eq!(max_age("public, max-age=3600"), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            max_age("public, max-age=3600"),
+            Some(Duration::from_secs(3600))
+        );
         assert_eq!(max_age("no-cache"), None);
         assert_eq!(max_age("max-age=abc"), None);
     }
@@ -272,7 +346,10 @@ mod tests {
     #[test]
     fn retry_after_forms() {
         assert_eq!(retry_after("120"), Some(Duration::from_secs(120)));
-        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
         assert_eq!(retry_after("soon"), None);
     }
 
@@ -280,9 +357,15 @@ mod tests {
     fn locations() {
         let base = parse_authority("a.com:8080", Scheme::Http).expect("origin");
         let (o, p) = resolve_location(&base, "/robots2.txt").expect("relative");
-        assert_eq!((o.to_string(), p.as_str()), ("http://a.com:8080".into(), "/robots2.txt"));
+        assert_eq!(
+            (o.to_string(), p.as_str()),
+            ("http://a.com:8080".into(), "/robots2.txt")
+        );
         let (o, p) = resolve_location(&base, "https://B.com/r.txt#x").expect("absolute");
-        assert_eq!((o.to_string(), p.as_str()), ("https://b.com".into(), "/r.txt"));
+        assert_eq!(
+            (o.to_string(), p.as_str()),
+            ("https://b.com".into(), "/r.txt")
+        );
         let (o, _) = resolve_location(&base, "//c.com/r").expect("scheme-relative");
         assert_eq!(o.to_string(), "http://c.com");
         assert!(resolve_location(&base, "ftp://x/").is_none());

@@ -5,15 +5,22 @@
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
-use prometheus::{register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec, IntCounterVec, IntGauge};
+use prometheus::{
+    register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
+    IntCounterVec, IntGauge,
+};
 
 use crate::store::RobotsStore;
 
 /// Requests by decision (allowed, disallowed, robots_unreachable, egress_denied,
 /// upstream_error, bad_request, robots_txt_cached).
 pub static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!("robotsgate_requests_total", "Requests by robotsgate's decision.", &["decision"])
-        .expect("metric registers once")
+    register_int_counter_vec!(
+        "robotsgate_requests_total",
+        "Requests by robotsgate's decision.",
+        &["decision"]
+    )
+    .expect("metric registers once")
 });
 
 pub static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
@@ -21,7 +28,10 @@ pub static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
         "robotsgate_request_duration_seconds",
         "Time from request to last response byte, by decision.",
         &["decision"],
-        vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+        vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0
+        ]
     )
     .expect("metric registers once")
 });
@@ -36,12 +46,19 @@ pub static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!("robotsgate_robots_store_origins", "Origins whose robots.txt is held.").expect("metric registers once")
+    register_int_gauge!(
+        "robotsgate_robots_store_origins",
+        "Origins whose robots.txt is held."
+    )
+    .expect("metric registers once")
 });
 
 static STORE_EVICTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!("robotsgate_robots_store_evictions", "Origins evicted from the store since start (monotonic).")
-        .expect("metric registers once")
+    register_int_gauge!(
+        "robotsgate_robots_store_evictions",
+        "Origins evicted from the store since start (monotonic)."
+    )
+    .expect("metric registers once")
 });
 
 static SINGLE_FLIGHT_JOINS: LazyLock<IntGauge> = LazyLock::new(|| {

@@ -43,12 +43,19 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     if let Some(retry) = answer.retry_after {
         header.insert_header("Retry-After", retry.to_string())?;
     }
-    session.write_response_header(Box::new(header), false).await?;
-    session.write_response_body(Some(answer.body.clone()), true).await
+    session
+        .write_response_header(Box::new(header), false)
+        .await?;
+    session
+        .write_response_body(Some(answer.body.clone()), true)
+        .await
 }
 
 fn client_ip(session: &Session) -> Option<IpAddr> {
-    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
 }
 
 /// A stable per-origin key so origins sharing an address do not share connections.
@@ -67,7 +74,11 @@ impl ProxyHttp for RobotsGateProxy {
         RequestContext::default()
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<bool> {
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<bool> {
         ctx.started = Some(Instant::now());
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
@@ -87,8 +98,15 @@ impl ProxyHttp for RobotsGateProxy {
                 return Ok(true);
             }
         };
-        let user_agent = req.headers.get("user-agent").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let decision = self.enforcer.decide(&target, client_ip(session), user_agent.as_deref()).await;
+        let user_agent = req
+            .headers
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let decision = self
+            .enforcer
+            .decide(&target, client_ip(session), user_agent.as_deref())
+            .await;
         ctx.target = Some(target);
         match decision {
             Decision::Forward { addr, why } => {
@@ -106,9 +124,16 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestContext) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<Box<HttpPeer>> {
         let (Some(target), Some(addr)) = (&ctx.target, ctx.addr) else {
-            return Err(Error::explain(ErrorType::InternalError, "no forward decision"));
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "no forward decision",
+            ));
         };
         let tls = target.origin.scheme == Scheme::Https;
         let mut peer = HttpPeer::new(addr, tls, target.origin.host_name());
@@ -118,7 +143,8 @@ impl ProxyHttp for RobotsGateProxy {
         o.total_connection_timeout = Some(seconds(self.upstream.connect_timeout_seconds) * 2);
         o.read_timeout = Some(seconds(self.upstream.read_timeout_seconds));
         o.write_timeout = Some(seconds(self.upstream.write_timeout_seconds));
-        o.idle_timeout = Some(seconds(self.upstream.idle_timeout_seconds).max(Duration::from_secs(1)));
+        o.idle_timeout =
+            Some(seconds(self.upstream.idle_timeout_seconds).max(Duration::from_secs(1)));
         Ok(Box::new(peer))
     }
 
@@ -140,19 +166,34 @@ impl ProxyHttp for RobotsGateProxy {
         Ok(())
     }
 
-    async fn logging(&self, session: &mut Session, error: Option<&pingora::Error>, ctx: &mut RequestContext) {
+    async fn logging(
+        &self,
+        session: &mut Session,
+        error: Option<&pingora::Error>,
+        ctx: &mut RequestContext,
+    ) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
         if ctx.decision == "allowed" && error.is_some() {
             ctx.decision = "upstream_error";
         }
-        let decision = if ctx.decision.is_empty() { "error" } else { ctx.decision };
-        crate::metrics::REQUESTS.with_label_values(&[decision]).inc();
-        crate::metrics::REQUEST_DURATION.with_label_values(&[decision]).observe(elapsed);
+        let decision = if ctx.decision.is_empty() {
+            "error"
+        } else {
+            ctx.decision
+        };
+        crate::metrics::REQUESTS
+            .with_label_values(&[decision])
+            .inc();
+        crate::metrics::REQUEST_DURATION
+            .with_label_values(&[decision])
+            .observe(elapsed);
         let (origin, path) = ctx
             .target
             .as_ref()
-            .map_or((String::new(), String::new()), |t| (t.origin.to_string(), t.path.to_string()));
+            .map_or((String::new(), String::new()), |t| {
+                (t.origin.to_string(), t.path.to_string())
+            });
         log::info!(
             target: "access",
             "origin={origin} path={path} decision={} status={status} duration_s={elapsed:.6} why=\"{}\"{}",

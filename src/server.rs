@@ -50,7 +50,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.agents.is_empty() {
         config.agent.default_tokens = args.agents.clone();
     }
-    config.egress.allow_destinations.extend(args.allow_destinations.iter().copied());
+    config
+        .egress
+        .allow_destinations
+        .extend(args.allow_destinations.iter().copied());
 
     let opt = Opt {
         conf: Some(args.config.to_string_lossy().into_owned()),
@@ -83,6 +86,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         service.add_tcp(&admin.to_string());
         server.add_service(service).add_dependency(&bootstrap);
     }
-    log::info!("robotsgate listening on {} (admin {:?})", config.listen, config.admin_listen);
+    log::info!(
+        "robotsgate listening on {} (admin {:?})",
+        config.listen,
+        config.admin_listen
+    );
     server.run_forever()
 }

@@ -98,9 +98,12 @@ const SHARDS: usize = 16;
 
 impl RobotsStore {
     pub fn new(fetcher: Arc<Fetcher>, config: RobotsConfig) -> Arc<RobotsStore> {
-        let per_shard = NonZeroUsize::new(config.max_origins.div_ceil(SHARDS).max(1)).unwrap_or(NonZeroUsize::MIN);
+        let per_shard = NonZeroUsize::new(config.max_origins.div_ceil(SHARDS).max(1))
+            .unwrap_or(NonZeroUsize::MIN);
         Arc::new(RobotsStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(lru::LruCache::new(per_shard))).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(lru::LruCache::new(per_shard)))
+                .collect(),
             fetcher,
             config,
             stats: Arc::default(),
@@ -120,7 +123,10 @@ impl RobotsStore {
             flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
         });
-        if map.push(origin.clone(), entry.clone()).is_some_and(|(evicted, _)| &evicted != origin) {
+        if map
+            .push(origin.clone(), entry.clone())
+            .is_some_and(|(evicted, _)| &evicted != origin)
+        {
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
         entry
@@ -128,7 +134,10 @@ impl RobotsStore {
 
     /// Number of origins held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map(|m| m.len()).unwrap_or(0)).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().map(|m| m.len()).unwrap_or(0))
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -167,7 +176,12 @@ impl RobotsStore {
     }
 
     /// Runs one fetch for the entry unless a concurrent caller already did.
-    async fn fetch_once(self: &Arc<Self>, entry: &Arc<Entry>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+    async fn fetch_once(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        origin: &Origin,
+        user_agent: &str,
+    ) -> Arc<Snapshot> {
         let before = entry.state.load_full();
         let _flight = entry.flight.lock().await;
         let current = entry.state.load_full();
@@ -177,19 +191,27 @@ impl RobotsStore {
             _ => false,
         };
         if let (true, Some(current)) = (changed, current) {
-            self.stats.single_flight_joins.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .single_flight_joins
+                .fetch_add(1, Ordering::Relaxed);
             return current;
         }
         let store = self.clone();
         let origin = origin.clone();
         let user_agent = user_agent.to_string();
         let entry_for_task = entry.clone();
-        let task = tokio::spawn(async move { store.fetch_and_store(&entry_for_task, &origin, &user_agent).await });
+        let task = tokio::spawn(async move {
+            store
+                .fetch_and_store(&entry_for_task, &origin, &user_agent)
+                .await
+        });
         match task.await {
             Ok(snapshot) => snapshot,
             // The task cannot panic by design; if it did, fail closed.
             Err(e) => Arc::new(Snapshot {
-                policy: Policy::DisallowAll { why: format!("robots.txt fetch failed: {e}") },
+                policy: Policy::DisallowAll {
+                    why: format!("robots.txt fetch failed: {e}"),
+                },
                 fresh_until: Instant::now(),
                 fetched_at: None,
                 unreachable_since: Some(Instant::now()),
@@ -201,7 +223,14 @@ impl RobotsStore {
         }
     }
 
-    fn maybe_refresh_ahead(self: &Arc<Self>, entry: &Arc<Entry>, snapshot: &Snapshot, origin: &Origin, user_agent: &str, now: Instant) {
+    fn maybe_refresh_ahead(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        snapshot: &Snapshot,
+        origin: &Origin,
+        user_agent: &str,
+        now: Instant,
+    ) {
         let ahead = seconds(self.config.refresh_ahead_seconds);
         if snapshot.retry_at.is_some() || now + ahead < snapshot.fresh_until {
             return;
@@ -227,16 +256,29 @@ impl RobotsStore {
         self.fetch_and_store(&entry, origin, user_agent).await
     }
 
-    async fn fetch_and_store(&self, entry: &Entry, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+    async fn fetch_and_store(
+        &self,
+        entry: &Entry,
+        origin: &Origin,
+        user_agent: &str,
+    ) -> Arc<Snapshot> {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
         let outcome = self.fetcher.fetch(origin, user_agent).await;
-        crate::metrics::ROBOTS_FETCHES.with_label_values(&[outcome.class()]).inc();
+        crate::metrics::ROBOTS_FETCHES
+            .with_label_values(&[outcome.class()])
+            .inc();
         let previous = entry.state.load_full();
         let snapshot = Arc::new(self.next_snapshot(previous.as_deref(), outcome, Instant::now()));
         match &snapshot.policy {
-            Policy::DisallowAll { why } => log::warn!("robots.txt {} unreachable: {why}", origin.robots_url()),
+            Policy::DisallowAll { why } => {
+                log::warn!("robots.txt {} unreachable: {why}", origin.robots_url())
+            }
             _ if snapshot.is_stale_copy() => {
-                log::warn!("robots.txt {} unreachable, keeping the earlier copy: {}", origin.robots_url(), snapshot.last_outcome)
+                log::warn!(
+                    "robots.txt {} unreachable, keeping the earlier copy: {}",
+                    origin.robots_url(),
+                    snapshot.last_outcome
+                )
             }
             _ => {}
         }
@@ -245,7 +287,12 @@ impl RobotsStore {
     }
 
     /// The state transition of SPEC §2 (pure: no I/O, time passed in).
-    fn next_snapshot(&self, previous: Option<&Snapshot>, outcome: FetchOutcome, now: Instant) -> Snapshot {
+    fn next_snapshot(
+        &self,
+        previous: Option<&Snapshot>,
+        outcome: FetchOutcome,
+        now: Instant,
+    ) -> Snapshot {
         let c = &self.config;
         let class = outcome.class();
         let ttl = |max_age: Option<Duration>| {
@@ -264,33 +311,70 @@ impl RobotsStore {
             last_outcome_class: class,
         };
         match outcome {
-            FetchOutcome::Body { status, body, max_age, hops } => {
+            FetchOutcome::Body {
+                status,
+                body,
+                max_age,
+                hops,
+            } => {
                 let robots = Arc::new(RobotsTxt::parse(&body));
-                let what = if hops > 0 { format!("HTTP {status} after {hops} redirect(s)") } else { format!("HTTP {status}") };
+                let what = if hops > 0 {
+                    format!("HTTP {status} after {hops} redirect(s)")
+                } else {
+                    format!("HTTP {status}")
+                };
                 fresh(Policy::Rules { robots, body }, max_age, what)
             }
-            FetchOutcome::NoRobots { why, .. } => fresh(Policy::AllowAll { why: format!("no robots.txt ({why})") }, None, why),
-            FetchOutcome::Unreachable { status, why, retry_after } => {
+            FetchOutcome::NoRobots { why, .. } => fresh(
+                Policy::AllowAll {
+                    why: format!("no robots.txt ({why})"),
+                },
+                None,
+                why,
+            ),
+            FetchOutcome::Unreachable {
+                status,
+                why,
+                retry_after,
+            } => {
                 let failures = previous.map_or(0, |p| p.failures) + 1;
                 let initial = seconds(c.retry_initial_seconds);
                 let cap = seconds(c.retry_max_seconds);
                 // 503 is the documented "pause crawling" signal: retried sooner.
-                let base = if status == Some(503) { initial / 2 } else { initial };
+                let base = if status == Some(503) {
+                    initial / 2
+                } else {
+                    initial
+                };
                 let backoff = base.saturating_mul(1u32 << (failures - 1).min(16)).min(cap);
                 let wait = retry_after.map_or(backoff, |r| r.min(cap));
                 let since = previous.and_then(|p| p.unreachable_since).unwrap_or(now);
                 let retry_at = now + wait;
                 let copy = previous.and_then(|p| match &p.policy {
-                    Policy::Rules { robots, body } => Some(Policy::Rules { robots: robots.clone(), body: body.clone() }),
-                    Policy::AllowAll { why } if p.fetched_at.is_some() => Some(Policy::AllowAll { why: why.clone() }),
+                    Policy::Rules { robots, body } => Some(Policy::Rules {
+                        robots: robots.clone(),
+                        body: body.clone(),
+                    }),
+                    Policy::AllowAll { why } if p.fetched_at.is_some() => {
+                        Some(Policy::AllowAll { why: why.clone() })
+                    }
                     _ => None,
                 });
                 let policy = match copy {
                     Some(policy) => policy,
-                    None if now.duration_since(since) >= seconds(c.unreachable_allow_after_seconds) => Policy::AllowAll {
-                        why: format!("robots.txt unreachable for over {:.0} days", c.unreachable_allow_after_seconds / 86_400.0),
+                    None if now.duration_since(since)
+                        >= seconds(c.unreachable_allow_after_seconds) =>
+                    {
+                        Policy::AllowAll {
+                            why: format!(
+                                "robots.txt unreachable for over {:.0} days",
+                                c.unreachable_allow_after_seconds / 86_400.0
+                            ),
+                        }
+                    }
+                    None => Policy::DisallowAll {
+                        why: format!("robots.txt unreachable: {why}"),
                     },
-                    None => Policy::DisallowAll { why: format!("robots.txt unreachable: {why}") },
                 };
                 Snapshot {
                     policy,
@@ -325,11 +409,20 @@ mod tests {
     }
 
     fn body(text: &str) -> FetchOutcome {
-        FetchOutcome::Body { status: 200, body: Bytes::from(text.to_string()), max_age: None, hops: 0 }
+        FetchOutcome::Body {
+            status: 200,
+            body: Bytes::from(text.to_string()),
+            max_age: None,
+            hops: 0,
+        }
     }
 
     fn failure(status: Option<u16>) -> FetchOutcome {
-        FetchOutcome::Unreachable { status, why: "down".into(), retry_after: None }
+        FetchOutcome::Unreachable {
+            status,
+            why: "down".into(),
+            retry_after: None,
+        }
     }
 
     #[tokio::test]
@@ -346,32 +439,70 @@ mod tests {
         // 30 days unreachable with no copy → allow all.
         let later = now + Duration::from_secs(31 * 86_400);
         let month = s.next_snapshot(Some(&again), failure(None), later);
-        assert!(matches!(month.policy, Policy::AllowAll { .. }), "{:?}", month.policy);
+        assert!(
+            matches!(month.policy, Policy::AllowAll { .. }),
+            "{:?}",
+            month.policy
+        );
         // A good copy survives failures (stale-if-error).
         let good = s.next_snapshot(None, body("User-agent: *\nDisallow: /x\n"), now);
         assert_eq!(good.fresh_until, now + Duration::from_secs(86_400));
         let stale = s.next_snapshot(Some(&good), failure(None), now);
         assert!(matches!(stale.policy, Policy::Rules { .. }) && stale.is_stale_copy());
         // 4xx → allow all.
-        let none = s.next_snapshot(None, FetchOutcome::NoRobots { status: Some(404), why: "HTTP 404".into() }, now);
+        let none = s.next_snapshot(
+            None,
+            FetchOutcome::NoRobots {
+                status: Some(404),
+                why: "HTTP 404".into(),
+            },
+            now,
+        );
         assert!(matches!(none.policy, Policy::AllowAll { .. }));
     }
 
     #[tokio::test]
     async fn max_age_is_clamped() {
-        let s = store(RobotsConfig { min_ttl_seconds: 60.0, max_ttl_seconds: 3600.0, ..RobotsConfig::default() });
+        let s = store(RobotsConfig {
+            min_ttl_seconds: 60.0,
+            max_ttl_seconds: 3600.0,
+            ..RobotsConfig::default()
+        });
         let now = Instant::now();
-        let short = FetchOutcome::Body { status: 200, body: Bytes::new(), max_age: Some(Duration::from_secs(1)), hops: 0 };
-        assert_eq!(s.next_snapshot(None, short, now).fresh_until, now + Duration::from_secs(60));
-        let long = FetchOutcome::Body { status: 200, body: Bytes::new(), max_age: Some(Duration::from_secs(1 << 30)), hops: 0 };
-        assert_eq!(s.next_snapshot(None, long, now).fresh_until, now + Duration::from_secs(3600));
+        let short = FetchOutcome::Body {
+            status: 200,
+            body: Bytes::new(),
+            max_age: Some(Duration::from_secs(1)),
+            hops: 0,
+        };
+        assert_eq!(
+            s.next_snapshot(None, short, now).fresh_until,
+            now + Duration::from_secs(60)
+        );
+        let long = FetchOutcome::Body {
+            status: 200,
+            body: Bytes::new(),
+            max_age: Some(Duration::from_secs(1 << 30)),
+            hops: 0,
+        };
+        assert_eq!(
+            s.next_snapshot(None, long, now).fresh_until,
+            now + Duration::from_secs(3600)
+        );
     }
 
     #[tokio::test]
     async fn store_is_bounded() {
-        let s = store(RobotsConfig { max_origins: 32, ..RobotsConfig::default() });
+        let s = store(RobotsConfig {
+            max_origins: 32,
+            ..RobotsConfig::default()
+        });
         for port in 1..=500u16 {
-            let origin = crate::target::parse_authority(&format!("127.0.0.1:{port}"), crate::target::Scheme::Http).expect("origin");
+            let origin = crate::target::parse_authority(
+                &format!("127.0.0.1:{port}"),
+                crate::target::Scheme::Http,
+            )
+            .expect("origin");
             s.entry(&origin);
         }
         assert!(s.len() <= 32 + SHARDS, "{}", s.len());

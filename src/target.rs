@@ -127,11 +127,18 @@ impl Target {
     /// Reads a request target. `raw` is the request line's target as sent; `host_header`
     /// is the `Host` header; `scheme` is what an origin-form target means on this
     /// listener (`http` for plain connections, `https` inside an intercepted tunnel).
-    pub fn from_request(raw: &[u8], host_header: Option<&[u8]>, scheme: Scheme) -> Result<Target, TargetError> {
+    pub fn from_request(
+        raw: &[u8],
+        host_header: Option<&[u8]>,
+        scheme: Scheme,
+    ) -> Result<Target, TargetError> {
         let raw = std::str::from_utf8(raw).map_err(|_| TargetError::Unusable("not UTF-8"))?;
         if raw.starts_with('/') {
-            let host = host_header.ok_or(TargetError::Unusable("origin-form target without a Host header"))?;
-            let host = std::str::from_utf8(host).map_err(|_| TargetError::Unusable("Host header is not UTF-8"))?;
+            let host = host_header.ok_or(TargetError::Unusable(
+                "origin-form target without a Host header",
+            ))?;
+            let host = std::str::from_utf8(host)
+                .map_err(|_| TargetError::Unusable("Host header is not UTF-8"))?;
             let origin = parse_authority(host.trim(), scheme)?;
             return Ok(Target {
                 origin,
@@ -181,7 +188,8 @@ pub fn parse_authority(authority: &str, scheme: Scheme) -> Result<Origin, Target
         let host = if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
             Host::Ip(IpAddr::V4(ip))
         } else {
-            if name.is_empty() || name.len() > 253 || name.contains(['/', '\\', ' ', '%', '[', ']']) {
+            if name.is_empty() || name.len() > 253 || name.contains(['/', '\\', ' ', '%', '[', ']'])
+            {
                 return Err(bad());
             }
             let ascii = idna::domain_to_ascii(name).map_err(|_| bad())?;
@@ -235,7 +243,12 @@ mod tests {
     fn idn_hosts_are_punycode() {
         let t = target("http://m\u{fc}ller.eu/", None).expect("idn");
         assert_eq!(t.origin.host, Host::Name("xn--mller-kva.eu".into()));
-        assert_eq!(t.origin, target("http://xn--mller-kva.eu/", None).expect("puny").origin);
+        assert_eq!(
+            t.origin,
+            target("http://xn--mller-kva.eu/", None)
+                .expect("puny")
+                .origin
+        );
     }
 
     #[test]
@@ -249,18 +262,43 @@ mod tests {
 
     #[test]
     fn empty_path_is_root() {
-        assert_eq!(target("http://a.com", None).expect("valid").path.as_str(), "/");
-        assert_eq!(target("http://a.com?x", None).expect("valid").path.as_str(), "/?x");
+        assert_eq!(
+            target("http://a.com", None).expect("valid").path.as_str(),
+            "/"
+        );
+        assert_eq!(
+            target("http://a.com?x", None).expect("valid").path.as_str(),
+            "/?x"
+        );
     }
 
     #[test]
     fn refusals() {
-        assert_eq!(target("ftp://a.com/", None), Err(TargetError::Scheme("ftp".into())));
-        assert_eq!(target("http://u:p@a.com/", None), Err(TargetError::UserInfo));
+        assert_eq!(
+            target("ftp://a.com/", None),
+            Err(TargetError::Scheme("ftp".into()))
+        );
+        assert_eq!(
+            target("http://u:p@a.com/", None),
+            Err(TargetError::UserInfo)
+        );
         assert!(matches!(target("/x", None), Err(TargetError::Unusable(_))));
-        assert!(matches!(target("*", Some("a")), Err(TargetError::Unusable(_))));
-        for bad in ["http://a.com:0/", "http://a.com:99999/", "http://a.com:+80/", "http://[::1/", "http://:80/", "http://a b/"] {
-            assert!(matches!(target(bad, None), Err(TargetError::BadAuthority(_))), "{bad}");
+        assert!(matches!(
+            target("*", Some("a")),
+            Err(TargetError::Unusable(_))
+        ));
+        for bad in [
+            "http://a.com:0/",
+            "http://a.com:99999/",
+            "http://a.com:+80/",
+            "http://[::1/",
+            "http://:80/",
+            "http://a b/",
+        ] {
+            assert!(
+                matches!(target(bad, None), Err(TargetError::BadAuthority(_))),
+                "{bad}"
+            );
         }
     }
 }

@@ -21,8 +21,14 @@ async fn curl_allowed_reaches_origin_disallowed_does_not() {
     let (status, head, body) = curl(&proxy, &origin.url("/disallowed/page"), &[]);
     assert_eq!(status, 403);
     let robots_url = origin.url("/robots.txt");
-    assert!(body.contains(&robots_url) && body.contains("Disallow: /disallowed (line 2)"), "{body}");
-    assert!(head.contains("X-Robots-Decision: disallowed") && head.contains("line=2"), "{head}");
+    assert!(
+        body.contains(&robots_url) && body.contains("Disallow: /disallowed (line 2)"),
+        "{body}"
+    );
+    assert!(
+        head.contains("X-Robots-Decision: disallowed") && head.contains("line=2"),
+        "{head}"
+    );
 
     // What reached the origin: robots.txt once, the allowed page, never the disallowed one.
     let seen: Vec<String> = origin.seen().iter().map(|s| s.target.clone()).collect();
@@ -34,24 +40,40 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let proxy = Proxy::start_for_loopback("");
     let client = proxy.client();
-    let get = |ua: &'static str, path: &str| client.get(origin.url(path)).header("User-Agent", ua).send();
+    let get =
+        |ua: &'static str, path: &str| client.get(origin.url(path)).header("User-Agent", ua).send();
 
-    let r = get("ExampleBot/1.0 (+https://example.com/bot)", "/page").await.expect("request");
+    let r = get("ExampleBot/1.0 (+https://example.com/bot)", "/page")
+        .await
+        .expect("request");
     assert_eq!(r.status(), 200);
     // The NewsBot group disallows everything: the User-Agent's product token selects it.
     let r = get("NewsBot/2.1", "/page").await.expect("request");
     assert_eq!(r.status(), 403);
-    assert!(r.headers()["x-robots-decision"].to_str().unwrap_or("").contains("line=5"));
+    assert!(r.headers()["x-robots-decision"]
+        .to_str()
+        .unwrap_or("")
+        .contains("line=5"));
     // robots.txt was fetched with the crawler's own User-Agent.
-    let robots = origin.seen().into_iter().find(|s| s.target == "/robots.txt").expect("robots fetched");
-    assert_eq!(robots.header("user-agent"), Some("ExampleBot/1.0 (+https://example.com/bot)"));
+    let robots = origin
+        .seen()
+        .into_iter()
+        .find(|s| s.target == "/robots.txt")
+        .expect("robots fetched");
+    assert_eq!(
+        robots.header("user-agent"),
+        Some("ExampleBot/1.0 (+https://example.com/bot)")
+    );
     assert_eq!(origin.count("/page"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_tokens_override_the_header() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start("", &["--allow-destination", "127.0.0.0/8", "--agent", "NewsBot"]);
+    let proxy = Proxy::start(
+        "",
+        &["--allow-destination", "127.0.0.0/8", "--agent", "NewsBot"],
+    );
     let (status, _, _) = curl(&proxy, &origin.url("/page"), &["-A", "ExampleBot/1.0"]);
     assert_eq!(status, 403);
     assert_eq!(origin.count("/page"), 0);
@@ -62,7 +84,12 @@ async fn transparent_mode_uses_the_host_header() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let proxy = Proxy::start_for_loopback("");
     let client = reqwest::Client::new();
-    let send = |path: &str| client.get(format!("{}{path}", proxy.url())).header("Host", origin.addr.to_string()).send();
+    let send = |path: &str| {
+        client
+            .get(format!("{}{path}", proxy.url()))
+            .header("Host", origin.addr.to_string())
+            .send()
+    };
     assert_eq!(send("/fine").await.expect("request").status(), 200);
     assert_eq!(send("/disallowed").await.expect("request").status(), 403);
     assert_eq!(origin.count("/fine"), 1);
@@ -73,14 +100,30 @@ async fn transparent_mode_uses_the_host_header() {
 async fn origin_receives_the_canonical_path_the_decision_was_made_on() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let proxy = Proxy::start_for_loopback("");
-    for sneaky in ["/ok/../disallowed", "/%64isallowed", "/./disallowed", "/ok/%2e%2e/disallowed"] {
+    for sneaky in [
+        "/ok/../disallowed",
+        "/%64isallowed",
+        "/./disallowed",
+        "/ok/%2e%2e/disallowed",
+    ] {
         let (status, _, _) = curl(&proxy, &origin.url(sneaky), &["--path-as-is"]);
         assert_eq!(status, 403, "{sneaky}");
     }
-    let (status, _, body) = curl(&proxy, &origin.url("/a/./b/../c%7e?q=%7E"), &["--path-as-is"]);
+    let (status, _, body) = curl(
+        &proxy,
+        &origin.url("/a/./b/../c%7e?q=%7E"),
+        &["--path-as-is"],
+    );
     assert_eq!(status, 200);
     assert_eq!(body, "page /a/c~?q=~\n");
-    assert!(origin.seen().iter().all(|s| !s.target.contains("disallowed")), "{:?}", origin.seen());
+    assert!(
+        origin
+            .seen()
+            .iter()
+            .all(|s| !s.target.contains("disallowed")),
+        "{:?}",
+        origin.seen()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,8 +132,14 @@ async fn loopback_origin_is_refused_without_allow_destination() {
     let proxy = Proxy::start("", &[]);
     let (status, head, body) = curl(&proxy, &origin.url("/allowed"), &[]);
     assert_eq!(status, 403);
-    assert!(head.contains("egress-denied") && body.contains("loopback"), "{head}{body}");
-    assert!(origin.seen().is_empty(), "not even robots.txt may be fetched");
+    assert!(
+        head.contains("egress-denied") && body.contains("loopback"),
+        "{head}{body}"
+    );
+    assert!(
+        origin.seen().is_empty(),
+        "not even robots.txt may be fetched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +154,10 @@ async fn ports_outside_the_allow_list_are_refused() {
 async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
-        Behaviour::Delayed { delay: Duration::from_millis(300), body: ROBOTS.as_bytes().to_vec() },
+        Behaviour::Delayed {
+            delay: Duration::from_millis(300),
+            body: ROBOTS.as_bytes().to_vec(),
+        },
     )])
     .await;
     let proxy = Proxy::start_for_loopback("");
@@ -117,11 +169,17 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
     });
     let statuses: Vec<u16> = futures_join(requests).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
-    assert_eq!(origin.count("/robots.txt"), 1, "single-flight: exactly one robots.txt fetch");
+    assert_eq!(
+        origin.count("/robots.txt"),
+        1,
+        "single-flight: exactly one robots.txt fetch"
+    );
     assert_eq!(origin.seen().len(), 51);
 }
 
-async fn futures_join(handles: impl Iterator<Item = tokio::task::JoinHandle<reqwest::Result<u16>>>) -> Vec<u16> {
+async fn futures_join(
+    handles: impl Iterator<Item = tokio::task::JoinHandle<reqwest::Result<u16>>>,
+) -> Vec<u16> {
     let mut out = Vec::new();
     for handle in handles {
         out.push(handle.await.expect("task").expect("request"));
@@ -153,7 +211,13 @@ async fn bad_request_targets_get_400() {
     }
     // Garbage does not take the proxy down.
     let _ = common::raw_exchange(proxy.addr, b"\x00\x01garbage\r\n\r\n").await;
-    assert!(eventually(Duration::from_secs(5), || std::net::TcpStream::connect(proxy.addr).is_ok()).await);
+    assert!(
+        eventually(Duration::from_secs(5), || std::net::TcpStream::connect(
+            proxy.addr
+        )
+        .is_ok())
+        .await
+    );
     let answer = common::raw_exchange(proxy.addr, b"GET /no-host HTTP/1.0\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
 }

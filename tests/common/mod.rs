@@ -17,7 +17,11 @@ use tokio::net::{TcpListener, TcpStream};
 #[derive(Clone, Debug)]
 pub enum Behaviour {
     /// A complete response.
-    Respond { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    Respond {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
     /// `Content-Length` promises `total` octets, `body` is sent, then the connection is reset.
     ResetMidBody { body: Vec<u8>, total: usize },
     /// A chunked body whose last chunk never comes (connection closed instead).
@@ -30,13 +34,25 @@ pub enum Behaviour {
 
 impl Behaviour {
     pub fn ok(body: &str) -> Behaviour {
-        Behaviour::Respond { status: 200, headers: vec![("Content-Type".into(), "text/plain".into())], body: body.as_bytes().to_vec() }
+        Behaviour::Respond {
+            status: 200,
+            headers: vec![("Content-Type".into(), "text/plain".into())],
+            body: body.as_bytes().to_vec(),
+        }
     }
     pub fn status(status: u16) -> Behaviour {
-        Behaviour::Respond { status, headers: vec![], body: format!("status {status}\n").into_bytes() }
+        Behaviour::Respond {
+            status,
+            headers: vec![],
+            body: format!("status {status}\n").into_bytes(),
+        }
     }
     pub fn redirect(status: u16, location: &str) -> Behaviour {
-        Behaviour::Respond { status, headers: vec![("Location".into(), location.into())], body: vec![] }
+        Behaviour::Respond {
+            status,
+            headers: vec![("Location".into(), location.into())],
+            body: vec![],
+        }
     }
 }
 
@@ -50,7 +66,10 @@ pub struct Seen {
 
 impl Seen {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -68,7 +87,12 @@ impl TestOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
         let origin = TestOrigin {
             addr: listener.local_addr().expect("addr"),
-            routes: Arc::new(Mutex::new(routes.into_iter().map(|(p, b)| (p.to_string(), b)).collect())),
+            routes: Arc::new(Mutex::new(
+                routes
+                    .into_iter()
+                    .map(|(p, b)| (p.to_string(), b))
+                    .collect(),
+            )),
             log: Arc::default(),
         };
         let server = origin.clone();
@@ -86,7 +110,10 @@ impl TestOrigin {
     }
 
     pub fn set(&self, path: &str, behaviour: Behaviour) {
-        self.routes.lock().expect("routes").insert(path.to_string(), behaviour);
+        self.routes
+            .lock()
+            .expect("routes")
+            .insert(path.to_string(), behaviour);
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -119,7 +146,11 @@ impl TestOrigin {
                 .filter_map(|l| l.split_once(':'))
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
                 .collect();
-            self.log.lock().expect("log").push(Seen { method, target: target.clone(), headers });
+            self.log.lock().expect("log").push(Seen {
+                method,
+                target: target.clone(),
+                headers,
+            });
             let path = target.split('?').next().unwrap_or("").to_string();
             let behaviour = self
                 .routes
@@ -137,7 +168,11 @@ impl TestOrigin {
     /// Writes one response; true if the connection may carry another request.
     async fn respond(&self, stream: &mut TcpStream, behaviour: Behaviour) -> bool {
         match behaviour {
-            Behaviour::Respond { status, headers, body } => {
+            Behaviour::Respond {
+                status,
+                headers,
+                body,
+            } => {
                 let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
                 for (k, v) in headers {
                     out.push_str(&format!("{k}: {v}\r\n"));
@@ -149,12 +184,15 @@ impl TestOrigin {
             }
             Behaviour::Delayed { delay, body } => {
                 tokio::time::sleep(delay).await;
-                let mut bytes = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+                let mut bytes =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+                        .into_bytes();
                 bytes.extend_from_slice(&body);
                 stream.write_all(&bytes).await.is_ok()
             }
             Behaviour::ResetMidBody { body, total } => {
-                let mut bytes = format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
+                let mut bytes =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
                 bytes.extend_from_slice(&body);
                 let _ = stream.write_all(&bytes).await;
                 // SO_LINGER 0: close sends RST. Blocking on drop is fine in a test origin.
@@ -190,7 +228,11 @@ impl TestOrigin {
 /// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again
 /// right away).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    StdListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// A `robotsgate run` process with its own config, ports, pid file and upgrade socket.
@@ -224,16 +266,31 @@ impl Proxy {
             .arg("run")
             .arg("--config")
             .arg(&config)
-            .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
             .args(args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn robotsgate");
-        let proxy = Proxy { child, addr, admin, _dir: dir, log_path };
+        let proxy = Proxy {
+            child,
+            addr,
+            admin,
+            _dir: dir,
+            log_path,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "robotsgate did not start:\n{}", proxy.log());
+            assert!(
+                Instant::now() < deadline,
+                "robotsgate did not start:\n{}",
+                proxy.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         proxy
@@ -276,14 +333,27 @@ impl Drop for Proxy {
 /// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
 pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl")
-        .args(["-s", "-S", "--max-time", "20", "-D", "-", "-x", &proxy.url()])
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "20",
+            "-D",
+            "-",
+            "-x",
+            &proxy.url(),
+        ])
         .args(extra)
         .arg(url)
         .output()
         .expect("run curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, head.to_string(), body.to_string())
 }
 
