@@ -18,7 +18,8 @@ use crate::config::Config;
 use crate::dns::Resolver;
 use crate::egress::EgressPolicy;
 use crate::fetch::Fetcher;
-use crate::robots::{GroupId, RobotsTxt};
+use crate::metrics::Outcome;
+use crate::robots::{GroupId, Reason, RobotsTxt};
 use crate::store::{Policy, RobotsStore};
 use crate::target::Target;
 
@@ -26,8 +27,8 @@ use crate::target::Target;
 #[derive(Clone, Debug)]
 pub struct Answer {
     pub status: u16,
-    /// Metric/log label: `disallowed`, `robots_unreachable`, `egress_denied`, …
-    pub decision: &'static str,
+    /// What the metrics and the access log call it.
+    pub decision: Outcome,
     /// Value of the `X-Robots-Decision` response header.
     pub header: String,
     pub content_type: &'static str,
@@ -36,7 +37,7 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn text(status: u16, decision: &'static str, header: String, body: String) -> Answer {
+    pub fn text(status: u16, decision: Outcome, header: String, body: String) -> Answer {
         Answer {
             status,
             decision,
@@ -48,10 +49,35 @@ impl Answer {
     }
 }
 
+/// Why a request may go through; small and `Copy`, formatted only when logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// An `Allow` rule on this line was the longest match.
+    Rule { line: u32 },
+    NoMatchingRule,
+    /// No group for the crawler and no `*` group.
+    NoGroup,
+    /// The origin has no robots.txt (4xx, redirects exhausted, or unreachable for long).
+    NoRobotsTxt,
+    RobotsTxtItself,
+}
+
+impl std::fmt::Display for Allowed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Allowed::Rule { line } => write!(f, "allow rule at line {line}"),
+            Allowed::NoMatchingRule => f.write_str("no matching rule"),
+            Allowed::NoGroup => f.write_str("no group for this agent"),
+            Allowed::NoRobotsTxt => f.write_str("no robots.txt"),
+            Allowed::RobotsTxtItself => f.write_str("/robots.txt is always allowed"),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Decision {
     /// Allowed: connect to `addr` and send the target's canonical path.
-    Forward { addr: SocketAddr, why: String },
+    Forward { addr: SocketAddr, why: Allowed },
     /// Answer the client with this; the origin is not contacted.
     Respond(Answer),
 }
@@ -113,14 +139,14 @@ impl Enforcer {
                 }
             }
         }
-        let forward = |why: String| match &resolved {
+        let forward = |why: Allowed| match &resolved {
             Ok(addrs) => Decision::Forward {
                 addr: SocketAddr::new(addrs[0], origin.port),
                 why,
             },
             Err(e) => Decision::Respond(Answer::text(
                 502,
-                "upstream_error",
+                Outcome::UpstreamError,
                 format!("dns-failure; origin=\"{origin}\""),
                 format!("robotsgate: {e}"),
             )),
@@ -139,7 +165,7 @@ impl Enforcer {
                 if target.path.is_robots_txt() && !snapshot.is_stale_copy() {
                     return Decision::Respond(Answer {
                         status: 200,
-                        decision: "robots_txt_cached",
+                        decision: Outcome::RobotsTxtCached,
                         header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
                         content_type: "text/plain",
                         body: body.clone(),
@@ -149,14 +175,19 @@ impl Enforcer {
                 let tokens = self.agents.tokens(client, user_agent);
                 let verdict = robots.decide(group_for(robots, &tokens), &target.path);
                 if verdict.allowed {
-                    return forward(verdict.to_string());
+                    return forward(match verdict.reason {
+                        Reason::Rule(rule) => Allowed::Rule { line: rule.line },
+                        Reason::NoGroup => Allowed::NoGroup,
+                        Reason::RobotsTxtItself => Allowed::RobotsTxtItself,
+                        Reason::NoMatchingRule => Allowed::NoMatchingRule,
+                    });
                 }
                 let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
                 let line = verdict.rule().map_or(0, |r| r.line);
                 let pattern = verdict.rule().map(|r| r.pattern.as_str()).unwrap_or("");
                 Decision::Respond(Answer::text(
                     403,
-                    "disallowed",
+                    Outcome::Disallowed,
                     format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
                     format!(
                         "robotsgate: {} is disallowed by {robots_url}: {rule}",
@@ -164,10 +195,10 @@ impl Enforcer {
                     ),
                 ))
             }
-            Policy::AllowAll { why } => forward(why.clone()),
+            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt),
             Policy::DisallowAll { why } => {
                 if target.path.is_robots_txt() {
-                    return forward("/robots.txt is always allowed".into());
+                    return forward(Allowed::RobotsTxtItself);
                 }
                 let retry = snapshot.retry_at.map_or(1, |at| {
                     at.saturating_duration_since(Instant::now())
@@ -177,7 +208,7 @@ impl Enforcer {
                 });
                 let mut answer = Answer::text(
                     503,
-                    "robots_unreachable",
+                    Outcome::RobotsUnreachable,
                     format!("robots-unreachable; robots=\"{robots_url}\"; retry-after={retry}"),
                     format!("robotsgate: {why}; nothing on {origin} may be fetched until it can be read. Retry in {retry} s."),
                 );
@@ -191,7 +222,7 @@ impl Enforcer {
 fn egress_denied(why: String) -> Answer {
     Answer::text(
         403,
-        "egress_denied",
+        Outcome::EgressDenied,
         format!("egress-denied; reason=\"{why}\""),
         format!("robotsgate: {why}"),
     )

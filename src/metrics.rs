@@ -12,9 +12,59 @@ use prometheus::{
 
 use crate::store::RobotsStore;
 
-/// Requests by decision (allowed, disallowed, robots_unreachable, egress_denied,
-/// upstream_error, bad_request, robots_txt_cached).
-pub static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+/// What became of a request: the `decision` label of the request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Disallowed,
+    RobotsUnreachable,
+    RobotsTxtCached,
+    EgressDenied,
+    UpstreamError,
+    BadRequest,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 7] = [
+        Outcome::Allowed,
+        Outcome::Disallowed,
+        Outcome::RobotsUnreachable,
+        Outcome::RobotsTxtCached,
+        Outcome::EgressDenied,
+        Outcome::UpstreamError,
+        Outcome::BadRequest,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Disallowed => "disallowed",
+            Outcome::RobotsUnreachable => "robots_unreachable",
+            Outcome::RobotsTxtCached => "robots_txt_cached",
+            Outcome::EgressDenied => "egress_denied",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// Per-outcome counter and histogram handles, resolved once (no label hashing per request).
+static REQUEST_HANDLES: LazyLock<Vec<(prometheus::IntCounter, prometheus::Histogram)>> = LazyLock::new(|| {
+    Outcome::ALL
+        .iter()
+        .map(|o| (REQUESTS.with_label_values(&[o.label()]), REQUEST_DURATION.with_label_values(&[o.label()])))
+        .collect()
+});
+
+pub fn record_request(outcome: Outcome, seconds: f64) {
+    if let Some((count, duration)) = REQUEST_HANDLES.get(outcome as usize) {
+        count.inc();
+        duration.observe(seconds);
+    }
+}
+
+/// Requests by decision (see [`Outcome`]).
+static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_requests_total",
         "Requests by robotsgate's decision.",
@@ -23,7 +73,7 @@ pub static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-pub static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_request_duration_seconds",
         "Time from request to last response byte, by decision.",

@@ -4,7 +4,8 @@
 //! [`Answer`] is written to the client and the request ends there, a forward decision is
 //! kept in the context. `upstream_peer` connects to the exact address the egress check
 //! approved, pooled per origin; `upstream_request_filter` rewrites the request line to
-//! the canonical origin-form path the decision was made on.
+//! the canonical origin-form path the decision was made on. `logging` writes the access
+//! log line and the request metrics.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 
 use crate::config::{seconds, UpstreamConfig};
-use crate::enforce::{Answer, Decision, Enforcer};
+use crate::enforce::{Allowed, Answer, Decision, Enforcer};
+use crate::metrics::Outcome;
 use crate::target::{Scheme, Target};
 
 pub struct RobotsGateProxy {
@@ -29,8 +31,9 @@ pub struct RobotsGateProxy {
 pub struct RequestContext {
     target: Option<Target>,
     addr: Option<SocketAddr>,
-    decision: &'static str,
-    why: String,
+    allowed: Option<Allowed>,
+    /// The `X-Robots-Decision` of an answer robotsgate gave itself.
+    answered: Option<(Outcome, String)>,
     started: Option<Instant>,
 }
 
@@ -43,19 +46,23 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     if let Some(retry) = answer.retry_after {
         header.insert_header("Retry-After", retry.to_string())?;
     }
-    session
-        .write_response_header(Box::new(header), false)
-        .await?;
-    session
-        .write_response_body(Some(answer.body.clone()), true)
-        .await
+    session.write_response_header(Box::new(header), false).await?;
+    session.write_response_body(Some(answer.body.clone()), true).await
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|a| a.as_inet())
-        .map(|a| a.ip())
+/// The upstream peer for a forward decision: the approved address, TLS for https, one
+/// connection pool per origin, and the configured timeouts.
+pub fn upstream_peer(target: &Target, addr: SocketAddr, upstream: &UpstreamConfig) -> HttpPeer {
+    let tls = target.origin.scheme == Scheme::Https;
+    let mut peer = HttpPeer::new(addr, tls, target.origin.host_name());
+    peer.group_key = group_key(target);
+    let o = &mut peer.options;
+    o.connection_timeout = Some(seconds(upstream.connect_timeout_seconds));
+    o.total_connection_timeout = Some(seconds(upstream.connect_timeout_seconds) * 2);
+    o.read_timeout = Some(seconds(upstream.read_timeout_seconds));
+    o.write_timeout = Some(seconds(upstream.write_timeout_seconds));
+    o.idle_timeout = Some(seconds(upstream.idle_timeout_seconds).max(Duration::from_secs(1)));
+    peer
 }
 
 /// A stable per-origin key so origins sharing an address do not share connections.
@@ -66,6 +73,10 @@ fn group_key(target: &Target) -> u64 {
     hasher.finish()
 }
 
+fn client_ip(session: &Session) -> Option<IpAddr> {
+    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+}
+
 #[async_trait]
 impl ProxyHttp for RobotsGateProxy {
     type CTX = RequestContext;
@@ -74,78 +85,41 @@ impl ProxyHttp for RobotsGateProxy {
         RequestContext::default()
     }
 
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestContext,
-    ) -> Result<bool> {
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<bool> {
         ctx.started = Some(Instant::now());
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
         let target = match Target::from_request(req.raw_path(), host, Scheme::Http) {
             Ok(target) => target,
             Err(e) => {
-                ctx.decision = "bad_request";
-                let answer = Answer {
-                    status: 400,
-                    decision: "bad_request",
-                    header: format!("bad-request; reason=\"{e}\""),
-                    content_type: "text/plain; charset=utf-8",
-                    body: format!("robotsgate: {e}\n").into(),
-                    retry_after: None,
-                };
+                let answer = Answer::text(400, Outcome::BadRequest, format!("bad-request; reason=\"{e}\""), format!("robotsgate: {e}"));
+                ctx.answered = Some((answer.decision, answer.header.clone()));
                 respond(session, &answer).await?;
                 return Ok(true);
             }
         };
-        let user_agent = req
-            .headers
-            .get("user-agent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let decision = self
-            .enforcer
-            .decide(&target, client_ip(session), user_agent.as_deref())
-            .await;
+        let user_agent = req.headers.get("user-agent").and_then(|v| v.to_str().ok());
+        let decision = self.enforcer.decide(&target, client_ip(session), user_agent).await;
         ctx.target = Some(target);
         match decision {
             Decision::Forward { addr, why } => {
                 ctx.addr = Some(addr);
-                ctx.decision = "allowed";
-                ctx.why = why;
+                ctx.allowed = Some(why);
                 Ok(false)
             }
             Decision::Respond(answer) => {
-                ctx.decision = answer.decision;
-                ctx.why = answer.header.clone();
+                ctx.answered = Some((answer.decision, answer.header.clone()));
                 respond(session, &answer).await?;
                 Ok(true)
             }
         }
     }
 
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        ctx: &mut RequestContext,
-    ) -> Result<Box<HttpPeer>> {
-        let (Some(target), Some(addr)) = (&ctx.target, ctx.addr) else {
-            return Err(Error::explain(
-                ErrorType::InternalError,
-                "no forward decision",
-            ));
-        };
-        let tls = target.origin.scheme == Scheme::Https;
-        let mut peer = HttpPeer::new(addr, tls, target.origin.host_name());
-        peer.group_key = group_key(target);
-        let o = &mut peer.options;
-        o.connection_timeout = Some(seconds(self.upstream.connect_timeout_seconds));
-        o.total_connection_timeout = Some(seconds(self.upstream.connect_timeout_seconds) * 2);
-        o.read_timeout = Some(seconds(self.upstream.read_timeout_seconds));
-        o.write_timeout = Some(seconds(self.upstream.write_timeout_seconds));
-        o.idle_timeout =
-            Some(seconds(self.upstream.idle_timeout_seconds).max(Duration::from_secs(1)));
-        Ok(Box::new(peer))
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestContext) -> Result<Box<HttpPeer>> {
+        match (&ctx.target, ctx.addr) {
+            (Some(target), Some(addr)) => Ok(Box::new(upstream_peer(target, addr, &self.upstream))),
+            _ => Err(Error::explain(ErrorType::InternalError, "no forward decision")),
+        }
     }
 
     async fn upstream_request_filter(
@@ -156,9 +130,9 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         if let Some(target) = &ctx.target {
             // Origin-form, exactly the canonical path the verdict was made on.
-            upstream_request.set_uri(http::Uri::try_from(target.path.as_str()).map_err(|e| {
-                Error::because(ErrorType::InternalError, "canonical path is not a URI", e)
-            })?);
+            let uri = http::Uri::try_from(target.path.as_str())
+                .map_err(|e| Error::because(ErrorType::InternalError, "canonical path is not a URI", e))?;
+            upstream_request.set_uri(uri);
             upstream_request.insert_header("Host", target.origin.authority())?;
         }
         upstream_request.remove_header("Proxy-Authorization");
@@ -166,39 +140,32 @@ impl ProxyHttp for RobotsGateProxy {
         Ok(())
     }
 
-    async fn logging(
-        &self,
-        session: &mut Session,
-        error: Option<&pingora::Error>,
-        ctx: &mut RequestContext,
-    ) {
-        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+    async fn logging(&self, session: &mut Session, error: Option<&pingora::Error>, ctx: &mut RequestContext) {
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        if ctx.decision == "allowed" && error.is_some() {
-            ctx.decision = "upstream_error";
-        }
-        let decision = if ctx.decision.is_empty() {
-            "error"
-        } else {
-            ctx.decision
+        let outcome = match (&ctx.answered, ctx.allowed, error) {
+            (Some((outcome, _)), _, _) => *outcome,
+            (None, Some(_), None) => Outcome::Allowed,
+            (None, Some(_), Some(_)) => Outcome::UpstreamError,
+            (None, None, _) => Outcome::BadRequest,
         };
-        crate::metrics::REQUESTS
-            .with_label_values(&[decision])
-            .inc();
-        crate::metrics::REQUEST_DURATION
-            .with_label_values(&[decision])
-            .observe(elapsed);
+        crate::metrics::record_request(outcome, elapsed);
+        if !log::log_enabled!(target: "access", log::Level::Info) {
+            return;
+        }
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let (origin, path) = ctx
             .target
             .as_ref()
-            .map_or((String::new(), String::new()), |t| {
-                (t.origin.to_string(), t.path.to_string())
-            });
+            .map_or((String::new(), String::new()), |t| (t.origin.to_string(), t.path.to_string()));
+        let why = match (&ctx.answered, ctx.allowed) {
+            (Some((_, header)), _) => header.replace('"', "'"),
+            (None, Some(allowed)) => allowed.to_string(),
+            (None, None) => String::new(),
+        };
         log::info!(
             target: "access",
-            "origin={origin} path={path} decision={} status={status} duration_s={elapsed:.6} why=\"{}\"{}",
-            decision,
-            ctx.why.replace('"', "'"),
+            "origin={origin} path={path} decision={} status={status} duration_s={elapsed:.6} why=\"{why}\"{}",
+            outcome.label(),
             error.map(|e| format!(" error=\"{e}\"")).unwrap_or_default()
         );
     }

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""wrk through robotsgate vs a bare Pingora passthrough vs nginx direct, in one run.
+
+Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
+examples/passthrough.rs (same Pingora setup, no robots/egress/DNS work), each with
+`threads: 1`. For keep-alive and `Connection: close` it runs wrk against each and prints
+requests/s, p50/p99 latency and the proxy's CPU time per request (utime+stime of the
+whole process from /proc, all threads), then the ratios robotsgate / passthrough.
+
+Usage: bench/proxy_bench.py [--seconds 8] [--connections 32]
+Needs wrk and nginx (Debian packages `wrk`, `nginx-light`); installs them if missing.
+Only processes this script started are stopped, by PID.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listening on {port}")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def ensure_tools():
+    missing = [p for p, exe in (("wrk", "wrk"), ("nginx-light", "nginx")) if not shutil.which(exe) and not os.path.exists(f"/usr/sbin/{exe}")]
+    if missing:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def ms(value):
+    found = re.match(r"([\d.]+)(us|ms|s|m)$", value)
+    if not found:
+        return float("nan")
+    number, unit = found.groups()
+    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
+
+
+def wrk(args, url, lua, pid):
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", lua, url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    cpu = (cpu_seconds(pid) - before) if pid else 0.0
+    found = re.search(r"(\d+) requests in", out)
+    if not found:
+        sys.exit(f"wrk against {url} printed no result:\n{out}")
+    requests = int(found.group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "p50": ms(re.search(r"50%\s+(\S+)", out).group(1)),
+        "p99": ms(re.search(r"99%\s+(\S+)", out).group(1)),
+        "cpu_us": cpu / max(requests, 1) * 1e6,
+        "non2xx": int(errors.group(1)) if errors else 0,
+        "requests": requests,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    ensure_tools()
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
+
+    work = tempfile.mkdtemp(prefix="robotsgate-bench-")
+    os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
+    started = []
+    try:
+        nginx_port, rg_port, pt_port = free_port(), free_port(), free_port()
+        os.makedirs(f"{work}/www")
+        with open(f"{work}/www/index.html", "w") as f:
+            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+        with open(f"{work}/www/robots.txt", "w") as f:
+            f.write(open(f"{ROOT}/tests/data/large_robots.txt").read())
+        with open(f"{work}/nginx.conf", "w") as f:
+            f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{nginx_port}; root {work}/www; }} }}
+""")
+        nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", f"{work}/nginx.conf", "-p", work])
+        started.append(nginx)
+        wait_port(nginx_port)
+
+        def conf(name):
+            path = f"{work}/{name}.yaml"
+            with open(path, "w") as f:
+                f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
+                        f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
+                        f"robotsgate:\n  admin_listen: null\n")
+            return path
+
+        env = {**os.environ, "RUST_LOG": "warn"}
+        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rg"), "--listen", f"127.0.0.1:{rg_port}",
+                               "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
+                              stderr=open(f"{work}/rg.log", "w"))
+        started.append(rg)
+        pt = subprocess.Popen([f"{ROOT}/target/release/examples/passthrough", conf("pt"), f"127.0.0.1:{pt_port}"], env=env,
+                              stderr=open(f"{work}/pt.log", "w"))
+        started.append(pt)
+        wait_port(rg_port)
+        wait_port(pt_port)
+
+        origin = f"127.0.0.1:{nginx_port}"
+        # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
+        subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{rg_port}", f"http://{origin}/index.html"], check=True)
+
+        for port in (nginx_port,):
+            check = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/index.html"],
+                                   capture_output=True, text=True).stdout
+            if check != "200":
+                sys.exit(f"nginx answers {check}, not 200: see {work}/nginx.err")
+        rows = {}
+        for mode in ("keep-alive", "close"):
+            header = 'wrk.headers["Connection"] = "close"\n' if mode == "close" else ""
+            direct_lua = f"{work}/direct-{mode}.lua"
+            proxy_lua = f"{work}/proxy-{mode}.lua"
+            with open(direct_lua, "w") as f:
+                f.write(f'wrk.path = "/index.html"\n{header}')
+            with open(proxy_lua, "w") as f:
+                f.write(f'wrk.path = "http://{origin}/index.html"\nwrk.headers["Host"] = "{origin}"\n{header}')
+            rows[(mode, "direct")] = wrk(args, f"http://{origin}", direct_lua, None)
+            rows[(mode, "passthrough")] = wrk(args, f"http://127.0.0.1:{pt_port}", proxy_lua, pt.pid)
+            rows[(mode, "robotsgate")] = wrk(args, f"http://127.0.0.1:{rg_port}", proxy_lua, rg.pid)
+
+        print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s on 127.0.0.1, nginx origin, proxies with threads: 1\n")
+        print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11} {'non-2xx':>8}")
+        for (mode, target), r in rows.items():
+            cpu = f"{r['cpu_us']:.1f}" if target != "direct" else "-"
+            print(f"{mode:<11} {target:<12} {r['rps']:>10.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {cpu:>11} {r['non2xx']:>8}")
+        print()
+        for mode in ("keep-alive", "close"):
+            rgr, ptr = rows[(mode, "robotsgate")], rows[(mode, "passthrough")]
+            print(f"{mode:<11} robotsgate/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
+                  f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
+    finally:
+        for proc in reversed(started):
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

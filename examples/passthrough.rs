@@ -1,0 +1,65 @@
+//! The benchmark baseline: a forward proxy on the same Pingora setup as robotsgate
+//! (same target parsing, same peer options) that does no robots, egress or DNS work —
+//! it forwards absolute-form requests to the IP literal they name.
+//!
+//! `cargo run --release --example passthrough -- CONFIG.yaml LISTEN_ADDR`
+
+use async_trait::async_trait;
+use pingora::prelude::*;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::server::configuration::Opt;
+use pingora::server::Server;
+use robotsgate::target::{Host, Scheme, Target};
+
+struct Passthrough;
+
+#[async_trait]
+impl ProxyHttp for Passthrough {
+    type CTX = Option<Target>;
+
+    fn new_ctx(&self) -> Self::CTX {
+        None
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        let req = session.req_header();
+        let host = req.headers.get("host").map(|h| h.as_bytes());
+        *ctx = Target::from_request(req.raw_path(), host, Scheme::Http).ok();
+        if ctx.is_none() {
+            session.respond_error(400).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Self::CTX) -> Result<Box<HttpPeer>> {
+        let target = ctx.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no target"))?;
+        let Host::Ip(ip) = target.origin.host else {
+            return Err(Error::explain(ErrorType::InternalError, "passthrough needs IP literals"));
+        };
+        let mut peer = HttpPeer::new(std::net::SocketAddr::new(ip, target.origin.port), false, String::new());
+        peer.group_key = u64::from(target.origin.port);
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(&self, _s: &mut Session, req: &mut RequestHeader, ctx: &mut Self::CTX) -> Result<()> {
+        if let Some(target) = ctx {
+            req.set_uri(http::Uri::try_from(target.path.as_str()).map_err(|e| Error::because(ErrorType::InternalError, "uri", e))?);
+        }
+        Ok(())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(conf), Some(listen)) = (args.get(1), args.get(2)) else {
+        return Err("usage: passthrough CONFIG.yaml LISTEN_ADDR".into());
+    };
+    let opt = Opt { conf: Some(conf.clone()), ..Opt::default() };
+    let mut server = Server::new(Some(opt))?;
+    server.bootstrap();
+    let mut service = pingora::proxy::http_proxy_service(&server.configuration, Passthrough);
+    service.add_tcp(listen);
+    server.add_service(service);
+    server.run_forever()
+}
