@@ -110,11 +110,14 @@ impl RobotsStore {
         })
     }
 
-    fn entry(&self, origin: &Origin) -> Arc<Entry> {
+    fn shard(&self, origin: &Origin) -> &Mutex<lru::LruCache<Origin, Arc<Entry>>> {
         let mut hasher = DefaultHasher::new();
         origin.hash(&mut hasher);
-        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        &self.shards[(hasher.finish() as usize) % SHARDS]
+    }
+
+    fn entry(&self, origin: &Origin) -> Arc<Entry> {
+        let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get(origin) {
             return entry.clone();
         }
@@ -151,11 +154,7 @@ impl RobotsStore {
 
     /// Drops an origin's entry (the next request fetches anew).
     pub fn purge(&self, origin: &Origin) {
-        for shard in &self.shards {
-            if let Ok(mut map) = shard.lock() {
-                map.pop(origin);
-            }
-        }
+        self.shard(origin).lock().unwrap_or_else(|e| e.into_inner()).pop(origin);
     }
 
     /// The policy to apply to a request for `origin` now, fetching if there is none.

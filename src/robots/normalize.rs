@@ -25,9 +25,11 @@ pub(crate) fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
-/// Octets that never appear raw in a canonical path.
-pub(crate) fn needs_encoding(b: u8) -> bool {
-    b <= b' ' || b >= 0x7f
+/// Octets that never appear raw in a canonical path: non-ASCII, controls, space, and the
+/// characters RFC 3986 does not allow unencoded in a URI (so the canonical path is always
+/// a valid request target to forward).
+pub(crate) const fn needs_encoding(b: u8) -> bool {
+    b <= b' ' || b >= 0x7f || matches!(b, b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}')
 }
 
 pub(crate) fn hex_value(b: u8) -> Option<u8> {
@@ -151,7 +153,7 @@ const SPECIAL: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 256 {
-        table[b] = b as u8 <= b' ' || b >= 0x7f || matches!(b as u8, b'%' | b'#' | b'.' | b'?');
+        table[b] = needs_encoding(b as u8) || matches!(b as u8, b'%' | b'#' | b'.' | b'?');
         b += 1;
     }
     table
@@ -268,6 +270,7 @@ mod tests {
         assert_eq!(normalize_path("/%%341"), "/%2541");
         assert_eq!(normalize_path("/%2541"), "/%2541");
         assert_eq!(normalize_path("/a b"), "/a%20b");
+        assert_eq!(normalize_path("/a{b}|c\"d\\e"), "/a%7Bb%7D%7Cc%22d%5Ce");
         assert_eq!(normalize_path("/p?q=%7e&r=\u{fc}"), "/p?q=~&r=%C3%BC");
     }
 
