@@ -33,16 +33,38 @@ impl ProxyHttp for Guarded {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        let path = session.req_header().uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-        let target = Target { origin: self.origin.clone(), path: CanonicalPath::new(&path).into_owned() };
-        let user_agent = session.req_header().headers.get("user-agent").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
-        match self.enforcer.decide(&target, client, user_agent.as_deref()).await {
+        let path = session
+            .req_header()
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let target = Target {
+            origin: self.origin.clone(),
+            path: CanonicalPath::new(&path).into_owned(),
+        };
+        let user_agent = session
+            .req_header()
+            .headers
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        match self
+            .enforcer
+            .decide(&target, client, user_agent.as_deref())
+            .await
+        {
             Decision::Forward { addr, .. } => {
                 *ctx = Some(addr);
-                session.req_header_mut().set_uri(http::Uri::try_from(target.path.as_str()).map_err(|e| {
-                    Error::because(ErrorType::InternalError, "canonical path", e)
-                })?);
+                session.req_header_mut().set_uri(
+                    http::Uri::try_from(target.path.as_str()).map_err(|e| {
+                        Error::because(ErrorType::InternalError, "canonical path", e)
+                    })?,
+                );
                 Ok(false)
             }
             Decision::Respond(answer) => {
@@ -52,26 +74,46 @@ impl ProxyHttp for Guarded {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Self::CTX) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
         let addr = ctx.ok_or_else(|| Error::explain(ErrorType::InternalError, "no decision"))?;
-        Ok(Box::new(HttpPeer::new(addr, false, self.origin.host_name())))
+        Ok(Box::new(HttpPeer::new(
+            addr,
+            false,
+            self.origin.host_name(),
+        )))
     }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let listen = flag("--listen").unwrap_or_else(|| "127.0.0.1:6188".into());
-    let origin = parse_authority(&flag("--origin").ok_or("--origin HOST:PORT is required")?, Scheme::Http)?;
+    let origin = parse_authority(
+        &flag("--origin").ok_or("--origin HOST:PORT is required")?,
+        Scheme::Http,
+    )?;
 
     // The origin is the operator's own: open its address for the egress check.
     let mut config = Config::default();
-    config.egress.allow_destinations.push("127.0.0.0/8".parse()?);
+    config
+        .egress
+        .allow_destinations
+        .push("127.0.0.0/8".parse()?);
     let enforcer = Arc::new(Enforcer::from_config(&config));
 
     let mut server = Server::new(None)?;
     server.bootstrap();
-    let mut service = pingora::proxy::http_proxy_service(&server.configuration, Guarded { origin, enforcer });
+    let mut service =
+        pingora::proxy::http_proxy_service(&server.configuration, Guarded { origin, enforcer });
     service.add_tcp(&listen);
     server.add_service(service);
     server.run_forever()

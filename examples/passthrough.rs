@@ -32,19 +32,40 @@ impl ProxyHttp for Passthrough {
         Ok(false)
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Self::CTX) -> Result<Box<HttpPeer>> {
-        let target = ctx.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no target"))?;
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
+        let target = ctx
+            .as_ref()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no target"))?;
         let Host::Ip(ip) = target.origin.host else {
-            return Err(Error::explain(ErrorType::InternalError, "passthrough needs IP literals"));
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "passthrough needs IP literals",
+            ));
         };
-        let mut peer = HttpPeer::new(std::net::SocketAddr::new(ip, target.origin.port), false, String::new());
+        let mut peer = HttpPeer::new(
+            std::net::SocketAddr::new(ip, target.origin.port),
+            false,
+            String::new(),
+        );
         peer.group_key = u64::from(target.origin.port);
         Ok(Box::new(peer))
     }
 
-    async fn upstream_request_filter(&self, _s: &mut Session, req: &mut RequestHeader, ctx: &mut Self::CTX) -> Result<()> {
+    async fn upstream_request_filter(
+        &self,
+        _s: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
         if let Some(target) = ctx {
-            req.set_uri(http::Uri::try_from(target.path.as_str()).map_err(|e| Error::because(ErrorType::InternalError, "uri", e))?);
+            req.set_uri(
+                http::Uri::try_from(target.path.as_str())
+                    .map_err(|e| Error::because(ErrorType::InternalError, "uri", e))?,
+            );
         }
         Ok(())
     }
@@ -55,7 +76,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(conf), Some(listen)) = (args.get(1), args.get(2)) else {
         return Err("usage: passthrough CONFIG.yaml LISTEN_ADDR".into());
     };
-    let opt = Opt { conf: Some(conf.clone()), ..Opt::default() };
+    let opt = Opt {
+        conf: Some(conf.clone()),
+        ..Opt::default()
+    };
     let mut server = Server::new(Some(opt))?;
     server.bootstrap();
     let mut service = pingora::proxy::http_proxy_service(&server.configuration, Passthrough);

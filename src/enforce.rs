@@ -53,7 +53,9 @@ impl Answer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allowed {
     /// An `Allow` rule on this line was the longest match.
-    Rule { line: u32 },
+    Rule {
+        line: u32,
+    },
     NoMatchingRule,
     /// No group for the crawler and no `*` group.
     NoGroup,

@@ -49,12 +49,18 @@ impl Outcome {
 }
 
 /// Per-outcome counter and histogram handles, resolved once (no label hashing per request).
-static REQUEST_HANDLES: LazyLock<Vec<(prometheus::IntCounter, prometheus::Histogram)>> = LazyLock::new(|| {
-    Outcome::ALL
-        .iter()
-        .map(|o| (REQUESTS.with_label_values(&[o.label()]), REQUEST_DURATION.with_label_values(&[o.label()])))
-        .collect()
-});
+static REQUEST_HANDLES: LazyLock<Vec<(prometheus::IntCounter, prometheus::Histogram)>> =
+    LazyLock::new(|| {
+        Outcome::ALL
+            .iter()
+            .map(|o| {
+                (
+                    REQUESTS.with_label_values(&[o.label()]),
+                    REQUEST_DURATION.with_label_values(&[o.label()]),
+                )
+            })
+            .collect()
+    });
 
 pub fn record_request(outcome: Outcome, seconds: f64) {
     if let Some((count, duration)) = REQUEST_HANDLES.get(outcome as usize) {

@@ -46,8 +46,12 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     if let Some(retry) = answer.retry_after {
         header.insert_header("Retry-After", retry.to_string())?;
     }
-    session.write_response_header(Box::new(header), false).await?;
-    session.write_response_body(Some(answer.body.clone()), true).await
+    session
+        .write_response_header(Box::new(header), false)
+        .await?;
+    session
+        .write_response_body(Some(answer.body.clone()), true)
+        .await
 }
 
 /// The upstream peer for a forward decision: the approved address, TLS for https, one
@@ -74,7 +78,10 @@ fn group_key(target: &Target) -> u64 {
 }
 
 fn client_ip(session: &Session) -> Option<IpAddr> {
-    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
 }
 
 #[async_trait]
@@ -85,21 +92,33 @@ impl ProxyHttp for RobotsGateProxy {
         RequestContext::default()
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<bool> {
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<bool> {
         ctx.started = Some(Instant::now());
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
         let target = match Target::from_request(req.raw_path(), host, Scheme::Http) {
             Ok(target) => target,
             Err(e) => {
-                let answer = Answer::text(400, Outcome::BadRequest, format!("bad-request; reason=\"{e}\""), format!("robotsgate: {e}"));
+                let answer = Answer::text(
+                    400,
+                    Outcome::BadRequest,
+                    format!("bad-request; reason=\"{e}\""),
+                    format!("robotsgate: {e}"),
+                );
                 ctx.answered = Some((answer.decision, answer.header.clone()));
                 respond(session, &answer).await?;
                 return Ok(true);
             }
         };
         let user_agent = req.headers.get("user-agent").and_then(|v| v.to_str().ok());
-        let decision = self.enforcer.decide(&target, client_ip(session), user_agent).await;
+        let decision = self
+            .enforcer
+            .decide(&target, client_ip(session), user_agent)
+            .await;
         ctx.target = Some(target);
         match decision {
             Decision::Forward { addr, why } => {
@@ -115,10 +134,17 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestContext) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<Box<HttpPeer>> {
         match (&ctx.target, ctx.addr) {
             (Some(target), Some(addr)) => Ok(Box::new(upstream_peer(target, addr, &self.upstream))),
-            _ => Err(Error::explain(ErrorType::InternalError, "no forward decision")),
+            _ => Err(Error::explain(
+                ErrorType::InternalError,
+                "no forward decision",
+            )),
         }
     }
 
@@ -130,8 +156,9 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         if let Some(target) = &ctx.target {
             // Origin-form, exactly the canonical path the verdict was made on.
-            let uri = http::Uri::try_from(target.path.as_str())
-                .map_err(|e| Error::because(ErrorType::InternalError, "canonical path is not a URI", e))?;
+            let uri = http::Uri::try_from(target.path.as_str()).map_err(|e| {
+                Error::because(ErrorType::InternalError, "canonical path is not a URI", e)
+            })?;
             upstream_request.set_uri(uri);
             upstream_request.insert_header("Host", target.origin.authority())?;
         }
@@ -140,7 +167,12 @@ impl ProxyHttp for RobotsGateProxy {
         Ok(())
     }
 
-    async fn logging(&self, session: &mut Session, error: Option<&pingora::Error>, ctx: &mut RequestContext) {
+    async fn logging(
+        &self,
+        session: &mut Session,
+        error: Option<&pingora::Error>,
+        ctx: &mut RequestContext,
+    ) {
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
         let outcome = match (&ctx.answered, ctx.allowed, error) {
             (Some((outcome, _)), _, _) => *outcome,
@@ -156,7 +188,9 @@ impl ProxyHttp for RobotsGateProxy {
         let (origin, path) = ctx
             .target
             .as_ref()
-            .map_or((String::new(), String::new()), |t| (t.origin.to_string(), t.path.to_string()));
+            .map_or((String::new(), String::new()), |t| {
+                (t.origin.to_string(), t.path.to_string())
+            });
         let why = match (&ctx.answered, ctx.allowed) {
             (Some((_, header)), _) => header.replace('"', "'"),
             (None, Some(allowed)) => allowed.to_string(),

@@ -154,7 +154,10 @@ impl RobotsStore {
 
     /// Drops an origin's entry (the next request fetches anew).
     pub fn purge(&self, origin: &Origin) {
-        self.shard(origin).lock().unwrap_or_else(|e| e.into_inner()).pop(origin);
+        self.shard(origin)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop(origin);
     }
 
     /// The policy to apply to a request for `origin` now, fetching if there is none.

@@ -12,12 +12,19 @@ use common::{eventually, free_port, Behaviour, TestOrigin};
 fn example(name: &str) -> PathBuf {
     // `cargo test` builds examples next to the test binaries' profile directory.
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_robotsgate"));
-    bin.parent().expect("profile dir").join("examples").join(name)
+    bin.parent()
+        .expect("profile dir")
+        .join("examples")
+        .join(name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_enforcer_guards_a_reverse_proxy() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: ExampleBot\nDisallow: /private\n"))]).await;
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: ExampleBot\nDisallow: /private\n"),
+    )])
+    .await;
     let listen = format!("127.0.0.1:{}", free_port());
     let mut child = Command::new(example("embedded"))
         .args(["--listen", &listen, "--origin", &origin.addr.to_string()])
@@ -25,10 +32,21 @@ async fn embedded_enforcer_guards_a_reverse_proxy() {
         .stderr(Stdio::null())
         .spawn()
         .expect("example binary built by cargo test");
-    assert!(eventually(Duration::from_secs(20), || std::net::TcpStream::connect(&listen).is_ok()).await);
+    assert!(
+        eventually(Duration::from_secs(20), || std::net::TcpStream::connect(
+            &listen
+        )
+        .is_ok())
+        .await
+    );
 
     let client = reqwest::Client::new();
-    let get = |path: &str| client.get(format!("http://{listen}{path}")).header("User-Agent", "ExampleBot/1.0").send();
+    let get = |path: &str| {
+        client
+            .get(format!("http://{listen}{path}"))
+            .header("User-Agent", "ExampleBot/1.0")
+            .send()
+    };
     let private = get("/private/x").await.expect("request");
     let public = get("/public").await.expect("request");
     let (private, public) = (private.status().as_u16(), public.status().as_u16());

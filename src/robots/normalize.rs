@@ -29,7 +29,12 @@ pub(crate) fn is_unreserved(b: u8) -> bool {
 /// characters RFC 3986 does not allow unencoded in a URI (so the canonical path is always
 /// a valid request target to forward).
 pub(crate) const fn needs_encoding(b: u8) -> bool {
-    b <= b' ' || b >= 0x7f || matches!(b, b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}')
+    b <= b' '
+        || b >= 0x7f
+        || matches!(
+            b,
+            b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'
+        )
 }
 
 pub(crate) fn hex_value(b: u8) -> Option<u8> {
