@@ -112,3 +112,23 @@ fn large_file_verdicts_match_the_shipped_benchmark_input() {
         .collect();
     assert_eq!(verdicts, ["disallowed", "allowed", "allowed"], "{out}");
 }
+
+#[test]
+fn run_refuses_a_bad_config_naming_key_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("bad.yaml");
+    std::fs::write(
+        &config,
+        "threads: 1\nrobotsgate:\n  listen: 127.0.0.1:0\n  robots:\n    max_origins: lots\n",
+    )
+    .expect("write");
+    let config = config.to_string_lossy().into_owned();
+    let (code, _, err) = robotsgate(&["run", "--config", &config]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("robotsgate.robots.max_origins")
+            && err.contains("line 5")
+            && err.contains("bad.yaml"),
+        "{err}"
+    );
+}

@@ -258,3 +258,26 @@ async fn dns_failure_means_unreachable() {
     assert_eq!(status, 503, "{head}{body}\n{}", proxy.log());
     assert!(body.contains("cannot resolve"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
+    // Fresh for 3 s; within 2.5 s of expiry a request triggers a background refresh.
+    let proxy = Proxy::start_for_loopback(
+        "  robots:\n    min_ttl_seconds: 0\n    refresh_ahead_seconds: 2.5\n",
+    );
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::Respond {
+            status: 200,
+            headers: vec![("Cache-Control".into(), "max-age=3".into())],
+            body: RULES.as_bytes().to_vec(),
+        },
+    )])
+    .await;
+    assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 200);
+    assert_eq!(origin.count("/robots.txt"), 1);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Answered from the still-fresh copy; the refresh happens behind it.
+    assert_eq!(curl(&proxy, &origin.url("/private"), &[]).0, 403);
+    assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 2).await);
+}
