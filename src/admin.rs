@@ -10,10 +10,10 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-use crate::store::RobotsStore;
+use crate::enforce::Enforcer;
 
 pub struct AdminApp {
-    pub store: Arc<RobotsStore>,
+    pub enforcer: Arc<Enforcer>,
 }
 
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -32,7 +32,8 @@ impl ServeHttp for AdminApp {
         match path.as_str() {
             "/healthz" | "/readyz" => reply(200, "text/plain", b"ok\n".to_vec()),
             "/metrics" => {
-                crate::metrics::update_store_gauges(&self.store);
+                crate::metrics::update_store_gauges(&self.enforcer.store);
+                crate::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
                 let mut out = Vec::new();
                 let encoder = prometheus::TextEncoder::new();
                 match prometheus::Encoder::encode(&encoder, &prometheus::gather(), &mut out) {

@@ -30,6 +30,7 @@ pub struct Config {
     pub agent: AgentConfig,
     pub dns: DnsConfig,
     pub egress: EgressConfig,
+    pub pacing: PacingConfig,
     pub robots: RobotsConfig,
     pub upstream: UpstreamConfig,
 }
@@ -42,6 +43,7 @@ impl Default for Config {
             agent: AgentConfig::default(),
             dns: DnsConfig::default(),
             egress: EgressConfig::default(),
+            pacing: PacingConfig::default(),
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
         }
@@ -108,6 +110,34 @@ impl Default for EgressConfig {
                 PortRange(443, 443),
                 PortRange(1025, 65535),
             ],
+        }
+    }
+}
+
+/// Spacing of requests per origin and robots.txt group (see `pacing.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PacingConfig {
+    /// Minimum delay for every origin, Crawl-delay or not (0 = off).
+    pub floor_seconds: f64,
+    /// Largest delay applied; a larger Crawl-delay is clamped (and logged).
+    pub ceiling_seconds: f64,
+    /// A request whose expected wait is longer is answered 503 at once.
+    pub max_wait_seconds: f64,
+    /// Most requests waiting on one schedule; more are answered 503 at once.
+    pub max_queue: usize,
+    /// Most schedules kept; idle ones are dropped first.
+    pub max_schedules: usize,
+}
+
+impl Default for PacingConfig {
+    fn default() -> Self {
+        PacingConfig {
+            floor_seconds: 0.0,
+            ceiling_seconds: 120.0,
+            max_wait_seconds: 60.0,
+            max_queue: 256,
+            max_schedules: 100_000,
         }
     }
 }
@@ -309,6 +339,25 @@ impl Config {
                     "key `{key}`: must be a positive number of seconds, got {value}"
                 )));
             }
+        }
+        let p = &self.pacing;
+        if !(p.floor_seconds >= 0.0
+            && p.floor_seconds <= p.ceiling_seconds
+            && p.ceiling_seconds.is_finite())
+        {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds".into(),
+            ));
+        }
+        if !(p.max_wait_seconds >= 0.0 && p.max_wait_seconds.is_finite()) {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.max_wait_seconds`: must be 0 or more".into(),
+            ));
+        }
+        if p.max_queue == 0 || p.max_schedules == 0 {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.max_queue`/`max_schedules`: must be at least 1".into(),
+            ));
         }
         if !(r.min_ttl_seconds >= 0.0 && r.min_ttl_seconds <= r.max_ttl_seconds) {
             return Err(ConfigError(

@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -19,6 +20,7 @@ use crate::dns::Resolver;
 use crate::egress::EgressPolicy;
 use crate::fetch::Fetcher;
 use crate::metrics::Outcome;
+use crate::pacing::{Pacer, Permit, ScheduleKey};
 use crate::robots::{GroupId, Reason, RobotsTxt};
 use crate::store::{Policy, RobotsStore};
 use crate::target::Target;
@@ -76,16 +78,30 @@ impl std::fmt::Display for Allowed {
     }
 }
 
+/// Where an allowed request queues: its schedule and the delay in force there.
+#[derive(Clone, Debug)]
+pub struct Pace {
+    pub key: ScheduleKey,
+    pub delay: Duration,
+    pub robots_fetched_at: Option<Instant>,
+}
+
 #[derive(Debug)]
 pub enum Decision {
-    /// Allowed: connect to `addr` and send the target's canonical path.
-    Forward { addr: SocketAddr, why: Allowed },
+    /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
+    /// the target's canonical path.
+    Forward {
+        addr: SocketAddr,
+        why: Allowed,
+        pace: Pace,
+    },
     /// Answer the client with this; the origin is not contacted.
     Respond(Answer),
 }
 
 pub struct Enforcer {
     pub store: Arc<RobotsStore>,
+    pub pacer: Pacer,
     pub resolver: Arc<Resolver>,
     pub egress: Arc<EgressPolicy>,
     pub agents: AgentResolver,
@@ -112,6 +128,7 @@ impl Enforcer {
         ));
         Enforcer {
             store: RobotsStore::new(fetcher, config.robots.clone()),
+            pacer: Pacer::new(config.pacing.clone()),
             resolver,
             egress,
             agents: AgentResolver::new(&config.agent),
@@ -141,19 +158,6 @@ impl Enforcer {
                 }
             }
         }
-        let forward = |why: Allowed| match &resolved {
-            Ok(addrs) => Decision::Forward {
-                addr: SocketAddr::new(addrs[0], origin.port),
-                why,
-            },
-            Err(e) => Decision::Respond(Answer::text(
-                502,
-                Outcome::UpstreamError,
-                format!("dns-failure; origin=\"{origin}\""),
-                format!("robotsgate: {e}"),
-            )),
-        };
-
         let snapshot = self
             .store
             .get(
@@ -161,6 +165,31 @@ impl Enforcer {
                 user_agent.unwrap_or(concat!("robotsgate/", env!("CARGO_PKG_VERSION"))),
             )
             .await;
+        // An allowed request: where it connects and which pacing schedule it joins.
+        let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
+            Ok(addrs) => {
+                let key = ScheduleKey {
+                    origin: origin.clone(),
+                    group,
+                };
+                let delay = self.pacer.delay_for(&key, crawl_delay);
+                Decision::Forward {
+                    addr: SocketAddr::new(addrs[0], origin.port),
+                    why,
+                    pace: Pace {
+                        key,
+                        delay,
+                        robots_fetched_at: snapshot.fetched_at,
+                    },
+                }
+            }
+            Err(e) => Decision::Respond(Answer::text(
+                502,
+                Outcome::UpstreamError,
+                format!("dns-failure; origin=\"{origin}\""),
+                format!("robotsgate: {e}"),
+            )),
+        };
         let robots_url = origin.robots_url();
         match &snapshot.policy {
             Policy::Rules { robots, body } => {
@@ -175,14 +204,22 @@ impl Enforcer {
                     });
                 }
                 let tokens = self.agents.tokens(client, user_agent);
-                let verdict = robots.decide(group_for(robots, &tokens), &target.path);
+                let group = group_for(robots, &tokens);
+                let verdict = robots.decide(group, &target.path);
                 if verdict.allowed {
-                    return forward(match verdict.reason {
+                    // Crawlers in one group share a schedule; the group's first name is
+                    // its stable identity across refreshes of the file.
+                    let group_name = group
+                        .and_then(|g| robots.group(g))
+                        .and_then(|g| g.agents.first())
+                        .map_or(String::new(), |name| name.to_ascii_lowercase());
+                    let why = match verdict.reason {
                         Reason::Rule(rule) => Allowed::Rule { line: rule.line },
                         Reason::NoGroup => Allowed::NoGroup,
                         Reason::RobotsTxtItself => Allowed::RobotsTxtItself,
                         Reason::NoMatchingRule => Allowed::NoMatchingRule,
-                    });
+                    };
+                    return forward(why, group_name, robots.crawl_delay(group));
                 }
                 let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
                 let line = verdict.rule().map_or(0, |r| r.line);
@@ -197,10 +234,10 @@ impl Enforcer {
                     ),
                 ))
             }
-            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt),
+            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
             Policy::DisallowAll { why } => {
                 if target.path.is_robots_txt() {
-                    return forward(Allowed::RobotsTxtItself);
+                    return forward(Allowed::RobotsTxtItself, String::new(), None);
                 }
                 let retry = snapshot.retry_at.map_or(1, |at| {
                     at.saturating_duration_since(Instant::now())
@@ -216,6 +253,46 @@ impl Enforcer {
                 );
                 answer.retry_after = Some(retry);
                 Decision::Respond(answer)
+            }
+        }
+    }
+}
+
+impl Enforcer {
+    /// Waits for the request's pacing slot. The returned [`Permit`] must be held until
+    /// the response has been sent (drop it then); report the origin's status to it. An
+    /// `Err` is the 503 to send instead.
+    pub async fn pace(&self, pace: &Pace) -> Result<Permit, Answer> {
+        match self
+            .pacer
+            .acquire(&pace.key, pace.delay, pace.robots_fetched_at)
+            .await
+        {
+            Ok(permit) => {
+                crate::metrics::record_pacing_wait(permit.waited.as_secs_f64());
+                Ok(permit)
+            }
+            Err(refused) => {
+                let retry = refused.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+                let reason = match refused {
+                    crate::pacing::Refused::QueueFull { .. } => "queue-full",
+                    crate::pacing::Refused::WaitTooLong { .. } => "wait-too-long",
+                };
+                let mut answer = Answer::text(
+                    503,
+                    Outcome::PacedRejected,
+                    format!(
+                        "paced; reason={reason}; delay={:.3}; retry-after={retry}",
+                        pace.delay.as_secs_f64()
+                    ),
+                    format!(
+                        "robotsgate: {refused} for {} (one request every {:.3} s). Retry in {retry} s.",
+                        pace.key.origin,
+                        pace.delay.as_secs_f64()
+                    ),
+                );
+                answer.retry_after = Some(retry);
+                Err(answer)
             }
         }
     }

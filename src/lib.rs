@@ -17,6 +17,7 @@ pub mod egress;
 pub mod enforce;
 pub mod fetch;
 pub mod metrics;
+pub mod pacing;
 pub mod proxy;
 pub mod robots;
 pub mod server;

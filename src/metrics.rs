@@ -20,17 +20,19 @@ pub enum Outcome {
     RobotsUnreachable,
     RobotsTxtCached,
     EgressDenied,
+    PacedRejected,
     UpstreamError,
     BadRequest,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 7] = [
+    const ALL: [Outcome; 8] = [
         Outcome::Allowed,
         Outcome::Disallowed,
         Outcome::RobotsUnreachable,
         Outcome::RobotsTxtCached,
         Outcome::EgressDenied,
+        Outcome::PacedRejected,
         Outcome::UpstreamError,
         Outcome::BadRequest,
     ];
@@ -42,6 +44,7 @@ impl Outcome {
             Outcome::RobotsUnreachable => "robots_unreachable",
             Outcome::RobotsTxtCached => "robots_txt_cached",
             Outcome::EgressDenied => "egress_denied",
+            Outcome::PacedRejected => "paced_rejected",
             Outcome::UpstreamError => "upstream_error",
             Outcome::BadRequest => "bad_request",
         }
@@ -130,4 +133,29 @@ pub fn update_store_gauges(store: &RobotsStore) {
     STORE_ORIGINS.set(store.len() as i64);
     STORE_EVICTIONS.set(store.stats.evictions.load(Ordering::Relaxed) as i64);
     SINGLE_FLIGHT_JOINS.set(store.stats.single_flight_joins.load(Ordering::Relaxed) as i64);
+}
+
+static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+    prometheus::register_histogram!(
+        "robotsgate_pacing_wait_seconds",
+        "Time allowed requests waited for their pacing slot.",
+        vec![0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+    )
+    .expect("metric registers once")
+});
+
+static PACING_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_pacing_queued_requests",
+        "Requests waiting for or holding a pacing slot."
+    )
+    .expect("metric registers once")
+});
+
+pub fn record_pacing_wait(seconds: f64) {
+    PACING_WAIT.observe(seconds);
+}
+
+pub fn update_pacing_gauge(queued: usize) {
+    PACING_QUEUED.set(queued as i64);
 }

@@ -20,6 +20,7 @@ use pingora::upstreams::peer::HttpPeer;
 use crate::config::{seconds, UpstreamConfig};
 use crate::enforce::{Allowed, Answer, Decision, Enforcer};
 use crate::metrics::Outcome;
+use crate::pacing::Permit;
 use crate::target::{Scheme, Target};
 
 pub struct RobotsGateProxy {
@@ -32,6 +33,8 @@ pub struct RequestContext {
     target: Option<Target>,
     addr: Option<SocketAddr>,
     allowed: Option<Allowed>,
+    /// The pacing turn, held until the response has been sent (dropped with the context).
+    permit: Option<Permit>,
     /// The `X-Robots-Decision` of an answer robotsgate gave itself.
     answered: Option<(Outcome, String)>,
     started: Option<Instant>,
@@ -75,6 +78,15 @@ fn group_key(target: &Target) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     target.origin.hash(&mut hasher);
     hasher.finish()
+}
+
+/// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
+fn request_has_no_body(req: &RequestHeader) -> bool {
+    let length = req
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok());
+    !req.headers.contains_key("transfer-encoding") && length.is_none_or(|l| l.trim() == "0")
 }
 
 fn client_ip(session: &Session) -> Option<IpAddr> {
@@ -121,10 +133,32 @@ impl ProxyHttp for RobotsGateProxy {
             .await;
         ctx.target = Some(target);
         match decision {
-            Decision::Forward { addr, why } => {
-                ctx.addr = Some(addr);
-                ctx.allowed = Some(why);
-                Ok(false)
+            Decision::Forward { addr, why, pace } => {
+                // Queue for the pacing slot; a client that hangs up meanwhile gives up
+                // its place (watching the connection is only safe without a body).
+                let paced = if request_has_no_body(session.req_header()) {
+                    tokio::select! {
+                        paced = self.enforcer.pace(&pace) => paced,
+                        _ = session.downstream_session.read_body_or_idle(true) => {
+                            return Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"));
+                        }
+                    }
+                } else {
+                    self.enforcer.pace(&pace).await
+                };
+                match paced {
+                    Ok(permit) => {
+                        ctx.permit = Some(permit);
+                        ctx.addr = Some(addr);
+                        ctx.allowed = Some(why);
+                        Ok(false)
+                    }
+                    Err(answer) => {
+                        ctx.answered = Some((answer.decision, answer.header.clone()));
+                        respond(session, &answer).await?;
+                        Ok(true)
+                    }
+                }
             }
             Decision::Respond(answer) => {
                 ctx.answered = Some((answer.decision, answer.header.clone()));
@@ -146,6 +180,23 @@ impl ProxyHttp for RobotsGateProxy {
                 "no forward decision",
             )),
         }
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestContext,
+    ) -> Result<()> {
+        if let Some(permit) = &ctx.permit {
+            let retry_after = upstream_response
+                .headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::fetch::retry_after);
+            permit.origin_answered(upstream_response.status.as_u16(), retry_after);
+        }
+        Ok(())
     }
 
     async fn upstream_request_filter(
@@ -181,6 +232,8 @@ impl ProxyHttp for RobotsGateProxy {
             (None, None, _) => Outcome::BadRequest,
         };
         crate::metrics::record_request(outcome, elapsed);
+        // The response is sent: the pacing schedule's clock starts now.
+        ctx.permit = None;
         if !log::log_enabled!(target: "access", log::Level::Info) {
             return;
         }

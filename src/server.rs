@@ -80,7 +80,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut service = Service::new(
             "robotsgate admin".to_string(),
             AdminApp {
-                store: enforcer.store.clone(),
+                enforcer: enforcer.clone(),
             },
         );
         service.add_tcp(&admin.to_string());

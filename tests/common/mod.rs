@@ -62,6 +62,9 @@ pub struct Seen {
     pub method: String,
     pub target: String,
     pub headers: Vec<(String, String)>,
+    /// When the request head had arrived, and when the response was fully written.
+    pub arrived: Instant,
+    pub done: Option<Instant>,
 }
 
 impl Seen {
@@ -146,11 +149,17 @@ impl TestOrigin {
                 .filter_map(|l| l.split_once(':'))
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
                 .collect();
-            self.log.lock().expect("log").push(Seen {
-                method,
-                target: target.clone(),
-                headers,
-            });
+            let index = {
+                let mut log = self.log.lock().expect("log");
+                log.push(Seen {
+                    method,
+                    target: target.clone(),
+                    headers,
+                    arrived: Instant::now(),
+                    done: None,
+                });
+                log.len() - 1
+            };
             let path = target.split('?').next().unwrap_or("").to_string();
             let behaviour = self
                 .routes
@@ -159,7 +168,9 @@ impl TestOrigin {
                 .get(&path)
                 .cloned()
                 .unwrap_or_else(|| Behaviour::ok(&format!("page {target}\n")));
-            if !self.respond(&mut stream, behaviour).await {
+            let keep = self.respond(&mut stream, behaviour).await;
+            self.log.lock().expect("log")[index].done = Some(Instant::now());
+            if !keep {
                 return;
             }
         }

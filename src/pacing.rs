@@ -1,0 +1,356 @@
+//! Pacing: every origin is visited no faster than its robots.txt allows (SPEC §6).
+//!
+//! A *schedule* exists per origin and robots.txt group: crawlers that fall into the same
+//! group share it, crawlers in different groups have their own. Crawl-delay is the
+//! minimum time from the **end** of one download to the **start** of the next, so a
+//! schedule lets one request through at a time:
+//!
+//! 1. An arriving request estimates its wait (time until the next slot, plus one delay
+//!    per request ahead of it). Past `max_wait`, or with `max_queue` requests already
+//!    waiting, it is refused at once (503 + `Retry-After`): memory never grows unbounded.
+//! 2. Otherwise it queues for the schedule's turn. `tokio::sync::Mutex` hands the turn out
+//!    in arrival order (FIFO) and a waiter that is dropped — its client went away —
+//!    leaves the queue without a trace.
+//! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
+//!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
+//!    response has been fully sent; dropping the permit records the end time.
+//!
+//! The delay is `max(floor, Crawl-delay, backoff)`, capped by `ceiling` (a larger
+//! Crawl-delay is clamped and logged, never turned into "disallow all"). An origin's 429
+//! or 503 with `Retry-After` pauses its schedules until then; without it the backoff
+//! doubles (up to the ceiling); a success halves it again. The robots.txt fetch counts as
+//! a request on every schedule of its origin: the first page follows it by one delay.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{seconds, PacingConfig};
+use crate::target::Origin;
+
+/// Which schedule a request belongs to: its origin and its robots.txt group (by the
+/// group's first agent name, stable across refreshes of the file).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ScheduleKey {
+    pub origin: Origin,
+    pub group: String,
+}
+
+#[derive(Debug, Default)]
+struct Timing {
+    /// When the last request (or robots.txt fetch) on this schedule ended.
+    last_end: Option<Instant>,
+    /// The origin asked for a pause (429/503 + Retry-After) until then.
+    paused_until: Option<Instant>,
+    /// Extra delay from 429/503 without Retry-After; doubles, decays on success.
+    backoff: Duration,
+    /// The delay in force, for the wait estimate of newcomers.
+    delay: Duration,
+}
+
+struct Schedule {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    timing: Mutex<Timing>,
+    /// Requests waiting for or holding the turn.
+    pending: AtomicUsize,
+}
+
+/// Why a request was not queued.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refused {
+    QueueFull { retry_after: Duration },
+    WaitTooLong { retry_after: Duration },
+}
+
+impl Refused {
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Refused::QueueFull { retry_after } | Refused::WaitTooLong { retry_after } => {
+                *retry_after
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::QueueFull { .. } => f.write_str("pacing queue full"),
+            Refused::WaitTooLong { retry_after } => {
+                write!(
+                    f,
+                    "pacing wait of {:.1} s would exceed the limit",
+                    retry_after.as_secs_f64()
+                )
+            }
+        }
+    }
+}
+
+/// The turn on a schedule, held until the response has been sent.
+pub struct Permit {
+    schedule: Arc<Schedule>,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+    /// How long the request waited for its slot.
+    pub waited: Duration,
+    ceiling: Duration,
+}
+
+impl Permit {
+    /// Tells the schedule how the origin answered (429/503 back off, success decays).
+    pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
+        let mut t = lock(&self.schedule.timing);
+        match (status, retry_after) {
+            (429 | 503, Some(wait)) => {
+                let until = Instant::now() + wait.min(self.ceiling);
+                t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+            }
+            (429 | 503, None) => {
+                let base = t.delay.max(Duration::from_secs(1));
+                t.backoff = (t.backoff * 2).max(base).min(self.ceiling);
+            }
+            _ => t.backoff /= 2,
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        lock(&self.schedule.timing).last_end = Some(Instant::now());
+        self.schedule.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Decrements `pending` if the waiting future is dropped before it gets its turn.
+struct Waiting<'a>(&'a Schedule, bool);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+pub struct Pacer {
+    config: PacingConfig,
+    schedules: Mutex<HashMap<ScheduleKey, Arc<Schedule>>>,
+}
+
+impl Pacer {
+    pub fn new(config: PacingConfig) -> Pacer {
+        Pacer {
+            config,
+            schedules: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The delay for a schedule given the robots.txt Crawl-delay (seconds).
+    pub fn delay_for(&self, key: &ScheduleKey, crawl_delay: Option<f64>) -> Duration {
+        let floor = seconds(self.config.floor_seconds);
+        let ceiling = seconds(self.config.ceiling_seconds);
+        let asked = crawl_delay.map_or(Duration::ZERO, seconds);
+        if asked > ceiling {
+            log::warn!(
+                "Crawl-delay {:.1} s of {} (group {}) is above the ceiling; pacing at {:.1} s",
+                asked.as_secs_f64(),
+                key.origin,
+                key.group,
+                ceiling.as_secs_f64()
+            );
+        }
+        floor.max(asked).min(ceiling)
+    }
+
+    fn schedule(&self, key: &ScheduleKey) -> Arc<Schedule> {
+        let mut map = lock(&self.schedules);
+        if map.len() >= self.config.max_schedules {
+            // Idle schedules (nobody waiting, last request long past every delay) go first.
+            let now = Instant::now();
+            let ceiling = seconds(self.config.ceiling_seconds);
+            map.retain(|_, s| {
+                s.pending.load(Ordering::Acquire) > 0
+                    || lock(&s.timing)
+                        .last_end
+                        .is_some_and(|end| now.duration_since(end) < ceiling)
+            });
+        }
+        map.entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Schedule {
+                    turn: Arc::new(tokio::sync::Mutex::new(())),
+                    timing: Mutex::new(Timing::default()),
+                    pending: AtomicUsize::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Waits for the schedule's next slot; `Err` when the wait would be too long or the
+    /// queue is full. `robots_fetched_at` is when the origin's robots.txt was last
+    /// fetched: that fetch counts as the schedule's previous request.
+    pub async fn acquire(
+        &self,
+        key: &ScheduleKey,
+        delay: Duration,
+        robots_fetched_at: Option<Instant>,
+    ) -> Result<Permit, Refused> {
+        let schedule = self.schedule(key);
+        let now = Instant::now();
+        let (estimate, ceiling) = {
+            let mut t = lock(&schedule.timing);
+            if let Some(fetched) = robots_fetched_at {
+                t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
+            }
+            t.delay = delay;
+            let effective = delay.max(t.backoff);
+            let next_slot = [t.last_end.map(|e| e + effective), t.paused_until]
+                .into_iter()
+                .flatten()
+                .max()
+                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+            let ahead = schedule.pending.load(Ordering::Acquire) as u32;
+            (
+                next_slot + effective * ahead,
+                seconds(self.config.ceiling_seconds),
+            )
+        };
+        let retry_after = estimate.max(Duration::from_secs(1));
+        if schedule.pending.load(Ordering::Acquire) >= self.config.max_queue {
+            return Err(Refused::QueueFull { retry_after });
+        }
+        if estimate > seconds(self.config.max_wait_seconds) {
+            return Err(Refused::WaitTooLong { retry_after });
+        }
+        schedule.pending.fetch_add(1, Ordering::AcqRel);
+        let mut waiting = Waiting(&schedule, false);
+        let turn = schedule.turn.clone().lock_owned().await;
+        // Holding the turn: sleep out the delay since the previous request ended.
+        loop {
+            let wake = {
+                let t = lock(&schedule.timing);
+                let effective = t.delay.max(t.backoff);
+                [t.last_end.map(|e| e + effective), t.paused_until]
+                    .into_iter()
+                    .flatten()
+                    .max()
+            };
+            match wake {
+                Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
+                _ => break,
+            }
+        }
+        waiting.1 = true;
+        Ok(Permit {
+            schedule: schedule.clone(),
+            _turn: turn,
+            waited: now.elapsed(),
+            ceiling,
+        })
+    }
+
+    /// Requests waiting for or holding a turn, over all schedules (a gauge).
+    pub fn queued(&self) -> usize {
+        lock(&self.schedules)
+            .values()
+            .map(|s| s.pending.load(Ordering::Acquire))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16, group: &str) -> ScheduleKey {
+        ScheduleKey {
+            origin: crate::target::parse_authority(
+                &format!("127.0.0.1:{port}"),
+                crate::target::Scheme::Http,
+            )
+            .expect("origin"),
+            group: group.into(),
+        }
+    }
+
+    fn pacer() -> Pacer {
+        Pacer::new(PacingConfig {
+            max_wait_seconds: 10.0,
+            max_queue: 3,
+            ..PacingConfig::default()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_start_waits_for_previous_end_plus_delay() {
+        let p = pacer();
+        let k = key(1, "*");
+        let d = Duration::from_millis(500);
+        let start = Instant::now();
+        drop(p.acquire(&k, d, None).await.expect("first"));
+        let second = p.acquire(&k, d, None).await.expect("second");
+        assert_eq!(second.waited, d);
+        assert_eq!(start.elapsed(), d);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delays_clamp_to_floor_and_ceiling() {
+        let p = Pacer::new(PacingConfig {
+            floor_seconds: 0.2,
+            ceiling_seconds: 30.0,
+            ..PacingConfig::default()
+        });
+        let k = key(1, "*");
+        assert_eq!(p.delay_for(&k, None), Duration::from_millis(200));
+        assert_eq!(p.delay_for(&k, Some(4.5)), Duration::from_millis(4500));
+        assert_eq!(p.delay_for(&k, Some(86_400.0)), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_and_wait_bounds_refuse_with_retry_after() {
+        let p = pacer();
+        let k = key(2, "*");
+        let d = Duration::from_secs(2);
+        let held = p.acquire(&k, d, None).await.expect("first");
+        // One in flight: the next would wait one delay after it ends (≥ 2 s).
+        let refused = p
+            .acquire(&k, Duration::from_secs(20), None)
+            .await
+            .err()
+            .expect("too long");
+        assert!(matches!(refused, Refused::WaitTooLong { .. }));
+        assert_eq!(refused.retry_after(), Duration::from_secs(20));
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pause_from_retry_after_and_backoff() {
+        let p = pacer();
+        let k = key(3, "*");
+        let permit = p.acquire(&k, Duration::ZERO, None).await.expect("first");
+        permit.origin_answered(429, Some(Duration::from_secs(3)));
+        drop(permit);
+        let start = Instant::now();
+        let permit = p
+            .acquire(&k, Duration::ZERO, None)
+            .await
+            .expect("after pause");
+        assert!(start.elapsed() >= Duration::from_secs(3) - Duration::from_millis(1));
+        permit.origin_answered(503, None);
+        drop(permit);
+        let start = Instant::now();
+        let permit = p
+            .acquire(&k, Duration::ZERO, None)
+            .await
+            .expect("after backoff");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        permit.origin_answered(200, None);
+    }
+}

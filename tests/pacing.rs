@@ -1,0 +1,277 @@
+//! Pacing by Crawl-delay over real sockets: the origin logs when each request arrives and
+//! when its response was written, and the gaps are checked there, not at the client.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
+
+/// Requests for `prefix` at the origin, in arrival order.
+fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = origin
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.starts_with(prefix))
+        .collect();
+    seen.sort_by_key(|s| s.arrived);
+    seen
+}
+
+/// Smallest gap between one request's response end and the next request's arrival.
+fn min_gap(seen: &[Seen]) -> Duration {
+    seen.windows(2)
+        .map(|w| {
+            w[1].arrived
+                .saturating_duration_since(w[0].done.expect("completed"))
+        })
+        .min()
+        .unwrap_or(Duration::MAX)
+}
+
+async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec<u16> {
+    let client = proxy.client();
+    let handles: Vec<_> = urls
+        .into_iter()
+        .map(|(url, ua)| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .get(url)
+                    .header("User-Agent", ua)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for handle in handles {
+        statuses.push(handle.await.expect("task").expect("request"));
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_clients_are_spaced_by_crawl_delay() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    // Fetch robots.txt first: the timed run then measures pacing alone.
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let start = Instant::now();
+    let statuses = concurrent(
+        &proxy,
+        (0..8)
+            .map(|i| (origin.url(&format!("/p/{i}")), "ExampleBot/1.0"))
+            .collect(),
+    )
+    .await;
+    let elapsed = start.elapsed();
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let seen = pages(&origin, "/p/");
+    assert_eq!(seen.len(), 8);
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(500),
+        "gap {:?}",
+        min_gap(&seen)
+    );
+    // Ideal: 8 slots of 0.5 s (the first follows /warm by one delay).
+    let ideal = Duration::from_millis(8 * 500);
+    assert!(
+        elapsed < ideal.mul_f64(1.2),
+        "{elapsed:?} vs ideal {ideal:?}"
+    );
+    // The first page also kept its distance from the robots.txt fetch.
+    let robots = origin
+        .seen()
+        .into_iter()
+        .find(|s| s.target == "/robots.txt")
+        .expect("robots");
+    assert!(
+        pages(&origin, "/warm")[0]
+            .arrived
+            .duration_since(robots.done.expect("done"))
+            >= Duration::from_millis(500)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_origins_are_paced_independently_and_in_parallel() {
+    let robots = "User-agent: *\nCrawl-delay: 0.5\n";
+    let a = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let b = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    let start = Instant::now();
+    let urls = (0..4)
+        .flat_map(|i| {
+            [
+                (a.url(&format!("/p/{i}")), "X/1"),
+                (b.url(&format!("/p/{i}")), "X/1"),
+            ]
+        })
+        .collect();
+    let statuses = concurrent(&proxy, urls).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    for origin in [&a, &b] {
+        assert!(min_gap(&pages(origin, "/p/")) >= Duration::from_millis(500));
+    }
+    // In parallel: ~4 slots, not 8.
+    assert!(
+        start.elapsed() < Duration::from_millis(3000),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crawlers_in_different_groups_have_their_own_schedules() {
+    let robots = "User-agent: SlowBot\nCrawl-delay: 1\n\nUser-agent: *\nCrawl-delay: 1\n";
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(
+        curl(&proxy, &origin.url("/warm"), &["-A", "SlowBot/1"]).0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let start = Instant::now();
+    let statuses = concurrent(
+        &proxy,
+        vec![
+            (origin.url("/slow/1"), "SlowBot/1"),
+            (origin.url("/other/1"), "OtherBot/1"),
+        ],
+    )
+    .await;
+    assert_eq!(statuses, [200, 200]);
+    // Different groups: neither waited for the other's delay.
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_and_wait_bounds_answer_503_with_retry_after() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 2\n"),
+    )])
+    .await;
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 3\n    max_queue: 100\n");
+    // Right after the robots.txt fetch, the first page waits ~2 s; a second would wait ~4 s.
+    let first = tokio::spawn({
+        let client = proxy.client();
+        let url = origin.url("/one");
+        async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 1).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, head, body) = curl(&proxy, &origin.url("/two"), &[]);
+    assert_eq!(status, 503, "{head}{body}");
+    let retry: u64 = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Retry-After");
+    assert!((3..=5).contains(&retry), "Retry-After {retry}");
+    assert!(head.contains("paced; reason=wait-too-long"), "{head}");
+    assert_eq!(first.await.expect("task").expect("request"), 200);
+    assert_eq!(origin.count("/two"), 0);
+
+    // Queue bound: one may wait, the next is refused at once.
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 30\n    max_queue: 1\n");
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 1\n"),
+    )])
+    .await;
+    let waiting = tokio::spawn({
+        let client = proxy.client();
+        let url = origin.url("/queued");
+        async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 1).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, head, _) = curl(&proxy, &origin.url("/refused"), &[]);
+    assert_eq!(status, 503);
+    assert!(
+        head.contains("reason=queue-full") && head.contains("Retry-After: "),
+        "{head}"
+    );
+    assert_eq!(waiting.await.expect("task").expect("request"), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_gives_up_its_place() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 1.5\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(curl(&proxy, &origin.url("/first"), &[]).0, 200);
+    // Queued behind /first's delay, then gone after 0.3 s.
+    let (status, _, _) = curl(&proxy, &origin.url("/impatient"), &["--max-time", "0.3"]);
+    assert_eq!(status, 0);
+    let start = Instant::now();
+    assert_eq!(curl(&proxy, &origin.url("/patient"), &[]).0, 200);
+    // /patient took the slot right after /first's delay, not one more delay later.
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        origin.count("/impatient"),
+        0,
+        "a request whose client left never reaches the origin"
+    );
+    let first = pages(&origin, "/first");
+    let patient = pages(&origin, "/patient");
+    assert!(
+        patient[0]
+            .arrived
+            .duration_since(first[0].done.expect("done"))
+            >= Duration::from_millis(1500)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_429_with_retry_after_pauses_the_schedule() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        (
+            "/busy",
+            Behaviour::Respond {
+                status: 429,
+                headers: vec![("Retry-After".into(), "2".into())],
+                body: b"slow down".to_vec(),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(curl(&proxy, &origin.url("/busy"), &[]).0, 429);
+    let after_429 = Instant::now();
+    assert_eq!(curl(&proxy, &origin.url("/next"), &[]).0, 200);
+    assert!(
+        after_429.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        after_429.elapsed()
+    );
+    let busy = pages(&origin, "/busy");
+    let next = pages(&origin, "/next");
+    assert!(
+        next[0].arrived.duration_since(busy[0].done.expect("done")) >= Duration::from_millis(1900)
+    );
+}
