@@ -122,6 +122,9 @@ pub struct PacingConfig {
     pub floor_seconds: f64,
     /// Largest delay applied; a larger Crawl-delay is clamped (and logged).
     pub ceiling_seconds: f64,
+    /// Added to every non-zero delay: absorbs timer and scheduling jitter on both sides,
+    /// so an origin timing its own requests never sees a gap below its Crawl-delay.
+    pub margin_seconds: f64,
     /// A request whose expected wait is longer is answered 503 at once.
     pub max_wait_seconds: f64,
     /// Most requests waiting on one schedule; more are answered 503 at once.
@@ -135,6 +138,7 @@ impl Default for PacingConfig {
         PacingConfig {
             floor_seconds: 0.0,
             ceiling_seconds: 120.0,
+            margin_seconds: 0.005,
             max_wait_seconds: 60.0,
             max_queue: 256,
             max_schedules: 100_000,
@@ -347,6 +351,11 @@ impl Config {
         {
             return Err(ConfigError(
                 "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds".into(),
+            ));
+        }
+        if !(p.margin_seconds >= 0.0 && p.margin_seconds < 1.0) {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.margin_seconds`: must be between 0 and 1".into(),
             ));
         }
         if !(p.max_wait_seconds >= 0.0 && p.max_wait_seconds.is_finite()) {

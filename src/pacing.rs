@@ -16,7 +16,9 @@
 //!    response has been fully sent; dropping the permit records the end time.
 //!
 //! The delay is `max(floor, Crawl-delay, backoff)`, capped by `ceiling` (a larger
-//! Crawl-delay is clamped and logged, never turned into "disallow all"). An origin's 429
+//! Crawl-delay is clamped and logged, never turned into "disallow all"), plus a small
+//! `margin` (5 ms) so that timer and scheduling jitter never shows at the origin as a gap
+//! below the delay. An origin's 429
 //! or 503 with `Retry-After` pauses its schedules until then; without it the backoff
 //! doubles (up to the ceiling); a success halves it again. The robots.txt fetch counts as
 //! a request on every schedule of its origin: the first page follows it by one delay.
@@ -166,7 +168,12 @@ impl Pacer {
                 ceiling.as_secs_f64()
             );
         }
-        floor.max(asked).min(ceiling)
+        let delay = floor.max(asked).min(ceiling);
+        if delay.is_zero() {
+            delay
+        } else {
+            delay + seconds(self.config.margin_seconds)
+        }
     }
 
     fn schedule(&self, key: &ScheduleKey) -> Arc<Schedule> {

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Pacing under load: thousands of requests over 50 origins with mixed Crawl-delays.
+
+Starts 50 origins on 127.0.0.1 (asyncio), each with `Crawl-delay` 0.05, 0.1 or 0.2 s and
+logging when each request arrived and when its response was written; starts robotsgate
+(release build) in front of them; fires the requests at once through the proxy with a
+bounded number in flight. Then, at every origin, checks every gap between one
+response's end and the next request's arrival (the robots.txt fetch included) against
+the delay and prints: requests, origins, violations, smallest gap/delay ratio, and the
+mean excess wait over the ideal schedule. Exits 1 on any violation.
+
+Usage: bench/pacing_load.py [--requests 3000] [--origins 50] [--in-flight 300]
+"""
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DELAYS = [0.05, 0.1, 0.2]
+
+
+class Origin:
+    def __init__(self, delay):
+        self.delay = delay
+        self.log = []  # (path, arrived, done)
+
+    async def handle(self, reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrived = time.monotonic()
+                path = head.split(b" ", 2)[1].decode()
+                body = (f"User-agent: *\nCrawl-delay: {self.delay}\n" if path == "/robots.txt" else f"page {path}\n").encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                # write() hands the bytes to the kernel at once when it can: that is the
+                # response's end as the origin knows it (drain() returns later, after the
+                # event loop gets round to it, which would overstate the end).
+                done = time.monotonic()
+                self.log.append((path, arrived, done))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def serve_origins(count, ports_out, logs_out, stop):
+    """Runs the origins in a process of their own, so the load generator's work does not
+    delay their timestamps; sends their logs back when `stop` is set."""
+
+    async def run():
+        origins, servers = [], []
+        for i in range(count):
+            origin = Origin(DELAYS[i % len(DELAYS)])
+            server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
+            origin.port = server.sockets[0].getsockname()[1]
+            origins.append(origin)
+            servers.append(server)
+        ports_out.put([(o.port, o.delay) for o in origins])
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        logs_out.put([(o.port, o.delay, o.log) for o in origins])
+        for server in servers:
+            server.close()
+
+    asyncio.run(run())
+
+
+async def fetch(proxy_port, url, host):
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
+    writer.write(f"GET {url} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: LoadBot/1.0\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    return int(data.split(b" ", 2)[1]) if data else 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def main(args):
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    ports_q, logs_q, stop = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
+    origin_process = multiprocessing.Process(target=serve_origins, args=(args.origins, ports_q, logs_q, stop))
+    origin_process.start()
+    origin_ports = ports_q.get(timeout=20)
+
+    work = tempfile.mkdtemp(prefix="robotsgate-pacing-")
+    conf = f"{work}/rg.yaml"
+    with open(conf, "w") as f:
+        f.write(f"version: 1\nthreads: 2\npid_file: {work}/pid\nupgrade_sock: {work}/sock\ngrace_period_seconds: 0\n"
+                f"graceful_shutdown_timeout_seconds: 1\nrobotsgate:\n  admin_listen: null\n"
+                f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n")
+    port = free_port()
+    proxy = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen", f"127.0.0.1:{port}",
+                              "--allow-destination", "127.0.0.0/8"], env={**os.environ, "RUST_LOG": "warn"},
+                             stderr=open(f"{work}/rg.log", "w"))
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit("robotsgate did not start")
+                await asyncio.sleep(0.05)
+
+        limit = asyncio.Semaphore(args.in_flight)
+
+        async def one(n):
+            origin_port = origin_ports[n % len(origin_ports)][0]
+            host = f"127.0.0.1:{origin_port}"
+            async with limit:
+                return await fetch(port, f"http://{host}/page/{n}", host)
+
+        start = time.monotonic()
+        statuses = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(args.requests))), timeout=args.timeout)
+        elapsed = time.monotonic() - start
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        try:
+            proxy.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+        stop.set()
+        logs = logs_q.get(timeout=20)
+        origin_process.join(timeout=5)
+
+    violations, excess, ratios, gaps = 0, [], [], 0
+    for port, delay, log in logs:
+        log = sorted(log, key=lambda e: e[1])
+        for prev, nxt in zip(log, log[1:]):
+            gap = nxt[1] - prev[2]
+            gaps += 1
+            ratios.append(gap / delay)
+            excess.append(gap - delay)
+            if gap < delay:
+                violations += 1
+                print(f"violation at :{port}: {prev[0]} -> {nxt[0]} gap {gap * 1000:.1f} ms < {delay * 1000:.0f} ms")
+    ok = sum(1 for s in statuses if s == 200)
+    print(f"requests {len(statuses)} (200: {ok}, other: {len(statuses) - ok}), origins {len(logs)}, "
+          f"delays {DELAYS} s, wall {elapsed:.1f} s")
+    print(f"gaps checked {gaps}, violations {violations}, smallest gap/delay {min(ratios):.3f}, "
+          f"mean excess wait over ideal {sum(excess) / len(excess) * 1000:.2f} ms per request")
+    return 1 if violations or ok != len(statuses) else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--origins", type=int, default=50)
+    parser.add_argument("--in-flight", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=300)
+    sys.exit(asyncio.run(main(parser.parse_args())))
