@@ -312,12 +312,17 @@ mod tests {
         let p = Pacer::new(PacingConfig {
             floor_seconds: 0.2,
             ceiling_seconds: 30.0,
+            margin_seconds: 0.0,
             ..PacingConfig::default()
         });
         let k = key(1, "*");
         assert_eq!(p.delay_for(&k, None), Duration::from_millis(200));
         assert_eq!(p.delay_for(&k, Some(4.5)), Duration::from_millis(4500));
         assert_eq!(p.delay_for(&k, Some(86_400.0)), Duration::from_secs(30));
+        // The default margin is added to non-zero delays only.
+        let p = Pacer::new(PacingConfig::default());
+        assert_eq!(p.delay_for(&k, None), Duration::ZERO);
+        assert_eq!(p.delay_for(&k, Some(0.5)), Duration::from_millis(505));
     }
 
     #[tokio::test(start_paused = true)]
