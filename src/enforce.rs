@@ -190,14 +190,15 @@ impl Enforcer {
                 format!("robotsgate: {e}"),
             )),
         };
-        let robots_url = origin.robots_url();
+        // Only answers name the robots.txt URL: format it only for them.
+        let robots_url = || origin.robots_url();
         match &snapshot.policy {
             Policy::Rules { robots, body } => {
                 if target.path.is_robots_txt() && !snapshot.is_stale_copy() {
                     return Decision::Respond(Answer {
                         status: 200,
                         decision: Outcome::RobotsTxtCached,
-                        header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
+                        header: format!("robots-txt-from-cache; robots=\"{}\"", robots_url()),
                         content_type: "text/plain",
                         body: body.clone(),
                         retry_after: None,
@@ -221,6 +222,7 @@ impl Enforcer {
                     };
                     return forward(why, group_name, robots.crawl_delay(group));
                 }
+                let robots_url = robots_url();
                 let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
                 let line = verdict.rule().map_or(0, |r| r.line);
                 let pattern = verdict.rule().map(|r| r.pattern.as_str()).unwrap_or("");
@@ -248,7 +250,7 @@ impl Enforcer {
                 let mut answer = Answer::text(
                     503,
                     Outcome::RobotsUnreachable,
-                    format!("robots-unreachable; robots=\"{robots_url}\"; retry-after={retry}"),
+                    format!("robots-unreachable; robots=\"{}\"; retry-after={retry}", robots_url()),
                     format!("robotsgate: {why}; nothing on {origin} may be fetched until it can be read. Retry in {retry} s."),
                 );
                 answer.retry_after = Some(retry);
