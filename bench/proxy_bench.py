@@ -58,7 +58,7 @@ def ensure_tools():
 
 
 def ms(value):
-    found = re.match(r"([\d.]+)(us|ms|s|m)$", value)
+    found = re.match(r"([\d.]+)(us|ms|s|m)", value)
     if not found:
         return float("nan")
     number, unit = found.groups()
@@ -104,7 +104,10 @@ def main():
         with open(f"{work}/www/index.html", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
         with open(f"{work}/www/robots.txt", "w") as f:
-            f.write(open(f"{ROOT}/tests/data/large_robots.txt").read())
+            # The large benchmark file without its Crawl-delay lines: this measures the
+            # per-request cost of cached decisions, not pacing (bench/pacing_load.py does).
+            rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
+            f.write("\n".join(l for l in rules if not l.lower().startswith("crawl-delay")) + "\n")
         with open(f"{work}/nginx.conf", "w") as f:
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}

@@ -15,6 +15,9 @@
 //!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
 //!    response has been fully sent; dropping the permit records the end time.
 //!
+//! With no delay in force (no Crawl-delay, floor 0, no backoff or pause) a schedule does
+//! not serialise anything: requests go upstream concurrently.
+//!
 //! The delay is `max(floor, Crawl-delay, backoff)`, capped by `ceiling` (a larger
 //! Crawl-delay is clamped and logged, never turned into "disallow all"), plus a small
 //! `margin` (5 ms) so that timer and scheduling jitter never shows at the origin as a gap
@@ -92,10 +95,12 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// The turn on a schedule, held until the response has been sent.
+/// Leave to go upstream, held until the response has been sent. On a paced schedule it
+/// is the schedule's one turn; with no delay in force it holds nothing (requests run
+/// concurrently) but still carries the origin's answer back to the schedule.
 pub struct Permit {
     schedule: Arc<Schedule>,
-    _turn: tokio::sync::OwnedMutexGuard<()>,
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// How long the request waited for its slot.
     pub waited: Duration,
     ceiling: Duration,
@@ -122,7 +127,9 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        self.schedule.pending.fetch_sub(1, Ordering::AcqRel);
+        if self.turn.is_some() {
+            self.schedule.pending.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -211,23 +218,31 @@ impl Pacer {
     ) -> Result<Permit, Refused> {
         let schedule = self.schedule(key);
         let now = Instant::now();
-        let (estimate, ceiling) = {
+        let ceiling = seconds(self.config.ceiling_seconds);
+        let estimate = {
             let mut t = lock(&schedule.timing);
             if let Some(fetched) = robots_fetched_at {
                 t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
             }
             t.delay = delay;
             let effective = delay.max(t.backoff);
+            // No delay, no backoff, no pause: pacing is off, requests run concurrently.
+            if effective.is_zero() && t.paused_until.is_none_or(|until| until <= now) {
+                drop(t);
+                return Ok(Permit {
+                    schedule,
+                    turn: None,
+                    waited: Duration::ZERO,
+                    ceiling,
+                });
+            }
             let next_slot = [t.last_end.map(|e| e + effective), t.paused_until]
                 .into_iter()
                 .flatten()
                 .max()
                 .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
             let ahead = schedule.pending.load(Ordering::Acquire) as u32;
-            (
-                next_slot + effective * ahead,
-                seconds(self.config.ceiling_seconds),
-            )
+            next_slot + effective * ahead
         };
         let retry_after = estimate.max(Duration::from_secs(1));
         if schedule.pending.load(Ordering::Acquire) >= self.config.max_queue {
@@ -257,7 +272,7 @@ impl Pacer {
         waiting.1 = true;
         Ok(Permit {
             schedule: schedule.clone(),
-            _turn: turn,
+            turn: Some(turn),
             waited: now.elapsed(),
             ceiling,
         })
@@ -305,6 +320,23 @@ mod tests {
         let second = p.acquire(&k, d, None).await.expect("second");
         assert_eq!(second.waited, d);
         assert_eq!(start.elapsed(), d);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_delay_means_no_serialisation() {
+        let p = pacer();
+        let k = key(4, "*");
+        let a = p.acquire(&k, Duration::ZERO, None).await.expect("a");
+        let b = p.acquire(&k, Duration::ZERO, None).await.expect("b");
+        assert_eq!((a.waited, b.waited), (Duration::ZERO, Duration::ZERO));
+        assert_eq!(p.queued(), 0);
+        // A 503 without Retry-After switches pacing on for the schedule.
+        a.origin_answered(503, None);
+        drop((a, b));
+        let start = Instant::now();
+        let c = p.acquire(&k, Duration::ZERO, None).await.expect("c");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        drop(c);
     }
 
     #[tokio::test(start_paused = true)]

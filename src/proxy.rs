@@ -138,6 +138,9 @@ impl ProxyHttp for RobotsGateProxy {
                 // its place (watching the connection is only safe without a body).
                 let paced = if request_has_no_body(session.req_header()) {
                     tokio::select! {
+                        // Pace first: an immediate permit (no delay in force) never touches
+                        // the client socket; only real waits watch it for a hang-up.
+                        biased;
                         paced = self.enforcer.pace(&pace) => paced,
                         _ = session.downstream_session.read_body_or_idle(true) => {
                             return Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"));

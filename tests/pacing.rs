@@ -275,3 +275,36 @@ async fn origin_429_with_retry_after_pauses_the_schedule() {
         next[0].arrived.duration_since(busy[0].done.expect("done")) >= Duration::from_millis(1900)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_crawl_delay_requests_are_not_serialised() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        (
+            "/slow",
+            Behaviour::Delayed {
+                delay: Duration::from_millis(600),
+                body: b"slow\n".to_vec(),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let start = Instant::now();
+    let statuses = concurrent(
+        &proxy,
+        (0..4).map(|_| (origin.url("/slow"), "X/1")).collect(),
+    )
+    .await;
+    assert_eq!(statuses, [200; 4]);
+    // Four 0.6 s responses side by side, not one after another.
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+}
