@@ -20,7 +20,7 @@ use crate::dns::Resolver;
 use crate::egress::EgressPolicy;
 use crate::fetch::Fetcher;
 use crate::metrics::Outcome;
-use crate::pacing::{Pacer, Permit, ScheduleKey};
+use crate::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
 use crate::robots::{GroupId, Reason, RobotsTxt};
 use crate::store::{Policy, RobotsStore};
 use crate::target::Target;
@@ -275,16 +275,20 @@ impl Enforcer {
                 Ok(permit)
             }
             Err(refused) => {
-                let retry = refused.retry_after().as_secs_f64().ceil().max(1.0) as u64;
-                let reason = match refused {
-                    crate::pacing::Refused::QueueFull { .. } => "queue-full",
-                    crate::pacing::Refused::WaitTooLong { .. } => "wait-too-long",
+                let retry = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                let reason = match refused.reason {
+                    RefusalReason::QueueFull => "queue-full",
+                    RefusalReason::WaitTooLong => "wait-too-long",
                 };
+                let backoff = refused
+                    .backed_off_for
+                    .map(|b| format!("; backed-off-for={:.1}", b.as_secs_f64()))
+                    .unwrap_or_default();
                 let mut answer = Answer::text(
                     503,
                     Outcome::PacedRejected,
                     format!(
-                        "paced; reason={reason}; delay={:.3}; retry-after={retry}",
+                        "paced; reason={reason}; delay={:.3}; retry-after={retry}{backoff}",
                         pace.delay.as_secs_f64()
                     ),
                     format!(

@@ -64,34 +64,40 @@ struct Schedule {
 }
 
 /// Why a request was not queued.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Refused {
-    QueueFull { retry_after: Duration },
-    WaitTooLong { retry_after: Duration },
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalReason {
+    QueueFull,
+    WaitTooLong,
 }
 
-impl Refused {
-    pub fn retry_after(&self) -> Duration {
-        match self {
-            Refused::QueueFull { retry_after } | Refused::WaitTooLong { retry_after } => {
-                *retry_after
-            }
-        }
-    }
+/// A request refused by pacing: why, when to come back, and whether the origin's own
+/// 429/503 is what slowed the schedule down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    pub reason: RefusalReason,
+    pub retry_after: Duration,
+    /// Remaining pause the origin asked for (or backoff in force), if any.
+    pub backed_off_for: Option<Duration>,
 }
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refused::QueueFull { .. } => f.write_str("pacing queue full"),
-            Refused::WaitTooLong { retry_after } => {
-                write!(
-                    f,
-                    "pacing wait of {:.1} s would exceed the limit",
-                    retry_after.as_secs_f64()
-                )
-            }
+        match self.reason {
+            RefusalReason::QueueFull => f.write_str("pacing queue full")?,
+            RefusalReason::WaitTooLong => write!(
+                f,
+                "pacing wait of {:.1} s would exceed the limit",
+                self.retry_after.as_secs_f64()
+            )?,
         }
+        if let Some(backoff) = self.backed_off_for {
+            write!(
+                f,
+                " (origin asked to back off for {:.1} s)",
+                backoff.as_secs_f64()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -219,7 +225,7 @@ impl Pacer {
         let schedule = self.schedule(key);
         let now = Instant::now();
         let ceiling = seconds(self.config.ceiling_seconds);
-        let estimate = {
+        let (estimate, backed_off_for) = {
             let mut t = lock(&schedule.timing);
             if let Some(fetched) = robots_fetched_at {
                 t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
@@ -242,14 +248,28 @@ impl Pacer {
                 .max()
                 .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
             let ahead = schedule.pending.load(Ordering::Acquire) as u32;
-            next_slot + effective * ahead
+            let pause = t
+                .paused_until
+                .map(|until| until.saturating_duration_since(now));
+            let backed_off_for = pause
+                .filter(|p| !p.is_zero())
+                .or((!t.backoff.is_zero()).then_some(t.backoff));
+            (next_slot + effective * ahead, backed_off_for)
         };
         let retry_after = estimate.max(Duration::from_secs(1));
         if schedule.pending.load(Ordering::Acquire) >= self.config.max_queue {
-            return Err(Refused::QueueFull { retry_after });
+            return Err(Refused {
+                reason: RefusalReason::QueueFull,
+                retry_after,
+                backed_off_for,
+            });
         }
         if estimate > seconds(self.config.max_wait_seconds) {
-            return Err(Refused::WaitTooLong { retry_after });
+            return Err(Refused {
+                reason: RefusalReason::WaitTooLong,
+                retry_after,
+                backed_off_for,
+            });
         }
         schedule.pending.fetch_add(1, Ordering::AcqRel);
         let mut waiting = Waiting(&schedule, false);
@@ -369,8 +389,8 @@ mod tests {
             .await
             .err()
             .expect("too long");
-        assert!(matches!(refused, Refused::WaitTooLong { .. }));
-        assert_eq!(refused.retry_after(), Duration::from_secs(20));
+        assert_eq!(refused.reason, RefusalReason::WaitTooLong);
+        assert_eq!(refused.retry_after, Duration::from_secs(20));
         drop(held);
     }
 

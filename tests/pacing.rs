@@ -308,3 +308,26 @@ async fn without_crawl_delay_requests_are_not_serialised() {
         start.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_during_an_origin_pause_says_so() {
+    let origin = TestOrigin::start(vec![(
+        "/busy",
+        Behaviour::Respond {
+            status: 503,
+            headers: vec![("Retry-After".into(), "30".into())],
+            body: b"maintenance".to_vec(),
+        },
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 5\n");
+    assert_eq!(curl(&proxy, &origin.url("/busy"), &[]).0, 503);
+    let (status, head, body) = curl(&proxy, &origin.url("/later"), &[]);
+    assert_eq!(status, 503);
+    assert!(
+        head.contains("reason=wait-too-long") && head.contains("backed-off-for="),
+        "{head}"
+    );
+    assert!(body.contains("origin asked to back off"), "{body}");
+    assert_eq!(origin.count("/later"), 0);
+}
