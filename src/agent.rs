@@ -26,8 +26,9 @@ pub enum Tokens<'a> {
     None,
 }
 
+#[cfg(test)]
 impl Tokens<'_> {
-    pub fn as_slice(&self) -> Vec<&str> {
+    fn as_slice(&self) -> Vec<&str> {
         match self {
             Tokens::Configured(list) => list.iter().map(String::as_str).collect(),
             Tokens::FromHeader(one) => one.to_vec(),

@@ -60,9 +60,8 @@ pub struct Snapshot {
     pub retry_at: Option<Instant>,
     /// Consecutive failures, for the backoff.
     pub failures: u32,
-    /// The last fetch's outcome, for operators (`/check`, logs).
+    /// The last fetch's outcome, for operators (logs, 503 bodies).
     pub last_outcome: String,
-    pub last_outcome_class: &'static str,
 }
 
 impl Snapshot {
@@ -82,7 +81,6 @@ struct Entry {
 /// Counters the metrics module reads.
 #[derive(Default)]
 pub struct StoreStats {
-    pub fetches: AtomicU64,
     pub single_flight_joins: AtomicU64,
     pub evictions: AtomicU64,
 }
@@ -147,19 +145,6 @@ impl RobotsStore {
         self.len() == 0
     }
 
-    /// The current snapshot without fetching, if any.
-    pub fn peek(&self, origin: &Origin) -> Option<Arc<Snapshot>> {
-        self.entry(origin).state.load_full()
-    }
-
-    /// Drops an origin's entry (the next request fetches anew).
-    pub fn purge(&self, origin: &Origin) {
-        self.shard(origin)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop(origin);
-    }
-
     /// The policy to apply to a request for `origin` now, fetching if there is none.
     pub async fn get(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
         let entry = self.entry(origin);
@@ -220,7 +205,6 @@ impl RobotsStore {
                 retry_at: None,
                 failures: 1,
                 last_outcome: "internal error".into(),
-                last_outcome_class: "network",
             }),
         }
     }
@@ -251,20 +235,12 @@ impl RobotsStore {
         });
     }
 
-    /// Fetches now and installs the resulting snapshot (caller holds the flight lock).
-    pub async fn refresh(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
-        let entry = self.entry(origin);
-        let _flight = entry.flight.lock().await;
-        self.fetch_and_store(&entry, origin, user_agent).await
-    }
-
     async fn fetch_and_store(
         &self,
         entry: &Entry,
         origin: &Origin,
         user_agent: &str,
     ) -> Arc<Snapshot> {
-        self.stats.fetches.fetch_add(1, Ordering::Relaxed);
         let outcome = self.fetcher.fetch(origin, user_agent).await;
         crate::metrics::ROBOTS_FETCHES
             .with_label_values(&[outcome.class()])
@@ -296,7 +272,6 @@ impl RobotsStore {
         now: Instant,
     ) -> Snapshot {
         let c = &self.config;
-        let class = outcome.class();
         let ttl = |max_age: Option<Duration>| {
             max_age
                 .map(|age| age.clamp(seconds(c.min_ttl_seconds), seconds(c.max_ttl_seconds)))
@@ -310,7 +285,6 @@ impl RobotsStore {
             retry_at: None,
             failures: 0,
             last_outcome: what,
-            last_outcome_class: class,
         };
         match outcome {
             FetchOutcome::Body {
@@ -386,7 +360,6 @@ impl RobotsStore {
                     retry_at: Some(retry_at),
                     failures,
                     last_outcome: why,
-                    last_outcome_class: class,
                 }
             }
         }

@@ -195,11 +195,7 @@ async fn a_cached_copy_is_kept_while_the_origin_fails() {
     );
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
-        Behaviour::Respond {
-            status: 200,
-            headers: vec![("Cache-Control".into(), "max-age=1".into())],
-            body: RULES.as_bytes().to_vec(),
-        },
+        Behaviour::with_headers(200, &[("Cache-Control", "max-age=1")], RULES),
     )])
     .await;
     assert_eq!(curl(&proxy, &origin.url("/private"), &[]).0, 403);
@@ -267,11 +263,7 @@ async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
     );
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
-        Behaviour::Respond {
-            status: 200,
-            headers: vec![("Cache-Control".into(), "max-age=3".into())],
-            body: RULES.as_bytes().to_vec(),
-        },
+        Behaviour::with_headers(200, &[("Cache-Control", "max-age=3")], RULES),
     )])
     .await;
     assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 200);

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
+use common::{concurrent, curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
 
 /// Requests for `prefix` at the origin, in arrival order.
 fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
@@ -27,29 +27,6 @@ fn min_gap(seen: &[Seen]) -> Duration {
         })
         .min()
         .unwrap_or(Duration::MAX)
-}
-
-async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec<u16> {
-    let client = proxy.client();
-    let handles: Vec<_> = urls
-        .into_iter()
-        .map(|(url, ua)| {
-            let client = client.clone();
-            tokio::spawn(async move {
-                client
-                    .get(url)
-                    .header("User-Agent", ua)
-                    .send()
-                    .await
-                    .map(|r| r.status().as_u16())
-            })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for handle in handles {
-        statuses.push(handle.await.expect("task").expect("request"));
-    }
-    statuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,11 +229,7 @@ async fn origin_429_with_retry_after_pauses_the_schedule() {
         ),
         (
             "/busy",
-            Behaviour::Respond {
-                status: 429,
-                headers: vec![("Retry-After".into(), "2".into())],
-                body: b"slow down".to_vec(),
-            },
+            Behaviour::with_headers(429, &[("Retry-After", "2")], "slow down"),
         ),
     ])
     .await;
@@ -313,11 +286,7 @@ async fn without_crawl_delay_requests_are_not_serialised() {
 async fn a_refusal_during_an_origin_pause_says_so() {
     let origin = TestOrigin::start(vec![(
         "/busy",
-        Behaviour::Respond {
-            status: 503,
-            headers: vec![("Retry-After".into(), "30".into())],
-            body: b"maintenance".to_vec(),
-        },
+        Behaviour::with_headers(503, &[("Retry-After", "30")], "maintenance"),
     )])
     .await;
     let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 5\n");

@@ -161,13 +161,10 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
     )])
     .await;
     let proxy = Proxy::start_for_loopback("");
-    let client = proxy.client();
-    let requests = (0..50).map(|i| {
-        let client = client.clone();
-        let url = origin.url(&format!("/page/{i}"));
-        tokio::spawn(async move { client.get(url).send().await.map(|r| r.status().as_u16()) })
-    });
-    let statuses: Vec<u16> = futures_join(requests).await;
+    let urls = (0..50)
+        .map(|i| (origin.url(&format!("/page/{i}")), "ExampleBot/1.0"))
+        .collect();
+    let statuses = common::concurrent(&proxy, urls).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     assert_eq!(
         origin.count("/robots.txt"),
@@ -175,16 +172,6 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
         "single-flight: exactly one robots.txt fetch"
     );
     assert_eq!(origin.seen().len(), 51);
-}
-
-async fn futures_join(
-    handles: impl Iterator<Item = tokio::task::JoinHandle<reqwest::Result<u16>>>,
-) -> Vec<u16> {
-    let mut out = Vec::new();
-    for handle in handles {
-        out.push(handle.await.expect("task").expect("request"));
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,11 +105,6 @@ impl<'a> CanonicalPath<'a> {
         &self.0
     }
 
-    /// The path without the query.
-    pub fn path_part(&self) -> &str {
-        self.0.split('?').next().unwrap_or("")
-    }
-
     /// Is this `/robots.txt` itself (with or without a query)?
     pub fn is_robots_txt(&self) -> bool {
         self.0

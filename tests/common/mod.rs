@@ -47,6 +47,16 @@ impl Behaviour {
             body: format!("status {status}\n").into_bytes(),
         }
     }
+    pub fn with_headers(status: u16, headers: &[(&str, &str)], body: &str) -> Behaviour {
+        Behaviour::Respond {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
     pub fn redirect(status: u16, location: &str) -> Behaviour {
         Behaviour::Respond {
             status,
@@ -339,6 +349,31 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends GETs for `urls` (with the paired User-Agent) through the proxy all at once;
+/// the statuses, in the order given.
+pub async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec<u16> {
+    let client = proxy.client();
+    let handles: Vec<_> = urls
+        .into_iter()
+        .map(|(url, ua)| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .get(url)
+                    .header("User-Agent", ua)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for handle in handles {
+        statuses.push(handle.await.expect("task").expect("request"));
+    }
+    statuses
 }
 
 /// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
