@@ -200,8 +200,14 @@ impl RuleIndex {
             let Some(&octet) = path.get(depth) else { break };
             let first = node.first_child as usize;
             let kids = &self.first_octets[first..first + node.child_count as usize];
-            // A handful of children: a plain scan beats a call into a SIMD search.
-            let Some(i) = kids.iter().position(|&o| o == octet) else {
+            // Children are sorted by first octet. Most nodes have a handful (a scan is
+            // fastest); the few near the root of a large file have dozens.
+            let found = if kids.len() <= 8 {
+                kids.iter().position(|&o| o == octet)
+            } else {
+                kids.binary_search(&octet).ok()
+            };
+            let Some(i) = found else {
                 break;
             };
             let child = &self.nodes[first + i];

@@ -68,20 +68,25 @@ pub(crate) fn push_escaped(out: &mut Vec<u8>, b: u8) {
 /// host. The fragment is dropped. The result is not yet normalised: see
 /// [`CanonicalPath`].
 pub fn path_of_url(url: &str) -> &str {
-    let bytes = url.as_bytes();
-    let url = match memchr::memchr(b'#', bytes) {
-        Some(i) => &url[..i],
-        None => url,
-    };
-    let scheme_len = bytes
-        .iter()
+    let rest = after_authority(url);
+    rest.find('#').map_or(rest, |i| &rest[..i])
+}
+
+/// Everything after a URL's authority: path, query and fragment (one pass over the scheme
+/// and authority only; the fragment is left for [`normalize_path`] to cut).
+fn after_authority(url: &str) -> &str {
+    let scheme_len = url
+        .bytes()
         .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
         .count();
     if scheme_len == 0 || !url[scheme_len..].starts_with("://") {
         return url;
     }
     let rest = &url[scheme_len + 3..];
-    memchr::memchr2(b'/', b'?', rest.as_bytes()).map_or("", |p| &rest[p..])
+    match rest.bytes().position(|b| matches!(b, b'/' | b'?' | b'#')) {
+        Some(p) => &rest[p..],
+        None => "",
+    }
 }
 
 /// A request path (with optional `?query`) in canonical form: what the engine matches and
@@ -98,7 +103,7 @@ impl<'a> CanonicalPath<'a> {
 
     /// Normalises the path and query of a URL (absolute or origin-form).
     pub fn from_url(url: &'a str) -> Self {
-        Self::new(path_of_url(url))
+        Self::new(after_authority(url))
     }
 
     pub fn as_str(&self) -> &str {
@@ -251,6 +256,12 @@ mod tests {
         assert_eq!(path_of_url("//not-a-host/x"), "//not-a-host/x");
         assert_eq!(path_of_url("/just/a/path?q"), "/just/a/path?q");
         assert_eq!(path_of_url("/a?b=http://c/d"), "/a?b=http://c/d");
+        assert_eq!(path_of_url("http://h#frag"), "");
+        assert_eq!(
+            CanonicalPath::from_url("http://h/p?q#frag").as_str(),
+            "/p?q"
+        );
+        assert_eq!(CanonicalPath::from_url("http://h#frag").as_str(), "/");
     }
 
     #[test]
