@@ -83,10 +83,7 @@ fn after_authority(url: &str) -> &str {
         return url;
     }
     let rest = &url[scheme_len + 3..];
-    match rest.bytes().position(|b| matches!(b, b'/' | b'?' | b'#')) {
-        Some(p) => &rest[p..],
-        None => "",
-    }
+    memchr::memchr3(b'/', b'?', b'#', rest.as_bytes()).map_or("", |p| &rest[p..])
 }
 
 /// A request path (with optional `?query`) in canonical form: what the engine matches and
