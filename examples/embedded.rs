@@ -16,8 +16,17 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::Server;
 use robotsgate::config::Config;
 use robotsgate::enforce::{Decision, Enforcer};
+use robotsgate::pacing::Permit;
 use robotsgate::robots::CanonicalPath;
 use robotsgate::target::{parse_authority, Origin, Scheme, Target};
+
+/// Per request: the approved address and the pacing permit (held until the response
+/// has been sent, when the context is dropped).
+#[derive(Default)]
+struct Ctx {
+    addr: Option<std::net::SocketAddr>,
+    permit: Option<Permit>,
+}
 
 struct Guarded {
     origin: Origin,
@@ -26,10 +35,10 @@ struct Guarded {
 
 #[async_trait]
 impl ProxyHttp for Guarded {
-    type CTX = Option<std::net::SocketAddr>;
+    type CTX = Ctx;
 
     fn new_ctx(&self) -> Self::CTX {
-        None
+        Ctx::default()
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
@@ -58,8 +67,15 @@ impl ProxyHttp for Guarded {
             .decide(&target, client, user_agent.as_deref())
             .await
         {
-            Decision::Forward { addr, .. } => {
-                *ctx = Some(addr);
+            Decision::Forward { addr, pace, .. } => {
+                match self.enforcer.pace(&pace).await {
+                    Ok(permit) => ctx.permit = Some(permit),
+                    Err(answer) => {
+                        robotsgate::proxy::respond(session, &answer).await?;
+                        return Ok(true);
+                    }
+                }
+                ctx.addr = Some(addr);
                 session.req_header_mut().set_uri(
                     http::Uri::try_from(target.path.as_str()).map_err(|e| {
                         Error::because(ErrorType::InternalError, "canonical path", e)
@@ -79,7 +95,9 @@ impl ProxyHttp for Guarded {
         _session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let addr = ctx.ok_or_else(|| Error::explain(ErrorType::InternalError, "no decision"))?;
+        let addr = ctx
+            .addr
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no decision"))?;
         Ok(Box::new(HttpPeer::new(
             addr,
             false,

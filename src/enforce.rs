@@ -1,11 +1,13 @@
-//! Enforcement as a library: the one call a Pingora `ProxyHttp` makes per request.
+//! Enforcement as a library: the two calls a Pingora `ProxyHttp` makes per request.
 //!
 //! [`Enforcer::decide`] takes where a request goes ([`Target`]) and who sends it, and
 //! answers either "forward to this address" or "answer the client with this": the
 //! egress checks, the robots.txt lookup (fetching it if needed) and the verdict, in that
-//! order. It knows nothing of Pingora's session types, so any proxy — robotsgate's own
-//! (`proxy.rs`) or someone else's (`examples/embedded.rs`) — can call it from its
-//! `request_filter` and write the [`Answer`] however it writes responses.
+//! order. [`Enforcer::pace`] then waits for the request's Crawl-delay slot and returns
+//! the [`Permit`] to hold until the response has been sent. Neither knows Pingora's
+//! session types, so any proxy — robotsgate's own (`proxy.rs`) or someone else's
+//! (`examples/embedded.rs`) — can call them from its `request_filter` and write the
+//! [`Answer`] however it writes responses.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

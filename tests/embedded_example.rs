@@ -22,7 +22,7 @@ fn example(name: &str) -> PathBuf {
 async fn embedded_enforcer_guards_a_reverse_proxy() {
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
-        Behaviour::ok("User-agent: ExampleBot\nDisallow: /private\n"),
+        Behaviour::ok("User-agent: ExampleBot\nDisallow: /private\nCrawl-delay: 0.5\n"),
     )])
     .await;
     let listen = format!("127.0.0.1:{}", free_port());
@@ -49,11 +49,25 @@ async fn embedded_enforcer_guards_a_reverse_proxy() {
     };
     let private = get("/private/x").await.expect("request");
     let public = get("/public").await.expect("request");
-    let (private, public) = (private.status().as_u16(), public.status().as_u16());
+    let again = get("/public/again").await.expect("request");
+    let (private, public, again) = (
+        private.status().as_u16(),
+        public.status().as_u16(),
+        again.status().as_u16(),
+    );
     let _ = child.kill();
     let _ = child.wait();
 
-    assert_eq!((private, public), (403, 200));
+    assert_eq!((private, public, again), (403, 200, 200));
     assert_eq!(origin.count("/private/x"), 0);
     assert_eq!(origin.count("/public"), 1);
+    // The plugin paces too: the second page kept the Crawl-delay from the first's end.
+    let seen = origin.seen();
+    let first = seen.iter().find(|s| s.target == "/public").expect("first");
+    let second = seen
+        .iter()
+        .find(|s| s.target == "/public/again")
+        .expect("second");
+    let gap = second.arrived.duration_since(first.done.expect("done"));
+    assert!(gap >= Duration::from_millis(500), "{gap:?}");
 }
