@@ -172,7 +172,20 @@ impl Pacer {
         let floor = seconds(self.config.floor_seconds);
         let ceiling = seconds(self.config.ceiling_seconds);
         let asked = crawl_delay.map_or(Duration::ZERO, seconds);
-        if asked > ceiling {
+        let delay = floor.max(asked).min(ceiling);
+        let delay = if delay.is_zero() {
+            delay
+        } else {
+            delay + seconds(self.config.margin_seconds)
+        };
+        // Say so once per schedule, not on every request: a schedule already running at
+        // the clamped delay has been reported.
+        let already_clamped = || {
+            lock(&self.schedules)
+                .get(key)
+                .is_some_and(|s| lock(&s.timing).delay == delay)
+        };
+        if asked > ceiling && !already_clamped() {
             log::warn!(
                 "Crawl-delay {:.1} s of {} (group {}) is above the ceiling; pacing at {:.1} s",
                 asked.as_secs_f64(),
@@ -181,12 +194,7 @@ impl Pacer {
                 ceiling.as_secs_f64()
             );
         }
-        let delay = floor.max(asked).min(ceiling);
-        if delay.is_zero() {
-            delay
-        } else {
-            delay + seconds(self.config.margin_seconds)
-        }
+        delay
     }
 
     fn schedule(&self, key: &ScheduleKey) -> Arc<Schedule> {

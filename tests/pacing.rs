@@ -157,8 +157,13 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
         let url = origin.url("/one");
         async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
     });
-    assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 1).await);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first request is queued for its slot once the proxy's queue gauge says so.
+    assert!(
+        eventually(Duration::from_secs(5), || proxy
+            .metric("robotsgate_pacing_queued_requests")
+            == Some(1.0))
+        .await
+    );
     let (status, head, body) = curl(&proxy, &origin.url("/two"), &[]);
     assert_eq!(status, 503, "{head}{body}");
     let retry: u64 = head
@@ -184,8 +189,13 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
         let url = origin.url("/queued");
         async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
     });
-    assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 1).await);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first request is queued for its slot once the proxy's queue gauge says so.
+    assert!(
+        eventually(Duration::from_secs(5), || proxy
+            .metric("robotsgate_pacing_queued_requests")
+            == Some(1.0))
+        .await
+    );
     let (status, head, _) = curl(&proxy, &origin.url("/refused"), &[]);
     assert_eq!(status, 503);
     assert!(

@@ -334,6 +334,22 @@ impl Proxy {
         self.child.id()
     }
 
+    /// The value of a metric (no labels) on the admin listener's `/metrics`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "5",
+                &format!("http://{}/metrics", self.admin),
+            ])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
     /// A reqwest client that uses this proxy for http URLs.
     pub fn client(&self) -> reqwest::Client {
         reqwest::Client::builder()
