@@ -126,7 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .egress
         .allow_destinations
         .push("127.0.0.0/8".parse()?);
-    let enforcer = Arc::new(Enforcer::from_config(&config));
+    let enforcer = Arc::new(Enforcer::from_config(&config)?);
 
     let mut server = Server::new(None)?;
     server.bootstrap();

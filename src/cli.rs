@@ -32,6 +32,28 @@ enum Command {
         /// The `.jsonl` file of cases.
         file: PathBuf,
     },
+    /// The operator CA for HTTPS interception.
+    #[command(subcommand)]
+    Ca(CaCommand),
+}
+
+#[derive(Subcommand)]
+enum CaCommand {
+    /// Create a new CA (ECDSA P-256): certificate and key (mode 0600). Never overwrites.
+    Init {
+        /// Where to write the CA certificate (PEM); distribute it to crawler hosts.
+        #[arg(long, value_name = "FILE")]
+        cert: PathBuf,
+        /// Where to write the private key (PEM, mode 0600); keep it on this host only.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// Validity in days.
+        #[arg(long, default_value_t = 1825)]
+        days: u32,
+        /// The CA's common name, as crawler hosts will see it.
+        #[arg(long, default_value = "robotsgate interception CA")]
+        name: String,
+    },
 }
 
 #[derive(Args)]
@@ -59,6 +81,20 @@ impl Cli {
             Command::Check(args) => check(args),
             Command::Run(args) => {
                 crate::server::run(args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Ca(CaCommand::Init {
+                cert,
+                key,
+                days,
+                name,
+            }) => {
+                crate::ca::init(&cert, &key, days, &name)?;
+                println!(
+                    "wrote CA certificate {} and key {} (valid {days} days)",
+                    cert.display(),
+                    key.display()
+                );
                 Ok(ExitCode::SUCCESS)
             }
             Command::Conformance { file } => {

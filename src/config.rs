@@ -7,7 +7,7 @@
 //! file line. Durations are in seconds (`*_seconds`), sizes in bytes (`*_bytes`).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -33,6 +33,7 @@ pub struct Config {
     pub pacing: PacingConfig,
     pub robots: RobotsConfig,
     pub upstream: UpstreamConfig,
+    pub tls: TlsConfig,
 }
 
 impl Default for Config {
@@ -46,6 +47,7 @@ impl Default for Config {
             pacing: PacingConfig::default(),
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -208,6 +210,46 @@ impl Default for UpstreamConfig {
     }
 }
 
+/// HTTPS: the CONNECT front, TLS interception and trust of origin certificates
+/// (see `connect.rs`, `intercept.rs`, `trust.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The operator CA (PEM) that signs the per-host leaf certificates; created with
+    /// `robotsgate ca init`. Without it, CONNECT is refused except to `blind_tunnel`.
+    pub ca_cert: Option<PathBuf>,
+    pub ca_key: Option<PathBuf>,
+    /// PEM files of extra roots trusted for origin certificates, on top of the system's.
+    pub upstream_extra_roots: Vec<PathBuf>,
+    /// Ports a CONNECT may name (Squid's SSL_ports, widened to unprivileged ports).
+    pub connect_ports: Vec<PortRange>,
+    /// Destinations tunnelled without interception (certificate-pinned services): host
+    /// names (`pinned.example`, `*.example` for subdomains) or networks (`192.0.2.0/24`).
+    /// Only host-level checks apply to them: egress, `Disallow: /`, paced connection starts.
+    pub blind_tunnel: Vec<String>,
+    /// Leaf certificates kept, one per host name.
+    pub leaf_cache_size: usize,
+    /// Validity of a minted leaf; it is re-minted when half of it has passed.
+    pub leaf_validity_days: u32,
+    /// Longest wait for the CONNECT request head and for the client's TLS handshake.
+    pub handshake_timeout_seconds: f64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            ca_cert: None,
+            ca_key: None,
+            upstream_extra_roots: Vec::new(),
+            connect_ports: vec![PortRange(443, 443), PortRange(1025, 65535)],
+            blind_tunnel: Vec::new(),
+            leaf_cache_size: 10_000,
+            leaf_validity_days: 7,
+            handshake_timeout_seconds: 10.0,
+        }
+    }
+}
+
 /// A network in CIDR notation (`10.0.0.0/8`, `::1/128`); a bare address is a /32 or /128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -336,6 +378,10 @@ impl Config {
                 "robotsgate.upstream.write_timeout_seconds",
                 self.upstream.write_timeout_seconds,
             ),
+            (
+                "robotsgate.tls.handshake_timeout_seconds",
+                self.tls.handshake_timeout_seconds,
+            ),
         ];
         for (key, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -384,6 +430,25 @@ impl Config {
                 "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops"
                     .into(),
             ));
+        }
+        let t = &self.tls;
+        if t.ca_cert.is_some() != t.ca_key.is_some() {
+            return Err(ConfigError(
+                "key `robotsgate.tls.ca_cert`/`ca_key`: set both or neither".into(),
+            ));
+        }
+        if t.leaf_cache_size == 0 || t.leaf_validity_days == 0 {
+            return Err(ConfigError(
+                "key `robotsgate.tls.leaf_cache_size`/`leaf_validity_days`: must be at least 1"
+                    .into(),
+            ));
+        }
+        for (i, entry) in t.blind_tunnel.iter().enumerate() {
+            if let Err(e) = crate::connect::BlindTunnelRule::parse(entry) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.tls.blind_tunnel[{i}]`: {e}"
+                )));
+            }
         }
         for (i, rule) in self.agent.rules.iter().enumerate() {
             if rule.tokens.is_empty() {

@@ -7,13 +7,18 @@
 
 use std::net::IpAddr;
 
-use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
 
 use crate::config::DnsConfig;
 
 use crate::target::Host;
+
+/// A and AAAA both (the egress check judges every address), IPv4 first: the connection
+/// goes to the first address, and many crawler hosts have no IPv6 route (hickory's
+/// default puts AAAA first).
+const IP_STRATEGY: LookupIpStrategy = LookupIpStrategy::Ipv4AndIpv6;
 
 pub struct Resolver {
     inner: Option<TokioResolver>,
@@ -51,6 +56,7 @@ impl Resolver {
         );
         builder.options_mut().timeout = crate::config::seconds(config.timeout_seconds);
         builder.options_mut().attempts = 2;
+        builder.options_mut().ip_strategy = IP_STRATEGY;
         match builder.build() {
             Ok(resolver) => Resolver {
                 inner: Some(resolver),
@@ -68,7 +74,11 @@ impl Resolver {
     /// The system's resolver configuration. If it cannot be read, names do not resolve
     /// (every lookup fails clearly) rather than falling back to some public server.
     pub fn from_system() -> Resolver {
-        let inner = match TokioResolver::builder_tokio().and_then(|b| b.build()) {
+        let built = TokioResolver::builder_tokio().and_then(|mut b| {
+            b.options_mut().ip_strategy = IP_STRATEGY;
+            b.build()
+        });
+        let inner = match built {
             Ok(resolver) => Some(resolver),
             Err(e) => {
                 log::warn!("DNS: cannot read the system resolver configuration ({e}); only IP literals will work");

@@ -18,14 +18,15 @@ use tokio::time::Instant;
 
 use crate::agent::{AgentResolver, Tokens};
 use crate::config::Config;
-use crate::dns::Resolver;
+use crate::dns::{ResolveError, Resolver};
 use crate::egress::EgressPolicy;
 use crate::fetch::Fetcher;
 use crate::metrics::Outcome;
 use crate::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
 use crate::robots::{GroupId, Reason, RobotsTxt};
 use crate::store::{Policy, RobotsStore};
-use crate::target::Target;
+use crate::target::{Origin, Target};
+use crate::trust::UpstreamTrust;
 
 /// A response robotsgate gives instead of the origin's.
 #[derive(Clone, Debug)]
@@ -119,7 +120,16 @@ pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
 }
 
 impl Enforcer {
-    pub fn from_config(config: &Config) -> Enforcer {
+    /// Everything from the configuration; fails only when `tls.upstream_extra_roots`
+    /// cannot be read.
+    pub fn from_config(config: &Config) -> anyhow::Result<Enforcer> {
+        let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
+        Ok(Self::with_trust(config, &trust))
+    }
+
+    /// As [`Enforcer::from_config`], with the origin roots already loaded (a server
+    /// shares them with its proxy connector).
+    pub fn with_trust(config: &Config, trust: &UpstreamTrust) -> Enforcer {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
         let fetcher = Arc::new(Fetcher::new(
@@ -127,6 +137,7 @@ impl Enforcer {
             egress.clone(),
             crate::config::seconds(config.robots.fetch_timeout_seconds),
             config.robots.max_redirects,
+            trust.ca_file(),
         ));
         Enforcer {
             store: RobotsStore::new(fetcher, config.robots.clone()),
@@ -145,21 +156,10 @@ impl Enforcer {
         user_agent: Option<&str>,
     ) -> Decision {
         let origin = &target.origin;
-        if let Err(refusal) = self.egress.check_port(origin.port) {
-            return Decision::Respond(egress_denied(refusal.to_string()));
-        }
-        // Resolve first so the egress check runs on addresses; a failed lookup is not
-        // final yet: robots.txt is unreachable too, and that decides (SPEC §2).
-        let resolved = self.resolver.resolve(&origin.host).await;
-        if let Ok(addrs) = &resolved {
-            // Every address must pass: a name that also resolves into a private range is
-            // refused outright rather than gambled on.
-            for ip in addrs {
-                if let Err(refusal) = self.egress.check_address(*ip) {
-                    return Decision::Respond(egress_denied(refusal.to_string()));
-                }
-            }
-        }
+        let resolved = match self.check_egress(origin).await {
+            Ok(resolved) => resolved,
+            Err(answer) => return Decision::Respond(answer),
+        };
         let snapshot = self
             .store
             .get(
@@ -263,6 +263,29 @@ impl Enforcer {
 }
 
 impl Enforcer {
+    /// The egress checks alone: the destination port, then every resolved address. `Err`
+    /// is the 403 to send. A failed lookup passes (`Ok(Err(_))`): robots.txt is then
+    /// unreachable too, and that decides (SPEC §2).
+    pub async fn check_egress(
+        &self,
+        origin: &Origin,
+    ) -> Result<Result<Vec<IpAddr>, ResolveError>, Answer> {
+        if let Err(refusal) = self.egress.check_port(origin.port) {
+            return Err(egress_denied(refusal.to_string()));
+        }
+        let resolved = self.resolver.resolve(&origin.host).await;
+        if let Ok(addrs) = &resolved {
+            // Every address must pass: a name that also resolves into a private range is
+            // refused outright rather than gambled on.
+            for ip in addrs {
+                if let Err(refusal) = self.egress.check_address(*ip) {
+                    return Err(egress_denied(refusal.to_string()));
+                }
+            }
+        }
+        Ok(resolved)
+    }
+
     /// Waits for the request's pacing slot. The returned [`Permit`] must be held until
     /// the response has been sent (drop it then); report the origin's status to it. An
     /// `Err` is the 503 to send instead.
@@ -306,7 +329,7 @@ impl Enforcer {
     }
 }
 
-fn egress_denied(why: String) -> Answer {
+pub fn egress_denied(why: String) -> Answer {
     Answer::text(
         403,
         Outcome::EgressDenied,

@@ -107,9 +107,12 @@ impl Fetcher {
         egress: Arc<EgressPolicy>,
         timeout: Duration,
         max_redirects: u32,
+        ca_file: Option<String>,
     ) -> Fetcher {
+        let mut options = pingora::connectors::ConnectorOptions::new(128);
+        options.ca_file = ca_file;
         Fetcher {
-            connector: Connector::new(None),
+            connector: Connector::new(Some(options)),
             resolver,
             egress,
             timeout,

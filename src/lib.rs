@@ -9,13 +9,16 @@
 
 pub mod admin;
 pub mod agent;
+pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod conformance;
+pub mod connect;
 pub mod dns;
 pub mod egress;
 pub mod enforce;
 pub mod fetch;
+pub mod intercept;
 pub mod metrics;
 pub mod pacing;
 pub mod proxy;
@@ -23,3 +26,4 @@ pub mod robots;
 pub mod server;
 pub mod store;
 pub mod target;
+pub mod trust;

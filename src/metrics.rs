@@ -159,3 +159,50 @@ pub fn record_pacing_wait(seconds: f64) {
 pub fn update_pacing_gauge(queued: usize) {
     PACING_QUEUED.set(queued as i64);
 }
+
+/// How a CONNECT was handled: the `mode` label of the tunnel metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunnelMode {
+    /// TLS terminated with a minted leaf; every request inside is decided.
+    Intercepted,
+    /// `tls.blind_tunnel`: host-level checks only.
+    Blind,
+}
+
+impl TunnelMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            TunnelMode::Intercepted => "intercepted",
+            TunnelMode::Blind => "blind",
+        }
+    }
+}
+
+static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_connect_tunnels_total",
+        "CONNECT requests by mode (intercepted, blind) and outcome (established, refused, handshake_failed).",
+        &["mode", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
+pub fn record_tunnel(mode: TunnelMode, outcome: &'static str) {
+    TUNNELS.with_label_values(&[mode.label(), outcome]).inc();
+}
+
+pub static TLS_LEAF_MINTS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_tls_leaf_mints_total",
+        "Leaf certificates minted for intercepted hosts."
+    )
+    .expect("metric registers once")
+});
+
+pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_tls_leaf_cache_hits_total",
+        "TLS handshakes served a cached leaf certificate."
+    )
+    .expect("metric registers once")
+});

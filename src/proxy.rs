@@ -14,14 +14,16 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
+use pingora::ErrorSource;
 
 use crate::config::{seconds, UpstreamConfig};
+use crate::connect::TunnelOrigin;
 use crate::enforce::{Allowed, Answer, Decision, Enforcer};
 use crate::metrics::Outcome;
 use crate::pacing::Permit;
-use crate::target::{Scheme, Target};
+use crate::target::{Origin, Scheme, Target, TargetError};
 
 pub struct RobotsGateProxy {
     pub enforcer: Arc<Enforcer>,
@@ -30,6 +32,8 @@ pub struct RobotsGateProxy {
 
 #[derive(Default)]
 pub struct RequestContext {
+    /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
+    tunnel: Option<Origin>,
     target: Option<Target>,
     addr: Option<SocketAddr>,
     allowed: Option<Allowed>,
@@ -80,6 +84,19 @@ fn group_key(target: &Target) -> u64 {
     hasher.finish()
 }
 
+/// A short name for why an upstream exchange failed.
+fn upstream_failure(kind: &ErrorType) -> &'static str {
+    match kind {
+        ErrorType::TLSHandshakeFailure | ErrorType::InvalidCert => {
+            "tls-handshake-failed (origin certificate not trusted or invalid)"
+        }
+        ErrorType::ConnectTimedout => "connect-timeout",
+        ErrorType::ConnectRefused => "connect-refused",
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout => "timeout",
+        _ => "upstream-error",
+    }
+}
+
 /// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
 fn request_has_no_body(req: &RequestHeader) -> bool {
     let length = req
@@ -104,6 +121,18 @@ impl ProxyHttp for RobotsGateProxy {
         RequestContext::default()
     }
 
+    /// Inside an intercepted tunnel, `connect.rs` hands every request the tunnel's origin.
+    fn on_connection_reuse(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestContext,
+        connection: Box<dyn std::any::Any + Send + Sync>,
+    ) {
+        if let Ok(tunnel) = connection.downcast::<TunnelOrigin>() {
+            ctx.tunnel = Some(tunnel.0);
+        }
+    }
+
     async fn request_filter(
         &self,
         session: &mut Session,
@@ -112,11 +141,19 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.started = Some(Instant::now());
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
-        let target = match Target::from_request(req.raw_path(), host, Scheme::Http) {
+        let target = match &ctx.tunnel {
+            Some(tunnel) => Target::in_tunnel(tunnel, req.raw_path(), host),
+            None => Target::from_request(req.raw_path(), host, Scheme::Http),
+        };
+        let target = match target {
             Ok(target) => target,
             Err(e) => {
+                let status = match e {
+                    TargetError::Misdirected { .. } => 421,
+                    _ => 400,
+                };
                 let answer = Answer::text(
-                    400,
+                    status,
                     Outcome::BadRequest,
                     format!("bad-request; reason=\"{e}\""),
                     format!("robotsgate: {e}"),
@@ -219,6 +256,49 @@ impl ProxyHttp for RobotsGateProxy {
         upstream_request.remove_header("Proxy-Authorization");
         upstream_request.remove_header("Proxy-Connection");
         Ok(())
+    }
+
+    /// Upstream failures (refused, timed out, TLS verification failed) are answered with
+    /// the reason in `X-Robots-Decision`, not Pingora's bare 502.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora::Error,
+        ctx: &mut RequestContext,
+    ) -> FailToProxy {
+        let code = match e.etype() {
+            ErrorType::HTTPStatus(code) => *code,
+            _ => match e.esource() {
+                ErrorSource::Upstream => 502,
+                ErrorSource::Downstream => match e.etype() {
+                    ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => 0,
+                    _ => 400,
+                },
+                ErrorSource::Internal | ErrorSource::Unset => 500,
+            },
+        };
+        if code == 502 && session.response_written().is_none() {
+            let origin = ctx
+                .target
+                .as_ref()
+                .map_or(String::new(), |t| t.origin.to_string());
+            let reason = upstream_failure(e.etype());
+            let answer = Answer::text(
+                502,
+                Outcome::UpstreamError,
+                format!("upstream-error; reason=\"{reason}\"; origin=\"{origin}\""),
+                format!("robotsgate: {reason} for {origin}: {e}"),
+            );
+            if respond(session, &answer).await.is_ok() {
+                ctx.answered = Some((answer.decision, answer.header));
+            }
+        } else if code > 0 {
+            let _ = session.respond_error(code).await;
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(

@@ -3,16 +3,19 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
-use pingora::server::configuration::Opt;
+use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
+use crate::ca::OperatorCa;
 use crate::config::{Cidr, Config};
+use crate::connect::ConnectFront;
 use crate::enforce::Enforcer;
+use crate::intercept::Interceptor;
 use crate::proxy::RobotsGateProxy;
+use crate::trust::UpstreamTrust;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -37,6 +40,15 @@ pub struct RunArgs {
     /// Take over the listeners of a running instance (graceful upgrade).
     #[arg(long, short = 'u')]
     pub upgrade: bool,
+    /// Operator CA certificate for HTTPS interception, overriding `tls.ca_cert`.
+    #[arg(long, value_name = "FILE", requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+    /// Its private key, overriding `tls.ca_key`.
+    #[arg(long, value_name = "FILE", requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+    /// Extra root certificates (PEM) trusted for origins; repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -55,24 +67,67 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .allow_destinations
         .extend(args.allow_destinations.iter().copied());
 
+    if let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) {
+        config.tls.ca_cert = Some(cert.clone());
+        config.tls.ca_key = Some(key.clone());
+    }
+    config
+        .tls
+        .upstream_extra_roots
+        .extend(args.upstream_ca.iter().cloned());
+
+    // Loaded once, at start: a reload (graceful upgrade) starts a new process that loads
+    // the same files again.
+    let interceptor = match (&config.tls.ca_cert, &config.tls.ca_key) {
+        (Some(cert), Some(key)) => {
+            let ca = OperatorCa::load(cert, key)?;
+            log::info!(
+                "HTTPS interception with CA `{}` ({})",
+                ca.subject,
+                cert.display()
+            );
+            Some(Arc::new(Interceptor::new(ca, &config.tls)?))
+        }
+        _ => {
+            log::warn!(
+                "no tls.ca_cert: CONNECT is refused except to tls.blind_tunnel destinations"
+            );
+            None
+        }
+    };
+    let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
+
     let opt = Opt {
-        conf: Some(args.config.to_string_lossy().into_owned()),
         daemon: args.daemon,
         upgrade: args.upgrade,
         ..Opt::default()
     };
-    let mut server = Server::new(Some(opt)).context("Pingora server configuration")?;
+    let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())
+        .map_err(|e| anyhow::anyhow!("{}: Pingora configuration: {e}", args.config.display()))?;
+    if let Some(bundle) = trust.ca_file() {
+        server_conf.ca_file = Some(bundle);
+    }
+    let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
-    let enforcer = Arc::new(Enforcer::from_config(&config));
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+    let enforcer = Arc::new(Enforcer::with_trust(&config, &trust));
+    let http = pingora::proxy::http_proxy(
         &server.configuration,
         RobotsGateProxy {
             enforcer: enforcer.clone(),
             upstream: config.upstream.clone(),
         },
-        "robotsgate proxy",
     );
+    // Both connectors have read the root bundle: the temporary file can go.
+    drop(trust);
+    let front = ConnectFront::new(
+        http,
+        enforcer.clone(),
+        interceptor,
+        &config.tls,
+        crate::config::seconds(config.upstream.connect_timeout_seconds),
+    );
+    let mut proxy = Service::new("robotsgate proxy".to_string(), front);
     proxy.add_tcp(&config.listen.to_string());
     server.add_service(proxy).add_dependency(&bootstrap);
 

@@ -379,6 +379,7 @@ mod tests {
             Arc::new(EgressPolicy::new(&EgressConfig::default())),
             Duration::from_secs(1),
             5,
+            None,
         );
         RobotsStore::new(Arc::new(fetcher), config)
     }

@@ -108,6 +108,11 @@ pub enum TargetError {
     BadAuthority(String),
     /// `user:pass@` in the URL: refused, credentials do not travel through the proxy.
     UserInfo,
+    /// Inside a CONNECT tunnel, a request for another origin than the tunnel's (421).
+    Misdirected {
+        tunnel: String,
+        asked: String,
+    },
 }
 
 impl fmt::Display for TargetError {
@@ -117,6 +122,9 @@ impl fmt::Display for TargetError {
             TargetError::Scheme(s) => write!(f, "unsupported scheme `{s}` (http and https only)"),
             TargetError::BadAuthority(a) => write!(f, "invalid host or port `{a}`"),
             TargetError::UserInfo => f.write_str("credentials in the URL are refused"),
+            TargetError::Misdirected { tunnel, asked } => {
+                write!(f, "request for {asked} inside a tunnel to {tunnel}")
+            }
         }
     }
 }
@@ -162,6 +170,29 @@ impl Target {
             origin,
             path: CanonicalPath::new(path).into_owned(),
         })
+    }
+}
+
+impl Target {
+    /// Reads a request inside an intercepted CONNECT tunnel to `tunnel`. The tunnel
+    /// decides the origin (it is where the bytes go); a `Host` header or absolute-form
+    /// target naming another origin is refused rather than judged against the wrong
+    /// robots.txt. A missing `Host` means the tunnel's.
+    pub fn in_tunnel(
+        tunnel: &Origin,
+        raw: &[u8],
+        host_header: Option<&[u8]>,
+    ) -> Result<Target, TargetError> {
+        let authority = tunnel.authority();
+        let host = host_header.unwrap_or(authority.as_bytes());
+        let target = Target::from_request(raw, Some(host), Scheme::Https)?;
+        if target.origin != *tunnel {
+            return Err(TargetError::Misdirected {
+                tunnel: tunnel.to_string(),
+                asked: target.origin.to_string(),
+            });
+        }
+        Ok(target)
     }
 }
 
@@ -270,6 +301,29 @@ mod tests {
             target("http://a.com?x", None).expect("valid").path.as_str(),
             "/?x"
         );
+    }
+
+    #[test]
+    fn tunnel_requests_belong_to_the_tunnel() {
+        let tunnel = parse_authority("Example.com:443", Scheme::Https).expect("origin");
+        let t = Target::in_tunnel(&tunnel, b"/a/../b", Some(b"example.com")).expect("same");
+        assert_eq!(t.origin.to_string(), "https://example.com");
+        assert_eq!(t.path.as_str(), "/b");
+        assert!(Target::in_tunnel(&tunnel, b"/x", None).is_ok());
+        assert!(Target::in_tunnel(&tunnel, b"https://example.com/x", None).is_ok());
+        for (raw, host) in [
+            (&b"/x"[..], Some(&b"other.example"[..])),
+            (b"/x", Some(b"example.com:8443")),
+            (b"http://example.com/x", None),
+        ] {
+            assert!(
+                matches!(
+                    Target::in_tunnel(&tunnel, raw, host),
+                    Err(TargetError::Misdirected { .. })
+                ),
+                "{raw:?} {host:?}"
+            );
+        }
     }
 
     #[test]

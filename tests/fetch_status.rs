@@ -215,38 +215,9 @@ async fn a_cached_copy_is_kept_while_the_origin_fails() {
     assert_eq!(origin.count("/private"), 0);
 }
 
-/// A DNS server on loopback that answers SERVFAIL to every query.
-async fn servfail_dns() -> std::net::SocketAddr {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-        .await
-        .expect("bind dns");
-    let addr = socket.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut buf = [0u8; 1500];
-        while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
-            if len < 12 {
-                continue;
-            }
-            // Header + first question only.
-            let mut end = 12;
-            while end < len && buf[end] != 0 {
-                end += usize::from(buf[end]) + 1;
-            }
-            let end = (end + 5).min(len);
-            let mut reply = buf[..end].to_vec();
-            reply[2] = 0x80 | (buf[2] & 0x01); // QR, keep RD
-            reply[3] = 0x82; // RA, SERVFAIL
-            reply[4..6].copy_from_slice(&[0, 1]);
-            reply[6..12].fill(0);
-            let _ = socket.send_to(&reply, peer).await;
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_failure_means_unreachable() {
-    let dns = servfail_dns().await;
+    let dns = common::servfail_dns().await;
     let proxy = Proxy::start_for_loopback(&format!(
         "  dns:\n    nameservers: [\"{dns}\"]\n    timeout_seconds: 1\n"
     ));

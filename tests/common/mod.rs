@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What the origin does for one path.
@@ -86,11 +86,35 @@ impl Seen {
     }
 }
 
+/// What the origin can do to a connection besides reading and writing.
+pub trait OriginStream: AsyncRead + AsyncWrite + Unpin + Send {
+    /// Makes the close send RST (SO_LINGER 0).
+    fn reset_on_close(&self);
+}
+
+impl OriginStream for TcpStream {
+    fn reset_on_close(&self) {
+        #[allow(deprecated)]
+        let _ = self.set_linger(Some(Duration::ZERO));
+    }
+}
+
+impl OriginStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn reset_on_close(&self) {
+        self.get_ref().0.reset_on_close();
+    }
+}
+
 #[derive(Clone)]
 pub struct TestOrigin {
     pub addr: SocketAddr,
+    /// `http://127.0.0.1:PORT`, or `https://NAME:PORT` for a TLS origin.
+    base: String,
     routes: Arc<Mutex<HashMap<String, Behaviour>>>,
     log: Arc<Mutex<Vec<Seen>>>,
+    /// The TLS config new connections get (a TLS origin only); replaceable, like a
+    /// certificate rotation.
+    tls: Option<Arc<Mutex<Arc<rustls::ServerConfig>>>>,
 }
 
 impl TestOrigin {
@@ -98,8 +122,10 @@ impl TestOrigin {
     /// Paths without a route answer `200 page <path>`.
     pub async fn start(routes: Vec<(&str, Behaviour)>) -> TestOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
         let origin = TestOrigin {
-            addr: listener.local_addr().expect("addr"),
+            addr,
+            base: format!("http://{addr}"),
             routes: Arc::new(Mutex::new(
                 routes
                     .into_iter()
@@ -107,6 +133,7 @@ impl TestOrigin {
                     .collect(),
             )),
             log: Arc::default(),
+            tls: None,
         };
         let server = origin.clone();
         tokio::spawn(async move {
@@ -118,8 +145,59 @@ impl TestOrigin {
         origin
     }
 
+    /// Starts an HTTPS-only origin with `tls` (certificates from a [`TestCa`]); its URLs
+    /// name it `host`.
+    pub async fn start_tls(
+        routes: Vec<(&str, Behaviour)>,
+        tls: Arc<rustls::ServerConfig>,
+        host: &str,
+    ) -> TestOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
+        let origin = TestOrigin {
+            addr,
+            base: format!("https://{host}:{}", addr.port()),
+            routes: Arc::new(Mutex::new(
+                routes
+                    .into_iter()
+                    .map(|(p, b)| (p.to_string(), b))
+                    .collect(),
+            )),
+            log: Arc::default(),
+            tls: Some(Arc::new(Mutex::new(tls))),
+        };
+        let server = origin.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let server = server.clone();
+                let config = server
+                    .tls
+                    .as_ref()
+                    .map(|t| t.lock().expect("tls").clone())
+                    .expect("a TLS origin");
+                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        server.serve(stream).await;
+                    }
+                });
+            }
+        });
+        origin
+    }
+
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}{path}", self.base)
+    }
+
+    /// New connections to this TLS origin get `config` from now on.
+    pub fn set_tls(&self, config: Arc<rustls::ServerConfig>) {
+        *self
+            .tls
+            .as_ref()
+            .expect("a TLS origin")
+            .lock()
+            .expect("tls") = config;
     }
 
     pub fn set(&self, path: &str, behaviour: Behaviour) {
@@ -137,7 +215,7 @@ impl TestOrigin {
         self.seen().iter().filter(|s| s.target == target).count()
     }
 
-    async fn serve(&self, mut stream: TcpStream) {
+    async fn serve<S: OriginStream>(&self, mut stream: S) {
         loop {
             let mut head = Vec::new();
             let mut byte = [0u8; 1];
@@ -187,13 +265,16 @@ impl TestOrigin {
     }
 
     /// Writes one response; true if the connection may carry another request.
-    async fn respond(&self, stream: &mut TcpStream, behaviour: Behaviour) -> bool {
+    async fn respond<S: OriginStream>(&self, stream: &mut S, behaviour: Behaviour) -> bool {
         match behaviour {
             Behaviour::Respond {
                 status,
                 headers,
                 body,
             } => {
+                let close = headers.iter().any(|(k, v)| {
+                    k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close")
+                });
                 let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
                 for (k, v) in headers {
                     out.push_str(&format!("{k}: {v}\r\n"));
@@ -201,7 +282,7 @@ impl TestOrigin {
                 out.push_str("\r\n");
                 let mut bytes = out.into_bytes();
                 bytes.extend_from_slice(&body);
-                stream.write_all(&bytes).await.is_ok()
+                stream.write_all(&bytes).await.is_ok() && !close
             }
             Behaviour::Delayed { delay, body } => {
                 tokio::time::sleep(delay).await;
@@ -216,9 +297,8 @@ impl TestOrigin {
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
                 bytes.extend_from_slice(&body);
                 let _ = stream.write_all(&bytes).await;
-                // SO_LINGER 0: close sends RST. Blocking on drop is fine in a test origin.
-                #[allow(deprecated)]
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                // Close sends RST. Blocking on drop is fine in a test origin.
+                stream.reset_on_close();
                 false
             }
             Behaviour::TruncatedChunked { body } => {
@@ -441,4 +521,119 @@ pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> b
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A DNS server on loopback that answers SERVFAIL to every query: configured as the
+/// proxy's name server, no lookup ever leaves the machine.
+pub async fn servfail_dns() -> SocketAddr {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind dns");
+    let addr = socket.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
+            if len < 12 {
+                continue;
+            }
+            // Header + first question only.
+            let mut end = 12;
+            while end < len && buf[end] != 0 {
+                end += usize::from(buf[end]) + 1;
+            }
+            let end = (end + 5).min(len);
+            let mut reply = buf[..end].to_vec();
+            reply[2] = 0x80 | (buf[2] & 0x01); // QR, keep RD
+            reply[3] = 0x82; // RA, SERVFAIL
+            reply[4..6].copy_from_slice(&[0, 1]);
+            reply[6..12].fill(0);
+            let _ = socket.send_to(&reply, peer).await;
+        }
+    });
+    addr
+}
+
+/// A certificate authority made in the test, for origins' certificates.
+pub struct TestCa {
+    pub cert_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().expect("ca key");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).expect("self-sign");
+        TestCa {
+            cert_pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A server config with a certificate for `names` (DNS names or IP literals).
+    pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der");
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .expect("server config");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+}
+
+/// A TLS client config trusting only the certificates in `pem` (a CA file).
+pub fn client_config_trusting(pem_text: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for block in pem::parse_many(pem_text).expect("pem") {
+        roots
+            .add(rustls::pki_types::CertificateDer::from(
+                block.into_contents(),
+            ))
+            .expect("root");
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// An operator CA made by `robotsgate ca init` in `dir`: (certificate, key) paths.
+pub fn operator_ca(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("operator-ca.pem"), dir.join("operator-ca.key"));
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["ca", "init", "--cert"])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .expect("run ca init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
 }

@@ -1,0 +1,437 @@
+//! HTTPS through `CONNECT`: TLS interception puts every request inside the tunnel through
+//! the same robots decision as plain HTTP. Real sockets throughout: HTTPS-only origins
+//! with certificates from a CA made in the test, an operator CA made by `robotsgate ca
+//! init`, curl, Python `requests` and a hand-driven TLS client as crawlers.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{client_config_trusting, curl, operator_ca, Behaviour, Proxy, TestCa, TestOrigin};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n";
+
+/// An operator CA, a test CA for origins, and a robotsgate that trusts the latter.
+struct Setup {
+    dir: tempfile::TempDir,
+    operator_ca: PathBuf,
+    origin_ca: TestCa,
+    proxy: Proxy,
+}
+
+impl Setup {
+    async fn start(extra_yaml: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ca_cert, ca_key) = operator_ca(dir.path());
+        let origin_ca = TestCa::new("robotsgate test origins CA");
+        let origin_ca_file = dir.path().join("origin-ca.pem");
+        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
+        // Names resolve through a loopback DNS server only (`localhost` is answered by
+        // the resolver itself), so no lookup leaves the machine.
+        let dns = common::servfail_dns().await;
+        let proxy = Proxy::start(
+            &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
+            &[
+                "--allow-destination",
+                "127.0.0.0/8",
+                "--allow-destination",
+                "::1/128",
+                "--ca-cert",
+                path(&ca_cert),
+                "--ca-key",
+                path(&ca_key),
+                "--upstream-ca",
+                path(&origin_ca_file),
+            ],
+        );
+        Setup {
+            dir,
+            operator_ca: ca_cert,
+            origin_ca,
+            proxy,
+        }
+    }
+
+    /// An HTTPS-only origin serving `ROBOTS`, its certificate from the test CA.
+    async fn origin(&self, robots: &str) -> TestOrigin {
+        TestOrigin::start_tls(
+            vec![("/robots.txt", Behaviour::ok(robots))],
+            self.origin_ca.server_config(&["localhost", "127.0.0.1"]),
+            "localhost",
+        )
+        .await
+    }
+
+    /// curl through the proxy, trusting the operator CA.
+    fn curl(&self, url: &str) -> (u16, String, String) {
+        curl(
+            &self.proxy,
+            url,
+            &[
+                "--cacert",
+                path(&self.operator_ca),
+                "--suppress-connect-headers",
+            ],
+        )
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        self.proxy.metric(name).unwrap_or(0.0)
+    }
+}
+
+fn path(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_https_is_enforced_like_http() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+
+    let (status, _, body) = s.curl(&origin.url("/allowed?q=1"));
+    assert_eq!(status, 200, "{}", s.proxy.log());
+    assert_eq!(body, "page /allowed?q=1\n");
+
+    let (status, head, body) = s.curl(&origin.url("/disallowed/x"));
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        head.contains("X-Robots-Decision: disallowed")
+            && head.contains(&format!(
+                "robots=\"https://localhost:{}/robots.txt\"",
+                origin.addr.port()
+            )),
+        "{head}"
+    );
+    assert!(body.contains("Disallow: /disallowed (line 2)"), "{body}");
+
+    // The origin speaks only TLS: robots.txt was fetched over HTTPS, once, and the
+    // disallowed page never arrived.
+    let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(seen, ["/robots.txt", "/allowed?q=1"]);
+    assert_eq!(
+        origin.seen()[1].header("host"),
+        Some(format!("localhost:{}", origin.addr.port()).as_str())
+    );
+    assert!(s.metric("robotsgate_tls_leaf_mints_total") >= 1.0);
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"established\"}"),
+        2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ip_literal_without_sni_gets_an_ip_certificate() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+    let url = format!("https://127.0.0.1:{}/page", origin.addr.port());
+    // curl sends no SNI for an IP literal and checks the IP SAN.
+    let (status, _, body) = s.curl(&url);
+    assert_eq!(status, 200, "{}", s.proxy.log());
+    assert_eq!(body, "page /page\n");
+    let (status, _, _) = s.curl(&format!(
+        "https://127.0.0.1:{}/disallowed",
+        origin.addr.port()
+    ));
+    assert_eq!(status, 403);
+    assert_eq!(origin.count("/disallowed"), 0);
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length body: (status, decision header, body).
+async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> (u16, String, String) {
+    let mut status = 0;
+    let mut length = 0;
+    let mut decision = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).await.expect("read head");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix("HTTP/1.1 ") {
+            status = rest[..3].parse().expect("status");
+        } else if let Some((name, value)) = line.split_once(':') {
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => length = value.trim().parse().expect("length"),
+                "x-robots-decision" => decision = value.trim().to_string(),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).await.expect("read body");
+    (
+        status,
+        decision,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_requests_on_one_connect_tunnel() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+    let port = origin.addr.port();
+
+    let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr)
+        .await
+        .expect("connect");
+    tcp.write_all(
+        format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: TunnelBot/1.0\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("write CONNECT");
+    let mut reply = [0u8; 39];
+    tcp.read_exact(&mut reply).await.expect("CONNECT reply");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "HTTP/1.1 200 Connection Established\r\n\r\n",
+        "{}",
+        s.proxy.log()
+    );
+
+    let pem = std::fs::read_to_string(&s.operator_ca).expect("ca");
+    let connector = tokio_rustls::TlsConnector::from(client_config_trusting(&pem));
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .unwrap_or_else(|e| panic!("TLS with the operator CA: {e}\n{}", s.proxy.log()));
+    let mut tls = BufReader::new(tls);
+
+    let mut results = Vec::new();
+    for path in ["/a", "/disallowed", "/b", "/c/../robots.txt"] {
+        tls.get_mut()
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: TunnelBot/1.0\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .expect("write request");
+        results.push(read_response(&mut tls).await);
+    }
+    let statuses: Vec<u16> = results.iter().map(|r| r.0).collect();
+    assert_eq!(
+        statuses,
+        [200, 403, 200, 200],
+        "{results:?}\n{}",
+        s.proxy.log()
+    );
+    assert_eq!(results[0].2, "page /a\n");
+    assert!(results[1].1.starts_with("disallowed;"), "{results:?}");
+    // robots.txt is answered from the store, not fetched again.
+    assert!(
+        results[3].1.starts_with("robots-txt-from-cache"),
+        "{results:?}"
+    );
+    assert_eq!(results[3].2, ROBOTS);
+
+    // A request for another origin inside this tunnel is refused, not misjudged.
+    tls.get_mut()
+        .write_all(b"GET /a HTTP/1.1\r\nHost: other.example\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, decision, _) = read_response(&mut tls).await;
+    assert_eq!(status, 421, "{decision}");
+
+    let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(seen, ["/robots.txt", "/a", "/b"]);
+    assert_eq!(origin.seen()[1].header("user-agent"), Some("TunnelBot/1.0"));
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"established\"}"),
+        1.0,
+        "all requests went through one tunnel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_origin_certificate_is_a_502_with_the_reason() {
+    let s = Setup::start("").await;
+    let stranger = TestCa::new("a CA nobody configured");
+    let origin = TestOrigin::start_tls(
+        vec![("/robots.txt", Behaviour::status(404))],
+        stranger.server_config(&["localhost"]),
+        "localhost",
+    )
+    .await;
+    // robots.txt cannot be fetched either (same untrusted certificate): unreachable → 503.
+    let (status, head, body) = s.curl(&origin.url("/page"));
+    assert_eq!(status, 503, "{head}{body}");
+    assert!(
+        body.contains("certificate") || body.contains("TLS"),
+        "{body}"
+    );
+    assert!(origin.seen().is_empty(), "no request completed a handshake");
+
+    // With robots.txt already held, the page's own connection fails verification: 502
+    // naming the reason. (The origin's certificate is rotated to an untrusted one; the
+    // first page closes its connection so the next one needs a new handshake.)
+    let origin = s.origin(ROBOTS).await;
+    origin.set(
+        "/first",
+        Behaviour::with_headers(200, &[("Connection", "close")], "first\n"),
+    );
+    assert_eq!(s.curl(&origin.url("/first")).0, 200, "{}", s.proxy.log());
+    origin.set_tls(stranger.server_config(&["localhost"]));
+    let (status, head, body) = s.curl(&origin.url("/second"));
+    assert_eq!(status, 502, "{head}{body}");
+    assert!(
+        head.contains("X-Robots-Decision: upstream-error; reason=\"tls-handshake-failed"),
+        "{head}"
+    );
+    assert!(body.contains("tls-handshake-failed"), "{body}");
+    assert_eq!(origin.count("/second"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_with_proxies_and_verify() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+    let script = r#"
+import sys, requests
+proxy, ca, base = sys.argv[1], sys.argv[2], sys.argv[3]
+for path in ("/allowed", "/disallowed/page"):
+    # Per request: requests lets REQUESTS_CA_BUNDLE override a Session's `verify`.
+    r = requests.get(base + path, proxies={"https": proxy}, verify=ca,
+                     headers={"User-Agent": "PyBot/1.0"}, timeout=20)
+    print(r.status_code, r.headers.get("X-Robots-Decision", "-").split(";")[0], r.text.strip())
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &s.proxy.url(),
+            path(&s.operator_ca),
+            &origin.url(""),
+        ])
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "200 - page /allowed");
+    assert!(
+        lines[1].starts_with("403 disallowed robotsgate: /disallowed/page is disallowed"),
+        "{stdout}"
+    );
+    assert_eq!(origin.count("/disallowed/page"), 0);
+    assert_eq!(origin.seen()[1].header("user-agent"), Some("PyBot/1.0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_refusals() {
+    let s = Setup::start("").await;
+    // A port outside tls.connect_ports.
+    let reply = common::raw_exchange(
+        s.proxy.addr,
+        b"CONNECT localhost:25 HTTP/1.1\r\nHost: localhost:25\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(
+        reply.contains("CONNECT to port 25 is not allowed"),
+        "{reply}"
+    );
+    // A destination the egress policy refuses (link-local / metadata).
+    let reply = common::raw_exchange(
+        s.proxy.addr,
+        b"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\n\r\n",
+    )
+    .await;
+    assert!(
+        reply.starts_with("HTTP/1.1 403") && reply.contains("egress-denied"),
+        "{reply}"
+    );
+    // Garbage target.
+    let reply = common::raw_exchange(s.proxy.addr, b"CONNECT /nope HTTP/1.1\r\n\r\n").await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"refused\"}"),
+        3.0
+    );
+    // Plain HTTP still works on the same listener.
+    let reply = common::raw_exchange(
+        s.proxy.addr,
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_ca_connect_is_refused() {
+    let proxy = Proxy::start_for_loopback("");
+    let reply = common::raw_exchange(
+        proxy.addr,
+        b"CONNECT 127.0.0.1:8443 HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(reply.contains("interception is not configured"), "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_tunnel_host_level_checks_and_paced_connection_starts() {
+    let s = Setup::start("  tls:\n    blind_tunnel: [\"localhost\"]\n").await;
+    let origin = s
+        .origin("User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
+        .await;
+    let blocked = s.origin("User-agent: *\nDisallow: /\n").await;
+
+    // Blind: the client sees the origin's own certificate (trusts the origin CA, not the
+    // operator's) and robotsgate sees no path — even /private goes through.
+    let origin_ca = s.dir.path().join("origin-ca.pem");
+    let curl_blind = |url: &str| {
+        curl(
+            &s.proxy,
+            url,
+            &["--cacert", path(&origin_ca), "--suppress-connect-headers"],
+        )
+    };
+    let (status, _, body) = curl_blind(&origin.url("/private"));
+    assert_eq!(status, 200, "{}", s.proxy.log());
+    assert_eq!(body, "page /private\n");
+    // Connection starts are paced by Crawl-delay: the second tunnel's request arrives at
+    // the origin at least a second after the first.
+    assert_eq!(curl_blind(&origin.url("/again")).0, 200);
+    let seen = origin.seen();
+    let (first, second) = (&seen[1], &seen[2]);
+    assert_eq!(
+        (first.target.as_str(), second.target.as_str()),
+        ("/private", "/again")
+    );
+    assert!(
+        second.arrived.duration_since(first.arrived) >= Duration::from_millis(1000),
+        "{:?}",
+        second.arrived.duration_since(first.arrived)
+    );
+
+    // `Disallow: /` for the agent refuses the CONNECT itself (curl shows that answer).
+    let (status, head, _) = curl(
+        &s.proxy,
+        &blocked.url("/anything"),
+        &["--cacert", path(&origin_ca)],
+    );
+    assert_eq!(status, 403, "{head}");
+    assert!(head.contains("X-Robots-Decision: disallowed"), "{head}");
+    assert_eq!(blocked.count("/anything"), 0);
+
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"blind\",outcome=\"established\"}"),
+        2.0
+    );
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"blind\",outcome=\"refused\"}"),
+        1.0
+    );
+    assert_eq!(s.metric("robotsgate_tls_leaf_mints_total"), 0.0);
+}
