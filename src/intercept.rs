@@ -81,12 +81,17 @@ impl Interceptor {
 
     /// The TLS acceptor for one tunnel to `connect_host`.
     pub fn acceptor(self: &Arc<Self>, connect_host: String) -> Acceptor {
+        Acceptor::from_server_config(self.server_config(connect_host))
+    }
+
+    /// The rustls configuration behind [`Interceptor::acceptor`].
+    pub fn server_config(self: &Arc<Self>, connect_host: String) -> Arc<ServerConfig> {
         let mut config = self.base.clone();
         config.cert_resolver = Arc::new(LeafResolver {
             interceptor: self.clone(),
             connect_host,
         });
-        Acceptor::from_server_config(Arc::new(config))
+        Arc::new(config)
     }
 
     /// The leaf for `name`: cached, or minted now.

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""HTTPS through robotsgate (CONNECT + interception) vs HTTPS straight to the origin, in one run.
+
+Everything runs on 127.0.0.1: an nginx HTTPS origin (certificate from a CA made here),
+robotsgate with an operator CA (`robotsgate ca init`) and `threads: 1`, and the load
+client examples/https_load.rs (wrk cannot CONNECT). It measures:
+
+1. Handshake cost, sequentially, no TLS resumption:
+   - TLS straight to nginx (the baseline a crawler pays without robotsgate);
+   - CONNECT + TLS through robotsgate, the same host every time (leaf from the cache);
+   - CONNECT + TLS through robotsgate, a new IP literal every time (leaf minted now).
+2. Keep-alive load: `--connections` connections, each set up once, then back-to-back
+   GETs for `--seconds`: direct vs through robotsgate (decisions cached: the robots.txt
+   is fetched during a warm-up). Prints requests/s, p50/p99 and robotsgate's CPU time per
+   request (utime+stime of the whole process, from /proc).
+
+Usage: bench/https_bench.py [--seconds 8] [--connections 32] [--handshakes 300]
+Needs nginx (Debian `nginx-light`) and openssl; installs nginx if missing.
+Only processes this script started are stopped, by PID.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+LOAD = f"{ROOT}/target/release/examples/https_load"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listening on {port}")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def run_load(args, pid=None):
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run([LOAD, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"https_load {' '.join(args)} failed:\n{out.stderr}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if pid:
+        result["cpu_s"] = cpu_seconds(pid) - before
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--handshakes", type=int, default=300)
+    args = parser.parse_args()
+    if not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"):
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
+                   cwd=ROOT, check=True)
+    rgbin = f"{ROOT}/target/release/robotsgate"
+
+    work = tempfile.mkdtemp(prefix="robotsgate-https-bench-")
+    os.chmod(work, 0o755)
+    started = []
+    try:
+        # Origin CA and nginx's certificate (IP SAN: the load client addresses 127.0.0.1).
+        subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/origin-ca.pem", "--key", f"{work}/origin-ca.key",
+                        "--name", "bench origin CA"], check=True, capture_output=True)
+        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
+                       check=True, capture_output=True)
+        with open(f"{work}/ext.cnf", "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
+                        "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
+                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
+        os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
+        subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
+                       check=True, capture_output=True)
+
+        nginx_port, rg_port = free_port(), free_port()
+        os.makedirs(f"{work}/www")
+        with open(f"{work}/www/page", "w") as f:
+            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+        with open(f"{work}/www/robots.txt", "w") as f:
+            f.write("User-agent: *\nDisallow: /private\n")
+        with open(f"{work}/nginx.conf", "w") as f:
+            f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl_session_cache off;
+  server {{ listen 127.0.0.1:{nginx_port} ssl; root {work}/www;
+           ssl_certificate {work}/origin.pem; ssl_certificate_key {work}/origin.key; }} }}
+""")
+        nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", f"{work}/nginx.conf", "-p", work])
+        started.append(nginx)
+        wait_port(nginx_port)
+
+        with open(f"{work}/rg.yaml", "w") as f:
+            f.write(f"version: 1\nthreads: 1\npid_file: {work}/rg.pid\nupgrade_sock: {work}/rg.sock\n"
+                    f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
+                    f"robotsgate:\n  admin_listen: null\n")
+        rg = subprocess.Popen([rgbin, "run", "--config", f"{work}/rg.yaml", "--listen", f"127.0.0.1:{rg_port}",
+                               "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
+                               "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
+                              env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
+        started.append(rg)
+        wait_port(rg_port)
+
+        target = f"127.0.0.1:{nginx_port}"
+        direct = ["--target", target, "--ca", f"{work}/origin-ca.pem"]
+        proxied = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--proxy", f"127.0.0.1:{rg_port}"]
+        # Warm-up: robots.txt fetched, leaf for 127.0.0.1 minted, upstream pool filled.
+        run_load([*proxied, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+
+        n = str(args.handshakes)
+        hs_direct = run_load([*direct, "--handshakes", n])
+        # Alternated twice, the better of each kept: the host's noise shows up in bursts.
+        runs = [run_load([*proxied, "--handshakes", n, *extra], rg.pid)
+                for _ in range(2) for extra in ([], ["--distinct"])]
+        print("handshake runs (cached, minted, cached, minted) p50 ms:", [r["p50_ms"] for r in runs])
+        hs_cached = min(runs[0::2], key=lambda r: r["p50_ms"])
+        hs_fresh = min(runs[1::2], key=lambda r: r["p50_ms"])
+
+        load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
+        ld_direct = run_load([*direct, *load])
+        ld_proxy = run_load([*proxied, *load], rg.pid)
+        if ld_proxy["errors"] or ld_direct["errors"]:
+            print(f"errors: direct {ld_direct['errors']}, robotsgate {ld_proxy['errors']} (see {work}/rg.log)")
+
+        print(f"\nConnection setup, {n} sequential, no TLS resumption (ms):")
+        print(f"{'':<44} {'p50':>8} {'p90':>8} {'mean':>8} {'CPU µs':>8}")
+        for name, r in (("TLS direct to nginx", hs_direct),
+                        ("CONNECT + TLS via robotsgate, cached leaf", hs_cached),
+                        ("CONNECT + TLS via robotsgate, minted leaf", hs_fresh)):
+            cpu = f"{r['cpu_s'] / r['count'] * 1e6:.0f}" if "cpu_s" in r else "-"
+            print(f"{name:<44} {r['p50_ms']:>8.3f} {r['p90_ms']:>8.3f} {r['mean_ms']:>8.3f} {cpu:>8}")
+        print(f"minting adds {hs_fresh['p50_ms'] - hs_cached['p50_ms']:.3f} ms at the median "
+              f"({hs_fresh['p50_ms'] / hs_cached['p50_ms']:.2f}x the cached handshake)")
+
+        print(f"\nKeep-alive HTTPS load, {args.connections} connections, {args.seconds:g} s, robotsgate threads: 1:")
+        print(f"{'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11}")
+        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy)):
+            cpu = f"{r['cpu_s'] / max(r['requests'], 1) * 1e6:.1f}" if "cpu_s" in r else "-"
+            print(f"{name:<12} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {cpu:>11}")
+        print(f"robotsgate/direct: rps {ld_proxy['rps'] / ld_direct['rps']:.2f}x, "
+              f"p50 {ld_proxy['p50_ms'] / ld_direct['p50_ms']:.2f}x, p99 {ld_proxy['p99_ms'] / ld_direct['p99_ms']:.2f}x")
+    finally:
+        for proc in reversed(started):
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
