@@ -8,12 +8,22 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)          # pingora-core builds zlib-ng
 command -v curl >/dev/null || need+=(curl)            # tests drive the proxy with curl -x
 command -v python3 >/dev/null || need+=(python3)
+command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   echo "installing: ${need[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+# The HTTPS tests drive robotsgate with Python `requests` too.
+if ! python3 -c 'import requests' 2>/dev/null; then
+  echo "installing: python requests" >&2
+  python3 -m pip install --quiet requests 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages requests 2>/dev/null \
+    || { sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+         $sudo apt-get update -qq
+         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-requests; }
 fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install a Rust toolchain (rustup) first" >&2

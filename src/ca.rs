@@ -110,8 +110,14 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
 impl OperatorCa {
     /// Loads and checks a CA: the certificate is a CA, is valid now, and the key is its key.
     pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<OperatorCa> {
-        let cert_pem = std::fs::read_to_string(cert_path)
-            .with_context(|| format!("tls.ca_cert: cannot read {}", cert_path.display()))?;
+        let cert_pem = std::fs::read_to_string(cert_path).with_context(|| {
+            format!(
+                "tls.ca_cert: cannot read {} (create a CA with `robotsgate ca init --cert {} --key {}`)",
+                cert_path.display(),
+                cert_path.display(),
+                key_path.display()
+            )
+        })?;
         let key_pem = std::fs::read_to_string(key_path)
             .with_context(|| format!("tls.ca_key: cannot read {}", key_path.display()))?;
         warn_if_key_readable_by_others(key_path);

@@ -167,9 +167,10 @@ impl ServerApp for ConnectFront {
 }
 
 /// What a CONNECT request said.
-struct ConnectRequest {
-    authority: String,
-    user_agent: Option<String>,
+#[derive(Debug)]
+pub struct ConnectRequest {
+    pub authority: String,
+    pub user_agent: Option<String>,
 }
 
 impl ConnectFront {
@@ -440,12 +441,20 @@ async fn read_connect(l4: &mut L4Stream) -> Result<ConnectRequest, String> {
         }
     };
     l4.rewind(&buf[end..]);
+    parse_connect_head(&buf[..end])
+}
+
+/// Parses a complete CONNECT request head (pure: fuzzed in `fuzz/`).
+pub fn parse_connect_head(head: &[u8]) -> Result<ConnectRequest, String> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
-    match request.parse(&buf[..end]) {
+    match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err("incomplete CONNECT request".into()),
         Err(e) => return Err(format!("malformed CONNECT request: {e}")),
+    }
+    if request.method != Some("CONNECT") {
+        return Err("not a CONNECT request".into());
     }
     let authority = request
         .path
@@ -467,6 +476,24 @@ async fn read_connect(l4: &mut L4Stream) -> Result<ConnectRequest, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_heads() {
+        let r = parse_connect_head(
+            b"CONNECT Example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nuser-agent: Bot/2\r\n\r\n",
+        )
+        .expect("valid");
+        assert_eq!(r.authority, "Example.com:443");
+        assert_eq!(r.user_agent.as_deref(), Some("Bot/2"));
+        for bad in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"CONNECT /x HTTP/1.1\r\n\r\n",
+            b"CONNECT a.com:443 HTTP/1.1\r\nBad Header\r\n\r\n",
+            b"CONNECT a.com:443 HTTP/1.1\r\n",
+        ] {
+            assert!(parse_connect_head(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn blind_tunnel_rules() {
