@@ -115,6 +115,8 @@ pub struct TestOrigin {
     /// The TLS config new connections get (a TLS origin only); replaceable, like a
     /// certificate rotation.
     tls: Option<Arc<Mutex<Arc<rustls::ServerConfig>>>>,
+    /// When each connection was accepted.
+    accepted: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl TestOrigin {
@@ -134,10 +136,16 @@ impl TestOrigin {
             )),
             log: Arc::default(),
             tls: None,
+            accepted: Arc::default(),
         };
         let server = origin.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                server
+                    .accepted
+                    .lock()
+                    .expect("accepted")
+                    .push(Instant::now());
                 let server = server.clone();
                 tokio::spawn(async move { server.serve(stream).await });
             }
@@ -165,10 +173,16 @@ impl TestOrigin {
             )),
             log: Arc::default(),
             tls: Some(Arc::new(Mutex::new(tls))),
+            accepted: Arc::default(),
         };
         let server = origin.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                server
+                    .accepted
+                    .lock()
+                    .expect("accepted")
+                    .push(Instant::now());
                 let server = server.clone();
                 let config = server
                     .tls
@@ -205,6 +219,11 @@ impl TestOrigin {
             .lock()
             .expect("routes")
             .insert(path.to_string(), behaviour);
+    }
+
+    /// When each connection to this origin was accepted, in order.
+    pub fn accepted(&self) -> Vec<Instant> {
+        self.accepted.lock().expect("accepted").clone()
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -359,44 +378,81 @@ impl Proxy {
             sock = dir.path().join("upgrade.sock").display(),
         )
         .expect("write config");
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
         let log_path = dir.path().join("robotsgate.log");
-        let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-            ])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn robotsgate");
-        let proxy = Proxy {
-            child,
-            addr,
-            admin,
-            _dir: dir,
-            log_path,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "robotsgate did not start:\n{}",
-                proxy.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        // A port picked free can be taken by another test before robotsgate binds it; a
+        // robotsgate that could not bind exits, and is started again on other ports.
+        for _attempt in 0..5 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let log = std::fs::File::create(&log_path).expect("log file");
+            let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+                .arg("run")
+                .arg("--config")
+                .arg(&config)
+                .args([
+                    "--listen",
+                    &addr.to_string(),
+                    "--admin-listen",
+                    &admin.to_string(),
+                ])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn robotsgate");
+            let mut child = child;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // exited: try other ports
+                }
+                // Ready when both listeners answer and the admin one says it is robotsgate.
+                if std::net::TcpStream::connect(addr).is_ok() && healthz(admin) {
+                    return Proxy {
+                        child,
+                        addr,
+                        admin,
+                        _dir: dir,
+                        log_path,
+                    };
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "robotsgate did not start:\n{}",
+                        std::fs::read_to_string(&log_path).unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        proxy
+        panic!(
+            "robotsgate did not start after 5 attempts:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
     }
+}
 
+/// `GET /healthz` on an admin listener answers 200.
+fn healthz(admin: SocketAddr) -> bool {
+    use std::io::Read;
+    let Ok(mut stream) = std::net::TcpStream::connect(admin) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply.starts_with("HTTP/1.1 200")
+}
+
+impl Proxy {
     /// The common case: loopback origins allowed.
     pub fn start_for_loopback(extra_yaml: &str) -> Proxy {
         Proxy::start(extra_yaml, &["--allow-destination", "127.0.0.0/8"])
