@@ -173,6 +173,15 @@ pub struct ConnectRequest {
     pub user_agent: Option<String>,
 }
 
+/// A CONNECT that passed the checks every tunnel gets.
+struct Admitted {
+    origin: Origin,
+    user_agent: Option<String>,
+    /// The destination's addresses (empty if the name does not resolve: then the robots
+    /// decision answers, as for plain HTTP).
+    addrs: Vec<IpAddr>,
+}
+
 impl ConnectFront {
     async fn tunnel(
         self: &Arc<Self>,
@@ -181,64 +190,20 @@ impl ConnectFront {
         shutdown: &ShutdownWatch,
     ) {
         let started = Instant::now();
-        let request = match tokio::time::timeout(
-            self.policy.handshake_timeout,
-            read_connect(&mut l4),
-        )
-        .await
-        {
-            Ok(Ok(request)) => request,
-            Ok(Err(why)) => {
-                let answer = Answer::text(
-                    400,
-                    Outcome::BadRequest,
-                    format!("bad-request; reason=\"{why}\""),
-                    format!("robotsgate: {why}"),
-                );
-                return self
-                    .refuse(&mut l4, "-", TunnelMode::Intercepted, &answer, started)
-                    .await;
-            }
-            Err(_) => return,
-        };
-        let origin = match parse_authority(&request.authority, Scheme::Https) {
-            Ok(origin) => origin,
-            Err(e) => {
-                let answer = Answer::text(
-                    400,
-                    Outcome::BadRequest,
-                    format!("bad-request; reason=\"{e}\""),
-                    format!("robotsgate: CONNECT target: {e}"),
-                );
-                return self
-                    .refuse(
-                        &mut l4,
-                        &request.authority,
-                        TunnelMode::Intercepted,
-                        &answer,
-                        started,
-                    )
-                    .await;
-            }
-        };
-        let shown = origin.to_string();
-        if !self.policy.ports.iter().any(|r| r.contains(origin.port)) {
-            let answer = egress_denied(format!(
-                "CONNECT to port {} is not allowed (tls.connect_ports)",
-                origin.port
-            ));
-            return self
-                .refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
-                .await;
-        }
-        let addrs = match self.enforcer.check_egress(&origin).await {
-            Err(answer) => {
+        let admitted = match self.admit(&mut l4).await {
+            Ok(admitted) => admitted,
+            Err(Some((shown, answer))) => {
                 return self
                     .refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
                     .await
             }
-            Ok(resolved) => resolved.unwrap_or_default(),
+            Err(None) => return, // silent client: nothing to answer
         };
+        let Admitted {
+            origin,
+            user_agent,
+            addrs,
+        } = admitted;
         if self
             .policy
             .blind
@@ -246,39 +211,94 @@ impl ConnectFront {
             .any(|r| r.matches(&origin.host, &addrs))
         {
             return self
-                .blind(l4, origin, client, request.user_agent.as_deref(), started)
+                .blind(l4, origin, client, user_agent.as_deref(), started)
                 .await;
         }
-        let Some(interceptor) = &self.interceptor else {
-            let answer = egress_denied(
-                "HTTPS interception is not configured (tls.ca_cert), so robots.txt could not be enforced inside this tunnel".into(),
-            );
-            return self
-                .refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
-                .await;
+        match &self.interceptor {
+            Some(interceptor) => self.intercept(l4, interceptor, origin, shutdown).await,
+            None => {
+                let answer = egress_denied(
+                    "HTTPS interception is not configured (tls.ca_cert), so robots.txt could not be enforced inside this tunnel".into(),
+                );
+                let shown = origin.to_string();
+                self.refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
+                    .await
+            }
+        }
+    }
+
+    /// Reads the CONNECT and applies the checks every tunnel gets: a valid `host:port`,
+    /// a port in `tls.connect_ports`, an allowed destination. `Err` carries the answer
+    /// (and what to call the target in the log), or nothing when the client never sent
+    /// a request head.
+    async fn admit(&self, l4: &mut L4Stream) -> Result<Admitted, Option<(String, Answer)>> {
+        let bad_request = |why: String| {
+            Answer::text(
+                400,
+                Outcome::BadRequest,
+                format!("bad-request; reason=\"{why}\""),
+                format!("robotsgate: {why}"),
+            )
         };
+        let request =
+            match tokio::time::timeout(self.policy.handshake_timeout, read_connect(l4)).await {
+                Ok(Ok(request)) => request,
+                Ok(Err(why)) => return Err(Some(("-".into(), bad_request(why)))),
+                Err(_) => return Err(None),
+            };
+        let origin = parse_authority(&request.authority, Scheme::Https).map_err(|e| {
+            Some((
+                request.authority.clone(),
+                bad_request(format!("CONNECT target: {e}")),
+            ))
+        })?;
+        if !self.policy.ports.iter().any(|r| r.contains(origin.port)) {
+            let answer = egress_denied(format!(
+                "CONNECT to port {} is not allowed (tls.connect_ports)",
+                origin.port
+            ));
+            return Err(Some((origin.to_string(), answer)));
+        }
+        let addrs = match self.enforcer.check_egress(&origin).await {
+            Ok(resolved) => resolved.unwrap_or_default(),
+            Err(answer) => return Err(Some((origin.to_string(), answer))),
+        };
+        Ok(Admitted {
+            origin,
+            user_agent: request.user_agent,
+            addrs,
+        })
+    }
+
+    /// An intercepted tunnel: `200`, TLS with a minted leaf, then every request inside
+    /// through the proxy pipeline for `origin`.
+    async fn intercept(
+        self: &Arc<Self>,
+        mut l4: L4Stream,
+        interceptor: &Arc<Interceptor>,
+        origin: Origin,
+        shutdown: &ShutdownWatch,
+    ) {
         if !established(&mut l4).await {
             return;
         }
         let acceptor = interceptor.acceptor(origin.host_name());
-        let tls =
-            match tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4))
-                .await
-            {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    // Usually a crawler host that does not trust the operator CA yet.
-                    log::warn!("CONNECT {shown}: TLS handshake with the client failed: {e}");
-                    metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
-                    return;
-                }
-                Err(_) => {
-                    metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
-                    return;
-                }
-            };
+        let handshake =
+            tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4)).await;
+        let tls = match handshake {
+            Ok(Ok(tls)) => tls,
+            failed => {
+                // Usually a crawler host that does not trust the operator CA yet.
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".into(),
+                };
+                log::warn!("CONNECT {origin}: TLS handshake with the client failed: {why}");
+                metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
+                return;
+            }
+        };
         metrics::record_tunnel(TunnelMode::Intercepted, "established");
-        log::debug!("CONNECT {shown}: intercepting");
 
         // Pingora's HTTP/1 keep-alive loop, with the tunnel's origin handed to each request.
         let mut session = ServerSession::new_http1(Box::new(tls));
