@@ -9,6 +9,7 @@ command -v cmake >/dev/null || need+=(cmake)          # pingora-core builds zlib
 command -v curl >/dev/null || need+=(curl)            # tests drive the proxy with curl -x
 command -v python3 >/dev/null || need+=(python3)
 command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
+command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/robotsgate.service
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

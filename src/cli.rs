@@ -27,6 +27,9 @@ enum Command {
     Check(CheckArgs),
     /// Run the proxy.
     Run(crate::server::RunArgs),
+    /// Load the configuration as `run` would (CA and roots included), report the first
+    /// problem, and exit: 0 when it would start.
+    CheckConfig(crate::server::RunArgs),
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
         /// The `.jsonl` file of cases.
@@ -79,6 +82,10 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Check(args) => check(args),
+            Command::CheckConfig(args) => {
+                crate::server::check_config(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Run(args) => {
                 crate::server::run(args)?;
                 Ok(ExitCode::SUCCESS)

@@ -476,6 +476,9 @@ mod tests {
         let text = include_str!("../conf/robotsgate.yaml");
         let config = Config::from_yaml(text).expect("shipped config is valid");
         assert!(config.egress.allowed_ports.iter().any(|p| p.contains(443)));
+        let text = include_str!("../conf/production.yaml");
+        let config = Config::from_yaml(text).expect("production config is valid");
+        assert!(config.tls.ca_key.is_some());
     }
 
     #[test]

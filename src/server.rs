@@ -51,7 +51,15 @@ pub struct RunArgs {
     pub upstream_ca: Vec<PathBuf>,
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+/// Everything `run` loads before it starts serving; `check-config` stops here.
+struct Loaded {
+    config: Config,
+    interceptor: Option<Arc<Interceptor>>,
+    trust: UpstreamTrust,
+    server_conf: ServerConf,
+}
+
+fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let mut config = Config::load(&args.config)?;
     if let Some(listen) = args.listen {
         config.listen = listen;
@@ -66,7 +74,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .egress
         .allow_destinations
         .extend(args.allow_destinations.iter().copied());
-
     if let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) {
         config.tls.ca_cert = Some(cert.clone());
         config.tls.ca_key = Some(key.clone());
@@ -96,17 +103,50 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-
-    let opt = Opt {
-        daemon: args.daemon,
-        upgrade: args.upgrade,
-        ..Opt::default()
-    };
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())
         .map_err(|e| anyhow::anyhow!("{}: Pingora configuration: {e}", args.config.display()))?;
     if let Some(bundle) = trust.ca_file() {
         server_conf.ca_file = Some(bundle);
     }
+    Ok(Loaded {
+        config,
+        interceptor,
+        trust,
+        server_conf,
+    })
+}
+
+/// `robotsgate check-config`: loads everything `run` would (robotsgate's section,
+/// Pingora's keys, the CA, extra roots) and reports the first problem. systemd runs it
+/// before a start or reload, so a bad file never replaces a working process.
+pub fn check_config(args: &RunArgs) -> anyhow::Result<()> {
+    let loaded = load(args)?;
+    println!(
+        "{}: OK (proxy {}, admin {:?}, HTTPS interception {})",
+        args.config.display(),
+        loaded.config.listen,
+        loaded.config.admin_listen,
+        if loaded.interceptor.is_some() {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    Ok(())
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let Loaded {
+        config,
+        interceptor,
+        trust,
+        server_conf,
+    } = load(&args)?;
+    let opt = Opt {
+        daemon: args.daemon,
+        upgrade: args.upgrade,
+        ..Opt::default()
+    };
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 

@@ -1,0 +1,113 @@
+//! The shipped systemd unit and production configuration: `systemd-analyze` judges the
+//! unit (exposure ≤ 2.0, no verification errors) and `robotsgate check-config`, which the
+//! unit runs before every start and reload, accepts the production file and refuses a bad
+//! one naming the key.
+
+use std::path::Path;
+use std::process::Command;
+
+const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/robotsgate.service");
+const PRODUCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conf/production.yaml");
+
+fn systemd_analyze(args: &[&str]) -> (bool, String) {
+    let out = Command::new("systemd-analyze")
+        .args(args)
+        .output()
+        .expect("systemd-analyze (Debian package `systemd`; scripts/deps.sh installs it)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn unit_exposure_is_at_most_2() {
+    let (_, text) = systemd_analyze(&["security", "--offline=true", UNIT]);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for robotsgate.service: "))
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{text}"));
+    assert!(exposure <= 2.0, "exposure {exposure}:\n{text}");
+}
+
+#[test]
+fn unit_verifies_without_errors() {
+    // As installed: the binary where ExecStart= names it (here, the one just built).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unit = std::fs::read_to_string(UNIT).expect("unit").replace(
+        "/usr/local/bin/robotsgate",
+        env!("CARGO_BIN_EXE_robotsgate"),
+    );
+    let path = dir.path().join("robotsgate.service");
+    std::fs::write(&path, unit).expect("write unit");
+    let (ok, text) = systemd_analyze(&["verify", path.to_str().expect("utf-8")]);
+    let ours: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("robotsgate.service"))
+        .collect();
+    assert!(ok && ours.is_empty(), "{text}");
+}
+
+fn check_config(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .arg("check-config")
+        .args(args)
+        .output()
+        .expect("run check-config");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn check_config_accepts_production_and_names_bad_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["ca", "init", "--cert"])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .expect("ca init");
+    assert!(out.status.success());
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
+
+    // The production file, with the CA where this test made it (the unit's credential
+    // path exists only under systemd).
+    let (ok, text) = check_config(&[
+        "--config",
+        PRODUCTION,
+        "--ca-cert",
+        &s(&cert),
+        "--ca-key",
+        &s(&key),
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("OK") && text.contains("HTTPS interception on"),
+        "{text}"
+    );
+
+    // As written, its CA key path does not exist here: refused, naming the key.
+    let (ok, text) = check_config(&["--config", PRODUCTION]);
+    assert!(!ok);
+    assert!(
+        text.contains("tls.ca_cert") || text.contains("tls.ca_key"),
+        "{text}"
+    );
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "robotsgate:\n  pacing:\n    floor_seconds: -1\n").expect("write");
+    let (ok, text) = check_config(&["--config", &s(&bad)]);
+    assert!(!ok);
+    assert!(text.contains("robotsgate.pacing.floor_seconds"), "{text}");
+}
