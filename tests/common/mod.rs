@@ -360,8 +360,11 @@ pub struct Proxy {
     child: Child,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
-    _dir: tempfile::TempDir,
+    /// Shared with a process that took over by graceful upgrade.
+    dir: Arc<tempfile::TempDir>,
     pub log_path: PathBuf,
+    /// The command-line arguments after `run`, for an upgrade to repeat.
+    args: Vec<String>,
 }
 
 impl Proxy {
@@ -385,17 +388,18 @@ impl Proxy {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
             let log = std::fs::File::create(&log_path).expect("log file");
+            let mut run_args: Vec<String> = vec![
+                "--config".into(),
+                config.to_string_lossy().into_owned(),
+                "--listen".into(),
+                addr.to_string(),
+                "--admin-listen".into(),
+                admin.to_string(),
+            ];
+            run_args.extend(args.iter().map(|a| a.to_string()));
             let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
                 .arg("run")
-                .arg("--config")
-                .arg(&config)
-                .args([
-                    "--listen",
-                    &addr.to_string(),
-                    "--admin-listen",
-                    &admin.to_string(),
-                ])
-                .args(args)
+                .args(&run_args)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -412,8 +416,9 @@ impl Proxy {
                         child,
                         addr,
                         admin,
-                        _dir: dir,
+                        dir: Arc::new(dir),
                         log_path,
+                        args: run_args,
                     };
                 }
                 if Instant::now() > deadline {
@@ -453,6 +458,63 @@ fn healthz(admin: SocketAddr) -> bool {
 }
 
 impl Proxy {
+    /// The configuration file this process was started with.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("robotsgate.yaml")
+    }
+
+    /// Pingora's graceful upgrade, as the systemd unit's reload does it: a new process
+    /// started with `--upgrade` (same arguments, configuration read again) and SIGQUIT
+    /// to this one, which hands over its listening sockets and finishes what it has in
+    /// flight. Returns the new process once it answers on the admin listener.
+    pub fn upgrade(&self) -> Proxy {
+        let log_path = self
+            .dir
+            .path()
+            .join(format!("robotsgate-{}.log", self.pid()));
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("run")
+            .args(&self.args)
+            .arg("--upgrade")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn robotsgate --upgrade");
+        let status = Command::new("kill")
+            .args(["-QUIT", &self.pid().to_string()])
+            .status()
+            .expect("kill -QUIT");
+        assert!(status.success());
+        let mut next = Proxy {
+            child,
+            addr: self.addr,
+            admin: self.admin,
+            dir: self.dir.clone(),
+            log_path,
+            args: self.args.clone(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Started: it has read its configuration and waits for (or holds) the listeners.
+        while next.child.try_wait().ok().flatten().is_none() {
+            if next.log().contains("robotsgate listening") {
+                return next;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "upgrade did not complete:\n{}",
+                next.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the upgraded robotsgate exited:\n{}", next.log());
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
     /// The common case: loopback origins allowed.
     pub fn start_for_loopback(extra_yaml: &str) -> Proxy {
         Proxy::start(extra_yaml, &["--allow-destination", "127.0.0.0/8"])

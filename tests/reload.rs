@@ -1,0 +1,105 @@
+//! Reload without dropping requests: a client loop runs across Pingora's graceful
+//! upgrade (what `systemctl reload robotsgate` does) while the configuration changes, and
+//! the change — a pacing floor — shows at the origin afterwards.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, Behaviour, Proxy, TestOrigin};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_changes_config_without_failing_a_request() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )])
+    .await;
+    let mut old = Proxy::start_for_loopback("  pacing:\n    floor_seconds: 0\n");
+
+    // The client: requests back to back, each on a new connection (what a reload must
+    // not refuse), until told to stop. (With keep-alive, a request sent just as the old
+    // process closes an idle connection fails with "incomplete message" — the HTTP/1.1
+    // idle-close race every server has; clients retry those.)
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let (stop, url, proxy) = (stop.clone(), origin.url("/page"), old.url());
+        tokio::spawn(async move {
+            let client = reqwest::Client::builder()
+                .proxy(reqwest::Proxy::http(proxy).expect("proxy"))
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("client");
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                match client.get(&url).send().await {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    Ok(r) => failed.push(format!("status {}", r.status())),
+                    Err(e) => failed.push(format!("{e:?}")),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    assert!(eventually(Duration::from_secs(10), || origin.count("/page") >= 20).await);
+
+    // New configuration: a 0.3 s floor between requests to an origin.
+    let config = std::fs::read_to_string(old.config_path()).expect("config");
+    std::fs::write(
+        old.config_path(),
+        config.replace("floor_seconds: 0\n", "floor_seconds: 0.3\n"),
+    )
+    .expect("write config");
+    let before = origin.count("/page");
+    // Blocking (it polls the new process); the client and origin run on other threads.
+    let new = tokio::task::block_in_place(|| old.upgrade());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !old.exited() {
+        assert!(
+            Instant::now() < deadline,
+            "the old process did not exit:\n{}",
+            old.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Keep going on the new process for a while, then stop the client.
+    let after_handover = origin.count("/page");
+    assert!(
+        eventually(Duration::from_secs(10), || origin.count("/page")
+            >= after_handover + 5)
+        .await
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = client.await.expect("client");
+    assert!(
+        failed.is_empty(),
+        "failed during reload: {failed:?}\n{}\n{}",
+        old.log(),
+        new.log()
+    );
+    assert!(ok as usize > before, "{ok}");
+
+    // The new floor holds at the origin: the last requests arrived ≥ 0.3 s apart.
+    let seen = origin.seen();
+    let pages: Vec<Instant> = seen
+        .iter()
+        .filter(|s| s.target == "/page")
+        .map(|s| s.arrived)
+        .collect();
+    let last = &pages[pages.len() - 4..];
+    for pair in last.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= Duration::from_millis(300),
+            "gap {gap:?} after reload"
+        );
+    }
+    // Before the reload there was no floor: some gap was well under it.
+    let early = &pages[..before.min(pages.len())];
+    assert!(early
+        .windows(2)
+        .any(|p| p[1].duration_since(p[0]) < Duration::from_millis(100)));
+}
