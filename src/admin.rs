@@ -1,16 +1,35 @@
-//! The admin listener: health and metrics for operators (loopback by default).
+//! The admin listener: how an operator asks "why was this URL blocked?" and "what is it
+//! doing to origin X?" (loopback by default).
 //!
-//! `GET /healthz` answers `ok` while the process serves; `GET /metrics` is the Prometheus
-//! text exposition of the default registry.
+//! * `GET /healthz`, `GET /readyz` — `ok` while the process serves.
+//! * `GET /metrics` — Prometheus text exposition of the default registry.
+//! * `GET /check?url=URL[&agent=USER-AGENT][&client=IP]` — the decision a request for
+//!   `URL` with that User-Agent would get, from the same [`Enforcer::decide`] the proxy
+//!   calls (the store is consulted, fetching robots.txt if needed; no pacing, nothing sent
+//!   to the URL itself), with the matched rule, its line and group, and the robots.txt
+//!   fetch status and age.
+//! * `GET /origins/{origin}` — the parsed robots.txt held for an origin (groups,
+//!   sitemaps, host, clean-param, crawl-delay), its fetch state and pacing schedules.
+//! * `POST /origins/{origin}/refresh` — fetch its robots.txt now.
+//! * `DELETE /origins/{origin}` — forget it (the next request fetches again).
+//!
+//! `{origin}` is `https://example.com`, `http://example.com:8080`, or the same
+//! percent-encoded. Answers are JSON.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
+use serde_json::{json, Value};
+use tokio::time::Instant;
 
-use crate::enforce::Enforcer;
+use crate::enforce::{group_for, Decision, Enforcer};
+use crate::robots::{Reason, RobotsTxt};
+use crate::store::{Policy, Snapshot};
+use crate::target::{parse_authority, Origin, Scheme, Target};
 
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
@@ -21,27 +40,264 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
         .status(status)
         .header("Content-Type", content_type)
         .header("Content-Length", body.len())
+        .header("Cache-Control", "no-store")
         .body(body)
         .unwrap_or_default()
+}
+
+fn json_reply(status: u16, value: &Value) -> Response<Vec<u8>> {
+    let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    body.push(b'\n');
+    reply(status, "application/json", body)
+}
+
+fn error(status: u16, message: impl Into<String>) -> Response<Vec<u8>> {
+    json_reply(status, &json!({ "error": message.into() }))
 }
 
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let path = session.req_header().uri.path().to_string();
-        match path.as_str() {
-            "/healthz" | "/readyz" => reply(200, "text/plain", b"ok\n".to_vec()),
-            "/metrics" => {
-                crate::metrics::update_store_gauges(&self.enforcer.store);
-                crate::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
-                let mut out = Vec::new();
-                let encoder = prometheus::TextEncoder::new();
-                match prometheus::Encoder::encode(&encoder, &prometheus::gather(), &mut out) {
-                    Ok(()) => reply(200, "text/plain; version=0.0.4", out),
-                    Err(e) => reply(500, "text/plain", format!("{e}\n").into_bytes()),
+        let req = session.req_header();
+        let method = req.method.as_str().to_string();
+        let path = req.uri.path().to_string();
+        let query = req.uri.query().unwrap_or("").to_string();
+        match (method.as_str(), path.as_str()) {
+            ("GET", "/healthz" | "/readyz") => reply(200, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/metrics") => self.metrics(),
+            ("GET", "/check") => self.check(&query).await,
+            (method, p) if p.starts_with("/origins/") => {
+                self.origin(method, &p["/origins/".len()..]).await
+            }
+            _ => error(404, format!("no such endpoint: {method} {path}")),
+        }
+    }
+}
+
+impl AdminApp {
+    fn metrics(&self) -> Response<Vec<u8>> {
+        crate::metrics::update_store_gauges(&self.enforcer.store);
+        crate::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
+        let mut out = Vec::new();
+        let encoder = prometheus::TextEncoder::new();
+        match prometheus::Encoder::encode(&encoder, &prometheus::gather(), &mut out) {
+            Ok(()) => reply(200, "text/plain; version=0.0.4", out),
+            Err(e) => reply(500, "text/plain", format!("{e}\n").into_bytes()),
+        }
+    }
+
+    async fn check(&self, query: &str) -> Response<Vec<u8>> {
+        let (mut url, mut agent, mut client) = (None, None, None);
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            match key.as_ref() {
+                "url" => url = Some(value.into_owned()),
+                "agent" => agent = Some(value.into_owned()),
+                "client" => client = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        let Some(url) = url else {
+            return error(400, "missing ?url=");
+        };
+        let target = match Target::from_request(url.as_bytes(), None, Scheme::Http) {
+            Ok(target) => target,
+            Err(e) => return error(400, format!("url: {e}")),
+        };
+        let client: Option<IpAddr> = match client.map(|c| c.parse()) {
+            Some(Ok(ip)) => Some(ip),
+            Some(Err(_)) => return error(400, "client: not an IP address"),
+            None => None,
+        };
+        let decision = self
+            .enforcer
+            .decide(&target, client, agent.as_deref())
+            .await;
+        let mut out = json!({
+            "url": url,
+            "origin": target.origin.to_string(),
+            "path": target.path.as_str(),
+            "agent": agent,
+        });
+        match &decision {
+            Decision::Forward { addr, why, pace } => {
+                out["decision"] = json!("allowed");
+                out["status"] = json!(200);
+                out["why"] = json!(why.to_string());
+                out["address"] = json!(addr.to_string());
+                out["crawl_delay_seconds"] = json!(pace.delay.as_secs_f64());
+            }
+            Decision::Respond(answer) => {
+                out["decision"] = json!(answer.decision.label());
+                out["status"] = json!(answer.status);
+                out["why"] = json!(answer.header);
+            }
+        }
+        // The verdict's details, from the snapshot the decision just used.
+        let tokens = self.enforcer.agents.tokens(client, agent.as_deref());
+        if let Some(snapshot) = self.enforcer.store.peek(&target.origin) {
+            if let Policy::Rules { robots, .. } = &snapshot.policy {
+                let group = group_for(robots, &tokens);
+                let verdict = robots.decide(group, &target.path);
+                out["group_line"] = json!(group
+                    .and_then(|g| robots.group(g))
+                    .and_then(|g| g.lines.first()));
+                out["group_agents"] = json!(group.and_then(|g| robots.group(g)).map(|g| &g.agents));
+                if let Reason::Rule(rule) = verdict.reason {
+                    out["rule"] = json!(format!("{rule}"));
+                    out["pattern"] = json!(rule.pattern);
+                    out["line"] = json!(rule.line);
                 }
             }
-            _ => reply(404, "text/plain", b"not found\n".to_vec()),
+            out["robots"] = robots_state(&target.origin, &snapshot);
         }
+        json_reply(200, &out)
+    }
+
+    async fn origin(&self, method: &str, rest: &str) -> Response<Vec<u8>> {
+        let (spec, action) = match rest.strip_suffix("/refresh") {
+            Some(spec) => (spec, "refresh"),
+            None => (rest, ""),
+        };
+        let origin = match parse_origin(spec) {
+            Ok(origin) => origin,
+            Err(e) => return error(400, e),
+        };
+        let store = &self.enforcer.store;
+        match (method, action) {
+            ("GET", "") => {}
+            ("POST", "refresh") => {
+                let agent = concat!("robotsgate/", env!("CARGO_PKG_VERSION"));
+                store.refresh(&origin, agent).await;
+            }
+            ("DELETE", "") => {
+                let held = store.purge(&origin);
+                return json_reply(
+                    if held { 200 } else { 404 },
+                    &json!({ "origin": origin.to_string(), "purged": held }),
+                );
+            }
+            _ => return error(405, format!("{method} not allowed here")),
+        }
+        let Some(snapshot) = store.peek(&origin) else {
+            return error(404, format!("{origin}: no robots.txt held"));
+        };
+        let mut out = json!({
+            "origin": origin.to_string(),
+            "robots": robots_state(&origin, &snapshot),
+        });
+        if let Policy::Rules { robots, .. } = &snapshot.policy {
+            out["parsed"] = parsed(robots);
+        }
+        out["pacing"] = self
+            .enforcer
+            .pacer
+            .schedules_of(&origin)
+            .iter()
+            .map(|s| {
+                json!({
+                    "group": s.group,
+                    "delay_seconds": s.delay.as_secs_f64(),
+                    "backoff_seconds": s.backoff.as_secs_f64(),
+                    "queued": s.queued,
+                    "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
+                })
+            })
+            .collect();
+        json_reply(200, &out)
+    }
+}
+
+/// `https://host[:port]`, percent-encoded or not, with or without a trailing `/`.
+fn parse_origin(spec: &str) -> Result<Origin, String> {
+    let decoded: String = form_urlencoded::parse(format!("o={spec}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    let decoded = decoded.trim_end_matches('/');
+    let (scheme, authority) = decoded
+        .split_once("://")
+        .ok_or_else(|| format!("`{decoded}` is not an origin like https://example.com"))?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        other => return Err(format!("unsupported scheme `{other}`")),
+    };
+    parse_authority(authority, scheme).map_err(|e| e.to_string())
+}
+
+fn seconds_ago(at: Option<Instant>) -> Value {
+    json!(at.map(|t| Instant::now().saturating_duration_since(t).as_secs_f64()))
+}
+
+fn seconds_until(at: Instant) -> f64 {
+    at.saturating_duration_since(Instant::now()).as_secs_f64()
+}
+
+/// The fetch state of one origin's robots.txt.
+fn robots_state(origin: &Origin, snapshot: &Snapshot) -> Value {
+    let (policy, why) = match &snapshot.policy {
+        Policy::Rules { .. } => ("rules", None),
+        Policy::AllowAll { why } => ("allow_all", Some(why.as_str())),
+        Policy::DisallowAll { why } => ("disallow_all", Some(why.as_str())),
+    };
+    json!({
+        "url": origin.robots_url(),
+        "policy": policy,
+        "policy_reason": why,
+        "last_fetch": snapshot.last_outcome,
+        "age_seconds": seconds_ago(snapshot.fetched_at),
+        "fresh_for_seconds": seconds_until(snapshot.fresh_until),
+        "stale_copy": snapshot.is_stale_copy(),
+        "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since),
+        "retry_in_seconds": snapshot.retry_at.map(seconds_until),
+        "consecutive_failures": snapshot.failures,
+    })
+}
+
+/// The parsed robots.txt: what an operator reads to see why a path is judged as it is.
+fn parsed(robots: &RobotsTxt) -> Value {
+    let rules = robots.rules();
+    json!({
+        "groups": robots.groups().iter().map(|g| json!({
+            "agents": g.agents,
+            "lines": g.lines,
+            "crawl_delay_seconds": g.crawl_delay,
+            "rules": g.rules.iter().filter_map(|&i| rules.get(i as usize)).map(|r| json!({
+                "rule": format!("{r}"),
+                "pattern": r.pattern,
+                "line": r.line,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "sitemaps": robots.sitemaps(),
+        "host": robots.host(),
+        "clean_params": robots.clean_params().iter().map(|c| json!({
+            "params": c.params,
+            "path": c.path,
+            "line": c.line,
+        })).collect::<Vec<_>>(),
+        "truncated": robots.truncated(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_in_paths() {
+        assert_eq!(
+            parse_origin("https://Example.com")
+                .expect("plain")
+                .to_string(),
+            "https://example.com"
+        );
+        assert_eq!(
+            parse_origin("https%3A%2F%2Fexample.com%3A8443%2F")
+                .expect("encoded")
+                .to_string(),
+            "https://example.com:8443"
+        );
+        assert!(parse_origin("example.com").is_err());
+        assert!(parse_origin("ftp://example.com").is_err());
     }
 }

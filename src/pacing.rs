@@ -154,6 +154,19 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// One schedule as the admin API shows it.
+#[derive(Clone, Debug)]
+pub struct ScheduleState {
+    /// The robots.txt group (its first agent name; empty: none or `*`).
+    pub group: String,
+    pub delay: Duration,
+    pub backoff: Duration,
+    /// Requests waiting for or holding the turn.
+    pub queued: usize,
+    /// Until the next request may start (zero: now).
+    pub next_slot_in: Option<Duration>,
+}
+
 pub struct Pacer {
     config: PacingConfig,
     schedules: Mutex<HashMap<ScheduleKey, Arc<Schedule>>>,
@@ -304,6 +317,30 @@ impl Pacer {
             waited: now.elapsed(),
             ceiling,
         })
+    }
+
+    /// The schedules of one origin, for the admin API.
+    pub fn schedules_of(&self, origin: &crate::target::Origin) -> Vec<ScheduleState> {
+        let now = Instant::now();
+        lock(&self.schedules)
+            .iter()
+            .filter(|(key, _)| &key.origin == origin)
+            .map(|(key, s)| {
+                let t = lock(&s.timing);
+                let effective = t.delay.max(t.backoff);
+                let next = [t.last_end.map(|e| e + effective), t.paused_until]
+                    .into_iter()
+                    .flatten()
+                    .max();
+                ScheduleState {
+                    group: key.group.clone(),
+                    delay: t.delay,
+                    backoff: t.backoff,
+                    queued: s.pending.load(Ordering::Acquire),
+                    next_slot_in: next.map(|at| at.saturating_duration_since(now)),
+                }
+            })
+            .collect()
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).

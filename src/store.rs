@@ -145,6 +145,25 @@ impl RobotsStore {
         self.len() == 0
     }
 
+    /// The snapshot held for `origin`, if any; never fetches (the admin API's view).
+    pub fn peek(&self, origin: &Origin) -> Option<Arc<Snapshot>> {
+        let map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
+        map.peek(origin).and_then(|entry| entry.state.load_full())
+    }
+
+    /// Fetches `origin`'s robots.txt now, fresh or not (after any fetch in progress).
+    pub async fn refresh(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+        let entry = self.entry(origin);
+        let _flight = entry.flight.lock().await;
+        self.fetch_and_store(&entry, origin, user_agent).await
+    }
+
+    /// Forgets `origin`: the next request fetches its robots.txt again. True if it was held.
+    pub fn purge(&self, origin: &Origin) -> bool {
+        let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
+        map.pop(origin).is_some()
+    }
+
     /// The policy to apply to a request for `origin` now, fetching if there is none.
     pub async fn get(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
         let entry = self.entry(origin);

@@ -1,0 +1,147 @@
+//! The admin API over real sockets: "why was this URL blocked?" and "what is it doing to
+//! origin X?" answered from the live store, against a test origin that logs what it gets.
+
+mod common;
+
+use common::{Behaviour, Proxy, TestOrigin};
+use serde_json::Value;
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n\nUser-agent: NewsBot\nDisallow: /\n\nSitemap: https://example.com/sitemap.xml\nClean-param: ref /articles/\n";
+
+async fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, Value) {
+    let url = format!("http://{}{path}", proxy.admin);
+    let client = reqwest::Client::new();
+    let response = client
+        .request(method.parse().expect("method"), url)
+        .send()
+        .await
+        .expect("admin request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, value)
+}
+
+fn encode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_explains_a_decision_without_fetching_the_url() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+
+    let url = origin.url("/private/report?id=1");
+    let (status, v) = admin(
+        &proxy,
+        "GET",
+        &format!("/check?url={}&agent=ExampleBot%2F1.0", encode(&url)),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["decision"], "disallowed", "{v}");
+    assert_eq!(v["status"], 403);
+    assert_eq!(v["pattern"], "/private");
+    assert_eq!(v["line"], 2);
+    assert_eq!(v["group_line"], 1);
+    assert_eq!(v["robots"]["last_fetch"], "HTTP 200", "{v}");
+    assert!(
+        v["robots"]["age_seconds"]
+            .as_f64()
+            .is_some_and(|a| a < 60.0),
+        "{v}"
+    );
+
+    // NewsBot's own group disallows everything.
+    let (_, v) = admin(
+        &proxy,
+        "GET",
+        &format!("/check?url={}&agent=NewsBot", encode(&origin.url("/"))),
+    )
+    .await;
+    assert_eq!(
+        (v["decision"].as_str(), v["line"].as_u64()),
+        (Some("disallowed"), Some(6)),
+        "{v}"
+    );
+
+    let (_, v) = admin(
+        &proxy,
+        "GET",
+        &format!(
+            "/check?url={}&agent=ExampleBot",
+            encode(&origin.url("/public"))
+        ),
+    )
+    .await;
+    assert_eq!(v["decision"], "allowed", "{v}");
+    assert!(
+        v["crawl_delay_seconds"].as_f64().is_some_and(|d| d >= 0.5),
+        "{v}"
+    );
+
+    // robots.txt was fetched once; the URLs checked were never requested.
+    let seen: Vec<String> = origin.seen().iter().map(|s| s.target.clone()).collect();
+    assert_eq!(seen, ["/robots.txt"]);
+
+    let (status, v) = admin(&proxy, "GET", "/check?url=ftp%3A%2F%2Fx").await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("scheme")),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_view_refresh_and_purge() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    let path = format!("/origins/{}", encode(&origin.url("")));
+
+    let (status, _) = admin(&proxy, "GET", &path).await;
+    assert_eq!(status, 404, "nothing held before the first request");
+
+    // A request through the proxy fills the store and a pacing schedule (Crawl-delay 0.5).
+    assert_eq!(
+        common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
+        200
+    );
+    let (status, v) = admin(&proxy, "GET", &path).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["robots"]["policy"], "rules");
+    let groups = v["parsed"]["groups"].as_array().expect("groups");
+    assert_eq!(groups[0]["agents"][0], "*");
+    assert_eq!(groups[0]["crawl_delay_seconds"], 0.5);
+    assert_eq!(groups[0]["rules"][0]["pattern"], "/private");
+    assert_eq!(
+        v["parsed"]["sitemaps"][0],
+        "https://example.com/sitemap.xml"
+    );
+    assert_eq!(v["parsed"]["clean_params"][0]["params"][0], "ref");
+    let pacing = v["pacing"].as_array().expect("pacing");
+    assert_eq!(pacing.len(), 1, "{v}");
+    assert!(
+        pacing[0]["delay_seconds"]
+            .as_f64()
+            .is_some_and(|d| d >= 0.5),
+        "{v}"
+    );
+
+    // Refresh fetches again now; purge forgets it.
+    let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(origin.count("/robots.txt"), 2);
+    let (status, v) = admin(&proxy, "DELETE", &path).await;
+    assert_eq!((status, v["purged"].as_bool()), (200, Some(true)));
+    let (status, _) = admin(&proxy, "GET", &path).await;
+    assert_eq!(status, 404);
+    assert_eq!(common::curl(&proxy, &origin.url("/b"), &[]).0, 200);
+    assert_eq!(
+        origin.count("/robots.txt"),
+        3,
+        "fetched again after the purge"
+    );
+
+    let (status, _) = admin(&proxy, "PUT", &path).await;
+    assert_eq!(status, 405);
+}
