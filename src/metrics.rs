@@ -2,7 +2,6 @@
 //!
 //! Registered once in the default registry; the admin listener serves them.
 
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
 use prometheus::{
@@ -51,33 +50,66 @@ impl Outcome {
     }
 }
 
-/// Per-outcome counter and histogram handles, resolved once (no label hashing per request).
-static REQUEST_HANDLES: LazyLock<Vec<(prometheus::IntCounter, prometheus::Histogram)>> =
-    LazyLock::new(|| {
-        Outcome::ALL
-            .iter()
-            .map(|o| {
-                (
-                    REQUESTS.with_label_values(&[o.label()]),
-                    REQUEST_DURATION.with_label_values(&[o.label()]),
-                )
-            })
-            .collect()
-    });
+/// How a request reached robotsgate: the `mode` label of the request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Absolute-form target (`HTTP_PROXY`).
+    Explicit,
+    /// Origin-form target with `Host` (transparent egress).
+    Transparent,
+    /// Inside an intercepted CONNECT tunnel (`HTTPS_PROXY`).
+    Tunnel,
+}
 
-pub fn record_request(outcome: Outcome, seconds: f64) {
-    if let Some((count, duration)) = REQUEST_HANDLES.get(outcome as usize) {
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Explicit, Mode::Transparent, Mode::Tunnel];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Explicit => "explicit",
+            Mode::Transparent => "transparent",
+            Mode::Tunnel => "tunnel",
+        }
+    }
+}
+
+const SCHEMES: [&str; 2] = ["http", "https"];
+
+/// Counter and histogram handles for every (decision, mode, scheme), resolved once: no
+/// label hashing per request.
+type Handles = Vec<(prometheus::IntCounter, prometheus::Histogram)>;
+
+static REQUEST_HANDLES: LazyLock<Handles> = LazyLock::new(|| {
+    let mut handles = Vec::new();
+    for outcome in Outcome::ALL {
+        for mode in Mode::ALL {
+            for scheme in SCHEMES {
+                let labels = [outcome.label(), mode.label(), scheme];
+                handles.push((
+                    REQUESTS.with_label_values(&labels),
+                    REQUEST_DURATION.with_label_values(&labels),
+                ));
+            }
+        }
+    }
+    handles
+});
+
+pub fn record_request(outcome: Outcome, mode: Mode, https: bool, seconds: f64) {
+    let index =
+        (outcome as usize * Mode::ALL.len() + mode as usize) * SCHEMES.len() + usize::from(https);
+    if let Some((count, duration)) = REQUEST_HANDLES.get(index) {
         count.inc();
         duration.observe(seconds);
     }
 }
 
-/// Requests by decision (see [`Outcome`]).
+/// Requests by decision (see [`Outcome`]), mode and scheme.
 static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_requests_total",
-        "Requests by robotsgate's decision.",
-        &["decision"]
+        "Requests by robotsgate's decision, how they arrived (explicit, transparent, tunnel) and scheme.",
+        &["decision", "mode", "scheme"]
     )
     .expect("metric registers once")
 });
@@ -85,12 +117,59 @@ static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_request_duration_seconds",
-        "Time from request to last response byte, by decision.",
-        &["decision"],
+        "Time from request to last response byte, by decision, mode and scheme.",
+        &["decision", "mode", "scheme"],
         vec![
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             30.0
         ]
+    )
+    .expect("metric registers once")
+});
+
+static UPSTREAM_RESPONSES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_upstream_responses_total",
+        "Origin responses to forwarded requests by status class (1xx..5xx).",
+        &["class"]
+    )
+    .expect("metric registers once")
+});
+
+static UPSTREAM_CLASS_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock::new(|| {
+    ["1xx", "2xx", "3xx", "4xx", "5xx"]
+        .iter()
+        .map(|c| UPSTREAM_RESPONSES.with_label_values(&[c]))
+        .collect()
+});
+
+pub fn record_upstream_status(status: u16) {
+    if let Some(counter) = UPSTREAM_CLASS_HANDLES.get(usize::from(status / 100).wrapping_sub(1)) {
+        counter.inc();
+    }
+}
+
+static BUILD_INFO: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    prometheus::register_int_gauge_vec!(
+        "robotsgate_build_info",
+        "Always 1; the labels say which build runs.",
+        &["version"]
+    )
+    .expect("metric registers once")
+});
+
+/// Sets the build-info gauge (call once at start).
+pub fn record_build_info() {
+    BUILD_INFO
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+}
+
+pub static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+    prometheus::register_histogram!(
+        "robotsgate_robots_fetch_duration_seconds",
+        "Time to fetch a robots.txt, redirects included, whatever the outcome.",
+        vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
     )
     .expect("metric registers once")
 });
@@ -112,27 +191,25 @@ static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-static STORE_EVICTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!(
-        "robotsgate_robots_store_evictions",
-        "Origins evicted from the store since start (monotonic)."
+pub static STORE_EVICTIONS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_robots_store_evictions_total",
+        "Origins evicted from the robots store (least recently used) to stay within robots.max_origins."
     )
     .expect("metric registers once")
 });
 
-static SINGLE_FLIGHT_JOINS: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!(
-        "robotsgate_robots_single_flight_joins",
-        "Requests that waited for another request's robots.txt fetch instead of fetching (monotonic)."
+pub static SINGLE_FLIGHT_JOINS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_robots_single_flight_joins_total",
+        "Requests that waited for another request's robots.txt fetch instead of fetching."
     )
     .expect("metric registers once")
 });
 
-/// Copies the store's own counters into gauges just before a scrape.
+/// Copies the store's size into its gauge just before a scrape.
 pub fn update_store_gauges(store: &RobotsStore) {
     STORE_ORIGINS.set(store.len() as i64);
-    STORE_EVICTIONS.set(store.stats.evictions.load(Ordering::Relaxed) as i64);
-    SINGLE_FLIGHT_JOINS.set(store.stats.single_flight_joins.load(Ordering::Relaxed) as i64);
 }
 
 static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {

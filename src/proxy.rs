@@ -21,7 +21,7 @@ use pingora::ErrorSource;
 use crate::config::{seconds, UpstreamConfig};
 use crate::connect::TunnelOrigin;
 use crate::enforce::{Allowed, Answer, Decision, Enforcer};
-use crate::metrics::Outcome;
+use crate::metrics::{Mode, Outcome};
 use crate::pacing::Permit;
 use crate::target::{Origin, Scheme, Target, TargetError};
 
@@ -228,6 +228,7 @@ impl ProxyHttp for RobotsGateProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestContext,
     ) -> Result<()> {
+        crate::metrics::record_upstream_status(upstream_response.status.as_u16());
         if let Some(permit) = &ctx.permit {
             let retry_after = upstream_response
                 .headers
@@ -314,7 +315,16 @@ impl ProxyHttp for RobotsGateProxy {
             (None, Some(_), Some(_)) => Outcome::UpstreamError,
             (None, None, _) => Outcome::BadRequest,
         };
-        crate::metrics::record_request(outcome, elapsed);
+        let mode = match (&ctx.tunnel, session.req_header().raw_path().first()) {
+            (Some(_), _) => Mode::Tunnel,
+            (None, Some(b'/')) => Mode::Transparent,
+            (None, _) => Mode::Explicit,
+        };
+        let https = ctx
+            .target
+            .as_ref()
+            .is_some_and(|t| t.origin.scheme == Scheme::Https);
+        crate::metrics::record_request(outcome, mode, https, elapsed);
         // The response is sent: the pacing schedule's clock starts now.
         ctx.permit = None;
         if !log::log_enabled!(target: "access", log::Level::Info) {

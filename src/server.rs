@@ -147,6 +147,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         upgrade: args.upgrade,
         ..Opt::default()
     };
+    crate::metrics::record_build_info();
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 

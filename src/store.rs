@@ -129,6 +129,7 @@ impl RobotsStore {
             .is_some_and(|(evicted, _)| &evicted != origin)
         {
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::STORE_EVICTIONS.inc();
         }
         entry
     }
@@ -200,6 +201,7 @@ impl RobotsStore {
             self.stats
                 .single_flight_joins
                 .fetch_add(1, Ordering::Relaxed);
+            crate::metrics::SINGLE_FLIGHT_JOINS.inc();
             return current;
         }
         let store = self.clone();
@@ -260,7 +262,9 @@ impl RobotsStore {
         origin: &Origin,
         user_agent: &str,
     ) -> Arc<Snapshot> {
+        let started = Instant::now();
         let outcome = self.fetcher.fetch(origin, user_agent).await;
+        crate::metrics::ROBOTS_FETCH_DURATION.observe(started.elapsed().as_secs_f64());
         crate::metrics::ROBOTS_FETCHES
             .with_label_values(&[outcome.class()])
             .inc();

@@ -144,4 +144,30 @@ async fn origin_view_refresh_and_purge() {
 
     let (status, _) = admin(&proxy, "PUT", &path).await;
     assert_eq!(status, 405);
+
+    // The metrics of what happened, by their documented names and labels.
+    let metric = |name: &str| proxy.metric(name).unwrap_or(0.0);
+    assert_eq!(
+        metric("robotsgate_requests_total{decision=\"allowed\",mode=\"explicit\",scheme=\"http\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric("robotsgate_upstream_responses_total{class=\"2xx\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric("robotsgate_robots_fetch_duration_seconds_count"),
+        3.0
+    );
+    assert_eq!(
+        metric("robotsgate_robots_fetches_total{outcome=\"2xx\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&format!(
+            "robotsgate_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
 }

@@ -118,6 +118,18 @@ async fn curl_https_is_enforced_like_http() {
     );
     assert!(s.metric("robotsgate_tls_leaf_mints_total") >= 1.0);
     assert_eq!(
+        s.metric(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",scheme=\"https\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.metric(
+            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",scheme=\"https\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
         s.metric("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"established\"}"),
         2.0
     );
