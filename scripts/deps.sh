@@ -10,6 +10,7 @@ command -v curl >/dev/null || need+=(curl)            # tests drive the proxy wi
 command -v python3 >/dev/null || need+=(python3)
 command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
 command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/robotsgate.service
+command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -1,6 +1,9 @@
 //! The admin listener: how an operator asks "why was this URL blocked?" and "what is it
 //! doing to origin X?" (loopback by default).
 //!
+//! * `GET /` — the status page (`status.html`): totals by decision, the busiest origins
+//!   with their robots.txt status, crawl-delay, queue depth and next slot, and a form to
+//!   check a URL. `GET /status.json` is what it shows.
 //! * `GET /healthz`, `GET /readyz` — `ok` while the process serves.
 //! * `GET /metrics` — Prometheus text exposition of the default registry.
 //! * `GET /check?url=URL[&agent=USER-AGENT][&client=IP]` — the decision a request for
@@ -64,6 +67,12 @@ impl ServeHttp for AdminApp {
         let query = req.uri.query().unwrap_or("").to_string();
         match (method.as_str(), path.as_str()) {
             ("GET", "/healthz" | "/readyz") => reply(200, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/") => reply(
+                200,
+                "text/html; charset=utf-8",
+                STATUS_PAGE.as_bytes().to_vec(),
+            ),
+            ("GET", "/status.json") => json_reply(200, &self.status()),
             ("GET", "/metrics") => self.metrics(),
             ("GET", "/check") => self.check(&query).await,
             (method, p) if p.starts_with("/origins/") => {
@@ -74,7 +83,46 @@ impl ServeHttp for AdminApp {
     }
 }
 
+/// The status page: one self-contained HTML file (inline CSS and script, no external
+/// assets) that polls `/status.json` and calls `/check`.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// How many origins the status page lists.
+const BUSIEST: usize = 25;
+
 impl AdminApp {
+    /// What the status page shows: totals by decision and the busiest origins.
+    fn status(&self) -> Value {
+        let totals: serde_json::Map<String, Value> = crate::metrics::requests_by_decision()
+            .into_iter()
+            .map(|(label, n)| (label.to_string(), json!(n)))
+            .collect();
+        let origins: Vec<Value> = self
+            .enforcer
+            .store
+            .busiest(BUSIEST)
+            .into_iter()
+            .map(|(origin, requests, snapshot)| {
+                let schedules = self.enforcer.pacer.schedules_of(&origin);
+                json!({
+                    "origin": origin.to_string(),
+                    "requests": requests,
+                    "robots": snapshot.map(|s| robots_state(&origin, &s)),
+                    "delay_seconds": schedules.iter().map(|s| s.delay.as_secs_f64()).fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d)))),
+                    "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
+                    "next_slot_in_seconds": schedules.iter().filter_map(|s| s.next_slot_in).min().map(|d| d.as_secs_f64()),
+                })
+            })
+            .collect();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "totals": totals,
+            "origins_held": self.enforcer.store.len(),
+            "queued": self.enforcer.pacer.queued(),
+            "origins": origins,
+        })
+    }
+
     fn metrics(&self) -> Response<Vec<u8>> {
         crate::metrics::update_store_gauges(&self.enforcer.store);
         crate::metrics::update_pacing_gauge(self.enforcer.pacer.queued());

@@ -104,6 +104,22 @@ pub fn record_request(outcome: Outcome, mode: Mode, https: bool, seconds: f64) {
     }
 }
 
+/// Requests so far per decision label, summed over modes and schemes (the status page).
+pub fn requests_by_decision() -> Vec<(&'static str, u64)> {
+    let per_outcome = Mode::ALL.len() * SCHEMES.len();
+    Outcome::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, outcome)| {
+            let total = REQUEST_HANDLES[i * per_outcome..(i + 1) * per_outcome]
+                .iter()
+                .map(|(count, _)| count.get())
+                .sum();
+            (outcome.label(), total)
+        })
+        .collect()
+}
+
 /// Requests by decision (see [`Outcome`]), mode and scheme.
 static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(

@@ -76,6 +76,9 @@ struct Entry {
     /// Held while a fetch for this origin runs (single-flight).
     flight: tokio::sync::Mutex<()>,
     refreshing: AtomicBool,
+    /// Decisions asked for this origin since it entered the store (the status page's
+    /// "busiest origins").
+    requests: AtomicU64,
 }
 
 /// Counters the metrics module reads.
@@ -123,6 +126,7 @@ impl RobotsStore {
             state: ArcSwapOption::empty(),
             flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
         });
         if map
             .push(origin.clone(), entry.clone())
@@ -159,6 +163,25 @@ impl RobotsStore {
         self.fetch_and_store(&entry, origin, user_agent).await
     }
 
+    /// The `n` origins with the most decisions, busiest first, with their snapshots.
+    /// Scans the whole store (an admin page's cost, not a request's).
+    pub fn busiest(&self, n: usize) -> Vec<(Origin, u64, Option<Arc<Snapshot>>)> {
+        let mut all: Vec<(Origin, u64, Option<Arc<Snapshot>>)> = Vec::new();
+        for shard in &self.shards {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            all.extend(map.iter().map(|(origin, entry)| {
+                (
+                    origin.clone(),
+                    entry.requests.load(Ordering::Relaxed),
+                    entry.state.load_full(),
+                )
+            }));
+        }
+        all.sort_by(|a, b| b.1.cmp(&a.1));
+        all.truncate(n);
+        all
+    }
+
     /// Forgets `origin`: the next request fetches its robots.txt again. True if it was held.
     pub fn purge(&self, origin: &Origin) -> bool {
         let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
@@ -168,6 +191,7 @@ impl RobotsStore {
     /// The policy to apply to a request for `origin` now, fetching if there is none.
     pub async fn get(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
         let entry = self.entry(origin);
+        entry.requests.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         if let Some(snapshot) = entry.state.load_full() {
             if now < snapshot.fresh_until {
