@@ -177,7 +177,7 @@ impl RobotsStore {
                 )
             }));
         }
-        all.sort_by(|a, b| b.1.cmp(&a.1));
+        all.sort_by_key(|(_, requests, _)| std::cmp::Reverse(*requests));
         all.truncate(n);
         all
     }
