@@ -299,3 +299,42 @@ pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new
     )
     .expect("metric registers once")
 });
+
+#[cfg(test)]
+mod tests {
+    /// The Grafana dashboard in `conf/` only charts metrics this module registers and the
+    /// README documents.
+    #[test]
+    fn dashboard_uses_registered_documented_metrics() {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../conf/grafana-dashboard.json"))
+                .expect("dashboard is JSON");
+        assert!(dashboard["panels"]
+            .as_array()
+            .is_some_and(|p| p.len() >= 10));
+        let source = include_str!("metrics.rs");
+        let readme = include_str!("../README.md");
+        let text = dashboard.to_string();
+        let mut names: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("robotsgate_"))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 10, "{names:?}");
+        for name in names {
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(
+                source.contains(&format!("\"{base}\"")),
+                "{base} is not registered"
+            );
+            assert!(
+                readme.contains(&format!("`{base}`")),
+                "{base} is not in the README"
+            );
+        }
+    }
+}
