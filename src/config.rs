@@ -27,6 +27,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Metrics and admin endpoints; keep it on loopback.
     pub admin_listen: Option<SocketAddr>,
+    /// `text` (key=value) or `json` (one object per line).
+    pub log_format: crate::logging::LogFormat,
     pub agent: AgentConfig,
     pub dns: DnsConfig,
     pub egress: EgressConfig,
@@ -41,6 +43,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            log_format: crate::logging::LogFormat::Text,
             agent: AgentConfig::default(),
             dns: DnsConfig::default(),
             egress: EgressConfig::default(),

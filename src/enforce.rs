@@ -39,6 +39,8 @@ pub struct Answer {
     pub content_type: &'static str,
     pub body: Bytes,
     pub retry_after: Option<u64>,
+    /// The robots.txt line that decided, when a rule did (for the access log).
+    pub rule_line: Option<u32>,
 }
 
 impl Answer {
@@ -50,6 +52,7 @@ impl Answer {
             content_type: "text/plain; charset=utf-8",
             body: Bytes::from(body + "\n"),
             retry_after: None,
+            rule_line: None,
         }
     }
 }
@@ -204,6 +207,7 @@ impl Enforcer {
                         content_type: "text/plain",
                         body: body.clone(),
                         retry_after: None,
+                        rule_line: None,
                     });
                 }
                 let tokens = self.agents.tokens(client, user_agent);
@@ -228,7 +232,7 @@ impl Enforcer {
                 let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
                 let line = verdict.rule().map_or(0, |r| r.line);
                 let pattern = verdict.rule().map(|r| r.pattern.as_str()).unwrap_or("");
-                Decision::Respond(Answer::text(
+                let mut answer = Answer::text(
                     403,
                     Outcome::Disallowed,
                     format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
@@ -236,7 +240,9 @@ impl Enforcer {
                         "robotsgate: {} is disallowed by {robots_url}: {rule}",
                         target.path
                     ),
-                ))
+                );
+                answer.rule_line = verdict.rule().map(|r| r.line);
+                Decision::Respond(answer)
             }
             Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
             Policy::DisallowAll { why } => {

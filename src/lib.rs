@@ -19,6 +19,7 @@ pub mod egress;
 pub mod enforce;
 pub mod fetch;
 pub mod intercept;
+pub mod logging;
 pub mod metrics;
 pub mod pacing;
 pub mod proxy;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    robotsgate::logging::init();
     match robotsgate::cli::Cli::parse().run() {
         Ok(code) => code,
         Err(err) => {

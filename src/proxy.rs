@@ -21,6 +21,7 @@ use pingora::ErrorSource;
 use crate::config::{seconds, UpstreamConfig};
 use crate::connect::TunnelOrigin;
 use crate::enforce::{Allowed, Answer, Decision, Enforcer};
+use crate::logging::AccessRecord;
 use crate::metrics::{Mode, Outcome};
 use crate::pacing::Permit;
 use crate::target::{Origin, Scheme, Target, TargetError};
@@ -41,6 +42,9 @@ pub struct RequestContext {
     permit: Option<Permit>,
     /// The `X-Robots-Decision` of an answer robotsgate gave itself.
     answered: Option<(Outcome, String)>,
+    /// The robots.txt line that decided, when a rule did.
+    line: Option<u32>,
+    upstream_status: Option<u16>,
     started: Option<Instant>,
 }
 
@@ -190,6 +194,9 @@ impl ProxyHttp for RobotsGateProxy {
                     Ok(permit) => {
                         ctx.permit = Some(permit);
                         ctx.addr = Some(addr);
+                        if let Allowed::Rule { line } = why {
+                            ctx.line = Some(line);
+                        }
                         ctx.allowed = Some(why);
                         Ok(false)
                     }
@@ -201,6 +208,7 @@ impl ProxyHttp for RobotsGateProxy {
                 }
             }
             Decision::Respond(answer) => {
+                ctx.line = answer.rule_line;
                 ctx.answered = Some((answer.decision, answer.header.clone()));
                 respond(session, &answer).await?;
                 Ok(true)
@@ -229,6 +237,7 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
     ) -> Result<()> {
         crate::metrics::record_upstream_status(upstream_response.status.as_u16());
+        ctx.upstream_status = Some(upstream_response.status.as_u16());
         if let Some(permit) = &ctx.permit {
             let retry_after = upstream_response
                 .headers
@@ -325,12 +334,12 @@ impl ProxyHttp for RobotsGateProxy {
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::metrics::record_request(outcome, mode, https, elapsed);
+        let pacing_wait = ctx.permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
         // The response is sent: the pacing schedule's clock starts now.
         ctx.permit = None;
         if !log::log_enabled!(target: "access", log::Level::Info) {
             return;
         }
-        let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let (origin, path) = ctx
             .target
             .as_ref()
@@ -338,15 +347,25 @@ impl ProxyHttp for RobotsGateProxy {
                 (t.origin.to_string(), t.path.to_string())
             });
         let why = match (&ctx.answered, ctx.allowed) {
-            (Some((_, header)), _) => header.replace('"', "'"),
+            (Some((_, header)), _) => header.clone(),
             (None, Some(allowed)) => allowed.to_string(),
             (None, None) => String::new(),
         };
-        log::info!(
-            target: "access",
-            "origin={origin} path={path} decision={} status={status} duration_s={elapsed:.6} why=\"{why}\"{}",
-            outcome.label(),
-            error.map(|e| format!(" error=\"{e}\"")).unwrap_or_default()
-        );
+        let req = session.req_header();
+        AccessRecord {
+            origin: &origin,
+            path: &path,
+            agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            mode: mode.label(),
+            decision: outcome.label(),
+            status: session.response_written().map_or(0, |r| r.status.as_u16()),
+            upstream_status: ctx.upstream_status,
+            line: ctx.line,
+            why: &why,
+            pacing_wait_seconds: pacing_wait,
+            duration_seconds: elapsed,
+            error: error.map(|e| e.to_string()),
+        }
+        .emit();
     }
 }

@@ -171,3 +171,76 @@ async fn origin_view_refresh_and_purge() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_access_log_has_one_structured_line_per_request() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("  log_format: json\n");
+    assert_eq!(
+        common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
+        200
+    );
+    assert_eq!(
+        common::curl(&proxy, &origin.url("/private/x"), &["-A", "ExampleBot/1"]).0,
+        403
+    );
+
+    let records = || -> Vec<Value> {
+        proxy
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "access")
+            .map(|v| v["access"].clone())
+            .collect()
+    };
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || records().len() == 2).await,
+        "{}",
+        proxy.log()
+    );
+    let records = records();
+    let (allowed, denied) = (&records[0], &records[1]);
+    assert_eq!(allowed["origin"], origin.url(""));
+    assert_eq!(allowed["path"], "/a");
+    assert_eq!(allowed["agent"], "ExampleBot/1");
+    assert_eq!(allowed["mode"], "explicit");
+    assert_eq!(
+        (allowed["decision"].as_str(), allowed["status"].as_u64()),
+        (Some("allowed"), Some(200))
+    );
+    assert_eq!(allowed["upstream_status"], 200);
+    // The pacing wait is recorded (0 for the first request of a schedule).
+    assert!(
+        allowed["pacing_wait_seconds"].as_f64().is_some(),
+        "{allowed}"
+    );
+    assert!(
+        allowed["duration_seconds"]
+            .as_f64()
+            .is_some_and(|d| d > 0.0),
+        "{allowed}"
+    );
+    assert_eq!(
+        (denied["decision"].as_str(), denied["status"].as_u64()),
+        (Some("disallowed"), Some(403))
+    );
+    assert_eq!(denied["line"], 2);
+    assert!(denied["upstream_status"].is_null(), "never forwarded");
+    assert!(
+        denied["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("rule=\"/private\"")),
+        "{denied}"
+    );
+    // Other records are JSON lines too.
+    assert!(
+        proxy
+            .log()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "{}",
+        proxy.log()
+    );
+}
