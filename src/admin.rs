@@ -299,6 +299,12 @@ fn robots_state(origin: &Origin, snapshot: &Snapshot) -> Value {
         "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since),
         "retry_in_seconds": snapshot.retry_at.map(seconds_until),
         "consecutive_failures": snapshot.failures,
+        "history": snapshot.history.iter().map(|f| json!({
+            "seconds_ago": Instant::now().saturating_duration_since(f.at).as_secs_f64(),
+            "class": f.class,
+            "outcome": f.outcome,
+            "duration_seconds": f.duration.as_secs_f64(),
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -62,7 +62,22 @@ pub struct Snapshot {
     pub failures: u32,
     /// The last fetch's outcome, for operators (logs, 503 bodies).
     pub last_outcome: String,
+    /// The most recent fetches, oldest first (at most [`HISTORY`]), for the admin API.
+    pub history: Vec<FetchRecord>,
 }
+
+/// One robots.txt fetch, as the admin API lists it.
+#[derive(Clone, Debug)]
+pub struct FetchRecord {
+    pub at: Instant,
+    /// `2xx`, `3xx_exhausted`, `4xx`, `5xx`, `network`, `too_large`.
+    pub class: &'static str,
+    pub outcome: String,
+    pub duration: Duration,
+}
+
+/// Fetches remembered per origin.
+pub const HISTORY: usize = 8;
 
 impl Snapshot {
     /// Is the policy from an earlier successful fetch, kept while refreshes fail?
@@ -250,6 +265,7 @@ impl RobotsStore {
                 retry_at: None,
                 failures: 1,
                 last_outcome: "internal error".into(),
+                history: Vec::new(),
             }),
         }
     }
@@ -288,12 +304,26 @@ impl RobotsStore {
     ) -> Arc<Snapshot> {
         let started = Instant::now();
         let outcome = self.fetcher.fetch(origin, user_agent).await;
-        crate::metrics::ROBOTS_FETCH_DURATION.observe(started.elapsed().as_secs_f64());
+        let duration = started.elapsed();
+        let class = outcome.class();
+        crate::metrics::ROBOTS_FETCH_DURATION.observe(duration.as_secs_f64());
         crate::metrics::ROBOTS_FETCHES
-            .with_label_values(&[outcome.class()])
+            .with_label_values(&[class])
             .inc();
         let previous = entry.state.load_full();
-        let snapshot = Arc::new(self.next_snapshot(previous.as_deref(), outcome, Instant::now()));
+        let mut next = self.next_snapshot(previous.as_deref(), outcome, Instant::now());
+        let mut history = previous.map(|p| p.history.clone()).unwrap_or_default();
+        if history.len() >= HISTORY {
+            history.remove(0);
+        }
+        history.push(FetchRecord {
+            at: started,
+            class,
+            outcome: next.last_outcome.clone(),
+            duration,
+        });
+        next.history = history;
+        let snapshot = Arc::new(next);
         match &snapshot.policy {
             Policy::DisallowAll { why } => {
                 log::warn!("robots.txt {} unreachable: {why}", origin.robots_url())
@@ -332,6 +362,7 @@ impl RobotsStore {
             retry_at: None,
             failures: 0,
             last_outcome: what,
+            history: Vec::new(),
         };
         match outcome {
             FetchOutcome::Body {
@@ -407,6 +438,7 @@ impl RobotsStore {
                     retry_at: Some(retry_at),
                     failures,
                     last_outcome: why,
+                    history: Vec::new(),
                 }
             }
         }

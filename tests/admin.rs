@@ -131,6 +131,12 @@ async fn origin_view_refresh_and_purge() {
     let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(origin.count("/robots.txt"), 2);
+    let history = v["robots"]["history"].as_array().expect("history");
+    assert_eq!(history.len(), 2, "{v}");
+    assert_eq!(
+        (history[1]["class"].as_str(), history[1]["outcome"].as_str()),
+        (Some("2xx"), Some("HTTP 200"))
+    );
     let (status, v) = admin(&proxy, "DELETE", &path).await;
     assert_eq!((status, v["purged"].as_bool()), (200, Some(true)));
     let (status, _) = admin(&proxy, "GET", &path).await;
