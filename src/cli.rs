@@ -80,6 +80,10 @@ struct CheckArgs {
 
 impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
+        if !matches!(self.command, Command::Run(_) | Command::CheckConfig(_)) {
+            // `run` and `check-config` install it once their configuration says how.
+            crate::logging::init(crate::logging::LogFormat::Text);
+        }
         match self.command {
             Command::Check(args) => check(args),
             Command::CheckConfig(args) => {

@@ -372,10 +372,13 @@ impl ConnectFront {
             return;
         }
         metrics::record_tunnel(TunnelMode::Blind, "established");
-        log::info!(
+        tracing::info!(
             target: "access",
-            "connect={shown} mode=blind decision=tunnelled status=200 duration_s={:.6}",
-            started.elapsed().as_secs_f64()
+            connect = shown.as_str(),
+            mode = "blind",
+            decision = "tunnelled",
+            status = 200u16,
+            duration_seconds = started.elapsed().as_secs_f64(),
         );
         let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
     }
@@ -390,14 +393,14 @@ impl ConnectFront {
         started: Instant,
     ) {
         metrics::record_tunnel(mode, "refused");
-        log::info!(
+        tracing::info!(
             target: "access",
-            "connect={shown} mode={} decision={} status={} duration_s={:.6} why=\"{}\"",
-            mode.label(),
-            answer.decision.label(),
-            answer.status,
-            started.elapsed().as_secs_f64(),
-            answer.header.replace('"', "'")
+            connect = shown,
+            mode = mode.label(),
+            decision = answer.decision.label(),
+            status = answer.status,
+            duration_seconds = started.elapsed().as_secs_f64(),
+            why = answer.header.as_str(),
         );
         let mut head = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Robots-Decision: {}\r\nConnection: close\r\n",

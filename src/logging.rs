@@ -1,15 +1,18 @@
-//! Logs: `key=value` text for people, or one JSON object per line for log pipelines
+//! Logs: human-readable text, or one JSON object per line for log pipelines
 //! (`robotsgate.log_format: json`).
 //!
-//! Everything goes through the `log` facade to stderr (journald under systemd). The
-//! access log is target `access`, one record per request, built as an [`AccessRecord`]
-//! so both formats carry the same fields. Warnings that concern an origin (robots.txt
-//! fetch failures, clamped Crawl-delays) name it; configuration errors name the key.
+//! robotsgate logs with `tracing`; Pingora and other dependencies log through the `log`
+//! facade, which is bridged into the same subscriber, so one format covers every line.
+//! Everything goes to stderr (the journal under systemd), filtered by `RUST_LOG` (`info`
+//! by default). The access log is target `access`: one event per request whose fields
+//! ([`AccessRecord`]) are the record — in JSON they are top-level keys. Warnings that
+//! concern an origin (robots.txt fetch failures, clamped Crawl-delays) name it;
+//! configuration errors name the key.
 
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -19,47 +22,33 @@ pub enum LogFormat {
     Json,
 }
 
-static JSON: AtomicBool = AtomicBool::new(false);
+static INIT: Once = Once::new();
 
-/// Chooses the format from now on (set once the configuration is read).
-pub fn set_format(format: LogFormat) {
-    JSON.store(format == LogFormat::Json, Ordering::Relaxed);
-}
-
-/// Installs the logger (`RUST_LOG` filters; `info` by default).
-pub fn init() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format(|buf, record| {
-            if JSON.load(Ordering::Relaxed) {
-                let message = record.args().to_string();
-                // An access record is already a JSON object: embed it, not its text.
-                let fields = (record.target() == "access")
-                    .then(|| serde_json::from_str::<serde_json::Value>(&message).ok())
-                    .flatten();
-                let line = serde_json::json!({
-                    "ts": buf.timestamp_micros().to_string(),
-                    "level": record.level().as_str(),
-                    "target": record.target(),
-                    "message": if fields.is_some() { serde_json::Value::Null } else { message.into() },
-                    "access": fields,
-                });
-                writeln!(buf, "{line}")
-            } else {
-                writeln!(
-                    buf,
-                    "[{} {:<5} {}] {}",
-                    buf.timestamp_micros(),
-                    record.level(),
-                    record.target(),
-                    record.args()
-                )
-            }
-        })
-        .init();
+/// Installs the process's logger in `format`; later calls do nothing. Commands call it
+/// once they know the format (`run` after reading its configuration).
+pub fn init(format: LogFormat) {
+    INIT.call_once(|| {
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        // `try_init` also routes `log` records (Pingora's) here.
+        let installed = match format {
+            LogFormat::Text => builder.with_ansi(false).try_init(),
+            LogFormat::Json => builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .try_init(),
+        };
+        if let Err(e) = installed {
+            eprintln!("robotsgate: logging not installed: {e}");
+        }
+    });
 }
 
 /// One request, as the access log records it.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default)]
 pub struct AccessRecord<'a> {
     pub origin: &'a str,
     pub path: &'a str,
@@ -82,30 +71,20 @@ pub struct AccessRecord<'a> {
 
 impl AccessRecord<'_> {
     pub fn emit(&self) {
-        if JSON.load(Ordering::Relaxed) {
-            if let Ok(line) = serde_json::to_string(self) {
-                log::info!(target: "access", "{line}");
-            }
-            return;
-        }
-        log::info!(
+        tracing::info!(
             target: "access",
-            "origin={} path={} agent=\"{}\" mode={} decision={} status={} upstream_status={} line={} pacing_wait_s={:.3} duration_s={:.6} why=\"{}\"{}",
-            self.origin,
-            self.path,
-            self.agent.unwrap_or("").replace('"', "'"),
-            self.mode,
-            self.decision,
-            self.status,
-            self.upstream_status.map_or("-".to_string(), |s| s.to_string()),
-            self.line.map_or("-".to_string(), |l| l.to_string()),
-            self.pacing_wait_seconds,
-            self.duration_seconds,
-            self.why.replace('"', "'"),
-            self.error
-                .as_ref()
-                .map(|e| format!(" error=\"{}\"", e.replace('"', "'")))
-                .unwrap_or_default()
+            origin = self.origin,
+            path = self.path,
+            agent = self.agent,
+            mode = self.mode,
+            decision = self.decision,
+            status = self.status,
+            upstream_status = self.upstream_status,
+            line = self.line,
+            why = self.why,
+            pacing_wait_seconds = self.pacing_wait_seconds,
+            duration_seconds = self.duration_seconds,
+            error = self.error.as_deref(),
         );
     }
 }

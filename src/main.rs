@@ -3,7 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    robotsgate::logging::init();
     match robotsgate::cli::Cli::parse().run() {
         Ok(code) => code,
         Err(err) => {

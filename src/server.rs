@@ -61,7 +61,7 @@ struct Loaded {
 
 fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let mut config = Config::load(&args.config)?;
-    crate::logging::set_format(config.log_format);
+    crate::logging::init(config.log_format);
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
