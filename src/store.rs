@@ -96,10 +96,9 @@ struct Entry {
     requests: AtomicU64,
 }
 
-/// Counters the metrics module reads.
+/// This store's own counts (the metrics are process-wide).
 #[derive(Default)]
 pub struct StoreStats {
-    pub single_flight_joins: AtomicU64,
     pub evictions: AtomicU64,
 }
 
@@ -237,9 +236,6 @@ impl RobotsStore {
             _ => false,
         };
         if let (true, Some(current)) = (changed, current) {
-            self.stats
-                .single_flight_joins
-                .fetch_add(1, Ordering::Relaxed);
             crate::metrics::SINGLE_FLIGHT_JOINS.inc();
             return current;
         }
