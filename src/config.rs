@@ -27,7 +27,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Metrics and admin endpoints; keep it on loopback.
     pub admin_listen: Option<SocketAddr>,
-    /// `text` (key=value) or `json` (one object per line).
+    /// `text` (human-readable) or `json` (one object per line).
     pub log_format: crate::logging::LogFormat,
     pub agent: AgentConfig,
     pub dns: DnsConfig,
