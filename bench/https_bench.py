@@ -23,39 +23,19 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
+from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+
 LOAD = f"{ROOT}/target/release/examples/https_load"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listening on {port}")
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def run_load(args, pid=None):
@@ -75,10 +55,7 @@ def main():
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--handshakes", type=int, default=300)
     args = parser.parse_args()
-    if not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"):
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    ensure_packages({"nginx": "nginx-light", "openssl": "openssl"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
                    cwd=ROOT, check=True)
     rgbin = f"{ROOT}/target/release/robotsgate"
@@ -115,7 +92,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
   server {{ listen 127.0.0.1:{nginx_port} ssl; root {work}/www;
            ssl_certificate {work}/origin.pem; ssl_certificate_key {work}/origin.key; }} }}
 """)
-        nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", f"{work}/nginx.conf", "-p", work])
+        nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
         started.append(nginx)
         wait_port(nginx_port)
 
@@ -171,12 +148,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         print(f"robotsgate/direct: rps {ld_proxy['rps'] / ld_direct['rps']:.2f}x, "
               f"p50 {ld_proxy['p50_ms'] / ld_direct['p50_ms']:.2f}x, p99 {ld_proxy['p99_ms'] / ld_direct['p99_ms']:.2f}x")
     finally:
-        for proc in reversed(started):
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(started)
         shutil.rmtree(work, ignore_errors=True)
 
 

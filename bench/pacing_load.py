@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, free_port
+
 DELAYS = [0.05, 0.1, 0.2]
 
 
@@ -83,10 +84,6 @@ async def fetch(proxy_port, url, host):
     return int(data.split(b" ", 2)[1]) if data else 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def main(args):

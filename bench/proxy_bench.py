@@ -16,45 +16,19 @@ import argparse
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
+from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listening on {port}")
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
-def ensure_tools():
-    missing = [p for p, exe in (("wrk", "wrk"), ("nginx-light", "nginx")) if not shutil.which(exe) and not os.path.exists(f"/usr/sbin/{exe}")]
-    if missing:
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
 def ms(value):
@@ -92,7 +66,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=32)
     args = parser.parse_args()
-    ensure_tools()
+    ensure_packages({"wrk": "wrk", "nginx": "nginx-light"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
 
     work = tempfile.mkdtemp(prefix="robotsgate-bench-")
@@ -114,7 +88,7 @@ events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000;
   server {{ listen 127.0.0.1:{nginx_port}; root {work}/www; }} }}
 """)
-        nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", f"{work}/nginx.conf", "-p", work])
+        nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
         started.append(nginx)
         wait_port(nginx_port)
 
@@ -170,12 +144,7 @@ http {{ access_log off; keepalive_requests 1000000;
             print(f"{mode:<11} robotsgate/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
                   f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
     finally:
-        for proc in reversed(started):
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(started)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -108,7 +108,7 @@ impl AdminApp {
                     "origin": origin.to_string(),
                     "requests": requests,
                     "robots": snapshot.map(|s| robots_state(&origin, &s)),
-                    "delay_seconds": schedules.iter().map(|s| s.delay.as_secs_f64()).fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d)))),
+                    "delay_seconds": schedules.iter().map(|s| s.delay.as_secs_f64()).reduce(f64::max),
                     "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
                     "next_slot_in_seconds": schedules.iter().filter_map(|s| s.next_slot_in).min().map(|d| d.as_secs_f64()),
                 })
@@ -257,10 +257,7 @@ impl AdminApp {
 
 /// `https://host[:port]`, percent-encoded or not, with or without a trailing `/`.
 fn parse_origin(spec: &str) -> Result<Origin, String> {
-    let decoded: String = form_urlencoded::parse(format!("o={spec}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(spec).decode_utf8_lossy();
     let decoded = decoded.trim_end_matches('/');
     let (scheme, authority) = decoded
         .split_once("://")

@@ -31,7 +31,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{seconds, Cidr, PortRange, TlsConfig};
-use crate::enforce::{egress_denied, Answer, Decision, Enforcer};
+use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
 use crate::intercept::Interceptor;
 use crate::metrics::{self, Outcome, TunnelMode};
 use crate::proxy::RobotsGateProxy;
@@ -232,24 +232,16 @@ impl ConnectFront {
     /// (and what to call the target in the log), or nothing when the client never sent
     /// a request head.
     async fn admit(&self, l4: &mut L4Stream) -> Result<Admitted, Option<(String, Answer)>> {
-        let bad_request = |why: String| {
-            Answer::text(
-                400,
-                Outcome::BadRequest,
-                format!("bad-request; reason=\"{why}\""),
-                format!("robotsgate: {why}"),
-            )
-        };
         let request =
             match tokio::time::timeout(self.policy.handshake_timeout, read_connect(l4)).await {
                 Ok(Ok(request)) => request,
-                Ok(Err(why)) => return Err(Some(("-".into(), bad_request(why)))),
+                Ok(Err(why)) => return Err(Some(("-".into(), bad_request(400, why)))),
                 Err(_) => return Err(None),
             };
         let origin = parse_authority(&request.authority, Scheme::Https).map_err(|e| {
             Some((
                 request.authority.clone(),
-                bad_request(format!("CONNECT target: {e}")),
+                bad_request(400, format!("CONNECT target: {e}")),
             ))
         })?;
         if !self.policy.ports.iter().any(|r| r.contains(origin.port)) {

@@ -335,6 +335,17 @@ impl Enforcer {
     }
 }
 
+/// A request that cannot be understood: 400, or 421 for a request inside a tunnel that
+/// names another origin.
+pub fn bad_request(status: u16, why: impl std::fmt::Display) -> Answer {
+    Answer::text(
+        status,
+        Outcome::BadRequest,
+        format!("bad-request; reason=\"{why}\""),
+        format!("robotsgate: {why}"),
+    )
+}
+
 pub fn egress_denied(why: String) -> Answer {
     Answer::text(
         403,

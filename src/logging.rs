@@ -48,7 +48,7 @@ pub fn init(format: LogFormat) {
 }
 
 /// One request, as the access log records it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AccessRecord<'a> {
     pub origin: &'a str,
     pub path: &'a str,

@@ -20,7 +20,7 @@ use pingora::ErrorSource;
 
 use crate::config::{seconds, UpstreamConfig};
 use crate::connect::TunnelOrigin;
-use crate::enforce::{Allowed, Answer, Decision, Enforcer};
+use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
 use crate::logging::AccessRecord;
 use crate::metrics::{Mode, Outcome};
 use crate::pacing::Permit;
@@ -156,12 +156,7 @@ impl ProxyHttp for RobotsGateProxy {
                     TargetError::Misdirected { .. } => 421,
                     _ => 400,
                 };
-                let answer = Answer::text(
-                    status,
-                    Outcome::BadRequest,
-                    format!("bad-request; reason=\"{e}\""),
-                    format!("robotsgate: {e}"),
-                );
+                let answer = bad_request(status, e);
                 ctx.answered = Some((answer.decision, answer.header.clone()));
                 respond(session, &answer).await?;
                 return Ok(true);
@@ -337,7 +332,7 @@ impl ProxyHttp for RobotsGateProxy {
         let pacing_wait = ctx.permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
         // The response is sent: the pacing schedule's clock starts now.
         ctx.permit = None;
-        if !log::log_enabled!(target: "access", log::Level::Info) {
+        if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
         let (origin, path) = ctx

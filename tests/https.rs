@@ -381,14 +381,18 @@ async fn connect_refusals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_ca_connect_is_refused() {
+    let origin = TestOrigin::start(vec![]).await;
     let proxy = Proxy::start_for_loopback("");
+    let authority = format!("127.0.0.1:{}", origin.addr.port());
     let reply = common::raw_exchange(
         proxy.addr,
-        b"CONNECT 127.0.0.1:8443 HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n\r\n",
+        format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
     assert!(reply.contains("interception is not configured"), "{reply}");
+    // Refused, not tunnelled blind: nothing ever connected to the origin.
+    assert!(origin.accepted().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,23 +3,30 @@
 //! unit runs before every start and reload, accepts the production file and refuses a bad
 //! one naming the key.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/robotsgate.service");
 const PRODUCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conf/production.yaml");
 
-fn systemd_analyze(args: &[&str]) -> (bool, String) {
-    let out = Command::new("systemd-analyze")
-        .args(args)
-        .output()
-        .expect("systemd-analyze (Debian package `systemd`; scripts/deps.sh installs it)");
+/// Runs a command: whether it succeeded, and stdout followed by stderr.
+fn run(command: &mut Command, what: &str) -> (bool, String) {
+    let out = command.output().expect(what);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+fn systemd_analyze(args: &[&str]) -> (bool, String) {
+    run(
+        Command::new("systemd-analyze").args(args),
+        "systemd-analyze (Debian package `systemd`; scripts/deps.sh installs it)",
+    )
 }
 
 #[test]
@@ -52,33 +59,18 @@ fn unit_verifies_without_errors() {
 }
 
 fn check_config(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .arg("check-config")
-        .args(args)
-        .output()
-        .expect("run check-config");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    run(
+        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("check-config")
+            .args(args),
+        "run check-config",
     )
 }
 
 #[test]
 fn check_config_accepts_production_and_names_bad_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["ca", "init", "--cert"])
-        .arg(&cert)
-        .arg("--key")
-        .arg(&key)
-        .output()
-        .expect("ca init");
-    assert!(out.status.success());
+    let (cert, key) = common::operator_ca(dir.path());
     let s = |p: &Path| p.to_str().expect("utf-8").to_string();
 
     // The production file, with the CA where this test made it (the unit's credential

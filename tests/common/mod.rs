@@ -123,34 +123,7 @@ impl TestOrigin {
     /// Starts an origin on 127.0.0.1 (an ephemeral port) in the current tokio runtime.
     /// Paths without a route answer `200 page <path>`.
     pub async fn start(routes: Vec<(&str, Behaviour)>) -> TestOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-        let addr = listener.local_addr().expect("addr");
-        let origin = TestOrigin {
-            addr,
-            base: format!("http://{addr}"),
-            routes: Arc::new(Mutex::new(
-                routes
-                    .into_iter()
-                    .map(|(p, b)| (p.to_string(), b))
-                    .collect(),
-            )),
-            log: Arc::default(),
-            tls: None,
-            accepted: Arc::default(),
-        };
-        let server = origin.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                server
-                    .accepted
-                    .lock()
-                    .expect("accepted")
-                    .push(Instant::now());
-                let server = server.clone();
-                tokio::spawn(async move { server.serve(stream).await });
-            }
-        });
-        origin
+        TestOrigin::listen(routes, None).await
     }
 
     /// Starts an HTTPS-only origin with `tls` (certificates from a [`TestCa`]); its URLs
@@ -160,11 +133,22 @@ impl TestOrigin {
         tls: Arc<rustls::ServerConfig>,
         host: &str,
     ) -> TestOrigin {
+        TestOrigin::listen(routes, Some((tls, host))).await
+    }
+
+    async fn listen(
+        routes: Vec<(&str, Behaviour)>,
+        tls: Option<(Arc<rustls::ServerConfig>, &str)>,
+    ) -> TestOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
         let addr = listener.local_addr().expect("addr");
+        let base = match &tls {
+            Some((_, host)) => format!("https://{host}:{}", addr.port()),
+            None => format!("http://{addr}"),
+        };
         let origin = TestOrigin {
             addr,
-            base: format!("https://{host}:{}", addr.port()),
+            base,
             routes: Arc::new(Mutex::new(
                 routes
                     .into_iter()
@@ -172,7 +156,7 @@ impl TestOrigin {
                     .collect(),
             )),
             log: Arc::default(),
-            tls: Some(Arc::new(Mutex::new(tls))),
+            tls: tls.map(|(config, _)| Arc::new(Mutex::new(config))),
             accepted: Arc::default(),
         };
         let server = origin.clone();
@@ -184,15 +168,17 @@ impl TestOrigin {
                     .expect("accepted")
                     .push(Instant::now());
                 let server = server.clone();
-                let config = server
-                    .tls
-                    .as_ref()
-                    .map(|t| t.lock().expect("tls").clone())
-                    .expect("a TLS origin");
-                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                // The TLS config current at accept time (see `set_tls`).
+                let tls = server.tls.as_ref().map(|t| t.lock().expect("tls").clone());
                 tokio::spawn(async move {
-                    if let Ok(stream) = acceptor.accept(stream).await {
-                        server.serve(stream).await;
+                    match tls {
+                        None => server.serve(stream).await,
+                        Some(config) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                server.serve(stream).await;
+                            }
+                        }
                     }
                 });
             }

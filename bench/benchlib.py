@@ -1,0 +1,62 @@
+"""Helpers the load scripts in bench/ share: ports, readiness, CPU accounting, nginx, cleanup.
+
+Everything is on 127.0.0.1, and only processes a script started are stopped, by PID.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listening on {port}")
+
+
+def cpu_seconds(pid):
+    """utime + stime of the whole process (all threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def ensure_packages(commands):
+    """Installs the Debian packages of `{executable: package}` whose executable is missing."""
+    missing = [pkg for exe, pkg in commands.items() if not shutil.which(exe) and not os.path.exists(f"/usr/sbin/{exe}")]
+    if missing:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def nginx_binary():
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def stop(processes):
+    """SIGINT to each process this script started (newest first), SIGKILL if it lingers."""
+    for proc in reversed(processes):
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
