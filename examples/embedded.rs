@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::Server;
+use robotsgate::agent::Requester;
 use robotsgate::config::Config;
 use robotsgate::enforce::{Decision, Enforcer};
 use robotsgate::pacing::Permit;
@@ -64,7 +65,7 @@ impl ProxyHttp for Guarded {
             .map(|a| a.ip());
         match self
             .enforcer
-            .decide(&target, client, user_agent.as_deref())
+            .decide(&target, &Requester::new(client, user_agent.as_deref()))
             .await
         {
             Decision::Forward { addr, pace, .. } => {

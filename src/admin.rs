@@ -29,6 +29,7 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::agent::Requester;
 use crate::enforce::{group_for, Decision, Enforcer};
 use crate::robots::{Reason, RobotsTxt};
 use crate::store::{Policy, Snapshot};
@@ -158,7 +159,7 @@ impl AdminApp {
         };
         let decision = self
             .enforcer
-            .decide(&target, client, agent.as_deref())
+            .decide(&target, &Requester::new(client, agent.as_deref()))
             .await;
         let mut out = json!({
             "url": url,

@@ -37,6 +37,27 @@ impl Tokens<'_> {
     }
 }
 
+/// Who sends a request: what its robots.txt group is chosen from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Requester<'a> {
+    /// The downstream address.
+    pub client: Option<IpAddr>,
+    pub user_agent: Option<&'a str>,
+    /// Tokens of the authenticated proxy user (`access.credentials_file`); when set they
+    /// decide, ahead of every rule and header.
+    pub tokens: Option<&'a [String]>,
+}
+
+impl<'a> Requester<'a> {
+    pub fn new(client: Option<IpAddr>, user_agent: Option<&'a str>) -> Requester<'a> {
+        Requester {
+            client,
+            user_agent,
+            tokens: None,
+        }
+    }
+}
+
 /// `Name/1.0 (comment)` → `Name`: the leading run of token characters (RFC 9110).
 pub fn product_token(user_agent: &str) -> Option<&str> {
     let end = user_agent
@@ -51,6 +72,14 @@ impl AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
             default_tokens: config.default_tokens.clone(),
+        }
+    }
+
+    /// The tokens for a request: its user's, else the configured rules' and defaults'.
+    pub fn tokens_for<'a>(&'a self, who: &Requester<'a>) -> Tokens<'a> {
+        match who.tokens {
+            Some(tokens) if !tokens.is_empty() => Tokens::Configured(tokens),
+            _ => self.tokens(who.client, who.user_agent),
         }
     }
 

@@ -38,6 +38,18 @@ enum Command {
     /// The operator CA for HTTPS interception.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Print a line for `access.credentials_file`; the password is read from stdin.
+    Passwd {
+        /// The user name crawlers send in `Proxy-Authorization`.
+        user: String,
+        /// robots.txt product tokens this user crawls as (comma-separated, most
+        /// specific first); empty: the usual agent rules apply.
+        #[arg(long, value_delimiter = ',')]
+        tokens: Vec<String>,
+        /// bcrypt cost (each verification takes 2^cost rounds; remembered after).
+        #[arg(long, default_value_t = 10)]
+        cost: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -105,6 +117,19 @@ impl Cli {
                     "wrote CA certificate {} and key {} (valid {days} days)",
                     cert.display(),
                     key.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Passwd { user, tokens, cost } => {
+                let mut password = String::new();
+                std::io::stdin().read_line(&mut password)?;
+                let password = password.trim_end_matches(['\n', '\r']);
+                if password.is_empty() {
+                    anyhow::bail!("no password on stdin");
+                }
+                println!(
+                    "{}",
+                    crate::access::credentials_line(&user, password, &tokens, cost)?
                 );
                 Ok(ExitCode::SUCCESS)
             }

@@ -36,6 +36,8 @@ pub struct Config {
     pub robots: RobotsConfig,
     pub upstream: UpstreamConfig,
     pub tls: TlsConfig,
+    pub access: AccessConfig,
+    pub limits: LimitsConfig,
 }
 
 impl Default for Config {
@@ -51,6 +53,8 @@ impl Default for Config {
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
             tls: TlsConfig::default(),
+            access: AccessConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -254,6 +258,76 @@ impl Default for TlsConfig {
     }
 }
 
+/// Who may use the proxy (see `access.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Client networks allowed to connect; others get 403 and are counted.
+    pub allow_clients: Vec<Cidr>,
+    /// `user:bcrypt-hash[:Token1,Token2]` lines (`robotsgate passwd` writes them). When
+    /// set, every request and CONNECT needs `Proxy-Authorization: Basic` (407 without).
+    pub credentials_file: Option<PathBuf>,
+    /// The realm named in `Proxy-Authenticate`.
+    pub realm: String,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        // Loopback and the private ranges: a proxy is never open to the internet by default.
+        let nets = [
+            "127.0.0.0/8",
+            "::1/128",
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "fc00::/7",
+        ];
+        AccessConfig {
+            allow_clients: nets.iter().filter_map(|n| n.parse().ok()).collect(),
+            credentials_file: None,
+            realm: "robotsgate".into(),
+        }
+    }
+}
+
+/// Bounds on what one client can make robotsgate hold (see `head.rs`, `front.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Open client connections (tunnels included); more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
+    pub max_request_line_bytes: usize,
+    /// Whole request head, request line and headers: 431 beyond it.
+    pub max_header_bytes: usize,
+    /// Header fields in one request: 431 beyond it.
+    pub max_headers: usize,
+    /// Request bodies (crawlers mostly send none): 413 beyond it.
+    pub max_body_bytes: u64,
+    /// From a request's first octet to its complete head (slowloris): 408 after it.
+    pub header_read_timeout_seconds: f64,
+    /// A kept-alive connection waiting for its next request is closed after this long.
+    pub idle_timeout_seconds: f64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_connections: 10_000,
+            max_request_line_bytes: 16 * 1024,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_body_bytes: 16 * 1024 * 1024,
+            header_read_timeout_seconds: 10.0,
+            idle_timeout_seconds: 60.0,
+        }
+    }
+}
+
+/// Pingora's own ceilings on a request head (its HTTP/1 parser refuses more).
+pub const PINGORA_MAX_HEADERS: usize = 256;
+pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
+
 /// A network in CIDR notation (`10.0.0.0/8`, `::1/128`); a bare address is a /32 or /128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -386,6 +460,14 @@ impl Config {
                 "robotsgate.tls.handshake_timeout_seconds",
                 self.tls.handshake_timeout_seconds,
             ),
+            (
+                "robotsgate.limits.header_read_timeout_seconds",
+                self.limits.header_read_timeout_seconds,
+            ),
+            (
+                "robotsgate.limits.idle_timeout_seconds",
+                self.limits.idle_timeout_seconds,
+            ),
         ];
         for (key, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -453,6 +535,36 @@ impl Config {
                     "key `robotsgate.tls.blind_tunnel[{i}]`: {e}"
                 )));
             }
+        }
+        let l = &self.limits;
+        let sizes = [
+            ("max_connections", l.max_connections, 1, usize::MAX),
+            (
+                "max_request_line_bytes",
+                l.max_request_line_bytes,
+                64,
+                PINGORA_MAX_HEADER_BYTES,
+            ),
+            (
+                "max_header_bytes",
+                l.max_header_bytes,
+                256,
+                PINGORA_MAX_HEADER_BYTES,
+            ),
+            ("max_headers", l.max_headers, 1, PINGORA_MAX_HEADERS),
+        ];
+        for (key, value, low, high) in sizes {
+            if !(low..=high).contains(&value) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.limits.{key}`: must be between {low} and {high}, got {value}"
+                )));
+            }
+        }
+        if self.access.allow_clients.is_empty() {
+            return Err(ConfigError(
+                "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy"
+                    .into(),
+            ));
         }
         for (i, rule) in self.agent.rules.iter().enumerate() {
             if rule.tokens.is_empty() {

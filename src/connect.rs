@@ -1,47 +1,35 @@
-//! The CONNECT front: how HTTPS gets the same robots.txt enforcement as HTTP.
+//! CONNECT: how HTTPS gets the same robots.txt enforcement as HTTP.
 //!
 //! A crawler with `HTTPS_PROXY` set opens a connection and sends
 //! `CONNECT host:443 HTTP/1.1`. Stock Pingora answers 405; a blind tunnel would let every
-//! path through unseen. [`ConnectFront`] is the `ServerApp` on the proxy listener that
-//! tells the two kinds of connection apart by their first eight octets:
-//!
-//! * anything else is plain HTTP and goes to the ordinary proxy (`HttpProxy::process_new`);
-//! * `CONNECT`: the port is checked against `tls.connect_ports` and the destination
-//!   against the egress policy, then
-//!   - **intercepted** (the default): `200 Connection Established`, a TLS handshake with a
-//!     leaf minted for the host ([`Interceptor`]), and the decrypted HTTP/1.1 stream is fed
-//!     to the *same* proxy pipeline, request after request (keep-alive), with the CONNECT
-//!     target carried as the origin ([`TunnelOrigin`]) — so every request inside gets
-//!     the robots decision, pacing and egress checks a plain one gets;
-//!   - **blind** (`tls.blind_tunnel`, for certificate-pinned services): only what can be
-//!     judged without paths — egress, robots.txt's verdict on `/`, and the Crawl-delay
-//!     applied to connection starts — then bytes are copied both ways.
+//! path through unseen. The front (`front.rs`) reads the CONNECT like any request head and
+//! hands it to [`Tunnels::open`]: the port is checked against `tls.connect_ports` and the
+//! destination against the egress policy, then
+//! - **intercepted** (the default): `200 Connection Established`, a TLS handshake with a
+//!   leaf minted for the host ([`Interceptor`]), and the decrypted HTTP/1.1 stream goes
+//!   back to the front, which feeds it to the *same* proxy pipeline request after request
+//!   with the CONNECT target as the origin — so every request inside gets the robots
+//!   decision, pacing and egress checks a plain one gets;
+//! - **blind** (`tls.blind_tunnel`, for certificate-pinned services): only what can be
+//!   judged without paths — egress, robots.txt's verdict on `/`, and the Crawl-delay
+//!   applied to connection starts — then bytes are copied both ways.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use pingora::apps::{HttpServerApp, ServerApp};
-use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
-use pingora::proxy::HttpProxy;
-use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+
+use crate::agent::Requester;
 
 use crate::config::{seconds, Cidr, PortRange, TlsConfig};
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
 use crate::intercept::Interceptor;
 use crate::metrics::{self, Outcome, TunnelMode};
-use crate::proxy::RobotsGateProxy;
 use crate::robots::CanonicalPath;
 use crate::target::{parse_authority, Host, Origin, Scheme, Target};
-
-/// The origin of an intercepted tunnel, handed to the proxy pipeline with each request
-/// on the connection (Pingora's per-connection user context).
-#[derive(Clone, Debug)]
-pub struct TunnelOrigin(pub Origin);
 
 /// A `tls.blind_tunnel` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +76,7 @@ impl BlindTunnelRule {
     }
 }
 
-/// The CONNECT-front settings, parsed from [`TlsConfig`].
+/// The CONNECT settings, parsed from [`TlsConfig`].
 struct ConnectPolicy {
     ports: Vec<PortRange>,
     blind: Vec<BlindTunnelRule>,
@@ -96,26 +84,21 @@ struct ConnectPolicy {
     connect_timeout: Duration,
 }
 
-pub struct ConnectFront {
-    http: Arc<HttpProxy<RobotsGateProxy>>,
+/// Opens tunnels for CONNECT requests the front (`front.rs`) has read.
+pub struct Tunnels {
     enforcer: Arc<Enforcer>,
     interceptor: Option<Arc<Interceptor>>,
     policy: ConnectPolicy,
 }
 
-/// The longest CONNECT request head read.
-const MAX_HEAD: usize = 8192;
-
-impl ConnectFront {
+impl Tunnels {
     pub fn new(
-        http: HttpProxy<RobotsGateProxy>,
         enforcer: Arc<Enforcer>,
         interceptor: Option<Arc<Interceptor>>,
         tls: &TlsConfig,
         connect_timeout: Duration,
-    ) -> ConnectFront {
-        ConnectFront {
-            http: Arc::new(http),
+    ) -> Tunnels {
+        Tunnels {
             enforcer,
             interceptor,
             policy: ConnectPolicy {
@@ -131,38 +114,61 @@ impl ConnectFront {
             },
         }
     }
-}
 
-#[async_trait]
-impl ServerApp for ConnectFront {
-    async fn process_new(
-        self: &Arc<Self>,
-        mut stream: Stream,
-        shutdown: &ShutdownWatch,
-    ) -> Option<Stream> {
-        let mut first = [0u8; 8];
-        // Peeking reads ahead and puts the octets back: the HTTP parser sees them again.
-        let peeked =
-            tokio::time::timeout(self.policy.handshake_timeout, stream.try_peek(&mut first)).await;
-        match peeked {
-            Ok(Ok(true)) if first.eq_ignore_ascii_case(b"CONNECT ") => {}
-            Ok(Ok(_)) => return self.http.process_new(stream, shutdown).await,
-            // Silent or gone before eight octets: nothing to answer.
-            _ => return None,
-        }
-        let client = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
-        let Ok(l4) = stream.into_any().downcast::<L4Stream>() else {
-            log::error!("CONNECT on a listener that is not plain TCP");
-            return None;
+    /// Handles a CONNECT whose `head` has been read from `l4` (anything the client sent
+    /// after it must already be rewound into `l4`). An intercepted tunnel comes back as
+    /// the decrypted stream and its origin, for the front to serve request by request;
+    /// everything else (refusals, blind tunnels) is finished here.
+    pub async fn open(
+        &self,
+        mut l4: L4Stream,
+        head: &[u8],
+        client: Option<IpAddr>,
+        tokens: Option<&[String]>,
+    ) -> Option<(Stream, Origin)> {
+        let started = Instant::now();
+        let admitted = match self.admit(head).await {
+            Ok(admitted) => admitted,
+            Err((shown, answer)) => {
+                self.refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
+                    .await;
+                return None;
+            }
         };
-        self.tunnel(*l4, client, shutdown).await;
-        None
-    }
-
-    async fn cleanup(&self) {
-        ServerApp::cleanup(self.http.as_ref()).await;
+        let Admitted {
+            origin,
+            user_agent,
+            addrs,
+        } = admitted;
+        if self
+            .policy
+            .blind
+            .iter()
+            .any(|r| r.matches(&origin.host, &addrs))
+        {
+            let who = Requester {
+                client,
+                user_agent: user_agent.as_deref(),
+                tokens,
+            };
+            self.blind(l4, origin, &who, started).await;
+            return None;
+        }
+        match &self.interceptor {
+            Some(interceptor) => {
+                let tls = self.intercept(l4, interceptor, &origin).await?;
+                Some((tls, origin))
+            }
+            None => {
+                let answer = egress_denied(
+                    "HTTPS interception is not configured (tls.ca_cert), so robots.txt could not be enforced inside this tunnel".into(),
+                );
+                let shown = origin.to_string();
+                self.refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
+                    .await;
+                None
+            }
+        }
     }
 }
 
@@ -182,78 +188,29 @@ struct Admitted {
     addrs: Vec<IpAddr>,
 }
 
-impl ConnectFront {
-    async fn tunnel(
-        self: &Arc<Self>,
-        mut l4: L4Stream,
-        client: Option<IpAddr>,
-        shutdown: &ShutdownWatch,
-    ) {
-        let started = Instant::now();
-        let admitted = match self.admit(&mut l4).await {
-            Ok(admitted) => admitted,
-            Err(Some((shown, answer))) => {
-                return self
-                    .refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
-                    .await
-            }
-            Err(None) => return, // silent client: nothing to answer
-        };
-        let Admitted {
-            origin,
-            user_agent,
-            addrs,
-        } = admitted;
-        if self
-            .policy
-            .blind
-            .iter()
-            .any(|r| r.matches(&origin.host, &addrs))
-        {
-            return self
-                .blind(l4, origin, client, user_agent.as_deref(), started)
-                .await;
-        }
-        match &self.interceptor {
-            Some(interceptor) => self.intercept(l4, interceptor, origin, shutdown).await,
-            None => {
-                let answer = egress_denied(
-                    "HTTPS interception is not configured (tls.ca_cert), so robots.txt could not be enforced inside this tunnel".into(),
-                );
-                let shown = origin.to_string();
-                self.refuse(&mut l4, &shown, TunnelMode::Intercepted, &answer, started)
-                    .await
-            }
-        }
-    }
-
-    /// Reads the CONNECT and applies the checks every tunnel gets: a valid `host:port`,
-    /// a port in `tls.connect_ports`, an allowed destination. `Err` carries the answer
-    /// (and what to call the target in the log), or nothing when the client never sent
-    /// a request head.
-    async fn admit(&self, l4: &mut L4Stream) -> Result<Admitted, Option<(String, Answer)>> {
+impl Tunnels {
+    /// Applies the checks every tunnel gets: a valid `host:port`, a port in
+    /// `tls.connect_ports`, an allowed destination. `Err` carries the answer and what to
+    /// call the target in the log.
+    async fn admit(&self, head: &[u8]) -> Result<Admitted, (String, Answer)> {
         let request =
-            match tokio::time::timeout(self.policy.handshake_timeout, read_connect(l4)).await {
-                Ok(Ok(request)) => request,
-                Ok(Err(why)) => return Err(Some(("-".into(), bad_request(400, why)))),
-                Err(_) => return Err(None),
-            };
+            parse_connect_head(head).map_err(|why| ("-".into(), bad_request(400, why)))?;
         let origin = parse_authority(&request.authority, Scheme::Https).map_err(|e| {
-            Some((
+            (
                 request.authority.clone(),
                 bad_request(400, format!("CONNECT target: {e}")),
-            ))
+            )
         })?;
         if !self.policy.ports.iter().any(|r| r.contains(origin.port)) {
             let answer = egress_denied(format!(
                 "CONNECT to port {} is not allowed (tls.connect_ports)",
                 origin.port
             ));
-            return Err(Some((origin.to_string(), answer)));
+            return Err((origin.to_string(), answer));
         }
         let addrs = match self.enforcer.check_egress(&origin).await {
             Ok(resolved) => resolved.unwrap_or_default(),
-            Err(answer) => return Err(Some((origin.to_string(), answer))),
+            Err(answer) => return Err((origin.to_string(), answer)),
         };
         Ok(Admitted {
             origin,
@@ -262,23 +219,24 @@ impl ConnectFront {
         })
     }
 
-    /// An intercepted tunnel: `200`, TLS with a minted leaf, then every request inside
-    /// through the proxy pipeline for `origin`.
+    /// An intercepted tunnel: `200`, then TLS with a minted leaf; the decrypted stream.
     async fn intercept(
-        self: &Arc<Self>,
+        &self,
         mut l4: L4Stream,
         interceptor: &Arc<Interceptor>,
-        origin: Origin,
-        shutdown: &ShutdownWatch,
-    ) {
+        origin: &Origin,
+    ) -> Option<Stream> {
         if !established(&mut l4).await {
-            return;
+            return None;
         }
         let acceptor = interceptor.acceptor(origin.host_name());
         let handshake =
             tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4)).await;
-        let tls = match handshake {
-            Ok(Ok(tls)) => tls,
+        match handshake {
+            Ok(Ok(tls)) => {
+                metrics::record_tunnel(TunnelMode::Intercepted, "established");
+                Some(Box::new(tls))
+            }
             failed => {
                 // Usually a crawler host that does not trust the operator CA yet.
                 let why = match failed {
@@ -287,42 +245,19 @@ impl ConnectFront {
                 };
                 log::warn!("CONNECT {origin}: TLS handshake with the client failed: {why}");
                 metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
-                return;
-            }
-        };
-        metrics::record_tunnel(TunnelMode::Intercepted, "established");
-
-        // Pingora's HTTP/1 keep-alive loop, with the tunnel's origin handed to each request.
-        let mut session = ServerSession::new_http1(Box::new(tls));
-        session.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
-        loop {
-            session.set_connection_user_context(Some(Box::new(TunnelOrigin(origin.clone()))));
-            let Some(reused) = self.http.process_new_http(session, shutdown).await else {
-                break;
-            };
-            let (stream, settings) = reused.consume();
-            session = ServerSession::new_http1(stream);
-            if let Some(settings) = settings {
-                settings.apply_to_session(&mut session);
+                None
             }
         }
     }
 
     /// A blind tunnel: host-level checks, a paced connection start, then bytes both ways.
-    async fn blind(
-        &self,
-        mut l4: L4Stream,
-        origin: Origin,
-        client: Option<IpAddr>,
-        user_agent: Option<&str>,
-        started: Instant,
-    ) {
+    async fn blind(&self, mut l4: L4Stream, origin: Origin, who: &Requester<'_>, started: Instant) {
         let shown = origin.to_string();
         let root = Target {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let (addr, pace) = match self.enforcer.decide(&root, client, user_agent).await {
+        let (addr, pace) = match self.enforcer.decide(&root, who).await {
             Decision::Respond(answer) => {
                 return self
                     .refuse(&mut l4, &shown, TunnelMode::Blind, &answer, started)
@@ -394,25 +329,7 @@ impl ConnectFront {
             duration_seconds = started.elapsed().as_secs_f64(),
             why = answer.header.as_str(),
         );
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Robots-Decision: {}\r\nConnection: close\r\n",
-            answer.status,
-            http::StatusCode::from_u16(answer.status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or(""),
-            answer.content_type,
-            answer.body.len(),
-            answer.header,
-        );
-        if let Some(retry) = answer.retry_after {
-            head.push_str(&format!("Retry-After: {retry}\r\n"));
-        }
-        head.push_str("\r\n");
-        let _ = l4.write_all(head.as_bytes()).await;
-        let _ = l4.write_all(&answer.body).await;
-        let _ = l4.flush().await;
-        let _ = l4.shutdown().await;
+        crate::front::write_answer(l4, answer, &[]).await;
     }
 }
 
@@ -431,32 +348,6 @@ fn upstream_unreachable(origin: &str, why: &str) -> Answer {
         format!("upstream-error; reason=\"connect: {why}\""),
         format!("robotsgate: cannot connect to {origin}: {why}"),
     )
-}
-
-/// Reads the CONNECT request head (at most [`MAX_HEAD`] octets); whatever the client sent
-/// after it (an eager TLS ClientHello) is put back for the next reader.
-async fn read_connect(l4: &mut L4Stream) -> Result<ConnectRequest, String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    let end = loop {
-        let n = l4
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("reading CONNECT: {e}"))?;
-        if n == 0 {
-            return Err("connection closed inside the CONNECT request".into());
-        }
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = memchr::memmem::find(&buf[from..], b"\r\n\r\n") {
-            break from + i + 4;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(format!("CONNECT request head over {MAX_HEAD} octets"));
-        }
-    };
-    l4.rewind(&buf[end..]);
-    parse_connect_head(&buf[..end])
 }
 
 /// Parses a complete CONNECT request head (pure: fuzzed in `fuzz/`).

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::agent::{AgentResolver, Tokens};
+use crate::agent::{AgentResolver, Requester, Tokens};
 use crate::config::Config;
 use crate::dns::{ResolveError, Resolver};
 use crate::egress::EgressPolicy;
@@ -151,13 +151,9 @@ impl Enforcer {
         }
     }
 
-    /// Decides one request. `client` is the downstream address, `user_agent` its header.
-    pub async fn decide(
-        &self,
-        target: &Target,
-        client: Option<IpAddr>,
-        user_agent: Option<&str>,
-    ) -> Decision {
+    /// Decides one request from `who`.
+    pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
+        let user_agent = who.user_agent;
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
             Ok(resolved) => resolved,
@@ -210,9 +206,18 @@ impl Enforcer {
                         rule_line: None,
                     });
                 }
-                let tokens = self.agents.tokens(client, user_agent);
+                let tokens = self.agents.tokens_for(who);
                 let group = group_for(robots, &tokens);
-                let verdict = robots.decide(group, &target.path);
+                let mut verdict = robots.decide(group, &target.path);
+                // Fail closed: the spelling a lenient origin may read must be allowed too.
+                let lenient = target.lenient_path();
+                let mut read_as = String::new();
+                if let (true, Some(lenient)) = (verdict.allowed, &lenient) {
+                    verdict = robots.decide(group, lenient);
+                    if !verdict.allowed {
+                        read_as = format!(" (read as {lenient}, as origins may)");
+                    }
+                }
                 if verdict.allowed {
                     // Crawlers in one group share a schedule; the group's first name is
                     // its stable identity across refreshes of the file.
@@ -237,7 +242,7 @@ impl Enforcer {
                     Outcome::Disallowed,
                     format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
                     format!(
-                        "robotsgate: {} is disallowed by {robots_url}: {rule}",
+                        "robotsgate: {}{read_as} is disallowed by {robots_url}: {rule}",
                         target.path
                     ),
                 );

@@ -7,6 +7,7 @@
 //! robotsgate's own proxy built on it. Dependencies point inward: [`robots`] is pure and
 //! knows nothing of the rest.
 
+pub mod access;
 pub mod admin;
 pub mod agent;
 pub mod ca;
@@ -18,6 +19,8 @@ pub mod dns;
 pub mod egress;
 pub mod enforce;
 pub mod fetch;
+pub mod front;
+pub mod head;
 pub mod intercept;
 pub mod logging;
 pub mod metrics;

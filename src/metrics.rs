@@ -300,6 +300,30 @@ pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new
     .expect("metric registers once")
 });
 
+static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_downstream_refusals_total",
+        "Requests and connections refused before the robots decision, by reason: a limit \
+         (connection_limit, header_timeout, request_line_too_long, header_too_large, \
+         too_many_headers, body_too_large, malformed) or access (client_network, \
+         auth_required, auth_failed).",
+        &["reason"]
+    )
+    .expect("metric registers once")
+});
+
+pub fn record_refusal(reason: &'static str) {
+    REFUSALS.with_label_values(&[reason]).inc();
+}
+
+pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_downstream_connections",
+        "Client connections open now (tunnels included), against limits.max_connections."
+    )
+    .expect("metric registers once")
+});
+
 #[cfg(test)]
 mod tests {
     /// The Grafana dashboard in `conf/` only charts metrics this module registers and the

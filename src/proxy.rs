@@ -18,9 +18,10 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
+use crate::agent::Requester;
 use crate::config::{seconds, UpstreamConfig};
-use crate::connect::TunnelOrigin;
 use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
+use crate::front::ClientContext;
 use crate::logging::AccessRecord;
 use crate::metrics::{Mode, Outcome};
 use crate::pacing::Permit;
@@ -29,12 +30,18 @@ use crate::target::{Origin, Scheme, Target, TargetError};
 pub struct RobotsGateProxy {
     pub enforcer: Arc<Enforcer>,
     pub upstream: UpstreamConfig,
+    /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
+    /// those that have one).
+    pub max_body_bytes: u64,
 }
 
 #[derive(Default)]
 pub struct RequestContext {
     /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
     tunnel: Option<Origin>,
+    /// Tokens of the authenticated proxy user, if any.
+    user_tokens: Option<Arc<crate::access::Identity>>,
+    body_bytes: u64,
     target: Option<Target>,
     addr: Option<SocketAddr>,
     allowed: Option<Allowed>,
@@ -125,15 +132,17 @@ impl ProxyHttp for RobotsGateProxy {
         RequestContext::default()
     }
 
-    /// Inside an intercepted tunnel, `connect.rs` hands every request the tunnel's origin.
+    /// The front (`front.rs`) hands every request its tunnel origin and user.
     fn on_connection_reuse(
         &self,
         _session: &mut Session,
         ctx: &mut RequestContext,
         connection: Box<dyn std::any::Any + Send + Sync>,
     ) {
-        if let Ok(tunnel) = connection.downcast::<TunnelOrigin>() {
-            ctx.tunnel = Some(tunnel.0);
+        if let Ok(client) = connection.downcast::<ClientContext>() {
+            let ClientContext { tunnel, identity } = *client;
+            ctx.tunnel = tunnel;
+            ctx.user_tokens = identity;
         }
     }
 
@@ -162,11 +171,12 @@ impl ProxyHttp for RobotsGateProxy {
                 return Ok(true);
             }
         };
-        let user_agent = req.headers.get("user-agent").and_then(|v| v.to_str().ok());
-        let decision = self
-            .enforcer
-            .decide(&target, client_ip(session), user_agent)
-            .await;
+        let who = Requester {
+            client: client_ip(session),
+            user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            tokens: ctx.user_tokens.as_ref().map(|i| i.tokens.as_slice()),
+        };
+        let decision = self.enforcer.decide(&target, &who).await;
         ctx.target = Some(target);
         match decision {
             Decision::Forward { addr, why, pace } => {
@@ -209,6 +219,25 @@ impl ProxyHttp for RobotsGateProxy {
                 Ok(true)
             }
         }
+    }
+
+    /// Bodies without a `Content-Length` are counted as they stream: 413 past the limit.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestContext,
+    ) -> Result<()> {
+        ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
+        if ctx.body_bytes > self.max_body_bytes {
+            crate::metrics::record_refusal("body_too_large");
+            return Error::e_explain(
+                ErrorType::HTTPStatus(413),
+                "request body larger than limits.max_body_bytes",
+            );
+        }
+        Ok(())
     }
 
     async fn upstream_peer(
@@ -282,14 +311,23 @@ impl ProxyHttp for RobotsGateProxy {
                 ErrorSource::Internal | ErrorSource::Unset => 500,
             },
         };
-        if code == 502 && session.response_written().is_none() {
+        // A timed-out origin is a gateway timeout, not a bad gateway.
+        let code = match e.etype() {
+            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout
+                if code == 502 =>
+            {
+                504
+            }
+            _ => code,
+        };
+        if matches!(code, 502 | 504) && session.response_written().is_none() {
             let origin = ctx
                 .target
                 .as_ref()
                 .map_or(String::new(), |t| t.origin.to_string());
             let reason = upstream_failure(e.etype());
             let answer = Answer::text(
-                502,
+                code,
                 Outcome::UpstreamError,
                 format!("upstream-error; reason=\"{reason}\"; origin=\"{origin}\""),
                 format!("robotsgate: {reason} for {origin}: {e}"),

@@ -8,11 +8,14 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::listening::Service;
 
+use crate::access::AccessPolicy;
 use crate::admin::AdminApp;
 use crate::ca::OperatorCa;
 use crate::config::{Cidr, Config};
-use crate::connect::ConnectFront;
+use crate::connect::Tunnels;
 use crate::enforce::Enforcer;
+use crate::front::ProxyFront;
+use crate::head::HeadLimits;
 use crate::intercept::Interceptor;
 use crate::proxy::RobotsGateProxy;
 use crate::trust::UpstreamTrust;
@@ -54,6 +57,7 @@ pub struct RunArgs {
 /// Everything `run` loads before it starts serving; `check-config` stops here.
 struct Loaded {
     config: Config,
+    access: AccessPolicy,
     interceptor: Option<Arc<Interceptor>>,
     trust: UpstreamTrust,
     server_conf: ServerConf,
@@ -104,6 +108,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         }
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
+    let access = AccessPolicy::new(&config.access)?;
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())
         .map_err(|e| anyhow::anyhow!("{}: Pingora configuration: {e}", args.config.display()))?;
     if let Some(bundle) = trust.ca_file() {
@@ -111,6 +116,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     }
     Ok(Loaded {
         config,
+        access,
         interceptor,
         trust,
         server_conf,
@@ -139,6 +145,7 @@ pub fn check_config(args: &RunArgs) -> anyhow::Result<()> {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let Loaded {
         config,
+        access,
         interceptor,
         trust,
         server_conf,
@@ -158,16 +165,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         RobotsGateProxy {
             enforcer: enforcer.clone(),
             upstream: config.upstream.clone(),
+            max_body_bytes: config.limits.max_body_bytes,
         },
     );
     // Both connectors have read the root bundle: the temporary file can go.
     drop(trust);
-    let front = ConnectFront::new(
-        http,
+    let tunnels = Tunnels::new(
         enforcer.clone(),
         interceptor,
         &config.tls,
         crate::config::seconds(config.upstream.connect_timeout_seconds),
+    );
+    let front = ProxyFront::new(
+        http,
+        tunnels,
+        Arc::new(access),
+        HeadLimits::new(&config.limits),
+        config.limits.max_connections,
     );
     let mut proxy = Service::new("robotsgate proxy".to_string(), front);
     proxy.add_tcp(&config.listen.to_string());

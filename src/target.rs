@@ -196,6 +196,50 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The path as a lenient origin server may read it, when that differs from
+    /// [`Target::path`]: `%2F` and `%5C` as `/`, `;params` dropped from every segment
+    /// (servlet containers do), empty segments collapsed, then dot segments resolved — so
+    /// `/a%2F..%2Fprivate`, `//private`, `/a/..;/private` all read as `/private`.
+    ///
+    /// The decision stays on the exact path forwarded (SPEC §5); the proxy checks this
+    /// spelling *as well* and forwards only when both are allowed (fail closed). Cost: a
+    /// scan for `%2F`, `%5C`, `//`, `;`; most paths have none and get `None` at once.
+    pub fn lenient_path(&self) -> Option<CanonicalPath<'static>> {
+        let full = self.path.as_str();
+        let (path, query) = full.split_at(full.find('?').unwrap_or(full.len()));
+        let suspicious =
+            |p: &str| p.contains("//") || p.contains(';') || p.contains("%2F") || p.contains("%5C");
+        if !suspicious(path) {
+            return None;
+        }
+        let path = path.replace("%2F", "/").replace("%5C", "/");
+        let mut segments: Vec<&str> = Vec::new();
+        let mut last = "";
+        for segment in path.split('/') {
+            last = segment.split(';').next().unwrap_or_default();
+            match last {
+                "" | "." => {}
+                ".." => {
+                    segments.pop();
+                }
+                s => segments.push(s),
+            }
+        }
+        let trailing_slash = matches!(last, "" | "." | "..");
+        let mut lenient = String::with_capacity(full.len());
+        for s in &segments {
+            lenient.push('/');
+            lenient.push_str(s);
+        }
+        if trailing_slash || segments.is_empty() {
+            lenient.push('/');
+        }
+        lenient.push_str(query);
+        (lenient != full).then(|| CanonicalPath::new(&lenient).into_owned())
+    }
+}
+
 /// `host`, `host:port`, `[v6]`, `[v6]:port` → origin. Names are lower-cased and IDNs
 /// converted to punycode (SPEC §1).
 pub fn parse_authority(authority: &str, scheme: Scheme) -> Result<Origin, TargetError> {
@@ -248,6 +292,33 @@ mod tests {
 
     fn target(raw: &str, host: Option<&str>) -> Result<Target, TargetError> {
         Target::from_request(raw.as_bytes(), host.map(str::as_bytes), Scheme::Http)
+    }
+
+    #[test]
+    fn lenient_paths_undo_the_usual_smuggling_spellings() {
+        let lenient = |raw: &str| {
+            target(raw, Some("a"))
+                .expect(raw)
+                .lenient_path()
+                .map(|p| p.as_str().to_string())
+        };
+        for raw in [
+            "//private/x",
+            "/private%2Fx",
+            "/public%2F..%2Fprivate/x",
+            "/public/..;/private/x",
+            "/private;jsessionid=1/x",
+            "/public%5C..%5Cprivate/x",
+        ] {
+            let got = lenient(raw).unwrap_or_default();
+            assert!(got.starts_with("/private/x"), "{raw} -> {got}");
+        }
+        assert_eq!(lenient("/private/x?a=b;c//d"), None);
+        // Dot segments are resolved before forwarding: the origin gets `/public/private/x`.
+        assert_eq!(lenient("/public//../private/x"), None);
+        assert_eq!(lenient("/a//b/?q=1").as_deref(), Some("/a/b/?q=1"));
+        assert_eq!(lenient("/a/b;v=1").as_deref(), Some("/a/b"));
+        assert_eq!(lenient("/a/..;").as_deref(), Some("/"));
     }
 
     #[test]

@@ -446,3 +446,54 @@ async fn blind_tunnel_host_level_checks_and_paced_connection_starts() {
     );
     assert_eq!(s.metric("robotsgate_tls_leaf_mints_total"), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
+    let users_dir = tempfile::tempdir().expect("tempdir");
+    let users = users_dir.path().join("users");
+    std::fs::write(
+        &users,
+        common::passwd_line("team", "team-secret", &["TeamBot"]) + "\n",
+    )
+    .expect("write users");
+    let s = Setup::start(&format!(
+        "  access:\n    credentials_file: {}\n",
+        users.display()
+    ))
+    .await;
+    let origin = s
+        .origin(
+            "User-agent: TeamBot\nDisallow: /team-only\n\nUser-agent: *\nDisallow: /disallowed\n",
+        )
+        .await;
+    // Without credentials the CONNECT itself is answered 407: no tunnel, no origin contact.
+    let (status, head, _) = s.curl(&origin.url("/allowed"));
+    assert!(status == 407 || head.contains("407"), "{status} {head}");
+    assert!(origin.accepted().is_empty());
+    // With them, every request in the tunnel is judged as the user's tokens.
+    let with = |page: &str| {
+        curl(
+            &s.proxy,
+            &origin.url(page),
+            &[
+                "--cacert",
+                path(&s.operator_ca),
+                "--suppress-connect-headers",
+                "--proxy-user",
+                "team:team-secret",
+                "-A",
+                "Unrelated/1.0",
+            ],
+        )
+    };
+    assert_eq!(with("/team-only/x").0, 403);
+    assert_eq!(with("/disallowed/x").0, 200, "the * group is not TeamBot's");
+    let seen = origin.seen();
+    assert!(seen
+        .iter()
+        .all(|r| r.header("proxy-authorization").is_none()));
+    assert_eq!(
+        s.metric("robotsgate_downstream_refusals_total{reason=\"auth_required\"}"),
+        1.0
+    );
+}

@@ -741,3 +741,41 @@ pub fn operator_ca(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     );
     (cert, key)
 }
+
+/// A credentials-file line made by the real `robotsgate passwd` (password on stdin).
+pub fn passwd_line(user: &str, password: &str, tokens: &[&str]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_robotsgate"));
+    command.args(["passwd", user, "--cost", "4"]);
+    if !tokens.is_empty() {
+        command.args(["--tokens", &tokens.join(",")]);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn robotsgate passwd");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{password}\n").as_bytes())
+        .expect("write password");
+    let out = child.wait_with_output().expect("passwd");
+    assert!(out.status.success(), "robotsgate passwd failed");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string()
+}
+
+/// Resident memory of a process, in bytes (`VmRSS` from /proc).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

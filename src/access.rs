@@ -1,0 +1,348 @@
+//! Who may use the proxy: client networks and `Proxy-Authorization: Basic`.
+//!
+//! An egress proxy that anyone can reach is an open relay with robotsgate's reputation,
+//! so clients are admitted by source network first (`access.allow_clients`, loopback and
+//! private ranges by default). Optionally every request — and every CONNECT, whose
+//! tunnel then carries the identity — must also name a user from `access.credentials_file`.
+//! A user line can carry the robots.txt product tokens that user crawls as, so each team
+//! is judged as itself rather than by whatever its User-Agent header claims.
+//!
+//! The file holds bcrypt hashes (`htpasswd -B` writes the same format; so does
+//! `robotsgate passwd`), one `user:hash[:Token1,Token2]` per line. bcrypt is slow on
+//! purpose (tens of milliseconds), which an on-every-request check cannot pay, so a
+//! verified header is remembered by its SHA-256 digest (never the password itself) and
+//! later requests with the same header cost one hash-map lookup. Verifications run on
+//! the blocking pool, at most two at a time, so a client guessing passwords cannot stall
+//! the proxy's event loops. An unknown user is checked against a real hash too, so the
+//! answer's timing does not tell which user names exist.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use tokio::sync::Semaphore;
+
+use crate::config::{AccessConfig, Cidr};
+
+/// A user from the credentials file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    /// robots.txt product tokens this user is judged as, most specific first; empty means
+    /// the usual agent rules apply.
+    pub tokens: Vec<String>,
+}
+
+/// Why a request was not admitted: the `reason` label of the refusal counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// The client's address is outside `access.allow_clients` (403).
+    ClientNetwork,
+    /// Credentials are required and none were sent (407).
+    AuthRequired,
+    /// Credentials were sent and are wrong (407).
+    AuthFailed,
+}
+
+impl Denied {
+    pub fn status(self) -> u16 {
+        match self {
+            Denied::ClientNetwork => 403,
+            Denied::AuthRequired | Denied::AuthFailed => 407,
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Denied::ClientNetwork => "client_network",
+            Denied::AuthRequired => "auth_required",
+            Denied::AuthFailed => "auth_failed",
+        }
+    }
+}
+
+struct User {
+    hash: String,
+    identity: Arc<Identity>,
+}
+
+/// Verified `Proxy-Authorization` values kept (by digest) before the cache starts over.
+const VERIFIED_CACHE: usize = 4096;
+
+pub struct AccessPolicy {
+    clients: Vec<Cidr>,
+    users: Option<HashMap<String, User>>,
+    pub realm: String,
+    verified: Mutex<HashMap<[u8; 32], Arc<Identity>>>,
+    verifying: Semaphore,
+}
+
+impl AccessPolicy {
+    /// Reads `access.credentials_file` if set; errors name the key, file and line.
+    pub fn new(config: &AccessConfig) -> anyhow::Result<AccessPolicy> {
+        let users = match &config.credentials_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "key `robotsgate.access.credentials_file`: cannot read {}: {e}",
+                        path.display()
+                    )
+                })?;
+                Some(parse_credentials(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "key `robotsgate.access.credentials_file`: {}: {e}",
+                        path.display()
+                    )
+                })?)
+            }
+            None => None,
+        };
+        Ok(AccessPolicy {
+            clients: config.allow_clients.clone(),
+            users,
+            realm: config.realm.clone(),
+            verified: Mutex::new(HashMap::new()),
+            verifying: Semaphore::new(2),
+        })
+    }
+
+    /// Is this client address allowed to connect at all?
+    pub fn client_allowed(&self, client: Option<IpAddr>) -> bool {
+        // A dual-stack listener reports IPv4 clients as `::ffff:a.b.c.d`.
+        client.is_some_and(|ip| {
+            let ip = ip.to_canonical();
+            self.clients.iter().any(|net| net.contains(ip))
+        })
+    }
+
+    pub fn requires_credentials(&self) -> bool {
+        self.users.is_some()
+    }
+
+    /// Checks a request's `Proxy-Authorization` value. `Ok(None)`: no credentials file,
+    /// anyone admitted by network may proceed.
+    pub async fn authenticate(
+        &self,
+        header: Option<&[u8]>,
+    ) -> Result<Option<Arc<Identity>>, Denied> {
+        let Some(users) = &self.users else {
+            return Ok(None);
+        };
+        let header = header.ok_or(Denied::AuthRequired)?;
+        let digest = digest(header);
+        if let Some(identity) = self.lock().get(&digest) {
+            return Ok(Some(identity.clone()));
+        }
+        let (user, password) = basic_credentials(header).ok_or(Denied::AuthFailed)?;
+        let known = users.get(&user);
+        // Unknown users are checked against some real hash, so timing reveals nothing.
+        let Some(hash) = known
+            .or_else(|| users.values().next())
+            .map(|u| u.hash.clone())
+        else {
+            return Err(Denied::AuthFailed);
+        };
+        let _turn = self
+            .verifying
+            .acquire()
+            .await
+            .map_err(|_| Denied::AuthFailed)?;
+        let matched = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(false);
+        match known {
+            Some(user) if matched => {
+                let mut verified = self.lock();
+                if verified.len() >= VERIFIED_CACHE {
+                    verified.clear();
+                }
+                verified.insert(digest, user.identity.clone());
+                Ok(Some(user.identity.clone()))
+            }
+            _ => Err(Denied::AuthFailed),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<Identity>>> {
+        self.verified.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn digest(header: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, header).as_ref());
+    out
+}
+
+/// `Basic base64(user:password)` → (user, password).
+fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
+    let text = std::str::from_utf8(header).ok()?.trim();
+    let (scheme, encoded) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let colon = memchr::memchr(b':', &decoded)?;
+    let user = String::from_utf8(decoded[..colon].to_vec()).ok()?;
+    Some((user, decoded[colon + 1..].to_vec()))
+}
+
+/// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2]` per line, `#` comments.
+fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
+    let mut users = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("line {}", n + 1);
+        let mut fields = line.splitn(3, ':');
+        let user = fields.next().unwrap_or_default();
+        let hash = fields.next().unwrap_or_default();
+        if user.is_empty() {
+            return Err(format!("{}: no user name", at()));
+        }
+        if !(hash.starts_with("$2a$") || hash.starts_with("$2b$") || hash.starts_with("$2y$"))
+            || hash.parse::<bcrypt::HashParts>().is_err()
+        {
+            return Err(format!(
+                "{}: user `{user}` has no bcrypt hash (`robotsgate passwd` or `htpasswd -B` writes one)",
+                at()
+            ));
+        }
+        let tokens = fields
+            .next()
+            .map(|t| {
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let identity = Arc::new(Identity {
+            user: user.to_string(),
+            tokens,
+        });
+        let entry = User {
+            hash: hash.to_string(),
+            identity,
+        };
+        if users.insert(user.to_string(), entry).is_some() {
+            return Err(format!("{}: user `{user}` appears twice", at()));
+        }
+    }
+    Ok(users)
+}
+
+/// A credentials-file line for `user` (what `robotsgate passwd` prints).
+pub fn credentials_line(
+    user: &str,
+    password: &str,
+    tokens: &[String],
+    cost: u32,
+) -> anyhow::Result<String> {
+    if user.is_empty() || user.contains([':', '\n']) {
+        anyhow::bail!("a user name must be non-empty and contain no `:`");
+    }
+    let hash = bcrypt::hash(password, cost)?;
+    let mut line = format!("{user}:{hash}");
+    if !tokens.is_empty() {
+        line.push(':');
+        line.push_str(&tokens.join(","));
+    }
+    Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(lines: &str) -> AccessPolicy {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("users");
+        std::fs::write(&path, lines).expect("write");
+        let config = AccessConfig {
+            credentials_file: Some(path),
+            ..AccessConfig::default()
+        };
+        AccessPolicy::new(&config).expect("valid file")
+    }
+
+    fn basic(user: &str, password: &str) -> Vec<u8> {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {encoded}").into_bytes()
+    }
+
+    #[test]
+    fn default_clients_are_loopback_and_private() {
+        let open = AccessPolicy::new(&AccessConfig::default()).expect("defaults");
+        for ip in [
+            "127.0.0.1",
+            "::1",
+            "10.1.2.3",
+            "192.168.1.1",
+            "::ffff:10.0.0.1",
+            "fd00::1",
+        ] {
+            assert!(open.client_allowed(Some(ip.parse().expect(ip))), "{ip}");
+        }
+        for ip in ["8.8.8.8", "2001:db8::1", "::ffff:8.8.8.8", "100.64.0.1"] {
+            assert!(!open.client_allowed(Some(ip.parse().expect(ip))), "{ip}");
+        }
+        assert!(!open.client_allowed(None));
+    }
+
+    #[tokio::test]
+    async fn basic_auth_with_tokens() {
+        let line = credentials_line("news", "s3cret", &["AcmeNews".into(), "AcmeBot".into()], 4)
+            .expect("hash");
+        let other = credentials_line("plain", "pw", &[], 4).expect("hash");
+        let policy = policy(&format!("# team accounts\n{line}\n\n{other}\n"));
+        let identity = policy
+            .authenticate(Some(&basic("news", "s3cret")))
+            .await
+            .expect("valid")
+            .expect("identity");
+        assert_eq!(identity.tokens, ["AcmeNews", "AcmeBot"]);
+        // Second time from the cache: the same identity.
+        let again = policy.authenticate(Some(&basic("news", "s3cret"))).await;
+        assert_eq!(again, Ok(Some(identity)));
+        let plain = policy.authenticate(Some(&basic("plain", "pw"))).await;
+        assert!(plain.expect("valid").expect("identity").tokens.is_empty());
+        for (header, want) in [
+            (None, Denied::AuthRequired),
+            (Some(basic("news", "wrong")), Denied::AuthFailed),
+            (Some(basic("nobody", "s3cret")), Denied::AuthFailed),
+            (Some(b"Bearer abc".to_vec()), Denied::AuthFailed),
+            (Some(b"Basic !!!".to_vec()), Denied::AuthFailed),
+        ] {
+            assert_eq!(policy.authenticate(header.as_deref()).await, Err(want));
+        }
+    }
+
+    #[test]
+    fn bad_files_name_the_line() {
+        for (text, needle) in [
+            (
+                "alice:plaintext\n",
+                "line 1: user `alice` has no bcrypt hash",
+            ),
+            ("# c\n:$2b$04$abc\n", "line 2: no user name"),
+        ] {
+            let err = parse_credentials(text).err().expect(text);
+            assert!(err.contains(needle), "{err}");
+        }
+        let line = credentials_line("a", "pw", &[], 4).expect("hash");
+        let err = parse_credentials(&format!("{line}\n{line}\n"))
+            .err()
+            .expect("dup");
+        assert!(err.contains("line 2") && err.contains("twice"), "{err}");
+    }
+}

@@ -1,0 +1,291 @@
+//! The proxy listener's front door: every client connection starts here.
+//!
+//! [`ProxyFront`] is the Pingora `ServerApp` on the proxy listener. Per connection it
+//! 1. takes a slot (`limits.max_connections`; 503 when none is free);
+//! 2. reads each request head itself, within `limits` ([`read_head`]: 408/413/414/431/400);
+//! 3. admits the client: its network (`access.allow_clients`, 403) and, when a credentials
+//!    file is set, its `Proxy-Authorization` (407) — once per plain request, once per
+//!    CONNECT for everything inside the tunnel;
+//! 4. hands a CONNECT to [`Tunnels`], and serves an intercepted tunnel's decrypted stream
+//!    with this same loop;
+//! 5. hands every other request to Pingora's HTTP proxy (`RobotsGateProxy`) with the bytes
+//!    already read as a prefix and a [`ClientContext`] saying which tunnel and user it
+//!    belongs to.
+//!
+//! Refusals are written here as complete responses, counted in
+//! `robotsgate_downstream_refusals_total{reason}` and logged, and the connection closes.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::apps::{HttpServerApp, ServerApp};
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::Stream;
+use pingora::proxy::HttpProxy;
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use crate::access::{AccessPolicy, Identity};
+use crate::connect::Tunnels;
+use crate::enforce::Answer;
+use crate::head::{read_head, HeadError, HeadLimits};
+use crate::metrics::{self, Outcome};
+use crate::proxy::RobotsGateProxy;
+use crate::target::Origin;
+
+/// What the front knows about a request that Pingora's session does not: handed to the
+/// proxy pipeline with each request (Pingora's per-connection user context).
+#[derive(Clone, Debug, Default)]
+pub struct ClientContext {
+    /// Inside an intercepted CONNECT tunnel: the origin every request there is for.
+    pub tunnel: Option<Origin>,
+    /// The authenticated user, when `access.credentials_file` is set.
+    pub identity: Option<Arc<Identity>>,
+}
+
+pub struct ProxyFront {
+    http: Arc<HttpProxy<RobotsGateProxy>>,
+    tunnels: Tunnels,
+    access: Arc<AccessPolicy>,
+    limits: HeadLimits,
+    connections: Arc<Semaphore>,
+}
+
+impl ProxyFront {
+    pub fn new(
+        http: HttpProxy<RobotsGateProxy>,
+        tunnels: Tunnels,
+        access: Arc<AccessPolicy>,
+        limits: HeadLimits,
+        max_connections: usize,
+    ) -> ProxyFront {
+        ProxyFront {
+            http: Arc::new(http),
+            tunnels,
+            access,
+            limits,
+            connections: Arc::new(Semaphore::new(max_connections)),
+        }
+    }
+}
+
+/// An open client connection: holds its slot and is counted for as long as it lives.
+struct OpenConnection {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl OpenConnection {
+    fn new(slot: tokio::sync::OwnedSemaphorePermit) -> OpenConnection {
+        metrics::DOWNSTREAM_CONNECTIONS.inc();
+        OpenConnection { _slot: slot }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::DOWNSTREAM_CONNECTIONS.dec();
+    }
+}
+
+#[async_trait]
+impl ServerApp for ProxyFront {
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let client = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            // Read the request (briefly) so the client sees the 503, not a reset.
+            let wait = self.limits.header_timeout.min(Duration::from_secs(1));
+            let _ = read_head(&mut stream, BytesMut::new(), &self.limits, wait).await;
+            let answer = refusal(
+                503,
+                "connection_limit",
+                "too many open connections (limits.max_connections)",
+            );
+            refuse(&mut stream, client, &answer, &[("Retry-After", "1")]).await;
+            return None;
+        };
+        let _open = OpenConnection::new(permit);
+        self.serve(stream, client, shutdown).await;
+        None
+    }
+
+    async fn cleanup(&self) {
+        ServerApp::cleanup(self.http.as_ref()).await;
+    }
+}
+
+impl ProxyFront {
+    /// The request loop of one client connection (and of the tunnels opened on it).
+    async fn serve(&self, mut stream: Stream, client: Option<IpAddr>, shutdown: &ShutdownWatch) {
+        let mut context = ClientContext::default();
+        let mut pending = BytesMut::new();
+        // A new connection (or tunnel) must start its request promptly; a kept-alive one
+        // may sit idle between requests for longer.
+        let mut wait = self.limits.header_timeout;
+        let mut first = true;
+        loop {
+            let head = tokio::select! {
+                biased;
+                head = read_head(&mut stream, pending, &self.limits, wait) => head,
+                // Shutting down: idle connections close (as Pingora's own loop does).
+                () = shutting_down(shutdown.clone()) => return,
+            };
+            let head = match head {
+                Ok(head) => head,
+                Err(HeadError::Gone) => return,
+                Err(e) => {
+                    let status = e.status().unwrap_or(400);
+                    let answer = refusal(status, e.reason(), &e.to_string());
+                    return refuse(&mut stream, client, &answer, &[]).await;
+                }
+            };
+            if first && !self.access.client_allowed(client) {
+                let answer = refusal(
+                    403,
+                    "client_network",
+                    "this client's address is not in access.allow_clients",
+                );
+                return refuse(&mut stream, client, &answer, &[]).await;
+            }
+            first = false;
+            // Inside a tunnel the CONNECT's credentials stand for every request.
+            if context.tunnel.is_none() {
+                match self
+                    .access
+                    .authenticate(head.proxy_authorization.as_deref())
+                    .await
+                {
+                    Ok(identity) => context.identity = identity,
+                    Err(denied) => {
+                        let answer = refusal(
+                            denied.status(),
+                            denied.reason(),
+                            "proxy credentials required (Proxy-Authorization: Basic)",
+                        );
+                        let challenge = format!("Basic realm=\"{}\"", self.access.realm);
+                        let headers = [("Proxy-Authenticate", challenge.as_str())];
+                        return refuse(&mut stream, client, &answer, &headers).await;
+                    }
+                }
+            }
+            if head.is_connect {
+                let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
+                    log::error!("CONNECT on a listener that is not plain TCP");
+                    return;
+                };
+                if context.tunnel.is_some() {
+                    let answer = refusal(400, "malformed", "CONNECT inside a tunnel");
+                    return refuse(&mut *l4, client, &answer, &[]).await;
+                }
+                l4.rewind(&head.bytes[head.len..]);
+                let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
+                let Some((tls, origin)) = self
+                    .tunnels
+                    .open(*l4, &head.bytes[..head.len], client, tokens)
+                    .await
+                else {
+                    return;
+                };
+                stream = tls;
+                context.tunnel = Some(origin);
+                pending = BytesMut::new();
+                wait = self.limits.header_timeout;
+                continue;
+            }
+            let mut session = ServerSession::new_http1(stream);
+            if let ServerSession::H1(h1) = &mut session {
+                // Pingora parses the head from these octets without reading again.
+                h1.set_pipelined_prefix(head.bytes);
+            }
+            let idle = self.limits.idle_timeout.as_secs().max(1);
+            session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
+            session.set_connection_user_context(Some(Box::new(context.clone())));
+            let Some(reused) = self.http.process_new_http(session, shutdown).await else {
+                return;
+            };
+            // Pipelining is off, so Pingora keeps no octets of a next request for us.
+            stream = reused.consume().0;
+            pending = BytesMut::new();
+            wait = self.limits.idle_timeout;
+        }
+    }
+}
+
+/// Resolves once the server begins shutting down.
+async fn shutting_down(mut shutdown: ShutdownWatch) {
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A refusal by the front, `reason` being its counter label.
+fn refusal(status: u16, reason: &'static str, why: &str) -> (Answer, &'static str) {
+    let answer = Answer::text(
+        status,
+        Outcome::BadRequest,
+        format!("refused; reason=\"{reason}\""),
+        format!("robotsgate: {why}"),
+    );
+    (answer, reason)
+}
+
+/// Counts, logs and writes a refusal, then closes.
+async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    client: Option<IpAddr>,
+    (answer, reason): &(Answer, &'static str),
+    headers: &[(&str, &str)],
+) {
+    metrics::record_refusal(reason);
+    tracing::info!(
+        target: "access",
+        client = client.map(|c| c.to_string()),
+        decision = "refused",
+        reason = *reason,
+        status = answer.status,
+    );
+    write_answer(stream, answer, headers).await;
+}
+
+/// Writes `answer` as a complete HTTP/1.1 response that closes the connection (for
+/// streams Pingora's session does not own: refusals, CONNECT answers).
+pub async fn write_answer<S: AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    answer: &Answer,
+    headers: &[(&str, &str)],
+) {
+    let reason = http::StatusCode::from_u16(answer.status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Robots-Decision: {}\r\nConnection: close\r\n",
+        answer.status,
+        answer.content_type,
+        answer.body.len(),
+        answer.header,
+    );
+    if let Some(retry) = answer.retry_after {
+        head.push_str(&format!("Retry-After: {retry}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(&answer.body).await;
+    let _ = stream.flush().await;
+    let _ = stream.shutdown().await;
+}

@@ -1,0 +1,355 @@
+//! Reading a client's request head within limits: the first thing done with every request.
+//!
+//! Pingora's HTTP/1 parser has fixed ceilings (1 MiB of head, 256 fields), a per-read
+//! timeout rather than a deadline, and answers every violation with a bare 400 that no
+//! hook sees. An egress proxy open to a whole fleet needs tighter, configurable bounds
+//! with the statuses clients understand, and a count of each. So the front (`front.rs`)
+//! reads each head itself with [`read_head`] and hands the bytes to Pingora as an
+//! already-received prefix, which Pingora parses without reading again:
+//!
+//! * request line longer than `max_request_line_bytes` → **414**;
+//! * head longer than `max_header_bytes`, or more than `max_headers` fields → **431**;
+//! * head not complete `header_read_timeout_seconds` after its first octet (slowloris) →
+//!   **408**;
+//! * not HTTP/1.x → **400**;
+//! * `Content-Length` over `max_body_bytes` → **413** (chunked bodies are counted as they
+//!   stream, in `proxy.rs`).
+//!
+//! Cost: each read's new octets are scanned once for the blank line that ends the head;
+//! `httparse` runs once on the complete head (≈ 1 µs for a crawler's request). Memory per
+//! connection is bounded by `max_header_bytes` plus one read.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::time::Instant;
+
+use crate::config::LimitsConfig;
+
+/// The limits [`read_head`] applies (from `robotsgate.limits`).
+#[derive(Clone, Debug)]
+pub struct HeadLimits {
+    pub max_request_line: usize,
+    pub max_head: usize,
+    pub max_headers: usize,
+    pub max_body: u64,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl HeadLimits {
+    pub fn new(config: &LimitsConfig) -> HeadLimits {
+        HeadLimits {
+            max_request_line: config.max_request_line_bytes,
+            max_head: config.max_header_bytes,
+            max_headers: config.max_headers,
+            max_body: config.max_body_bytes,
+            header_timeout: crate::config::seconds(config.header_read_timeout_seconds),
+            idle_timeout: crate::config::seconds(config.idle_timeout_seconds),
+        }
+    }
+}
+
+/// A complete request head, and what the front needs from it before Pingora sees it.
+#[derive(Debug)]
+pub struct Head {
+    /// The head and any octets read after it (body, or a pipelined request).
+    pub bytes: BytesMut,
+    /// Where the head ends in `bytes`.
+    pub len: usize,
+    pub is_connect: bool,
+    /// The `Proxy-Authorization` value, if sent.
+    pub proxy_authorization: Option<Vec<u8>>,
+}
+
+/// Why no head was read. [`HeadError::status`] is what the client is told, if anything.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeadError {
+    /// Closed, reset or idle before a request began: nothing to answer.
+    Gone,
+    Timeout,
+    RequestLineTooLong,
+    HeadTooLarge,
+    TooManyHeaders,
+    BodyTooLarge,
+    Malformed(String),
+}
+
+impl HeadError {
+    /// The status to answer with; `None` when the client is not there to hear it.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            HeadError::Gone => None,
+            HeadError::Timeout => Some(408),
+            HeadError::RequestLineTooLong => Some(414),
+            HeadError::HeadTooLarge | HeadError::TooManyHeaders => Some(431),
+            HeadError::BodyTooLarge => Some(413),
+            HeadError::Malformed(_) => Some(400),
+        }
+    }
+
+    /// The `reason` label of `robotsgate_downstream_refusals_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HeadError::Gone => "gone",
+            HeadError::Timeout => "header_timeout",
+            HeadError::RequestLineTooLong => "request_line_too_long",
+            HeadError::HeadTooLarge => "header_too_large",
+            HeadError::TooManyHeaders => "too_many_headers",
+            HeadError::BodyTooLarge => "body_too_large",
+            HeadError::Malformed(_) => "malformed",
+        }
+    }
+}
+
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeadError::Gone => f.write_str("connection closed"),
+            HeadError::Timeout => f.write_str("request head not received in time"),
+            HeadError::RequestLineTooLong => {
+                f.write_str("request line longer than limits.max_request_line_bytes")
+            }
+            HeadError::HeadTooLarge => {
+                f.write_str("request head larger than limits.max_header_bytes")
+            }
+            HeadError::TooManyHeaders => f.write_str("more header fields than limits.max_headers"),
+            HeadError::BodyTooLarge => {
+                f.write_str("request body larger than limits.max_body_bytes")
+            }
+            HeadError::Malformed(why) => write!(f, "malformed request: {why}"),
+        }
+    }
+}
+
+/// Reads one request head from `stream`, starting with `pending` (octets already read
+/// past the previous request). Waits at most `limits.idle_timeout` for the first octet
+/// (`first_wait` instead on a new connection), then `limits.header_timeout` for the rest.
+pub async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    pending: BytesMut,
+    limits: &HeadLimits,
+    first_wait: Duration,
+) -> Result<Head, HeadError> {
+    let mut buf = pending;
+    let mut deadline = None;
+    let mut scanned = 0;
+    loop {
+        if let Some(len) = head_end(&buf, &mut scanned) {
+            return parse(buf, len, limits);
+        }
+        check_sizes(&buf, limits)?;
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        let read = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, stream.read_buf(&mut buf))
+                .await
+                .map_err(|_| HeadError::Timeout)?,
+            None => match tokio::time::timeout(first_wait, stream.read_buf(&mut buf)).await {
+                Ok(read) => read,
+                Err(_) => return Err(HeadError::Gone),
+            },
+        };
+        match read {
+            Ok(0) | Err(_) => return Err(HeadError::Gone),
+            Ok(_) => {}
+        }
+        deadline.get_or_insert_with(|| Instant::now() + limits.header_timeout);
+    }
+}
+
+/// The end of the head (after its blank line) if `buf` holds it; `scanned` remembers how
+/// far earlier calls looked, so a trickled head is scanned once, not once per read.
+fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
+    let from = scanned.saturating_sub(3);
+    *scanned = buf.len();
+    // httparse accepts bare LF line ends too: the head ends at "\n\n" or "\n\r\n".
+    memchr::memchr_iter(b'\n', &buf[from..])
+        .map(|i| from + i)
+        .find_map(|nl| match &buf[nl + 1..] {
+            [b'\n', ..] => Some(nl + 2),
+            [b'\r', b'\n', ..] => Some(nl + 3),
+            _ => None,
+        })
+}
+
+/// Limits that can be judged on an incomplete head.
+fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Result<(), HeadError> {
+    let line = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
+    if line > limits.max_request_line {
+        return Err(HeadError::RequestLineTooLong);
+    }
+    if buf.len() > limits.max_head {
+        return Err(HeadError::HeadTooLarge);
+    }
+    Ok(())
+}
+
+fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadError> {
+    check_sizes(&bytes[..len], limits)?;
+    let mut fields = [httparse::EMPTY_HEADER; crate::config::PINGORA_MAX_HEADERS];
+    let fields = &mut fields[..limits.max_headers.min(crate::config::PINGORA_MAX_HEADERS)];
+    let mut request = httparse::Request::new(fields);
+    match request.parse(&bytes[..len]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => {
+            return Err(HeadError::Malformed("incomplete request head".into()))
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(e) => return Err(HeadError::Malformed(e.to_string())),
+    }
+    let mut proxy_authorization = None;
+    let mut content_length = None;
+    let mut host = None;
+    for field in request.headers.iter() {
+        if field.name.eq_ignore_ascii_case("host") {
+            if host.replace(field.value).is_some() {
+                return Err(HeadError::Malformed("more than one Host header".into()));
+            }
+        } else if field.name.eq_ignore_ascii_case("proxy-authorization") {
+            proxy_authorization = Some(field.value.to_vec());
+        } else if field.name.eq_ignore_ascii_case("content-length") {
+            let length = std::str::from_utf8(field.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            match length {
+                None => return Err(HeadError::Malformed("invalid Content-Length".into())),
+                // Two different lengths are a request-smuggling attempt (RFC 9112 §6.3).
+                Some(n) if content_length.is_some_and(|m| m != n) => {
+                    return Err(HeadError::Malformed("conflicting Content-Length".into()))
+                }
+                Some(n) if n > limits.max_body => return Err(HeadError::BodyTooLarge),
+                Some(n) => content_length = Some(n),
+            }
+        }
+    }
+    let is_connect = request.method == Some("CONNECT");
+    // Absolute-form: the Host header must say the same (Pingora refuses a mismatch too,
+    // with a bare 400; this answer names the problem and is counted).
+    let target = request.path.unwrap_or("");
+    if let (false, Some((_, rest)), Some(host)) = (is_connect, target.split_once("://"), host) {
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        if authority.as_bytes() != host {
+            return Err(HeadError::Malformed(
+                "Host header differs from the request target's authority".into(),
+            ));
+        }
+    }
+    Ok(Head {
+        bytes,
+        len,
+        is_connect,
+        proxy_authorization,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> HeadLimits {
+        HeadLimits {
+            max_request_line: 64,
+            max_head: 256,
+            max_headers: 4,
+            max_body: 100,
+            header_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+        }
+    }
+
+    async fn read(input: &[u8]) -> Result<Head, HeadError> {
+        let mut stream = input;
+        read_head(
+            &mut stream,
+            BytesMut::new(),
+            &limits(),
+            Duration::from_secs(1),
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn complete_heads_keep_what_follows() {
+        let head = read(
+            b"GET http://a/ HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Basic eA==\r\n\r\nNEXT",
+        )
+        .await
+        .expect("valid");
+        assert_eq!(&head.bytes[head.len..], b"NEXT");
+        assert_eq!(
+            head.proxy_authorization.as_deref(),
+            Some(&b"Basic eA=="[..])
+        );
+        assert!(!head.is_connect);
+        let head = read(b"CONNECT a:443 HTTP/1.1\n\n").await.expect("bare LF");
+        assert!(head.is_connect);
+        assert_eq!(head.len, head.bytes.len());
+    }
+
+    #[tokio::test]
+    async fn each_limit_has_its_status() {
+        let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(80));
+        let big_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(300));
+        let cases: [(&[u8], Option<u16>); 10] = [
+            (long_line.as_bytes(), Some(414)),
+            (big_head.as_bytes(), Some(431)),
+            (
+                b"GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\n\r\n",
+                Some(431),
+            ),
+            (b"POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", Some(413)),
+            (b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n", Some(400)),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                Some(400),
+            ),
+            (b"\x00\x01\x02 garbage\r\n\r\n", Some(400)),
+            (b"GET http://a/ HTTP/1.1\r\nHost: b\r\n\r\n", Some(400)),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", Some(400)),
+            (b"GET / HTTP/1.1\r\nHost: a\r\n", None),
+        ];
+        for (input, status) in cases {
+            let got = read(input).await.err().and_then(|e| e.status());
+            assert_eq!(got, status, "{:?}", String::from_utf8_lossy(input));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_trickled_head_times_out_as_a_whole() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for b in b"GET / HTTP/1.1\r\nHost: a\r\nX: slow" {
+                if client.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            client
+        });
+        let got = read_head(
+            &mut server,
+            BytesMut::new(),
+            &limits(),
+            Duration::from_secs(1),
+        )
+        .await;
+        // Each octet arrives well within 200 ms of the last; only the deadline stops it.
+        assert_eq!(got.err(), Some(HeadError::Timeout));
+        drop(writer);
+    }
+
+    #[test]
+    fn the_head_end_is_found_across_reads() {
+        let mut scanned = 0;
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n", &mut scanned), None);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r", &mut scanned), None);
+        assert_eq!(
+            head_end(b"GET / HTTP/1.1\r\n\r\nbody", &mut scanned),
+            Some(18)
+        );
+    }
+}
