@@ -136,10 +136,9 @@ pub async fn read_head<S: AsyncRead + Unpin>(
     let mut deadline = None;
     let mut scanned = 0;
     loop {
-        if let Some(len) = head_end(&buf, &mut scanned) {
+        if let Some(len) = complete(&buf, &mut scanned, limits)? {
             return parse(buf, len, limits);
         }
-        check_sizes(&buf, limits)?;
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
@@ -157,6 +156,28 @@ pub async fn read_head<S: AsyncRead + Unpin>(
             Ok(_) => {}
         }
         deadline.get_or_insert_with(|| Instant::now() + limits.header_timeout);
+    }
+}
+
+/// Parses a head from octets already at hand; `Ok(None)` means more are needed (pure:
+/// fuzzed in `fuzz/`, where it stands for [`read_head`]).
+pub fn parse_head(bytes: BytesMut, limits: &HeadLimits) -> Result<Option<Head>, HeadError> {
+    match complete(&bytes, &mut 0, limits)? {
+        Some(len) => parse(bytes, len, limits).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The head's length if `buf` holds all of it, or the limit an incomplete head already
+/// broke.
+fn complete(
+    buf: &[u8],
+    scanned: &mut usize,
+    limits: &HeadLimits,
+) -> Result<Option<usize>, HeadError> {
+    match head_end(buf, scanned) {
+        Some(len) => Ok(Some(len)),
+        None => check_sizes(buf, limits).map(|()| None),
     }
 }
 

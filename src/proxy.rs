@@ -332,6 +332,9 @@ impl ProxyHttp for RobotsGateProxy {
                 format!("upstream-error; reason=\"{reason}\"; origin=\"{origin}\""),
                 format!("robotsgate: {reason} for {origin}: {e}"),
             );
+            // Pingora closes the client connection after a failed upstream exchange: say
+            // so, or a keep-alive client sends its next request into the closing socket.
+            session.set_keepalive(None);
             if respond(session, &answer).await.is_ok() {
                 ctx.answered = Some((answer.decision, answer.header));
             }

@@ -1,21 +1,55 @@
-//! Any bytes as a request target and Host header: parsing never panics, and whatever is
-//! accepted forwards as a valid origin-form URI whose canonical form is a fixed point.
+//! Any bytes as a request head, or as a request target and Host header: parsing never
+//! panics; an accepted head respects every limit; an accepted target forwards as a valid
+//! origin-form URI whose canonical form is a fixed point, and so does its lenient reading.
 #![no_main]
 
+use std::time::Duration;
+
+use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use robotsgate::head::{parse_head, HeadLimits};
 use robotsgate::robots::CanonicalPath;
 use robotsgate::target::{Scheme, Target};
 
 fuzz_target!(|data: &[u8]| {
+    let Some((&mode, data)) = data.split_first() else {
+        return;
+    };
+    if mode & 1 == 0 {
+        head(data);
+    } else {
+        target(data);
+    }
+});
+
+fn head(data: &[u8]) {
+    let limits = HeadLimits {
+        max_request_line: 512,
+        max_head: 2048,
+        max_headers: 16,
+        max_body: 1000,
+        header_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(1),
+    };
+    if let Ok(Some(head)) = parse_head(BytesMut::from(data), &limits) {
+        assert!(head.len <= head.bytes.len() && head.len <= limits.max_head);
+        let line = memchr::memchr(b'\n', &head.bytes[..head.len]).unwrap_or(head.len);
+        assert!(line <= limits.max_request_line);
+    }
+}
+
+fn target(data: &[u8]) {
     let (host, raw) = match data.split_first() {
         Some((&n, rest)) => rest.split_at(usize::from(n).min(rest.len())),
         None => return,
     };
     if let Ok(target) = Target::from_request(raw, Some(host), Scheme::Http) {
-        let path = target.path.as_str();
-        assert!(path.starts_with('/'));
-        assert!(http::Uri::try_from(path).is_ok(), "not forwardable: {path:?}");
-        assert_eq!(CanonicalPath::new(path).as_str(), path);
+        for path in [Some(target.path.clone()), target.lenient_path()].into_iter().flatten() {
+            let path = path.as_str();
+            assert!(path.starts_with('/'));
+            assert!(http::Uri::try_from(path).is_ok(), "not forwardable: {path:?}");
+            assert_eq!(CanonicalPath::new(path).as_str(), path);
+        }
         let _ = target.origin.robots_url();
     }
-});
+}
