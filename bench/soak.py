@@ -23,6 +23,7 @@ Exits 1 if robotsgate dies, or if RSS or descriptors keep growing over the last 
 import argparse
 import asyncio
 import collections
+import logging
 import multiprocessing
 import os
 import random
@@ -76,6 +77,8 @@ async def origin_handler(kind, reader, writer):
 
 
 def serve_origins(ports_out, stop_event):
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
+
     async def run():
         servers = []
         for kind in KINDS:
@@ -87,6 +90,7 @@ def serve_origins(ports_out, stop_event):
             await asyncio.sleep(0.2)
 
     asyncio.run(run())
+    os._exit(0)  # origins that hang on purpose are not waited for
 
 
 async def read_response(reader):
@@ -192,6 +196,7 @@ async def drive(args, proxy, origins):
 
 
 def main():
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--workers", type=int, default=48)

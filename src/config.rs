@@ -238,8 +238,8 @@ pub struct TlsConfig {
     pub leaf_cache_size: usize,
     /// Validity of a minted leaf; it is re-minted when half of it has passed.
     pub leaf_validity_days: u32,
-    /// Longest wait for a new connection's first octets (to tell CONNECT from plain
-    /// HTTP), for a CONNECT request head, and for the client's TLS handshake.
+    /// Longest wait for the client's TLS handshake inside a CONNECT tunnel (the CONNECT
+    /// head itself is read within `limits`).
     pub handshake_timeout_seconds: f64,
 }
 
