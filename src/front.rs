@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::BytesMut;
 use pingora::apps::{HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
@@ -105,7 +104,7 @@ impl ServerApp for ProxyFront {
         let Ok(permit) = self.connections.clone().try_acquire_owned() else {
             // Read the request (briefly) so the client sees the 503, not a reset.
             let wait = self.limits.header_timeout.min(Duration::from_secs(1));
-            let _ = read_head(&mut stream, BytesMut::new(), &self.limits, wait).await;
+            let _ = read_head(&mut stream, &self.limits, wait).await;
             let answer = refusal(
                 503,
                 "connection_limit",
@@ -128,7 +127,6 @@ impl ProxyFront {
     /// The request loop of one client connection (and of the tunnels opened on it).
     async fn serve(&self, mut stream: Stream, client: Option<IpAddr>, shutdown: &ShutdownWatch) {
         let mut context = ClientContext::default();
-        let mut pending = BytesMut::new();
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.header_timeout;
@@ -136,7 +134,7 @@ impl ProxyFront {
         loop {
             let head = tokio::select! {
                 biased;
-                head = read_head(&mut stream, pending, &self.limits, wait) => head,
+                head = read_head(&mut stream, &self.limits, wait) => head,
                 // Shutting down: idle connections close (as Pingora's own loop does).
                 () = shutting_down(shutdown.clone()) => return,
             };
@@ -179,14 +177,14 @@ impl ProxyFront {
                 }
             }
             if head.is_connect {
+                if context.tunnel.is_some() {
+                    let answer = refusal(400, "malformed", "CONNECT inside a tunnel");
+                    return refuse(&mut stream, client, &answer, &[]).await;
+                }
                 let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
                     log::error!("CONNECT on a listener that is not plain TCP");
                     return;
                 };
-                if context.tunnel.is_some() {
-                    let answer = refusal(400, "malformed", "CONNECT inside a tunnel");
-                    return refuse(&mut *l4, client, &answer, &[]).await;
-                }
                 l4.rewind(&head.bytes[head.len..]);
                 let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
                 let Some((tls, origin)) = self
@@ -198,7 +196,6 @@ impl ProxyFront {
                 };
                 stream = tls;
                 context.tunnel = Some(origin);
-                pending = BytesMut::new();
                 wait = self.limits.header_timeout;
                 continue;
             }
@@ -215,7 +212,6 @@ impl ProxyFront {
             };
             // Pipelining is off, so Pingora keeps no octets of a next request for us.
             stream = reused.consume().0;
-            pending = BytesMut::new();
             wait = self.limits.idle_timeout;
         }
     }

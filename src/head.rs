@@ -123,16 +123,14 @@ impl std::fmt::Display for HeadError {
     }
 }
 
-/// Reads one request head from `stream`, starting with `pending` (octets already read
-/// past the previous request). Waits at most `limits.idle_timeout` for the first octet
-/// (`first_wait` instead on a new connection), then `limits.header_timeout` for the rest.
+/// Reads one request head from `stream`: waits at most `first_wait` for its first octet
+/// (nothing is answered if none comes), then `limits.header_timeout` for the rest.
 pub async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
-    pending: BytesMut,
     limits: &HeadLimits,
     first_wait: Duration,
 ) -> Result<Head, HeadError> {
-    let mut buf = pending;
+    let mut buf = BytesMut::new();
     let mut deadline = None;
     let mut scanned = 0;
     loop {
@@ -283,13 +281,7 @@ mod tests {
 
     async fn read(input: &[u8]) -> Result<Head, HeadError> {
         let mut stream = input;
-        read_head(
-            &mut stream,
-            BytesMut::new(),
-            &limits(),
-            Duration::from_secs(1),
-        )
-        .await
+        read_head(&mut stream, &limits(), Duration::from_secs(1)).await
     }
 
     #[tokio::test]
@@ -351,13 +343,7 @@ mod tests {
             }
             client
         });
-        let got = read_head(
-            &mut server,
-            BytesMut::new(),
-            &limits(),
-            Duration::from_secs(1),
-        )
-        .await;
+        let got = read_head(&mut server, &limits(), Duration::from_secs(1)).await;
         // Each octet arrives well within 200 ms of the last; only the deadline stops it.
         assert_eq!(got.err(), Some(HeadError::Timeout));
         drop(writer);

@@ -39,8 +39,8 @@ pub struct RobotsGateProxy {
 pub struct RequestContext {
     /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
     tunnel: Option<Origin>,
-    /// Tokens of the authenticated proxy user, if any.
-    user_tokens: Option<Arc<crate::access::Identity>>,
+    /// The authenticated proxy user, if any.
+    user: Option<Arc<crate::access::Identity>>,
     body_bytes: u64,
     target: Option<Target>,
     addr: Option<SocketAddr>,
@@ -142,7 +142,7 @@ impl ProxyHttp for RobotsGateProxy {
         if let Ok(client) = connection.downcast::<ClientContext>() {
             let ClientContext { tunnel, identity } = *client;
             ctx.tunnel = tunnel;
-            ctx.user_tokens = identity;
+            ctx.user = identity;
         }
     }
 
@@ -174,7 +174,7 @@ impl ProxyHttp for RobotsGateProxy {
         let who = Requester {
             client: client_ip(session),
             user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
-            tokens: ctx.user_tokens.as_ref().map(|i| i.tokens.as_slice()),
+            tokens: ctx.user.as_ref().map(|u| u.tokens.as_slice()),
         };
         let decision = self.enforcer.decide(&target, &who).await;
         ctx.target = Some(target);

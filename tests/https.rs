@@ -250,6 +250,16 @@ async fn several_requests_on_one_connect_tunnel() {
         .expect("write");
     let (status, decision, _) = read_response(&mut tls).await;
     assert_eq!(status, 421, "{decision}");
+    // Nor can a tunnel be opened inside the tunnel.
+    tls.get_mut()
+        .write_all(
+            format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("write");
+    let (status, decision, _) = read_response(&mut tls).await;
+    assert_eq!(status, 400, "{decision}");
 
     let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
     assert_eq!(seen, ["/robots.txt", "/a", "/b"]);
