@@ -23,14 +23,6 @@ import tempfile
 from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
 
 
-
-
-
-
-
-
-
-
 def ms(value):
     found = re.match(r"([\d.]+)(us|ms|s|m)", value)
     if not found:

@@ -294,7 +294,19 @@ impl Pacer {
         }
         schedule.pending.fetch_add(1, Ordering::AcqRel);
         let mut waiting = Waiting(&schedule, false);
-        let turn = schedule.turn.clone().lock_owned().await;
+        // The estimate can be overtaken (backoff grows while this request waits): the
+        // bound holds for the real wait too, answered like an estimate over it.
+        let deadline = now + seconds(self.config.max_wait_seconds);
+        let too_long = |at: Instant| Refused {
+            reason: RefusalReason::WaitTooLong,
+            retry_after: at
+                .saturating_duration_since(now)
+                .max(Duration::from_secs(1)),
+            backed_off_for,
+        };
+        let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
+            .await
+            .map_err(|_| too_long(deadline))?;
         // Holding the turn: sleep out the delay since the previous request ended.
         loop {
             let wake = {
@@ -306,6 +318,7 @@ impl Pacer {
                     .max()
             };
             match wake {
+                Some(at) if at > deadline => return Err(too_long(at)),
                 Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
                 _ => break,
             }
@@ -461,5 +474,39 @@ mod tests {
             .expect("after backoff");
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         permit.origin_answered(200, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_bound_holds_when_backoff_grows_meanwhile() {
+        let p = std::sync::Arc::new(Pacer::new(PacingConfig {
+            max_wait_seconds: 3.0,
+            ..PacingConfig::default()
+        }));
+        let k = key(5, "*");
+        let first = p
+            .acquire(&k, Duration::from_secs(1), None)
+            .await
+            .expect("first");
+        // Admitted: one delay (1 s) after `first` ends is within the bound.
+        let second = tokio::spawn({
+            let p = p.clone();
+            let k = k.clone();
+            async move { p.acquire(&k, Duration::from_secs(1), None).await }
+        });
+        tokio::task::yield_now().await;
+        // The origin then answers 503 three times over: backoff 1 → 2 → 4 → 8 s.
+        for _ in 0..4 {
+            first.origin_answered(503, None);
+        }
+        let start = Instant::now();
+        drop(first);
+        let refused = second.await.expect("task").err().expect("refused");
+        assert_eq!(refused.reason, RefusalReason::WaitTooLong);
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "refused at once, not after 8 s"
+        );
+        assert_eq!(p.queued(), 0);
     }
 }
