@@ -88,9 +88,9 @@ def serve_origins(ports_out, stop_event):
         ports_out.extend([s.sockets[0].getsockname()[1] for s in servers])
         while not stop_event.is_set():
             await asyncio.sleep(0.2)
+        os._exit(0)  # origins that hang on purpose are not waited for
 
     asyncio.run(run())
-    os._exit(0)  # origins that hang on purpose are not waited for
 
 
 async def read_response(reader):
@@ -148,16 +148,16 @@ async def hostile(proxy_port, tally, deadline, rng):
     while time.monotonic() < deadline:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
-            choice = rng.randrange(3)
-            if choice == 0:
+            choice = rng.choice(["garbage", "huge-line", "stall"])
+            if choice == "garbage":
                 writer.write(bytes(rng.randrange(256) for _ in range(200)) + b"\r\n\r\n")
-            elif choice == 1:
+            elif choice == "huge-line":
                 writer.write(b"GET http://127.0.0.1/" + b"a" * 100000 + b" HTTP/1.1\r\n\r\n")
             else:
                 writer.write(b"GET http://127.0.0.1/ HTTP/1.1\r\nX-Slow: ")  # and stall
-            await asyncio.wait_for(reader.read(), 20)
+            data = await asyncio.wait_for(reader.read(), 20)
             writer.close()
-            tally.answers[("hostile", choice)] += 1
+            tally.answers[("hostile", f"{choice}: {data[:12].decode(errors='replace')!r}")] += 1
         except (asyncio.TimeoutError, ConnectionError):
             tally.errors[("hostile", "no-answer")] += 1
         await asyncio.sleep(0.5)
