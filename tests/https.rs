@@ -477,8 +477,21 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
         )
         .await;
     // Without credentials the CONNECT itself is answered 407: no tunnel, no origin contact.
-    let (status, head, _) = s.curl(&origin.url("/allowed"));
-    assert!(status == 407 || head.contains("407"), "{status} {head}");
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_connect}",
+            "--max-time",
+            "20",
+        ])
+        .args(["-x", &s.proxy.url(), "--cacert", path(&s.operator_ca)])
+        .arg(origin.url("/allowed"))
+        .output()
+        .expect("run curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "407");
     assert!(origin.accepted().is_empty());
     // With them, every request in the tunnel is judged as the user's tokens.
     let with = |page: &str| {
