@@ -116,10 +116,6 @@ impl AccessPolicy {
         })
     }
 
-    pub fn requires_credentials(&self) -> bool {
-        self.users.is_some()
-    }
-
     /// Checks a request's `Proxy-Authorization` value. `Ok(None)`: no credentials file,
     /// anyone admitted by network may proceed.
     pub async fn authenticate(
