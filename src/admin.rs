@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::agent::Requester;
-use crate::enforce::{group_for, Decision, Enforcer};
+use crate::enforce::{group_for, verdict_for, Decision, Enforcer};
 use crate::robots::{Reason, RobotsTxt};
 use crate::store::{Policy, Snapshot};
 use crate::target::{parse_authority, Origin, Scheme, Target};
@@ -186,7 +186,8 @@ impl AdminApp {
         if let Some(snapshot) = self.enforcer.store.peek(&target.origin) {
             if let Policy::Rules { robots, .. } = &snapshot.policy {
                 let group = group_for(robots, &tokens);
-                let verdict = robots.decide(group, &target.path);
+                let (verdict, read_as) = verdict_for(robots, group, &target);
+                out["read_as"] = json!(read_as.map(|p| p.to_string()));
                 out["group_line"] = json!(group
                     .and_then(|g| robots.group(g))
                     .and_then(|g| g.lines.first()));

@@ -233,7 +233,7 @@ pub struct TlsConfig {
     /// Destinations tunnelled without interception (certificate-pinned services): host
     /// names (`pinned.example`, `*.example` for subdomains) or networks (`192.0.2.0/24`).
     /// Only host-level checks apply to them: egress, `Disallow: /`, paced connection starts.
-    pub blind_tunnel: Vec<String>,
+    pub blind_tunnel: Vec<crate::connect::BlindTunnelRule>,
     /// Leaf certificates kept, one per host name.
     pub leaf_cache_size: usize,
     /// Validity of a minted leaf; it is re-minted when half of it has passed.
@@ -529,13 +529,6 @@ impl Config {
                     .into(),
             ));
         }
-        for (i, entry) in t.blind_tunnel.iter().enumerate() {
-            if let Err(e) = crate::connect::BlindTunnelRule::parse(entry) {
-                return Err(ConfigError(format!(
-                    "key `robotsgate.tls.blind_tunnel[{i}]`: {e}"
-                )));
-            }
-        }
         let l = &self.limits;
         let sizes = [
             ("max_connections", l.max_connections, 1, usize::MAX),
@@ -623,6 +616,13 @@ mod tests {
         let err = Config::from_yaml(text).expect_err("bad cidr").to_string();
         assert!(
             err.contains("allow_destinations[0]") && err.contains("line 3"),
+            "{err}"
+        );
+
+        let text = "robotsgate:\n  tls:\n    blind_tunnel: [pinned.example, \"a b\"]\n";
+        let err = Config::from_yaml(text).expect_err("bad rule").to_string();
+        assert!(
+            err.contains("robotsgate.tls.blind_tunnel[1]") && err.contains("line 3"),
             "{err}"
         );
 

@@ -31,13 +31,21 @@ use crate::metrics::{self, Outcome, TunnelMode};
 use crate::robots::CanonicalPath;
 use crate::target::{parse_authority, Host, Origin, Scheme, Target};
 
-/// A `tls.blind_tunnel` entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A `tls.blind_tunnel` entry, parsed (and so validated) when the configuration is read.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum BlindTunnelRule {
     Host(String),
     /// `*.example.com`: subdomains of `example.com`, not the name itself.
     Subdomains(String),
     Network(Cidr),
+}
+
+impl TryFrom<String> for BlindTunnelRule {
+    type Error = String;
+    fn try_from(entry: String) -> Result<Self, String> {
+        BlindTunnelRule::parse(&entry)
+    }
 }
 
 impl BlindTunnelRule {
@@ -103,12 +111,7 @@ impl Tunnels {
             interceptor,
             policy: ConnectPolicy {
                 ports: tls.connect_ports.clone(),
-                // Validated with the configuration.
-                blind: tls
-                    .blind_tunnel
-                    .iter()
-                    .filter_map(|e| BlindTunnelRule::parse(e).ok())
-                    .collect(),
+                blind: tls.blind_tunnel.clone(),
                 handshake_timeout: seconds(tls.handshake_timeout_seconds),
                 connect_timeout,
             },

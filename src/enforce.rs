@@ -23,7 +23,7 @@ use crate::egress::EgressPolicy;
 use crate::fetch::Fetcher;
 use crate::metrics::Outcome;
 use crate::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
-use crate::robots::{GroupId, Reason, RobotsTxt};
+use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
 use crate::store::{Policy, RobotsStore};
 use crate::target::{Origin, Target};
 use crate::trust::UpstreamTrust;
@@ -122,6 +122,31 @@ pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
     }
 }
 
+/// The verdict on a request's path, failing closed: when a lenient origin may read the
+/// path differently ([`Target::lenient_path`]), that spelling must be allowed too. The
+/// second value is the spelling that disallowed, when it was that one.
+pub fn verdict_for<'r>(
+    robots: &'r RobotsTxt,
+    group: Option<GroupId>,
+    target: &Target,
+) -> (Verdict<'r>, Option<CanonicalPath<'static>>) {
+    let verdict = robots.decide(group, &target.path);
+    if !verdict.allowed {
+        return (verdict, None);
+    }
+    match target.lenient_path() {
+        Some(lenient) => {
+            let strict = robots.decide(group, &lenient);
+            if strict.allowed {
+                (verdict, None)
+            } else {
+                (strict, Some(lenient))
+            }
+        }
+        None => (verdict, None),
+    }
+}
+
 impl Enforcer {
     /// Everything from the configuration; fails only when `tls.upstream_extra_roots`
     /// cannot be read.
@@ -208,16 +233,10 @@ impl Enforcer {
                 }
                 let tokens = self.agents.tokens_for(who);
                 let group = group_for(robots, &tokens);
-                let mut verdict = robots.decide(group, &target.path);
-                // Fail closed: the spelling a lenient origin may read must be allowed too.
-                let lenient = target.lenient_path();
-                let mut read_as = String::new();
-                if let (true, Some(lenient)) = (verdict.allowed, &lenient) {
-                    verdict = robots.decide(group, lenient);
-                    if !verdict.allowed {
-                        read_as = format!(" (read as {lenient}, as origins may)");
-                    }
-                }
+                let (verdict, read_as) = verdict_for(robots, group, target);
+                let read_as = read_as
+                    .map(|l| format!(" (read as {l}, as origins may)"))
+                    .unwrap_or_default();
                 if verdict.allowed {
                     // Crawlers in one group share a schedule; the group's first name is
                     // its stable identity across refreshes of the file.

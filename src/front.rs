@@ -1,11 +1,11 @@
 //! The proxy listener's front door: every client connection starts here.
 //!
 //! [`ProxyFront`] is the Pingora `ServerApp` on the proxy listener. Per connection it
-//! 1. takes a slot (`limits.max_connections`; 503 when none is free);
+//! 1. admits the client's network (`access.allow_clients`, 403) and takes a slot
+//!    (`limits.max_connections`; 503 when none is free);
 //! 2. reads each request head itself, within `limits` ([`read_head`]: 408/413/414/431/400);
-//! 3. admits the client: its network (`access.allow_clients`, 403) and, when a credentials
-//!    file is set, its `Proxy-Authorization` (407) — once per plain request, once per
-//!    CONNECT for everything inside the tunnel;
+//! 3. when a credentials file is set, checks `Proxy-Authorization` (407) — once per plain
+//!    request, once per CONNECT for everything inside the tunnel;
 //! 4. hands a CONNECT to [`Tunnels`], and serves an intercepted tunnel's decrypted stream
 //!    with this same loop;
 //! 5. hands every other request to Pingora's HTTP proxy (`RobotsGateProxy`) with the bytes
@@ -41,8 +41,9 @@ use crate::target::Origin;
 /// proxy pipeline with each request (Pingora's per-connection user context).
 #[derive(Clone, Debug, Default)]
 pub struct ClientContext {
-    /// Inside an intercepted CONNECT tunnel: the origin every request there is for.
-    pub tunnel: Option<Origin>,
+    /// Inside an intercepted CONNECT tunnel: the origin every request there is for
+    /// (shared: every request in the tunnel gets it).
+    pub tunnel: Option<Arc<Origin>>,
     /// The authenticated user, when `access.credentials_file` is set.
     pub identity: Option<Arc<Identity>>,
 }
@@ -101,16 +102,17 @@ impl ServerApp for ProxyFront {
         let client = stream
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        if !self.access.client_allowed(client) {
+            let why = "this client's address is not in access.allow_clients";
+            self.turn_away(&mut stream, client, (403, "client_network", why), &[])
+                .await;
+            return None;
+        }
         let Ok(permit) = self.connections.clone().try_acquire_owned() else {
-            // Read the request (briefly) so the client sees the 503, not a reset.
-            let wait = self.limits.header_timeout.min(Duration::from_secs(1));
-            let _ = read_head(&mut stream, &self.limits, wait).await;
-            let answer = refusal(
-                503,
-                "connection_limit",
-                "too many open connections (limits.max_connections)",
-            );
-            refuse(&mut stream, client, &answer, &[("Retry-After", "1")]).await;
+            let why = "too many open connections (limits.max_connections)";
+            let retry = [("Retry-After", "1")];
+            self.turn_away(&mut stream, client, (503, "connection_limit", why), &retry)
+                .await;
             return None;
         };
         let _open = OpenConnection::new(permit);
@@ -124,13 +126,29 @@ impl ServerApp for ProxyFront {
 }
 
 impl ProxyFront {
+    /// Refuses a connection before serving it. Its request is read first (briefly), so
+    /// the client sees the answer rather than a reset; one that sends nothing is closed
+    /// unanswered, as everywhere in the front.
+    async fn turn_away(
+        &self,
+        stream: &mut Stream,
+        client: Option<IpAddr>,
+        refusal: Refusal<'_>,
+        headers: &[(&str, &str)],
+    ) {
+        let wait = self.limits.header_timeout.min(Duration::from_secs(1));
+        let head = read_head(stream, &self.limits, wait).await;
+        if !matches!(head, Err(HeadError::Gone)) {
+            refuse(stream, client, refusal, headers).await;
+        }
+    }
+
     /// The request loop of one client connection (and of the tunnels opened on it).
     async fn serve(&self, mut stream: Stream, client: Option<IpAddr>, shutdown: &ShutdownWatch) {
         let mut context = ClientContext::default();
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.header_timeout;
-        let mut first = true;
         loop {
             let head = tokio::select! {
                 biased;
@@ -142,20 +160,10 @@ impl ProxyFront {
                 Ok(head) => head,
                 Err(HeadError::Gone) => return,
                 Err(e) => {
-                    let status = e.status().unwrap_or(400);
-                    let answer = refusal(status, e.reason(), &e.to_string());
-                    return refuse(&mut stream, client, &answer, &[]).await;
+                    let refusal = (e.status().unwrap_or(400), e.reason(), &*e.to_string());
+                    return refuse(&mut stream, client, refusal, &[]).await;
                 }
             };
-            if first && !self.access.client_allowed(client) {
-                let answer = refusal(
-                    403,
-                    "client_network",
-                    "this client's address is not in access.allow_clients",
-                );
-                return refuse(&mut stream, client, &answer, &[]).await;
-            }
-            first = false;
             // Inside a tunnel the CONNECT's credentials stand for every request.
             if context.tunnel.is_none() {
                 match self
@@ -165,21 +173,18 @@ impl ProxyFront {
                 {
                     Ok(identity) => context.identity = identity,
                     Err(denied) => {
-                        let answer = refusal(
-                            denied.status(),
-                            denied.reason(),
-                            "proxy credentials required (Proxy-Authorization: Basic)",
-                        );
+                        let why = "proxy credentials required (Proxy-Authorization: Basic)";
                         let challenge = format!("Basic realm=\"{}\"", self.access.realm);
                         let headers = [("Proxy-Authenticate", challenge.as_str())];
-                        return refuse(&mut stream, client, &answer, &headers).await;
+                        let refusal = (denied.status(), denied.reason(), why);
+                        return refuse(&mut stream, client, refusal, &headers).await;
                     }
                 }
             }
             if head.is_connect {
                 if context.tunnel.is_some() {
-                    let answer = refusal(400, "malformed", "CONNECT inside a tunnel");
-                    return refuse(&mut stream, client, &answer, &[]).await;
+                    let refusal = (400, "malformed", "CONNECT inside a tunnel");
+                    return refuse(&mut stream, client, refusal, &[]).await;
                 }
                 let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
                     log::error!("CONNECT on a listener that is not plain TCP");
@@ -195,7 +200,7 @@ impl ProxyFront {
                     return;
                 };
                 stream = tls;
-                context.tunnel = Some(origin);
+                context.tunnel = Some(Arc::new(origin));
                 wait = self.limits.header_timeout;
                 continue;
             }
@@ -226,22 +231,14 @@ async fn shutting_down(mut shutdown: ShutdownWatch) {
     }
 }
 
-/// A refusal by the front, `reason` being its counter label.
-fn refusal(status: u16, reason: &'static str, why: &str) -> (Answer, &'static str) {
-    let answer = Answer::text(
-        status,
-        Outcome::BadRequest,
-        format!("refused; reason=\"{reason}\""),
-        format!("robotsgate: {why}"),
-    );
-    (answer, reason)
-}
+/// A refusal by the front: status, `reason` (its counter label) and why, for the client.
+type Refusal<'a> = (u16, &'static str, &'a str);
 
-/// Counts, logs and writes a refusal, then closes.
+/// Counts, logs and answers a refusal, then closes.
 async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
     stream: &mut S,
     client: Option<IpAddr>,
-    (answer, reason): &(Answer, &'static str),
+    (status, reason, why): Refusal<'_>,
     headers: &[(&str, &str)],
 ) {
     metrics::record_refusal(reason);
@@ -249,10 +246,16 @@ async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
         target: "access",
         client = client.map(|c| c.to_string()),
         decision = "refused",
-        reason = *reason,
-        status = answer.status,
+        reason,
+        status,
     );
-    write_answer(stream, answer, headers).await;
+    let answer = Answer::text(
+        status,
+        Outcome::BadRequest,
+        format!("refused; reason=\"{reason}\""),
+        format!("robotsgate: {why}"),
+    );
+    write_answer(stream, &answer, headers).await;
 }
 
 /// Writes `answer` as a complete HTTP/1.1 response that closes the connection (for

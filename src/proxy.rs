@@ -38,7 +38,7 @@ pub struct RobotsGateProxy {
 #[derive(Default)]
 pub struct RequestContext {
     /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
-    tunnel: Option<Origin>,
+    tunnel: Option<Arc<Origin>>,
     /// The authenticated proxy user, if any.
     user: Option<Arc<crate::access::Identity>>,
     body_bytes: u64,

@@ -80,6 +80,27 @@ async fn check_explains_a_decision_without_fetching_the_url() {
         "{v}"
     );
 
+    // A spelling a lenient origin reads as /private: the same answer the proxy gives,
+    // explained by the rule and the reading.
+    let (_, v) = admin(
+        &proxy,
+        "GET",
+        &format!(
+            "/check?url={}&agent=ExampleBot",
+            encode(&origin.url("/public%2F..%2Fprivate/x"))
+        ),
+    )
+    .await;
+    assert_eq!(
+        (
+            v["decision"].as_str(),
+            v["pattern"].as_str(),
+            v["read_as"].as_str()
+        ),
+        (Some("disallowed"), Some("/private"), Some("/private/x")),
+        "{v}"
+    );
+
     // robots.txt was fetched once; the URLs checked were never requested.
     let seen: Vec<String> = origin.seen().iter().map(|s| s.target.clone()).collect();
     assert_eq!(seen, ["/robots.txt"]);
