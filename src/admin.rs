@@ -37,6 +37,125 @@ use crate::target::{parse_authority, Origin, Scheme, Target};
 
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
+    pub guard: AdminGuard,
+}
+
+/// Who may use the admin API, and how often an origin may be refreshed through it.
+///
+/// The admin listener changes what the proxy does (refresh, purge) and makes robotsgate
+/// fetch from origins, so: clients outside `admin.allow_clients` get 403; with
+/// `admin.token_file` set, `POST` and `DELETE` need `Authorization: Bearer <token>`
+/// (401); and an origin is refreshed at most once per `robots.min_ttl_seconds` (429 with
+/// `Retry-After` beyond that), so the API cannot be turned against an origin.
+pub struct AdminGuard {
+    allow_clients: Vec<crate::config::Cidr>,
+    /// SHA-256 of the token: compared in constant time, never kept in the clear.
+    token: Option<[u8; 32]>,
+    refresh_every: std::time::Duration,
+    refreshed: std::sync::Mutex<std::collections::HashMap<Origin, Instant>>,
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// Most origins remembered for the refresh limit; older ones are forgotten first.
+const REFRESHES_REMEMBERED: usize = 10_000;
+
+impl AdminGuard {
+    /// From `admin:`; fails when the token file cannot be read or is empty, naming it.
+    pub fn new(
+        config: &crate::config::AdminConfig,
+        robots: &crate::config::RobotsConfig,
+    ) -> anyhow::Result<AdminGuard> {
+        let token = match &config.token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "key `robotsgate.admin.token_file`: cannot read {}: {e}",
+                        path.display()
+                    )
+                })?;
+                let token = text.trim();
+                if token.len() < 16 {
+                    anyhow::bail!(
+                        "key `robotsgate.admin.token_file`: {} holds no token of at least 16 characters",
+                        path.display()
+                    );
+                }
+                Some(sha256(token.as_bytes()))
+            }
+            None => None,
+        };
+        Ok(AdminGuard {
+            allow_clients: config.allow_clients.clone(),
+            token,
+            refresh_every: crate::config::seconds(robots.min_ttl_seconds),
+            refreshed: Default::default(),
+        })
+    }
+
+    /// `Err` is the answer for a request this client may not make.
+    fn admit(
+        &self,
+        client: Option<IpAddr>,
+        method: &str,
+        authorization: Option<&[u8]>,
+    ) -> Result<(), Response<Vec<u8>>> {
+        let client = client.map(|ip| match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        });
+        if !client.is_some_and(|ip| self.allow_clients.iter().any(|n| n.contains(ip))) {
+            return Err(error(403, "this client is not in admin.allow_clients"));
+        }
+        let (Some(token), "POST" | "DELETE") = (&self.token, method) else {
+            return Ok(());
+        };
+        let offered = authorization
+            .and_then(|v| v.strip_prefix(b"Bearer "))
+            .map(|t| sha256(t.trim_ascii()));
+        let equal = offered
+            .is_some_and(|o| o.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0);
+        if equal {
+            return Ok(());
+        }
+        let mut answer = error(401, "this needs Authorization: Bearer <admin.token_file>");
+        answer.headers_mut().insert(
+            "WWW-Authenticate",
+            http::HeaderValue::from_static("Bearer realm=\"robotsgate-admin\""),
+        );
+        Err(answer)
+    }
+
+    /// Takes the origin's refresh slot; `Err` is the 429 when it was taken too recently.
+    fn refresh_slot(&self, origin: &Origin) -> Result<(), Response<Vec<u8>>> {
+        let now = Instant::now();
+        let mut map = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(last) = map.get(origin) {
+            let next = *last + self.refresh_every;
+            if now < next {
+                let retry = next.duration_since(now).as_secs_f64().ceil().max(1.0) as u64;
+                let mut answer = error(
+                    429,
+                    format!("{origin} was refreshed less than robots.min_ttl_seconds ago; retry in {retry} s"),
+                );
+                if let Ok(value) = http::HeaderValue::from_str(&retry.to_string()) {
+                    answer.headers_mut().insert("Retry-After", value);
+                }
+                return Err(answer);
+            }
+        }
+        if map.len() >= REFRESHES_REMEMBERED {
+            let every = self.refresh_every;
+            map.retain(|_, at| now.duration_since(*at) < every);
+        }
+        map.insert(origin.clone(), now);
+        Ok(())
+    }
 }
 
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -62,7 +181,15 @@ fn error(status: u16, message: impl Into<String>) -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
         let req = session.req_header();
+        let authorization = req.headers.get("authorization").map(|v| v.as_bytes());
+        if let Err(answer) = self.guard.admit(client, req.method.as_str(), authorization) {
+            return answer;
+        }
         let method = req.method.as_str().to_string();
         let path = req.uri.path().to_string();
         let query = req.uri.query().unwrap_or("").to_string();
@@ -183,6 +310,8 @@ impl AdminApp {
         }
         // The verdict's details, from the snapshot the decision just used.
         let tokens = self.enforcer.agents.tokens(client, agent.as_deref());
+        out["tokens"] = json!(tokens.list());
+        out["tokens_from"] = json!(tokens.source());
         if let Some(snapshot) = self.enforcer.store.peek(&target.origin) {
             if let Policy::Rules { robots, .. } = &snapshot.policy {
                 let group = group_for(robots, &tokens);
@@ -216,8 +345,10 @@ impl AdminApp {
         match (method, action) {
             ("GET", "") => {}
             ("POST", "refresh") => {
-                let agent = concat!("robotsgate/", env!("CARGO_PKG_VERSION"));
-                store.refresh(&origin, agent).await;
+                if let Err(answer) = self.guard.refresh_slot(&origin) {
+                    return answer;
+                }
+                store.refresh(&origin).await;
             }
             ("DELETE", "") => {
                 let held = store.purge(&origin);

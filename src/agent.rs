@@ -3,11 +3,15 @@
 //! robots.txt groups name product tokens (`Googlebot`), never whole User-Agent headers
 //! (SPEC §4), and a fleet's politeness should not hinge on every crawler sending a
 //! truthful header. So the tokens come from configuration first:
-//! 1. the first `agent.rules` entry matching the client address and/or User-Agent text;
-//! 2. otherwise `agent.default_tokens` (or `run --agent`);
-//! 3. otherwise the User-Agent header's first product token (`ExampleBot/1.0 (+https://…)`
-//!    → `ExampleBot`);
-//! 4. otherwise no token at all, which selects only the `*` group.
+//! 1. the authenticated proxy user's tokens (`access.credentials_file`);
+//! 2. the first `agent.rules` entry matching the client address and/or User-Agent text;
+//! 3. otherwise `agent.default_tokens` (or `run --agent`);
+//! 4. otherwise, only when `agent.from_user_agent` is on, the User-Agent header's first
+//!    product token (`ExampleBot/1.0 (+https://…)` → `ExampleBot`) — off in production,
+//!    since a client could then name the most permissive group itself;
+//! 5. otherwise no token at all, which selects only the `*` group.
+//!
+//! [`Tokens::source`] says which of these decided, for `/check` and the access log.
 
 use std::net::IpAddr;
 
@@ -16,21 +20,42 @@ use crate::config::{AgentConfig, AgentRule};
 pub struct AgentResolver {
     rules: Vec<AgentRule>,
     default_tokens: Vec<String>,
+    from_user_agent: bool,
 }
 
-/// The tokens for one request, borrowed from configuration or from the header.
+/// The tokens for one request, borrowed from configuration or from the header, and
+/// where they came from.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Tokens<'a> {
-    Configured(&'a [String]),
+    /// The authenticated proxy user's.
+    Credential(&'a [String]),
+    /// A matching `agent.rules` entry's.
+    Rule(&'a [String]),
+    /// `agent.default_tokens`.
+    Default(&'a [String]),
+    /// The User-Agent header's product token (`agent.from_user_agent`).
     FromHeader([&'a str; 1]),
     None,
 }
 
-#[cfg(test)]
 impl Tokens<'_> {
-    fn as_slice(&self) -> Vec<&str> {
+    /// Where the tokens came from: `credential`, `rule`, `default`, `header` or `none`.
+    pub fn source(&self) -> &'static str {
         match self {
-            Tokens::Configured(list) => list.iter().map(String::as_str).collect(),
+            Tokens::Credential(_) => "credential",
+            Tokens::Rule(_) => "rule",
+            Tokens::Default(_) => "default",
+            Tokens::FromHeader(_) => "header",
+            Tokens::None => "none",
+        }
+    }
+
+    /// The ordered token list.
+    pub fn list(&self) -> Vec<&str> {
+        match self {
+            Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
+                list.iter().map(String::as_str).collect()
+            }
             Tokens::FromHeader(one) => one.to_vec(),
             Tokens::None => Vec::new(),
         }
@@ -72,13 +97,14 @@ impl AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
             default_tokens: config.default_tokens.clone(),
+            from_user_agent: config.from_user_agent,
         }
     }
 
     /// The tokens for a request: its user's, else the configured rules' and defaults'.
     pub fn tokens_for<'a>(&'a self, who: &Requester<'a>) -> Tokens<'a> {
         match who.tokens {
-            Some(tokens) if !tokens.is_empty() => Tokens::Configured(tokens),
+            Some(tokens) if !tokens.is_empty() => Tokens::Credential(tokens),
             _ => self.tokens(who.client, who.user_agent),
         }
     }
@@ -97,10 +123,13 @@ impl AgentResolver {
             client_ok && ua_ok
         });
         if let Some(rule) = rule {
-            return Tokens::Configured(&rule.tokens);
+            return Tokens::Rule(&rule.tokens);
         }
         if !self.default_tokens.is_empty() {
-            return Tokens::Configured(&self.default_tokens);
+            return Tokens::Default(&self.default_tokens);
+        }
+        if !self.from_user_agent {
+            return Tokens::None;
         }
         match user_agent.and_then(product_token) {
             Some(token) => Tokens::FromHeader([token]),
@@ -140,7 +169,7 @@ mod tests {
         );
         let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
         assert_eq!(
-            r.tokens(ip("10.1.1.1"), Some("x/1")).as_slice(),
+            r.tokens(ip("10.1.1.1"), Some("x/1")).list(),
             ["AcmeNews", "AcmeBot"]
         );
         assert_eq!(
@@ -148,15 +177,15 @@ mod tests {
                 ip("192.0.2.1"),
                 Some("Mozilla/5.0 (compatible; Googlebot/2.1)")
             )
-            .as_slice(),
+            .list(),
             ["Googlebot"]
         );
         assert_eq!(
-            r.tokens(ip("192.0.2.1"), Some("ExampleBot/1.0")).as_slice(),
+            r.tokens(ip("192.0.2.1"), Some("ExampleBot/1.0")).list(),
             ["ExampleBot"]
         );
         assert_eq!(r.tokens(None, None), Tokens::None);
         let r = resolver("default_tokens: [FleetBot]\n");
-        assert_eq!(r.tokens(None, Some("Other/1")).as_slice(), ["FleetBot"]);
+        assert_eq!(r.tokens(None, Some("Other/1")).list(), ["FleetBot"]);
     }
 }

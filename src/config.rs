@@ -38,6 +38,31 @@ pub struct Config {
     pub tls: TlsConfig,
     pub access: AccessConfig,
     pub limits: LimitsConfig,
+    pub admin: AdminConfig,
+}
+
+/// Who may use the admin listener (see `admin.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// A file holding a bearer token; when set, `POST` and `DELETE` need
+    /// `Authorization: Bearer <token>` (401 otherwise). Reads stay open to
+    /// `allow_clients`, for Prometheus.
+    pub token_file: Option<PathBuf>,
+    /// Clients allowed to reach the admin listener at all; others get 403.
+    pub allow_clients: Vec<Cidr>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            token_file: None,
+            allow_clients: ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -55,18 +80,33 @@ impl Default for Config {
             tls: TlsConfig::default(),
             access: AccessConfig::default(),
             limits: LimitsConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 }
 
 /// Which crawler a request is (see `agent.rs`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
-    /// Token list for requests no rule matches; empty = use the User-Agent header.
+    /// Token list for requests no rule matches.
     pub default_tokens: Vec<String>,
     /// First matching rule wins.
     pub rules: Vec<AgentRule>,
+    /// With no rule and no default, judge a request by its User-Agent header's product
+    /// token. A client can then pick its own group: off in production (where
+    /// `default_tokens` must be set instead).
+    pub from_user_agent: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            default_tokens: Vec::new(),
+            rules: Vec::new(),
+            from_user_agent: true,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -176,7 +216,13 @@ pub struct RobotsConfig {
     pub unreachable_allow_after_seconds: f64,
     /// Redirect hops followed (SPEC §2: at least 5).
     pub max_redirects: u32,
+    /// The User-Agent robots.txt is fetched with: one identity for every fetch, never a
+    /// client's (the copy serves every crawler). Set it to the fleet's bot identity.
+    pub user_agent: String,
 }
+
+/// robotsgate's own User-Agent (the default `robots.user_agent`).
+pub const DEFAULT_USER_AGENT: &str = concat!("robotsgate/", env!("CARGO_PKG_VERSION"));
 
 impl Default for RobotsConfig {
     fn default() -> Self {
@@ -191,6 +237,7 @@ impl Default for RobotsConfig {
             retry_max_seconds: 600.0,
             unreachable_allow_after_seconds: 30.0 * 86_400.0,
             max_redirects: 5,
+            user_agent: DEFAULT_USER_AGENT.into(),
         }
     }
 }
@@ -395,8 +442,22 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The longest duration robotsgate ever works with: ten years. Anything longer (a
+/// `Crawl-delay: 1e308`, a `Retry-After` of twenty digits, a huge config value) saturates
+/// here, so it still fits into `Instant` arithmetic and never collapses to zero.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// The one conversion from a number of seconds to a [`Duration`]: NaN and negative
+/// values are zero, values past [`MAX_DURATION`] (and infinity) saturate there. Every
+/// delay and timeout in robotsgate goes through it.
 pub fn seconds(value: f64) -> Duration {
-    Duration::try_from_secs_f64(value).unwrap_or(Duration::ZERO)
+    if value.is_nan() || value <= 0.0 {
+        Duration::ZERO
+    } else if value >= MAX_DURATION.as_secs_f64() {
+        MAX_DURATION
+    } else {
+        Duration::from_secs_f64(value)
+    }
 }
 
 impl Config {
@@ -553,10 +614,21 @@ impl Config {
                 )));
             }
         }
+        if self.admin.allow_clients.is_empty() {
+            return Err(ConfigError(
+                "key `robotsgate.admin.allow_clients`: empty, so nobody could reach the admin listener"
+                    .into(),
+            ));
+        }
         if self.access.allow_clients.is_empty() {
             return Err(ConfigError(
                 "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy"
                     .into(),
+            ));
+        }
+        if !self.agent.from_user_agent && self.agent.default_tokens.is_empty() {
+            return Err(ConfigError(
+                "key `robotsgate.agent.default_tokens`: must name the fleet's token(s) when agent.from_user_agent is off".into(),
             ));
         }
         for (i, rule) in self.agent.rules.iter().enumerate() {

@@ -24,12 +24,23 @@ pub struct Resolver {
     inner: Option<TokioResolver>,
 }
 
+/// A failed lookup: what happened, for people, and its short cause (`dns-nxdomain`,
+/// `dns-no-address`, `dns-timeout`, `dns-failure`), for `X-Robots-Decision`.
 #[derive(Debug)]
-pub struct ResolveError(pub String);
+pub struct ResolveError {
+    pub message: String,
+    pub cause: &'static str,
+}
+
+impl ResolveError {
+    fn new(cause: &'static str, message: String) -> ResolveError {
+        ResolveError { message, cause }
+    }
+}
 
 impl std::fmt::Display for ResolveError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -95,15 +106,29 @@ impl Resolver {
             Host::Name(name) => name,
         };
         let resolver = self.inner.as_ref().ok_or_else(|| {
-            ResolveError(format!("cannot resolve {name}: no resolver configured"))
+            ResolveError::new(
+                "dns-failure",
+                format!("cannot resolve {name}: no resolver configured"),
+            )
         })?;
-        let answer = resolver
-            .lookup_ip(name.as_str())
-            .await
-            .map_err(|e| ResolveError(format!("cannot resolve {name}: {e}")))?;
+        let answer = resolver.lookup_ip(name.as_str()).await.map_err(|e| {
+            let cause = if e.is_nx_domain() {
+                "dns-nxdomain"
+            } else if e.is_no_records_found() {
+                "dns-no-address"
+            } else if matches!(e, hickory_resolver::net::NetError::Timeout) {
+                "dns-timeout"
+            } else {
+                "dns-failure"
+            };
+            ResolveError::new(cause, format!("cannot resolve {name}: {e}"))
+        })?;
         let addrs: Vec<IpAddr> = answer.iter().collect();
         if addrs.is_empty() {
-            return Err(ResolveError(format!("cannot resolve {name}: no addresses")));
+            return Err(ResolveError::new(
+                "dns-no-address",
+                format!("cannot resolve {name}: no addresses"),
+            ));
         }
         Ok(addrs)
     }

@@ -64,19 +64,31 @@ fn v6_range(ip: Ipv6Addr) -> Option<&'static str> {
         return v4_range(v4);
     }
     let s = ip.segments();
+    let o = ip.octets();
+    let embedded = |at: usize| Ipv4Addr::new(o[at], o[at + 1], o[at + 2], o[at + 3]);
     Some(match s[0] {
         _ if ip.is_unspecified() => "unspecified",
         _ if ip.is_loopback() => "loopback",
-        // NAT64 (64:ff9b::/96) reaches IPv4 space: judge the embedded address.
-        0x64 if s[1] == 0xff9b => {
-            let [.., a, b, c, d] = ip.octets();
-            return v4_range(Ipv4Addr::new(a, b, c, d));
-        }
+        // Forms that carry an IPv4 address reach IPv4 space: the embedded address is
+        // judged. Well-known NAT64 (64:ff9b::/96) and 6to4 (2002::/16, address in bits
+        // 16–47) have a fixed place for it...
+        0x64 if s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] => return v4_range(embedded(12)),
+        0x2002 => return v4_range(embedded(2)),
+        // ...the rest are refused outright: local-use NAT64 (64:ff9b:1::/48, prefix of
+        // any length), other 64:ff9b:: space, Teredo (2001::/32, a relay and an
+        // obfuscated client address) and the IETF protocol assignments around it
+        // (2001::/23), IPv4-compatible (::/96) and the rest of ::/16, discard-only
+        // (100::/64), deprecated site-local (fec0::/10).
+        0x64 if s[1] == 0xff9b => "NAT64 (local-use)",
+        0x2001 if s[1] < 0x0200 => "IETF protocol assignment (Teredo, ORCHID, …)",
+        0x0100 if s[1..4] == [0, 0, 0] => "discard-only",
         0xfc00..=0xfdff => "unique-local (private)",
         0xfe80..=0xfebf => "link-local",
+        0xfec0..=0xfeff => "site-local (deprecated)",
         0xff00..=0xffff => "multicast",
         0x2001 if s[1] == 0x0db8 => "documentation",
-        0x0000 => "reserved",
+        0x3fff if s[1] < 0x1000 => "documentation",
+        0x0000 => "reserved (IPv4-compatible and other ::/16 forms)",
         _ => return None,
     })
 }
@@ -146,6 +158,21 @@ mod tests {
             "::ffff:127.0.0.1",
             "64:ff9b::a00:1",
             "ff02::1",
+            // Forms embedding an IPv4 address: judged by it, or refused.
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::1",
+            "2002:c0a8:101::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001::1",
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1:2::1",
+            "::7f00:1",
+            "::808:808",
+            "::ffff:0:7f00:1",
+            "fec0::1",
+            "feff::1",
+            "100::1",
+            "3fff::1",
         ] {
             assert!(p.check_address(ip.parse().expect("ip")).is_err(), "{ip}");
         }
@@ -154,6 +181,9 @@ mod tests {
             "8.8.8.8",
             "2606:4700::1111",
             "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:4860:4860::8888",
+            "2400:cb00::1",
         ] {
             assert!(p.check_address(ip.parse().expect("ip")).is_ok(), "{ip}");
         }

@@ -24,7 +24,7 @@ use crate::fetch::Fetcher;
 use crate::metrics::Outcome;
 use crate::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
 use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
-use crate::store::{Policy, RobotsStore};
+use crate::store::{Policy, RobotsStore, Snapshot};
 use crate::target::{Origin, Target};
 use crate::trust::UpstreamTrust;
 
@@ -107,7 +107,7 @@ pub enum Decision {
 
 pub struct Enforcer {
     pub store: Arc<RobotsStore>,
-    pub pacer: Pacer,
+    pub pacer: Arc<Pacer>,
     pub resolver: Arc<Resolver>,
     pub egress: Arc<EgressPolicy>,
     pub agents: AgentResolver,
@@ -116,7 +116,9 @@ pub struct Enforcer {
 /// The group a crawler's tokens select in one robots.txt.
 pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
     match tokens {
-        Tokens::Configured(list) => robots.group_for(list),
+        Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
+            robots.group_for(list)
+        }
         Tokens::FromHeader(one) => robots.group_for(one),
         Tokens::None => robots.group_for::<&str>(&[]),
     }
@@ -166,10 +168,12 @@ impl Enforcer {
             crate::config::seconds(config.robots.fetch_timeout_seconds),
             config.robots.max_redirects,
             trust.ca_file(),
+            config.robots.user_agent.clone(),
         ));
+        let pacer = Arc::new(Pacer::new(config.pacing.clone()));
         Enforcer {
-            store: RobotsStore::new(fetcher, config.robots.clone()),
-            pacer: Pacer::new(config.pacing.clone()),
+            store: RobotsStore::new(fetcher, pacer.clone(), config.robots.clone()),
+            pacer,
             resolver,
             egress,
             agents: AgentResolver::new(&config.agent),
@@ -178,19 +182,12 @@ impl Enforcer {
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
-        let user_agent = who.user_agent;
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
             Ok(resolved) => resolved,
             Err(answer) => return Decision::Respond(answer),
         };
-        let snapshot = self
-            .store
-            .get(
-                origin,
-                user_agent.unwrap_or(concat!("robotsgate/", env!("CARGO_PKG_VERSION"))),
-            )
-            .await;
+        let snapshot = self.store.get(origin).await;
         // An allowed request: where it connects and which pacing schedule it joins.
         let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
             Ok(addrs) => {
@@ -218,19 +215,13 @@ impl Enforcer {
         };
         // Only answers name the robots.txt URL: format it only for them.
         let robots_url = || origin.robots_url();
+        // A client's `/robots.txt` is answered from the store, never fetched again on its
+        // own: it would reach the origin unpaced (and, when unreadable, over and over).
+        if target.path.is_robots_txt() {
+            return Decision::Respond(robots_txt_answer(&snapshot, &robots_url()));
+        }
         match &snapshot.policy {
-            Policy::Rules { robots, body } => {
-                if target.path.is_robots_txt() && !snapshot.is_stale_copy() {
-                    return Decision::Respond(Answer {
-                        status: 200,
-                        decision: Outcome::RobotsTxtCached,
-                        header: format!("robots-txt-from-cache; robots=\"{}\"", robots_url()),
-                        content_type: "text/plain",
-                        body: body.clone(),
-                        retry_after: None,
-                        rule_line: None,
-                    });
-                }
+            Policy::Rules { robots, .. } => {
                 let tokens = self.agents.tokens_for(who);
                 let group = group_for(robots, &tokens);
                 let (verdict, read_as) = verdict_for(robots, group, target);
@@ -269,26 +260,69 @@ impl Enforcer {
                 Decision::Respond(answer)
             }
             Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
-            Policy::DisallowAll { why } => {
-                if target.path.is_robots_txt() {
-                    return forward(Allowed::RobotsTxtItself, String::new(), None);
-                }
-                let retry = snapshot.retry_at.map_or(1, |at| {
-                    at.saturating_duration_since(Instant::now())
-                        .as_secs_f64()
-                        .ceil()
-                        .max(1.0) as u64
-                });
-                let mut answer = Answer::text(
-                    503,
-                    Outcome::RobotsUnreachable,
-                    format!("robots-unreachable; robots=\"{}\"; retry-after={retry}", robots_url()),
-                    format!("robotsgate: {why}; nothing on {origin} may be fetched until it can be read. Retry in {retry} s."),
-                );
-                answer.retry_after = Some(retry);
-                Decision::Respond(answer)
+            Policy::DisallowAll { .. } => {
+                Decision::Respond(unreachable_answer(&snapshot, &robots_url()))
             }
         }
+    }
+}
+
+/// Whole seconds until `at` (at least 1), for `Retry-After`.
+fn retry_seconds(at: Option<Instant>) -> u64 {
+    at.map_or(1, |at| {
+        at.saturating_duration_since(Instant::now())
+            .as_secs_f64()
+            .ceil()
+            .max(1.0) as u64
+    })
+}
+
+/// The answer while an origin's robots.txt cannot be read and no copy is held: 503 with
+/// `Retry-After`, or 502 when the origin's certificate fails verification (no retry will
+/// fix that soon). The cause is named either way (`reason="http-500"`, `timeout`, …).
+fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
+    let why = match &snapshot.policy {
+        Policy::DisallowAll { why } => why.as_str(),
+        _ => snapshot.last_outcome.as_str(),
+    };
+    let cause = snapshot.cause.as_deref().unwrap_or("unknown");
+    let retry = retry_seconds(snapshot.retry_at);
+    let status = if crate::fetch::is_certificate_failure(cause) {
+        502
+    } else {
+        503
+    };
+    let mut answer = Answer::text(
+        status,
+        Outcome::RobotsUnreachable,
+        format!("robots-unreachable; robots=\"{robots_url}\"; reason=\"{cause}\"; retry-after={retry}"),
+        format!("robotsgate: {why} ({cause}); nothing on this origin may be fetched until {robots_url} can be read. Retry in {retry} s."),
+    );
+    answer.retry_after = Some(retry);
+    answer
+}
+
+/// A client's request for `/robots.txt` itself, answered from the store: the held copy
+/// (also a stale one kept while the origin fails), 404 when the origin has none, or the
+/// unreachable answer.
+fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
+    match &snapshot.policy {
+        Policy::Rules { body, .. } => Answer {
+            status: 200,
+            decision: Outcome::RobotsTxtCached,
+            header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
+            content_type: "text/plain",
+            body: body.clone(),
+            retry_after: None,
+            rule_line: None,
+        },
+        Policy::AllowAll { why } => Answer::text(
+            404,
+            Outcome::RobotsTxtCached,
+            format!("robots-txt-from-cache; robots=\"{robots_url}\"; none"),
+            format!("robotsgate: {why}"),
+        ),
+        Policy::DisallowAll { .. } => unreachable_answer(snapshot, robots_url),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Fetching one robots.txt (SPEC §2) with Pingora's own HTTP connector.
 //!
-//! A plain, non-conditional `GET /robots.txt` with the crawler's User-Agent; redirects
+//! A plain, non-conditional `GET /robots.txt` with one configured User-Agent
+//! (`robots.user_agent`: the copy is shared by every crawler); redirects
 //! followed (across origins too) up to the configured hop count, with loop detection;
 //! the body read only up to [`MAX_ROBOTS_BYTES`] + 1 octets; every hop's destination
 //! passes the same egress checks as crawl traffic; the whole exchange is bounded by one
@@ -37,8 +38,71 @@ pub enum FetchOutcome {
     Unreachable {
         status: Option<u16>,
         why: String,
+        /// Short and header-safe: `http-503`, `timeout`, `connect-refused`,
+        /// `dns-nxdomain`, `tls-handshake-failed: …` (see [`is_certificate_failure`]).
+        cause: String,
         retry_after: Option<Duration>,
     },
+}
+
+/// Is this cause a failed verification of the origin's certificate? Not transient (no
+/// retry will fix it soon), so clients are told 502, like a page whose origin fails it.
+pub fn is_certificate_failure(cause: &str) -> bool {
+    cause.starts_with("tls-")
+}
+
+/// A failure's detail made safe inside a quoted header value: printable ASCII without
+/// `"` and `\`, at most 160 characters.
+pub fn header_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => ' ',
+        })
+        .take(160)
+        .collect()
+}
+
+/// The short cause of a failed exchange with an origin.
+fn network_cause(e: &pingora::Error) -> String {
+    use pingora::ErrorType;
+    match e.etype() {
+        ErrorType::TLSHandshakeFailure | ErrorType::InvalidCert => {
+            let detail = e
+                .cause
+                .as_ref()
+                .map(|c| c.to_string())
+                .or_else(|| e.context.as_ref().map(|c| c.as_str().to_string()))
+                .unwrap_or_else(|| "certificate not trusted or invalid".into());
+            format!("tls-handshake-failed: {}", header_safe(&detail))
+        }
+        ErrorType::ConnectRefused => "connect-refused".into(),
+        ErrorType::ConnectTimedout => "connect-timeout".into(),
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout => "timeout".into(),
+        ErrorType::ConnectionClosed => "connection-closed".into(),
+        ErrorType::ReadError | ErrorType::WriteError => "connection-reset".into(),
+        ErrorType::ConnectNoRoute => "no-route".into(),
+        _ => "network-error".into(),
+    }
+}
+
+/// Why one exchange failed: its short cause and the whole story.
+struct Failure {
+    cause: String,
+    why: String,
+}
+
+impl Failure {
+    fn new(cause: impl Into<String>, why: impl Into<String>) -> Failure {
+        Failure {
+            cause: cause.into(),
+            why: why.into(),
+        }
+    }
+
+    fn network(context: &str, e: &pingora::Error) -> Failure {
+        Failure::new(network_cause(e), format!("{context}: {e}"))
+    }
 }
 
 impl FetchOutcome {
@@ -65,12 +129,15 @@ pub struct Fetcher {
     egress: Arc<EgressPolicy>,
     timeout: Duration,
     max_redirects: u32,
+    /// `robots.user_agent`.
+    user_agent: String,
 }
 
-fn unreachable(why: impl Into<String>) -> FetchOutcome {
+fn unreachable(failure: Failure) -> FetchOutcome {
     FetchOutcome::Unreachable {
         status: None,
-        why: why.into(),
+        why: failure.why,
+        cause: failure.cause,
         retry_after: None,
     }
 }
@@ -84,15 +151,16 @@ fn max_age(value: &str) -> Option<Duration> {
             .eq_ignore_ascii_case("max-age")
             .then(|| v.trim().trim_matches('"').parse::<u64>().ok())
             .flatten()
-            .map(Duration::from_secs)
+            .map(|s| crate::config::seconds(s as f64))
     })
 }
 
 /// `Retry-After` in delta-seconds or as an HTTP date.
 pub fn retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Twenty digits are still a (very long) pause, not a parse failure.
+        return value.parse::<f64>().ok().map(crate::config::seconds);
     }
     let when = httpdate::parse_http_date(value).ok()?;
     Some(
@@ -108,6 +176,7 @@ impl Fetcher {
         timeout: Duration,
         max_redirects: u32,
         ca_file: Option<String>,
+        user_agent: String,
     ) -> Fetcher {
         let mut options = pingora::connectors::ConnectorOptions::new(128);
         options.ca_file = ca_file;
@@ -117,26 +186,31 @@ impl Fetcher {
             egress,
             timeout,
             max_redirects,
+            user_agent,
         }
     }
 
-    /// Fetches `origin`'s robots.txt as `user_agent`.
-    pub async fn fetch(&self, origin: &Origin, user_agent: &str) -> FetchOutcome {
-        match tokio::time::timeout(self.timeout, self.follow(origin, user_agent)).await {
+    /// Fetches `origin`'s robots.txt (as the configured `robots.user_agent`, never a
+    /// client's: the copy serves every crawler, so no crawler's identity may shape it).
+    pub async fn fetch(&self, origin: &Origin) -> FetchOutcome {
+        match tokio::time::timeout(self.timeout, self.follow(origin)).await {
             Ok(outcome) => outcome,
-            Err(_) => unreachable(format!("timed out after {:?}", self.timeout)),
+            Err(_) => unreachable(Failure::new(
+                "timeout",
+                format!("timed out after {:?}", self.timeout),
+            )),
         }
     }
 
-    async fn follow(&self, origin: &Origin, user_agent: &str) -> FetchOutcome {
+    async fn follow(&self, origin: &Origin) -> FetchOutcome {
         let mut current = origin.clone();
         let mut path = "/robots.txt".to_string();
         let mut seen = vec![(current.clone(), path.clone())];
         let mut hops = 0u32;
         loop {
-            let response = match self.get(&current, &path, user_agent).await {
+            let response = match self.get(&current, &path).await {
                 Ok(response) => response,
-                Err(why) => return unreachable(why),
+                Err(failure) => return unreachable(failure),
             };
             let Response {
                 status,
@@ -188,6 +262,7 @@ impl Fetcher {
                     return FetchOutcome::Unreachable {
                         status: Some(status),
                         why: format!("HTTP {status}"),
+                        cause: format!("http-{status}"),
                         retry_after,
                     };
                 }
@@ -197,22 +272,26 @@ impl Fetcher {
                         why: format!("HTTP {status}"),
                     };
                 }
-                _ => return unreachable(format!("unexpected status {status}")),
+                _ => {
+                    return unreachable(Failure::new(
+                        format!("http-{status}"),
+                        format!("unexpected status {status}"),
+                    ))
+                }
             }
         }
     }
 
-    async fn get(&self, origin: &Origin, path: &str, user_agent: &str) -> Result<Response, String> {
-        self.egress
-            .check_port(origin.port)
-            .map_err(|r| r.to_string())?;
+    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
+        let denied = |r: crate::egress::Refusal| Failure::new("egress-denied", r.to_string());
+        self.egress.check_port(origin.port).map_err(denied)?;
         let addrs = self
             .resolver
             .resolve(&origin.host)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failure::new(e.cause, e.message))?;
         for ip in &addrs {
-            self.egress.check_address(*ip).map_err(|r| r.to_string())?;
+            self.egress.check_address(*ip).map_err(denied)?;
         }
         let addr = SocketAddr::new(addrs[0], origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
@@ -224,32 +303,33 @@ impl Fetcher {
             .connector
             .get_http_session(&peer)
             .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        let mut request =
-            RequestHeader::build("GET", path.as_bytes(), None).map_err(|e| e.to_string())?;
-        let header = |e: Box<pingora::Error>| e.to_string();
+            .map_err(|e| Failure::network(&format!("connect {addr}"), &e))?;
+        let internal = |e: Box<pingora::Error>| Failure::new("internal-error", e.to_string());
+        let mut request = RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
         request
             .insert_header("Host", origin.authority())
-            .map_err(header)?;
+            .map_err(internal)?;
         request
-            .insert_header("User-Agent", user_agent)
-            .map_err(header)?;
+            .insert_header("User-Agent", self.user_agent.as_str())
+            .map_err(internal)?;
         request
             .insert_header("Accept", "text/plain, */*;q=0.5")
-            .map_err(header)?;
+            .map_err(internal)?;
         session
             .write_request_header(Box::new(request))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failure::network("sending request", &e))?;
         session
             .finish_request_body()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failure::network("sending request", &e))?;
         session
             .read_response_header()
             .await
-            .map_err(|e| format!("reading response: {e}"))?;
-        let head = session.response_header().ok_or("no response header")?;
+            .map_err(|e| Failure::network("reading response", &e))?;
+        let head = session
+            .response_header()
+            .ok_or_else(|| Failure::new("network-error", "no response header"))?;
         let status = head.status.as_u16();
         let text = |name: &str| {
             head.headers
@@ -271,7 +351,13 @@ impl Fetcher {
                         complete = true;
                         break;
                     }
-                    Err(e) => return Err(format!("reading body: {e}")),
+                    Err(e) => {
+                        let cause = match e.etype() {
+                            pingora::ErrorType::ReadTimedout => "timeout",
+                            _ => "truncated-body",
+                        };
+                        return Err(Failure::new(cause, format!("reading body: {e}")));
+                    }
                 }
             }
         }
@@ -354,6 +440,10 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(retry_after("soon"), None);
+        assert_eq!(
+            retry_after("100000000000000000000000"),
+            Some(crate::config::MAX_DURATION)
+        );
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub enum HeadError {
     HeadTooLarge,
     TooManyHeaders,
     BodyTooLarge,
+    /// A body on GET or HEAD: a server that ignores it would read it as a second,
+    /// unchecked request (smuggling).
+    BodyOnGet,
+    /// `Upgrade` (WebSocket, h2c, …): after a `101` the connection would be an unchecked
+    /// tunnel.
+    Upgrade,
     Malformed(String),
 }
 
@@ -85,7 +91,7 @@ impl HeadError {
             HeadError::RequestLineTooLong => Some(414),
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => Some(431),
             HeadError::BodyTooLarge => Some(413),
-            HeadError::Malformed(_) => Some(400),
+            HeadError::BodyOnGet | HeadError::Upgrade | HeadError::Malformed(_) => Some(400),
         }
     }
 
@@ -98,6 +104,8 @@ impl HeadError {
             HeadError::HeadTooLarge => "header_too_large",
             HeadError::TooManyHeaders => "too_many_headers",
             HeadError::BodyTooLarge => "body_too_large",
+            HeadError::BodyOnGet => "body-on-get",
+            HeadError::Upgrade => "upgrade",
             HeadError::Malformed(_) => "malformed",
         }
     }
@@ -118,6 +126,12 @@ impl std::fmt::Display for HeadError {
             HeadError::BodyTooLarge => {
                 f.write_str("request body larger than limits.max_body_bytes")
             }
+            HeadError::BodyOnGet => {
+                f.write_str("a GET or HEAD request may not carry a body (Content-Length or Transfer-Encoding)")
+            }
+            HeadError::Upgrade => f.write_str(
+                "protocol upgrades (Upgrade: websocket, h2c, …) are not proxied: robots.txt could not be enforced after one",
+            ),
             HeadError::Malformed(why) => write!(f, "malformed request: {why}"),
         }
     }
@@ -221,9 +235,14 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
     }
     let mut proxy_authorization = None;
     let mut content_length = None;
+    let mut chunked = false;
     let mut host = None;
     for field in request.headers.iter() {
-        if field.name.eq_ignore_ascii_case("host") {
+        if field.name.eq_ignore_ascii_case("upgrade") {
+            return Err(HeadError::Upgrade);
+        } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = true;
+        } else if field.name.eq_ignore_ascii_case("host") {
             if host.replace(field.value).is_some() {
                 return Err(HeadError::Malformed("more than one Host header".into()));
             }
@@ -245,6 +264,10 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         }
     }
     let is_connect = request.method == Some("CONNECT");
+    let bodyless = matches!(request.method, Some("GET" | "HEAD"));
+    if bodyless && (chunked || content_length.is_some_and(|n| n > 0)) {
+        return Err(HeadError::BodyOnGet);
+    }
     // Absolute-form: the Host header must say the same (Pingora refuses a mismatch too,
     // with a bare 400; this answer names the problem and is counted).
     let target = request.path.unwrap_or("");
@@ -306,7 +329,18 @@ mod tests {
     async fn each_limit_has_its_status() {
         let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(80));
         let big_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(300));
-        let cases: [(&[u8], Option<u16>); 10] = [
+        let cases: [(&[u8], Option<u16>); 15] = [
+            (b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", Some(400)),
+            (
+                b"HEAD / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Some(400),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                Some(400),
+            ),
+            (b"OPTIONS / HTTP/1.1\r\nupgrade: h2c\r\n\r\n", Some(400)),
+            (b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", None),
             (long_line.as_bytes(), Some(414)),
             (big_head.as_bytes(), Some(431)),
             (

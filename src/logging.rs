@@ -53,6 +53,8 @@ pub struct AccessRecord<'a> {
     pub origin: &'a str,
     pub path: &'a str,
     pub agent: Option<&'a str>,
+    /// Where the robots.txt tokens came from: credential, rule, default, header, none.
+    pub tokens_from: &'a str,
     /// How it arrived: explicit, transparent, tunnel.
     pub mode: &'a str,
     pub decision: &'a str,
@@ -76,6 +78,7 @@ impl AccessRecord<'_> {
             origin = self.origin,
             path = self.path,
             agent = self.agent,
+            tokens_from = self.tokens_from,
             mode = self.mode,
             decision = self.decision,
             status = self.status,

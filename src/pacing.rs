@@ -167,25 +167,97 @@ pub struct ScheduleState {
     pub next_slot_in: Option<Duration>,
 }
 
+/// The schedules of one origin, one per robots.txt group seen (usually one).
+type OriginSchedules = Vec<(String, Arc<Schedule>)>;
+
+#[derive(Default)]
+struct Schedules {
+    by_origin: HashMap<Origin, OriginSchedules>,
+    /// Schedules over all origins (bounded by `max_schedules`).
+    len: usize,
+}
+
 pub struct Pacer {
     config: PacingConfig,
-    schedules: Mutex<HashMap<ScheduleKey, Arc<Schedule>>>,
+    schedules: Mutex<Schedules>,
+}
+
+/// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
+/// arrival order like a page's and released when the fetch ends (which starts each
+/// schedule's next delay).
+pub struct FetchTurns {
+    held: Vec<(Arc<Schedule>, tokio::sync::OwnedMutexGuard<()>)>,
+}
+
+impl Drop for FetchTurns {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for (schedule, _turn) in &self.held {
+            lock(&schedule.timing).last_end = Some(now);
+            schedule.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// When a schedule's holder may start: the previous end plus the delay in force, and
+/// past any pause the origin asked for.
+fn next_start(t: &Timing) -> Option<Instant> {
+    let effective = t.delay.max(t.backoff);
+    [t.last_end.map(|e| e + effective), t.paused_until]
+        .into_iter()
+        .flatten()
+        .max()
 }
 
 impl Pacer {
     pub fn new(config: PacingConfig) -> Pacer {
         Pacer {
             config,
-            schedules: Mutex::new(HashMap::new()),
+            schedules: Mutex::new(Schedules::default()),
         }
+    }
+
+    /// Waits for the turn of every schedule `origin` has, for a robots.txt fetch. `None`
+    /// when they are not all free within `max_wait_seconds` (a long pause, a long
+    /// queue): the caller then postpones the fetch rather than jump the queue.
+    pub async fn turns_for_fetch(&self, origin: &Origin) -> Option<FetchTurns> {
+        let mut schedules: Vec<(String, Arc<Schedule>)> = lock(&self.schedules)
+            .by_origin
+            .get(origin)
+            .cloned()
+            .unwrap_or_default();
+        // One order for every fetch of the origin (only one runs at a time anyway).
+        schedules.sort_by(|a, b| a.0.cmp(&b.0));
+        let deadline = Instant::now() + seconds(self.config.max_wait_seconds);
+        let mut turns = FetchTurns { held: Vec::new() };
+        for (_, schedule) in schedules {
+            schedule.pending.fetch_add(1, Ordering::AcqRel);
+            let mut waiting = Waiting(&schedule, false);
+            let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
+                .await
+                .ok()?;
+            loop {
+                let wake = next_start(&lock(&schedule.timing));
+                match wake {
+                    Some(at) if at > deadline => return None,
+                    Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
+                    _ => break,
+                }
+            }
+            waiting.1 = true;
+            turns.held.push((schedule.clone(), turn));
+        }
+        Some(turns)
     }
 
     /// The delay for a schedule given the robots.txt Crawl-delay (seconds).
     pub fn delay_for(&self, key: &ScheduleKey, crawl_delay: Option<f64>) -> Duration {
-        let floor = seconds(self.config.floor_seconds);
-        let ceiling = seconds(self.config.ceiling_seconds);
-        let asked = crawl_delay.map_or(Duration::ZERO, seconds);
-        let delay = floor.max(asked).min(ceiling);
+        // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
+        // that overflows a conversion (which once fell back to zero: no pacing at all).
+        let (floor, ceiling) = (self.config.floor_seconds, self.config.ceiling_seconds);
+        let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
+        let delay = seconds(asked_seconds.max(floor).min(ceiling));
+        let (asked, ceiling) = (seconds(asked_seconds), seconds(ceiling));
         let delay = if delay.is_zero() {
             delay
         } else {
@@ -195,10 +267,12 @@ impl Pacer {
         // the clamped delay has been reported.
         let already_clamped = || {
             lock(&self.schedules)
-                .get(key)
-                .is_some_and(|s| lock(&s.timing).delay == delay)
+                .by_origin
+                .get(&key.origin)
+                .and_then(|list| list.iter().find(|(group, _)| *group == key.group))
+                .is_some_and(|(_, s)| lock(&s.timing).delay == delay)
         };
-        if asked > ceiling && !already_clamped() {
+        if asked_seconds > self.config.ceiling_seconds && !already_clamped() {
             log::warn!(
                 "Crawl-delay {:.1} s of {} (group {}) is above the ceiling; pacing at {:.1} s",
                 asked.as_secs_f64(),
@@ -212,26 +286,40 @@ impl Pacer {
 
     fn schedule(&self, key: &ScheduleKey) -> Arc<Schedule> {
         let mut map = lock(&self.schedules);
-        if map.len() >= self.config.max_schedules {
+        if map.len >= self.config.max_schedules {
             // Idle schedules (nobody waiting, last request long past every delay) go first.
             let now = Instant::now();
             let ceiling = seconds(self.config.ceiling_seconds);
-            map.retain(|_, s| {
+            let busy = |s: &Arc<Schedule>| {
                 s.pending.load(Ordering::Acquire) > 0
                     || lock(&s.timing)
                         .last_end
                         .is_some_and(|end| now.duration_since(end) < ceiling)
+            };
+            map.by_origin.retain(|_, list| {
+                list.retain(|(_, s)| busy(s));
+                !list.is_empty()
             });
+            map.len = map.by_origin.values().map(Vec::len).sum();
         }
-        map.entry(key.clone())
-            .or_insert_with(|| {
-                Arc::new(Schedule {
-                    turn: Arc::new(tokio::sync::Mutex::new(())),
-                    timing: Mutex::new(Timing::default()),
-                    pending: AtomicUsize::new(0),
-                })
-            })
-            .clone()
+        if let Some((_, found)) = map
+            .by_origin
+            .get(&key.origin)
+            .and_then(|list| list.iter().find(|(group, _)| *group == key.group))
+        {
+            return found.clone();
+        }
+        let schedule = Arc::new(Schedule {
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            timing: Mutex::new(Timing::default()),
+            pending: AtomicUsize::new(0),
+        });
+        map.by_origin
+            .entry(key.origin.clone())
+            .or_default()
+            .push((key.group.clone(), schedule.clone()));
+        map.len += 1;
+        schedule
     }
 
     /// Waits for the schedule's next slot; `Err` when the wait would be too long or the
@@ -263,11 +351,8 @@ impl Pacer {
                     ceiling,
                 });
             }
-            let next_slot = [t.last_end.map(|e| e + effective), t.paused_until]
-                .into_iter()
-                .flatten()
-                .max()
-                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+            let next_slot =
+                next_start(&t).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
             let ahead = schedule.pending.load(Ordering::Acquire) as u32;
             let pause = t
                 .paused_until
@@ -309,14 +394,7 @@ impl Pacer {
             .map_err(|_| too_long(deadline))?;
         // Holding the turn: sleep out the delay since the previous request ended.
         loop {
-            let wake = {
-                let t = lock(&schedule.timing);
-                let effective = t.delay.max(t.backoff);
-                [t.last_end.map(|e| e + effective), t.paused_until]
-                    .into_iter()
-                    .flatten()
-                    .max()
-            };
+            let wake = next_start(&lock(&schedule.timing));
             match wake {
                 Some(at) if at > deadline => return Err(too_long(at)),
                 Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
@@ -335,22 +413,19 @@ impl Pacer {
     /// The schedules of one origin, for the admin API.
     pub fn schedules_of(&self, origin: &crate::target::Origin) -> Vec<ScheduleState> {
         let now = Instant::now();
-        lock(&self.schedules)
-            .iter()
-            .filter(|(key, _)| &key.origin == origin)
-            .map(|(key, s)| {
+        let map = lock(&self.schedules);
+        let Some(list) = map.by_origin.get(origin) else {
+            return Vec::new();
+        };
+        list.iter()
+            .map(|(group, s)| {
                 let t = lock(&s.timing);
-                let effective = t.delay.max(t.backoff);
-                let next = [t.last_end.map(|e| e + effective), t.paused_until]
-                    .into_iter()
-                    .flatten()
-                    .max();
                 ScheduleState {
-                    group: key.group.clone(),
+                    group: group.clone(),
                     delay: t.delay,
                     backoff: t.backoff,
                     queued: s.pending.load(Ordering::Acquire),
-                    next_slot_in: next.map(|at| at.saturating_duration_since(now)),
+                    next_slot_in: next_start(&t).map(|at| at.saturating_duration_since(now)),
                 }
             })
             .collect()
@@ -359,8 +434,10 @@ impl Pacer {
     /// Requests waiting for or holding a turn, over all schedules (a gauge).
     pub fn queued(&self) -> usize {
         lock(&self.schedules)
+            .by_origin
             .values()
-            .map(|s| s.pending.load(Ordering::Acquire))
+            .flatten()
+            .map(|(_, s)| s.pending.load(Ordering::Acquire))
             .sum()
     }
 }
@@ -429,10 +506,37 @@ mod tests {
         assert_eq!(p.delay_for(&k, None), Duration::from_millis(200));
         assert_eq!(p.delay_for(&k, Some(4.5)), Duration::from_millis(4500));
         assert_eq!(p.delay_for(&k, Some(86_400.0)), Duration::from_secs(30));
+        assert_eq!(p.delay_for(&k, Some(1e20)), Duration::from_secs(30));
+        assert_eq!(p.delay_for(&k, Some(f64::MAX)), Duration::from_secs(30));
+        assert_eq!(
+            p.delay_for(&k, Some(f64::INFINITY)),
+            Duration::from_secs(30)
+        );
         // The default margin is added to non-zero delays only.
         let p = Pacer::new(PacingConfig::default());
         assert_eq!(p.delay_for(&k, None), Duration::ZERO);
         assert_eq!(p.delay_for(&k, Some(0.5)), Duration::from_millis(505));
+    }
+
+    proptest::proptest! {
+        /// For any finite non-negative Crawl-delay d, the delay is min(max(d, floor), ceiling).
+        #[test]
+        fn delay_is_crawl_delay_clamped(
+            d in proptest::prop_oneof![0.0f64..1e3, 0.0f64..f64::MAX, proptest::num::f64::POSITIVE | proptest::num::f64::ZERO],
+            floor in 0.0f64..10.0,
+            extra in 0.0f64..1e6,
+        ) {
+            let ceiling = floor + extra;
+            let p = Pacer::new(PacingConfig {
+                floor_seconds: floor,
+                ceiling_seconds: ceiling,
+                margin_seconds: 0.0,
+                ..PacingConfig::default()
+            });
+            let want = d.max(floor).min(ceiling);
+            let got = p.delay_for(&key(9, "*"), Some(d)).as_secs_f64();
+            proptest::prop_assert!((got - want).abs() <= want * 1e-9 + 1e-9, "d={d} got={got} want={want}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -53,6 +53,8 @@ pub struct RequestContext {
     line: Option<u32>,
     upstream_status: Option<u16>,
     started: Option<Instant>,
+    /// Where the request's robots.txt tokens came from (for the access log).
+    tokens_from: &'static str,
 }
 
 /// Writes an [`Answer`] as the complete response.
@@ -107,6 +109,29 @@ fn upstream_failure(kind: &ErrorType) -> &'static str {
         _ => "upstream-error",
     }
 }
+
+/// Request headers that never go upstream: the proxy's own credentials, and headers
+/// that some servers and frameworks (IIS URL Rewrite, Symfony, Laravel, Zend, nginx
+/// setups, Envoy) read as the path to serve, which would let a client fetch a path the
+/// robots decision never saw. Method overrides go too: a crawler's GET stays a GET.
+const NEVER_FORWARDED: &[&str] = &[
+    "proxy-authorization",
+    "proxy-connection",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-override-url",
+    "x-original-uri",
+    "x-forwarded-uri",
+    "x-forwarded-url",
+    "x-forwarded-path",
+    "x-forwarded-prefix",
+    "x-envoy-original-path",
+    "x-proxy-url",
+    "x-http-destinationurl",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
 
 /// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
 fn request_has_no_body(req: &RequestHeader) -> bool {
@@ -176,6 +201,7 @@ impl ProxyHttp for RobotsGateProxy {
             user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
             tokens: ctx.user.as_ref().map(|u| u.tokens.as_slice()),
         };
+        ctx.tokens_from = self.enforcer.agents.tokens_for(&who).source();
         let decision = self.enforcer.decide(&target, &who).await;
         ctx.target = Some(target);
         match decision {
@@ -260,6 +286,14 @@ impl ProxyHttp for RobotsGateProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestContext,
     ) -> Result<()> {
+        // Upgrades are refused at the front; an origin switching protocols anyway gets
+        // nothing relayed (the bytes after a 101 would be an unchecked tunnel).
+        if upstream_response.status.as_u16() == 101 {
+            return Error::e_explain(
+                ErrorType::HTTPStatus(502),
+                "origin answered 101 Switching Protocols; upgrades are not proxied",
+            );
+        }
         crate::metrics::record_upstream_status(upstream_response.status.as_u16());
         ctx.upstream_status = Some(upstream_response.status.as_u16());
         if let Some(permit) = &ctx.permit {
@@ -287,8 +321,9 @@ impl ProxyHttp for RobotsGateProxy {
             upstream_request.set_uri(uri);
             upstream_request.insert_header("Host", target.origin.authority())?;
         }
-        upstream_request.remove_header("Proxy-Authorization");
-        upstream_request.remove_header("Proxy-Connection");
+        for name in NEVER_FORWARDED {
+            upstream_request.remove_header(*name);
+        }
         Ok(())
     }
 
@@ -392,6 +427,7 @@ impl ProxyHttp for RobotsGateProxy {
             origin: &origin,
             path: &path,
             agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            tokens_from: ctx.tokens_from,
             mode: mode.label(),
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),

@@ -9,7 +9,7 @@ use pingora::server::Server;
 use pingora::services::listening::Service;
 
 use crate::access::AccessPolicy;
-use crate::admin::AdminApp;
+use crate::admin::{AdminApp, AdminGuard};
 use crate::ca::OperatorCa;
 use crate::config::{Cidr, Config};
 use crate::connect::Tunnels;
@@ -52,12 +52,16 @@ pub struct RunArgs {
     /// Extra root certificates (PEM) trusted for origins; repeatable.
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
+    /// Admin bearer token file, overriding `admin.token_file`.
+    #[arg(long = "admin-token", value_name = "FILE")]
+    pub admin_token: Option<PathBuf>,
 }
 
 /// Everything `run` loads before it starts serving; `check-config` stops here.
 struct Loaded {
     config: Config,
     access: AccessPolicy,
+    admin: AdminGuard,
     interceptor: Option<Arc<Interceptor>>,
     trust: UpstreamTrust,
     server_conf: ServerConf,
@@ -87,6 +91,9 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         .tls
         .upstream_extra_roots
         .extend(args.upstream_ca.iter().cloned());
+    if let Some(token) = &args.admin_token {
+        config.admin.token_file = Some(token.clone());
+    }
 
     // Loaded once, at start: a reload (graceful upgrade) starts a new process that loads
     // the same files again.
@@ -109,6 +116,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
     let access = AccessPolicy::new(&config.access)?;
+    let admin = AdminGuard::new(&config.admin, &config.robots)?;
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())
         .map_err(|e| anyhow::anyhow!("{}: Pingora configuration: {e}", args.config.display()))?;
     if let Some(bundle) = trust.ca_file() {
@@ -117,6 +125,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         config,
         access,
+        admin,
         interceptor,
         trust,
         server_conf,
@@ -146,6 +155,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let Loaded {
         config,
         access,
+        admin: guard,
         interceptor,
         trust,
         server_conf,
@@ -192,6 +202,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             "robotsgate admin".to_string(),
             AdminApp {
                 enforcer: enforcer.clone(),
+                guard,
             },
         );
         service.add_tcp(&admin.to_string());

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::config::{seconds, RobotsConfig};
 use crate::fetch::{FetchOutcome, Fetcher};
+use crate::pacing::Pacer;
 use crate::robots::RobotsTxt;
 use crate::target::Origin;
 
@@ -62,6 +63,9 @@ pub struct Snapshot {
     pub failures: u32,
     /// The last fetch's outcome, for operators (logs, 503 bodies).
     pub last_outcome: String,
+    /// Why the last fetch failed, short and header-safe (`http-500`, `timeout`,
+    /// `tls-handshake-failed: …`); `None` after a fetch that succeeded.
+    pub cause: Option<String>,
     /// The most recent fetches, oldest first (at most [`HISTORY`]), for the admin API.
     pub history: Vec<FetchRecord>,
 }
@@ -105,6 +109,8 @@ pub struct StoreStats {
 pub struct RobotsStore {
     shards: Vec<Mutex<lru::LruCache<Origin, Arc<Entry>>>>,
     fetcher: Arc<Fetcher>,
+    /// Every robots.txt fetch takes its turn on the origin's schedules, like a page.
+    pacer: Arc<Pacer>,
     config: RobotsConfig,
     pub stats: Arc<StoreStats>,
 }
@@ -112,7 +118,7 @@ pub struct RobotsStore {
 const SHARDS: usize = 16;
 
 impl RobotsStore {
-    pub fn new(fetcher: Arc<Fetcher>, config: RobotsConfig) -> Arc<RobotsStore> {
+    pub fn new(fetcher: Arc<Fetcher>, pacer: Arc<Pacer>, config: RobotsConfig) -> Arc<RobotsStore> {
         let per_shard = NonZeroUsize::new(config.max_origins.div_ceil(SHARDS).max(1))
             .unwrap_or(NonZeroUsize::MIN);
         Arc::new(RobotsStore {
@@ -120,6 +126,7 @@ impl RobotsStore {
                 .map(|_| Mutex::new(lru::LruCache::new(per_shard)))
                 .collect(),
             fetcher,
+            pacer,
             config,
             stats: Arc::default(),
         })
@@ -171,10 +178,10 @@ impl RobotsStore {
     }
 
     /// Fetches `origin`'s robots.txt now, fresh or not (after any fetch in progress).
-    pub async fn refresh(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+    pub async fn refresh(self: &Arc<Self>, origin: &Origin) -> Arc<Snapshot> {
         let entry = self.entry(origin);
         let _flight = entry.flight.lock().await;
-        self.fetch_and_store(&entry, origin, user_agent).await
+        self.fetch_and_store(&entry, origin).await
     }
 
     /// The `n` origins with the most decisions, busiest first, with their snapshots.
@@ -203,13 +210,13 @@ impl RobotsStore {
     }
 
     /// The policy to apply to a request for `origin` now, fetching if there is none.
-    pub async fn get(self: &Arc<Self>, origin: &Origin, user_agent: &str) -> Arc<Snapshot> {
+    pub async fn get(self: &Arc<Self>, origin: &Origin) -> Arc<Snapshot> {
         let entry = self.entry(origin);
         entry.requests.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         if let Some(snapshot) = entry.state.load_full() {
             if now < snapshot.fresh_until {
-                self.maybe_refresh_ahead(&entry, &snapshot, origin, user_agent, now);
+                self.maybe_refresh_ahead(&entry, &snapshot, origin, now);
                 return snapshot;
             }
             // Failing origin, not yet due for a retry: the stale copy or disallow-all.
@@ -217,16 +224,11 @@ impl RobotsStore {
                 return snapshot;
             }
         }
-        self.fetch_once(&entry, origin, user_agent).await
+        self.fetch_once(&entry, origin).await
     }
 
     /// Runs one fetch for the entry unless a concurrent caller already did.
-    async fn fetch_once(
-        self: &Arc<Self>,
-        entry: &Arc<Entry>,
-        origin: &Origin,
-        user_agent: &str,
-    ) -> Arc<Snapshot> {
+    async fn fetch_once(self: &Arc<Self>, entry: &Arc<Entry>, origin: &Origin) -> Arc<Snapshot> {
         let before = entry.state.load_full();
         let _flight = entry.flight.lock().await;
         let current = entry.state.load_full();
@@ -241,13 +243,9 @@ impl RobotsStore {
         }
         let store = self.clone();
         let origin = origin.clone();
-        let user_agent = user_agent.to_string();
         let entry_for_task = entry.clone();
-        let task = tokio::spawn(async move {
-            store
-                .fetch_and_store(&entry_for_task, &origin, &user_agent)
-                .await
-        });
+        let task =
+            tokio::spawn(async move { store.fetch_and_store(&entry_for_task, &origin).await });
         match task.await {
             Ok(snapshot) => snapshot,
             // The task cannot panic by design; if it did, fail closed.
@@ -261,21 +259,35 @@ impl RobotsStore {
                 retry_at: None,
                 failures: 1,
                 last_outcome: "internal error".into(),
+                cause: Some("internal-error".into()),
                 history: Vec::new(),
             }),
         }
     }
 
+    /// Starts a background refresh when a fresh snapshot nears its expiry. "Near" is the
+    /// last tenth of its lifetime, at most `refresh_ahead_seconds`: a short `max-age`
+    /// must not turn every request into a refetch. And never sooner than `min_ttl` after
+    /// the previous fetch began.
     fn maybe_refresh_ahead(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
         snapshot: &Snapshot,
         origin: &Origin,
-        user_agent: &str,
         now: Instant,
     ) {
-        let ahead = seconds(self.config.refresh_ahead_seconds);
-        if snapshot.retry_at.is_some() || now + ahead < snapshot.fresh_until {
+        let Some(fetched) = snapshot.fetched_at else {
+            return;
+        };
+        if snapshot.retry_at.is_some() {
+            return;
+        }
+        let lifetime = snapshot.fresh_until.saturating_duration_since(fetched);
+        let ahead = seconds(self.config.refresh_ahead_seconds).min(lifetime / 10);
+        let last_started = snapshot.history.last().map_or(fetched, |f| f.at);
+        if now + ahead < snapshot.fresh_until
+            || now < last_started + seconds(self.config.min_ttl_seconds)
+        {
             return;
         }
         if entry.refreshing.swap(true, Ordering::AcqRel) {
@@ -284,22 +296,20 @@ impl RobotsStore {
         let store = self.clone();
         let entry = entry.clone();
         let origin = origin.clone();
-        let user_agent = user_agent.to_string();
         tokio::spawn(async move {
             let _flight = entry.flight.lock().await;
-            store.fetch_and_store(&entry, &origin, &user_agent).await;
+            store.fetch_and_store(&entry, &origin).await;
             entry.refreshing.store(false, Ordering::Release);
         });
     }
 
-    async fn fetch_and_store(
-        &self,
-        entry: &Entry,
-        origin: &Origin,
-        user_agent: &str,
-    ) -> Arc<Snapshot> {
+    async fn fetch_and_store(&self, entry: &Entry, origin: &Origin) -> Arc<Snapshot> {
+        // The fetch is a request to the origin like any other: it waits for the turn of
+        // every schedule the origin has, and its end starts their next delay.
+        let turns = self.pacer.turns_for_fetch(origin).await;
         let started = Instant::now();
-        let outcome = self.fetcher.fetch(origin, user_agent).await;
+        let outcome = self.fetcher.fetch(origin).await;
+        drop(turns);
         let duration = started.elapsed();
         let class = outcome.class();
         crate::metrics::ROBOTS_FETCH_DURATION.observe(duration.as_secs_f64());
@@ -358,6 +368,7 @@ impl RobotsStore {
             retry_at: None,
             failures: 0,
             last_outcome: what,
+            cause: None,
             history: Vec::new(),
         };
         match outcome {
@@ -385,6 +396,7 @@ impl RobotsStore {
             FetchOutcome::Unreachable {
                 status,
                 why,
+                cause,
                 retry_after,
             } => {
                 let failures = previous.map_or(0, |p| p.failures) + 1;
@@ -434,6 +446,7 @@ impl RobotsStore {
                     retry_at: Some(retry_at),
                     failures,
                     last_outcome: why,
+                    cause: Some(cause),
                     history: Vec::new(),
                 }
             }
@@ -455,8 +468,10 @@ mod tests {
             Duration::from_secs(1),
             5,
             None,
+            "robotsgate-test".into(),
         );
-        RobotsStore::new(Arc::new(fetcher), config)
+        let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
+        RobotsStore::new(Arc::new(fetcher), pacer, config)
     }
 
     fn body(text: &str) -> FetchOutcome {
@@ -472,6 +487,7 @@ mod tests {
         FetchOutcome::Unreachable {
             status,
             why: "down".into(),
+            cause: "http-500".into(),
             retry_after: None,
         }
     }

@@ -403,7 +403,7 @@ impl RobotsTxt {
         };
         match group
             .index
-            .decide(path.as_str().as_bytes())
+            .decide(&normalize::match_form(path.as_str()))
             .map(|id| &self.rules[id as usize])
         {
             Some(rule) => Verdict {

@@ -204,6 +204,40 @@ fn normalize_octets(input: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// The octets a canonical path is matched as: `%2A` and `%24` read as `*` and `$`.
+///
+/// A rule's `%2A`/`%24` is the literal octet (its raw `*`/`$` are operators), so the URL
+/// side must meet it whichever way the URL writes the character: `Disallow: /price%24`
+/// blocks `/price$` and `/price%24` alike, and a rule byte-identical to a path always
+/// matches it. Only matching sees this form; the path forwarded keeps its escapes. Cost:
+/// one scan for `%2`, and a copy only when a path holds one of the two escapes.
+pub(crate) fn match_form(path: &str) -> Cow<'_, [u8]> {
+    let bytes = path.as_bytes();
+    if memchr::memmem::find(bytes, b"%2").is_none() {
+        return Cow::Borrowed(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match &bytes[i..] {
+            [b'%', b'2', b'A', ..] => {
+                out.push(b'*');
+                i += 3;
+            }
+            [b'%', b'2', b'4', ..] => {
+                out.push(b'$');
+                i += 3;
+            }
+            [b, ..] => {
+                out.push(*b);
+                i += 1;
+            }
+            [] => break,
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// RFC 3986 §5.2.4 on an absolute path (starts with `/`).
 fn remove_dot_segments(path: &[u8]) -> Cow<'_, [u8]> {
     if memchr::memmem::find(path, b"/.").is_none() {

@@ -286,6 +286,46 @@ fn s5_escaped_star_and_dollar_are_literals() {
     assert!(allowed(r, "a", "/path/file-with-a-b.html"));
     assert!(!allowed(r, "a", "/path/foo-$"));
     assert!(allowed(r, "a", "/path/foo-"));
+    // The URL may write them encoded too, in either hex case: still the same octet.
+    assert!(!allowed(r, "a", "/path/file-with-a-%2A.html"));
+    assert!(!allowed(r, "a", "/path/file-with-a-%2a.html"));
+    assert!(!allowed(r, "a", "/path/foo-%24"));
+    let r = "User-agent: *\nDisallow: /price%24\nDisallow: /star%2A/\nDisallow: /mid$x\n";
+    for url in [
+        "/price$",
+        "/price%24",
+        "/star*/a",
+        "/star%2A/a",
+        "/star%2a/b",
+        "/mid%24x",
+    ] {
+        assert!(!allowed(r, "a", url), "{url}");
+    }
+    // An encoded `*` in the URL is a literal, never a wildcard of the rule.
+    assert!(allowed(r, "a", "/starX/a"));
+    // A byte-identical rule and path always match, also for an Allow.
+    let r = "User-agent: *\nDisallow: /\nAllow: /price%24\nAllow: /q%2A%24$\n";
+    assert!(allowed(r, "a", "/price%24"));
+    assert!(allowed(r, "a", "/price$"));
+    assert!(allowed(r, "a", "/q%2A%24"));
+    assert!(allowed(r, "a", "/q*$"));
+}
+
+#[test]
+fn s5_other_reserved_escapes_match_when_both_sides_encode_them() {
+    for c in [
+        "%3A", "%40", "%21", "%26", "%27", "%28", "%29", "%2B", "%2C", "%3B", "%3D", "%2F", "%3F",
+        "%23", "%5B", "%5D", "%25",
+    ] {
+        let lower = c.to_ascii_lowercase();
+        for (rule, url) in [(c, c), (c, lower.as_str()), (lower.as_str(), c)] {
+            let robots = format!("User-agent: *\nDisallow: /a{rule}b\n");
+            assert!(
+                !allowed(&robots, "a", &format!("/a{url}b")),
+                "{rule} vs {url}"
+            );
+        }
+    }
 }
 
 #[test]
