@@ -13,8 +13,13 @@
 //!   fetch status and age.
 //! * `GET /origins/{origin}` — the parsed robots.txt held for an origin (groups,
 //!   sitemaps, host, clean-param, crawl-delay), its fetch state and pacing schedules.
-//! * `POST /origins/{origin}/refresh` — fetch its robots.txt now.
+//! * `POST /origins/{origin}/refresh` — fetch its robots.txt now (at most once per
+//!   `robots.min_ttl_seconds`: 429 with `Retry-After` beyond that).
 //! * `DELETE /origins/{origin}` — forget it (the next request fetches again).
+//!
+//! Only clients in `admin.allow_clients` (loopback by default) are served (403 otherwise;
+//! `/healthz` and `/readyz` excepted); with `admin.token_file` set, `POST` and `DELETE`
+//! need `Authorization: Bearer <token>` (401). See [`AdminGuard`].
 //!
 //! `{origin}` is `https://example.com`, `http://example.com:8080`, or the same
 //! percent-encoded. Answers are JSON.
@@ -186,8 +191,13 @@ impl ServeHttp for AdminApp {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
         let req = session.req_header();
+        // Liveness answers anyone (load balancers, systemd probes); nothing else does.
+        let health = matches!(req.uri.path(), "/healthz" | "/readyz");
         let authorization = req.headers.get("authorization").map(|v| v.as_bytes());
-        if let Err(answer) = self.guard.admit(client, req.method.as_str(), authorization) {
+        if let (false, Err(answer)) = (
+            health,
+            self.guard.admit(client, req.method.as_str(), authorization),
+        ) {
             return answer;
         }
         let method = req.method.as_str().to_string();

@@ -343,6 +343,12 @@ impl Default for AccessConfig {
 pub struct LimitsConfig {
     /// Open client connections (tunnels included); more are answered 503 and closed.
     pub max_connections: usize,
+    /// Open connections from one client address: one client cannot take every slot.
+    /// Behind a NAT or an egress gateway all crawlers share one address: raise it there.
+    pub max_connections_per_client: usize,
+    /// A new connection (or a new CONNECT tunnel) must send its first octet this soon,
+    /// or it is closed: silent sockets cannot hold slots for `header_read_timeout`.
+    pub first_byte_timeout_seconds: f64,
     /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
     pub max_request_line_bytes: usize,
     /// Whole request head, request line and headers: 431 beyond it.
@@ -361,6 +367,8 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             max_connections: 10_000,
+            max_connections_per_client: 1024,
+            first_byte_timeout_seconds: 5.0,
             max_request_line_bytes: 16 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
@@ -529,6 +537,10 @@ impl Config {
                 "robotsgate.limits.idle_timeout_seconds",
                 self.limits.idle_timeout_seconds,
             ),
+            (
+                "robotsgate.limits.first_byte_timeout_seconds",
+                self.limits.first_byte_timeout_seconds,
+            ),
         ];
         for (key, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -593,6 +605,12 @@ impl Config {
         let l = &self.limits;
         let sizes = [
             ("max_connections", l.max_connections, 1, usize::MAX),
+            (
+                "max_connections_per_client",
+                l.max_connections_per_client,
+                1,
+                usize::MAX,
+            ),
             (
                 "max_request_line_bytes",
                 l.max_request_line_bytes,

@@ -76,8 +76,10 @@ impl BlindTunnelRule {
                 .strip_suffix(d.as_str())
                 .is_some_and(|rest| rest.ends_with('.')),
             (BlindTunnelRule::Network(net), Host::Ip(ip)) => net.contains(*ip),
+            // Every address the name resolves to must be in the network: the tunnel
+            // connects to one of them, and an address outside it must be intercepted.
             (BlindTunnelRule::Network(net), Host::Name(_)) => {
-                addrs.iter().any(|ip| net.contains(*ip))
+                !addrs.is_empty() && addrs.iter().all(|ip| net.contains(*ip))
             }
             _ => false,
         }
@@ -89,6 +91,7 @@ struct ConnectPolicy {
     ports: Vec<PortRange>,
     blind: Vec<BlindTunnelRule>,
     handshake_timeout: Duration,
+    first_byte_timeout: Duration,
     connect_timeout: Duration,
 }
 
@@ -105,6 +108,7 @@ impl Tunnels {
         interceptor: Option<Arc<Interceptor>>,
         tls: &TlsConfig,
         connect_timeout: Duration,
+        first_byte_timeout: Duration,
     ) -> Tunnels {
         Tunnels {
             enforcer,
@@ -113,6 +117,7 @@ impl Tunnels {
                 ports: tls.connect_ports.clone(),
                 blind: tls.blind_tunnel.clone(),
                 handshake_timeout: seconds(tls.handshake_timeout_seconds),
+                first_byte_timeout,
                 connect_timeout,
             },
         }
@@ -186,8 +191,7 @@ pub struct ConnectRequest {
 struct Admitted {
     origin: Origin,
     user_agent: Option<String>,
-    /// The destination's addresses (empty if the name does not resolve: then the robots
-    /// decision answers, as for plain HTTP).
+    /// The destination's addresses (all passed the egress check).
     addrs: Vec<IpAddr>,
 }
 
@@ -212,7 +216,21 @@ impl Tunnels {
             return Err((origin.to_string(), answer));
         }
         let addrs = match self.enforcer.check_egress(&origin).await {
-            Ok(resolved) => resolved.unwrap_or_default(),
+            Ok(Ok(addrs)) => addrs,
+            // Nothing could be reached in the tunnel: say so to the CONNECT itself rather
+            // than answer 200 and mint a leaf for a name that does not exist.
+            Ok(Err(e)) => {
+                let answer = Answer::text(
+                    502,
+                    Outcome::UpstreamError,
+                    format!(
+                        "upstream-error; reason=\"{}\"; origin=\"{origin}\"",
+                        e.cause
+                    ),
+                    format!("robotsgate: {e}"),
+                );
+                return Err((origin.to_string(), answer));
+            }
             Err(answer) => return Err((origin.to_string(), answer)),
         };
         Ok(Admitted {
@@ -230,6 +248,18 @@ impl Tunnels {
         origin: &Origin,
     ) -> Option<Stream> {
         if !established(&mut l4).await {
+            return None;
+        }
+        // A tunnel that never sends its ClientHello is closed at the first-byte deadline,
+        // not held for the whole handshake timeout.
+        let mut first = [0u8; 1];
+        let sent = tokio::time::timeout(
+            self.policy.first_byte_timeout,
+            pingora::protocols::Peek::try_peek(&mut l4, &mut first),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(true))) {
+            metrics::record_refusal("first_byte_timeout");
             return None;
         }
         let acceptor = interceptor.acceptor(origin.host_name());
@@ -417,6 +447,12 @@ mod tests {
         let net = rule("192.0.2.0/24");
         assert!(net.matches(&Host::Ip("192.0.2.7".parse().expect("ip")), &[]));
         assert!(net.matches(&name("x.example"), &["192.0.2.9".parse().expect("ip")]));
+        let mixed = [
+            "192.0.2.9".parse().expect("ip"),
+            "198.51.100.1".parse().expect("ip"),
+        ];
+        assert!(!net.matches(&name("x.example"), &mixed));
+        assert!(!net.matches(&name("x.example"), &[]));
         assert!(!net.matches(&name("x.example"), &["198.51.100.1".parse().expect("ip")]));
         assert!(rule("2001:db8::1").matches(&Host::Ip("2001:db8::1".parse().expect("ip")), &[]));
         for bad in ["", "*.", "a b", "10.0.0.0/33", "*.*.x"] {

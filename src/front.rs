@@ -1,8 +1,10 @@
 //! The proxy listener's front door: every client connection starts here.
 //!
 //! [`ProxyFront`] is the Pingora `ServerApp` on the proxy listener. Per connection it
-//! 1. admits the client's network (`access.allow_clients`, 403) and takes a slot
-//!    (`limits.max_connections`; 503 when none is free);
+//! 1. admits the client's network (`access.allow_clients`, 403) and takes a slot, its
+//!    client's (`limits.max_connections_per_client`) and the listener's
+//!    (`limits.max_connections`); 503 when none is free. A new connection must send its
+//!    first octet within `limits.first_byte_timeout_seconds` or is closed;
 //! 2. reads each request head itself, within `limits` ([`read_head`]: 408/413/414/431/400);
 //! 3. when a credentials file is set, checks `Proxy-Authorization` (407) — once per plain
 //!    request, once per CONNECT for everything inside the tunnel;
@@ -15,6 +17,7 @@
 //! Refusals are written here as complete responses, counted in
 //! `robotsgate_downstream_refusals_total{reason}` and logged, and the connection closes.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +57,36 @@ pub struct ProxyFront {
     access: Arc<AccessPolicy>,
     limits: HeadLimits,
     connections: Arc<Semaphore>,
+    per_client: Arc<PerClient>,
+}
+
+/// Open connections per client address, bounded by `limits.max_connections_per_client`.
+struct PerClient {
+    max: usize,
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerClient {
+    /// Counts one more connection from `client`; false when it already has its share.
+    fn take(&self, client: IpAddr) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(client).or_insert(0);
+        if *count >= self.max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn give_back(&self, client: IpAddr) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&client) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&client);
+            }
+        }
+    }
 }
 
 impl ProxyFront {
@@ -63,6 +96,7 @@ impl ProxyFront {
         access: Arc<AccessPolicy>,
         limits: HeadLimits,
         max_connections: usize,
+        max_connections_per_client: usize,
     ) -> ProxyFront {
         ProxyFront {
             http: Arc::new(http),
@@ -70,25 +104,40 @@ impl ProxyFront {
             access,
             limits,
             connections: Arc::new(Semaphore::new(max_connections)),
+            per_client: Arc::new(PerClient {
+                max: max_connections_per_client,
+                open: Default::default(),
+            }),
         }
     }
 }
 
-/// An open client connection: holds its slot and is counted for as long as it lives.
+/// An open client connection: holds its slots (global and its client's) and is counted
+/// for as long as it lives.
 struct OpenConnection {
     _slot: tokio::sync::OwnedSemaphorePermit,
+    client: Option<(IpAddr, Arc<PerClient>)>,
 }
 
 impl OpenConnection {
-    fn new(slot: tokio::sync::OwnedSemaphorePermit) -> OpenConnection {
+    fn new(
+        slot: tokio::sync::OwnedSemaphorePermit,
+        client: Option<(IpAddr, Arc<PerClient>)>,
+    ) -> OpenConnection {
         metrics::DOWNSTREAM_CONNECTIONS.inc();
-        OpenConnection { _slot: slot }
+        OpenConnection {
+            _slot: slot,
+            client,
+        }
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         metrics::DOWNSTREAM_CONNECTIONS.dec();
+        if let Some((ip, per_client)) = &self.client {
+            per_client.give_back(*ip);
+        }
     }
 }
 
@@ -108,14 +157,25 @@ impl ServerApp for ProxyFront {
                 .await;
             return None;
         }
+        let retry = [("Retry-After", "1")];
+        if client.is_some_and(|ip| !self.per_client.take(ip)) {
+            let why =
+                "too many open connections from this client (limits.max_connections_per_client)";
+            let refusal = (503, "client_connection_limit", why);
+            self.turn_away(&mut stream, client, refusal, &retry).await;
+            return None;
+        }
+        let per_client = client.map(|ip| (ip, self.per_client.clone()));
         let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            if let Some((ip, per_client)) = per_client {
+                per_client.give_back(ip);
+            }
             let why = "too many open connections (limits.max_connections)";
-            let retry = [("Retry-After", "1")];
             self.turn_away(&mut stream, client, (503, "connection_limit", why), &retry)
                 .await;
             return None;
         };
-        let _open = OpenConnection::new(permit);
+        let _open = OpenConnection::new(permit, per_client);
         self.serve(stream, client, shutdown).await;
         None
     }
@@ -136,9 +196,9 @@ impl ProxyFront {
         refusal: Refusal<'_>,
         headers: &[(&str, &str)],
     ) {
-        let wait = self.limits.header_timeout.min(Duration::from_secs(1));
+        let wait = self.limits.first_byte_timeout.min(Duration::from_secs(1));
         let head = read_head(stream, &self.limits, wait).await;
-        if !matches!(head, Err(HeadError::Gone)) {
+        if !matches!(head, Err(HeadError::Gone | HeadError::FirstByteTimeout)) {
             refuse(stream, client, refusal, headers).await;
         }
     }
@@ -148,7 +208,8 @@ impl ProxyFront {
         let mut context = ClientContext::default();
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
-        let mut wait = self.limits.header_timeout;
+        let mut wait = self.limits.first_byte_timeout;
+        let mut fresh = true;
         loop {
             let head = tokio::select! {
                 biased;
@@ -159,6 +220,14 @@ impl ProxyFront {
             let head = match head {
                 Ok(head) => head,
                 Err(HeadError::Gone) => return,
+                // A socket opened and left silent: closed, and counted (an idle
+                // kept-alive connection closing is ordinary).
+                Err(HeadError::FirstByteTimeout) => {
+                    if fresh {
+                        metrics::record_refusal("first_byte_timeout");
+                    }
+                    return;
+                }
                 Err(e) => {
                     let refusal = (e.status().unwrap_or(400), e.reason(), &*e.to_string());
                     return refuse(&mut stream, client, refusal, &[]).await;
@@ -192,16 +261,22 @@ impl ProxyFront {
                 };
                 l4.rewind(&head.bytes[head.len..]);
                 let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
-                let Some((tls, origin)) = self
-                    .tunnels
-                    .open(*l4, &head.bytes[..head.len], client, tokens)
+                // Boxed, like the proxy's future below: an idle connection's task then
+                // holds only this loop's small state, not room for the largest future
+                // it might await (Pingora's is tens of KiB).
+                let Some((tls, origin)) =
+                    Box::pin(
+                        self.tunnels
+                            .open(*l4, &head.bytes[..head.len], client, tokens),
+                    )
                     .await
                 else {
                     return;
                 };
                 stream = tls;
                 context.tunnel = Some(Arc::new(origin));
-                wait = self.limits.header_timeout;
+                wait = self.limits.first_byte_timeout;
+                fresh = true;
                 continue;
             }
             let mut session = ServerSession::new_http1(stream);
@@ -212,12 +287,13 @@ impl ProxyFront {
             let idle = self.limits.idle_timeout.as_secs().max(1);
             session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
             session.set_connection_user_context(Some(Box::new(context.clone())));
-            let Some(reused) = self.http.process_new_http(session, shutdown).await else {
+            let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
                 return;
             };
             // Pipelining is off, so Pingora keeps no octets of a next request for us.
             stream = reused.consume().0;
             wait = self.limits.idle_timeout;
+            fresh = false;
         }
     }
 }

@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 use tokio::time::Instant;
 
 use crate::config::LimitsConfig;
@@ -36,6 +36,8 @@ pub struct HeadLimits {
     pub max_body: u64,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
+    /// A new connection's (or tunnel's) wait for its first octet.
+    pub first_byte_timeout: Duration,
 }
 
 impl HeadLimits {
@@ -47,6 +49,7 @@ impl HeadLimits {
             max_body: config.max_body_bytes,
             header_timeout: crate::config::seconds(config.header_read_timeout_seconds),
             idle_timeout: crate::config::seconds(config.idle_timeout_seconds),
+            first_byte_timeout: crate::config::seconds(config.first_byte_timeout_seconds),
         }
     }
 }
@@ -68,6 +71,8 @@ pub struct Head {
 pub enum HeadError {
     /// Closed, reset or idle before a request began: nothing to answer.
     Gone,
+    /// A new connection sent nothing within its first-byte deadline: closed unanswered.
+    FirstByteTimeout,
     Timeout,
     RequestLineTooLong,
     HeadTooLarge,
@@ -86,7 +91,7 @@ impl HeadError {
     /// The status to answer with; `None` when the client is not there to hear it.
     pub fn status(&self) -> Option<u16> {
         match self {
-            HeadError::Gone => None,
+            HeadError::Gone | HeadError::FirstByteTimeout => None,
             HeadError::Timeout => Some(408),
             HeadError::RequestLineTooLong => Some(414),
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => Some(431),
@@ -99,6 +104,7 @@ impl HeadError {
     pub fn reason(&self) -> &'static str {
         match self {
             HeadError::Gone => "gone",
+            HeadError::FirstByteTimeout => "first_byte_timeout",
             HeadError::Timeout => "header_timeout",
             HeadError::RequestLineTooLong => "request_line_too_long",
             HeadError::HeadTooLarge => "header_too_large",
@@ -115,6 +121,7 @@ impl std::fmt::Display for HeadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HeadError::Gone => f.write_str("connection closed"),
+            HeadError::FirstByteTimeout => f.write_str("nothing received in time"),
             HeadError::Timeout => f.write_str("request head not received in time"),
             HeadError::RequestLineTooLong => {
                 f.write_str("request line longer than limits.max_request_line_bytes")
@@ -138,7 +145,8 @@ impl std::fmt::Display for HeadError {
 }
 
 /// Reads one request head from `stream`: waits at most `first_wait` for its first octet
-/// (nothing is answered if none comes), then `limits.header_timeout` for the rest.
+/// (nothing is answered if none comes: [`HeadError::FirstByteTimeout`]), then
+/// `limits.header_timeout` for the rest.
 pub async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     limits: &HeadLimits,
@@ -151,16 +159,13 @@ pub async fn read_head<S: AsyncRead + Unpin>(
         if let Some(len) = complete(&buf, &mut scanned, limits)? {
             return parse(buf, len, limits);
         }
-        if buf.capacity() - buf.len() < 1024 {
-            buf.reserve(4096);
-        }
         let read = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, stream.read_buf(&mut buf))
+            Some(deadline) => tokio::time::timeout_at(deadline, read_arrived(stream, &mut buf))
                 .await
                 .map_err(|_| HeadError::Timeout)?,
-            None => match tokio::time::timeout(first_wait, stream.read_buf(&mut buf)).await {
+            None => match tokio::time::timeout(first_wait, read_arrived(stream, &mut buf)).await {
                 Ok(read) => read,
-                Err(_) => return Err(HeadError::Gone),
+                Err(_) => return Err(HeadError::FirstByteTimeout),
             },
         };
         match read {
@@ -169,6 +174,28 @@ pub async fn read_head<S: AsyncRead + Unpin>(
         }
         deadline.get_or_insert_with(|| Instant::now() + limits.header_timeout);
     }
+}
+
+/// Reads what has arrived into `buf`, growing it by just that much: a connection that
+/// waits holds no buffer (10,000 silent sockets cost no read buffers), and the octets
+/// are first read into a stack array that exists only while a read is ready.
+async fn read_arrived<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        let mut chunk = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut read = tokio::io::ReadBuf::uninit(&mut chunk);
+        match std::pin::Pin::new(&mut *stream).poll_read(cx, &mut read) {
+            std::task::Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(read.filled());
+                std::task::Poll::Ready(Ok(read.filled().len()))
+            }
+            std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// Parses a head from octets already at hand; `Ok(None)` means more are needed (pure:
@@ -299,6 +326,7 @@ mod tests {
             max_body: 100,
             header_timeout: Duration::from_millis(200),
             idle_timeout: Duration::from_millis(200),
+            first_byte_timeout: Duration::from_millis(200),
         }
     }
 

@@ -2,8 +2,8 @@
 //!
 //! After `CONNECT host:443` is answered, the crawler starts a TLS handshake expecting
 //! `host`'s certificate. [`Interceptor`] answers it with a leaf certificate minted for the
-//! name the client asks for (SNI; the CONNECT host when the client sends none, as for IP
-//! literals, which become IP SANs), signed by the operator CA ([`OperatorCa`]).
+//! CONNECT host (IP literals become IP SANs), signed by the operator CA ([`OperatorCa`]);
+//! a ClientHello whose SNI names another host is refused.
 //!
 //! Costs, and how they are kept off the request path:
 //! * Minting is one ECDSA P-256 signature (≈0.1–1 ms). Leaves are cached per name in a
@@ -52,6 +52,7 @@ impl std::fmt::Debug for Interceptor {
 
 impl Interceptor {
     pub fn new(ca: OperatorCa, config: &TlsConfig) -> anyhow::Result<Interceptor> {
+        crate::metrics::TLS_CA_EXPIRY.set(ca.not_after.unix_timestamp());
         let leaf_key =
             KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generate leaf key")?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -134,6 +135,21 @@ impl Interceptor {
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::hours(1);
         let validity = time::Duration::try_from(self.validity).unwrap_or(time::Duration::DAY);
+        // A CA past its end would sign leaves no client accepts: refuse, loudly; and say
+        // so ahead of time, at every mint in its last 30 days.
+        if now >= self.ca.not_after {
+            log::error!(
+                "TLS interception: the operator CA expired on {}; no leaf is minted (create a new CA with `robotsgate ca init` and distribute it)",
+                self.ca.not_after
+            );
+            anyhow::bail!("the operator CA expired on {}", self.ca.not_after);
+        }
+        if self.ca.not_after - now < time::Duration::days(30) {
+            log::warn!(
+                "TLS interception: the operator CA expires on {}; create a new one and distribute it",
+                self.ca.not_after
+            );
+        }
         params.not_after = (now + validity).min(self.ca.not_after);
         params.serial_number = Some(random_serial()?);
         let cert = params
@@ -146,7 +162,9 @@ impl Interceptor {
     }
 }
 
-/// Resolves a certificate for one tunnel: SNI if the client sent it, else the CONNECT host.
+/// Resolves the certificate for one tunnel: always the CONNECT host's. A client whose SNI
+/// names another host fails the handshake (counted): a leaf for it would be for a tunnel
+/// that goes elsewhere, and minting for any SNI lets one client churn the leaf cache.
 #[derive(Debug)]
 struct LeafResolver {
     interceptor: Arc<Interceptor>,
@@ -155,7 +173,14 @@ struct LeafResolver {
 
 impl ResolvesServerCert for LeafResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let name = hello.server_name().unwrap_or(&self.connect_host);
+        let name = self.connect_host.as_str();
+        if let Some(sni) = hello.server_name() {
+            if !sni.trim_end_matches('.').eq_ignore_ascii_case(name) {
+                crate::metrics::TLS_SNI_MISMATCHES.inc();
+                log::warn!("TLS interception: SNI `{sni}` in a tunnel to `{name}`: refused");
+                return None;
+            }
+        }
         match self.interceptor.leaf_for(name) {
             Ok(leaf) => Some(leaf),
             Err(e) => {

@@ -300,12 +300,29 @@ pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new
     .expect("metric registers once")
 });
 
+pub static TLS_CA_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_tls_ca_expiry_timestamp_seconds",
+        "When the operator CA expires (Unix time); no leaf is minted past it."
+    )
+    .expect("metric registers once")
+});
+
+pub static TLS_SNI_MISMATCHES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_tls_sni_mismatches_total",
+        "Intercepted handshakes refused because the SNI named another host than the CONNECT."
+    )
+    .expect("metric registers once")
+});
+
 static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_downstream_refusals_total",
         "Requests and connections refused before the robots decision, by reason: a limit \
          (connection_limit, header_timeout, request_line_too_long, header_too_large, \
-         too_many_headers, body_too_large, malformed) or access (client_network, \
+         too_many_headers, body_too_large, body-on-get, upgrade, malformed, \
+         client_connection_limit, first_byte_timeout) or access (client_network, \
          auth_required, auth_failed).",
         &["reason"]
     )

@@ -185,6 +185,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         interceptor,
         &config.tls,
         crate::config::seconds(config.upstream.connect_timeout_seconds),
+        crate::config::seconds(config.limits.first_byte_timeout_seconds),
     );
     let front = ProxyFront::new(
         http,
@@ -192,9 +193,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         Arc::new(access),
         HeadLimits::new(&config.limits),
         config.limits.max_connections,
+        config.limits.max_connections_per_client,
     );
     let mut proxy = Service::new("robotsgate proxy".to_string(), front);
-    proxy.add_tcp(&config.listen.to_string());
+    // No L4 read buffer (Pingora's default is 64 KiB per connection, allocated at
+    // accept): the front reads each head into a buffer sized to what arrived, so an idle
+    // connection holds no read buffer at all.
+    proxy.add_listener(
+        pingora::listeners::ListenerConfig::tcp(config.listen.to_string()).l4_buffer(
+            pingora::protocols::l4::stream::L4BufferSettings::new(
+                0,
+                pingora::protocols::l4::stream::DEFAULT_L4_WRITE_BUFFER_SIZE,
+            ),
+        ),
+    );
     server.add_service(proxy).add_dependency(&bootstrap);
 
     if let Some(admin) = config.admin_listen {

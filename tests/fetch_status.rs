@@ -228,7 +228,8 @@ async fn dns_failure_means_unreachable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
-    // Fresh for 3 s; within 2.5 s of expiry a request triggers a background refresh.
+    // Fresh for 3 s: a refresh ahead happens in the last tenth of that (0.3 s), not
+    // within `refresh_ahead_seconds` (2.5 s) of expiry, which would be nearly always.
     let proxy = Proxy::start_for_loopback(
         "  robots:\n    min_ttl_seconds: 0\n    refresh_ahead_seconds: 2.5\n",
     );
@@ -240,6 +241,10 @@ async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
     assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 200);
     assert_eq!(origin.count("/robots.txt"), 1);
     tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(curl(&proxy, &origin.url("/private"), &[]).0, 403);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.count("/robots.txt"), 1, "no refresh at 0.7 s of 3 s");
+    tokio::time::sleep(Duration::from_millis(1750)).await;
     // Answered from the still-fresh copy; the refresh happens behind it.
     assert_eq!(curl(&proxy, &origin.url("/private"), &[]).0, 403);
     assert!(eventually(Duration::from_secs(5), || origin.count("/robots.txt") == 2).await);

@@ -24,6 +24,11 @@ struct Setup {
 
 impl Setup {
     async fn start(extra_yaml: &str) -> Setup {
+        Setup::start_with_dns(common::servfail_dns().await, extra_yaml).await
+    }
+
+    /// As [`Setup::start`], with names resolved by the test's own DNS server `dns`.
+    async fn start_with_dns(dns: std::net::SocketAddr, extra_yaml: &str) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ca_cert, ca_key) = operator_ca(dir.path());
         let origin_ca = TestCa::new("robotsgate test origins CA");
@@ -31,7 +36,6 @@ impl Setup {
         std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
         // Names resolve through a loopback DNS server only (`localhost` is answered by
         // the resolver itself), so no lookup leaves the machine.
-        let dns = common::servfail_dns().await;
         let proxy = Proxy::start(
             &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
             &[
@@ -281,13 +285,15 @@ async fn untrusted_origin_certificate_is_a_502_with_the_reason() {
         "localhost",
     )
     .await;
-    // robots.txt cannot be fetched either (same untrusted certificate): unreachable → 503.
+    // robots.txt cannot be fetched either (same untrusted certificate): unreachable, and
+    // not transient, so 502 naming the cause (a crawler should not retry forever).
     let (status, head, body) = s.curl(&origin.url("/page"));
-    assert_eq!(status, 503, "{head}{body}");
+    assert_eq!(status, 502, "{head}{body}");
     assert!(
-        body.contains("certificate") || body.contains("TLS"),
-        "{body}"
+        head.contains("robots-unreachable;") && head.contains("reason=\"tls-handshake-failed: "),
+        "{head}"
     );
+    assert!(body.contains("tls-handshake-failed"), "{body}");
     assert!(origin.seen().is_empty(), "no request completed a handshake");
 
     // With robots.txt already held, the page's own connection fails verification: 502
@@ -519,4 +525,87 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
         s.metric("robotsgate_downstream_refusals_total{reason=\"auth_required\"}"),
         1.0
     );
+}
+
+/// A blind-tunnel network rule holds only when every address of the name is inside it:
+/// a name resolving to one address inside and one outside is intercepted (and judged
+/// path by path), never tunnelled blind towards the address outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_tunnel_networks_must_hold_every_address() {
+    let dns = common::static_dns(vec![
+        "127.0.0.1".parse().expect("ip"),
+        "127.0.1.5".parse().expect("ip"),
+    ])
+    .await;
+    let s = Setup::start_with_dns(dns, "  tls:\n    blind_tunnel: [127.0.1.0/24]\n").await;
+    let origin = TestOrigin::start_tls(
+        vec![("/robots.txt", Behaviour::ok(ROBOTS))],
+        s.origin_ca.server_config(&["mixed.test"]),
+        "mixed.test",
+    )
+    .await;
+    // Only an intercepted tunnel shows the operator CA's certificate (curl trusts only
+    // it), and only it can refuse a path.
+    let (status, head, body) = s.curl(&origin.url("/disallowed/x"));
+    assert_eq!(status, 403, "{head}{body}\n{}", s.proxy.log());
+    assert_eq!(s.curl(&origin.url("/ok")).0, 200);
+    assert_eq!(
+        s.metric("robotsgate_connect_tunnels_total{mode=\"blind\",outcome=\"established\"}"),
+        0.0
+    );
+    assert_eq!(origin.count("/disallowed/x"), 0);
+}
+
+/// A CONNECT to a name that does not resolve is answered at the CONNECT (502 naming the
+/// cause), with no 200 and no leaf minted for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_an_unresolvable_name_fails_at_the_connect() {
+    let s = Setup::start("").await;
+    let reply = common::raw_exchange(
+        s.proxy.addr,
+        b"CONNECT nosuch.test:443 HTTP/1.1\r\nHost: nosuch.test:443\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 502"), "{reply}");
+    assert!(reply.contains("reason=\"dns-"), "{reply}");
+    assert_eq!(s.metric("robotsgate_tls_leaf_mints_total"), 0.0);
+}
+
+/// The leaf is minted for the CONNECT host only: a ClientHello naming another host fails
+/// the handshake (counted), and mints nothing — so SNIs cannot churn the leaf cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sni_for_another_host_fails_the_handshake() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+    let ca_pem = std::fs::read_to_string(&s.operator_ca).expect("ca");
+    for n in 0..20 {
+        let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr)
+            .await
+            .expect("connect");
+        let connect = format!(
+            "CONNECT localhost:{p} HTTP/1.1\r\nHost: localhost:{p}\r\n\r\n",
+            p = origin.addr.port()
+        );
+        tcp.write_all(connect.as_bytes()).await.expect("write");
+        let mut reader = tokio::io::BufReader::new(tcp);
+        let mut line = String::new();
+        reader.read_line(&mut line).await.expect("read");
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        line.clear();
+        reader.read_line(&mut line).await.expect("blank line");
+        let connector = tokio_rustls::TlsConnector::from(common::client_config_trusting(&ca_pem));
+        let name = rustls::pki_types::ServerName::try_from(format!("other{n}.test")).expect("name");
+        let handshake = connector.connect(name, reader.into_inner()).await;
+        assert!(handshake.is_err(), "a leaf for other{n}.test was served");
+    }
+    assert_eq!(s.metric("robotsgate_tls_sni_mismatches_total"), 20.0);
+    assert_eq!(s.metric("robotsgate_tls_leaf_mints_total"), 0.0);
+    // The tunnel's own name still works, and the CA's expiry is exported.
+    assert_eq!(s.curl(&origin.url("/ok")).0, 200);
+    let expiry = s.metric("robotsgate_tls_ca_expiry_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(expiry > now, "{expiry} vs {now}");
 }

@@ -237,3 +237,164 @@ async fn the_connection_limit_answers_503_until_slots_free_up() {
     }
     assert!(served, "served again once the slots were free");
 }
+
+/// A TCP connection to the proxy from `local` (another loopback address: another client).
+async fn connect_from(local: &str, proxy: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{local}:0").parse().expect("addr"))
+        .expect("bind");
+    socket.connect(proxy).await.expect("connect")
+}
+
+/// Waits (up to `within`) for the proxy to close `stream`; true if it did.
+async fn closed_by_proxy(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, stream.read(&mut byte)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// One client address cannot take every slot, and silent sockets are closed at the
+/// first-byte deadline — also a CONNECT tunnel that never sends its ClientHello.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_hold_every_slot() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = common::operator_ca(dir.path());
+    let proxy = Proxy::start(
+        "  limits:\n    max_connections: 20\n    max_connections_per_client: 5\n    first_byte_timeout_seconds: 1\n",
+        &[
+            "--allow-destination",
+            "127.0.0.0/8",
+            "--ca-cert",
+            cert.to_str().expect("utf-8"),
+            "--ca-key",
+            key.to_str().expect("utf-8"),
+        ],
+    );
+    let request = |path: &str| {
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            origin.url(path),
+            origin.addr
+        )
+    };
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(connect_from("127.0.0.1", proxy.addr).await);
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            proxy.metric("robotsgate_downstream_connections") == Some(5.0)
+        })
+        .await
+    );
+    // The sixth from the same address is told to come back...
+    let mut sixth = connect_from("127.0.0.1", proxy.addr).await;
+    sixth
+        .write_all(request("/a").as_bytes())
+        .await
+        .expect("write");
+    let mut reply = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), sixth.read_to_string(&mut reply)).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(reply.contains("client_connection_limit"), "{reply}");
+    // ...while another client is served.
+    let mut other = connect_from("127.0.0.2", proxy.addr).await;
+    other
+        .write_all(request("/b").as_bytes())
+        .await
+        .expect("write");
+    let mut reply = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), other.read_to_string(&mut reply)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The silent ones are closed at the first-byte deadline (1 s), not the head's (10 s).
+    for stream in &mut held {
+        assert!(closed_by_proxy(stream, Duration::from_secs(4)).await);
+    }
+    assert_eq!(refused(&proxy, "first_byte_timeout"), 5.0);
+    assert_eq!(refused(&proxy, "client_connection_limit"), 1.0);
+    // A CONNECT answered 200 whose client never starts TLS: closed at the same deadline.
+    let mut tunnel = connect_from("127.0.0.3", proxy.addr).await;
+    let connect = format!(
+        "CONNECT 127.0.0.1:{p} HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n\r\n",
+        p = origin.addr.port()
+    );
+    tunnel.write_all(connect.as_bytes()).await.expect("write");
+    let mut head = [0u8; 39];
+    tunnel.read_exact(&mut head).await.expect("200");
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    let started = std::time::Instant::now();
+    assert!(closed_by_proxy(&mut tunnel, Duration::from_secs(4)).await);
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(refused(&proxy, "first_byte_timeout"), 6.0);
+}
+
+/// Idle connections hold no read buffer, and their memory is given back: RSS with 5,000
+/// silent connections open stays small, and after they close it returns near where it
+/// started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_cost_little_and_give_their_memory_back() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let proxy = Proxy::start_for_loopback(
+        "  limits:\n    max_connections_per_client: 20000\n    first_byte_timeout_seconds: 60\n",
+    );
+    let warm = raw_exchange(
+        proxy.addr,
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            origin.url("/warm"),
+            origin.addr
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(warm.starts_with("HTTP/1.1 200"), "{warm}");
+    let baseline = common::rss_bytes(proxy.pid());
+    let mut peak = baseline;
+    for wave in 0..3 {
+        let mut held = Vec::with_capacity(5000);
+        for _ in 0..5000 {
+            held.push(TcpStream::connect(proxy.addr).await.expect("connect"));
+        }
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                proxy.metric("robotsgate_downstream_connections") == Some(5000.0)
+            })
+            .await,
+            "wave {wave}: {:?}",
+            proxy.metric("robotsgate_downstream_connections")
+        );
+        peak = peak.max(common::rss_bytes(proxy.pid()));
+        drop(held);
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                proxy.metric("robotsgate_downstream_connections") == Some(0.0)
+            })
+            .await
+        );
+    }
+    // Freed memory goes back to the system (the allocator returns it after a short
+    // delay): poll rather than judge the first reading.
+    let pid = proxy.pid();
+    let near = baseline + 24 * 1024 * 1024;
+    eventually(Duration::from_secs(30), || common::rss_bytes(pid) < near).await;
+    let after = common::rss_bytes(pid);
+    let per_connection = (peak.saturating_sub(baseline)) as f64 / 5000.0;
+    eprintln!(
+        "RSS baseline {:.1} MiB, peak with 5000 idle {:.1} MiB ({per_connection:.0} B each), after {:.1} MiB",
+        baseline as f64 / 1048576.0,
+        peak as f64 / 1048576.0,
+        after as f64 / 1048576.0
+    );
+    assert!(
+        per_connection < 32_768.0,
+        "{per_connection} B per idle connection"
+    );
+    assert!(
+        after < near,
+        "RSS {after} after the waves vs {baseline} before"
+    );
+}

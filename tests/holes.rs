@@ -1,0 +1,467 @@
+//! Holes a hostile client or origin could use to get past robots.txt or Crawl-delay, each
+//! closed and checked over real sockets: a real robotsgate process, origins that log what
+//! reaches them, raw bytes or curl as the client.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{curl, raw_exchange, Behaviour, Proxy, TestOrigin};
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+
+/// Gaps at the origin between one request's end and the next one's start, in seconds.
+fn gaps(origin: &TestOrigin, skip_robots: bool) -> Vec<f64> {
+    let seen: Vec<_> = origin
+        .seen()
+        .into_iter()
+        .filter(|s| !skip_robots || s.target != "/robots.txt")
+        .collect();
+    seen.windows(2)
+        .map(|w| {
+            let end = w[0].done.expect("answered");
+            w[1].arrived.saturating_duration_since(end).as_secs_f64()
+        })
+        .collect()
+}
+
+/// `Crawl-delay: 1e20` (or any value past the ceiling) paces at the ceiling; it once
+/// overflowed a conversion that fell back to zero, and pacing switched off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_crawl_delay_paces_at_the_ceiling() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 100000000000000000000\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  pacing:\n    ceiling_seconds: 0.4\n    max_wait_seconds: 30\n",
+    );
+    let client = proxy.client();
+    for n in 0..4 {
+        let status = client
+            .get(origin.url(&format!("/page{n}")))
+            .send()
+            .await
+            .expect("request")
+            .status();
+        assert_eq!(status, 200);
+    }
+    let gaps = gaps(&origin, false);
+    assert_eq!(gaps.len(), 4, "robots.txt and four pages");
+    assert!(gaps.iter().all(|g| *g >= 0.4), "{gaps:?}");
+    let view = reqwest::get(format!(
+        "http://{}/origins/{}",
+        proxy.admin,
+        origin.url("").trim_end_matches('/')
+    ))
+    .await
+    .expect("admin")
+    .text()
+    .await
+    .expect("body");
+    assert!(view.contains("\"delay_seconds\": 0.405"), "{view}");
+}
+
+/// A GET or HEAD with a body is refused before anything reaches the origin: a server that
+/// ignores GET bodies would read the body as a second, unchecked request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_on_get_never_reaches_the_origin() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    let host = origin.addr.to_string();
+    let smuggled = format!("GET /private/smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let requests = [
+        format!(
+            "GET http://{host}/ok HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ),
+        format!(
+            "HEAD http://{host}/ok HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n",
+            smuggled.len()
+        ),
+        format!(
+            "GET /ok HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ),
+    ];
+    for request in &requests {
+        let reply = raw_exchange(proxy.addr, request.as_bytes()).await;
+        assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        assert!(reply.contains("reason=\"body-on-get\""), "{reply}");
+    }
+    assert!(origin.seen().is_empty(), "{:?}", origin.seen());
+    assert_eq!(
+        proxy.metric("robotsgate_downstream_refusals_total{reason=\"body-on-get\"}"),
+        Some(3.0)
+    );
+    // An empty body is no body.
+    let reply = raw_exchange(
+        proxy.addr,
+        format!("GET http://{host}/ok HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+/// `Upgrade` (WebSocket, h2c) is refused: after a 101 the connection would be a tunnel
+/// robots.txt never sees. An origin that switches protocols anyway gets nothing relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_are_refused_and_a_101_is_not_relayed() {
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok(ROBOTS)),
+        ("/switch", Behaviour::status(101)),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    let host = origin.addr.to_string();
+    for upgrade in ["websocket", "h2c", "anything/1.0"] {
+        let reply = raw_exchange(
+            proxy.addr,
+            format!("GET http://{host}/ws HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\nGET /private/1 HTTP/1.1\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        assert!(reply.contains("reason=\"upgrade\""), "{reply}");
+    }
+    assert!(origin.seen().is_empty());
+    // A 101 the client never asked for: the client does not get it, and the bytes it
+    // sends next are not relayed to the origin as a tunnel.
+    let reply = raw_exchange(
+        proxy.addr,
+        format!("GET http://{host}/switch HTTP/1.1\r\nHost: {host}\r\n\r\nGET /private/2 HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(!reply.starts_with("HTTP/1.1 101"), "{reply}");
+    assert!(
+        origin.seen().iter().all(|s| !s.target.contains("private")),
+        "{:?}",
+        origin.seen()
+    );
+}
+
+/// A short `max-age` does not make robots.txt refetch after every page, and every fetch
+/// (the admin's refresh included) takes its turn on the origin's schedule like a page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_fetches_are_paced_and_not_per_request() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::with_headers(
+            200,
+            &[("Cache-Control", "max-age=60")],
+            "User-agent: *\nCrawl-delay: 0.3\n",
+        ),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 30\n");
+    let client = proxy.client();
+    for n in 0..5 {
+        let r = client
+            .get(origin.url(&format!("/p{n}")))
+            .send()
+            .await
+            .expect("page");
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(origin.count("/robots.txt"), 1, "{:?}", origin.seen());
+    // An admin refresh while pages keep coming: it waits for its turn, and the next page
+    // waits for the refresh to end plus the delay.
+    let refresh = tokio::spawn({
+        let url = format!(
+            "http://{}/origins/{}/refresh",
+            proxy.admin,
+            origin.url("").trim_end_matches('/')
+        );
+        async move { reqwest::Client::new().post(url).send().await }
+    });
+    for n in 5..8 {
+        let r = client
+            .get(origin.url(&format!("/p{n}")))
+            .send()
+            .await
+            .expect("page");
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(refresh.await.expect("task").expect("refresh").status(), 200);
+    assert_eq!(origin.count("/robots.txt"), 2);
+    let gaps = gaps(&origin, false);
+    assert!(gaps.iter().all(|g| *g >= 0.3), "{gaps:?}");
+}
+
+/// robots.txt is fetched with `robots.user_agent`, never a client's: the copy serves every
+/// crawler, so an origin that varies robots.txt by User-Agent cannot hand one crawler's
+/// permissions to another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_is_fetched_with_the_configured_user_agent() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback(
+        "  robots:\n    user_agent: \"FleetBot/2.0 (+https://fleet.example/bot)\"\n",
+    );
+    let (status, _, _) = curl(&proxy, &origin.url("/a"), &["-A", "FirstCrawler/1.0"]);
+    assert_eq!(status, 200);
+    let fetch = origin
+        .seen()
+        .into_iter()
+        .find(|s| s.target == "/robots.txt")
+        .expect("robots.txt fetched");
+    assert_eq!(
+        fetch.header("user-agent"),
+        Some("FleetBot/2.0 (+https://fleet.example/bot)")
+    );
+}
+
+/// With `agent.from_user_agent` off, a crawler cannot name the most permissive group in its
+/// User-Agent; /check and the access log say where the tokens came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_choose_their_own_group() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: FriendBot\nAllow: /\n\nUser-agent: *\nDisallow: /private\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  agent:\n    from_user_agent: false\n    default_tokens: [FleetBot]\n",
+    );
+    let (status, head, _) = curl(&proxy, &origin.url("/private/x"), &["-A", "FriendBot/1"]);
+    assert_eq!(status, 403, "{head}");
+    assert_eq!(origin.count("/private/x"), 0);
+    let check = reqwest::get(format!(
+        "http://{}/check?url={}&agent=FriendBot%2F1",
+        proxy.admin,
+        origin
+            .url("/private/x")
+            .replace(':', "%3A")
+            .replace('/', "%2F")
+    ))
+    .await
+    .expect("check")
+    .text()
+    .await
+    .expect("body");
+    let check: serde_json::Value = serde_json::from_str(&check).expect("json");
+    assert_eq!(check["decision"], "disallowed", "{check}");
+    assert_eq!(check["tokens_from"], "default", "{check}");
+    assert!(
+        common::eventually(Duration::from_secs(5), || proxy
+            .log()
+            .contains("tokens_from=\"default\"")
+            || proxy.log().contains("tokens_from=default"))
+        .await,
+        "{}",
+        proxy.log()
+    );
+    // A config that turns the header off must name the fleet's tokens.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "robotsgate:\n  agent:\n    from_user_agent: false\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .expect("check-config");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("robotsgate.agent.default_tokens"), "{text}");
+}
+
+/// A client's `/robots.txt` is answered from the store: with the origin's robots.txt
+/// unreadable, ten requests for it cause one fetch (the store's), not ten unpaced ones,
+/// and each answer names the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_robots_txt_requests_never_go_upstream() {
+    let failing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(500))]).await;
+    let held = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let missing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    for _ in 0..10 {
+        let (status, head, _) = curl(&proxy, &failing.url("/robots.txt"), &[]);
+        assert_eq!(status, 503, "{head}");
+        assert!(head.contains("reason=\"http-500\""), "{head}");
+        assert!(head.contains("Retry-After"), "{head}");
+    }
+    assert_eq!(failing.count("/robots.txt"), 1);
+    let (status, _, body) = curl(&proxy, &held.url("/robots.txt"), &[]);
+    assert_eq!((status, body.as_str()), (200, ROBOTS));
+    assert_eq!(curl(&proxy, &missing.url("/robots.txt"), &[]).0, 404);
+    assert_eq!(held.count("/robots.txt") + missing.count("/robots.txt"), 2);
+}
+
+/// Every robots-unreachable answer names its cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_robots_txt_names_the_cause() {
+    let proxy = Proxy::start_for_loopback("  robots:\n    fetch_timeout_seconds: 1\n");
+    // Nothing listens on this port: connection refused.
+    let closed = common::free_port();
+    let (status, head, body) = curl(&proxy, &format!("http://127.0.0.1:{closed}/x"), &[]);
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("reason=\"connect-refused\""), "{head}");
+    assert!(body.contains("connect-refused"), "{body}");
+    // An origin that accepts and never answers: timeout.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let _hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let (status, head, _) = curl(&proxy, &format!("http://127.0.0.1:{port}/x"), &[]);
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("reason=\"timeout\""), "{head}");
+}
+
+/// The admin API: clients outside `admin.allow_clients` are refused, changes need the
+/// bearer token, and an origin is refreshed at most once per `min_ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_guarded() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "s3cret-admin-token-0123456789\n").expect("token");
+    let proxy = Proxy::start(
+        "  robots:\n    min_ttl_seconds: 60\n",
+        &[
+            "--allow-destination",
+            "127.0.0.0/8",
+            "--admin-token",
+            token.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(curl(&proxy, &origin.url("/a"), &[]).0, 200);
+    let base = format!(
+        "http://{}/origins/{}",
+        proxy.admin,
+        origin.url("").trim_end_matches('/')
+    );
+    let client = reqwest::Client::new();
+    let refresh = || client.post(format!("{base}/refresh"));
+    let no_token = refresh().send().await.expect("post");
+    assert_eq!(no_token.status(), 401);
+    assert!(no_token.headers().contains_key("www-authenticate"));
+    let wrong = refresh()
+        .bearer_auth("s3cret-admin-token-0123456780")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(wrong.status(), 401);
+    assert_eq!(
+        client.delete(&base).send().await.expect("delete").status(),
+        401
+    );
+    let good = refresh()
+        .bearer_auth("s3cret-admin-token-0123456789")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(good.status(), 200);
+    for _ in 0..6 {
+        let again = refresh()
+            .bearer_auth("s3cret-admin-token-0123456789")
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(again.status(), 429);
+        let retry: u64 = again.headers()["retry-after"]
+            .to_str()
+            .expect("ascii")
+            .parse()
+            .expect("seconds");
+        assert!((1..=60).contains(&retry), "{retry}");
+    }
+    assert_eq!(
+        origin.count("/robots.txt"),
+        2,
+        "first fetch and one refresh"
+    );
+    // Reads stay open to allowed clients.
+    assert_eq!(client.get(&base).send().await.expect("get").status(), 200);
+
+    // A client outside admin.allow_clients: refused (health checks excepted).
+    let outside = Proxy::start_for_loopback("  admin:\n    allow_clients: [10.0.0.0/8]\n");
+    let metrics = client
+        .get(format!("http://{}/metrics", outside.admin))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(metrics.status(), 403);
+}
+
+/// Headers some servers read as the path to serve never reach the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_rewriting_headers_are_stripped() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    let headers = [
+        "X-Original-URL: /private/a",
+        "X-Rewrite-URL: /private/b",
+        "X-Override-URL: /private/c",
+        "X-Original-URI: /private/d",
+        "X-Forwarded-Prefix: /private",
+        "X-HTTP-Method-Override: DELETE",
+        "x-envoy-original-path: /private/e",
+    ];
+    let mut args = Vec::new();
+    for h in &headers {
+        args.push("-H");
+        args.push(*h);
+    }
+    assert_eq!(curl(&proxy, &origin.url("/public"), &args).0, 200);
+    let seen = origin
+        .seen()
+        .into_iter()
+        .find(|s| s.target == "/public")
+        .expect("forwarded");
+    for h in &headers {
+        let name = h.split(':').next().expect("name");
+        assert_eq!(seen.header(name), None, "{name} was forwarded");
+    }
+}
+
+/// IPv6 forms that embed an IPv4 address are judged by it (6to4, NAT64) or refused
+/// (Teredo, local-use NAT64, IPv4-compatible, site-local).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_forms_embedding_ipv4_do_not_pass_egress() {
+    let proxy = Proxy::start("", &[]);
+    for host in [
+        "[2002:7f00:1::1]",
+        "[2002:a9fe:a9fe::]",
+        "[64:ff9b::7f00:1]",
+        "[64:ff9b:1::7f00:1]",
+        "[2001:0:4136:e378:8000:63bf:3fff:fdd2]",
+        "[::7f00:1]",
+        "[fec0::1]",
+        "[100::1]",
+    ] {
+        let (status, head, _) = curl(&proxy, &format!("http://{host}:8080/x"), &[]);
+        assert_eq!(status, 403, "{host}: {head}");
+        assert!(head.contains("egress-denied"), "{host}: {head}");
+    }
+}
+
+/// A rule's `%24`/`%2A` matches the URL's `$`/`*` however the URL writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaped_star_and_dollar_rules_match_both_spellings() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /price%24\nDisallow: /star%2A/\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    for path in [
+        "/price$",
+        "/price%24",
+        "/star%2A/a",
+        "/star%2a/b",
+        "/star*/c",
+    ] {
+        let (status, head, _) = curl(&proxy, &origin.url(path), &["--path-as-is"]);
+        assert_eq!(status, 403, "{path}: {head}");
+    }
+    assert_eq!(curl(&proxy, &origin.url("/price"), &[]).0, 200);
+    assert!(origin
+        .seen()
+        .iter()
+        .all(|s| s.target == "/robots.txt" || s.target == "/price"));
+}
