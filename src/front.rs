@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::BytesMut;
 use pingora::apps::{HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
@@ -35,7 +36,7 @@ use tokio::sync::Semaphore;
 use crate::access::{AccessPolicy, Identity};
 use crate::connect::Tunnels;
 use crate::enforce::Answer;
-use crate::head::{read_head, HeadError, HeadLimits};
+use crate::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
 use crate::metrics::{self, Outcome};
 use crate::proxy::RobotsGateProxy;
 use crate::target::Origin;
@@ -210,10 +211,13 @@ impl ProxyFront {
         // may sit idle between requests for longer.
         let mut wait = self.limits.first_byte_timeout;
         let mut fresh = true;
+        // Octets of the next request read along with the previous one (pipelining).
+        let mut pipelined = BytesMut::new();
         loop {
+            let already = std::mem::take(&mut pipelined);
             let head = tokio::select! {
                 biased;
-                head = read_head(&mut stream, &self.limits, wait) => head,
+                head = read_head_after(&mut stream, already, &self.limits, wait) => head,
                 // Shutting down: idle connections close (as Pingora's own loop does).
                 () = shutting_down(shutdown.clone()) => return,
             };
@@ -279,10 +283,31 @@ impl ProxyFront {
                 fresh = true;
                 continue;
             }
+            // Octets past this request (its head, and its body when the length is known)
+            // begin the next, pipelined request: kept for this loop, which answers it
+            // after this one, in order, with every check of the front.
+            let mut bytes = head.bytes;
+            let end = match head.body {
+                Body::None => head.len,
+                Body::Length(n) => {
+                    usize::try_from(n).map_or(usize::MAX, |n| head.len.saturating_add(n))
+                }
+                Body::Chunked => bytes.len(),
+            };
+            if end < bytes.len() {
+                pipelined = bytes.split_off(end);
+            }
             let mut session = ServerSession::new_http1(stream);
             if let ServerSession::H1(h1) = &mut session {
                 // Pingora parses the head from these octets without reading again.
-                h1.set_pipelined_prefix(head.bytes);
+                h1.set_pipelined_prefix(bytes);
+            }
+            // Inside a tunnel a client may close its sending side (TLS close_notify, FIN)
+            // once its request is out: the response is still delivered. Plain
+            // connections keep Pingora's default (a FIN aborts, as in Squid and nginx),
+            // so a client that hangs up while queued for pacing gives up its place.
+            if context.tunnel.is_some() {
+                session.set_abort_on_close(false);
             }
             let idle = self.limits.idle_timeout.as_secs().max(1);
             session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
@@ -290,7 +315,6 @@ impl ProxyFront {
             let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
                 return;
             };
-            // Pipelining is off, so Pingora keeps no octets of a next request for us.
             stream = reused.consume().0;
             wait = self.limits.idle_timeout;
             fresh = false;

@@ -64,6 +64,18 @@ pub struct Head {
     pub is_connect: bool,
     /// The `Proxy-Authorization` value, if sent.
     pub proxy_authorization: Option<Vec<u8>>,
+    /// What follows the head before the next request can begin.
+    pub body: Body,
+}
+
+/// A request's body, as its head announces it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    None,
+    /// `Content-Length` octets.
+    Length(u64),
+    /// Chunked: its end is known only by reading it (Pingora does).
+    Chunked,
 }
 
 /// Why no head was read. [`HeadError::status`] is what the client is told, if anything.
@@ -152,8 +164,19 @@ pub async fn read_head<S: AsyncRead + Unpin>(
     limits: &HeadLimits,
     first_wait: Duration,
 ) -> Result<Head, HeadError> {
-    let mut buf = BytesMut::new();
-    let mut deadline = None;
+    read_head_after(stream, BytesMut::new(), limits, first_wait).await
+}
+
+/// As [`read_head`], for a head that may have begun in `already` (octets of a pipelined
+/// request read with the one before it).
+pub async fn read_head_after<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    already: BytesMut,
+    limits: &HeadLimits,
+    first_wait: Duration,
+) -> Result<Head, HeadError> {
+    let mut deadline = (!already.is_empty()).then(|| Instant::now() + limits.header_timeout);
+    let mut buf = already;
     let mut scanned = 0;
     loop {
         if let Some(len) = complete(&buf, &mut scanned, limits)? {
@@ -306,11 +329,17 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
             ));
         }
     }
+    let body = match (chunked, content_length) {
+        (true, _) => Body::Chunked,
+        (false, Some(n)) if n > 0 => Body::Length(n),
+        _ => Body::None,
+    };
     Ok(Head {
         bytes,
         len,
         is_connect,
         proxy_authorization,
+        body,
     })
 }
 

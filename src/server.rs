@@ -196,16 +196,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.limits.max_connections_per_client,
     );
     let mut proxy = Service::new("robotsgate proxy".to_string(), front);
-    // No L4 read buffer (Pingora's default is 64 KiB per connection, allocated at
-    // accept): the front reads each head into a buffer sized to what arrived, so an idle
-    // connection holds no read buffer at all.
+    // No L4 buffers. Reads: Pingora's default is 64 KiB per connection, allocated at
+    // accept; the front reads each head into a buffer sized to what arrived, so an idle
+    // connection holds none. Writes: Pingora flushes a response with a Content-Length
+    // only at its end, so a buffered partial body would wait for a stalled origin;
+    // unbuffered, every octet goes to the client as it arrives.
     proxy.add_listener(
-        pingora::listeners::ListenerConfig::tcp(config.listen.to_string()).l4_buffer(
-            pingora::protocols::l4::stream::L4BufferSettings::new(
-                0,
-                pingora::protocols::l4::stream::DEFAULT_L4_WRITE_BUFFER_SIZE,
-            ),
-        ),
+        pingora::listeners::ListenerConfig::tcp(config.listen.to_string())
+            .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
     );
     server.add_service(proxy).add_dependency(&bootstrap);
 

@@ -465,3 +465,76 @@ async fn escaped_star_and_dollar_rules_match_both_spellings() {
         .iter()
         .all(|s| s.target == "/robots.txt" || s.target == "/price"));
 }
+
+/// Responses stream as they arrive: the first body octets reach the client while the
+/// origin is still stalled (they were once held until the response ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_stream_while_the_origin_stalls() {
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok(ROBOTS)),
+        (
+            "/stall",
+            Behaviour::Stall {
+                first: vec![b'a'; 1000],
+                total: 2000,
+                stall: Duration::from_secs(4),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        origin.url("/stall"),
+        origin.addr
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Everything the origin sent before stalling arrives well before the stall ends.
+    while !got.windows(4).any(|w| w == b"\r\n\r\n")
+        || got.len() - got.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) - 4 < 1000
+    {
+        let n = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buf))
+            .await
+            .expect("first bytes within 3 s while the origin stalls 4 s")
+            .expect("read");
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+}
+
+/// Pipelined requests are answered in order, each judged like any other (a disallowed one
+/// among them gets its 403 in its place and never reaches the origin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    let host = origin.addr.to_string();
+    let mut batch = String::new();
+    for path in ["/one", "/private/two", "/three"] {
+        batch.push_str(&format!(
+            "GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        ));
+    }
+    batch.push_str(&format!(
+        "GET http://{host}/four HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    let reply = raw_exchange(proxy.addr, batch.as_bytes()).await;
+    let statuses: Vec<&str> = reply.split("HTTP/1.1 ").skip(1).map(|r| &r[..3]).collect();
+    assert_eq!(statuses, ["200", "403", "200", "200"], "{reply}");
+    let order: Vec<usize> = ["page /one", "page /three", "page /four"]
+        .iter()
+        .map(|p| reply.find(p).expect(p))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{reply}");
+    let seen: Vec<String> = origin.seen().into_iter().map(|s| s.target).collect();
+    assert_eq!(seen, ["/robots.txt", "/one", "/three", "/four"]);
+}

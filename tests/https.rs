@@ -609,3 +609,42 @@ async fn an_sni_for_another_host_fails_the_handshake() {
         .as_secs_f64();
     assert!(expiry > now, "{expiry} vs {now}");
 }
+
+/// A client that closes its sending side inside the tunnel (TLS close_notify) once its
+/// request is out still gets the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closed_tunnel_still_gets_its_response() {
+    let s = Setup::start("").await;
+    let origin = s.origin(ROBOTS).await;
+    let ca_pem = std::fs::read_to_string(&s.operator_ca).expect("ca");
+    let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr)
+        .await
+        .expect("connect");
+    let port = origin.addr.port();
+    tcp.write_all(
+        format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("write");
+    let mut reader = BufReader::new(tcp);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.expect("read");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    line.clear();
+    reader.read_line(&mut line).await.expect("blank");
+    let connector = tokio_rustls::TlsConnector::from(client_config_trusting(&ca_pem));
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = connector
+        .connect(name, reader.into_inner())
+        .await
+        .expect("handshake");
+    tls.write_all(format!("GET /half HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    tls.shutdown().await.expect("close_notify and FIN");
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("page /half"), "{reply}");
+}

@@ -54,7 +54,8 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
         .to_str()
         .unwrap_or("")
         .contains("line=5"));
-    // robots.txt was fetched with the crawler's own User-Agent.
+    // robots.txt was fetched with robotsgate's own User-Agent (`robots.user_agent`),
+    // never a crawler's: the copy serves every crawler.
     let robots = origin
         .seen()
         .into_iter()
@@ -62,7 +63,7 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
         .expect("robots fetched");
     assert_eq!(
         robots.header("user-agent"),
-        Some("ExampleBot/1.0 (+https://example.com/bot)")
+        Some(concat!("robotsgate/", env!("CARGO_PKG_VERSION")))
     );
     assert_eq!(origin.count("/page"), 1);
 }

@@ -30,6 +30,13 @@ pub enum Behaviour {
     Trickle { body: Vec<u8>, every: Duration },
     /// The response after a delay.
     Delayed { delay: Duration, body: Vec<u8> },
+    /// The head (`Content-Length: total`) and `first` body octets at once, then nothing
+    /// for `stall`, then the rest.
+    Stall {
+        first: Vec<u8>,
+        total: usize,
+        stall: Duration,
+    },
 }
 
 impl Behaviour {
@@ -313,6 +320,21 @@ impl TestOrigin {
                 bytes.extend_from_slice(b"\r\n");
                 let _ = stream.write_all(&bytes).await;
                 false
+            }
+            Behaviour::Stall {
+                first,
+                total,
+                stall,
+            } => {
+                let mut bytes =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
+                bytes.extend_from_slice(&first);
+                if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+                    return false;
+                }
+                tokio::time::sleep(stall).await;
+                let rest = vec![b'z'; total.saturating_sub(first.len())];
+                stream.write_all(&rest).await.is_ok()
             }
             Behaviour::Trickle { body, every } => {
                 let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
