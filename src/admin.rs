@@ -103,22 +103,22 @@ impl AdminGuard {
         })
     }
 
-    /// `Err` is the answer for a request this client may not make.
-    fn admit(
+    /// The answer for a request this client may not make, if it may not.
+    fn refusal(
         &self,
         client: Option<IpAddr>,
         method: &str,
         authorization: Option<&[u8]>,
-    ) -> Result<(), Response<Vec<u8>>> {
+    ) -> Option<Response<Vec<u8>>> {
         let client = client.map(|ip| match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         });
         if !client.is_some_and(|ip| self.allow_clients.iter().any(|n| n.contains(ip))) {
-            return Err(error(403, "this client is not in admin.allow_clients"));
+            return Some(error(403, "this client is not in admin.allow_clients"));
         }
         let (Some(token), "POST" | "DELETE") = (&self.token, method) else {
-            return Ok(());
+            return None;
         };
         let offered = authorization
             .and_then(|v| v.strip_prefix(b"Bearer "))
@@ -126,18 +126,18 @@ impl AdminGuard {
         let equal = offered
             .is_some_and(|o| o.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0);
         if equal {
-            return Ok(());
+            return None;
         }
         let mut answer = error(401, "this needs Authorization: Bearer <admin.token_file>");
         answer.headers_mut().insert(
             "WWW-Authenticate",
             http::HeaderValue::from_static("Bearer realm=\"robotsgate-admin\""),
         );
-        Err(answer)
+        Some(answer)
     }
 
-    /// Takes the origin's refresh slot; `Err` is the 429 when it was taken too recently.
-    fn refresh_slot(&self, origin: &Origin) -> Result<(), Response<Vec<u8>>> {
+    /// Takes the origin's refresh slot, or answers 429 when it was taken too recently.
+    fn refresh_refusal(&self, origin: &Origin) -> Option<Response<Vec<u8>>> {
         let now = Instant::now();
         let mut map = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(last) = map.get(origin) {
@@ -151,7 +151,7 @@ impl AdminGuard {
                 if let Ok(value) = http::HeaderValue::from_str(&retry.to_string()) {
                     answer.headers_mut().insert("Retry-After", value);
                 }
-                return Err(answer);
+                return Some(answer);
             }
         }
         if map.len() >= REFRESHES_REMEMBERED {
@@ -159,7 +159,7 @@ impl AdminGuard {
             map.retain(|_, at| now.duration_since(*at) < every);
         }
         map.insert(origin.clone(), now);
-        Ok(())
+        None
     }
 }
 
@@ -194,9 +194,10 @@ impl ServeHttp for AdminApp {
         // Liveness answers anyone (load balancers, systemd probes); nothing else does.
         let health = matches!(req.uri.path(), "/healthz" | "/readyz");
         let authorization = req.headers.get("authorization").map(|v| v.as_bytes());
-        if let (false, Err(answer)) = (
+        if let (false, Some(answer)) = (
             health,
-            self.guard.admit(client, req.method.as_str(), authorization),
+            self.guard
+                .refusal(client, req.method.as_str(), authorization),
         ) {
             return answer;
         }
@@ -355,7 +356,7 @@ impl AdminApp {
         match (method, action) {
             ("GET", "") => {}
             ("POST", "refresh") => {
-                if let Err(answer) = self.guard.refresh_slot(&origin) {
+                if let Some(answer) = self.guard.refresh_refusal(&origin) {
                     return answer;
                 }
                 store.refresh(&origin).await;

@@ -75,6 +75,8 @@ fn check_config_accepts_production_and_names_bad_keys() {
 
     // The production file, with the CA where this test made it (the unit's credential
     // path exists only under systemd).
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "an-admin-token-of-32-characters\n").expect("token");
     let (ok, text) = check_config(&[
         "--config",
         PRODUCTION,
@@ -82,6 +84,8 @@ fn check_config_accepts_production_and_names_bad_keys() {
         &s(&cert),
         "--ca-key",
         &s(&key),
+        "--admin-token",
+        &s(&token),
     ]);
     assert!(ok, "{text}");
     assert!(
@@ -90,12 +94,23 @@ fn check_config_accepts_production_and_names_bad_keys() {
     );
 
     // As written, its CA key path does not exist here: refused, naming the key.
-    let (ok, text) = check_config(&["--config", PRODUCTION]);
+    let (ok, text) = check_config(&["--config", PRODUCTION, "--admin-token", &s(&token)]);
     assert!(!ok);
     assert!(
         text.contains("tls.ca_cert") || text.contains("tls.ca_key"),
         "{text}"
     );
+    // Nor does its admin token (a credential under systemd): refused, naming the key.
+    let (ok, text) = check_config(&[
+        "--config",
+        PRODUCTION,
+        "--ca-cert",
+        &s(&cert),
+        "--ca-key",
+        &s(&key),
+    ]);
+    assert!(!ok);
+    assert!(text.contains("admin.token_file"), "{text}");
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "robotsgate:\n  pacing:\n    floor_seconds: -1\n").expect("write");

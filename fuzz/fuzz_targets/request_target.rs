@@ -1,5 +1,7 @@
 //! Any bytes as a request head, or as a request target and Host header: parsing never
-//! panics; an accepted head respects every limit; an accepted target forwards as a valid
+//! panics; an accepted head respects every limit, carries no `Upgrade`, and a GET or HEAD
+//! accepted has no body (so nothing after it can be a smuggled request); an accepted
+//! target forwards as a valid
 //! origin-form URI whose canonical form is a fixed point, and so does its lenient reading.
 #![no_main]
 
@@ -7,7 +9,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use robotsgate::head::{parse_head, HeadLimits};
+use robotsgate::head::{parse_head, Body, HeadLimits};
 use robotsgate::robots::CanonicalPath;
 use robotsgate::target::{Scheme, Target};
 
@@ -30,11 +32,23 @@ fn head(data: &[u8]) {
         max_body: 1000,
         header_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(1),
+        first_byte_timeout: Duration::from_secs(1),
     };
     if let Ok(Some(head)) = parse_head(BytesMut::from(data), &limits) {
         assert!(head.len <= head.bytes.len() && head.len <= limits.max_head);
         let line = memchr::memchr(b'\n', &head.bytes[..head.len]).unwrap_or(head.len);
         assert!(line <= limits.max_request_line);
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut request = httparse::Request::new(&mut fields);
+        if request.parse(&head.bytes[..head.len]).is_ok() {
+            assert!(!request.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade")));
+            if matches!(request.method, Some("GET" | "HEAD")) {
+                assert_eq!(head.body, Body::None);
+            }
+        }
+        if let Body::Length(n) = head.body {
+            assert!(n > 0 && n <= limits.max_body);
+        }
     }
 }
 
