@@ -209,7 +209,7 @@ impl Enforcer {
             Err(e) => Decision::Respond(Answer::text(
                 502,
                 Outcome::UpstreamError,
-                format!("dns-failure; origin=\"{origin}\""),
+                format!("dns-failure; reason=\"{}\"; origin=\"{origin}\"", e.cause),
                 format!("robotsgate: {e}"),
             )),
         };

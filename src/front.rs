@@ -61,17 +61,33 @@ pub struct ProxyFront {
     per_client: Arc<PerClient>,
 }
 
-/// Open connections per client address, bounded by `limits.max_connections_per_client`.
+/// Open connections per client, bounded by `limits.max_connections_per_client`. A client
+/// is an IPv4 address or an IPv6 /64 (one host's share of addresses: counting single
+/// IPv6 addresses would let one host take as many slots as it has addresses).
 struct PerClient {
     max: usize,
     open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// The key a client's connections are counted under.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+            }
+        },
+        v4 => v4,
+    }
 }
 
 impl PerClient {
     /// Counts one more connection from `client`; false when it already has its share.
     fn take(&self, client: IpAddr) -> bool {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(client).or_insert(0);
+        let count = open.entry(client_key(client)).or_insert(0);
         if *count >= self.max {
             return false;
         }
@@ -81,10 +97,11 @@ impl PerClient {
 
     fn give_back(&self, client: IpAddr) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = open.get_mut(&client) {
+        let key = client_key(client);
+        if let Some(count) = open.get_mut(&key) {
             *count -= 1;
             if *count == 0 {
-                open.remove(&client);
+                open.remove(&key);
             }
         }
     }
@@ -387,4 +404,19 @@ pub async fn write_answer<S: AsyncWrite + Unpin + ?Sized>(
     let _ = stream.write_all(&answer.body).await;
     let _ = stream.flush().await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_ipv4_addresses_or_ipv6_64s() {
+        let key = |s: &str| client_key(s.parse().expect("ip")).to_string();
+        assert_eq!(key("10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2:ffff::9"), key("2001:db8:1:2::1"));
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+    }
 }

@@ -313,6 +313,12 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
             }
         }
     }
+    // Both framings at once: which one a server reads is the smuggling (RFC 9112 §6.3).
+    if chunked && content_length.is_some() {
+        return Err(HeadError::Malformed(
+            "both Transfer-Encoding and Content-Length".into(),
+        ));
+    }
     let is_connect = request.method == Some("CONNECT");
     let bodyless = matches!(request.method, Some("GET" | "HEAD"));
     if bodyless && (chunked || content_length.is_some_and(|n| n > 0)) {
@@ -386,7 +392,7 @@ mod tests {
     async fn each_limit_has_its_status() {
         let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(80));
         let big_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(300));
-        let cases: [(&[u8], Option<u16>); 15] = [
+        let cases: [(&[u8], Option<u16>); 16] = [
             (b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", Some(400)),
             (
                 b"HEAD / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -398,6 +404,10 @@ mod tests {
             ),
             (b"OPTIONS / HTTP/1.1\r\nupgrade: h2c\r\n\r\n", Some(400)),
             (b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", None),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Some(400),
+            ),
             (long_line.as_bytes(), Some(414)),
             (big_head.as_bytes(), Some(431)),
             (

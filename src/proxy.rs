@@ -112,8 +112,9 @@ fn upstream_failure(kind: &ErrorType) -> &'static str {
 
 /// Request headers that never go upstream: the proxy's own credentials, and headers
 /// that some servers and frameworks (IIS URL Rewrite, Symfony, Laravel, Zend, nginx
-/// setups, Envoy) read as the path to serve, which would let a client fetch a path the
-/// robots decision never saw. Method overrides go too: a crawler's GET stays a GET.
+/// setups, Envoy) read as the path or the site to serve, which would let a client fetch
+/// a path the robots decision never saw. Method overrides go too: a crawler's GET stays
+/// a GET.
 const NEVER_FORWARDED: &[&str] = &[
     "proxy-authorization",
     "proxy-connection",
@@ -126,6 +127,12 @@ const NEVER_FORWARDED: &[&str] = &[
     "x-forwarded-path",
     "x-forwarded-prefix",
     "x-envoy-original-path",
+    // Virtual-host overrides: a server picking another site by them would serve a path
+    // judged against this origin's robots.txt.
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-host",
+    "forwarded",
     "x-proxy-url",
     "x-http-destinationurl",
     "x-http-method-override",

@@ -90,11 +90,22 @@ async fn a_body_on_get_never_reaches_the_origin() {
         assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
         assert!(reply.contains("reason=\"body-on-get\""), "{reply}");
     }
-    assert!(origin.seen().is_empty(), "{:?}", origin.seen());
     assert_eq!(
         proxy.metric("robotsgate_downstream_refusals_total{reason=\"body-on-get\"}"),
         Some(3.0)
     );
+    // Any method: both framings at once are refused (which one a server reads is the
+    // smuggling).
+    let reply = raw_exchange(
+        proxy.addr,
+        format!(
+            "POST http://{host}/form HTTP/1.1\r\nHost: {host}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(origin.seen().is_empty(), "{:?}", origin.seen());
     // An empty body is no body.
     let reply = raw_exchange(
         proxy.addr,
@@ -401,6 +412,8 @@ async fn path_rewriting_headers_are_stripped() {
         "X-Forwarded-Prefix: /private",
         "X-HTTP-Method-Override: DELETE",
         "x-envoy-original-path: /private/e",
+        "X-Forwarded-Host: other-site.example",
+        "Forwarded: host=other-site.example",
     ];
     let mut args = Vec::new();
     for h in &headers {
