@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::Criterion;
-use robotsgate::ca::OperatorCa;
 use robotsgate::config::TlsConfig;
-use robotsgate::intercept::Interceptor;
+use robotsgate::downstream::ca::OperatorCa;
+use robotsgate::downstream::intercept::Interceptor;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConnection};
 
@@ -26,7 +26,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-    robotsgate::ca::init(&cert, &key, 30, "bench CA").expect("ca init");
+    robotsgate::downstream::ca::init(&cert, &key, 30, "bench CA").expect("ca init");
     let ca = OperatorCa::load(&cert, &key).expect("load");
     let config = TlsConfig {
         leaf_cache_size: 1_000_000,

@@ -14,12 +14,12 @@ use async_trait::async_trait;
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::Server;
-use robotsgate::agent::Requester;
 use robotsgate::config::Config;
 use robotsgate::enforce::{Decision, Enforcer};
-use robotsgate::pacing::Permit;
+use robotsgate::origin::pacing::Permit;
+use robotsgate::policy::agent::Requester;
+use robotsgate::policy::target::{parse_authority, Origin, Scheme, Target};
 use robotsgate::robots::CanonicalPath;
-use robotsgate::target::{parse_authority, Origin, Scheme, Target};
 
 /// Per request: the approved address and the pacing permit (held until the response
 /// has been sent, when the context is dropped).
@@ -72,7 +72,7 @@ impl ProxyHttp for Guarded {
                 match self.enforcer.pace(&pace).await {
                     Ok(permit) => ctx.permit = Some(permit),
                     Err(answer) => {
-                        robotsgate::proxy::respond(session, &answer).await?;
+                        robotsgate::proxy::http::respond(session, &answer).await?;
                         return Ok(true);
                     }
                 }
@@ -85,7 +85,7 @@ impl ProxyHttp for Guarded {
                 Ok(false)
             }
             Decision::Respond(answer) => {
-                robotsgate::proxy::respond(session, &answer).await?;
+                robotsgate::proxy::http::respond(session, &answer).await?;
                 Ok(true)
             }
         }

@@ -9,7 +9,7 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::configuration::Opt;
 use pingora::server::Server;
-use robotsgate::target::{Host, Scheme, Target};
+use robotsgate::policy::target::{Host, Scheme, Target};
 
 struct Passthrough;
 

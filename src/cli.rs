@@ -26,10 +26,10 @@ enum Command {
     /// Decide URLs against a robots.txt file.
     Check(CheckArgs),
     /// Run the proxy.
-    Run(crate::server::RunArgs),
+    Run(crate::proxy::server::RunArgs),
     /// Load the configuration as `run` would (CA and roots included), report the first
     /// problem, and exit: 0 when it would start.
-    CheckConfig(crate::server::RunArgs),
+    CheckConfig(crate::proxy::server::RunArgs),
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
         /// The `.jsonl` file of cases.
@@ -94,16 +94,16 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         if !matches!(self.command, Command::Run(_) | Command::CheckConfig(_)) {
             // `run` and `check-config` install it once their configuration says how.
-            crate::logging::init(crate::logging::LogFormat::Text);
+            crate::telemetry::logging::init(crate::config::LogFormat::Text);
         }
         match self.command {
             Command::Check(args) => check(args),
             Command::CheckConfig(args) => {
-                crate::server::check_config(&args)?;
+                crate::proxy::server::check_config(&args)?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => {
-                crate::server::run(args)?;
+                crate::proxy::server::run(args)?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Ca(CaCommand::Init {
@@ -112,7 +112,7 @@ impl Cli {
                 days,
                 name,
             }) => {
-                crate::ca::init(&cert, &key, days, &name)?;
+                crate::downstream::ca::init(&cert, &key, days, &name)?;
                 println!(
                     "wrote CA certificate {} and key {} (valid {days} days)",
                     cert.display(),
@@ -129,7 +129,7 @@ impl Cli {
                 }
                 println!(
                     "{}",
-                    crate::access::credentials_line(&user, password, &tokens, cost)?
+                    crate::downstream::access::credentials_line(&user, password, &tokens, cost)?
                 );
                 Ok(ExitCode::SUCCESS)
             }

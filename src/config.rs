@@ -28,7 +28,7 @@ pub struct Config {
     /// Metrics and admin endpoints; keep it on loopback.
     pub admin_listen: Option<SocketAddr>,
     /// `text` (human-readable) or `json` (one object per line).
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: LogFormat,
     pub agent: AgentConfig,
     pub dns: DnsConfig,
     pub egress: EgressConfig,
@@ -70,7 +70,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
-            log_format: crate::logging::LogFormat::Text,
+            log_format: LogFormat::Text,
             agent: AgentConfig::default(),
             dns: DnsConfig::default(),
             egress: EgressConfig::default(),
@@ -280,7 +280,7 @@ pub struct TlsConfig {
     /// Destinations tunnelled without interception (certificate-pinned services): host
     /// names (`pinned.example`, `*.example` for subdomains) or networks (`192.0.2.0/24`).
     /// Only host-level checks apply to them: egress, `Disallow: /`, paced connection starts.
-    pub blind_tunnel: Vec<crate::connect::BlindTunnelRule>,
+    pub blind_tunnel: Vec<BlindTunnelRule>,
     /// Leaf certificates kept, one per host name.
     pub leaf_cache_size: usize,
     /// Validity of a minted leaf; it is re-minted when half of it has passed.
@@ -382,6 +382,55 @@ impl Default for LimitsConfig {
 /// Pingora's own ceilings on a request head (its HTTP/1 parser refuses more).
 pub const PINGORA_MAX_HEADERS: usize = 256;
 pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
+
+/// How logs are written (`robotsgate.log_format`): `text` (key=value) or `json` (one
+/// object per line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// A `tls.blind_tunnel` entry, parsed (and so validated) when the configuration is read.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub enum BlindTunnelRule {
+    Host(String),
+    /// `*.example.com`: subdomains of `example.com`, not the name itself.
+    Subdomains(String),
+    Network(Cidr),
+}
+
+impl TryFrom<String> for BlindTunnelRule {
+    type Error = String;
+    fn try_from(entry: String) -> Result<Self, String> {
+        BlindTunnelRule::parse(&entry)
+    }
+}
+
+impl BlindTunnelRule {
+    pub fn parse(entry: &str) -> Result<BlindTunnelRule, String> {
+        let entry = entry.trim();
+        if entry.contains('/') || entry.parse::<IpAddr>().is_ok() {
+            return entry.parse().map(BlindTunnelRule::Network);
+        }
+        let (subdomains, name) = match entry.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, entry),
+        };
+        let ascii = idna::domain_to_ascii(name)
+            .ok()
+            .filter(|a| !a.is_empty() && !a.contains(['*', ' ', ':']))
+            .ok_or_else(|| format!("`{entry}` is not a host name, `*.domain` or a CIDR network"))?;
+        Ok(if subdomains {
+            BlindTunnelRule::Subdomains(ascii)
+        } else {
+            BlindTunnelRule::Host(ascii)
+        })
+    }
+}
 
 /// A network in CIDR notation (`10.0.0.0/8`, `::1/128`); a bare address is a /32 or /128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

@@ -13,49 +13,19 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::agent::{AgentResolver, Requester, Tokens};
 use crate::config::Config;
-use crate::dns::{ResolveError, Resolver};
-use crate::egress::EgressPolicy;
-use crate::fetch::Fetcher;
-use crate::metrics::Outcome;
-use crate::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
+use crate::origin::dns::{ResolveError, Resolver};
+use crate::origin::fetch::Fetcher;
+use crate::origin::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
+use crate::origin::store::{Policy, RobotsStore, Snapshot};
+use crate::origin::trust::UpstreamTrust;
+use crate::policy::agent::{AgentResolver, Requester, Tokens};
+pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
+use crate::policy::egress::EgressPolicy;
+use crate::policy::target::{Origin, Target};
 use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
-use crate::store::{Policy, RobotsStore, Snapshot};
-use crate::target::{Origin, Target};
-use crate::trust::UpstreamTrust;
-
-/// A response robotsgate gives instead of the origin's.
-#[derive(Clone, Debug)]
-pub struct Answer {
-    pub status: u16,
-    /// What the metrics and the access log call it.
-    pub decision: Outcome,
-    /// Value of the `X-Robots-Decision` response header.
-    pub header: String,
-    pub content_type: &'static str,
-    pub body: Bytes,
-    pub retry_after: Option<u64>,
-    /// The robots.txt line that decided, when a rule did (for the access log).
-    pub rule_line: Option<u32>,
-}
-
-impl Answer {
-    pub fn text(status: u16, decision: Outcome, header: String, body: String) -> Answer {
-        Answer {
-            status,
-            decision,
-            header,
-            content_type: "text/plain; charset=utf-8",
-            body: Bytes::from(body + "\n"),
-            retry_after: None,
-            rule_line: None,
-        }
-    }
-}
 
 /// Why a request may go through; small and `Copy`, formatted only when logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,7 +257,7 @@ fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
     };
     let cause = snapshot.cause.as_deref().unwrap_or("unknown");
     let retry = retry_seconds(snapshot.retry_at);
-    let status = if crate::fetch::is_certificate_failure(cause) {
+    let status = if crate::origin::fetch::is_certificate_failure(cause) {
         502
     } else {
         503
@@ -315,6 +285,7 @@ fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
             body: body.clone(),
             retry_after: None,
             rule_line: None,
+            challenge: None,
         },
         Policy::AllowAll { why } => Answer::text(
             404,
@@ -360,7 +331,7 @@ impl Enforcer {
             .await
         {
             Ok(permit) => {
-                crate::metrics::record_pacing_wait(permit.waited.as_secs_f64());
+                crate::telemetry::metrics::record_pacing_wait(permit.waited.as_secs_f64());
                 Ok(permit)
             }
             Err(refused) => {
@@ -391,24 +362,4 @@ impl Enforcer {
             }
         }
     }
-}
-
-/// A request that cannot be understood: 400, or 421 for a request inside a tunnel that
-/// names another origin.
-pub fn bad_request(status: u16, why: impl std::fmt::Display) -> Answer {
-    Answer::text(
-        status,
-        Outcome::BadRequest,
-        format!("bad-request; reason=\"{why}\""),
-        format!("robotsgate: {why}"),
-    )
-}
-
-pub fn egress_denied(why: String) -> Answer {
-    Answer::text(
-        403,
-        Outcome::EgressDenied,
-        format!("egress-denied; reason=\"{why}\""),
-        format!("robotsgate: {why}"),
-    )
 }

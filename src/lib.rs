@@ -1,33 +1,35 @@
 //! robotsgate: an egress proxy that makes a crawler fleet obey robots.txt.
 //!
-//! Data flows one way: request → [`target`] (origin + canonical path) → [`agent`] (which
-//! crawler) → [`egress`] + [`dns`] (may we go there) → [`store`] (the origin's robots.txt,
-//! fetched by [`fetch`]) → [`robots`] (the verdict) → upstream. [`enforce`] is that
-//! pipeline as one call any Pingora proxy can make; [`proxy`] and [`server`] are
-//! robotsgate's own proxy built on it. Dependencies point inward: [`robots`] is pure and
-//! knows nothing of the rest.
+//! Data flows one way: request → [`policy::target`] (origin + canonical path) →
+//! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
+//! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
+//! [`robots`] (the verdict) → [`origin::pacing`] (the Crawl-delay slot) → upstream.
+//!
+//! The folders are the layers, and dependencies point one way, down this list (a
+//! module uses only modules listed below it; `tests/layers.rs` checks this, and that
+//! no two modules depend on each other, directly or around a loop):
+//!
+//! | layer | what it owns |
+//! |---|---|
+//! | `cli`, [`conformance`] | the command line and the SPEC §7 conformance runner |
+//! | [`proxy`] | robotsgate's own Pingora proxy and server: wiring only |
+//! | [`ops`] | the admin API and status page |
+//! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA |
+//! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
+//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, pacing, origin trust |
+//! | [`telemetry`] | metrics and logs |
+//! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
+//! | [`robots`] | the pure robots.txt engine (no I/O) |
+//! | [`config`] | the configuration file, its types and validation |
 
-pub mod access;
-pub mod admin;
-pub mod agent;
-pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod conformance;
-pub mod connect;
-pub mod dns;
-pub mod egress;
+pub mod downstream;
 pub mod enforce;
-pub mod fetch;
-pub mod front;
-pub mod head;
-pub mod intercept;
-pub mod logging;
-pub mod metrics;
-pub mod pacing;
+pub mod ops;
+pub mod origin;
+pub mod policy;
 pub mod proxy;
 pub mod robots;
-pub mod server;
-pub mod store;
-pub mod target;
-pub mod trust;
+pub mod telemetry;

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robotsgate::connect::parse_connect_head;
-use robotsgate::target::{parse_authority, Scheme, Target};
+use robotsgate::downstream::connect::parse_connect_head;
+use robotsgate::policy::target::{parse_authority, Scheme, Target};
 
 fuzz_target!(|data: &[u8]| {
     let (head, rest) = match data.iter().position(|&b| b == 0) {

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use robotsgate::head::{parse_head, Body, HeadLimits};
+use robotsgate::downstream::head::{parse_head, Body, HeadLimits};
 use robotsgate::robots::CanonicalPath;
-use robotsgate::target::{Scheme, Target};
+use robotsgate::policy::target::{Scheme, Target};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, data)) = data.split_first() else {

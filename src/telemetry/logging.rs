@@ -11,22 +11,13 @@
 
 use std::sync::Once;
 
-use serde::Deserialize;
 use tracing_subscriber::EnvFilter;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
 
 static INIT: Once = Once::new();
 
 /// Installs the process's logger in `format`; later calls do nothing. Commands call it
 /// once they know the format (`run` after reading its configuration).
-pub fn init(format: LogFormat) {
+pub fn init(format: crate::config::LogFormat) {
     INIT.call_once(|| {
         let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
         let builder = tracing_subscriber::fmt()
@@ -34,8 +25,8 @@ pub fn init(format: LogFormat) {
             .with_writer(std::io::stderr);
         // `try_init` also routes `log` records (Pingora's) here.
         let installed = match format {
-            LogFormat::Text => builder.with_ansi(false).try_init(),
-            LogFormat::Json => builder
+            crate::config::LogFormat::Text => builder.with_ansi(false).try_init(),
+            crate::config::LogFormat::Json => builder
                 .json()
                 .flatten_event(true)
                 .with_current_span(false)

@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{seconds, PacingConfig};
-use crate::target::Origin;
+use crate::policy::target::Origin;
 
 /// Which schedule a request belongs to: its origin and its robots.txt group (by the
 /// group's first agent name, stable across refreshes of the file).
@@ -411,7 +411,7 @@ impl Pacer {
     }
 
     /// The schedules of one origin, for the admin API.
-    pub fn schedules_of(&self, origin: &crate::target::Origin) -> Vec<ScheduleState> {
+    pub fn schedules_of(&self, origin: &crate::policy::target::Origin) -> Vec<ScheduleState> {
         let now = Instant::now();
         let map = lock(&self.schedules);
         let Some(list) = map.by_origin.get(origin) else {
@@ -448,9 +448,9 @@ mod tests {
 
     fn key(port: u16, group: &str) -> ScheduleKey {
         ScheduleKey {
-            origin: crate::target::parse_authority(
+            origin: crate::policy::target::parse_authority(
                 &format!("127.0.0.1:{port}"),
-                crate::target::Scheme::Http,
+                crate::policy::target::Scheme::Http,
             )
             .expect("origin"),
             group: group.into(),

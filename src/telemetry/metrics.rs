@@ -4,51 +4,11 @@
 
 use std::sync::LazyLock;
 
+pub use crate::policy::answer::Outcome;
 use prometheus::{
     register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
     IntCounterVec, IntGauge,
 };
-
-use crate::store::RobotsStore;
-
-/// What became of a request: the `decision` label of the request metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Allowed,
-    Disallowed,
-    RobotsUnreachable,
-    RobotsTxtCached,
-    EgressDenied,
-    PacedRejected,
-    UpstreamError,
-    BadRequest,
-}
-
-impl Outcome {
-    const ALL: [Outcome; 8] = [
-        Outcome::Allowed,
-        Outcome::Disallowed,
-        Outcome::RobotsUnreachable,
-        Outcome::RobotsTxtCached,
-        Outcome::EgressDenied,
-        Outcome::PacedRejected,
-        Outcome::UpstreamError,
-        Outcome::BadRequest,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Disallowed => "disallowed",
-            Outcome::RobotsUnreachable => "robots_unreachable",
-            Outcome::RobotsTxtCached => "robots_txt_cached",
-            Outcome::EgressDenied => "egress_denied",
-            Outcome::PacedRejected => "paced_rejected",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::BadRequest => "bad_request",
-        }
-    }
-}
 
 /// How a request reached robotsgate: the `mode` label of the request metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,9 +183,9 @@ pub static SINGLE_FLIGHT_JOINS: LazyLock<prometheus::IntCounter> = LazyLock::new
     .expect("metric registers once")
 });
 
-/// Copies the store's size into its gauge just before a scrape.
-pub fn update_store_gauges(store: &RobotsStore) {
-    STORE_ORIGINS.set(store.len() as i64);
+/// Sets the number of origins held, just before a scrape.
+pub fn update_store_gauges(origins_held: usize) {
+    STORE_ORIGINS.set(origins_held as i64);
 }
 
 static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
@@ -348,13 +308,13 @@ mod tests {
     #[test]
     fn dashboard_uses_registered_documented_metrics() {
         let dashboard: serde_json::Value =
-            serde_json::from_str(include_str!("../conf/grafana-dashboard.json"))
+            serde_json::from_str(include_str!("../../conf/grafana-dashboard.json"))
                 .expect("dashboard is JSON");
         assert!(dashboard["panels"]
             .as_array()
             .is_some_and(|p| p.len() >= 10));
         let source = include_str!("metrics.rs");
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let text = dashboard.to_string();
         let mut names: Vec<&str> = text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -30,8 +30,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
-use crate::ca::{random_serial, OperatorCa};
 use crate::config::TlsConfig;
+use crate::downstream::ca::{random_serial, OperatorCa};
 
 pub struct Interceptor {
     ca: OperatorCa,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Interceptor {
 
 impl Interceptor {
     pub fn new(ca: OperatorCa, config: &TlsConfig) -> anyhow::Result<Interceptor> {
-        crate::metrics::TLS_CA_EXPIRY.set(ca.not_after.unix_timestamp());
+        crate::telemetry::metrics::TLS_CA_EXPIRY.set(ca.not_after.unix_timestamp());
         let leaf_key =
             KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generate leaf key")?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -102,13 +102,13 @@ impl Interceptor {
             let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((leaf, minted)) = leaves.get(&name) {
                 if minted.elapsed() < self.validity / 2 {
-                    crate::metrics::TLS_LEAF_CACHE_HITS.inc();
+                    crate::telemetry::metrics::TLS_LEAF_CACHE_HITS.inc();
                     return Ok(leaf.clone());
                 }
             }
         }
         let leaf = Arc::new(self.mint(&name)?);
-        crate::metrics::TLS_LEAF_MINTS.inc();
+        crate::telemetry::metrics::TLS_LEAF_MINTS.inc();
         self.leaves
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -176,7 +176,7 @@ impl ResolvesServerCert for LeafResolver {
         let name = self.connect_host.as_str();
         if let Some(sni) = hello.server_name() {
             if !sni.trim_end_matches('.').eq_ignore_ascii_case(name) {
-                crate::metrics::TLS_SNI_MISMATCHES.inc();
+                crate::telemetry::metrics::TLS_SNI_MISMATCHES.inc();
                 log::warn!("TLS interception: SNI `{sni}` in a tunnel to `{name}`: refused");
                 return None;
             }
@@ -208,7 +208,7 @@ mod tests {
     fn interceptor(cache: usize) -> (tempfile::TempDir, Interceptor) {
         let dir = tempfile::tempdir().expect("tempdir");
         let (cert, key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-        crate::ca::init(&cert, &key, 30, "test CA").expect("init");
+        crate::downstream::ca::init(&cert, &key, 30, "test CA").expect("init");
         let ca = OperatorCa::load(&cert, &key).expect("load");
         let config = TlsConfig {
             leaf_cache_size: cache,

@@ -22,53 +22,18 @@ use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use tokio::io::AsyncWriteExt;
 
-use crate::agent::Requester;
+use crate::policy::agent::Requester;
 
-use crate::config::{seconds, Cidr, PortRange, TlsConfig};
+use crate::config::{seconds, BlindTunnelRule, PortRange, TlsConfig};
+use crate::downstream::intercept::Interceptor;
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
-use crate::intercept::Interceptor;
-use crate::metrics::{self, Outcome, TunnelMode};
+use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
-use crate::target::{parse_authority, Host, Origin, Scheme, Target};
+use crate::telemetry::metrics::{self, Outcome, TunnelMode};
 
-/// A `tls.blind_tunnel` entry, parsed (and so validated) when the configuration is read.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-#[serde(try_from = "String")]
-pub enum BlindTunnelRule {
-    Host(String),
-    /// `*.example.com`: subdomains of `example.com`, not the name itself.
-    Subdomains(String),
-    Network(Cidr),
-}
-
-impl TryFrom<String> for BlindTunnelRule {
-    type Error = String;
-    fn try_from(entry: String) -> Result<Self, String> {
-        BlindTunnelRule::parse(&entry)
-    }
-}
-
+/// Blind-tunnel rules applied to a CONNECT's destination.
 impl BlindTunnelRule {
-    pub fn parse(entry: &str) -> Result<BlindTunnelRule, String> {
-        let entry = entry.trim();
-        if entry.contains('/') || entry.parse::<IpAddr>().is_ok() {
-            return entry.parse().map(BlindTunnelRule::Network);
-        }
-        let (subdomains, name) = match entry.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, entry),
-        };
-        let ascii = idna::domain_to_ascii(name)
-            .ok()
-            .filter(|a| !a.is_empty() && !a.contains(['*', ' ', ':']))
-            .ok_or_else(|| format!("`{entry}` is not a host name, `*.domain` or a CIDR network"))?;
-        Ok(if subdomains {
-            BlindTunnelRule::Subdomains(ascii)
-        } else {
-            BlindTunnelRule::Host(ascii)
-        })
-    }
-
+    /// Does the rule cover this destination (its name, and every address it resolves to)?
     fn matches(&self, host: &Host, addrs: &[IpAddr]) -> bool {
         match (self, host) {
             (BlindTunnelRule::Host(h), Host::Name(name)) => h == name,
@@ -362,7 +327,7 @@ impl Tunnels {
             duration_seconds = started.elapsed().as_secs_f64(),
             why = answer.header.as_str(),
         );
-        crate::front::write_answer(l4, answer, &[]).await;
+        crate::downstream::reply::write_answer(l4, answer).await;
     }
 }
 

@@ -17,10 +17,10 @@ use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::upstreams::peer::HttpPeer;
 
-use crate::dns::Resolver;
-use crate::egress::EgressPolicy;
+use crate::origin::dns::Resolver;
+use crate::policy::egress::EgressPolicy;
+use crate::policy::target::{parse_authority, Origin, Scheme};
 use crate::robots::MAX_ROBOTS_BYTES;
-use crate::target::{parse_authority, Origin, Scheme};
 
 /// What one fetch came to.
 #[derive(Clone, Debug)]
@@ -283,7 +283,8 @@ impl Fetcher {
     }
 
     async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
-        let denied = |r: crate::egress::Refusal| Failure::new("egress-denied", r.to_string());
+        let denied =
+            |r: crate::policy::egress::Refusal| Failure::new("egress-denied", r.to_string());
         self.egress.check_port(origin.port).map_err(denied)?;
         let addrs = self
             .resolver

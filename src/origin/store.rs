@@ -32,10 +32,10 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::config::{seconds, RobotsConfig};
-use crate::fetch::{FetchOutcome, Fetcher};
-use crate::pacing::Pacer;
+use crate::origin::fetch::{FetchOutcome, Fetcher};
+use crate::origin::pacing::Pacer;
+use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
-use crate::target::Origin;
 
 /// What an origin's robots.txt currently means.
 #[derive(Debug)]
@@ -154,7 +154,7 @@ impl RobotsStore {
             .is_some_and(|(evicted, _)| &evicted != origin)
         {
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::STORE_EVICTIONS.inc();
+            crate::telemetry::metrics::STORE_EVICTIONS.inc();
         }
         entry
     }
@@ -238,7 +238,7 @@ impl RobotsStore {
             _ => false,
         };
         if let (true, Some(current)) = (changed, current) {
-            crate::metrics::SINGLE_FLIGHT_JOINS.inc();
+            crate::telemetry::metrics::SINGLE_FLIGHT_JOINS.inc();
             return current;
         }
         let store = self.clone();
@@ -312,8 +312,8 @@ impl RobotsStore {
         drop(turns);
         let duration = started.elapsed();
         let class = outcome.class();
-        crate::metrics::ROBOTS_FETCH_DURATION.observe(duration.as_secs_f64());
-        crate::metrics::ROBOTS_FETCHES
+        crate::telemetry::metrics::ROBOTS_FETCH_DURATION.observe(duration.as_secs_f64());
+        crate::telemetry::metrics::ROBOTS_FETCHES
             .with_label_values(&[class])
             .inc();
         let previous = entry.state.load_full();
@@ -458,8 +458,8 @@ impl RobotsStore {
 mod tests {
     use super::*;
     use crate::config::EgressConfig;
-    use crate::dns::Resolver;
-    use crate::egress::EgressPolicy;
+    use crate::origin::dns::Resolver;
+    use crate::policy::egress::EgressPolicy;
 
     fn store(config: RobotsConfig) -> Arc<RobotsStore> {
         let fetcher = Fetcher::new(
@@ -565,9 +565,9 @@ mod tests {
             ..RobotsConfig::default()
         });
         for port in 1..=500u16 {
-            let origin = crate::target::parse_authority(
+            let origin = crate::policy::target::parse_authority(
                 &format!("127.0.0.1:{port}"),
-                crate::target::Scheme::Http,
+                crate::policy::target::Scheme::Http,
             )
             .expect("origin");
             s.entry(&origin);

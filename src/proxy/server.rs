@@ -8,17 +8,17 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::listening::Service;
 
-use crate::access::AccessPolicy;
-use crate::admin::{AdminApp, AdminGuard};
-use crate::ca::OperatorCa;
 use crate::config::{Cidr, Config};
-use crate::connect::Tunnels;
+use crate::downstream::access::AccessPolicy;
+use crate::downstream::ca::OperatorCa;
+use crate::downstream::connect::Tunnels;
+use crate::downstream::front::ProxyFront;
+use crate::downstream::head::HeadLimits;
+use crate::downstream::intercept::Interceptor;
 use crate::enforce::Enforcer;
-use crate::front::ProxyFront;
-use crate::head::HeadLimits;
-use crate::intercept::Interceptor;
-use crate::proxy::RobotsGateProxy;
-use crate::trust::UpstreamTrust;
+use crate::ops::admin::{AdminApp, AdminGuard};
+use crate::origin::trust::UpstreamTrust;
+use crate::proxy::http::RobotsGateProxy;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -69,7 +69,7 @@ struct Loaded {
 
 fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let mut config = Config::load(&args.config)?;
-    crate::logging::init(config.log_format);
+    crate::telemetry::logging::init(config.log_format);
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
@@ -165,7 +165,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         upgrade: args.upgrade,
         ..Opt::default()
     };
-    crate::metrics::record_build_info();
+    crate::telemetry::metrics::record_build_info();
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 

@@ -34,11 +34,11 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::agent::Requester;
 use crate::enforce::{group_for, verdict_for, Decision, Enforcer};
+use crate::origin::store::{Policy, Snapshot};
+use crate::policy::agent::Requester;
+use crate::policy::target::{parse_authority, Origin, Scheme, Target};
 use crate::robots::{Reason, RobotsTxt};
-use crate::store::{Policy, Snapshot};
-use crate::target::{parse_authority, Origin, Scheme, Target};
 
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
@@ -232,10 +232,11 @@ const BUSIEST: usize = 25;
 impl AdminApp {
     /// What the status page shows: totals by decision and the busiest origins.
     fn status(&self) -> Value {
-        let totals: serde_json::Map<String, Value> = crate::metrics::requests_by_decision()
-            .into_iter()
-            .map(|(label, n)| (label.to_string(), json!(n)))
-            .collect();
+        let totals: serde_json::Map<String, Value> =
+            crate::telemetry::metrics::requests_by_decision()
+                .into_iter()
+                .map(|(label, n)| (label.to_string(), json!(n)))
+                .collect();
         let origins: Vec<Value> = self
             .enforcer
             .store
@@ -263,8 +264,8 @@ impl AdminApp {
     }
 
     fn metrics(&self) -> Response<Vec<u8>> {
-        crate::metrics::update_store_gauges(&self.enforcer.store);
-        crate::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
+        crate::telemetry::metrics::update_store_gauges(self.enforcer.store.len());
+        crate::telemetry::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
         let mut out = Vec::new();
         let encoder = prometheus::TextEncoder::new();
         match prometheus::Encoder::encode(&encoder, &prometheus::gather(), &mut out) {

@@ -13,7 +13,7 @@ use hickory_resolver::TokioResolver;
 
 use crate::config::DnsConfig;
 
-use crate::target::Host;
+use crate::policy::target::Host;
 
 /// A and AAAA both (the egress check judges every address), IPv4 first: the connection
 /// goes to the first address, and many crawler hosts have no IPv6 route (hickory's

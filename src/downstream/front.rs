@@ -10,7 +10,7 @@
 //!    request, once per CONNECT for everything inside the tunnel;
 //! 4. hands a CONNECT to [`Tunnels`], and serves an intercepted tunnel's decrypted stream
 //!    with this same loop;
-//! 5. hands every other request to Pingora's HTTP proxy (`RobotsGateProxy`) with the bytes
+//! 5. hands every other request to the HTTP application (robotsgate's Pingora proxy) with the bytes
 //!    already read as a prefix and a [`ClientContext`] saying which tunnel and user it
 //!    belongs to.
 //!
@@ -28,18 +28,17 @@ use pingora::apps::{HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
-use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::sync::Semaphore;
 
-use crate::access::{AccessPolicy, Identity};
-use crate::connect::Tunnels;
-use crate::enforce::Answer;
-use crate::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
-use crate::metrics::{self, Outcome};
-use crate::proxy::RobotsGateProxy;
-use crate::target::Origin;
+use crate::downstream::access::{AccessPolicy, Identity};
+use crate::downstream::connect::Tunnels;
+use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
+use crate::downstream::reply::write_answer;
+use crate::policy::answer::{Answer, Outcome};
+use crate::policy::target::Origin;
+use crate::telemetry::metrics;
 
 /// What the front knows about a request that Pingora's session does not: handed to the
 /// proxy pipeline with each request (Pingora's per-connection user context).
@@ -52,8 +51,9 @@ pub struct ClientContext {
     pub identity: Option<Arc<Identity>>,
 }
 
-pub struct ProxyFront {
-    http: Arc<HttpProxy<RobotsGateProxy>>,
+pub struct ProxyFront<A> {
+    /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
+    http: Arc<A>,
     tunnels: Tunnels,
     access: Arc<AccessPolicy>,
     limits: HeadLimits,
@@ -107,15 +107,16 @@ impl PerClient {
     }
 }
 
-impl ProxyFront {
+impl<A> ProxyFront<A> {
+    /// The front door for `http`, with its tunnels, access policy and limits.
     pub fn new(
-        http: HttpProxy<RobotsGateProxy>,
+        http: A,
         tunnels: Tunnels,
         access: Arc<AccessPolicy>,
         limits: HeadLimits,
         max_connections: usize,
         max_connections_per_client: usize,
-    ) -> ProxyFront {
+    ) -> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
             tunnels,
@@ -160,7 +161,7 @@ impl Drop for OpenConnection {
 }
 
 #[async_trait]
-impl ServerApp for ProxyFront {
+impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
     async fn process_new(
         self: &Arc<Self>,
         mut stream: Stream,
@@ -171,16 +172,15 @@ impl ServerApp for ProxyFront {
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
         if !self.access.client_allowed(client) {
             let why = "this client's address is not in access.allow_clients";
-            self.turn_away(&mut stream, client, (403, "client_network", why), &[])
-                .await;
+            let refusal = Refusal::new(403, "client_network", why);
+            self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
-        let retry = [("Retry-After", "1")];
         if client.is_some_and(|ip| !self.per_client.take(ip)) {
             let why =
                 "too many open connections from this client (limits.max_connections_per_client)";
-            let refusal = (503, "client_connection_limit", why);
-            self.turn_away(&mut stream, client, refusal, &retry).await;
+            let refusal = Refusal::new(503, "client_connection_limit", why).retry_after(1);
+            self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
         let per_client = client.map(|ip| (ip, self.per_client.clone()));
@@ -189,8 +189,8 @@ impl ServerApp for ProxyFront {
                 per_client.give_back(ip);
             }
             let why = "too many open connections (limits.max_connections)";
-            self.turn_away(&mut stream, client, (503, "connection_limit", why), &retry)
-                .await;
+            let refusal = Refusal::new(503, "connection_limit", why).retry_after(1);
+            self.turn_away(&mut stream, client, refusal).await;
             return None;
         };
         let _open = OpenConnection::new(permit, per_client);
@@ -199,25 +199,19 @@ impl ServerApp for ProxyFront {
     }
 
     async fn cleanup(&self) {
-        ServerApp::cleanup(self.http.as_ref()).await;
+        self.http.http_cleanup().await;
     }
 }
 
-impl ProxyFront {
+impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     /// Refuses a connection before serving it. Its request is read first (briefly), so
     /// the client sees the answer rather than a reset; one that sends nothing is closed
     /// unanswered, as everywhere in the front.
-    async fn turn_away(
-        &self,
-        stream: &mut Stream,
-        client: Option<IpAddr>,
-        refusal: Refusal<'_>,
-        headers: &[(&str, &str)],
-    ) {
+    async fn turn_away(&self, stream: &mut Stream, client: Option<IpAddr>, refusal: Refusal<'_>) {
         let wait = self.limits.first_byte_timeout.min(Duration::from_secs(1));
         let head = read_head(stream, &self.limits, wait).await;
         if !matches!(head, Err(HeadError::Gone | HeadError::FirstByteTimeout)) {
-            refuse(stream, client, refusal, headers).await;
+            refuse(stream, client, refusal).await;
         }
     }
 
@@ -250,8 +244,9 @@ impl ProxyFront {
                     return;
                 }
                 Err(e) => {
-                    let refusal = (e.status().unwrap_or(400), e.reason(), &*e.to_string());
-                    return refuse(&mut stream, client, refusal, &[]).await;
+                    let why = e.to_string();
+                    let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
+                    return refuse(&mut stream, client, refusal).await;
                 }
             };
             // Inside a tunnel the CONNECT's credentials stand for every request.
@@ -265,16 +260,16 @@ impl ProxyFront {
                     Err(denied) => {
                         let why = "proxy credentials required (Proxy-Authorization: Basic)";
                         let challenge = format!("Basic realm=\"{}\"", self.access.realm);
-                        let headers = [("Proxy-Authenticate", challenge.as_str())];
-                        let refusal = (denied.status(), denied.reason(), why);
-                        return refuse(&mut stream, client, refusal, &headers).await;
+                        let refusal = Refusal::new(denied.status(), denied.reason(), why)
+                            .challenge(challenge);
+                        return refuse(&mut stream, client, refusal).await;
                     }
                 }
             }
             if head.is_connect {
                 if context.tunnel.is_some() {
-                    let refusal = (400, "malformed", "CONNECT inside a tunnel");
-                    return refuse(&mut stream, client, refusal, &[]).await;
+                    let refusal = Refusal::new(400, "malformed", "CONNECT inside a tunnel");
+                    return refuse(&mut stream, client, refusal).await;
                 }
                 let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
                     log::error!("CONNECT on a listener that is not plain TCP");
@@ -348,16 +343,55 @@ async fn shutting_down(mut shutdown: ShutdownWatch) {
     }
 }
 
-/// A refusal by the front: status, `reason` (its counter label) and why, for the client.
-type Refusal<'a> = (u16, &'static str, &'a str);
+/// A refusal by the front: its status, `reason` (the counter label), why (for the
+/// client), and what the answer adds (`Retry-After`, a `Proxy-Authenticate` challenge).
+struct Refusal<'a> {
+    status: u16,
+    reason: &'static str,
+    why: &'a str,
+    retry_after: Option<u64>,
+    challenge: Option<String>,
+}
+
+impl<'a> Refusal<'a> {
+    fn new(status: u16, reason: &'static str, why: &'a str) -> Refusal<'a> {
+        Refusal {
+            status,
+            reason,
+            why,
+            retry_after: None,
+            challenge: None,
+        }
+    }
+
+    fn retry_after(self, seconds: u64) -> Self {
+        Refusal {
+            retry_after: Some(seconds),
+            ..self
+        }
+    }
+
+    fn challenge(self, challenge: String) -> Self {
+        Refusal {
+            challenge: Some(challenge),
+            ..self
+        }
+    }
+}
 
 /// Counts, logs and answers a refusal, then closes.
 async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
     stream: &mut S,
     client: Option<IpAddr>,
-    (status, reason, why): Refusal<'_>,
-    headers: &[(&str, &str)],
+    refusal: Refusal<'_>,
 ) {
+    let Refusal {
+        status,
+        reason,
+        why,
+        retry_after,
+        challenge,
+    } = refusal;
     metrics::record_refusal(reason);
     tracing::info!(
         target: "access",
@@ -366,57 +400,13 @@ async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
         reason,
         status,
     );
-    let answer = Answer::text(
+    let mut answer = Answer::text(
         status,
         Outcome::BadRequest,
         format!("refused; reason=\"{reason}\""),
         format!("robotsgate: {why}"),
     );
-    write_answer(stream, &answer, headers).await;
-}
-
-/// Writes `answer` as a complete HTTP/1.1 response that closes the connection (for
-/// streams Pingora's session does not own: refusals, CONNECT answers).
-pub async fn write_answer<S: AsyncWrite + Unpin + ?Sized>(
-    stream: &mut S,
-    answer: &Answer,
-    headers: &[(&str, &str)],
-) {
-    let reason = http::StatusCode::from_u16(answer.status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("");
-    let mut head = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Robots-Decision: {}\r\nConnection: close\r\n",
-        answer.status,
-        answer.content_type,
-        answer.body.len(),
-        answer.header,
-    );
-    if let Some(retry) = answer.retry_after {
-        head.push_str(&format!("Retry-After: {retry}\r\n"));
-    }
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(&answer.body).await;
-    let _ = stream.flush().await;
-    let _ = stream.shutdown().await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clients_are_ipv4_addresses_or_ipv6_64s() {
-        let key = |s: &str| client_key(s.parse().expect("ip")).to_string();
-        assert_eq!(key("10.1.2.3"), "10.1.2.3");
-        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
-        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
-        assert_eq!(key("2001:db8:1:2:ffff::9"), key("2001:db8:1:2::1"));
-        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
-    }
+    answer.retry_after = retry_after;
+    answer.challenge = challenge;
+    write_answer(stream, &answer).await;
 }

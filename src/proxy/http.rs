@@ -18,14 +18,14 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use crate::agent::Requester;
 use crate::config::{seconds, UpstreamConfig};
+use crate::downstream::front::ClientContext;
 use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
-use crate::front::ClientContext;
-use crate::logging::AccessRecord;
-use crate::metrics::{Mode, Outcome};
-use crate::pacing::Permit;
-use crate::target::{Origin, Scheme, Target, TargetError};
+use crate::origin::pacing::Permit;
+use crate::policy::agent::Requester;
+use crate::policy::target::{Origin, Scheme, Target, TargetError};
+use crate::telemetry::logging::AccessRecord;
+use crate::telemetry::metrics::{Mode, Outcome};
 
 pub struct RobotsGateProxy {
     pub enforcer: Arc<Enforcer>,
@@ -40,7 +40,7 @@ pub struct RequestContext {
     /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
     tunnel: Option<Arc<Origin>>,
     /// The authenticated proxy user, if any.
-    user: Option<Arc<crate::access::Identity>>,
+    user: Option<Arc<crate::downstream::access::Identity>>,
     body_bytes: u64,
     target: Option<Target>,
     addr: Option<SocketAddr>,
@@ -60,11 +60,8 @@ pub struct RequestContext {
 /// Writes an [`Answer`] as the complete response.
 pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     let mut header = ResponseHeader::build(answer.status, Some(5))?;
-    header.insert_header("Content-Type", answer.content_type)?;
-    header.insert_header("Content-Length", answer.body.len().to_string())?;
-    header.insert_header("X-Robots-Decision", &answer.header)?;
-    if let Some(retry) = answer.retry_after {
-        header.insert_header("Retry-After", retry.to_string())?;
+    for (name, value) in answer.fields() {
+        header.insert_header(name, value.as_ref())?;
     }
     session
         .write_response_header(Box::new(header), false)
@@ -264,7 +261,7 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
         if ctx.body_bytes > self.max_body_bytes {
-            crate::metrics::record_refusal("body_too_large");
+            crate::telemetry::metrics::record_refusal("body_too_large");
             return Error::e_explain(
                 ErrorType::HTTPStatus(413),
                 "request body larger than limits.max_body_bytes",
@@ -301,14 +298,14 @@ impl ProxyHttp for RobotsGateProxy {
                 "origin answered 101 Switching Protocols; upgrades are not proxied",
             );
         }
-        crate::metrics::record_upstream_status(upstream_response.status.as_u16());
+        crate::telemetry::metrics::record_upstream_status(upstream_response.status.as_u16());
         ctx.upstream_status = Some(upstream_response.status.as_u16());
         if let Some(permit) = &ctx.permit {
             let retry_after = upstream_response
                 .headers
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
-                .and_then(crate::fetch::retry_after);
+                .and_then(crate::origin::fetch::retry_after);
             permit.origin_answered(upstream_response.status.as_u16(), retry_after);
         }
         Ok(())
@@ -411,7 +408,7 @@ impl ProxyHttp for RobotsGateProxy {
             .target
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
-        crate::metrics::record_request(outcome, mode, https, elapsed);
+        crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
         let pacing_wait = ctx.permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
         // The response is sent: the pacing schedule's clock starts now.
         ctx.permit = None;

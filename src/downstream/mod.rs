@@ -1,0 +1,13 @@
+//! The client side: the [`front`] door every connection starts at, request [`head`]s
+//! read within limits, [`access`] control, CONNECT tunnels ([`connect`]), TLS
+//! interception ([`intercept`]) with the operator CA ([`ca`]), and answers written on raw
+//! client streams ([`reply`]). Uses [`crate::enforce`]
+//! and the layers below it; never the Pingora proxy that serves the requests.
+
+pub mod access;
+pub mod ca;
+pub mod connect;
+pub mod front;
+pub mod head;
+pub mod intercept;
+pub mod reply;

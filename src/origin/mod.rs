@@ -1,0 +1,10 @@
+//! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`]),
+//! [`pacing`] schedules, name resolution ([`dns`]) and the roots origin certificates
+//! are verified against ([`trust`]). Uses [`crate::policy`], [`crate::robots`],
+//! [`crate::telemetry`] and [`crate::config`].
+
+pub mod dns;
+pub mod fetch;
+pub mod pacing;
+pub mod store;
+pub mod trust;

@@ -1,0 +1,118 @@
+//! What robotsgate answers instead of the origin, as data: an [`Answer`] (status,
+//! `X-Robots-Decision`, body, `Retry-After`) and its [`Outcome`] (the metrics' and the
+//! access log's name for it). [`Answer::fields`] is the one rendering of its header
+//! fields; writing them is the caller's (Pingora's session or a raw stream).
+
+use bytes::Bytes;
+
+/// What became of a request: the `decision` label of the request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Disallowed,
+    RobotsUnreachable,
+    RobotsTxtCached,
+    EgressDenied,
+    PacedRejected,
+    UpstreamError,
+    BadRequest,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Allowed,
+        Outcome::Disallowed,
+        Outcome::RobotsUnreachable,
+        Outcome::RobotsTxtCached,
+        Outcome::EgressDenied,
+        Outcome::PacedRejected,
+        Outcome::UpstreamError,
+        Outcome::BadRequest,
+    ];
+
+    /// The metric label and access-log value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Disallowed => "disallowed",
+            Outcome::RobotsUnreachable => "robots_unreachable",
+            Outcome::RobotsTxtCached => "robots_txt_cached",
+            Outcome::EgressDenied => "egress_denied",
+            Outcome::PacedRejected => "paced_rejected",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// A response robotsgate gives instead of the origin's.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// What the metrics and the access log call it.
+    pub decision: Outcome,
+    /// Value of the `X-Robots-Decision` response header.
+    pub header: String,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub retry_after: Option<u64>,
+    /// The robots.txt line that decided, when a rule did (for the access log).
+    pub rule_line: Option<u32>,
+    /// A `Proxy-Authenticate` challenge (407 answers).
+    pub challenge: Option<String>,
+}
+
+impl Answer {
+    pub fn text(status: u16, decision: Outcome, header: String, body: String) -> Answer {
+        Answer {
+            status,
+            decision,
+            header,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(body + "\n"),
+            retry_after: None,
+            rule_line: None,
+            challenge: None,
+        }
+    }
+
+    /// The response's header fields: the one rendering of an answer, whichever way it is
+    /// then written (Pingora's session in `proxy::http`, a raw stream in
+    /// `downstream::reply`).
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, std::borrow::Cow<'_, str>)> {
+        use std::borrow::Cow;
+        [
+            Some(("Content-Type", Cow::Borrowed(self.content_type))),
+            Some(("Content-Length", Cow::Owned(self.body.len().to_string()))),
+            Some(("X-Robots-Decision", Cow::Borrowed(self.header.as_str()))),
+            self.retry_after
+                .map(|r| ("Retry-After", Cow::Owned(r.to_string()))),
+            self.challenge
+                .as_deref()
+                .map(|c| ("Proxy-Authenticate", Cow::Borrowed(c))),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// A request that cannot be understood: 400, or 421 for a request inside a tunnel that
+/// names another origin.
+pub fn bad_request(status: u16, why: impl std::fmt::Display) -> Answer {
+    Answer::text(
+        status,
+        Outcome::BadRequest,
+        format!("bad-request; reason=\"{why}\""),
+        format!("robotsgate: {why}"),
+    )
+}
+
+pub fn egress_denied(why: String) -> Answer {
+    Answer::text(
+        403,
+        Outcome::EgressDenied,
+        format!("egress-denied; reason=\"{why}\""),
+        format!("robotsgate: {why}"),
+    )
+}

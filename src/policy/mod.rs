@@ -1,0 +1,9 @@
+//! Pure request policy: where a request goes ([`target`]), who sends it ([`agent`]),
+//! where traffic may go ([`egress`]), and what robotsgate answers instead of the
+//! origin ([`answer`]). No I/O; uses only [`crate::robots`] and
+//! [`crate::config`].
+
+pub mod agent;
+pub mod answer;
+pub mod egress;
+pub mod target;
