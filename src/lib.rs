@@ -6,7 +6,7 @@
 //! [`robots`] (the verdict) → [`origin::pacing`] (the Crawl-delay slot) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
-//! module uses only modules listed below it; `tests/layers.rs` checks this, and that
+//! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that
 //! no two modules depend on each other, directly or around a loop):
 //!
 //! | layer | what it owns |

@@ -5,7 +5,7 @@ use clap::Parser;
 /// jemalloc, with a background thread that returns freed pages to the system after a
 /// second (`_rjem_malloc_conf` below): after a wave of 5,000 idle client connections
 /// closes, RSS goes back near where it was (glibc's allocator kept the peak;
-/// `tests/limits.rs` measures it).
+/// `tests/it/limits.rs` measures it).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

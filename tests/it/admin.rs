@@ -1,9 +1,7 @@
 //! The admin API over real sockets: "why was this URL blocked?" and "what is it doing to
 //! origin X?" answered from the live store, against a test origin that logs what it gets.
 
-mod common;
-
-use common::{Behaviour, Proxy, TestOrigin};
+use crate::common::{Behaviour, Proxy, TestOrigin};
 use serde_json::Value;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n\nUser-agent: NewsBot\nDisallow: /\n\nSitemap: https://example.com/sitemap.xml\nClean-param: ref /articles/\n";
@@ -124,7 +122,7 @@ async fn origin_view_refresh_and_purge() {
 
     // A request through the proxy fills the store and a pacing schedule (Crawl-delay 0.5).
     assert_eq!(
-        common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
+        crate::common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
         200
     );
     let (status, v) = admin(&proxy, "GET", &path).await;
@@ -162,7 +160,7 @@ async fn origin_view_refresh_and_purge() {
     assert_eq!((status, v["purged"].as_bool()), (200, Some(true)));
     let (status, _) = admin(&proxy, "GET", &path).await;
     assert_eq!(status, 404);
-    assert_eq!(common::curl(&proxy, &origin.url("/b"), &[]).0, 200);
+    assert_eq!(crate::common::curl(&proxy, &origin.url("/b"), &[]).0, 200);
     assert_eq!(
         origin.count("/robots.txt"),
         3,
@@ -204,11 +202,11 @@ async fn json_access_log_has_one_structured_line_per_request() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let proxy = Proxy::start_for_loopback("  log_format: json\n");
     assert_eq!(
-        common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
+        crate::common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
         200
     );
     assert_eq!(
-        common::curl(&proxy, &origin.url("/private/x"), &["-A", "ExampleBot/1"]).0,
+        crate::common::curl(&proxy, &origin.url("/private/x"), &["-A", "ExampleBot/1"]).0,
         403
     );
 
@@ -221,7 +219,7 @@ async fn json_access_log_has_one_structured_line_per_request() {
             .collect()
     };
     assert!(
-        common::eventually(std::time::Duration::from_secs(5), || records().len() == 2).await,
+        crate::common::eventually(std::time::Duration::from_secs(5), || records().len() == 2).await,
         "{}",
         proxy.log()
     );

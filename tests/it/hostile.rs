@@ -2,9 +2,7 @@
 //! IPv4-mapped literals, userinfo, and a catalogue of path encodings aimed at a disallowed
 //! prefix. Raw bytes over real sockets, so nothing is tidied up by a client library.
 
-mod common;
-
-use common::{raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{raw_exchange, Behaviour, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private/\n";
 

@@ -3,8 +3,6 @@
 //! unit runs before every start and reload, accepts the production file and refuses a bad
 //! one naming the key.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
@@ -70,7 +68,7 @@ fn check_config(args: &[&str]) -> (bool, String) {
 #[test]
 fn check_config_accepts_production_and_names_bad_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = common::operator_ca(dir.path());
+    let (cert, key) = crate::common::operator_ca(dir.path());
     let s = |p: &Path| p.to_str().expect("utf-8").to_string();
 
     // The production file, with the CA where this test made it (the unit's credential

@@ -1,13 +1,11 @@
 //! `examples/embedded.rs`: robotsgate's enforcement inside someone else's Pingora proxy
 //! (a reverse proxy here) blocks disallowed paths before they reach the origin.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{eventually, free_port, Behaviour, TestOrigin};
+use crate::common::{eventually, free_port, Behaviour, TestOrigin};
 
 fn example(name: &str) -> PathBuf {
     // `cargo test` builds examples next to the test binaries' profile directory.

@@ -2,13 +2,11 @@
 //! upgrade (what `systemctl reload robotsgate` does) while the configuration changes, and
 //! the change — a pacing floor — shows at the origin afterwards.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{eventually, Behaviour, Proxy, TestOrigin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_changes_config_without_failing_a_request() {

@@ -2,12 +2,10 @@
 //! robots.txt the row's way, and what a crawler gets through robotsgate shows the policy
 //! the store derived — `/private` is disallowed by the served rules, `/public` is not.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{curl, eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, Behaviour, Proxy, TestOrigin};
 
 const RULES: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -101,7 +99,7 @@ const NOT_IMPLEMENTED: &[&str] = &[
 ];
 
 fn row_ids() -> Vec<String> {
-    let text = include_str!("data/fetch_status.jsonl");
+    let text = include_str!("../data/fetch_status.jsonl");
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -217,7 +215,7 @@ async fn a_cached_copy_is_kept_while_the_origin_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_failure_means_unreachable() {
-    let dns = common::servfail_dns().await;
+    let dns = crate::common::servfail_dns().await;
     let proxy = Proxy::start_for_loopback(&format!(
         "  dns:\n    nameservers: [\"{dns}\"]\n    timeout_seconds: 1\n"
     ));

@@ -1,11 +1,9 @@
 //! The egress proxy over real sockets: curl and reqwest as crawlers, test origins that log
 //! what reaches them, a real robotsgate process in between.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{curl, eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, Behaviour, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n\nUser-agent: NewsBot\nDisallow: /\n";
 
@@ -165,7 +163,7 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
     let urls = (0..50)
         .map(|i| (origin.url(&format!("/page/{i}")), "ExampleBot/1.0"))
         .collect();
-    let statuses = common::concurrent(&proxy, urls).await;
+    let statuses = crate::common::concurrent(&proxy, urls).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     assert_eq!(
         origin.count("/robots.txt"),
@@ -194,11 +192,11 @@ async fn bad_request_targets_get_400() {
         "GET ftp://127.0.0.1:8080/ HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nConnection: close\r\n\r\n",
         "GET /no-host HTTP/1.0\r\n\r\n",
     ] {
-        let answer = common::raw_exchange(proxy.addr, request.as_bytes()).await;
+        let answer = crate::common::raw_exchange(proxy.addr, request.as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{request:?} → {answer}");
     }
     // Garbage does not take the proxy down.
-    let _ = common::raw_exchange(proxy.addr, b"\x00\x01garbage\r\n\r\n").await;
+    let _ = crate::common::raw_exchange(proxy.addr, b"\x00\x01garbage\r\n\r\n").await;
     assert!(
         eventually(Duration::from_secs(5), || std::net::TcpStream::connect(
             proxy.addr
@@ -206,6 +204,6 @@ async fn bad_request_targets_get_400() {
         .is_ok())
         .await
     );
-    let answer = common::raw_exchange(proxy.addr, b"GET /no-host HTTP/1.0\r\n\r\n").await;
+    let answer = crate::common::raw_exchange(proxy.addr, b"GET /no-host HTTP/1.0\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
 }

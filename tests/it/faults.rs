@@ -3,11 +3,9 @@
 //! decision within the configured timeouts, the healthy origin must keep being served
 //! meanwhile (its latency is printed), and the proxy's memory must stay bounded.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{rss_bytes, servfail_dns, Behaviour, Proxy, TestOrigin};
+use crate::common::{rss_bytes, servfail_dns, Behaviour, Proxy, TestOrigin};
 
 const RULES: &str = "User-agent: *\nDisallow: /private\n";
 

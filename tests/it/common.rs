@@ -1,6 +1,5 @@
 //! Test fixtures over real sockets on 127.0.0.1: an origin server that logs every request
 //! it receives and can misbehave on purpose, and a real `robotsgate run` process.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::Write as _;

@@ -2,11 +2,9 @@
 //! counted in `robotsgate_downstream_refusals_total{reason}`, and leaves other clients
 //! served. Raw TCP clients on loopback send exactly the bytes each case needs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{eventually, raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{eventually, raw_exchange, Behaviour, Proxy, TestOrigin};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -262,7 +260,7 @@ async fn closed_by_proxy(stream: &mut TcpStream, within: Duration) -> bool {
 async fn one_client_cannot_hold_every_slot() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = common::operator_ca(dir.path());
+    let (cert, key) = crate::common::operator_ca(dir.path());
     let proxy = Proxy::start(
         "  limits:\n    max_connections: 20\n    max_connections_per_client: 5\n    first_byte_timeout_seconds: 1\n",
         &[
@@ -352,7 +350,7 @@ async fn silent_connections_cost_little_and_give_their_memory_back() {
     )
     .await;
     assert!(warm.starts_with("HTTP/1.1 200"), "{warm}");
-    let baseline = common::rss_bytes(proxy.pid());
+    let baseline = crate::common::rss_bytes(proxy.pid());
     let mut peak = baseline;
     for wave in 0..3 {
         let mut held = Vec::with_capacity(5000);
@@ -367,7 +365,7 @@ async fn silent_connections_cost_little_and_give_their_memory_back() {
             "wave {wave}: {:?}",
             proxy.metric("robotsgate_downstream_connections")
         );
-        peak = peak.max(common::rss_bytes(proxy.pid()));
+        peak = peak.max(crate::common::rss_bytes(proxy.pid()));
         drop(held);
         assert!(
             eventually(Duration::from_secs(20), || {
@@ -380,8 +378,11 @@ async fn silent_connections_cost_little_and_give_their_memory_back() {
     // delay): poll rather than judge the first reading.
     let pid = proxy.pid();
     let near = baseline + 24 * 1024 * 1024;
-    eventually(Duration::from_secs(30), || common::rss_bytes(pid) < near).await;
-    let after = common::rss_bytes(pid);
+    eventually(Duration::from_secs(30), || {
+        crate::common::rss_bytes(pid) < near
+    })
+    .await;
+    let after = crate::common::rss_bytes(pid);
     let per_connection = (peak.saturating_sub(baseline)) as f64 / 5000.0;
     eprintln!(
         "RSS baseline {:.1} MiB, peak with 5000 idle {:.1} MiB ({per_connection:.0} B each), after {:.1} MiB",

@@ -3,13 +3,13 @@
 //! with certificates from a CA made in the test, an operator CA made by `robotsgate ca
 //! init`, curl, Python `requests` and a hand-driven TLS client as crawlers.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{client_config_trusting, curl, operator_ca, Behaviour, Proxy, TestCa, TestOrigin};
+use crate::common::{
+    client_config_trusting, curl, operator_ca, Behaviour, Proxy, TestCa, TestOrigin,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n";
@@ -24,7 +24,7 @@ struct Setup {
 
 impl Setup {
     async fn start(extra_yaml: &str) -> Setup {
-        Setup::start_with_dns(common::servfail_dns().await, extra_yaml).await
+        Setup::start_with_dns(crate::common::servfail_dns().await, extra_yaml).await
     }
 
     /// As [`Setup::start`], with names resolved by the test's own DNS server `dns`.
@@ -359,7 +359,7 @@ for path in ("/allowed", "/disallowed/page"):
 async fn connect_refusals() {
     let s = Setup::start("").await;
     // A port outside tls.connect_ports.
-    let reply = common::raw_exchange(
+    let reply = crate::common::raw_exchange(
         s.proxy.addr,
         b"CONNECT localhost:25 HTTP/1.1\r\nHost: localhost:25\r\n\r\n",
     )
@@ -370,7 +370,7 @@ async fn connect_refusals() {
         "{reply}"
     );
     // A destination the egress policy refuses (link-local / metadata).
-    let reply = common::raw_exchange(
+    let reply = crate::common::raw_exchange(
         s.proxy.addr,
         b"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\n\r\n",
     )
@@ -380,14 +380,14 @@ async fn connect_refusals() {
         "{reply}"
     );
     // Garbage target.
-    let reply = common::raw_exchange(s.proxy.addr, b"CONNECT /nope HTTP/1.1\r\n\r\n").await;
+    let reply = crate::common::raw_exchange(s.proxy.addr, b"CONNECT /nope HTTP/1.1\r\n\r\n").await;
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
     assert_eq!(
         s.metric("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"refused\"}"),
         3.0
     );
     // Plain HTTP still works on the same listener.
-    let reply = common::raw_exchange(
+    let reply = crate::common::raw_exchange(
         s.proxy.addr,
         b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: close\r\n\r\n",
     )
@@ -400,7 +400,7 @@ async fn without_a_ca_connect_is_refused() {
     let origin = TestOrigin::start(vec![]).await;
     let proxy = Proxy::start_for_loopback("");
     let authority = format!("127.0.0.1:{}", origin.addr.port());
-    let reply = common::raw_exchange(
+    let reply = crate::common::raw_exchange(
         proxy.addr,
         format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
     )
@@ -469,7 +469,7 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
     let users = users_dir.path().join("users");
     std::fs::write(
         &users,
-        common::passwd_line("team", "team-secret", &["TeamBot"]) + "\n",
+        crate::common::passwd_line("team", "team-secret", &["TeamBot"]) + "\n",
     )
     .expect("write users");
     let s = Setup::start(&format!(
@@ -532,7 +532,7 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
 /// path by path), never tunnelled blind towards the address outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blind_tunnel_networks_must_hold_every_address() {
-    let dns = common::static_dns(vec![
+    let dns = crate::common::static_dns(vec![
         "127.0.0.1".parse().expect("ip"),
         "127.0.1.5".parse().expect("ip"),
     ])
@@ -561,7 +561,7 @@ async fn blind_tunnel_networks_must_hold_every_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_an_unresolvable_name_fails_at_the_connect() {
     let s = Setup::start("").await;
-    let reply = common::raw_exchange(
+    let reply = crate::common::raw_exchange(
         s.proxy.addr,
         b"CONNECT nosuch.test:443 HTTP/1.1\r\nHost: nosuch.test:443\r\n\r\n",
     )
@@ -593,7 +593,8 @@ async fn an_sni_for_another_host_fails_the_handshake() {
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
         line.clear();
         reader.read_line(&mut line).await.expect("blank line");
-        let connector = tokio_rustls::TlsConnector::from(common::client_config_trusting(&ca_pem));
+        let connector =
+            tokio_rustls::TlsConnector::from(crate::common::client_config_trusting(&ca_pem));
         let name = rustls::pki_types::ServerName::try_from(format!("other{n}.test")).expect("name");
         let handshake = connector.connect(name, reader.into_inner()).await;
         assert!(handshake.is_err(), "a leaf for other{n}.test was served");

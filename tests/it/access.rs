@@ -2,9 +2,7 @@
 //! from a credentials file written by the real `robotsgate passwd`. Real sockets, curl
 //! as the crawler, a loopback origin that records what reaches it.
 
-mod common;
-
-use common::{curl, passwd_line, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, passwd_line, Behaviour, Proxy, TestOrigin};
 
 const ROBOTS: &str =
     "User-agent: TeamBot\nDisallow: /team-only/\n\nUser-agent: *\nDisallow: /everyone/\n";

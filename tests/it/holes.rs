@@ -2,11 +2,9 @@
 //! closed and checked over real sockets: a real robotsgate process, origins that log what
 //! reaches them, raw bytes or curl as the client.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{curl, raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, raw_exchange, Behaviour, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -253,7 +251,7 @@ async fn clients_cannot_choose_their_own_group() {
     assert_eq!(check["decision"], "disallowed", "{check}");
     assert_eq!(check["tokens_from"], "default", "{check}");
     assert!(
-        common::eventually(Duration::from_secs(5), || proxy
+        crate::common::eventually(Duration::from_secs(5), || proxy
             .log()
             .contains("tokens_from=\"default\"")
             || proxy.log().contains("tokens_from=default"))
@@ -302,7 +300,7 @@ async fn client_robots_txt_requests_never_go_upstream() {
 async fn unreachable_robots_txt_names_the_cause() {
     let proxy = Proxy::start_for_loopback("  robots:\n    fetch_timeout_seconds: 1\n");
     // Nothing listens on this port: connection refused.
-    let closed = common::free_port();
+    let closed = crate::common::free_port();
     let (status, head, body) = curl(&proxy, &format!("http://127.0.0.1:{closed}/x"), &[]);
     assert_eq!(status, 503, "{head}");
     assert!(head.contains("reason=\"connect-refused\""), "{head}");
@@ -426,6 +424,7 @@ async fn path_rewriting_headers_are_stripped() {
         .into_iter()
         .find(|s| s.target == "/public")
         .expect("forwarded");
+    assert_eq!(seen.method, "GET", "a method override changed nothing");
     for h in &headers {
         let name = h.split(':').next().expect("name");
         assert_eq!(seen.header(name), None, "{name} was forwarded");

@@ -3,12 +3,10 @@
 //! and submits it; the decision it shows, the busiest-origins table and a screenshot are
 //! checked. The origin is a real test origin; robotsgate a real process.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{curl, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, Behaviour, Proxy, TestOrigin};
 
 fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
     let out = Command::new("chromium")

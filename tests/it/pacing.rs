@@ -1,11 +1,9 @@
 //! Pacing by Crawl-delay over real sockets: the origin logs when each request arrives and
 //! when its response was written, and the gaps are checked there, not at the client.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{concurrent, curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
+use crate::common::{concurrent, curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
 
 /// Requests for `prefix` at the origin, in arrival order.
 fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {

@@ -1,0 +1,23 @@
+//! The integration tests, one binary (linked once): real robotsgate processes, origins
+//! and clients over real sockets on loopback. One module per area; [`common`] holds the
+//! fixtures (test origins, a robotsgate process, DNS servers, CAs).
+
+mod access;
+mod admin;
+mod check_cli;
+mod common;
+mod conformance;
+mod embedded_example;
+mod faults;
+mod fetch_status;
+mod holes;
+mod hostile;
+mod https;
+mod layers;
+mod limits;
+mod pacing;
+mod proxy;
+mod reload;
+mod robots_props;
+mod status_page;
+mod systemd;
