@@ -178,8 +178,6 @@ pub struct PacingConfig {
     pub max_wait_seconds: f64,
     /// Most requests waiting on one schedule; more are answered 503 at once.
     pub max_queue: usize,
-    /// Most schedules kept; idle ones are dropped first.
-    pub max_schedules: usize,
 }
 
 impl Default for PacingConfig {
@@ -190,7 +188,6 @@ impl Default for PacingConfig {
             margin_seconds: 0.005,
             max_wait_seconds: 60.0,
             max_queue: 256,
-            max_schedules: 100_000,
         }
     }
 }
@@ -617,9 +614,9 @@ impl Config {
                 "key `robotsgate.pacing.max_wait_seconds`: must be 0 or more".into(),
             ));
         }
-        if p.max_queue == 0 || p.max_schedules == 0 {
+        if p.max_queue == 0 {
             return Err(ConfigError(
-                "key `robotsgate.pacing.max_queue`/`max_schedules`: must be at least 1".into(),
+                "key `robotsgate.pacing.max_queue`: must be at least 1".into(),
             ));
         }
         if !(r.min_ttl_seconds >= 0.0 && r.min_ttl_seconds <= r.max_ttl_seconds) {

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::origin::dns::{ResolveError, Resolver};
 use crate::origin::fetch::Fetcher;
-use crate::origin::pacing::{Pacer, Permit, RefusalReason, ScheduleKey};
-use crate::origin::store::{Policy, RobotsStore, Snapshot};
+use crate::origin::pacing::{Pacer, Permit, RefusalReason};
+use crate::origin::store::{OriginEntry, OriginStore, Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 use crate::policy::agent::{AgentResolver, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
@@ -54,12 +54,26 @@ impl std::fmt::Display for Allowed {
     }
 }
 
-/// Where an allowed request queues: its schedule and the delay in force there.
-#[derive(Clone, Debug)]
+/// Where an allowed request queues: its origin's entry, its robots.txt group's schedule
+/// there, and the delay in force.
+#[derive(Clone)]
 pub struct Pace {
-    pub key: ScheduleKey,
+    entry: Arc<OriginEntry>,
+    /// The robots.txt group (its first agent name, lower-cased; empty: none or `*`).
+    pub group: String,
+    /// The delay between one request's end and the next one's start.
     pub delay: Duration,
-    pub robots_fetched_at: Option<Instant>,
+    robots_fetched_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for Pace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pace")
+            .field("origin", self.entry.origin())
+            .field("group", &self.group)
+            .field("delay", &self.delay)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -76,7 +90,7 @@ pub enum Decision {
 }
 
 pub struct Enforcer {
-    pub store: Arc<RobotsStore>,
+    pub store: Arc<OriginStore>,
     pub pacer: Arc<Pacer>,
     pub resolver: Arc<Resolver>,
     pub egress: Arc<EgressPolicy>,
@@ -142,7 +156,7 @@ impl Enforcer {
         ));
         let pacer = Arc::new(Pacer::new(config.pacing.clone()));
         Enforcer {
-            store: RobotsStore::new(fetcher, pacer.clone(), config.robots.clone()),
+            store: OriginStore::new(fetcher, pacer.clone(), config.robots.clone()),
             pacer,
             resolver,
             egress,
@@ -157,20 +171,19 @@ impl Enforcer {
             Ok(resolved) => resolved,
             Err(answer) => return Decision::Respond(answer),
         };
-        let snapshot = self.store.get(origin).await;
+        let (entry, snapshot) = self.store.get(origin).await;
         // An allowed request: where it connects and which pacing schedule it joins.
         let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
             Ok(addrs) => {
-                let key = ScheduleKey {
-                    origin: origin.clone(),
-                    group,
-                };
-                let delay = self.pacer.delay_for(&key, crawl_delay);
+                let delay = self
+                    .pacer
+                    .delay_for(entry.schedules(), origin, &group, crawl_delay);
                 Decision::Forward {
                     addr: SocketAddr::new(addrs[0], origin.port),
                     why,
                     pace: Pace {
-                        key,
+                        entry: entry.clone(),
+                        group,
                         delay,
                         robots_fetched_at: snapshot.fetched_at,
                     },
@@ -327,7 +340,12 @@ impl Enforcer {
     pub async fn pace(&self, pace: &Pace) -> Result<Permit, Answer> {
         match self
             .pacer
-            .acquire(&pace.key, pace.delay, pace.robots_fetched_at)
+            .acquire(
+                pace.entry.schedules(),
+                &pace.group,
+                pace.delay,
+                pace.robots_fetched_at,
+            )
             .await
         {
             Ok(permit) => {
@@ -353,7 +371,7 @@ impl Enforcer {
                     ),
                     format!(
                         "robotsgate: {refused} for {} (one request every {:.3} s). Retry in {retry} s.",
-                        pace.key.origin,
+                        pace.entry.origin(),
                         pace.delay.as_secs_f64()
                     ),
                 );

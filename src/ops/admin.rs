@@ -242,12 +242,12 @@ impl AdminApp {
             .store
             .busiest(BUSIEST)
             .into_iter()
-            .map(|(origin, requests, snapshot)| {
-                let schedules = self.enforcer.pacer.schedules_of(&origin);
+            .map(|(origin, entry)| {
+                let schedules = entry.schedules().states();
                 json!({
                     "origin": origin.to_string(),
-                    "requests": requests,
-                    "robots": snapshot.map(|s| robots_state(&origin, &s)),
+                    "requests": entry.requests(),
+                    "robots": entry.snapshot().map(|s| robots_state(&origin, &s)),
                     "delay_seconds": schedules.iter().map(|s| s.delay.as_secs_f64()).reduce(f64::max),
                     "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
                     "next_slot_in_seconds": schedules.iter().filter_map(|s| s.next_slot_in).min().map(|d| d.as_secs_f64()),
@@ -324,7 +324,12 @@ impl AdminApp {
         let tokens = self.enforcer.agents.tokens(client, agent.as_deref());
         out["tokens"] = json!(tokens.list());
         out["tokens_from"] = json!(tokens.source());
-        if let Some(snapshot) = self.enforcer.store.peek(&target.origin) {
+        if let Some(snapshot) = self
+            .enforcer
+            .store
+            .peek(&target.origin)
+            .and_then(|entry| entry.snapshot())
+        {
             if let Policy::Rules { robots, .. } = &snapshot.policy {
                 let group = group_for(robots, &tokens);
                 let (verdict, read_as) = verdict_for(robots, group, &target);
@@ -371,7 +376,10 @@ impl AdminApp {
             }
             _ => return error(405, format!("{method} not allowed here")),
         }
-        let Some(snapshot) = store.peek(&origin) else {
+        let Some((entry, snapshot)) = store
+            .peek(&origin)
+            .and_then(|entry| entry.snapshot().map(|snapshot| (entry, snapshot)))
+        else {
             return error(404, format!("{origin}: no robots.txt held"));
         };
         let mut out = json!({
@@ -381,10 +389,9 @@ impl AdminApp {
         if let Policy::Rules { robots, .. } = &snapshot.policy {
             out["parsed"] = parsed(robots);
         }
-        out["pacing"] = self
-            .enforcer
-            .pacer
-            .schedules_of(&origin)
+        out["pacing"] = entry
+            .schedules()
+            .states()
             .iter()
             .map(|s| {
                 json!({

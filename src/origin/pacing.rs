@@ -25,8 +25,12 @@
 //! or 503 with `Retry-After` pauses its schedules until then; without it the backoff
 //! doubles (up to the ceiling); a success halves it again. The robots.txt fetch counts as
 //! a request on every schedule of its origin: the first page follows it by one delay.
+//!
+//! An origin's schedules ([`Schedules`]) live in its entry of the origin store
+//! (`origin::store`), beside its robots.txt: a request finds both with one lookup, and
+//! the schedules go when the entry does. [`Pacer`] holds the settings and the
+//! process-wide count of queued requests.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,14 +39,6 @@ use tokio::time::Instant;
 
 use crate::config::{seconds, PacingConfig};
 use crate::policy::target::Origin;
-
-/// Which schedule a request belongs to: its origin and its robots.txt group (by the
-/// group's first agent name, stable across refreshes of the file).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ScheduleKey {
-    pub origin: Origin,
-    pub group: String,
-}
 
 #[derive(Debug, Default)]
 struct Timing {
@@ -61,6 +57,70 @@ struct Schedule {
     timing: Mutex<Timing>,
     /// Requests waiting for or holding the turn.
     pending: AtomicUsize,
+    /// The same, over every schedule of the process (a gauge).
+    total: Arc<AtomicUsize>,
+}
+
+impl Schedule {
+    fn enqueue(&self) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.total.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn dequeue(&self) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        self.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The pacing schedules of one origin, one per robots.txt group seen (usually one): the
+/// pacing half of an origin's entry.
+#[derive(Default)]
+pub struct Schedules {
+    list: Mutex<Vec<(String, Arc<Schedule>)>>,
+}
+
+impl Schedules {
+    /// The schedule of `group`, made on first use.
+    fn get(&self, group: &str, total: &Arc<AtomicUsize>) -> Arc<Schedule> {
+        let mut list = lock(&self.list);
+        if let Some((_, found)) = list.iter().find(|(g, _)| g == group) {
+            return found.clone();
+        }
+        let schedule = Arc::new(Schedule {
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            timing: Mutex::new(Timing::default()),
+            pending: AtomicUsize::new(0),
+            total: total.clone(),
+        });
+        list.push((group.to_string(), schedule.clone()));
+        schedule
+    }
+
+    /// Does a request wait for or hold a turn here? (Such an origin is never evicted.)
+    pub fn busy(&self) -> bool {
+        lock(&self.list)
+            .iter()
+            .any(|(_, s)| s.pending.load(Ordering::Acquire) > 0)
+    }
+
+    /// Each schedule as the admin API shows it.
+    pub fn states(&self) -> Vec<ScheduleState> {
+        let now = Instant::now();
+        lock(&self.list)
+            .iter()
+            .map(|(group, s)| {
+                let t = lock(&s.timing);
+                ScheduleState {
+                    group: group.clone(),
+                    delay: t.delay,
+                    backoff: t.backoff,
+                    queued: s.pending.load(Ordering::Acquire),
+                    next_slot_in: next_start(&t).map(|at| at.saturating_duration_since(now)),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Why a request was not queued.
@@ -134,7 +194,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
         if self.turn.is_some() {
-            self.schedule.pending.fetch_sub(1, Ordering::AcqRel);
+            self.schedule.dequeue();
         }
     }
 }
@@ -149,7 +209,7 @@ struct Waiting<'a>(&'a Schedule, bool);
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if !self.1 {
-            self.0.pending.fetch_sub(1, Ordering::AcqRel);
+            self.0.dequeue();
         }
     }
 }
@@ -167,19 +227,10 @@ pub struct ScheduleState {
     pub next_slot_in: Option<Duration>,
 }
 
-/// The schedules of one origin, one per robots.txt group seen (usually one).
-type OriginSchedules = Vec<(String, Arc<Schedule>)>;
-
-#[derive(Default)]
-struct Schedules {
-    by_origin: HashMap<Origin, OriginSchedules>,
-    /// Schedules over all origins (bounded by `max_schedules`).
-    len: usize,
-}
-
+/// The pacing settings, and the process-wide count of queued requests.
 pub struct Pacer {
     config: PacingConfig,
-    schedules: Mutex<Schedules>,
+    total: Arc<AtomicUsize>,
 }
 
 /// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
@@ -194,7 +245,7 @@ impl Drop for FetchTurns {
         let now = Instant::now();
         for (schedule, _turn) in &self.held {
             lock(&schedule.timing).last_end = Some(now);
-            schedule.pending.fetch_sub(1, Ordering::AcqRel);
+            schedule.dequeue();
         }
     }
 }
@@ -213,25 +264,21 @@ impl Pacer {
     pub fn new(config: PacingConfig) -> Pacer {
         Pacer {
             config,
-            schedules: Mutex::new(Schedules::default()),
+            total: Arc::default(),
         }
     }
 
-    /// Waits for the turn of every schedule `origin` has, for a robots.txt fetch. `None`
-    /// when they are not all free within `max_wait_seconds` (a long pause, a long
-    /// queue): the caller then postpones the fetch rather than jump the queue.
-    pub async fn turns_for_fetch(&self, origin: &Origin) -> Option<FetchTurns> {
-        let mut schedules: Vec<(String, Arc<Schedule>)> = lock(&self.schedules)
-            .by_origin
-            .get(origin)
-            .cloned()
-            .unwrap_or_default();
+    /// Waits for the turn of every one of an origin's `schedules`, for a robots.txt
+    /// fetch. `None` when they are not all free within `max_wait_seconds` (a long pause,
+    /// a long queue): the caller then postpones the fetch rather than jump the queue.
+    pub async fn turns_for_fetch(&self, schedules: &Schedules) -> Option<FetchTurns> {
+        let mut schedules: Vec<(String, Arc<Schedule>)> = lock(&schedules.list).clone();
         // One order for every fetch of the origin (only one runs at a time anyway).
         schedules.sort_by(|a, b| a.0.cmp(&b.0));
         let deadline = Instant::now() + seconds(self.config.max_wait_seconds);
         let mut turns = FetchTurns { held: Vec::new() };
         for (_, schedule) in schedules {
-            schedule.pending.fetch_add(1, Ordering::AcqRel);
+            schedule.enqueue();
             let mut waiting = Waiting(&schedule, false);
             let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
                 .await
@@ -250,14 +297,21 @@ impl Pacer {
         Some(turns)
     }
 
-    /// The delay for a schedule given the robots.txt Crawl-delay (seconds).
-    pub fn delay_for(&self, key: &ScheduleKey, crawl_delay: Option<f64>) -> Duration {
+    /// The delay for `group`'s schedule among `schedules` (of `origin`, for the log),
+    /// given the robots.txt Crawl-delay (seconds).
+    pub fn delay_for(
+        &self,
+        schedules: &Schedules,
+        origin: &Origin,
+        group: &str,
+        crawl_delay: Option<f64>,
+    ) -> Duration {
         // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
         // that overflows a conversion (which once fell back to zero: no pacing at all).
         let (floor, ceiling) = (self.config.floor_seconds, self.config.ceiling_seconds);
         let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
         let delay = seconds(asked_seconds.max(floor).min(ceiling));
-        let (asked, ceiling) = (seconds(asked_seconds), seconds(ceiling));
+        let ceiling = seconds(ceiling);
         let delay = if delay.is_zero() {
             delay
         } else {
@@ -266,60 +320,18 @@ impl Pacer {
         // Say so once per schedule, not on every request: a schedule already running at
         // the clamped delay has been reported.
         let already_clamped = || {
-            lock(&self.schedules)
-                .by_origin
-                .get(&key.origin)
-                .and_then(|list| list.iter().find(|(group, _)| *group == key.group))
+            lock(&schedules.list)
+                .iter()
+                .find(|(g, _)| g == group)
                 .is_some_and(|(_, s)| lock(&s.timing).delay == delay)
         };
         if asked_seconds > self.config.ceiling_seconds && !already_clamped() {
             log::warn!(
-                "Crawl-delay {:.1} s of {} (group {}) is above the ceiling; pacing at {:.1} s",
-                asked.as_secs_f64(),
-                key.origin,
-                key.group,
+                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {:.1} s",
                 ceiling.as_secs_f64()
             );
         }
         delay
-    }
-
-    fn schedule(&self, key: &ScheduleKey) -> Arc<Schedule> {
-        let mut map = lock(&self.schedules);
-        if map.len >= self.config.max_schedules {
-            // Idle schedules (nobody waiting, last request long past every delay) go first.
-            let now = Instant::now();
-            let ceiling = seconds(self.config.ceiling_seconds);
-            let busy = |s: &Arc<Schedule>| {
-                s.pending.load(Ordering::Acquire) > 0
-                    || lock(&s.timing)
-                        .last_end
-                        .is_some_and(|end| now.duration_since(end) < ceiling)
-            };
-            map.by_origin.retain(|_, list| {
-                list.retain(|(_, s)| busy(s));
-                !list.is_empty()
-            });
-            map.len = map.by_origin.values().map(Vec::len).sum();
-        }
-        if let Some((_, found)) = map
-            .by_origin
-            .get(&key.origin)
-            .and_then(|list| list.iter().find(|(group, _)| *group == key.group))
-        {
-            return found.clone();
-        }
-        let schedule = Arc::new(Schedule {
-            turn: Arc::new(tokio::sync::Mutex::new(())),
-            timing: Mutex::new(Timing::default()),
-            pending: AtomicUsize::new(0),
-        });
-        map.by_origin
-            .entry(key.origin.clone())
-            .or_default()
-            .push((key.group.clone(), schedule.clone()));
-        map.len += 1;
-        schedule
     }
 
     /// Waits for the schedule's next slot; `Err` when the wait would be too long or the
@@ -327,11 +339,12 @@ impl Pacer {
     /// fetched: that fetch counts as the schedule's previous request.
     pub async fn acquire(
         &self,
-        key: &ScheduleKey,
+        schedules: &Schedules,
+        group: &str,
         delay: Duration,
         robots_fetched_at: Option<Instant>,
     ) -> Result<Permit, Refused> {
-        let schedule = self.schedule(key);
+        let schedule = schedules.get(group, &self.total);
         let now = Instant::now();
         let ceiling = seconds(self.config.ceiling_seconds);
         let (estimate, backed_off_for) = {
@@ -377,7 +390,7 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        schedule.pending.fetch_add(1, Ordering::AcqRel);
+        schedule.enqueue();
         let mut waiting = Waiting(&schedule, false);
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
@@ -410,35 +423,9 @@ impl Pacer {
         })
     }
 
-    /// The schedules of one origin, for the admin API.
-    pub fn schedules_of(&self, origin: &crate::policy::target::Origin) -> Vec<ScheduleState> {
-        let now = Instant::now();
-        let map = lock(&self.schedules);
-        let Some(list) = map.by_origin.get(origin) else {
-            return Vec::new();
-        };
-        list.iter()
-            .map(|(group, s)| {
-                let t = lock(&s.timing);
-                ScheduleState {
-                    group: group.clone(),
-                    delay: t.delay,
-                    backoff: t.backoff,
-                    queued: s.pending.load(Ordering::Acquire),
-                    next_slot_in: next_start(&t).map(|at| at.saturating_duration_since(now)),
-                }
-            })
-            .collect()
-    }
-
     /// Requests waiting for or holding a turn, over all schedules (a gauge).
     pub fn queued(&self) -> usize {
-        lock(&self.schedules)
-            .by_origin
-            .values()
-            .flatten()
-            .map(|(_, s)| s.pending.load(Ordering::Acquire))
-            .sum()
+        self.total.load(Ordering::Acquire)
     }
 }
 
@@ -446,15 +433,13 @@ impl Pacer {
 mod tests {
     use super::*;
 
-    fn key(port: u16, group: &str) -> ScheduleKey {
-        ScheduleKey {
-            origin: crate::policy::target::parse_authority(
-                &format!("127.0.0.1:{port}"),
-                crate::policy::target::Scheme::Http,
-            )
-            .expect("origin"),
-            group: group.into(),
-        }
+    fn schedules() -> Arc<Schedules> {
+        Arc::default()
+    }
+
+    fn origin() -> Origin {
+        crate::policy::target::parse_authority("127.0.0.1:1", crate::policy::target::Scheme::Http)
+            .expect("origin")
     }
 
     fn pacer() -> Pacer {
@@ -468,11 +453,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn next_start_waits_for_previous_end_plus_delay() {
         let p = pacer();
-        let k = key(1, "*");
+        let k = schedules();
         let d = Duration::from_millis(500);
         let start = Instant::now();
-        drop(p.acquire(&k, d, None).await.expect("first"));
-        let second = p.acquire(&k, d, None).await.expect("second");
+        drop(p.acquire(&k, "*", d, None).await.expect("first"));
+        let second = p.acquire(&k, "*", d, None).await.expect("second");
         assert_eq!(second.waited, d);
         assert_eq!(start.elapsed(), d);
     }
@@ -480,16 +465,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_delay_means_no_serialisation() {
         let p = pacer();
-        let k = key(4, "*");
-        let a = p.acquire(&k, Duration::ZERO, None).await.expect("a");
-        let b = p.acquire(&k, Duration::ZERO, None).await.expect("b");
+        let k = schedules();
+        let a = p.acquire(&k, "*", Duration::ZERO, None).await.expect("a");
+        let b = p.acquire(&k, "*", Duration::ZERO, None).await.expect("b");
         assert_eq!((a.waited, b.waited), (Duration::ZERO, Duration::ZERO));
         assert_eq!(p.queued(), 0);
         // A 503 without Retry-After switches pacing on for the schedule.
         a.origin_answered(503, None);
         drop((a, b));
         let start = Instant::now();
-        let c = p.acquire(&k, Duration::ZERO, None).await.expect("c");
+        let c = p.acquire(&k, "*", Duration::ZERO, None).await.expect("c");
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         drop(c);
     }
@@ -502,20 +487,38 @@ mod tests {
             margin_seconds: 0.0,
             ..PacingConfig::default()
         });
-        let k = key(1, "*");
-        assert_eq!(p.delay_for(&k, None), Duration::from_millis(200));
-        assert_eq!(p.delay_for(&k, Some(4.5)), Duration::from_millis(4500));
-        assert_eq!(p.delay_for(&k, Some(86_400.0)), Duration::from_secs(30));
-        assert_eq!(p.delay_for(&k, Some(1e20)), Duration::from_secs(30));
-        assert_eq!(p.delay_for(&k, Some(f64::MAX)), Duration::from_secs(30));
+        let k = schedules();
         assert_eq!(
-            p.delay_for(&k, Some(f64::INFINITY)),
+            p.delay_for(&k, &origin(), "*", None),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(4.5)),
+            Duration::from_millis(4500)
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(86_400.0)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(1e20)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(f64::MAX)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(f64::INFINITY)),
             Duration::from_secs(30)
         );
         // The default margin is added to non-zero delays only.
         let p = Pacer::new(PacingConfig::default());
-        assert_eq!(p.delay_for(&k, None), Duration::ZERO);
-        assert_eq!(p.delay_for(&k, Some(0.5)), Duration::from_millis(505));
+        assert_eq!(p.delay_for(&k, &origin(), "*", None), Duration::ZERO);
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(0.5)),
+            Duration::from_millis(505)
+        );
     }
 
     proptest::proptest! {
@@ -534,7 +537,7 @@ mod tests {
                 ..PacingConfig::default()
             });
             let want = d.max(floor).min(ceiling);
-            let got = p.delay_for(&key(9, "*"), Some(d)).as_secs_f64();
+            let got = p.delay_for(&schedules(), &origin(), "*", Some(d)).as_secs_f64();
             proptest::prop_assert!((got - want).abs() <= want * 1e-9 + 1e-9, "d={d} got={got} want={want}");
         }
     }
@@ -542,12 +545,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn queue_and_wait_bounds_refuse_with_retry_after() {
         let p = pacer();
-        let k = key(2, "*");
+        let k = schedules();
         let d = Duration::from_secs(2);
-        let held = p.acquire(&k, d, None).await.expect("first");
+        let held = p.acquire(&k, "*", d, None).await.expect("first");
         // One in flight: the next would wait one delay after it ends (≥ 2 s).
         let refused = p
-            .acquire(&k, Duration::from_secs(20), None)
+            .acquire(&k, "*", Duration::from_secs(20), None)
             .await
             .err()
             .expect("too long");
@@ -559,13 +562,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pause_from_retry_after_and_backoff() {
         let p = pacer();
-        let k = key(3, "*");
-        let permit = p.acquire(&k, Duration::ZERO, None).await.expect("first");
+        let k = schedules();
+        let permit = p
+            .acquire(&k, "*", Duration::ZERO, None)
+            .await
+            .expect("first");
         permit.origin_answered(429, Some(Duration::from_secs(3)));
         drop(permit);
         let start = Instant::now();
         let permit = p
-            .acquire(&k, Duration::ZERO, None)
+            .acquire(&k, "*", Duration::ZERO, None)
             .await
             .expect("after pause");
         assert!(start.elapsed() >= Duration::from_secs(3) - Duration::from_millis(1));
@@ -573,7 +579,7 @@ mod tests {
         drop(permit);
         let start = Instant::now();
         let permit = p
-            .acquire(&k, Duration::ZERO, None)
+            .acquire(&k, "*", Duration::ZERO, None)
             .await
             .expect("after backoff");
         assert_eq!(start.elapsed(), Duration::from_secs(1));
@@ -586,16 +592,16 @@ mod tests {
             max_wait_seconds: 3.0,
             ..PacingConfig::default()
         }));
-        let k = key(5, "*");
+        let k = schedules();
         let first = p
-            .acquire(&k, Duration::from_secs(1), None)
+            .acquire(&k, "*", Duration::from_secs(1), None)
             .await
             .expect("first");
         // Admitted: one delay (1 s) after `first` ends is within the bound.
         let second = tokio::spawn({
             let p = p.clone();
             let k = k.clone();
-            async move { p.acquire(&k, Duration::from_secs(1), None).await }
+            async move { p.acquire(&k, "*", Duration::from_secs(1), None).await }
         });
         tokio::task::yield_now().await;
         // The origin then answers 503 three times over: backoff 1 → 2 → 4 → 8 s.

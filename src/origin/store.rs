@@ -1,9 +1,13 @@
-//! The robots store: one entry per origin, each holding the origin's current policy.
+//! The origin store: one entry per origin ([`OriginEntry`]) holding everything kept about
+//! it — its robots.txt snapshot, the fetch in flight, its pacing schedules — so a request
+//! touches one entry, found with one lookup.
 //!
-//! Readers are on every request, writers are rare (one fetch per origin per day), so each
-//! entry's state is an `ArcSwap<Snapshot>`: a read is an atomic load, and a refresh swaps
-//! in a new snapshot without ever blocking a reader. Entries live in a map sharded by
-//! origin hash, each shard an LRU bounded to its share of `max_origins`.
+//! Readers are on every request, writers are rare (one fetch per origin per day), so an
+//! entry's robots.txt state is an `ArcSwap<Snapshot>`: a read is an atomic load, and a
+//! refresh swaps in a new snapshot without ever blocking a reader. Entries live in a map
+//! sharded by origin hash, each shard an LRU bounded to its share of `max_origins`; an
+//! entry a request is using (in flight, waiting for a fetch or for its pacing turn) is
+//! never evicted, so no origin's pacing can be reset by churn elsewhere.
 //!
 //! What a fetch outcome means (SPEC §2):
 //! * 2xx → the parsed file, fresh for `max-age` clamped to the configured bounds, else
@@ -22,7 +26,6 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::config::{seconds, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
-use crate::origin::pacing::Pacer;
+use crate::origin::pacing::{Pacer, Schedules};
 use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
 
@@ -90,7 +93,10 @@ impl Snapshot {
     }
 }
 
-struct Entry {
+/// Everything robotsgate keeps about one origin: its robots.txt snapshot, the fetch in
+/// flight, its pacing schedules. A request finds all of it with one lookup.
+pub struct OriginEntry {
+    origin: Origin,
     state: ArcSwapOption<Snapshot>,
     /// Held while a fetch for this origin runs (single-flight).
     flight: tokio::sync::Mutex<()>,
@@ -98,33 +104,75 @@ struct Entry {
     /// Decisions asked for this origin since it entered the store (the status page's
     /// "busiest origins").
     requests: AtomicU64,
+    schedules: Schedules,
+}
+
+impl OriginEntry {
+    fn new(origin: Origin) -> OriginEntry {
+        OriginEntry {
+            origin,
+            state: ArcSwapOption::empty(),
+            flight: tokio::sync::Mutex::new(()),
+            refreshing: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+            schedules: Schedules::default(),
+        }
+    }
+
+    /// Which origin this is.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The robots.txt snapshot held, if any.
+    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.state.load_full()
+    }
+
+    /// The origin's pacing schedules.
+    pub fn schedules(&self) -> &Schedules {
+        &self.schedules
+    }
+
+    /// Decisions asked for this origin since it entered the store.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
 }
 
 /// This store's own counts (the metrics are process-wide).
 #[derive(Default)]
 pub struct StoreStats {
+    /// Origins evicted to stay within `robots.max_origins`.
     pub evictions: AtomicU64,
 }
 
-pub struct RobotsStore {
-    shards: Vec<Mutex<lru::LruCache<Origin, Arc<Entry>>>>,
+/// The per-origin state of every origin robotsgate has seen: a map sharded by origin
+/// hash, each shard an LRU bounded to its share of `robots.max_origins`.
+pub struct OriginStore {
+    shards: Vec<Mutex<lru::LruCache<Origin, Arc<OriginEntry>>>>,
+    per_shard: usize,
     fetcher: Arc<Fetcher>,
     /// Every robots.txt fetch takes its turn on the origin's schedules, like a page.
     pacer: Arc<Pacer>,
     config: RobotsConfig,
+    /// This store's counts.
     pub stats: Arc<StoreStats>,
 }
 
 const SHARDS: usize = 16;
 
-impl RobotsStore {
-    pub fn new(fetcher: Arc<Fetcher>, pacer: Arc<Pacer>, config: RobotsConfig) -> Arc<RobotsStore> {
-        let per_shard = NonZeroUsize::new(config.max_origins.div_ceil(SHARDS).max(1))
-            .unwrap_or(NonZeroUsize::MIN);
-        Arc::new(RobotsStore {
+/// How many least-recently-used entries an insertion looks at for one it may evict.
+const EVICTION_TRIES: usize = 8;
+
+impl OriginStore {
+    /// An empty store whose fetches go through `fetcher` and take turns with `pacer`.
+    pub fn new(fetcher: Arc<Fetcher>, pacer: Arc<Pacer>, config: RobotsConfig) -> Arc<OriginStore> {
+        Arc::new(OriginStore {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(lru::LruCache::new(per_shard)))
+                .map(|_| Mutex::new(lru::LruCache::unbounded()))
                 .collect(),
+            per_shard: config.max_origins.div_ceil(SHARDS).max(1),
             fetcher,
             pacer,
             config,
@@ -132,30 +180,40 @@ impl RobotsStore {
         })
     }
 
-    fn shard(&self, origin: &Origin) -> &Mutex<lru::LruCache<Origin, Arc<Entry>>> {
+    fn shard(&self, origin: &Origin) -> &Mutex<lru::LruCache<Origin, Arc<OriginEntry>>> {
         let mut hasher = DefaultHasher::new();
         origin.hash(&mut hasher);
         &self.shards[(hasher.finish() as usize) % SHARDS]
     }
 
-    fn entry(&self, origin: &Origin) -> Arc<Entry> {
+    /// The entry of `origin`, made (and the least recently used evicted) if there is none.
+    fn entry(&self, origin: &Origin) -> Arc<OriginEntry> {
         let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get(origin) {
             return entry.clone();
         }
-        let entry = Arc::new(Entry {
-            state: ArcSwapOption::empty(),
-            flight: tokio::sync::Mutex::new(()),
-            refreshing: AtomicBool::new(false),
-            requests: AtomicU64::new(0),
-        });
-        if map
-            .push(origin.clone(), entry.clone())
-            .is_some_and(|(evicted, _)| &evicted != origin)
-        {
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-            crate::telemetry::metrics::STORE_EVICTIONS.inc();
+        // Over its share: evict the least recently used entry nobody is using — no
+        // request holds it (in flight, or waiting for a fetch) and no request waits on
+        // its schedules. Busy ones are passed over; if all tried are busy, the shard
+        // grows past its share until they finish.
+        for _ in 0..EVICTION_TRIES {
+            if map.len() < self.per_shard {
+                break;
+            }
+            let Some((_, lru)) = map.peek_lru() else {
+                break;
+            };
+            let idle = Arc::strong_count(lru) == 1 && !lru.schedules.busy();
+            if idle {
+                map.pop_lru();
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::metrics::STORE_EVICTIONS.inc();
+            } else if let Some((key, busy)) = map.pop_lru() {
+                map.push(key, busy);
+            }
         }
+        let entry = Arc::new(OriginEntry::new(origin.clone()));
+        map.push(origin.clone(), entry.clone());
         entry
     }
 
@@ -167,14 +225,16 @@ impl RobotsStore {
             .sum()
     }
 
+    /// Is no origin held?
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The snapshot held for `origin`, if any; never fetches (the admin API's view).
-    pub fn peek(&self, origin: &Origin) -> Option<Arc<Snapshot>> {
+    /// The entry held for `origin`, if any; never fetches nor makes it recently used
+    /// (the admin API's view).
+    pub fn peek(&self, origin: &Origin) -> Option<Arc<OriginEntry>> {
         let map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
-        map.peek(origin).and_then(|entry| entry.state.load_full())
+        map.peek(origin).cloned()
     }
 
     /// Fetches `origin`'s robots.txt now, fresh or not (after any fetch in progress).
@@ -184,21 +244,18 @@ impl RobotsStore {
         self.fetch_and_store(&entry, origin).await
     }
 
-    /// The `n` origins with the most decisions, busiest first, with their snapshots.
+    /// The `n` origins with the most decisions, busiest first, with their entries.
     /// Scans the whole store (an admin page's cost, not a request's).
-    pub fn busiest(&self, n: usize) -> Vec<(Origin, u64, Option<Arc<Snapshot>>)> {
-        let mut all: Vec<(Origin, u64, Option<Arc<Snapshot>>)> = Vec::new();
+    pub fn busiest(&self, n: usize) -> Vec<(Origin, Arc<OriginEntry>)> {
+        let mut all: Vec<(Origin, Arc<OriginEntry>)> = Vec::new();
         for shard in &self.shards {
             let map = shard.lock().unwrap_or_else(|e| e.into_inner());
-            all.extend(map.iter().map(|(origin, entry)| {
-                (
-                    origin.clone(),
-                    entry.requests.load(Ordering::Relaxed),
-                    entry.state.load_full(),
-                )
-            }));
+            all.extend(
+                map.iter()
+                    .map(|(origin, entry)| (origin.clone(), entry.clone())),
+            );
         }
-        all.sort_by_key(|(_, requests, _)| std::cmp::Reverse(*requests));
+        all.sort_by_key(|(_, entry)| std::cmp::Reverse(entry.requests()));
         all.truncate(n);
         all
     }
@@ -209,26 +266,32 @@ impl RobotsStore {
         map.pop(origin).is_some()
     }
 
-    /// The policy to apply to a request for `origin` now, fetching if there is none.
-    pub async fn get(self: &Arc<Self>, origin: &Origin) -> Arc<Snapshot> {
+    /// The entry of `origin` and the policy to apply to a request for it now, fetching
+    /// its robots.txt if none is held.
+    pub async fn get(self: &Arc<Self>, origin: &Origin) -> (Arc<OriginEntry>, Arc<Snapshot>) {
         let entry = self.entry(origin);
         entry.requests.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         if let Some(snapshot) = entry.state.load_full() {
             if now < snapshot.fresh_until {
                 self.maybe_refresh_ahead(&entry, &snapshot, origin, now);
-                return snapshot;
+                return (entry, snapshot);
             }
             // Failing origin, not yet due for a retry: the stale copy or disallow-all.
             if snapshot.retry_at.is_some_and(|at| now < at) {
-                return snapshot;
+                return (entry, snapshot);
             }
         }
-        self.fetch_once(&entry, origin).await
+        let snapshot = self.fetch_once(&entry, origin).await;
+        (entry, snapshot)
     }
 
     /// Runs one fetch for the entry unless a concurrent caller already did.
-    async fn fetch_once(self: &Arc<Self>, entry: &Arc<Entry>, origin: &Origin) -> Arc<Snapshot> {
+    async fn fetch_once(
+        self: &Arc<Self>,
+        entry: &Arc<OriginEntry>,
+        origin: &Origin,
+    ) -> Arc<Snapshot> {
         let before = entry.state.load_full();
         let _flight = entry.flight.lock().await;
         let current = entry.state.load_full();
@@ -271,7 +334,7 @@ impl RobotsStore {
     /// the previous fetch began.
     fn maybe_refresh_ahead(
         self: &Arc<Self>,
-        entry: &Arc<Entry>,
+        entry: &Arc<OriginEntry>,
         snapshot: &Snapshot,
         origin: &Origin,
         now: Instant,
@@ -303,10 +366,10 @@ impl RobotsStore {
         });
     }
 
-    async fn fetch_and_store(&self, entry: &Entry, origin: &Origin) -> Arc<Snapshot> {
+    async fn fetch_and_store(&self, entry: &OriginEntry, origin: &Origin) -> Arc<Snapshot> {
         // The fetch is a request to the origin like any other: it waits for the turn of
         // every schedule the origin has, and its end starts their next delay.
-        let turns = self.pacer.turns_for_fetch(origin).await;
+        let turns = self.pacer.turns_for_fetch(&entry.schedules).await;
         let started = Instant::now();
         let outcome = self.fetcher.fetch(origin).await;
         drop(turns);
@@ -461,7 +524,7 @@ mod tests {
     use crate::origin::dns::Resolver;
     use crate::policy::egress::EgressPolicy;
 
-    fn store(config: RobotsConfig) -> Arc<RobotsStore> {
+    fn store(config: RobotsConfig) -> Arc<OriginStore> {
         let fetcher = Fetcher::new(
             Arc::new(Resolver::from_system()),
             Arc::new(EgressPolicy::new(&EgressConfig::default())),
@@ -471,7 +534,7 @@ mod tests {
             "robotsgate-test".into(),
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
-        RobotsStore::new(Arc::new(fetcher), pacer, config)
+        OriginStore::new(Arc::new(fetcher), pacer, config)
     }
 
     fn body(text: &str) -> FetchOutcome {
@@ -574,5 +637,28 @@ mod tests {
         }
         assert!(s.len() <= 32 + SHARDS, "{}", s.len());
         assert!(s.stats.evictions.load(Ordering::Relaxed) > 0);
+    }
+
+    #[tokio::test]
+    async fn an_entry_in_use_is_never_evicted() {
+        let s = store(RobotsConfig {
+            max_origins: 16,
+            ..RobotsConfig::default()
+        });
+        let origin = |port: u16| {
+            crate::policy::target::parse_authority(
+                &format!("127.0.0.1:{port}"),
+                crate::policy::target::Scheme::Http,
+            )
+            .expect("origin")
+        };
+        // A request holds the first origin's entry (it is in flight) the whole time.
+        let held = s.entry(&origin(1));
+        for port in 2..=2000u16 {
+            s.entry(&origin(port));
+        }
+        let still = s.peek(&origin(1)).expect("still held");
+        assert!(Arc::ptr_eq(&held, &still));
+        assert!(s.len() <= 16 + SHARDS, "{}", s.len());
     }
 }
