@@ -23,7 +23,7 @@ use crate::downstream::front::ClientContext;
 use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
 use crate::origin::pacing::Permit;
 use crate::policy::agent::Requester;
-use crate::policy::target::{Origin, Scheme, Target, TargetError};
+use crate::policy::target::{Scheme, Target, TargetError};
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Mode, Outcome};
 
@@ -35,26 +35,56 @@ pub struct RobotsGateProxy {
     pub max_body_bytes: u64,
 }
 
+/// What robotsgate knows of one request as it goes through Pingora's phases.
 #[derive(Default)]
 pub struct RequestContext {
-    /// Set inside an intercepted CONNECT tunnel: the origin every request there is for.
-    tunnel: Option<Arc<Origin>>,
-    /// The authenticated proxy user, if any.
-    user: Option<Arc<crate::downstream::access::Identity>>,
-    body_bytes: u64,
-    target: Option<Target>,
-    addr: Option<SocketAddr>,
-    allowed: Option<Allowed>,
-    /// The pacing turn, held until the response has been sent (dropped with the context).
-    permit: Option<Permit>,
-    /// The `X-Robots-Decision` of an answer robotsgate gave itself.
-    answered: Option<(Outcome, String)>,
-    /// The robots.txt line that decided, when a rule did.
-    line: Option<u32>,
-    upstream_status: Option<u16>,
+    /// From the front: the tunnel and user the request arrived with.
+    client: ClientContext,
+    /// The front's context came in a form this proxy cannot read: the request is refused
+    /// rather than judged without its tunnel (as if it were plain `http://`).
+    client_unknown: bool,
     started: Option<Instant>,
     /// Where the request's robots.txt tokens came from (for the access log).
     tokens_from: &'static str,
+    body_bytes: u64,
+    /// Where the request goes, once understood.
+    target: Option<Target>,
+    stage: Stage,
+}
+
+/// Where a request stands: undecided, answered by robotsgate, or forwarded.
+#[derive(Default)]
+enum Stage {
+    #[default]
+    Received,
+    /// robotsgate answered instead of the origin.
+    Answered {
+        outcome: Outcome,
+        /// The answer's `X-Robots-Decision`.
+        why: String,
+        /// The robots.txt line that decided, when a rule did.
+        line: Option<u32>,
+    },
+    /// Allowed and paced: sent to `addr`.
+    Forwarded {
+        addr: SocketAddr,
+        allowed: Allowed,
+        /// The pacing turn, held until the response has been sent.
+        permit: Permit,
+        upstream_status: Option<u16>,
+        /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
+        failed: Option<String>,
+    },
+}
+
+impl RequestContext {
+    fn answered(&mut self, answer: &Answer) {
+        self.stage = Stage::Answered {
+            outcome: answer.decision,
+            why: answer.header.clone(),
+            line: answer.rule_line,
+        };
+    }
 }
 
 /// Writes an [`Answer`] as the complete response.
@@ -168,10 +198,9 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
         connection: Box<dyn std::any::Any + Send + Sync>,
     ) {
-        if let Ok(client) = connection.downcast::<ClientContext>() {
-            let ClientContext { tunnel, identity } = *client;
-            ctx.tunnel = tunnel;
-            ctx.user = identity;
+        match connection.downcast::<ClientContext>() {
+            Ok(client) => ctx.client = *client,
+            Err(_) => ctx.client_unknown = true,
         }
     }
 
@@ -181,9 +210,20 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
     ) -> Result<bool> {
         ctx.started = Some(Instant::now());
+        if ctx.client_unknown {
+            let answer = Answer::text(
+                500,
+                Outcome::BadRequest,
+                "internal-error; reason=\"connection context lost\"".into(),
+                "robotsgate: this connection's context was lost; the request is refused".into(),
+            );
+            ctx.answered(&answer);
+            respond(session, &answer).await?;
+            return Ok(true);
+        }
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
-        let target = match &ctx.tunnel {
+        let target = match &ctx.client.tunnel {
             Some(tunnel) => Target::in_tunnel(tunnel, req.raw_path(), host),
             None => Target::from_request(req.raw_path(), host, Scheme::Http),
         };
@@ -195,7 +235,7 @@ impl ProxyHttp for RobotsGateProxy {
                     _ => 400,
                 };
                 let answer = bad_request(status, e);
-                ctx.answered = Some((answer.decision, answer.header.clone()));
+                ctx.answered(&answer);
                 respond(session, &answer).await?;
                 return Ok(true);
             }
@@ -203,7 +243,7 @@ impl ProxyHttp for RobotsGateProxy {
         let who = Requester {
             client: client_ip(session),
             user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
-            tokens: ctx.user.as_ref().map(|u| u.tokens.as_slice()),
+            tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
         };
         ctx.tokens_from = self.enforcer.agents.tokens_for(&who).source();
         let decision = self.enforcer.decide(&target, &who).await;
@@ -227,24 +267,24 @@ impl ProxyHttp for RobotsGateProxy {
                 };
                 match paced {
                     Ok(permit) => {
-                        ctx.permit = Some(permit);
-                        ctx.addr = Some(addr);
-                        if let Allowed::Rule { line } = why {
-                            ctx.line = Some(line);
-                        }
-                        ctx.allowed = Some(why);
+                        ctx.stage = Stage::Forwarded {
+                            addr,
+                            allowed: why,
+                            permit,
+                            upstream_status: None,
+                            failed: None,
+                        };
                         Ok(false)
                     }
                     Err(answer) => {
-                        ctx.answered = Some((answer.decision, answer.header.clone()));
+                        ctx.answered(&answer);
                         respond(session, &answer).await?;
                         Ok(true)
                     }
                 }
             }
             Decision::Respond(answer) => {
-                ctx.line = answer.rule_line;
-                ctx.answered = Some((answer.decision, answer.header.clone()));
+                ctx.answered(&answer);
                 respond(session, &answer).await?;
                 Ok(true)
             }
@@ -275,8 +315,10 @@ impl ProxyHttp for RobotsGateProxy {
         _session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<Box<HttpPeer>> {
-        match (&ctx.target, ctx.addr) {
-            (Some(target), Some(addr)) => Ok(Box::new(upstream_peer(target, addr, &self.upstream))),
+        match (&ctx.target, &ctx.stage) {
+            (Some(target), Stage::Forwarded { addr, .. }) => {
+                Ok(Box::new(upstream_peer(target, *addr, &self.upstream)))
+            }
             _ => Err(Error::explain(
                 ErrorType::InternalError,
                 "no forward decision",
@@ -298,15 +340,21 @@ impl ProxyHttp for RobotsGateProxy {
                 "origin answered 101 Switching Protocols; upgrades are not proxied",
             );
         }
-        crate::telemetry::metrics::record_upstream_status(upstream_response.status.as_u16());
-        ctx.upstream_status = Some(upstream_response.status.as_u16());
-        if let Some(permit) = &ctx.permit {
+        let status = upstream_response.status.as_u16();
+        crate::telemetry::metrics::record_upstream_status(status);
+        if let Stage::Forwarded {
+            permit,
+            upstream_status,
+            ..
+        } = &mut ctx.stage
+        {
+            *upstream_status = Some(status);
             let retry_after = upstream_response
                 .headers
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
-            permit.origin_answered(upstream_response.status.as_u16(), retry_after);
+            permit.origin_answered(status, retry_after);
         }
         Ok(())
     }
@@ -375,7 +423,10 @@ impl ProxyHttp for RobotsGateProxy {
             // so, or a keep-alive client sends its next request into the closing socket.
             session.set_keepalive(None);
             if respond(session, &answer).await.is_ok() {
-                ctx.answered = Some((answer.decision, answer.header));
+                match &mut ctx.stage {
+                    Stage::Forwarded { failed, .. } => *failed = Some(answer.header),
+                    _ => ctx.answered(&answer),
+                }
             }
         } else if code > 0 {
             let _ = session.respond_error(code).await;
@@ -393,13 +444,13 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
     ) {
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        let outcome = match (&ctx.answered, ctx.allowed, error) {
-            (Some((outcome, _)), _, _) => *outcome,
-            (None, Some(_), None) => Outcome::Allowed,
-            (None, Some(_), Some(_)) => Outcome::UpstreamError,
-            (None, None, _) => Outcome::BadRequest,
+        let outcome = match (&ctx.stage, error) {
+            (Stage::Received, _) => Outcome::BadRequest,
+            (Stage::Answered { outcome, .. }, _) => *outcome,
+            (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
+            (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
         };
-        let mode = match (&ctx.tunnel, session.req_header().raw_path().first()) {
+        let mode = match (&ctx.client.tunnel, session.req_header().raw_path().first()) {
             (Some(_), _) => Mode::Tunnel,
             (None, Some(b'/')) => Mode::Transparent,
             (None, _) => Mode::Explicit,
@@ -409,9 +460,25 @@ impl ProxyHttp for RobotsGateProxy {
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
-        let pacing_wait = ctx.permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
-        // The response is sent: the pacing schedule's clock starts now.
-        ctx.permit = None;
+        // The response is sent: the pacing schedule's clock starts now (the permit goes).
+        let (pacing_wait, upstream_status, line, why) = match std::mem::take(&mut ctx.stage) {
+            Stage::Received => (0.0, None, None, String::new()),
+            Stage::Answered { why, line, .. } => (0.0, None, line, why),
+            Stage::Forwarded {
+                allowed,
+                permit,
+                upstream_status,
+                failed,
+                ..
+            } => {
+                let line = match allowed {
+                    Allowed::Rule { line } => Some(line),
+                    _ => None,
+                };
+                let why = failed.unwrap_or_else(|| allowed.to_string());
+                (permit.waited.as_secs_f64(), upstream_status, line, why)
+            }
+        };
         if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
@@ -421,11 +488,6 @@ impl ProxyHttp for RobotsGateProxy {
             .map_or((String::new(), String::new()), |t| {
                 (t.origin.to_string(), t.path.to_string())
             });
-        let why = match (&ctx.answered, ctx.allowed) {
-            (Some((_, header)), _) => header.clone(),
-            (None, Some(allowed)) => allowed.to_string(),
-            (None, None) => String::new(),
-        };
         let req = session.req_header();
         AccessRecord {
             origin: &origin,
@@ -435,8 +497,8 @@ impl ProxyHttp for RobotsGateProxy {
             mode: mode.label(),
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
-            upstream_status: ctx.upstream_status,
-            line: ctx.line,
+            upstream_status,
+            line,
             why: &why,
             pacing_wait_seconds: pacing_wait,
             duration_seconds: elapsed,
