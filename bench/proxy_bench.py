@@ -7,7 +7,9 @@ examples/passthrough.rs (same Pingora setup, no robots/egress/DNS work), each wi
 requests/s, p50/p99 latency and the proxy's CPU time per request (utime+stime of the
 whole process from /proc, all threads), then the ratios robotsgate / passthrough.
 
-Usage: bench/proxy_bench.py [--seconds 8] [--connections 32]
+Usage: bench/proxy_bench.py [--seconds 8] [--connections 32] [--compare OTHER_ROBOTSGATE_BINARY]
+With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
+same run as a third proxy row, "other", and its ratios to the passthrough are printed too.
 Needs wrk and nginx (Debian packages `wrk`, `nginx-light`); installs them if missing.
 Only processes this script started are stopped, by PID.
 """
@@ -57,6 +59,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--compare", help="another robotsgate binary, measured in the same run")
     args = parser.parse_args()
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
@@ -65,7 +68,7 @@ def main():
     os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
     started = []
     try:
-        nginx_port, rg_port, pt_port = free_port(), free_port(), free_port()
+        nginx_port, rg_port, pt_port, other_port = free_port(), free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/index.html", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
@@ -102,10 +105,18 @@ http {{ access_log off; keepalive_requests 1000000;
         started.append(pt)
         wait_port(rg_port)
         wait_port(pt_port)
+        other = None
+        if args.compare:
+            other = subprocess.Popen([args.compare, "run", "--config", conf("other"), "--listen", f"127.0.0.1:{other_port}",
+                                      "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
+                                     stderr=open(f"{work}/other.log", "w"))
+            started.append(other)
+            wait_port(other_port)
 
         origin = f"127.0.0.1:{nginx_port}"
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
-        subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{rg_port}", f"http://{origin}/index.html"], check=True)
+        for port in (rg_port, other_port) if other else (rg_port,):
+            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}", f"http://{origin}/index.html"], check=True)
 
         for port in (nginx_port,):
             check = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/index.html"],
@@ -124,6 +135,8 @@ http {{ access_log off; keepalive_requests 1000000;
             rows[(mode, "direct")] = wrk(args, f"http://{origin}", direct_lua, None)
             rows[(mode, "passthrough")] = wrk(args, f"http://127.0.0.1:{pt_port}", proxy_lua, pt.pid)
             rows[(mode, "robotsgate")] = wrk(args, f"http://127.0.0.1:{rg_port}", proxy_lua, rg.pid)
+            if other:
+                rows[(mode, "other")] = wrk(args, f"http://127.0.0.1:{other_port}", proxy_lua, other.pid)
 
         print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s on 127.0.0.1, nginx origin, proxies with threads: 1\n")
         print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11} {'non-2xx':>8}")
@@ -135,6 +148,10 @@ http {{ access_log off; keepalive_requests 1000000;
             rgr, ptr = rows[(mode, "robotsgate")], rows[(mode, "passthrough")]
             print(f"{mode:<11} robotsgate/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
                   f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
+            if other:
+                otr = rows[(mode, "other")]
+                print(f"{mode:<11} other/passthrough:      CPU per request {otr['cpu_us'] / ptr['cpu_us']:.2f}x, "
+                      f"rps {otr['rps'] / ptr['rps']:.2f}x, p99 {otr['p99'] / ptr['p99']:.2f}x")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
