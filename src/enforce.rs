@@ -318,20 +318,9 @@ impl Enforcer {
         &self,
         origin: &Origin,
     ) -> Result<Result<Vec<IpAddr>, ResolveError>, Answer> {
-        if let Err(refusal) = self.egress.check_port(origin.port) {
-            return Err(egress_denied(refusal.to_string()));
-        }
-        let resolved = self.resolver.resolve(&origin.host).await;
-        if let Ok(addrs) = &resolved {
-            // Every address must pass: a name that also resolves into a private range is
-            // refused outright rather than gambled on.
-            for ip in addrs {
-                if let Err(refusal) = self.egress.check_address(*ip) {
-                    return Err(egress_denied(refusal.to_string()));
-                }
-            }
-        }
-        Ok(resolved)
+        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
+            .await
+            .map_err(|refusal| egress_denied(refusal.to_string()))
     }
 
     /// Waits for the request's pacing slot. The returned [`Permit`] must be held until

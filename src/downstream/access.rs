@@ -53,11 +53,12 @@ impl Denied {
         }
     }
 
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> crate::telemetry::metrics::Refusal {
+        use crate::telemetry::metrics::Refusal;
         match self {
-            Denied::ClientNetwork => "client_network",
-            Denied::AuthRequired => "auth_required",
-            Denied::AuthFailed => "auth_failed",
+            Denied::ClientNetwork => Refusal::ClientNetwork,
+            Denied::AuthRequired => Refusal::AuthRequired,
+            Denied::AuthFailed => Refusal::AuthFailed,
         }
     }
 }

@@ -224,7 +224,7 @@ impl Tunnels {
         )
         .await;
         if !matches!(sent, Ok(Ok(true))) {
-            metrics::record_refusal("first_byte_timeout");
+            metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
             return None;
         }
         let acceptor = interceptor.acceptor(origin.host_name());

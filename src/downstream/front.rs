@@ -172,14 +172,15 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
         if !self.access.client_allowed(client) {
             let why = "this client's address is not in access.allow_clients";
-            let refusal = Refusal::new(403, "client_network", why);
+            let refusal = Refusal::new(403, metrics::Refusal::ClientNetwork, why);
             self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
         if client.is_some_and(|ip| !self.per_client.take(ip)) {
             let why =
                 "too many open connections from this client (limits.max_connections_per_client)";
-            let refusal = Refusal::new(503, "client_connection_limit", why).retry_after(1);
+            let refusal =
+                Refusal::new(503, metrics::Refusal::ClientConnectionLimit, why).retry_after(1);
             self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
@@ -189,7 +190,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
                 per_client.give_back(ip);
             }
             let why = "too many open connections (limits.max_connections)";
-            let refusal = Refusal::new(503, "connection_limit", why).retry_after(1);
+            let refusal = Refusal::new(503, metrics::Refusal::ConnectionLimit, why).retry_after(1);
             self.turn_away(&mut stream, client, refusal).await;
             return None;
         };
@@ -239,7 +240,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 // kept-alive connection closing is ordinary).
                 Err(HeadError::FirstByteTimeout) => {
                     if fresh {
-                        metrics::record_refusal("first_byte_timeout");
+                        metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
                     }
                     return;
                 }
@@ -268,7 +269,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             }
             if head.is_connect {
                 if context.tunnel.is_some() {
-                    let refusal = Refusal::new(400, "malformed", "CONNECT inside a tunnel");
+                    let refusal =
+                        Refusal::new(400, metrics::Refusal::Malformed, "CONNECT inside a tunnel");
                     return refuse(&mut stream, client, refusal).await;
                 }
                 let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
@@ -347,14 +349,14 @@ async fn shutting_down(mut shutdown: ShutdownWatch) {
 /// client), and what the answer adds (`Retry-After`, a `Proxy-Authenticate` challenge).
 struct Refusal<'a> {
     status: u16,
-    reason: &'static str,
+    reason: metrics::Refusal,
     why: &'a str,
     retry_after: Option<u64>,
     challenge: Option<String>,
 }
 
 impl<'a> Refusal<'a> {
-    fn new(status: u16, reason: &'static str, why: &'a str) -> Refusal<'a> {
+    fn new(status: u16, reason: metrics::Refusal, why: &'a str) -> Refusal<'a> {
         Refusal {
             status,
             reason,
@@ -393,6 +395,7 @@ async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
         challenge,
     } = refusal;
     metrics::record_refusal(reason);
+    let reason = reason.label();
     tracing::info!(
         target: "access",
         client = client.map(|c| c.to_string()),

@@ -26,6 +26,7 @@ use tokio::io::AsyncRead;
 use tokio::time::Instant;
 
 use crate::config::LimitsConfig;
+use crate::telemetry::metrics::Refusal;
 
 /// The limits [`read_head`] applies (from `robotsgate.limits`).
 #[derive(Clone, Debug)]
@@ -113,18 +114,17 @@ impl HeadError {
     }
 
     /// The `reason` label of `robotsgate_downstream_refusals_total`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Refusal {
         match self {
-            HeadError::Gone => "gone",
-            HeadError::FirstByteTimeout => "first_byte_timeout",
-            HeadError::Timeout => "header_timeout",
-            HeadError::RequestLineTooLong => "request_line_too_long",
-            HeadError::HeadTooLarge => "header_too_large",
-            HeadError::TooManyHeaders => "too_many_headers",
-            HeadError::BodyTooLarge => "body_too_large",
-            HeadError::BodyOnGet => "body-on-get",
-            HeadError::Upgrade => "upgrade",
-            HeadError::Malformed(_) => "malformed",
+            HeadError::Gone | HeadError::Malformed(_) => Refusal::Malformed,
+            HeadError::FirstByteTimeout => Refusal::FirstByteTimeout,
+            HeadError::Timeout => Refusal::HeaderTimeout,
+            HeadError::RequestLineTooLong => Refusal::RequestLineTooLong,
+            HeadError::HeadTooLarge => Refusal::HeaderTooLarge,
+            HeadError::TooManyHeaders => Refusal::TooManyHeaders,
+            HeadError::BodyTooLarge => Refusal::BodyTooLarge,
+            HeadError::BodyOnGet => Refusal::BodyOnGet,
+            HeadError::Upgrade => Refusal::Upgrade,
         }
     }
 }

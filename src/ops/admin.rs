@@ -414,11 +414,7 @@ fn parse_origin(spec: &str) -> Result<Origin, String> {
     let (scheme, authority) = decoded
         .split_once("://")
         .ok_or_else(|| format!("`{decoded}` is not an origin like https://example.com"))?;
-    let scheme = match scheme.to_ascii_lowercase().as_str() {
-        "http" => Scheme::Http,
-        "https" => Scheme::Https,
-        other => return Err(format!("unsupported scheme `{other}`")),
-    };
+    let scheme = Scheme::parse(scheme).ok_or_else(|| format!("unsupported scheme `{scheme}`"))?;
     parse_authority(authority, scheme).map_err(|e| e.to_string())
 }
 

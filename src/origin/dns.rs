@@ -133,3 +133,23 @@ impl Resolver {
         Ok(addrs)
     }
 }
+
+/// Where a request for `origin` may go: its port and every address its host resolves to
+/// pass `egress` (a name that also resolves into a private range is refused outright
+/// rather than gambled on). `Err` is the refusal; `Ok(Err(_))` a failed lookup, which the
+/// caller judges (robots.txt is then unreachable too). Crawl traffic and robots.txt
+/// fetches both go through here.
+pub async fn allowed_destination(
+    resolver: &Resolver,
+    egress: &crate::policy::egress::EgressPolicy,
+    origin: &crate::policy::target::Origin,
+) -> Result<Result<Vec<IpAddr>, ResolveError>, crate::policy::egress::Refusal> {
+    egress.check_port(origin.port)?;
+    let resolved = resolver.resolve(&origin.host).await;
+    if let Ok(addrs) = &resolved {
+        for ip in addrs {
+            egress.check_address(*ip)?;
+        }
+    }
+    Ok(resolved)
+}

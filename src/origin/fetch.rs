@@ -283,17 +283,10 @@ impl Fetcher {
     }
 
     async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
-        let denied =
-            |r: crate::policy::egress::Refusal| Failure::new("egress-denied", r.to_string());
-        self.egress.check_port(origin.port).map_err(denied)?;
-        let addrs = self
-            .resolver
-            .resolve(&origin.host)
+        let addrs = crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
             .await
+            .map_err(|r| Failure::new("egress-denied", r.to_string()))?
             .map_err(|e| Failure::new(e.cause, e.message))?;
-        for ip in &addrs {
-            self.egress.check_address(*ip).map_err(denied)?;
-        }
         let addr = SocketAddr::new(addrs[0], origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
         peer.options.connection_timeout = Some(self.timeout);
@@ -390,11 +383,7 @@ struct Response {
 fn resolve_location(base: &Origin, location: &str) -> Option<(Origin, String)> {
     let location = location.trim();
     if let Some((scheme, rest)) = location.split_once("://") {
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "http" => Scheme::Http,
-            "https" => Scheme::Https,
-            _ => return None,
-        };
+        let scheme = Scheme::parse(scheme)?;
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let origin = parse_authority(&rest[..end], scheme).ok()?;
         let path = &rest[end..];

@@ -36,6 +36,17 @@ impl Scheme {
             Scheme::Https => "https",
         }
     }
+
+    /// `http` or `https`, in any case; the one place a scheme is read.
+    pub fn parse(text: &str) -> Option<Scheme> {
+        if text.eq_ignore_ascii_case("http") {
+            Some(Scheme::Http)
+        } else if text.eq_ignore_ascii_case("https") {
+            Some(Scheme::Https)
+        } else {
+            None
+        }
+    }
 }
 
 /// Host part of an origin: a lower-case ASCII name or an IP literal.
@@ -156,13 +167,8 @@ impl Target {
         let (scheme_text, rest) = raw
             .split_once("://")
             .ok_or(TargetError::Unusable("neither an absolute URL nor a /path"))?;
-        let scheme = if scheme_text.eq_ignore_ascii_case("http") {
-            Scheme::Http
-        } else if scheme_text.eq_ignore_ascii_case("https") {
-            Scheme::Https
-        } else {
-            return Err(TargetError::Scheme(scheme_text.to_string()));
-        };
+        let scheme = Scheme::parse(scheme_text)
+            .ok_or_else(|| TargetError::Scheme(scheme_text.to_string()))?;
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(end);
         let origin = parse_authority(authority, scheme)?;

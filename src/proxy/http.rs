@@ -301,7 +301,9 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
         if ctx.body_bytes > self.max_body_bytes {
-            crate::telemetry::metrics::record_refusal("body_too_large");
+            crate::telemetry::metrics::record_refusal(
+                crate::telemetry::metrics::Refusal::BodyTooLarge,
+            );
             return Error::e_explain(
                 ErrorType::HTTPStatus(413),
                 "request body larger than limits.max_body_bytes",

@@ -289,8 +289,51 @@ static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-pub fn record_refusal(reason: &'static str) {
-    REFUSALS.with_label_values(&[reason]).inc();
+/// Why a request or connection was refused before the robots decision: the `reason`
+/// label of `robotsgate_downstream_refusals_total` (and of the front's `X-Robots-Decision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    ConnectionLimit,
+    ClientConnectionLimit,
+    FirstByteTimeout,
+    HeaderTimeout,
+    RequestLineTooLong,
+    HeaderTooLarge,
+    TooManyHeaders,
+    BodyTooLarge,
+    BodyOnGet,
+    Upgrade,
+    Malformed,
+    ClientNetwork,
+    AuthRequired,
+    AuthFailed,
+}
+
+impl Refusal {
+    /// The label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::ConnectionLimit => "connection_limit",
+            Refusal::ClientConnectionLimit => "client_connection_limit",
+            Refusal::FirstByteTimeout => "first_byte_timeout",
+            Refusal::HeaderTimeout => "header_timeout",
+            Refusal::RequestLineTooLong => "request_line_too_long",
+            Refusal::HeaderTooLarge => "header_too_large",
+            Refusal::TooManyHeaders => "too_many_headers",
+            Refusal::BodyTooLarge => "body_too_large",
+            Refusal::BodyOnGet => "body-on-get",
+            Refusal::Upgrade => "upgrade",
+            Refusal::Malformed => "malformed",
+            Refusal::ClientNetwork => "client_network",
+            Refusal::AuthRequired => "auth_required",
+            Refusal::AuthFailed => "auth_failed",
+        }
+    }
+}
+
+/// Counts one refusal.
+pub fn record_refusal(reason: Refusal) {
+    REFUSALS.with_label_values(&[reason.label()]).inc();
 }
 
 pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
