@@ -84,8 +84,8 @@ impl ProxyHttp for Guarded {
                 );
                 Ok(false)
             }
-            Decision::Respond(answer) => {
-                robotsgate::proxy::http::respond(session, &answer).await?;
+            Decision::Respond(reply) => {
+                robotsgate::proxy::http::respond(session, &reply.answer()).await?;
                 Ok(true)
             }
         }

@@ -76,6 +76,8 @@ impl std::fmt::Debug for Pace {
     }
 }
 
+/// What to do with a request: data. Everything but [`Decision::Forward`] is answered by
+/// robotsgate itself, rendered into the client's answer in one place ([`Reply::answer`]).
 #[derive(Debug)]
 pub enum Decision {
     /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
@@ -86,7 +88,104 @@ pub enum Decision {
         pace: Pace,
     },
     /// Answer the client with this; the origin is not contacted.
-    Respond(Answer),
+    Respond(Reply),
+}
+
+/// What robotsgate answers instead of the origin, and why.
+#[derive(Debug)]
+pub enum Reply {
+    /// A robots.txt rule disallows the path (or the spelling a lenient origin may read).
+    Disallowed {
+        robots_url: String,
+        path: String,
+        /// The rule as written (`Disallow: /private`), its canonical pattern and line.
+        rule: String,
+        pattern: String,
+        line: u32,
+        /// The lenient origin's reading that was disallowed, when it was that one.
+        read_as: Option<String>,
+    },
+    /// The client's own request for `/robots.txt`, answered from this snapshot.
+    RobotsTxt {
+        robots_url: String,
+        snapshot: Arc<Snapshot>,
+    },
+    /// robots.txt cannot be read and no copy is held: nothing may be fetched.
+    RobotsUnreachable {
+        robots_url: String,
+        snapshot: Arc<Snapshot>,
+    },
+    /// The destination is refused (port, address range).
+    EgressDenied(String),
+    /// The origin's name does not resolve (while its robots.txt is held).
+    DnsFailure { origin: String, error: ResolveError },
+}
+
+impl Reply {
+    /// The answer the client gets: the one rendering of a decision robotsgate answers.
+    pub fn answer(&self) -> Answer {
+        match self {
+            Reply::Disallowed {
+                robots_url,
+                path,
+                rule,
+                pattern,
+                line,
+                read_as,
+            } => {
+                let read_as = read_as
+                    .as_ref()
+                    .map(|l| format!(" (read as {l}, as origins may)"))
+                    .unwrap_or_default();
+                let mut answer = Answer::text(
+                    403,
+                    Outcome::Disallowed,
+                    format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
+                    format!("robotsgate: {path}{read_as} is disallowed by {robots_url}: {rule}"),
+                );
+                answer.rule_line = Some(*line);
+                answer
+            }
+            Reply::RobotsTxt {
+                robots_url,
+                snapshot,
+            } => robots_txt_answer(snapshot, robots_url),
+            Reply::RobotsUnreachable {
+                robots_url,
+                snapshot,
+            } => unreachable_answer(snapshot, robots_url),
+            Reply::EgressDenied(why) => egress_denied(why.clone()),
+            Reply::DnsFailure { origin, error } => Answer::text(
+                502,
+                Outcome::UpstreamError,
+                format!(
+                    "dns-failure; reason=\"{}\"; origin=\"{origin}\"",
+                    error.cause
+                ),
+                format!("robotsgate: {error}"),
+            ),
+        }
+    }
+}
+
+/// A path judged against a held robots.txt (pure): the verdict, the group it came from,
+/// and the lenient reading that decided, when one did.
+pub struct Judgement<'r> {
+    pub verdict: Verdict<'r>,
+    pub group: Option<GroupId>,
+    pub read_as: Option<CanonicalPath<'static>>,
+}
+
+/// Judges `target` against `robots` for a crawler with `tokens`: the one computation the
+/// proxy and `/check` share.
+pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) -> Judgement<'r> {
+    let group = group_for(robots, tokens);
+    let (verdict, read_as) = verdict_for(robots, group, target);
+    Judgement {
+        verdict,
+        group,
+        read_as,
+    }
 }
 
 pub struct Enforcer {
@@ -98,7 +197,7 @@ pub struct Enforcer {
 }
 
 /// The group a crawler's tokens select in one robots.txt.
-pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
+fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
     match tokens {
         Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
             robots.group_for(list)
@@ -111,7 +210,7 @@ pub fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
 /// The verdict on a request's path, failing closed: when a lenient origin may read the
 /// path differently ([`Target::lenient_path`]), that spelling must be allowed too. The
 /// second value is the spelling that disallowed, when it was that one.
-pub fn verdict_for<'r>(
+fn verdict_for<'r>(
     robots: &'r RobotsTxt,
     group: Option<GroupId>,
     target: &Target,
@@ -166,12 +265,37 @@ impl Enforcer {
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
+        self.decide_explained(target, who).await.0
+    }
+
+    /// As [`Enforcer::decide`], with the robots.txt snapshot the decision was made from
+    /// (none when the egress check answered first), so `/check` can explain exactly it.
+    pub async fn decide_explained(
+        &self,
+        target: &Target,
+        who: &Requester<'_>,
+    ) -> (Decision, Option<Arc<Snapshot>>) {
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
             Ok(resolved) => resolved,
-            Err(answer) => return Decision::Respond(answer),
+            Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
         };
         let (entry, snapshot) = self.store.get(origin).await;
+        let decision = self.decide_on(target, who, &resolved, &entry, &snapshot);
+        (decision, Some(snapshot))
+    }
+
+    /// The decision from what is known: where the name resolved, the origin's entry and
+    /// its robots.txt snapshot.
+    fn decide_on(
+        &self,
+        target: &Target,
+        who: &Requester<'_>,
+        resolved: &Result<Vec<IpAddr>, ResolveError>,
+        entry: &Arc<OriginEntry>,
+        snapshot: &Arc<Snapshot>,
+    ) -> Decision {
+        let origin = &target.origin;
         // An allowed request: where it connects and which pacing schedule it joins.
         let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
             Ok(addrs) => {
@@ -189,28 +313,28 @@ impl Enforcer {
                     },
                 }
             }
-            Err(e) => Decision::Respond(Answer::text(
-                502,
-                Outcome::UpstreamError,
-                format!("dns-failure; reason=\"{}\"; origin=\"{origin}\"", e.cause),
-                format!("robotsgate: {e}"),
-            )),
+            Err(e) => Decision::Respond(Reply::DnsFailure {
+                origin: origin.to_string(),
+                error: e.clone(),
+            }),
         };
         // Only answers name the robots.txt URL: format it only for them.
         let robots_url = || origin.robots_url();
         // A client's `/robots.txt` is answered from the store, never fetched again on its
         // own: it would reach the origin unpaced (and, when unreadable, over and over).
         if target.path.is_robots_txt() {
-            return Decision::Respond(robots_txt_answer(&snapshot, &robots_url()));
+            return Decision::Respond(Reply::RobotsTxt {
+                robots_url: robots_url(),
+                snapshot: snapshot.clone(),
+            });
         }
         match &snapshot.policy {
             Policy::Rules { robots, .. } => {
-                let tokens = self.agents.tokens_for(who);
-                let group = group_for(robots, &tokens);
-                let (verdict, read_as) = verdict_for(robots, group, target);
-                let read_as = read_as
-                    .map(|l| format!(" (read as {l}, as origins may)"))
-                    .unwrap_or_default();
+                let Judgement {
+                    verdict,
+                    group,
+                    read_as,
+                } = judge(robots, target, &self.agents.tokens_for(who));
                 if verdict.allowed {
                     // Crawlers in one group share a schedule; the group's first name is
                     // its stable identity across refreshes of the file.
@@ -226,26 +350,23 @@ impl Enforcer {
                     };
                     return forward(why, group_name, robots.crawl_delay(group));
                 }
-                let robots_url = robots_url();
-                let rule = verdict.rule().map(ToString::to_string).unwrap_or_default();
-                let line = verdict.rule().map_or(0, |r| r.line);
-                let pattern = verdict.rule().map(|r| r.pattern.as_str()).unwrap_or("");
-                let mut answer = Answer::text(
-                    403,
-                    Outcome::Disallowed,
-                    format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
-                    format!(
-                        "robotsgate: {}{read_as} is disallowed by {robots_url}: {rule}",
-                        target.path
-                    ),
-                );
-                answer.rule_line = verdict.rule().map(|r| r.line);
-                Decision::Respond(answer)
+                Decision::Respond(Reply::Disallowed {
+                    robots_url: robots_url(),
+                    path: target.path.to_string(),
+                    rule: verdict.rule().map(ToString::to_string).unwrap_or_default(),
+                    pattern: verdict
+                        .rule()
+                        .map(|r| r.pattern.clone())
+                        .unwrap_or_default(),
+                    line: verdict.rule().map_or(0, |r| r.line),
+                    read_as: read_as.map(|l| l.to_string()),
+                })
             }
             Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
-            Policy::DisallowAll { .. } => {
-                Decision::Respond(unreachable_answer(&snapshot, &robots_url()))
-            }
+            Policy::DisallowAll { .. } => Decision::Respond(Reply::RobotsUnreachable {
+                robots_url: robots_url(),
+                snapshot: snapshot.clone(),
+            }),
         }
     }
 }
@@ -312,15 +433,15 @@ fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
 
 impl Enforcer {
     /// The egress checks alone: the destination port, then every resolved address. `Err`
-    /// is the 403 to send. A failed lookup passes (`Ok(Err(_))`): robots.txt is then
+    /// says why the destination is refused (a 403). A failed lookup passes (`Ok(Err(_))`): robots.txt is then
     /// unreachable too, and that decides (SPEC §2).
     pub async fn check_egress(
         &self,
         origin: &Origin,
-    ) -> Result<Result<Vec<IpAddr>, ResolveError>, Answer> {
+    ) -> Result<Result<Vec<IpAddr>, ResolveError>, String> {
         crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
             .await
-            .map_err(|refusal| egress_denied(refusal.to_string()))
+            .map_err(|refusal| refusal.to_string())
     }
 
     /// Waits for the request's pacing slot. The returned [`Permit`] must be held until

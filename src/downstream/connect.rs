@@ -196,7 +196,7 @@ impl Tunnels {
                 );
                 return Err((origin.to_string(), answer));
             }
-            Err(answer) => return Err((origin.to_string(), answer)),
+            Err(why) => return Err((origin.to_string(), egress_denied(why))),
         };
         Ok(Admitted {
             origin,
@@ -256,9 +256,9 @@ impl Tunnels {
             path: CanonicalPath::new("/").into_owned(),
         };
         let (addr, pace) = match self.enforcer.decide(&root, who).await {
-            Decision::Respond(answer) => {
+            Decision::Respond(reply) => {
                 return self
-                    .refuse(&mut l4, &shown, TunnelMode::Blind, &answer, started)
+                    .refuse(&mut l4, &shown, TunnelMode::Blind, &reply.answer(), started)
                     .await
             }
             Decision::Forward { addr, pace, .. } => (addr, pace),

@@ -34,7 +34,7 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::enforce::{group_for, verdict_for, Decision, Enforcer};
+use crate::enforce::{judge, Decision, Enforcer, Judgement};
 use crate::origin::store::{Policy, Snapshot};
 use crate::policy::agent::Requester;
 use crate::policy::target::{parse_authority, Origin, Scheme, Target};
@@ -296,10 +296,8 @@ impl AdminApp {
             Some(Err(_)) => return error(400, "client: not an IP address"),
             None => None,
         };
-        let decision = self
-            .enforcer
-            .decide(&target, &Requester::new(client, agent.as_deref()))
-            .await;
+        let who = Requester::new(client, agent.as_deref());
+        let (decision, snapshot) = self.enforcer.decide_explained(&target, &who).await;
         let mut out = json!({
             "url": url,
             "origin": target.origin.to_string(),
@@ -314,25 +312,24 @@ impl AdminApp {
                 out["address"] = json!(addr.to_string());
                 out["crawl_delay_seconds"] = json!(pace.delay.as_secs_f64());
             }
-            Decision::Respond(answer) => {
+            Decision::Respond(reply) => {
+                let answer = reply.answer();
                 out["decision"] = json!(answer.decision.label());
                 out["status"] = json!(answer.status);
                 out["why"] = json!(answer.header);
             }
         }
-        // The verdict's details, from the snapshot the decision just used.
-        let tokens = self.enforcer.agents.tokens(client, agent.as_deref());
+        let tokens = self.enforcer.agents.tokens_for(&who);
         out["tokens"] = json!(tokens.list());
         out["tokens_from"] = json!(tokens.source());
-        if let Some(snapshot) = self
-            .enforcer
-            .store
-            .peek(&target.origin)
-            .and_then(|entry| entry.snapshot())
-        {
+        // The verdict's details: the same judgement, of the very snapshot decided on.
+        if let Some(snapshot) = snapshot {
             if let Policy::Rules { robots, .. } = &snapshot.policy {
-                let group = group_for(robots, &tokens);
-                let (verdict, read_as) = verdict_for(robots, group, &target);
+                let Judgement {
+                    verdict,
+                    group,
+                    read_as,
+                } = judge(robots, &target, &tokens);
                 out["read_as"] = json!(read_as.map(|p| p.to_string()));
                 out["group_line"] = json!(group
                     .and_then(|g| robots.group(g))

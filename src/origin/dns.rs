@@ -26,7 +26,7 @@ pub struct Resolver {
 
 /// A failed lookup: what happened, for people, and its short cause (`dns-nxdomain`,
 /// `dns-no-address`, `dns-timeout`, `dns-failure`), for `X-Robots-Decision`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ResolveError {
     pub message: String,
     pub cause: &'static str,

@@ -283,7 +283,8 @@ impl ProxyHttp for RobotsGateProxy {
                     }
                 }
             }
-            Decision::Respond(answer) => {
+            Decision::Respond(reply) => {
+                let answer = reply.answer();
                 ctx.answered(&answer);
                 respond(session, &answer).await?;
                 Ok(true)
