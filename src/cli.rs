@@ -16,6 +16,7 @@ use crate::robots::{CanonicalPath, RobotsTxt};
     version,
     about = "robots.txt-enforcing egress proxy for crawler fleets"
 )]
+/// The `robotsgate` command line: its subcommands and their arguments.
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -91,6 +92,7 @@ struct CheckArgs {
 }
 
 impl Cli {
+    /// Runs the subcommand; the exit code says whether it succeeded.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         if !matches!(self.command, Command::Run(_) | Command::CheckConfig(_)) {
             // `run` and `check-config` install it once their configuration says how.

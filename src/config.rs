@@ -22,6 +22,7 @@ struct File {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// robotsgate's section of the configuration file (`robotsgate:`), every key with its default.
 pub struct Config {
     /// Where crawlers connect (explicit proxy and transparent mode alike).
     pub listen: SocketAddr,
@@ -29,15 +30,25 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// `text` (human-readable) or `json` (one object per line).
     pub log_format: LogFormat,
+    /// Which crawler a request is judged as.
     pub agent: AgentConfig,
+    /// Name resolution.
     pub dns: DnsConfig,
+    /// Where traffic may go.
     pub egress: EgressConfig,
+    /// Spacing of requests per origin.
     pub pacing: PacingConfig,
+    /// robots.txt fetching and caching.
     pub robots: RobotsConfig,
+    /// Timeouts towards origins.
     pub upstream: UpstreamConfig,
+    /// HTTPS: CONNECT, interception, origin trust.
     pub tls: TlsConfig,
+    /// Who may use the proxy.
     pub access: AccessConfig,
+    /// Bounds on what one client can make robotsgate hold.
     pub limits: LimitsConfig,
+    /// Who may use the admin listener.
     pub admin: AdminConfig,
 }
 
@@ -111,6 +122,7 @@ impl Default for AgentConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// One `agent.rules` entry: which requests it matches and the tokens they are judged as.
 pub struct AgentRule {
     /// Matches clients whose address is in this network.
     #[serde(default)]
@@ -124,6 +136,7 @@ pub struct AgentRule {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// How names are resolved (see `origin::dns`).
 pub struct DnsConfig {
     /// Name servers (`ip:port`); empty = the system's `/etc/resolv.conf`.
     pub nameservers: Vec<SocketAddr>,
@@ -142,6 +155,7 @@ impl Default for DnsConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// Where robotsgate may send traffic (see `policy::egress`).
 pub struct EgressConfig {
     /// Networks opened although they are private, loopback, link-local, … .
     pub allow_destinations: Vec<Cidr>,
@@ -194,6 +208,7 @@ impl Default for PacingConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// Fetching and caching robots.txt (see `origin::store`, `origin::fetch`).
 pub struct RobotsConfig {
     /// Most origins whose robots.txt is kept; the least recently used is evicted.
     pub max_origins: usize,
@@ -203,11 +218,13 @@ pub struct RobotsConfig {
     pub ttl_seconds: f64,
     /// Bounds for `max-age`.
     pub min_ttl_seconds: f64,
+    /// Upper bound for `max-age`.
     pub max_ttl_seconds: f64,
     /// A fresh entry this close to expiry is refreshed in the background.
     pub refresh_ahead_seconds: f64,
     /// First retry after a 5xx/network failure; doubles up to `retry_max_seconds`.
     pub retry_initial_seconds: f64,
+    /// Longest wait between retries of an unreachable robots.txt.
     pub retry_max_seconds: f64,
     /// Continuous unreachability after which an origin with no copy is allowed (SPEC §2).
     pub unreachable_allow_after_seconds: f64,
@@ -241,10 +258,13 @@ impl Default for RobotsConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// Timeouts towards origins, for proxied requests.
 pub struct UpstreamConfig {
+    /// Longest wait for a TCP (and TLS) connection to an origin.
     pub connect_timeout_seconds: f64,
     /// Longest wait for the next bytes from an origin.
     pub read_timeout_seconds: f64,
+    /// Longest wait for an origin to accept the next bytes.
     pub write_timeout_seconds: f64,
     /// Idle upstream connections are closed after this long in the pool.
     pub idle_timeout_seconds: f64,
@@ -269,6 +289,7 @@ pub struct TlsConfig {
     /// The operator CA (PEM) that signs the per-host leaf certificates; created with
     /// `robotsgate ca init`. Without it, CONNECT is refused except to `blind_tunnel`.
     pub ca_cert: Option<PathBuf>,
+    /// The operator CA's private key (PEM).
     pub ca_key: Option<PathBuf>,
     /// PEM files of extra roots trusted for origin certificates, on top of the system's.
     pub upstream_extra_roots: Vec<PathBuf>,
@@ -378,6 +399,7 @@ impl Default for LimitsConfig {
 
 /// Pingora's own ceilings on a request head (its HTTP/1 parser refuses more).
 pub const PINGORA_MAX_HEADERS: usize = 256;
+/// Pingora's own ceiling on a request head's size, in bytes.
 pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
 
 /// How logs are written (`robotsgate.log_format`): `text` (key=value) or `json` (one
@@ -386,7 +408,9 @@ pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
+    /// `key=value` lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -394,9 +418,11 @@ pub enum LogFormat {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
 pub enum BlindTunnelRule {
+    /// Exactly this host name.
     Host(String),
     /// `*.example.com`: subdomains of `example.com`, not the name itself.
     Subdomains(String),
+    /// Destinations in this network (every address a name resolves to).
     Network(Cidr),
 }
 
@@ -408,6 +434,7 @@ impl TryFrom<String> for BlindTunnelRule {
 }
 
 impl BlindTunnelRule {
+    /// Parses one entry: a host name, `*.domain` or a CIDR network.
     pub fn parse(entry: &str) -> Result<BlindTunnelRule, String> {
         let entry = entry.trim();
         if entry.contains('/') || entry.parse::<IpAddr>().is_ok() {
@@ -454,6 +481,7 @@ impl std::str::FromStr for Cidr {
 }
 
 impl Cidr {
+    /// Is `ip` in the network?
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.0.contains(&ip)
     }
@@ -479,6 +507,7 @@ impl TryFrom<String> for PortRange {
 }
 
 impl PortRange {
+    /// Is `port` in the range?
     pub fn contains(&self, port: u16) -> bool {
         (self.0..=self.1).contains(&port)
     }
@@ -522,6 +551,7 @@ impl Config {
         Self::from_yaml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
     }
 
+    /// Reads `robotsgate:` from YAML text (a missing section means all defaults) and validates it.
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
         let deserializer = serde_yaml::Deserializer::from_str(text);
         let file: File = serde_path_to_error::deserialize(deserializer).map_err(|e| {

@@ -36,8 +36,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
+/// How many conformance cases passed and failed.
 pub struct Tally {
+    /// Cases whose verdict matched.
     pub passed: usize,
+    /// Cases whose verdict did not.
     pub failed: usize,
 }
 

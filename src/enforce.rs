@@ -16,10 +16,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::origin::dns::{ResolveError, Resolver};
+pub use crate::origin::dns::ResolveError;
+use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
-use crate::origin::pacing::{Pacer, Permit, RefusalReason};
-use crate::origin::store::{OriginEntry, OriginStore, Policy, Snapshot};
+pub use crate::origin::pacing::Permit;
+use crate::origin::pacing::{Pacer, RefusalReason};
+use crate::origin::store::{OriginEntry, OriginStore};
+pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 use crate::policy::agent::{AgentResolver, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
@@ -32,13 +35,16 @@ use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
 pub enum Allowed {
     /// An `Allow` rule on this line was the longest match.
     Rule {
+        /// The rule's line in robots.txt.
         line: u32,
     },
+    /// No rule matched the path.
     NoMatchingRule,
     /// No group for the crawler and no `*` group.
     NoGroup,
     /// The origin has no robots.txt (4xx, redirects exhausted, or unreachable for long).
     NoRobotsTxt,
+    /// The path is `/robots.txt` itself.
     RobotsTxtItself,
 }
 
@@ -83,8 +89,11 @@ pub enum Decision {
     /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
     /// the target's canonical path.
     Forward {
+        /// The approved address to connect to.
         addr: SocketAddr,
+        /// Why it may go.
         why: Allowed,
+        /// Its pacing schedule and delay.
         pace: Pace,
     },
     /// Answer the client with this; the origin is not contacted.
@@ -96,29 +105,42 @@ pub enum Decision {
 pub enum Reply {
     /// A robots.txt rule disallows the path (or the spelling a lenient origin may read).
     Disallowed {
+        /// The robots.txt that decided.
         robots_url: String,
+        /// The canonical path judged.
         path: String,
         /// The rule as written (`Disallow: /private`), its canonical pattern and line.
         rule: String,
+        /// The deciding rule's canonical pattern.
         pattern: String,
+        /// The deciding rule's line.
         line: u32,
         /// The lenient origin's reading that was disallowed, when it was that one.
         read_as: Option<String>,
     },
     /// The client's own request for `/robots.txt`, answered from this snapshot.
     RobotsTxt {
+        /// The origin's robots.txt URL.
         robots_url: String,
+        /// The snapshot the copy is served from.
         snapshot: Arc<Snapshot>,
     },
     /// robots.txt cannot be read and no copy is held: nothing may be fetched.
     RobotsUnreachable {
+        /// The origin's robots.txt URL.
         robots_url: String,
+        /// The snapshot saying why (cause, retry time).
         snapshot: Arc<Snapshot>,
     },
     /// The destination is refused (port, address range).
     EgressDenied(String),
     /// The origin's name does not resolve (while its robots.txt is held).
-    DnsFailure { origin: String, error: ResolveError },
+    DnsFailure {
+        /// The origin whose name failed.
+        origin: String,
+        /// What the resolver said.
+        error: ResolveError,
+    },
 }
 
 impl Reply {
@@ -171,8 +193,11 @@ impl Reply {
 /// A path judged against a held robots.txt (pure): the verdict, the group it came from,
 /// and the lenient reading that decided, when one did.
 pub struct Judgement<'r> {
+    /// The verdict and the rule behind it.
     pub verdict: Verdict<'r>,
+    /// The group the crawler's tokens chose, if any.
     pub group: Option<GroupId>,
+    /// The lenient origin's reading, when that one decided.
     pub read_as: Option<CanonicalPath<'static>>,
 }
 
@@ -188,12 +213,14 @@ pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) ->
     }
 }
 
+/// Enforcement for one proxy: the origin store, pacing, name resolution, egress and
+/// agent rules, built from the configuration. Shared by every request (`Arc`).
 pub struct Enforcer {
-    pub store: Arc<OriginStore>,
-    pub pacer: Arc<Pacer>,
-    pub resolver: Arc<Resolver>,
-    pub egress: Arc<EgressPolicy>,
-    pub agents: AgentResolver,
+    pub(crate) store: Arc<OriginStore>,
+    pub(crate) pacer: Arc<Pacer>,
+    resolver: Arc<Resolver>,
+    egress: Arc<EgressPolicy>,
+    pub(crate) agents: AgentResolver,
 }
 
 /// The group a crawler's tokens select in one robots.txt.
@@ -242,7 +269,7 @@ impl Enforcer {
 
     /// As [`Enforcer::from_config`], with the origin roots already loaded (a server
     /// shares them with its proxy connector).
-    pub fn with_trust(config: &Config, trust: &UpstreamTrust) -> Enforcer {
+    pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> Enforcer {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
         let fetcher = Arc::new(Fetcher::new(
@@ -435,7 +462,7 @@ impl Enforcer {
     /// The egress checks alone: the destination port, then every resolved address. `Err`
     /// says why the destination is refused (a 403). A failed lookup passes (`Ok(Err(_))`): robots.txt is then
     /// unreachable too, and that decides (SPEC §2).
-    pub async fn check_egress(
+    pub(crate) async fn check_egress(
         &self,
         origin: &Origin,
     ) -> Result<Result<Vec<IpAddr>, ResolveError>, String> {

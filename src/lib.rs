@@ -22,14 +22,16 @@
 //! | [`robots`] | the pure robots.txt engine (no I/O) |
 //! | [`config`] | the configuration file, its types and validation |
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod config;
 pub mod conformance;
 pub mod downstream;
 pub mod enforce;
-pub mod ops;
-pub mod origin;
+pub(crate) mod ops;
+pub(crate) mod origin;
 pub mod policy;
 pub mod proxy;
 pub mod robots;
-pub mod telemetry;
+pub(crate) mod telemetry;

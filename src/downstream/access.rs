@@ -28,6 +28,7 @@ use crate::config::{AccessConfig, Cidr};
 /// A user from the credentials file.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The user name from the credentials file.
     pub user: String,
     /// robots.txt product tokens this user is judged as, most specific first; empty means
     /// the usual agent rules apply.
@@ -46,6 +47,7 @@ pub enum Denied {
 }
 
 impl Denied {
+    /// The status to answer with: 403 for a client network, 407 for credentials.
     pub fn status(self) -> u16 {
         match self {
             Denied::ClientNetwork => 403,
@@ -53,6 +55,7 @@ impl Denied {
         }
     }
 
+    /// The `reason` this refusal is counted under.
     pub fn reason(self) -> crate::telemetry::metrics::Refusal {
         use crate::telemetry::metrics::Refusal;
         match self {
@@ -71,9 +74,11 @@ struct User {
 /// Verified `Proxy-Authorization` values kept (by digest) before the cache starts over.
 const VERIFIED_CACHE: usize = 4096;
 
+/// Who may use the proxy: client networks and, optionally, Basic proxy credentials.
 pub struct AccessPolicy {
     clients: Vec<Cidr>,
     users: Option<HashMap<String, User>>,
+    /// The realm named in `Proxy-Authenticate`.
     pub realm: String,
     verified: Mutex<HashMap<[u8; 32], Arc<Identity>>>,
     verifying: Semaphore,

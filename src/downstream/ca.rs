@@ -27,6 +27,7 @@ pub struct OperatorCa {
     pub(crate) issuer: Issuer<'static, KeyPair>,
     /// When the CA itself expires: leaves never outlive it.
     pub not_after: OffsetDateTime,
+    /// The CA's subject, for logs.
     pub subject: String,
 }
 

@@ -68,6 +68,7 @@ pub struct Tunnels {
 }
 
 impl Tunnels {
+    /// Tunnels judged by `enforcer`, intercepted with `interceptor` when there is one.
     pub fn new(
         enforcer: Arc<Enforcer>,
         interceptor: Option<Arc<Interceptor>>,
@@ -148,7 +149,9 @@ impl Tunnels {
 /// What a CONNECT request said.
 #[derive(Debug)]
 pub struct ConnectRequest {
+    /// The `host:port` the client asked for.
     pub authority: String,
+    /// The CONNECT's `User-Agent`, if sent (blind tunnels judge `/` as it).
     pub user_agent: Option<String>,
 }
 

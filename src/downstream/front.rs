@@ -51,6 +51,7 @@ pub struct ClientContext {
     pub identity: Option<Arc<Identity>>,
 }
 
+/// The Pingora `ServerApp` on the proxy listener: the front door of every client connection.
 pub struct ProxyFront<A> {
     /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
     http: Arc<A>,

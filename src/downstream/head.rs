@@ -31,17 +31,24 @@ use crate::telemetry::metrics::Refusal;
 /// The limits [`read_head`] applies (from `robotsgate.limits`).
 #[derive(Clone, Debug)]
 pub struct HeadLimits {
+    /// `limits.max_request_line_bytes`.
     pub max_request_line: usize,
+    /// `limits.max_header_bytes`.
     pub max_head: usize,
+    /// `limits.max_headers`.
     pub max_headers: usize,
+    /// `limits.max_body_bytes`.
     pub max_body: u64,
+    /// `limits.header_read_timeout_seconds`: from a head's first octet to its end.
     pub header_timeout: Duration,
+    /// `limits.idle_timeout_seconds`: a kept-alive connection's wait for its next request.
     pub idle_timeout: Duration,
     /// A new connection's (or tunnel's) wait for its first octet.
     pub first_byte_timeout: Duration,
 }
 
 impl HeadLimits {
+    /// The limits of `robotsgate.limits`.
     pub fn new(config: &LimitsConfig) -> HeadLimits {
         HeadLimits {
             max_request_line: config.max_request_line_bytes,
@@ -62,6 +69,7 @@ pub struct Head {
     pub bytes: BytesMut,
     /// Where the head ends in `bytes`.
     pub len: usize,
+    /// Is this a CONNECT?
     pub is_connect: bool,
     /// The `Proxy-Authorization` value, if sent.
     pub proxy_authorization: Option<Vec<u8>>,
@@ -72,6 +80,7 @@ pub struct Head {
 /// A request's body, as its head announces it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Body {
+    /// No body: the next request may follow the head at once.
     None,
     /// `Content-Length` octets.
     Length(u64),
@@ -86,10 +95,15 @@ pub enum HeadError {
     Gone,
     /// A new connection sent nothing within its first-byte deadline: closed unanswered.
     FirstByteTimeout,
+    /// The head was not complete within `header_timeout` (slowloris).
     Timeout,
+    /// The request line is longer than allowed.
     RequestLineTooLong,
+    /// The head is larger than allowed.
     HeadTooLarge,
+    /// The head has more fields than allowed.
     TooManyHeaders,
+    /// `Content-Length` is over `max_body_bytes`.
     BodyTooLarge,
     /// A body on GET or HEAD: a server that ignores it would read it as a second,
     /// unchecked request (smuggling).
@@ -97,6 +111,7 @@ pub enum HeadError {
     /// `Upgrade` (WebSocket, h2c, …): after a `101` the connection would be an unchecked
     /// tunnel.
     Upgrade,
+    /// Not a request robotsgate can read, and why.
     Malformed(String),
 }
 

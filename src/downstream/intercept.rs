@@ -33,6 +33,7 @@ use rustls::ServerConfig;
 use crate::config::TlsConfig;
 use crate::downstream::ca::{random_serial, OperatorCa};
 
+/// Mints and caches the leaf certificates of intercepted tunnels.
 pub struct Interceptor {
     ca: OperatorCa,
     leaf_key: KeyPair,
@@ -51,6 +52,7 @@ impl std::fmt::Debug for Interceptor {
 }
 
 impl Interceptor {
+    /// An interceptor signing with `ca`, with one leaf key for all its leaves.
     pub fn new(ca: OperatorCa, config: &TlsConfig) -> anyhow::Result<Interceptor> {
         crate::telemetry::metrics::TLS_CA_EXPIRY.set(ca.not_after.unix_timestamp());
         let leaf_key =

@@ -28,7 +28,9 @@ pub struct Resolver {
 /// `dns-no-address`, `dns-timeout`, `dns-failure`), for `X-Robots-Decision`.
 #[derive(Clone, Debug)]
 pub struct ResolveError {
+    /// What happened, for people.
     pub message: String,
+    /// The short cause, for `X-Robots-Decision`.
     pub cause: &'static str,
 }
 

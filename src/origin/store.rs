@@ -44,16 +44,28 @@ use crate::robots::RobotsTxt;
 #[derive(Debug)]
 pub enum Policy {
     /// A parsed robots.txt; `body` is what the origin sent (for serving `/robots.txt`).
-    Rules { robots: Arc<RobotsTxt>, body: Bytes },
+    Rules {
+        /// The parsed file.
+        robots: Arc<RobotsTxt>,
+        /// The octets the origin sent.
+        body: Bytes,
+    },
     /// No robots.txt (4xx, redirects exhausted, or unreachable for 30 days): no limits.
-    AllowAll { why: String },
+    AllowAll {
+        /// Why there is none, for operators.
+        why: String,
+    },
     /// Unreachable with no earlier copy: nothing may be fetched for now.
-    DisallowAll { why: String },
+    DisallowAll {
+        /// Why it cannot be read, for operators.
+        why: String,
+    },
 }
 
 /// An origin's state at one moment. Immutable; replaced whole on every change.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// What the robots.txt means now.
     pub policy: Policy,
     /// Usable without refetching until then.
     pub fresh_until: Instant,
@@ -61,6 +73,7 @@ pub struct Snapshot {
     pub fetched_at: Option<Instant>,
     /// Set while fetches fail: since when, and when to try again.
     pub unreachable_since: Option<Instant>,
+    /// When to try a failing fetch again.
     pub retry_at: Option<Instant>,
     /// Consecutive failures, for the backoff.
     pub failures: u32,
@@ -223,11 +236,6 @@ impl OriginStore {
             .iter()
             .map(|s| s.lock().map(|m| m.len()).unwrap_or(0))
             .sum()
-    }
-
-    /// Is no origin held?
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The entry held for `origin`, if any; never fetches nor makes it recently used

@@ -15,10 +15,10 @@ use anyhow::Context;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
 
+/// The roots origin certificates are verified against: the system's, plus the extra
+/// ones configured, as one file Pingora's connectors can load.
 pub struct UpstreamTrust {
     bundle: Option<tempfile::NamedTempFile>,
-    /// How many roots were added to the system's.
-    pub extra_roots: usize,
 }
 
 impl UpstreamTrust {
@@ -26,10 +26,7 @@ impl UpstreamTrust {
     /// root certificate.
     pub fn load(extra: &[PathBuf]) -> anyhow::Result<UpstreamTrust> {
         if extra.is_empty() {
-            return Ok(UpstreamTrust {
-                bundle: None,
-                extra_roots: 0,
-            });
+            return Ok(UpstreamTrust { bundle: None });
         }
         let mut roots: Vec<CertificateDer<'static>> = pingora::tls::load_native_certs()
             .unwrap_or_else(|e| {
@@ -69,10 +66,8 @@ impl UpstreamTrust {
                 .context("write the upstream root bundle")?;
         }
         file.flush().context("write the upstream root bundle")?;
-        Ok(UpstreamTrust {
-            bundle: Some(file),
-            extra_roots,
-        })
+        log::info!("origin certificates: {extra_roots} extra root(s) trusted besides the system's");
+        Ok(UpstreamTrust { bundle: Some(file) })
     }
 
     /// The file to give Pingora as `ca_file`, or `None` for the platform's roots.

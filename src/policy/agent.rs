@@ -17,6 +17,7 @@ use std::net::IpAddr;
 
 use crate::config::{AgentConfig, AgentRule};
 
+/// Resolves which robots.txt tokens a request is judged as (see the module docs).
 pub struct AgentResolver {
     rules: Vec<AgentRule>,
     default_tokens: Vec<String>,
@@ -35,6 +36,7 @@ pub enum Tokens<'a> {
     Default(&'a [String]),
     /// The User-Agent header's product token (`agent.from_user_agent`).
     FromHeader([&'a str; 1]),
+    /// No token: only the `*` group applies.
     None,
 }
 
@@ -67,6 +69,7 @@ impl Tokens<'_> {
 pub struct Requester<'a> {
     /// The downstream address.
     pub client: Option<IpAddr>,
+    /// The `User-Agent` header, if sent.
     pub user_agent: Option<&'a str>,
     /// Tokens of the authenticated proxy user (`access.credentials_file`); when set they
     /// decide, ahead of every rule and header.
@@ -74,6 +77,7 @@ pub struct Requester<'a> {
 }
 
 impl<'a> Requester<'a> {
+    /// A requester without proxy credentials.
     pub fn new(client: Option<IpAddr>, user_agent: Option<&'a str>) -> Requester<'a> {
         Requester {
             client,
@@ -93,6 +97,7 @@ pub fn product_token(user_agent: &str) -> Option<&str> {
 }
 
 impl AgentResolver {
+    /// The resolver for `robotsgate.agent`.
     pub fn new(config: &AgentConfig) -> AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
@@ -109,6 +114,7 @@ impl AgentResolver {
         }
     }
 
+    /// The tokens for a client address and User-Agent, by rule, default or header.
     pub fn tokens<'a>(&'a self, client: Option<IpAddr>, user_agent: Option<&'a str>) -> Tokens<'a> {
         let rule = self.rules.iter().find(|rule| {
             let client_ok = rule

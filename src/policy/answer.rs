@@ -8,13 +8,21 @@ use bytes::Bytes;
 /// What became of a request: the `decision` label of the request metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Forwarded to the origin.
     Allowed,
+    /// Refused by a robots.txt rule (403).
     Disallowed,
+    /// robots.txt could not be read (503/502).
     RobotsUnreachable,
+    /// `/robots.txt` answered from the store.
     RobotsTxtCached,
+    /// The destination is refused (403).
     EgressDenied,
+    /// Pacing refused to queue it (503).
     PacedRejected,
+    /// The origin failed (502/504).
     UpstreamError,
+    /// The request could not be understood, or was refused by a limit (4xx).
     BadRequest,
 }
 
@@ -49,13 +57,17 @@ impl Outcome {
 /// A response robotsgate gives instead of the origin's.
 #[derive(Clone, Debug)]
 pub struct Answer {
+    /// The HTTP status.
     pub status: u16,
     /// What the metrics and the access log call it.
     pub decision: Outcome,
     /// Value of the `X-Robots-Decision` response header.
     pub header: String,
+    /// The body's `Content-Type`.
     pub content_type: &'static str,
+    /// The body.
     pub body: Bytes,
+    /// `Retry-After`, in seconds.
     pub retry_after: Option<u64>,
     /// The robots.txt line that decided, when a rule did (for the access log).
     pub rule_line: Option<u32>,
@@ -64,6 +76,7 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// A plain-text answer (a newline is added to `body`).
     pub fn text(status: u16, decision: Outcome, header: String, body: String) -> Answer {
         Answer {
             status,
@@ -108,6 +121,7 @@ pub fn bad_request(status: u16, why: impl std::fmt::Display) -> Answer {
     )
 }
 
+/// A refused destination: 403 naming why.
 pub fn egress_denied(why: String) -> Answer {
     Answer::text(
         403,

@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::config::{Cidr, EgressConfig, PortRange};
 
 #[derive(Clone, Debug)]
+/// The egress rules: allowed ports, and networks opened despite their range.
 pub struct EgressPolicy {
     allow: Vec<Cidr>,
     ports: Vec<PortRange>,
@@ -20,8 +21,15 @@ pub struct EgressPolicy {
 /// Why a destination was refused; shown to the client in the 403.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
+    /// The port is not in `egress.allowed_ports`.
     Port(u16),
-    Address { ip: IpAddr, range: &'static str },
+    /// The address is in a special-purpose range not opened by `allow_destinations`.
+    Address {
+        /// The resolved address.
+        ip: IpAddr,
+        /// Which range (`loopback`, `private`, …).
+        range: &'static str,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -102,6 +110,7 @@ pub fn special_range(ip: IpAddr) -> Option<&'static str> {
 }
 
 impl EgressPolicy {
+    /// The policy of `robotsgate.egress`.
     pub fn new(config: &EgressConfig) -> EgressPolicy {
         EgressPolicy {
             allow: config.allow_destinations.clone(),
@@ -109,6 +118,7 @@ impl EgressPolicy {
         }
     }
 
+    /// Is the destination port allowed?
     pub fn check_port(&self, port: u16) -> Result<(), Refusal> {
         if self.ports.iter().any(|r| r.contains(port)) {
             Ok(())
@@ -117,6 +127,7 @@ impl EgressPolicy {
         }
     }
 
+    /// Is the resolved address allowed (not in a special range, or opened)?
     pub fn check_address(&self, ip: IpAddr) -> Result<(), Refusal> {
         match special_range(ip) {
             Some(range) if !self.allow.iter().any(|net| net.contains(ip)) => {

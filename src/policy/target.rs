@@ -17,12 +17,16 @@ use std::net::{IpAddr, Ipv6Addr};
 use crate::robots::CanonicalPath;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An origin's scheme.
 pub enum Scheme {
+    /// `http://`
     Http,
+    /// `https://`
     Https,
 }
 
 impl Scheme {
+    /// 80 or 443.
     pub fn default_port(self) -> u16 {
         match self {
             Scheme::Http => 80,
@@ -30,6 +34,7 @@ impl Scheme {
         }
     }
 
+    /// `http` or `https`.
     pub fn as_str(self) -> &'static str {
         match self {
             Scheme::Http => "http",
@@ -52,7 +57,9 @@ impl Scheme {
 /// Host part of an origin: a lower-case ASCII name or an IP literal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Host {
+    /// A host name, punycode, lower-case, without a trailing dot.
     Name(String),
+    /// An IP literal.
     Ip(IpAddr),
 }
 
@@ -69,8 +76,11 @@ impl fmt::Display for Host {
 /// Scheme, host and port (SPEC §1): one robots.txt each.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Origin {
+    /// `http` or `https`.
     pub scheme: Scheme,
+    /// The host, name or address.
     pub host: Host,
+    /// The port, the scheme's default filled in.
     pub port: u16,
 }
 
@@ -84,6 +94,7 @@ impl Origin {
         }
     }
 
+    /// `scheme://authority/robots.txt`.
     pub fn robots_url(&self) -> String {
         format!("{self}/robots.txt")
     }
@@ -106,22 +117,28 @@ impl fmt::Display for Origin {
 /// Where a request goes and what path it asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
+    /// Which origin.
     pub origin: Origin,
+    /// The canonical path (and query): what is judged and what is forwarded.
     pub path: CanonicalPath<'static>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a request's target cannot be used (answered 400, or 421).
 pub enum TargetError {
     /// Neither an absolute URL nor an origin-form path with a `Host` header.
     Unusable(&'static str),
     /// Only `http` and `https` are proxied.
     Scheme(String),
+    /// The authority is not `host[:port]`.
     BadAuthority(String),
     /// `user:pass@` in the URL: refused, credentials do not travel through the proxy.
     UserInfo,
     /// Inside a CONNECT tunnel, a request for another origin than the tunnel's (421).
     Misdirected {
+        /// The tunnel's origin.
         tunnel: String,
+        /// The origin the request names.
         asked: String,
     },
 }

@@ -27,8 +27,11 @@ use crate::policy::target::{Scheme, Target, TargetError};
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Mode, Outcome};
 
+/// robotsgate's Pingora `ProxyHttp`: wires each request to the [`Enforcer`].
 pub struct RobotsGateProxy {
+    /// Decides and paces every request.
     pub enforcer: Arc<Enforcer>,
+    /// Timeouts towards origins.
     pub upstream: UpstreamConfig,
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
     /// those that have one).

@@ -21,6 +21,7 @@ use crate::origin::trust::UpstreamTrust;
 use crate::proxy::http::RobotsGateProxy;
 
 #[derive(Args, Debug)]
+/// `robotsgate run` (and `check-config`): the configuration file and what overrides it.
 pub struct RunArgs {
     /// Configuration file (Pingora's keys and a `robotsgate:` section).
     #[arg(long, short = 'c', default_value = "conf/robotsgate.yaml")]
@@ -151,6 +152,7 @@ pub fn check_config(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `robotsgate run`: loads everything, then serves until stopped.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let Loaded {
         config,

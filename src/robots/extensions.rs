@@ -55,9 +55,11 @@ pub(crate) fn parse_host(value: &[u8]) -> Option<String> {
 /// the page under the prefix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CleanParam {
+    /// The parameter names.
     pub params: Vec<String>,
     /// Path prefix (robots.txt pattern syntax); `None` means the whole site.
     pub path: Option<String>,
+    /// Its line in robots.txt.
     pub line: u32,
 }
 

@@ -44,14 +44,18 @@ pub const MAX_ROBOTS_BYTES: usize = 512_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+/// Whether a rule allows or disallows.
 pub enum RuleKind {
+    /// `Allow:`
     Allow,
+    /// `Disallow:`
     Disallow,
 }
 
 /// One `Allow`/`Disallow` line, as the explanation of a verdict shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Rule {
+    /// Allow or Disallow.
     pub kind: RuleKind,
     /// The pattern in canonical form (SPEC §5): what was compared.
     pub pattern: String,
@@ -92,6 +96,7 @@ pub struct Group {
 pub struct GroupId(u32);
 
 impl GroupId {
+    /// The group's position in [`RobotsTxt::groups`].
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -111,12 +116,16 @@ pub enum Reason<'a> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
+/// Whether a path may be fetched, and why.
 pub struct Verdict<'a> {
+    /// May it be fetched?
     pub allowed: bool,
+    /// Why.
     pub reason: Reason<'a>,
 }
 
 impl Verdict<'_> {
+    /// The deciding rule, when a rule decided.
     pub fn rule(&self) -> Option<&Rule> {
         match self.reason {
             Reason::Rule(rule) => Some(rule),
@@ -427,10 +436,12 @@ impl RobotsTxt {
         group.and_then(|id| self.groups.get(id.index())?.crawl_delay)
     }
 
+    /// The group with this id.
     pub fn group(&self, id: GroupId) -> Option<&Group> {
         self.groups.get(id.index())
     }
 
+    /// Every group, merged by agent, in file order.
     pub fn groups(&self) -> &[Group] {
         &self.groups
     }
@@ -440,6 +451,7 @@ impl RobotsTxt {
         &self.rules
     }
 
+    /// Every `Sitemap:` URL, in file order.
     pub fn sitemaps(&self) -> &[String] {
         &self.sitemaps
     }
@@ -449,6 +461,7 @@ impl RobotsTxt {
         self.host.as_deref()
     }
 
+    /// Every valid Yandex `Clean-param:`, in file order.
     pub fn clean_params(&self) -> &[CleanParam] {
         &self.clean_params
     }

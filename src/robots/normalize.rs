@@ -103,6 +103,7 @@ impl<'a> CanonicalPath<'a> {
         Self::new(after_authority(url))
     }
 
+    /// The canonical text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -114,6 +115,7 @@ impl<'a> CanonicalPath<'a> {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('?'))
     }
 
+    /// The same path, owning its text.
     pub fn into_owned(self) -> CanonicalPath<'static> {
         CanonicalPath(Cow::Owned(self.0.into_owned()))
     }
