@@ -141,14 +141,14 @@ pub struct DnsConfig {
     /// Name servers (`ip:port`); empty = the system's `/etc/resolv.conf`.
     pub nameservers: Vec<SocketAddr>,
     /// Per-query timeout when `nameservers` is set.
-    pub timeout_seconds: f64,
+    pub timeout_seconds: Seconds,
 }
 
 impl Default for DnsConfig {
     fn default() -> Self {
         DnsConfig {
             nameservers: Vec::new(),
-            timeout_seconds: 2.0,
+            timeout_seconds: Seconds(2.0),
         }
     }
 }
@@ -182,14 +182,14 @@ impl Default for EgressConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct PacingConfig {
     /// Minimum delay for every origin, Crawl-delay or not (0 = off).
-    pub floor_seconds: f64,
+    pub floor_seconds: Seconds,
     /// Largest delay applied; a larger Crawl-delay is clamped (and logged).
-    pub ceiling_seconds: f64,
+    pub ceiling_seconds: Seconds,
     /// Added to every non-zero delay: absorbs timer and scheduling jitter on both sides,
     /// so an origin timing its own requests never sees a gap below its Crawl-delay.
-    pub margin_seconds: f64,
+    pub margin_seconds: Seconds,
     /// A request whose expected wait is longer is answered 503 at once.
-    pub max_wait_seconds: f64,
+    pub max_wait_seconds: Seconds,
     /// Most requests waiting on one schedule; more are answered 503 at once.
     pub max_queue: usize,
 }
@@ -197,10 +197,10 @@ pub struct PacingConfig {
 impl Default for PacingConfig {
     fn default() -> Self {
         PacingConfig {
-            floor_seconds: 0.0,
-            ceiling_seconds: 120.0,
-            margin_seconds: 0.005,
-            max_wait_seconds: 60.0,
+            floor_seconds: Seconds(0.0),
+            ceiling_seconds: Seconds(120.0),
+            margin_seconds: Seconds(0.005),
+            max_wait_seconds: Seconds(60.0),
             max_queue: 256,
         }
     }
@@ -213,21 +213,21 @@ pub struct RobotsConfig {
     /// Most origins whose robots.txt is kept; the least recently used is evicted.
     pub max_origins: usize,
     /// Whole robots.txt fetch, redirects included.
-    pub fetch_timeout_seconds: f64,
+    pub fetch_timeout_seconds: Seconds,
     /// Freshness when the answer has no usable `Cache-Control: max-age` (SPEC §2: 24 h).
-    pub ttl_seconds: f64,
+    pub ttl_seconds: Seconds,
     /// Bounds for `max-age`.
-    pub min_ttl_seconds: f64,
+    pub min_ttl_seconds: Seconds,
     /// Upper bound for `max-age`.
-    pub max_ttl_seconds: f64,
+    pub max_ttl_seconds: Seconds,
     /// A fresh entry this close to expiry is refreshed in the background.
-    pub refresh_ahead_seconds: f64,
+    pub refresh_ahead_seconds: Seconds,
     /// First retry after a 5xx/network failure; doubles up to `retry_max_seconds`.
-    pub retry_initial_seconds: f64,
+    pub retry_initial_seconds: Seconds,
     /// Longest wait between retries of an unreachable robots.txt.
-    pub retry_max_seconds: f64,
+    pub retry_max_seconds: Seconds,
     /// Continuous unreachability after which an origin with no copy is allowed (SPEC §2).
-    pub unreachable_allow_after_seconds: f64,
+    pub unreachable_allow_after_seconds: Seconds,
     /// Redirect hops followed (SPEC §2: at least 5).
     pub max_redirects: u32,
     /// The User-Agent robots.txt is fetched with: one identity for every fetch, never a
@@ -242,14 +242,14 @@ impl Default for RobotsConfig {
     fn default() -> Self {
         RobotsConfig {
             max_origins: 100_000,
-            fetch_timeout_seconds: 10.0,
-            ttl_seconds: 86_400.0,
-            min_ttl_seconds: 60.0,
-            max_ttl_seconds: 7.0 * 86_400.0,
-            refresh_ahead_seconds: 300.0,
-            retry_initial_seconds: 5.0,
-            retry_max_seconds: 600.0,
-            unreachable_allow_after_seconds: 30.0 * 86_400.0,
+            fetch_timeout_seconds: Seconds(10.0),
+            ttl_seconds: Seconds(86_400.0),
+            min_ttl_seconds: Seconds(60.0),
+            max_ttl_seconds: Seconds(7.0 * 86_400.0),
+            refresh_ahead_seconds: Seconds(300.0),
+            retry_initial_seconds: Seconds(5.0),
+            retry_max_seconds: Seconds(600.0),
+            unreachable_allow_after_seconds: Seconds(30.0 * 86_400.0),
             max_redirects: 5,
             user_agent: DEFAULT_USER_AGENT.into(),
         }
@@ -261,22 +261,22 @@ impl Default for RobotsConfig {
 /// Timeouts towards origins, for proxied requests.
 pub struct UpstreamConfig {
     /// Longest wait for a TCP (and TLS) connection to an origin.
-    pub connect_timeout_seconds: f64,
+    pub connect_timeout_seconds: Seconds,
     /// Longest wait for the next bytes from an origin.
-    pub read_timeout_seconds: f64,
+    pub read_timeout_seconds: Seconds,
     /// Longest wait for an origin to accept the next bytes.
-    pub write_timeout_seconds: f64,
+    pub write_timeout_seconds: Seconds,
     /// Idle upstream connections are closed after this long in the pool.
-    pub idle_timeout_seconds: f64,
+    pub idle_timeout_seconds: Seconds,
 }
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
-            connect_timeout_seconds: 5.0,
-            read_timeout_seconds: 60.0,
-            write_timeout_seconds: 60.0,
-            idle_timeout_seconds: 60.0,
+            connect_timeout_seconds: Seconds(5.0),
+            read_timeout_seconds: Seconds(60.0),
+            write_timeout_seconds: Seconds(60.0),
+            idle_timeout_seconds: Seconds(60.0),
         }
     }
 }
@@ -305,7 +305,7 @@ pub struct TlsConfig {
     pub leaf_validity_days: u32,
     /// Longest wait for the client's TLS handshake inside a CONNECT tunnel (the CONNECT
     /// head itself is read within `limits`).
-    pub handshake_timeout_seconds: f64,
+    pub handshake_timeout_seconds: Seconds,
 }
 
 impl Default for TlsConfig {
@@ -318,7 +318,7 @@ impl Default for TlsConfig {
             blind_tunnel: Vec::new(),
             leaf_cache_size: 10_000,
             leaf_validity_days: 7,
-            handshake_timeout_seconds: 10.0,
+            handshake_timeout_seconds: Seconds(10.0),
         }
     }
 }
@@ -366,7 +366,7 @@ pub struct LimitsConfig {
     pub max_connections_per_client: usize,
     /// A new connection (or a new CONNECT tunnel) must send its first octet this soon,
     /// or it is closed: silent sockets cannot hold slots for `header_read_timeout`.
-    pub first_byte_timeout_seconds: f64,
+    pub first_byte_timeout_seconds: Seconds,
     /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
     pub max_request_line_bytes: usize,
     /// Whole request head, request line and headers: 431 beyond it.
@@ -376,9 +376,9 @@ pub struct LimitsConfig {
     /// Request bodies (crawlers mostly send none): 413 beyond it.
     pub max_body_bytes: u64,
     /// From a request's first octet to its complete head (slowloris): 408 after it.
-    pub header_read_timeout_seconds: f64,
+    pub header_read_timeout_seconds: Seconds,
     /// A kept-alive connection waiting for its next request is closed after this long.
-    pub idle_timeout_seconds: f64,
+    pub idle_timeout_seconds: Seconds,
 }
 
 impl Default for LimitsConfig {
@@ -386,13 +386,13 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_connections: 10_000,
             max_connections_per_client: 1024,
-            first_byte_timeout_seconds: 5.0,
+            first_byte_timeout_seconds: Seconds(5.0),
             max_request_line_bytes: 16 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_body_bytes: 16 * 1024 * 1024,
-            header_read_timeout_seconds: 10.0,
-            idle_timeout_seconds: 60.0,
+            header_read_timeout_seconds: Seconds(10.0),
+            idle_timeout_seconds: Seconds(60.0),
         }
     }
 }
@@ -525,6 +525,39 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// A number of seconds from the configuration, checked when the file is read: finite, 0
+/// or more, at most [`MAX_DURATION`]. A negative, infinite or huge value is an error
+/// naming the key and line, never a silent zero.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Seconds(pub(crate) f64);
+
+impl TryFrom<f64> for Seconds {
+    type Error = String;
+    fn try_from(value: f64) -> Result<Self, String> {
+        if value.is_finite() && (0.0..=MAX_DURATION.as_secs_f64()).contains(&value) {
+            Ok(Seconds(value))
+        } else {
+            Err(format!(
+                "`{value}` is not a number of seconds from 0 to {} (ten years)",
+                MAX_DURATION.as_secs()
+            ))
+        }
+    }
+}
+
+impl Seconds {
+    /// The number.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// As a [`Duration`].
+    pub fn duration(self) -> Duration {
+        seconds(self.0)
+    }
+}
+
 /// The longest duration robotsgate ever works with: ten years. Anything longer (a
 /// `Crawl-delay: 1e308`, a `Retry-After` of twenty digits, a huge config value) saturates
 /// here, so it still fits into `Instant` arithmetic and never collapses to zero.
@@ -619,29 +652,21 @@ impl Config {
             ),
         ];
         for (key, value) in positive {
-            if !(value.is_finite() && value > 0.0) {
+            if value.get() <= 0.0 {
                 return Err(ConfigError(format!(
-                    "key `{key}`: must be a positive number of seconds, got {value}"
+                    "key `{key}`: must be more than 0 seconds"
                 )));
             }
         }
         let p = &self.pacing;
-        if !(p.floor_seconds >= 0.0
-            && p.floor_seconds <= p.ceiling_seconds
-            && p.ceiling_seconds.is_finite())
-        {
+        if p.floor_seconds > p.ceiling_seconds {
             return Err(ConfigError(
                 "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds".into(),
             ));
         }
-        if !(p.margin_seconds >= 0.0 && p.margin_seconds < 1.0) {
+        if p.margin_seconds.get() >= 1.0 {
             return Err(ConfigError(
                 "key `robotsgate.pacing.margin_seconds`: must be between 0 and 1".into(),
-            ));
-        }
-        if !(p.max_wait_seconds >= 0.0 && p.max_wait_seconds.is_finite()) {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.max_wait_seconds`: must be 0 or more".into(),
             ));
         }
         if p.max_queue == 0 {
@@ -649,7 +674,7 @@ impl Config {
                 "key `robotsgate.pacing.max_queue`: must be at least 1".into(),
             ));
         }
-        if !(r.min_ttl_seconds >= 0.0 && r.min_ttl_seconds <= r.max_ttl_seconds) {
+        if r.min_ttl_seconds > r.max_ttl_seconds {
             return Err(ConfigError(
                 "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds"
                     .into(),
@@ -791,6 +816,15 @@ mod tests {
             err.contains("robotsgate.tls.blind_tunnel[1]") && err.contains("line 3"),
             "{err}"
         );
+
+        for bad in ["-1", "1e300", ".inf", ".nan"] {
+            let text = format!("robotsgate:\n  pacing:\n    ceiling_seconds: {bad}\n");
+            let err = Config::from_yaml(&text).expect_err(bad).to_string();
+            assert!(
+                err.contains("robotsgate.pacing.ceiling_seconds") && err.contains("line 3"),
+                "{bad}: {err}"
+            );
+        }
 
         let text = "robotsgate:\n  robots:\n    max_redirects: 2\n";
         let err = Config::from_yaml(text)

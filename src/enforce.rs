@@ -275,7 +275,7 @@ impl Enforcer {
         let fetcher = Arc::new(Fetcher::new(
             resolver.clone(),
             egress.clone(),
-            crate::config::seconds(config.robots.fetch_timeout_seconds),
+            config.robots.fetch_timeout_seconds.duration(),
             config.robots.max_redirects,
             trust.ca_file(),
             config.robots.user_agent.clone(),

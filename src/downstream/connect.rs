@@ -24,7 +24,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::policy::agent::Requester;
 
-use crate::config::{seconds, BlindTunnelRule, PortRange, TlsConfig};
+use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
@@ -82,7 +82,7 @@ impl Tunnels {
             policy: ConnectPolicy {
                 ports: tls.connect_ports.clone(),
                 blind: tls.blind_tunnel.clone(),
-                handshake_timeout: seconds(tls.handshake_timeout_seconds),
+                handshake_timeout: tls.handshake_timeout_seconds.duration(),
                 first_byte_timeout,
                 connect_timeout,
             },

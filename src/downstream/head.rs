@@ -55,9 +55,9 @@ impl HeadLimits {
             max_head: config.max_header_bytes,
             max_headers: config.max_headers,
             max_body: config.max_body_bytes,
-            header_timeout: crate::config::seconds(config.header_read_timeout_seconds),
-            idle_timeout: crate::config::seconds(config.idle_timeout_seconds),
-            first_byte_timeout: crate::config::seconds(config.first_byte_timeout_seconds),
+            header_timeout: config.header_read_timeout_seconds.duration(),
+            idle_timeout: config.idle_timeout_seconds.duration(),
+            first_byte_timeout: config.first_byte_timeout_seconds.duration(),
         }
     }
 }

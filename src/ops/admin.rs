@@ -98,7 +98,7 @@ impl AdminGuard {
         Ok(AdminGuard {
             allow_clients: config.allow_clients.clone(),
             token,
-            refresh_every: crate::config::seconds(robots.min_ttl_seconds),
+            refresh_every: robots.min_ttl_seconds.duration(),
             refreshed: Default::default(),
         })
     }

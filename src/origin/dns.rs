@@ -67,7 +67,7 @@ impl Resolver {
             ResolverConfig::from_name_servers(servers),
             TokioRuntimeProvider::default(),
         );
-        builder.options_mut().timeout = crate::config::seconds(config.timeout_seconds);
+        builder.options_mut().timeout = config.timeout_seconds.duration();
         builder.options_mut().attempts = 2;
         builder.options_mut().ip_strategy = IP_STRATEGY;
         match builder.build() {

@@ -275,7 +275,7 @@ impl Pacer {
         let mut schedules: Vec<(String, Arc<Schedule>)> = lock(&schedules.list).clone();
         // One order for every fetch of the origin (only one runs at a time anyway).
         schedules.sort_by(|a, b| a.0.cmp(&b.0));
-        let deadline = Instant::now() + seconds(self.config.max_wait_seconds);
+        let deadline = Instant::now() + self.config.max_wait_seconds.duration();
         let mut turns = FetchTurns { held: Vec::new() };
         for (_, schedule) in schedules {
             schedule.enqueue();
@@ -308,14 +308,17 @@ impl Pacer {
     ) -> Duration {
         // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
         // that overflows a conversion (which once fell back to zero: no pacing at all).
-        let (floor, ceiling) = (self.config.floor_seconds, self.config.ceiling_seconds);
+        let (floor, ceiling) = (
+            self.config.floor_seconds.get(),
+            self.config.ceiling_seconds.get(),
+        );
         let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
         let delay = seconds(asked_seconds.max(floor).min(ceiling));
         let ceiling = seconds(ceiling);
         let delay = if delay.is_zero() {
             delay
         } else {
-            delay + seconds(self.config.margin_seconds)
+            delay + self.config.margin_seconds.duration()
         };
         // Say so once per schedule, not on every request: a schedule already running at
         // the clamped delay has been reported.
@@ -325,7 +328,7 @@ impl Pacer {
                 .find(|(g, _)| g == group)
                 .is_some_and(|(_, s)| lock(&s.timing).delay == delay)
         };
-        if asked_seconds > self.config.ceiling_seconds && !already_clamped() {
+        if asked_seconds > self.config.ceiling_seconds.get() && !already_clamped() {
             log::warn!(
                 "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {:.1} s",
                 ceiling.as_secs_f64()
@@ -346,7 +349,7 @@ impl Pacer {
     ) -> Result<Permit, Refused> {
         let schedule = schedules.get(group, &self.total);
         let now = Instant::now();
-        let ceiling = seconds(self.config.ceiling_seconds);
+        let ceiling = self.config.ceiling_seconds.duration();
         let (estimate, backed_off_for) = {
             let mut t = lock(&schedule.timing);
             if let Some(fetched) = robots_fetched_at {
@@ -383,7 +386,7 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        if estimate > seconds(self.config.max_wait_seconds) {
+        if estimate > self.config.max_wait_seconds.duration() {
             return Err(Refused {
                 reason: RefusalReason::WaitTooLong,
                 retry_after,
@@ -394,7 +397,7 @@ impl Pacer {
         let mut waiting = Waiting(&schedule, false);
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
-        let deadline = now + seconds(self.config.max_wait_seconds);
+        let deadline = now + self.config.max_wait_seconds.duration();
         let too_long = |at: Instant| Refused {
             reason: RefusalReason::WaitTooLong,
             retry_after: at
@@ -444,7 +447,7 @@ mod tests {
 
     fn pacer() -> Pacer {
         Pacer::new(PacingConfig {
-            max_wait_seconds: 10.0,
+            max_wait_seconds: crate::config::Seconds(10.0),
             max_queue: 3,
             ..PacingConfig::default()
         })
@@ -482,9 +485,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn delays_clamp_to_floor_and_ceiling() {
         let p = Pacer::new(PacingConfig {
-            floor_seconds: 0.2,
-            ceiling_seconds: 30.0,
-            margin_seconds: 0.0,
+            floor_seconds: crate::config::Seconds(0.2),
+            ceiling_seconds: crate::config::Seconds(30.0),
+            margin_seconds: crate::config::Seconds(0.0),
             ..PacingConfig::default()
         });
         let k = schedules();
@@ -531,9 +534,9 @@ mod tests {
         ) {
             let ceiling = floor + extra;
             let p = Pacer::new(PacingConfig {
-                floor_seconds: floor,
-                ceiling_seconds: ceiling,
-                margin_seconds: 0.0,
+                floor_seconds: crate::config::Seconds(floor),
+                ceiling_seconds: crate::config::Seconds(ceiling),
+                margin_seconds: crate::config::Seconds(0.0),
                 ..PacingConfig::default()
             });
             let want = d.max(floor).min(ceiling);
@@ -589,7 +592,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_wait_bound_holds_when_backoff_grows_meanwhile() {
         let p = std::sync::Arc::new(Pacer::new(PacingConfig {
-            max_wait_seconds: 3.0,
+            max_wait_seconds: crate::config::Seconds(3.0),
             ..PacingConfig::default()
         }));
         let k = schedules();

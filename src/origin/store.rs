@@ -34,7 +34,7 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::config::{seconds, RobotsConfig};
+use crate::config::RobotsConfig;
 use crate::origin::fetch::{FetchOutcome, Fetcher};
 use crate::origin::pacing::{Pacer, Schedules};
 use crate::policy::target::Origin;
@@ -354,10 +354,14 @@ impl OriginStore {
             return;
         }
         let lifetime = snapshot.fresh_until.saturating_duration_since(fetched);
-        let ahead = seconds(self.config.refresh_ahead_seconds).min(lifetime / 10);
+        let ahead = self
+            .config
+            .refresh_ahead_seconds
+            .duration()
+            .min(lifetime / 10);
         let last_started = snapshot.history.last().map_or(fetched, |f| f.at);
         if now + ahead < snapshot.fresh_until
-            || now < last_started + seconds(self.config.min_ttl_seconds)
+            || now < last_started + self.config.min_ttl_seconds.duration()
         {
             return;
         }
@@ -428,8 +432,8 @@ impl OriginStore {
         let c = &self.config;
         let ttl = |max_age: Option<Duration>| {
             max_age
-                .map(|age| age.clamp(seconds(c.min_ttl_seconds), seconds(c.max_ttl_seconds)))
-                .unwrap_or(seconds(c.ttl_seconds))
+                .map(|age| age.clamp(c.min_ttl_seconds.duration(), c.max_ttl_seconds.duration()))
+                .unwrap_or(c.ttl_seconds.duration())
         };
         let fresh = |policy: Policy, max_age: Option<Duration>, what: String| Snapshot {
             policy,
@@ -471,8 +475,8 @@ impl OriginStore {
                 retry_after,
             } => {
                 let failures = previous.map_or(0, |p| p.failures) + 1;
-                let initial = seconds(c.retry_initial_seconds);
-                let cap = seconds(c.retry_max_seconds);
+                let initial = c.retry_initial_seconds.duration();
+                let cap = c.retry_max_seconds.duration();
                 // 503 is the documented "pause crawling" signal: retried sooner.
                 let base = if status == Some(503) {
                     initial / 2
@@ -496,12 +500,12 @@ impl OriginStore {
                 let policy = match copy {
                     Some(policy) => policy,
                     None if now.duration_since(since)
-                        >= seconds(c.unreachable_allow_after_seconds) =>
+                        >= c.unreachable_allow_after_seconds.duration() =>
                     {
                         Policy::AllowAll {
                             why: format!(
                                 "robots.txt unreachable for over {:.0} days",
-                                c.unreachable_allow_after_seconds / 86_400.0
+                                c.unreachable_allow_after_seconds.get() / 86_400.0
                             ),
                         }
                     }
@@ -602,8 +606,8 @@ mod tests {
     #[tokio::test]
     async fn max_age_is_clamped() {
         let s = store(RobotsConfig {
-            min_ttl_seconds: 60.0,
-            max_ttl_seconds: 3600.0,
+            min_ttl_seconds: crate::config::Seconds(60.0),
+            max_ttl_seconds: crate::config::Seconds(3600.0),
             ..RobotsConfig::default()
         });
         let now = Instant::now();

@@ -18,7 +18,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use crate::config::{seconds, UpstreamConfig};
+use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
 use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
 use crate::origin::pacing::Permit;
@@ -111,11 +111,16 @@ pub fn upstream_peer(target: &Target, addr: SocketAddr, upstream: &UpstreamConfi
     let mut peer = HttpPeer::new(addr, tls, target.origin.host_name());
     peer.group_key = group_key(target);
     let o = &mut peer.options;
-    o.connection_timeout = Some(seconds(upstream.connect_timeout_seconds));
-    o.total_connection_timeout = Some(seconds(upstream.connect_timeout_seconds) * 2);
-    o.read_timeout = Some(seconds(upstream.read_timeout_seconds));
-    o.write_timeout = Some(seconds(upstream.write_timeout_seconds));
-    o.idle_timeout = Some(seconds(upstream.idle_timeout_seconds).max(Duration::from_secs(1)));
+    o.connection_timeout = Some(upstream.connect_timeout_seconds.duration());
+    o.total_connection_timeout = Some(upstream.connect_timeout_seconds.duration() * 2);
+    o.read_timeout = Some(upstream.read_timeout_seconds.duration());
+    o.write_timeout = Some(upstream.write_timeout_seconds.duration());
+    o.idle_timeout = Some(
+        upstream
+            .idle_timeout_seconds
+            .duration()
+            .max(Duration::from_secs(1)),
+    );
     peer
 }
 

@@ -186,8 +186,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         enforcer.clone(),
         interceptor,
         &config.tls,
-        crate::config::seconds(config.upstream.connect_timeout_seconds),
-        crate::config::seconds(config.limits.first_byte_timeout_seconds),
+        config.upstream.connect_timeout_seconds.duration(),
+        config.limits.first_byte_timeout_seconds.duration(),
     );
     let front = ProxyFront::new(
         http,
