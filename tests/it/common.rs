@@ -651,37 +651,18 @@ pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> b
 /// A DNS server on loopback that answers SERVFAIL to every query: configured as the
 /// proxy's name server, no lookup ever leaves the machine.
 pub async fn servfail_dns() -> SocketAddr {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-        .await
-        .expect("bind dns");
-    let addr = socket.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut buf = [0u8; 1500];
-        while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
-            if len < 12 {
-                continue;
-            }
-            // Header + first question only.
-            let mut end = 12;
-            while end < len && buf[end] != 0 {
-                end += usize::from(buf[end]) + 1;
-            }
-            let end = (end + 5).min(len);
-            let mut reply = buf[..end].to_vec();
-            reply[2] = 0x80 | (buf[2] & 0x01); // QR, keep RD
-            reply[3] = 0x82; // RA, SERVFAIL
-            reply[4..6].copy_from_slice(&[0, 1]);
-            reply[6..12].fill(0);
-            let _ = socket.send_to(&reply, peer).await;
-        }
-    });
-    addr
+    loopback_dns(None).await
 }
 
 /// A DNS server on loopback that answers every A query with `addrs` (in that order) and
 /// every other query with no records: names the test invents resolve to its own
 /// loopback addresses, and no lookup leaves the machine.
 pub async fn static_dns(addrs: Vec<std::net::Ipv4Addr>) -> SocketAddr {
+    loopback_dns(Some(addrs)).await
+}
+
+/// A DNS server on 127.0.0.1: SERVFAIL to everything (`None`), or these A records.
+async fn loopback_dns(a_records: Option<Vec<std::net::Ipv4Addr>>) -> SocketAddr {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
         .await
         .expect("bind dns");
@@ -689,28 +670,34 @@ pub async fn static_dns(addrs: Vec<std::net::Ipv4Addr>) -> SocketAddr {
     tokio::spawn(async move {
         let mut buf = [0u8; 1500];
         while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
-            if len < 12 {
-                continue;
-            }
+            // Header + first question only.
             let mut end = 12;
             while end < len && buf[end] != 0 {
                 end += usize::from(buf[end]) + 1;
             }
-            if end + 5 > len {
+            if len < 12 || end + 5 > len {
                 continue;
             }
             let qtype = u16::from_be_bytes([buf[end + 1], buf[end + 2]]);
             let end = end + 5;
-            let answers: &[std::net::Ipv4Addr] = if qtype == 1 { &addrs } else { &[] };
             let mut reply = buf[..end].to_vec();
-            reply[2] = 0x84 | (buf[2] & 0x01); // QR, AA, keep RD
-            reply[3] = 0x80; // RA, NOERROR
             reply[4..6].copy_from_slice(&[0, 1]);
-            reply[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
-            reply[8..12].fill(0);
-            for ip in answers {
-                reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-                reply.extend_from_slice(&ip.octets());
+            reply[6..12].fill(0);
+            match &a_records {
+                None => {
+                    reply[2] = 0x80 | (buf[2] & 0x01); // QR, keep RD
+                    reply[3] = 0x82; // RA, SERVFAIL
+                }
+                Some(addrs) => {
+                    let answers: &[std::net::Ipv4Addr] = if qtype == 1 { addrs } else { &[] };
+                    reply[2] = 0x84 | (buf[2] & 0x01); // QR, AA, keep RD
+                    reply[3] = 0x80; // RA, NOERROR
+                    reply[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
+                    for ip in answers {
+                        reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+                        reply.extend_from_slice(&ip.octets());
+                    }
+                }
             }
             let _ = socket.send_to(&reply, peer).await;
         }
