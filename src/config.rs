@@ -213,9 +213,9 @@ pub struct RobotsConfig {
     /// Most origins whose robots.txt is kept; the least recently used is evicted.
     pub max_origins: usize,
     /// Whole robots.txt fetch, redirects included.
-    pub fetch_timeout_seconds: Seconds,
+    pub fetch_timeout_seconds: Timeout,
     /// Freshness when the answer has no usable `Cache-Control: max-age` (SPEC §2: 24 h).
-    pub ttl_seconds: Seconds,
+    pub ttl_seconds: Timeout,
     /// Bounds for `max-age`.
     pub min_ttl_seconds: Seconds,
     /// Upper bound for `max-age`.
@@ -223,9 +223,9 @@ pub struct RobotsConfig {
     /// A fresh entry this close to expiry is refreshed in the background.
     pub refresh_ahead_seconds: Seconds,
     /// First retry after a 5xx/network failure; doubles up to `retry_max_seconds`.
-    pub retry_initial_seconds: Seconds,
+    pub retry_initial_seconds: Timeout,
     /// Longest wait between retries of an unreachable robots.txt.
-    pub retry_max_seconds: Seconds,
+    pub retry_max_seconds: Timeout,
     /// Continuous unreachability after which an origin with no copy is allowed (SPEC §2).
     pub unreachable_allow_after_seconds: Seconds,
     /// Redirect hops followed (SPEC §2: at least 5).
@@ -242,13 +242,13 @@ impl Default for RobotsConfig {
     fn default() -> Self {
         RobotsConfig {
             max_origins: 100_000,
-            fetch_timeout_seconds: Seconds(10.0),
-            ttl_seconds: Seconds(86_400.0),
+            fetch_timeout_seconds: Timeout(10.0),
+            ttl_seconds: Timeout(86_400.0),
             min_ttl_seconds: Seconds(60.0),
             max_ttl_seconds: Seconds(7.0 * 86_400.0),
             refresh_ahead_seconds: Seconds(300.0),
-            retry_initial_seconds: Seconds(5.0),
-            retry_max_seconds: Seconds(600.0),
+            retry_initial_seconds: Timeout(5.0),
+            retry_max_seconds: Timeout(600.0),
             unreachable_allow_after_seconds: Seconds(30.0 * 86_400.0),
             max_redirects: 5,
             user_agent: DEFAULT_USER_AGENT.into(),
@@ -261,11 +261,11 @@ impl Default for RobotsConfig {
 /// Timeouts towards origins, for proxied requests.
 pub struct UpstreamConfig {
     /// Longest wait for a TCP (and TLS) connection to an origin.
-    pub connect_timeout_seconds: Seconds,
+    pub connect_timeout_seconds: Timeout,
     /// Longest wait for the next bytes from an origin.
-    pub read_timeout_seconds: Seconds,
+    pub read_timeout_seconds: Timeout,
     /// Longest wait for an origin to accept the next bytes.
-    pub write_timeout_seconds: Seconds,
+    pub write_timeout_seconds: Timeout,
     /// Idle upstream connections are closed after this long in the pool.
     pub idle_timeout_seconds: Seconds,
 }
@@ -273,9 +273,9 @@ pub struct UpstreamConfig {
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
-            connect_timeout_seconds: Seconds(5.0),
-            read_timeout_seconds: Seconds(60.0),
-            write_timeout_seconds: Seconds(60.0),
+            connect_timeout_seconds: Timeout(5.0),
+            read_timeout_seconds: Timeout(60.0),
+            write_timeout_seconds: Timeout(60.0),
             idle_timeout_seconds: Seconds(60.0),
         }
     }
@@ -305,7 +305,7 @@ pub struct TlsConfig {
     pub leaf_validity_days: u32,
     /// Longest wait for the client's TLS handshake inside a CONNECT tunnel (the CONNECT
     /// head itself is read within `limits`).
-    pub handshake_timeout_seconds: Seconds,
+    pub handshake_timeout_seconds: Timeout,
 }
 
 impl Default for TlsConfig {
@@ -318,7 +318,7 @@ impl Default for TlsConfig {
             blind_tunnel: Vec::new(),
             leaf_cache_size: 10_000,
             leaf_validity_days: 7,
-            handshake_timeout_seconds: Seconds(10.0),
+            handshake_timeout_seconds: Timeout(10.0),
         }
     }
 }
@@ -366,7 +366,7 @@ pub struct LimitsConfig {
     pub max_connections_per_client: usize,
     /// A new connection (or a new CONNECT tunnel) must send its first octet this soon,
     /// or it is closed: silent sockets cannot hold slots for `header_read_timeout`.
-    pub first_byte_timeout_seconds: Seconds,
+    pub first_byte_timeout_seconds: Timeout,
     /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
     pub max_request_line_bytes: usize,
     /// Whole request head, request line and headers: 431 beyond it.
@@ -376,9 +376,9 @@ pub struct LimitsConfig {
     /// Request bodies (crawlers mostly send none): 413 beyond it.
     pub max_body_bytes: u64,
     /// From a request's first octet to its complete head (slowloris): 408 after it.
-    pub header_read_timeout_seconds: Seconds,
+    pub header_read_timeout_seconds: Timeout,
     /// A kept-alive connection waiting for its next request is closed after this long.
-    pub idle_timeout_seconds: Seconds,
+    pub idle_timeout_seconds: Timeout,
 }
 
 impl Default for LimitsConfig {
@@ -386,13 +386,13 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_connections: 10_000,
             max_connections_per_client: 1024,
-            first_byte_timeout_seconds: Seconds(5.0),
+            first_byte_timeout_seconds: Timeout(5.0),
             max_request_line_bytes: 16 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_body_bytes: 16 * 1024 * 1024,
-            header_read_timeout_seconds: Seconds(10.0),
-            idle_timeout_seconds: Seconds(60.0),
+            header_read_timeout_seconds: Timeout(10.0),
+            idle_timeout_seconds: Timeout(60.0),
         }
     }
 }
@@ -558,6 +558,34 @@ impl Seconds {
     }
 }
 
+/// A number of seconds that must be more than zero (a timeout, a lifetime): as
+/// [`Seconds`], and 0 is an error too.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Timeout(pub(crate) f64);
+
+impl TryFrom<f64> for Timeout {
+    type Error = String;
+    fn try_from(value: f64) -> Result<Self, String> {
+        match Seconds::try_from(value)? {
+            Seconds(v) if v > 0.0 => Ok(Timeout(v)),
+            _ => Err(format!("`{value}` seconds: must be more than 0")),
+        }
+    }
+}
+
+impl Timeout {
+    /// The number.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// As a [`Duration`].
+    pub fn duration(self) -> Duration {
+        seconds(self.0)
+    }
+}
+
 /// The longest duration robotsgate ever works with: ten years. Anything longer (a
 /// `Crawl-delay: 1e308`, a `Retry-After` of twenty digits, a huge config value) saturates
 /// here, so it still fits into `Instant` arithmetic and never collapses to zero.
@@ -611,53 +639,6 @@ impl Config {
     /// Checks that cannot be expressed as types.
     fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.robots;
-        let positive = [
-            (
-                "robotsgate.robots.fetch_timeout_seconds",
-                r.fetch_timeout_seconds,
-            ),
-            ("robotsgate.robots.ttl_seconds", r.ttl_seconds),
-            (
-                "robotsgate.robots.retry_initial_seconds",
-                r.retry_initial_seconds,
-            ),
-            ("robotsgate.robots.retry_max_seconds", r.retry_max_seconds),
-            (
-                "robotsgate.upstream.connect_timeout_seconds",
-                self.upstream.connect_timeout_seconds,
-            ),
-            (
-                "robotsgate.upstream.read_timeout_seconds",
-                self.upstream.read_timeout_seconds,
-            ),
-            (
-                "robotsgate.upstream.write_timeout_seconds",
-                self.upstream.write_timeout_seconds,
-            ),
-            (
-                "robotsgate.tls.handshake_timeout_seconds",
-                self.tls.handshake_timeout_seconds,
-            ),
-            (
-                "robotsgate.limits.header_read_timeout_seconds",
-                self.limits.header_read_timeout_seconds,
-            ),
-            (
-                "robotsgate.limits.idle_timeout_seconds",
-                self.limits.idle_timeout_seconds,
-            ),
-            (
-                "robotsgate.limits.first_byte_timeout_seconds",
-                self.limits.first_byte_timeout_seconds,
-            ),
-        ];
-        for (key, value) in positive {
-            if value.get() <= 0.0 {
-                return Err(ConfigError(format!(
-                    "key `{key}`: must be more than 0 seconds"
-                )));
-            }
-        }
         let p = &self.pacing;
         if p.floor_seconds > p.ceiling_seconds {
             return Err(ConfigError(
@@ -825,6 +806,15 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+
+        let text = "robotsgate:\n  limits:\n    first_byte_timeout_seconds: 0\n";
+        let err = Config::from_yaml(text)
+            .expect_err("zero timeout")
+            .to_string();
+        assert!(
+            err.contains("robotsgate.limits.first_byte_timeout_seconds") && err.contains("line 3"),
+            "{err}"
+        );
 
         let text = "robotsgate:\n  robots:\n    max_redirects: 2\n";
         let err = Config::from_yaml(text)
