@@ -20,6 +20,16 @@
 //! cuts a line in two, the cut line is kept only if it is a `Disallow`: a cut pattern is a
 //! prefix of the real one and covers every URL the real one did, while a cut `Allow` or
 //! `User-agent` would grant more than the site wrote.
+//!
+//! ```
+//! use robotsgate::robots::RobotsTxt;
+//!
+//! let robots = RobotsTxt::parse(b"User-agent: *\nDisallow: /private\nAllow: /private/ok\n");
+//! assert!(!robots.check(&["ExampleBot"], "http://example.com/private/x").allowed);
+//! assert!(robots.check(&["ExampleBot"], "http://example.com/private/ok").allowed);
+//! // Longest match wins, and the URL's escapes are normalised like the rule's.
+//! assert!(!robots.check(&["ExampleBot"], "/%70rivate").allowed);
+//! ```
 
 mod extensions;
 mod index;
