@@ -292,15 +292,22 @@ impl Enforcer {
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
-        self.decide_explained(target, who).await.0
+        self.decide_explained(target, &self.tokens(who)).await.0
     }
 
-    /// As [`Enforcer::decide`], with the robots.txt snapshot the decision was made from
-    /// (none when the egress check answered first), so `/check` can explain exactly it.
+    /// The robots.txt tokens `who` is judged as (resolve them once per request and hand
+    /// them to [`Enforcer::decide_explained`] when they are needed elsewhere too).
+    pub fn tokens<'a>(&'a self, who: &Requester<'a>) -> Tokens<'a> {
+        self.agents.tokens_for(who)
+    }
+
+    /// As [`Enforcer::decide`], for a crawler already resolved to `tokens`, with the
+    /// robots.txt snapshot the decision was made from (none when the egress check
+    /// answered first), so `/check` can explain exactly it.
     pub async fn decide_explained(
         &self,
         target: &Target,
-        who: &Requester<'_>,
+        tokens: &Tokens<'_>,
     ) -> (Decision, Option<Arc<Snapshot>>) {
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
@@ -308,7 +315,7 @@ impl Enforcer {
             Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
         };
         let (entry, snapshot) = self.store.get(origin).await;
-        let decision = self.decide_on(target, who, &resolved, &entry, &snapshot);
+        let decision = self.decide_on(target, tokens, &resolved, &entry, &snapshot);
         (decision, Some(snapshot))
     }
 
@@ -317,7 +324,7 @@ impl Enforcer {
     fn decide_on(
         &self,
         target: &Target,
-        who: &Requester<'_>,
+        tokens: &Tokens<'_>,
         resolved: &Result<Vec<IpAddr>, ResolveError>,
         entry: &Arc<OriginEntry>,
         snapshot: &Arc<Snapshot>,
@@ -361,7 +368,7 @@ impl Enforcer {
                     verdict,
                     group,
                     read_as,
-                } = judge(robots, target, &self.agents.tokens_for(who));
+                } = judge(robots, target, tokens);
                 if verdict.allowed {
                     // Crawlers in one group share a schedule; the group's first name is
                     // its stable identity across refreshes of the file.

@@ -72,14 +72,10 @@ struct PerClient {
 
 /// The key a client's connections are counted under.
 fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                IpAddr::V6(std::net::Ipv6Addr::from(prefix))
-            }
-        },
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !(u64::MAX as u128),
+        )),
         v4 => v4,
     }
 }

@@ -110,11 +110,11 @@ impl AdminGuard {
         method: &str,
         authorization: Option<&[u8]>,
     ) -> Option<Response<Vec<u8>>> {
-        let client = client.map(|ip| match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+        let allowed = client.is_some_and(|ip| {
+            let ip = ip.to_canonical();
+            self.allow_clients.iter().any(|n| n.contains(ip))
         });
-        if !client.is_some_and(|ip| self.allow_clients.iter().any(|n| n.contains(ip))) {
+        if !allowed {
             return Some(error(403, "this client is not in admin.allow_clients"));
         }
         let (Some(token), "POST" | "DELETE") = (&self.token, method) else {
@@ -297,7 +297,8 @@ impl AdminApp {
             None => None,
         };
         let who = Requester::new(client, agent.as_deref());
-        let (decision, snapshot) = self.enforcer.decide_explained(&target, &who).await;
+        let tokens = self.enforcer.tokens(&who);
+        let (decision, snapshot) = self.enforcer.decide_explained(&target, &tokens).await;
         let mut out = json!({
             "url": url,
             "origin": target.origin.to_string(),
@@ -319,7 +320,6 @@ impl AdminApp {
                 out["why"] = json!(answer.header);
             }
         }
-        let tokens = self.enforcer.agents.tokens_for(&who);
         out["tokens"] = json!(tokens.list());
         out["tokens_from"] = json!(tokens.source());
         // The verdict's details: the same judgement, of the very snapshot decided on.

@@ -71,6 +71,20 @@ impl Schedule {
         self.pending.fetch_sub(1, Ordering::AcqRel);
         self.total.fetch_sub(1, Ordering::AcqRel);
     }
+
+    /// Holding the turn: sleeps until the next start is due (the previous end plus the
+    /// delay, past any pause; re-read on waking, as backoff may grow meanwhile). `Err`
+    /// carries the start when it would come after `deadline`.
+    async fn sleep_until_due(&self, deadline: Instant) -> Result<(), Instant> {
+        loop {
+            let wake = next_start(&lock(&self.timing));
+            match wake {
+                Some(at) if at > deadline => return Err(at),
+                Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
+                _ => return Ok(()),
+            }
+        }
+    }
 }
 
 /// The pacing schedules of one origin, one per robots.txt group seen (usually one): the
@@ -283,14 +297,7 @@ impl Pacer {
             let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
                 .await
                 .ok()?;
-            loop {
-                let wake = next_start(&lock(&schedule.timing));
-                match wake {
-                    Some(at) if at > deadline => return None,
-                    Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
-                    _ => break,
-                }
-            }
+            schedule.sleep_until_due(deadline).await.ok()?;
             waiting.1 = true;
             turns.held.push((schedule.clone(), turn));
         }
@@ -409,14 +416,7 @@ impl Pacer {
             .await
             .map_err(|_| too_long(deadline))?;
         // Holding the turn: sleep out the delay since the previous request ended.
-        loop {
-            let wake = next_start(&lock(&schedule.timing));
-            match wake {
-                Some(at) if at > deadline => return Err(too_long(at)),
-                Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
-                _ => break,
-            }
-        }
+        schedule.sleep_until_due(deadline).await.map_err(too_long)?;
         waiting.1 = true;
         Ok(Permit {
             schedule: schedule.clone(),

@@ -253,8 +253,9 @@ impl ProxyHttp for RobotsGateProxy {
             user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
             tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
         };
-        ctx.tokens_from = self.enforcer.agents.tokens_for(&who).source();
-        let decision = self.enforcer.decide(&target, &who).await;
+        let tokens = self.enforcer.tokens(&who);
+        ctx.tokens_from = tokens.source();
+        let (decision, _) = self.enforcer.decide_explained(&target, &tokens).await;
         ctx.target = Some(target);
         match decision {
             Decision::Forward { addr, why, pace } => {

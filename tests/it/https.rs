@@ -599,6 +599,7 @@ async fn an_sni_for_another_host_fails_the_handshake() {
         let handshake = connector.connect(name, reader.into_inner()).await;
         assert!(handshake.is_err(), "a leaf for other{n}.test was served");
     }
+    assert!(origin.seen().is_empty(), "{:?}", origin.seen());
     assert_eq!(s.metric("robotsgate_tls_sni_mismatches_total"), 20.0);
     assert_eq!(s.metric("robotsgate_tls_leaf_mints_total"), 0.0);
     // The tunnel's own name still works, and the CA's expiry is exported.

@@ -299,6 +299,11 @@ async fn one_client_cannot_hold_every_slot() {
     let _ = tokio::time::timeout(Duration::from_secs(5), sixth.read_to_string(&mut reply)).await;
     assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
     assert!(reply.contains("client_connection_limit"), "{reply}");
+    assert_eq!(
+        origin.count("/a"),
+        0,
+        "the refused request reached the origin"
+    );
     // ...while another client is served.
     let mut other = connect_from("127.0.0.2", proxy.addr).await;
     other
