@@ -11,6 +11,8 @@ command -v python3 >/dev/null || need+=(python3)
 command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
 command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/robotsgate.service
 command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
+command -v redis-server >/dev/null || need+=(redis-server)  # fleet mode: tests start their own servers and a Cluster
+command -v redis-cli >/dev/null || need+=(redis-tools)
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

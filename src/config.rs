@@ -50,6 +50,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Who may use the admin listener.
     pub admin: AdminConfig,
+    /// Several instances sharing pacing and robots.txt through Redis.
+    pub fleet: FleetConfig,
 }
 
 /// Who may use the admin listener (see `admin.rs`).
@@ -92,8 +94,68 @@ impl Default for Config {
             access: AccessConfig::default(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
+            fleet: FleetConfig::default(),
         }
     }
+}
+
+/// Fleet mode (see `origin::fleet`): with `redis` or `redis_cluster` set, every instance
+/// pointed at the same Redis shares pacing and robots.txt, and the fleet behaves as one
+/// proxy. Unset: each instance keeps its state in memory (the embedded backend).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// One Redis: `redis://[user:password@]host:port/db`, or `rediss://` for TLS.
+    pub redis: Option<String>,
+    /// The seed nodes of a Redis Cluster, instead of `redis`.
+    pub redis_cluster: Vec<String>,
+    /// What a request that needs the backend gets while Redis is down or slow.
+    pub on_unavailable: OnUnavailable,
+    /// How many instances the fleet runs: with `on_unavailable: local`, each paces alone
+    /// at `delay × instances`, so the fleet as a whole still keeps the delay.
+    pub instances: u32,
+    /// Longest wait for one Redis command; slower counts as unavailable.
+    pub command_timeout_seconds: Timeout,
+    /// A schedule's holder renews its lease while its request runs; a holder that dies
+    /// frees the schedule at most this long after its last renewal.
+    pub lease_seconds: Timeout,
+    /// How often every held robots.txt is checked against the shared copy, in case an
+    /// invalidation message was missed.
+    pub resync_seconds: Timeout,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            redis: None,
+            redis_cluster: Vec::new(),
+            on_unavailable: OnUnavailable::Refuse,
+            instances: 1,
+            command_timeout_seconds: Timeout(0.5),
+            lease_seconds: Timeout(10.0),
+            resync_seconds: Timeout(10.0),
+        }
+    }
+}
+
+impl FleetConfig {
+    /// Is fleet mode on?
+    pub fn enabled(&self) -> bool {
+        self.redis.is_some() || !self.redis_cluster.is_empty()
+    }
+}
+
+/// `fleet.on_unavailable`: what happens while the shared backend cannot be reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUnavailable {
+    /// 503 + `Retry-After` (`reason="fleet-backend-unavailable"`) for every request that
+    /// needs the backend (a paced one, or one whose robots.txt must be read).
+    #[default]
+    Refuse,
+    /// Each instance paces alone at `delay × fleet.instances` and fetches robots.txt
+    /// itself.
+    Local,
 }
 
 /// Which crawler a request is (see `agent.rs`).
@@ -637,7 +699,7 @@ impl Config {
     }
 
     /// Checks that cannot be expressed as types.
-    fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.robots;
         let p = &self.pacing;
         if p.floor_seconds > p.ceiling_seconds {
@@ -724,6 +786,29 @@ impl Config {
             return Err(ConfigError(
                 "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy"
                     .into(),
+            ));
+        }
+        let f = &self.fleet;
+        if f.redis.is_some() && !f.redis_cluster.is_empty() {
+            return Err(ConfigError(
+                "key `robotsgate.fleet.redis`/`redis_cluster`: set one or the other".into(),
+            ));
+        }
+        for (key, url) in f.redis.iter().map(|u| ("redis".to_string(), u)).chain(
+            f.redis_cluster
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (format!("redis_cluster[{i}]"), u)),
+        ) {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.fleet.{key}`: `{url}` is not a redis:// or rediss:// URL"
+                )));
+            }
+        }
+        if f.instances == 0 {
+            return Err(ConfigError(
+                "key `robotsgate.fleet.instances`: must be at least 1".into(),
             ));
         }
         if !self.agent.from_user_agent && self.agent.default_tokens.is_empty() {

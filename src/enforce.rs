@@ -19,6 +19,7 @@ use crate::config::Config;
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
+use crate::origin::fleet::Fleet;
 pub use crate::origin::pacing::Permit;
 use crate::origin::pacing::{Pacer, RefusalReason};
 use crate::origin::store::{OriginEntry, OriginStore};
@@ -218,6 +219,8 @@ pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) ->
 pub struct Enforcer {
     pub(crate) store: Arc<OriginStore>,
     pub(crate) pacer: Arc<Pacer>,
+    /// The shared backend, in fleet mode.
+    pub(crate) fleet: Option<Arc<Fleet>>,
     resolver: Arc<Resolver>,
     egress: Arc<EgressPolicy>,
     pub(crate) agents: AgentResolver,
@@ -264,12 +267,13 @@ impl Enforcer {
     /// cannot be read.
     pub fn from_config(config: &Config) -> anyhow::Result<Enforcer> {
         let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-        Ok(Self::with_trust(config, &trust))
+        Self::with_trust(config, &trust)
     }
 
     /// As [`Enforcer::from_config`], with the origin roots already loaded (a server
-    /// shares them with its proxy connector).
-    pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> Enforcer {
+    /// shares them with its proxy connector). In fleet mode this starts the backend's
+    /// thread (it connects in the background: a Redis down at start is not an error).
+    pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> anyhow::Result<Enforcer> {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
         let fetcher = Arc::new(Fetcher::new(
@@ -280,14 +284,26 @@ impl Enforcer {
             trust.ca_file(),
             config.robots.user_agent.clone(),
         ));
-        let pacer = Arc::new(Pacer::new(config.pacing.clone()));
-        Enforcer {
-            store: OriginStore::new(fetcher, pacer.clone(), config.robots.clone()),
+        let (fleet, events) = match config.fleet.enabled() {
+            true => {
+                let (fleet, events) = Fleet::start(&config.fleet)?;
+                (Some(fleet), Some(events))
+            }
+            false => (None, None),
+        };
+        let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
+        let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
+        if let Some(events) = events {
+            store.follow(events);
+        }
+        Ok(Enforcer {
+            store,
             pacer,
+            fleet,
             resolver,
             egress,
             agents: AgentResolver::new(&config.agent),
-        }
+        })
     }
 
     /// Decides one request from `who`.
@@ -501,6 +517,7 @@ impl Enforcer {
                 let reason = match refused.reason {
                     RefusalReason::QueueFull => "queue-full",
                     RefusalReason::WaitTooLong => "wait-too-long",
+                    RefusalReason::FleetUnavailable => "fleet-backend-unavailable",
                 };
                 let backoff = refused
                     .backed_off_for

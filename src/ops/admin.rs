@@ -4,7 +4,8 @@
 //! * `GET /` — the status page (`status.html`): totals by decision, the busiest origins
 //!   with their robots.txt status, crawl-delay, queue depth and next slot, and a form to
 //!   check a URL. `GET /status.json` is what it shows.
-//! * `GET /healthz`, `GET /readyz` — `ok` while the process serves.
+//! * `GET /healthz` — `ok` while the process serves; `GET /readyz` — the same, and in
+//!   fleet mode the backend's state (503 while Redis is down with `on_unavailable: refuse`).
 //! * `GET /metrics` — Prometheus text exposition of the default registry.
 //! * `GET /check?url=URL[&agent=USER-AGENT][&client=IP]` — the decision a request for
 //!   `URL` with that User-Agent would get, from the same [`Enforcer::decide`] the proxy
@@ -34,10 +35,12 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::config::OnUnavailable;
 use crate::enforce::{judge, Decision, Enforcer, Judgement};
+use crate::origin::fleet::ScheduleKeys;
 use crate::origin::store::{Policy, Snapshot};
 use crate::policy::agent::Requester;
-use crate::policy::target::{parse_authority, Origin, Scheme, Target};
+use crate::policy::target::{Origin, Scheme, Target};
 use crate::robots::{Reason, RobotsTxt};
 
 pub struct AdminApp {
@@ -205,7 +208,8 @@ impl ServeHttp for AdminApp {
         let path = req.uri.path().to_string();
         let query = req.uri.query().unwrap_or("").to_string();
         match (method.as_str(), path.as_str()) {
-            ("GET", "/healthz" | "/readyz") => reply(200, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/healthz") => reply(200, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/readyz") => self.readiness(),
             ("GET", "/") => reply(
                 200,
                 "text/html; charset=utf-8",
@@ -260,7 +264,35 @@ impl AdminApp {
             "origins_held": self.enforcer.store.len(),
             "queued": self.enforcer.pacer.queued(),
             "origins": origins,
+            "fleet": self.enforcer.fleet.as_ref().map(|fleet| json!({
+                "backend_up": fleet.up(),
+                "on_unavailable": format!("{:?}", fleet.config().on_unavailable).to_lowercase(),
+                "instances": fleet.config().instances,
+            })),
         })
+    }
+
+    /// `/readyz`: 200 while requests can be served as configured. In fleet mode with
+    /// `on_unavailable: refuse`, 503 while Redis is unavailable (a load balancer then
+    /// sends crawlers elsewhere); with `local`, 200 saying the instance paces alone.
+    fn readiness(&self) -> Response<Vec<u8>> {
+        match &self.enforcer.fleet {
+            None => reply(200, "text/plain", b"ok\n".to_vec()),
+            Some(fleet) if fleet.up() => {
+                reply(200, "text/plain", b"ok: fleet backend up\n".to_vec())
+            }
+            Some(fleet) if fleet.config().on_unavailable == OnUnavailable::Local => reply(
+                200,
+                "text/plain",
+                b"degraded: fleet backend unavailable, pacing alone at delay x fleet.instances\n"
+                    .to_vec(),
+            ),
+            Some(_) => reply(
+                503,
+                "text/plain",
+                b"not ready: fleet backend unavailable (fleet.on_unavailable: refuse)\n".to_vec(),
+            ),
+        }
     }
 
     fn metrics(&self) -> Response<Vec<u8>> {
@@ -386,33 +418,32 @@ impl AdminApp {
         if let Policy::Rules { robots, .. } = &snapshot.policy {
             out["parsed"] = parsed(robots);
         }
-        out["pacing"] = entry
-            .schedules()
-            .states()
-            .iter()
-            .map(|s| {
-                json!({
-                    "group": s.group,
-                    "delay_seconds": s.delay.as_secs_f64(),
-                    "backoff_seconds": s.backoff.as_secs_f64(),
-                    "queued": s.queued,
-                    "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
-                })
-            })
-            .collect();
+        let mut pacing = Vec::new();
+        for s in entry.schedules().states() {
+            let mut schedule = json!({
+                "group": s.group,
+                "delay_seconds": s.delay.as_secs_f64(),
+                "backoff_seconds": s.backoff.as_secs_f64(),
+                "queued": s.queued,
+                "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
+            });
+            if let Some(fleet) = &self.enforcer.fleet {
+                let keys = ScheduleKeys::new(&origin.to_string(), &s.group);
+                schedule["fleet"] = match fleet.schedule(&keys).await {
+                    Ok(shared) => json!({ "holder": shared.holder, "queued": shared.queued }),
+                    Err(_) => json!({ "error": "fleet backend unavailable" }),
+                };
+            }
+            pacing.push(schedule);
+        }
+        out["pacing"] = json!(pacing);
         json_reply(200, &out)
     }
 }
 
 /// `https://host[:port]`, percent-encoded or not, with or without a trailing `/`.
 fn parse_origin(spec: &str) -> Result<Origin, String> {
-    let decoded = percent_encoding::percent_decode_str(spec).decode_utf8_lossy();
-    let decoded = decoded.trim_end_matches('/');
-    let (scheme, authority) = decoded
-        .split_once("://")
-        .ok_or_else(|| format!("`{decoded}` is not an origin like https://example.com"))?;
-    let scheme = Scheme::parse(scheme).ok_or_else(|| format!("unsupported scheme `{scheme}`"))?;
-    parse_authority(authority, scheme).map_err(|e| e.to_string())
+    Origin::parse(&percent_encoding::percent_decode_str(spec).decode_utf8_lossy())
 }
 
 fn seconds_ago(at: Option<Instant>) -> Value {

@@ -5,6 +5,7 @@
 
 pub mod dns;
 pub mod fetch;
+pub mod fleet;
 pub mod pacing;
 pub mod store;
 pub mod trust;

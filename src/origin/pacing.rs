@@ -30,6 +30,14 @@
 //! (`origin::store`), beside its robots.txt: a request finds both with one lookup, and
 //! the schedules go when the entry does. [`Pacer`] holds the settings and the
 //! process-wide count of queued requests.
+//!
+//! **Backends.** Alone, an instance keeps its schedules in memory (above). In fleet mode
+//! ([`crate::origin::fleet`]) a request with a limit in force takes its turn from the
+//! shared schedule in Redis instead, so the delay holds across every instance; the local
+//! schedule still counts the request (eviction, gauges) and mirrors the origin's pauses
+//! published by the other instances. A request with no limit in force never touches
+//! Redis. While Redis is unavailable, `fleet.on_unavailable` decides: refuse (503), or
+//! pace locally at `delay × fleet.instances`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +45,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{seconds, PacingConfig};
+use crate::config::{seconds, OnUnavailable, PacingConfig};
+use crate::origin::fleet::{Fleet, FleetTurn, NoTurn, ScheduleKeys};
 use crate::policy::target::Origin;
 
 #[derive(Debug, Default)]
@@ -52,7 +61,25 @@ struct Timing {
     delay: Duration,
 }
 
+impl Timing {
+    /// Is anything in force that spaces requests (a delay, a backoff, a pause)?
+    fn limited(&self, now: Instant) -> bool {
+        !self.delay.max(self.backoff).is_zero() || self.paused_until.is_some_and(|u| u > now)
+    }
+
+    /// The remaining pause the origin asked for, else the backoff in force.
+    fn backed_off_for(&self, now: Instant) -> Option<Duration> {
+        self.paused_until
+            .map(|until| until.saturating_duration_since(now))
+            .filter(|p| !p.is_zero())
+            .or((!self.backoff.is_zero()).then_some(self.backoff))
+    }
+}
+
 struct Schedule {
+    /// The robots.txt group, and the origin (`scheme://authority`): its shared keys.
+    group: String,
+    origin: Arc<str>,
     turn: Arc<tokio::sync::Mutex<()>>,
     timing: Mutex<Timing>,
     /// Requests waiting for or holding the turn.
@@ -70,6 +97,10 @@ impl Schedule {
     fn dequeue(&self) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
         self.total.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn keys(&self) -> ScheduleKeys {
+        ScheduleKeys::new(&self.origin, &self.group)
     }
 
     /// Holding the turn: sleeps until the next start is due (the previous end plus the
@@ -91,23 +122,34 @@ impl Schedule {
 /// pacing half of an origin's entry.
 #[derive(Default)]
 pub struct Schedules {
-    list: Mutex<Vec<(String, Arc<Schedule>)>>,
+    origin: Arc<str>,
+    list: Mutex<Vec<Arc<Schedule>>>,
 }
 
 impl Schedules {
+    /// The schedules of `origin`, none made yet.
+    pub fn new(origin: &Origin) -> Schedules {
+        Schedules {
+            origin: origin.to_string().into(),
+            list: Mutex::default(),
+        }
+    }
+
     /// The schedule of `group`, made on first use.
     fn get(&self, group: &str, total: &Arc<AtomicUsize>) -> Arc<Schedule> {
         let mut list = lock(&self.list);
-        if let Some((_, found)) = list.iter().find(|(g, _)| g == group) {
+        if let Some(found) = list.iter().find(|s| s.group == group) {
             return found.clone();
         }
         let schedule = Arc::new(Schedule {
+            group: group.to_string(),
+            origin: self.origin.clone(),
             turn: Arc::new(tokio::sync::Mutex::new(())),
             timing: Mutex::new(Timing::default()),
             pending: AtomicUsize::new(0),
             total: total.clone(),
         });
-        list.push((group.to_string(), schedule.clone()));
+        list.push(schedule.clone());
         schedule
     }
 
@@ -115,7 +157,18 @@ impl Schedules {
     pub fn busy(&self) -> bool {
         lock(&self.list)
             .iter()
-            .any(|(_, s)| s.pending.load(Ordering::Acquire) > 0)
+            .any(|s| s.pending.load(Ordering::Acquire) > 0)
+    }
+
+    /// Applies a pause or backoff another instance published for `group`, so that this
+    /// instance knows a limit is in force (and asks the shared schedule).
+    pub fn mirror(&self, group: &str, pause: Duration, backoff: Duration) {
+        if let Some(schedule) = lock(&self.list).iter().find(|s| s.group == group) {
+            let mut t = lock(&schedule.timing);
+            let until = Instant::now() + pause;
+            t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+            t.backoff = backoff;
+        }
     }
 
     /// Each schedule as the admin API shows it.
@@ -123,10 +176,10 @@ impl Schedules {
         let now = Instant::now();
         lock(&self.list)
             .iter()
-            .map(|(group, s)| {
+            .map(|s| {
                 let t = lock(&s.timing);
                 ScheduleState {
-                    group: group.clone(),
+                    group: s.group.clone(),
                     delay: t.delay,
                     backoff: t.backoff,
                     queued: s.pending.load(Ordering::Acquire),
@@ -142,6 +195,8 @@ impl Schedules {
 pub enum RefusalReason {
     QueueFull,
     WaitTooLong,
+    /// Fleet mode, Redis unavailable, `fleet.on_unavailable: refuse`.
+    FleetUnavailable,
 }
 
 /// A request refused by pacing: why, when to come back, and whether the origin's own
@@ -163,6 +218,9 @@ impl std::fmt::Display for Refused {
                 "pacing wait of {:.1} s would exceed the limit",
                 self.retry_after.as_secs_f64()
             )?,
+            RefusalReason::FleetUnavailable => {
+                f.write_str("the fleet backend (Redis) is unavailable")?
+            }
         }
         if let Some(backoff) = self.backed_off_for {
             write!(
@@ -175,12 +233,27 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// What a [`Permit`] holds.
+enum Turn {
+    /// Nothing: no limit in force, requests run concurrently.
+    Free,
+    /// The local schedule's one turn.
+    Local {
+        _turn: tokio::sync::OwnedMutexGuard<()>,
+    },
+    /// The shared schedule's turn (fleet mode).
+    Shared(Box<FleetTurn>),
+}
+
 /// Leave to go upstream, held until the response has been sent. On a paced schedule it
-/// is the schedule's one turn; with no delay in force it holds nothing (requests run
-/// concurrently) but still carries the origin's answer back to the schedule.
+/// is the schedule's one turn (local, or fleet-wide); with no delay in force it holds
+/// nothing (requests run concurrently) but still carries the origin's answer back to
+/// the schedule.
 pub struct Permit {
     schedule: Arc<Schedule>,
-    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    turn: Turn,
+    /// In fleet mode, where an unpaced request's 429/503 is reported.
+    fleet: Option<Arc<Fleet>>,
     /// How long the request waited for its slot.
     pub waited: Duration,
     ceiling: Duration,
@@ -189,17 +262,26 @@ pub struct Permit {
 impl Permit {
     /// Tells the schedule how the origin answered (429/503 back off, success decays).
     pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
-        let mut t = lock(&self.schedule.timing);
-        match (status, retry_after) {
-            (429 | 503, Some(wait)) => {
-                let until = Instant::now() + wait.min(self.ceiling);
-                t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+        {
+            let mut t = lock(&self.schedule.timing);
+            match (status, retry_after) {
+                (429 | 503, Some(wait)) => {
+                    let until = Instant::now() + wait.min(self.ceiling);
+                    t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+                }
+                (429 | 503, None) => {
+                    let base = t.delay.max(Duration::from_secs(1));
+                    t.backoff = (t.backoff * 2).max(base).min(self.ceiling);
+                }
+                _ => t.backoff /= 2,
             }
-            (429 | 503, None) => {
-                let base = t.delay.max(Duration::from_secs(1));
-                t.backoff = (t.backoff * 2).max(base).min(self.ceiling);
+        }
+        match (&self.turn, &self.fleet) {
+            (Turn::Shared(turn), _) => turn.origin_answered(status, retry_after),
+            (Turn::Free, Some(fleet)) if matches!(status, 429 | 503) => {
+                fleet.report(self.schedule.keys(), status, retry_after, self.ceiling)
             }
-            _ => t.backoff /= 2,
+            _ => {}
         }
     }
 }
@@ -207,9 +289,12 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        if self.turn.is_some() {
-            self.schedule.dequeue();
+        match std::mem::replace(&mut self.turn, Turn::Free) {
+            Turn::Free => return,
+            Turn::Local { .. } => {}
+            Turn::Shared(turn) => turn.release(self.ceiling),
         }
+        self.schedule.dequeue();
     }
 }
 
@@ -235,33 +320,25 @@ pub struct ScheduleState {
     pub group: String,
     pub delay: Duration,
     pub backoff: Duration,
-    /// Requests waiting for or holding the turn.
+    /// Requests waiting for or holding the turn (on this instance).
     pub queued: usize,
     /// Until the next request may start (zero: now).
     pub next_slot_in: Option<Duration>,
 }
 
-/// The pacing settings, and the process-wide count of queued requests.
+/// The pacing settings, the process-wide count of queued requests, and the fleet
+/// backend when there is one.
 pub struct Pacer {
     config: PacingConfig,
     total: Arc<AtomicUsize>,
+    fleet: Option<Arc<Fleet>>,
 }
 
 /// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
 /// arrival order like a page's and released when the fetch ends (which starts each
 /// schedule's next delay).
 pub struct FetchTurns {
-    held: Vec<(Arc<Schedule>, tokio::sync::OwnedMutexGuard<()>)>,
-}
-
-impl Drop for FetchTurns {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        for (schedule, _turn) in &self.held {
-            lock(&schedule.timing).last_end = Some(now);
-            schedule.dequeue();
-        }
-    }
+    _held: Vec<Permit>,
 }
 
 /// When a schedule's holder may start: the previous end plus the delay in force, and
@@ -275,10 +352,28 @@ fn next_start(t: &Timing) -> Option<Instant> {
 }
 
 impl Pacer {
+    /// Pacing in memory, for this instance alone.
+    #[cfg(test)]
     pub fn new(config: PacingConfig) -> Pacer {
+        Pacer::with_fleet(config, None)
+    }
+
+    /// Pacing shared through `fleet` when given.
+    pub fn with_fleet(config: PacingConfig, fleet: Option<Arc<Fleet>>) -> Pacer {
         Pacer {
             config,
             total: Arc::default(),
+            fleet,
+        }
+    }
+
+    fn permit(&self, schedule: Arc<Schedule>, turn: Turn, waited: Duration) -> Permit {
+        Permit {
+            schedule,
+            turn,
+            fleet: self.fleet.clone(),
+            waited,
+            ceiling: self.config.ceiling_seconds.duration(),
         }
     }
 
@@ -286,22 +381,54 @@ impl Pacer {
     /// fetch. `None` when they are not all free within `max_wait_seconds` (a long pause,
     /// a long queue): the caller then postpones the fetch rather than jump the queue.
     pub async fn turns_for_fetch(&self, schedules: &Schedules) -> Option<FetchTurns> {
-        let mut schedules: Vec<(String, Arc<Schedule>)> = lock(&schedules.list).clone();
+        let mut list: Vec<Arc<Schedule>> = lock(&schedules.list).clone();
         // One order for every fetch of the origin (only one runs at a time anyway).
-        schedules.sort_by(|a, b| a.0.cmp(&b.0));
-        let deadline = Instant::now() + self.config.max_wait_seconds.duration();
-        let mut turns = FetchTurns { held: Vec::new() };
-        for (_, schedule) in schedules {
-            schedule.enqueue();
-            let mut waiting = Waiting(&schedule, false);
-            let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
-                .await
-                .ok()?;
-            schedule.sleep_until_due(deadline).await.ok()?;
-            waiting.1 = true;
-            turns.held.push((schedule.clone(), turn));
+        list.sort_by(|a, b| a.group.cmp(&b.group));
+        let now = Instant::now();
+        let deadline = now + self.config.max_wait_seconds.duration();
+        let mut held = Vec::new();
+        for schedule in list {
+            let limited = lock(&schedule.timing).limited(now);
+            if let (true, Some(fleet)) = (limited, &self.fleet) {
+                let shared = fleet
+                    .acquire(
+                        &schedule.keys(),
+                        None,
+                        usize::MAX,
+                        self.config.max_wait_seconds.duration(),
+                    )
+                    .await;
+                match shared {
+                    Ok(Ok(turn)) => {
+                        schedule.enqueue();
+                        held.push(self.permit(schedule, Turn::Shared(Box::new(turn)), Duration::ZERO));
+                        continue;
+                    }
+                    Ok(Err(_)) => return None,
+                    Err(_) => crate::telemetry::metrics::record_fleet_fallback("local"),
+                }
+            }
+            let turn = self.local_turn(&schedule, deadline).await.ok()?;
+            held.push(self.permit(schedule, Turn::Local { _turn: turn }, Duration::ZERO));
         }
-        Some(turns)
+        Some(FetchTurns { _held: held })
+    }
+
+    /// Queues for the local turn of `schedule`, then sleeps out its delay. `Err` carries
+    /// the start when it would come after `deadline`.
+    async fn local_turn(
+        &self,
+        schedule: &Schedule,
+        deadline: Instant,
+    ) -> Result<tokio::sync::OwnedMutexGuard<()>, Instant> {
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
+            .await
+            .map_err(|_| deadline)?;
+        schedule.sleep_until_due(deadline).await?;
+        waiting.1 = true;
+        Ok(turn)
     }
 
     /// The delay for `group`'s schedule among `schedules` (of `origin`, for the log),
@@ -332,8 +459,8 @@ impl Pacer {
         let already_clamped = || {
             lock(&schedules.list)
                 .iter()
-                .find(|(g, _)| g == group)
-                .is_some_and(|(_, s)| lock(&s.timing).delay == delay)
+                .find(|s| s.group == group)
+                .is_some_and(|s| lock(&s.timing).delay == delay)
         };
         if asked_seconds > self.config.ceiling_seconds.get() && !already_clamped() {
             log::warn!(
@@ -356,34 +483,97 @@ impl Pacer {
     ) -> Result<Permit, Refused> {
         let schedule = schedules.get(group, &self.total);
         let now = Instant::now();
-        let ceiling = self.config.ceiling_seconds.duration();
-        let (estimate, backed_off_for) = {
+        let (limited, backed_off_for) = {
             let mut t = lock(&schedule.timing);
             if let Some(fetched) = robots_fetched_at {
                 t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
             }
             t.delay = delay;
-            let effective = delay.max(t.backoff);
-            // No delay, no backoff, no pause: pacing is off, requests run concurrently.
-            if effective.is_zero() && t.paused_until.is_none_or(|until| until <= now) {
-                drop(t);
-                return Ok(Permit {
-                    schedule,
-                    turn: None,
-                    waited: Duration::ZERO,
-                    ceiling,
-                });
+            (t.limited(now), t.backed_off_for(now))
+        };
+        // No delay, no backoff, no pause: pacing is off, requests run concurrently.
+        if !limited {
+            return Ok(self.permit(schedule, Turn::Free, Duration::ZERO));
+        }
+        let mut delay = delay;
+        if let Some(fleet) = &self.fleet {
+            match self
+                .acquire_shared(fleet, &schedule, delay, backed_off_for)
+                .await
+            {
+                Ok(result) => return result,
+                Err(action) => {
+                    crate::telemetry::metrics::record_fleet_fallback(match action {
+                        OnUnavailable::Refuse => "refuse",
+                        OnUnavailable::Local => "local",
+                    });
+                    if action == OnUnavailable::Refuse {
+                        return Err(Refused {
+                            reason: RefusalReason::FleetUnavailable,
+                            retry_after: Duration::from_secs(2),
+                            backed_off_for,
+                        });
+                    }
+                    // Alone, each of N instances keeps N delays: the fleet keeps one.
+                    delay = delay.saturating_mul(fleet.config().instances);
+                    lock(&schedule.timing).delay = delay;
+                }
             }
+        }
+        self.acquire_local(schedule, now, backed_off_for).await
+    }
+
+    /// The turn of the shared schedule; `Err` (what `fleet.on_unavailable` says) when
+    /// Redis cannot be asked.
+    async fn acquire_shared(
+        &self,
+        fleet: &Arc<Fleet>,
+        schedule: &Arc<Schedule>,
+        delay: Duration,
+        backed_off_for: Option<Duration>,
+    ) -> Result<Result<Permit, Refused>, OnUnavailable> {
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        let shared = fleet
+            .acquire(
+                &schedule.keys(),
+                Some(delay),
+                self.config.max_queue,
+                self.config.max_wait_seconds.duration(),
+            )
+            .await
+            .map_err(|_| fleet.config().on_unavailable)?;
+        let refused = |reason, estimate: Duration| Refused {
+            reason,
+            retry_after: estimate.max(Duration::from_secs(1)),
+            backed_off_for,
+        };
+        Ok(match shared {
+            Ok(turn) => {
+                waiting.1 = true;
+                let waited = turn.waited;
+                Ok(self.permit(schedule.clone(), Turn::Shared(Box::new(turn)), waited))
+            }
+            Err(NoTurn::QueueFull(estimate)) => Err(refused(RefusalReason::QueueFull, estimate)),
+            Err(NoTurn::WaitTooLong(estimate)) => {
+                Err(refused(RefusalReason::WaitTooLong, estimate))
+            }
+        })
+    }
+
+    /// The turn of the local schedule, within the queue and wait bounds.
+    async fn acquire_local(
+        &self,
+        schedule: Arc<Schedule>,
+        now: Instant,
+        backed_off_for: Option<Duration>,
+    ) -> Result<Permit, Refused> {
+        let estimate = {
+            let t = lock(&schedule.timing);
             let next_slot =
                 next_start(&t).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
             let ahead = schedule.pending.load(Ordering::Acquire) as u32;
-            let pause = t
-                .paused_until
-                .map(|until| until.saturating_duration_since(now));
-            let backed_off_for = pause
-                .filter(|p| !p.is_zero())
-                .or((!t.backoff.is_zero()).then_some(t.backoff));
-            (next_slot + effective * ahead, backed_off_for)
+            next_slot + t.delay.max(t.backoff) * ahead
         };
         let retry_after = estimate.max(Duration::from_secs(1));
         if schedule.pending.load(Ordering::Acquire) >= self.config.max_queue {
@@ -400,30 +590,20 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        schedule.enqueue();
-        let mut waiting = Waiting(&schedule, false);
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
         let deadline = now + self.config.max_wait_seconds.duration();
-        let too_long = |at: Instant| Refused {
-            reason: RefusalReason::WaitTooLong,
-            retry_after: at
-                .saturating_duration_since(now)
-                .max(Duration::from_secs(1)),
-            backed_off_for,
-        };
-        let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
+        let turn = self
+            .local_turn(&schedule, deadline)
             .await
-            .map_err(|_| too_long(deadline))?;
-        // Holding the turn: sleep out the delay since the previous request ended.
-        schedule.sleep_until_due(deadline).await.map_err(too_long)?;
-        waiting.1 = true;
-        Ok(Permit {
-            schedule: schedule.clone(),
-            turn: Some(turn),
-            waited: now.elapsed(),
-            ceiling,
-        })
+            .map_err(|at| Refused {
+                reason: RefusalReason::WaitTooLong,
+                retry_after: at
+                    .saturating_duration_since(now)
+                    .max(Duration::from_secs(1)),
+                backed_off_for,
+            })?;
+        Ok(self.permit(schedule, Turn::Local { _turn: turn }, now.elapsed()))
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).

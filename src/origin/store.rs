@@ -23,6 +23,16 @@
 //! re-checked after it is acquired). The fetch runs as its own task, so a client that
 //! disconnects does not abort it. A fresh snapshot close to expiry is refreshed in the
 //! background while readers keep using it.
+//!
+//! Fleet mode (`origin::fleet`): a fetch first looks at the shared copy in Redis. A
+//! usable one (fresh, or failing and not yet due for a retry) is parsed into this
+//! instance's snapshot; otherwise the instance that takes the fleet-wide lock fetches
+//! and publishes, and the others wait for its result (or, past the lock's lifetime,
+//! fetch themselves). Other instances' changes arrive as [`FleetEvent`]s
+//! ([`OriginStore::follow`]); an entry not verified since the fleet's last resync
+//! checks its version in the background on its next use, never on the request's path.
+//! While Redis is unavailable, `fleet.on_unavailable: local` fetches here as alone;
+//! `refuse` answers a request that needs a fetch 503 (`fleet-backend-unavailable`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -34,8 +44,9 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::config::RobotsConfig;
+use crate::config::{OnUnavailable, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
+use crate::origin::fleet::{Fleet, FleetEvent, SharedRobots, Unavailable};
 use crate::origin::pacing::{Pacer, Schedules};
 use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
@@ -118,17 +129,23 @@ pub struct OriginEntry {
     /// "busiest origins").
     requests: AtomicU64,
     schedules: Schedules,
+    /// Fleet mode: the shared robots.txt version the snapshot is from (0: none), and the
+    /// fleet generation it was last checked in.
+    version: AtomicU64,
+    verified: AtomicU64,
 }
 
 impl OriginEntry {
     fn new(origin: Origin) -> OriginEntry {
         OriginEntry {
-            origin,
             state: ArcSwapOption::empty(),
             flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
             requests: AtomicU64::new(0),
-            schedules: Schedules::default(),
+            schedules: Schedules::new(&origin),
+            version: AtomicU64::new(0),
+            verified: AtomicU64::new(0),
+            origin,
         }
     }
 
@@ -169,6 +186,8 @@ pub struct OriginStore {
     /// Every robots.txt fetch takes its turn on the origin's schedules, like a page.
     pacer: Arc<Pacer>,
     config: RobotsConfig,
+    /// The shared backend, in fleet mode.
+    fleet: Option<Arc<Fleet>>,
     /// This store's counts.
     pub stats: Arc<StoreStats>,
 }
@@ -180,7 +199,12 @@ const EVICTION_TRIES: usize = 8;
 
 impl OriginStore {
     /// An empty store whose fetches go through `fetcher` and take turns with `pacer`.
-    pub fn new(fetcher: Arc<Fetcher>, pacer: Arc<Pacer>, config: RobotsConfig) -> Arc<OriginStore> {
+    pub fn new(
+        fetcher: Arc<Fetcher>,
+        pacer: Arc<Pacer>,
+        config: RobotsConfig,
+        fleet: Option<Arc<Fleet>>,
+    ) -> Arc<OriginStore> {
         Arc::new(OriginStore {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(lru::LruCache::unbounded()))
@@ -189,6 +213,7 @@ impl OriginStore {
             fetcher,
             pacer,
             config,
+            fleet,
             stats: Arc::default(),
         })
     }
@@ -249,7 +274,7 @@ impl OriginStore {
     pub async fn refresh(self: &Arc<Self>, origin: &Origin) -> Arc<Snapshot> {
         let entry = self.entry(origin);
         let _flight = entry.flight.lock().await;
-        self.fetch_and_store(&entry, origin).await
+        self.fetch_and_store(&entry, origin, true).await
     }
 
     /// The `n` origins with the most decisions, busiest first, with their entries.
@@ -268,10 +293,87 @@ impl OriginStore {
         all
     }
 
-    /// Forgets `origin`: the next request fetches its robots.txt again. True if it was held.
+    /// Forgets `origin` (fleet-wide in fleet mode): the next request fetches its
+    /// robots.txt again. True if it was held here.
     pub fn purge(&self, origin: &Origin) -> bool {
+        if let Some(fleet) = &self.fleet {
+            let (fleet, key) = (fleet.clone(), origin.to_string());
+            fleet.clone().spawn(async move {
+                let _ = fleet.purge_robots(&key).await;
+            });
+        }
+        self.forget(origin)
+    }
+
+    /// Forgets `origin` here only.
+    fn forget(&self, origin: &Origin) -> bool {
         let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
         map.pop(origin).is_some()
+    }
+
+    /// Applies the changes other instances publish, for as long as the store lives.
+    pub fn follow(self: &Arc<Self>, mut events: tokio::sync::mpsc::Receiver<FleetEvent>) {
+        let Some(fleet) = &self.fleet else {
+            return;
+        };
+        let store = Arc::downgrade(self);
+        fleet.spawn(async move {
+            while let Some(event) = events.recv().await {
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
+                store.apply(event);
+            }
+        });
+    }
+
+    fn apply(self: &Arc<Self>, event: FleetEvent) {
+        let origin_of = |text: &str| Origin::parse(text).ok();
+        match event {
+            FleetEvent::RobotsChanged { origin, version } => {
+                let Some(entry) = origin_of(&origin).and_then(|o| self.peek(&o)) else {
+                    return;
+                };
+                if entry.version.load(Ordering::Acquire) < version {
+                    self.resync(entry);
+                }
+            }
+            FleetEvent::Purged { origin } => {
+                if let Some(origin) = origin_of(&origin) {
+                    self.forget(&origin);
+                }
+            }
+            FleetEvent::Limit {
+                origin,
+                group,
+                pause,
+                backoff,
+            } => {
+                if let Some(entry) = origin_of(&origin).and_then(|o| self.peek(&o)) {
+                    entry.schedules.mirror(&group, pause, backoff);
+                }
+            }
+        }
+    }
+
+    /// In the background: takes the shared copy of `entry`'s robots.txt if it is newer
+    /// than the one held.
+    fn resync(self: &Arc<Self>, entry: Arc<OriginEntry>) {
+        let Some(fleet) = self.fleet.clone() else {
+            return;
+        };
+        entry.verified.store(fleet.generation(), Ordering::Release);
+        let store = self.clone();
+        fleet.clone().spawn(async move {
+            let key = entry.origin.to_string();
+            let Ok(Some(shared)) = fleet.read_robots(&key).await else {
+                return;
+            };
+            let _flight = entry.flight.lock().await;
+            if shared.version > entry.version.load(Ordering::Acquire) {
+                store.adopt(&entry, &shared);
+            }
+        });
     }
 
     /// The entry of `origin` and the policy to apply to a request for it now, fetching
@@ -280,6 +382,11 @@ impl OriginStore {
         let entry = self.entry(origin);
         entry.requests.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
+        if let Some(fleet) = &self.fleet {
+            if entry.verified.load(Ordering::Acquire) < fleet.generation() {
+                self.resync(entry.clone());
+            }
+        }
         if let Some(snapshot) = entry.state.load_full() {
             if now < snapshot.fresh_until {
                 self.maybe_refresh_ahead(&entry, &snapshot, origin, now);
@@ -316,7 +423,9 @@ impl OriginStore {
         let origin = origin.clone();
         let entry_for_task = entry.clone();
         let task =
-            tokio::spawn(async move { store.fetch_and_store(&entry_for_task, &origin).await });
+            tokio::spawn(
+                async move { store.fetch_and_store(&entry_for_task, &origin, false).await },
+            );
         match task.await {
             Ok(snapshot) => snapshot,
             // The task cannot panic by design; if it did, fail closed.
@@ -373,12 +482,148 @@ impl OriginStore {
         let origin = origin.clone();
         tokio::spawn(async move {
             let _flight = entry.flight.lock().await;
-            store.fetch_and_store(&entry, &origin).await;
+            store.fetch_and_store(&entry, &origin, true).await;
             entry.refreshing.store(false, Ordering::Release);
         });
     }
 
-    async fn fetch_and_store(&self, entry: &OriginEntry, origin: &Origin) -> Arc<Snapshot> {
+    /// Brings `entry` up to date: from the fleet's shared copy when one is usable (and
+    /// not `force`d), else by fetching (here, or by the instance holding the lock).
+    async fn fetch_and_store(
+        &self,
+        entry: &OriginEntry,
+        origin: &Origin,
+        force: bool,
+    ) -> Arc<Snapshot> {
+        let Some(fleet) = &self.fleet else {
+            return self.fetch_here(entry, origin).await;
+        };
+        match self.fetch_shared(fleet, entry, origin, force).await {
+            Ok(snapshot) => snapshot,
+            Err(Unavailable) if fleet.config().on_unavailable == OnUnavailable::Local => {
+                crate::telemetry::metrics::record_fleet_fallback("local");
+                self.fetch_here(entry, origin).await
+            }
+            Err(Unavailable) => {
+                crate::telemetry::metrics::record_fleet_fallback("refuse");
+                // Not stored: the next request asks again, and finds Redis back.
+                let now = Instant::now();
+                Arc::new(Snapshot {
+                    policy: Policy::DisallowAll {
+                        why: "the fleet backend (Redis) is unavailable".into(),
+                    },
+                    fresh_until: now,
+                    fetched_at: None,
+                    unreachable_since: Some(now),
+                    retry_at: Some(now + Duration::from_secs(2)),
+                    failures: 0,
+                    last_outcome: "fleet backend unavailable".into(),
+                    cause: Some("fleet-backend-unavailable".into()),
+                    history: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// Fleet mode: the shared copy if usable, else one fetch fleet-wide.
+    async fn fetch_shared(
+        &self,
+        fleet: &Fleet,
+        entry: &OriginEntry,
+        origin: &Origin,
+        mut force: bool,
+    ) -> Result<Arc<Snapshot>, Unavailable> {
+        let key = origin.to_string();
+        // The lock outlives a fetch that waits for its pacing turns and then times out;
+        // a holder that takes longer (or died) lets the next instance fetch.
+        let lock_ttl = self.config.fetch_timeout_seconds.duration() * 2 + Duration::from_secs(5);
+        let deadline = Instant::now() + lock_ttl;
+        loop {
+            if let Some(shared) = fleet.read_robots(&key).await? {
+                if shared.version > entry.version.load(Ordering::Acquire) {
+                    self.adopt(entry, &shared);
+                }
+                let usable = shared.fresh_in_ms > 0 || shared.retry_at_ms.is_some_and(|r| r > 0);
+                if usable && !force {
+                    if let Some(snapshot) = entry.state.load_full() {
+                        return Ok(snapshot);
+                    }
+                }
+            }
+            if let Some(token) = fleet.lock_robots(&key, lock_ttl).await? {
+                let snapshot = self.fetch_here(entry, origin).await;
+                let keep = snapshot
+                    .fresh_until
+                    .saturating_duration_since(Instant::now())
+                    + self.config.unreachable_allow_after_seconds.duration();
+                match fleet
+                    .write_robots(&key, &token, &to_shared(&snapshot), keep)
+                    .await
+                {
+                    Ok(version) => entry.version.store(version, Ordering::Release),
+                    Err(Unavailable) => log::warn!(
+                        "robots.txt {} fetched but not shared: fleet backend unavailable",
+                        origin.robots_url()
+                    ),
+                }
+                return Ok(snapshot);
+            }
+            // Another instance is fetching: its result is as new as ours would be.
+            force = false;
+            if Instant::now() >= deadline {
+                log::warn!("robots.txt {}: the instance holding the fetch lock did not publish; fetching here", origin.robots_url());
+                return Ok(self.fetch_here(entry, origin).await);
+            }
+            fleet.wait_for_robots(&key, deadline).await;
+        }
+    }
+
+    /// Makes `shared` (another instance's fetch) `entry`'s snapshot.
+    fn adopt(&self, entry: &OriginEntry, shared: &SharedRobots) {
+        let now = Instant::now();
+        let at = |ms: i64| {
+            let d = Duration::from_millis(ms.unsigned_abs());
+            if ms >= 0 {
+                Some(now + d)
+            } else {
+                now.checked_sub(d)
+            }
+        };
+        let policy = match shared.kind.as_str() {
+            "rules" => Policy::Rules {
+                robots: Arc::new(RobotsTxt::parse(&shared.body)),
+                body: shared.body.clone(),
+            },
+            "allow" => Policy::AllowAll {
+                why: shared.why.clone(),
+            },
+            _ => Policy::DisallowAll {
+                why: shared.why.clone(),
+            },
+        };
+        let history = entry
+            .state
+            .load()
+            .as_ref()
+            .map(|p| p.history.clone())
+            .unwrap_or_default();
+        let snapshot = Snapshot {
+            policy,
+            fresh_until: at(shared.fresh_in_ms).unwrap_or(now),
+            fetched_at: shared.fetched_ms.and_then(at),
+            unreachable_since: shared.unreachable_since_ms.map(|ms| at(ms).unwrap_or(now)),
+            retry_at: shared.retry_at_ms.and_then(at),
+            failures: shared.failures,
+            last_outcome: shared.outcome.clone(),
+            cause: (!shared.cause.is_empty()).then(|| shared.cause.clone()),
+            history,
+        };
+        entry.state.store(Some(Arc::new(snapshot)));
+        entry.version.store(shared.version, Ordering::Release);
+    }
+
+    /// Fetches robots.txt from the origin and stores the result in `entry`.
+    async fn fetch_here(&self, entry: &OriginEntry, origin: &Origin) -> Arc<Snapshot> {
         // The fetch is a request to the origin like any other: it waits for the turn of
         // every schedule the origin has, and its end starts their next delay.
         let turns = self.pacer.turns_for_fetch(&entry.schedules).await;
@@ -529,6 +774,37 @@ impl OriginStore {
     }
 }
 
+/// A snapshot as the fleet stores it: the raw file and its fetch state, times relative
+/// to now.
+fn to_shared(snapshot: &Snapshot) -> SharedRobots {
+    let now = Instant::now();
+    let relative = |at: Instant| {
+        if at >= now {
+            at.duration_since(now).as_millis() as i64
+        } else {
+            -(now.duration_since(at).as_millis() as i64)
+        }
+    };
+    let (kind, body, why) = match &snapshot.policy {
+        Policy::Rules { body, .. } => ("rules", body.clone(), String::new()),
+        Policy::AllowAll { why } => ("allow", Bytes::new(), why.clone()),
+        Policy::DisallowAll { why } => ("disallow", Bytes::new(), why.clone()),
+    };
+    SharedRobots {
+        version: 0,
+        kind: kind.into(),
+        body,
+        why,
+        fresh_in_ms: relative(snapshot.fresh_until),
+        fetched_ms: snapshot.fetched_at.map(relative),
+        unreachable_since_ms: snapshot.unreachable_since.map(relative),
+        retry_at_ms: snapshot.retry_at.map(relative),
+        failures: snapshot.failures,
+        outcome: snapshot.last_outcome.clone(),
+        cause: snapshot.cause.clone().unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,7 +822,7 @@ mod tests {
             "robotsgate-test".into(),
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
-        OriginStore::new(Arc::new(fetcher), pacer, config)
+        OriginStore::new(Arc::new(fetcher), pacer, config, None)
     }
 
     fn body(text: &str) -> FetchOutcome {

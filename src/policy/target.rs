@@ -108,6 +108,20 @@ impl Origin {
     }
 }
 
+impl Origin {
+    /// Reads `scheme://host[:port]` (as `Display` writes it, a trailing `/` allowed)
+    /// back into an origin.
+    pub fn parse(text: &str) -> Result<Origin, String> {
+        let text = text.trim_end_matches('/');
+        let (scheme, authority) = text
+            .split_once("://")
+            .ok_or_else(|| format!("`{text}` is not an origin like https://example.com"))?;
+        let scheme =
+            Scheme::parse(scheme).ok_or_else(|| format!("unsupported scheme `{scheme}`"))?;
+        parse_authority(authority, scheme).map_err(|e| e.to_string())
+    }
+}
+
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://{}", self.scheme.as_str(), self.authority())

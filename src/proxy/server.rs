@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Admin bearer token file, overriding `admin.token_file`.
     #[arg(long = "admin-token", value_name = "FILE")]
     pub admin_token: Option<PathBuf>,
+    /// Fleet mode: the shared Redis (`redis://host:port/db`), overriding `fleet.redis`.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
 }
 
 /// Everything `run` loads before it starts serving; `check-config` stops here.
@@ -94,6 +97,11 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         .extend(args.upstream_ca.iter().cloned());
     if let Some(token) = &args.admin_token {
         config.admin.token_file = Some(token.clone());
+    }
+    if let Some(url) = &args.redis {
+        config.fleet.redis = Some(url.clone());
+        config.fleet.redis_cluster.clear();
+        config.validate()?;
     }
 
     // Loaded once, at start: a reload (graceful upgrade) starts a new process that loads
@@ -171,7 +179,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
-    let enforcer = Arc::new(Enforcer::with_trust(&config, &trust));
+    let enforcer = Arc::new(Enforcer::with_trust(&config, &trust)?);
     let http = pingora::proxy::http_proxy(
         &server.configuration,
         RobotsGateProxy {

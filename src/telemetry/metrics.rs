@@ -336,6 +336,47 @@ pub fn record_refusal(reason: Refusal) {
     REFUSALS.with_label_values(&[reason.label()]).inc();
 }
 
+/// 1 while the fleet backend (Redis) answers, 0 while it does not (fleet mode only).
+pub static FLEET_BACKEND_UP: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_backend_up",
+        "1 while the fleet backend (Redis) answers, 0 while it is down or slow (fleet mode)."
+    )
+    .expect("metric registers once")
+});
+
+static FLEET_COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "robotsgate_fleet_command_duration_seconds",
+        "Round-trip time of fleet backend commands (acquire, release, robots_read, ...).",
+        &["command"],
+        vec![0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
+    )
+    .expect("metric registers once")
+});
+
+/// Times one fleet backend command.
+pub fn observe_fleet_command(command: &str, seconds: f64) {
+    FLEET_COMMAND_DURATION
+        .with_label_values(&[command])
+        .observe(seconds);
+}
+
+static FLEET_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_fleet_fallbacks_total",
+        "Requests and robots.txt fetches handled without the fleet backend while it was \
+         unavailable, by what was done (refuse, local).",
+        &["action"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one request or fetch handled without the fleet backend.
+pub fn record_fleet_fallback(action: &'static str) {
+    FLEET_FALLBACKS.with_label_values(&[action]).inc();
+}
+
 pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_downstream_connections",

@@ -10,6 +10,7 @@ mod conformance;
 mod embedded_example;
 mod faults;
 mod fetch_status;
+mod fleet;
 mod holes;
 mod hostile;
 mod https;

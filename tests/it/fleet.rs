@@ -1,0 +1,438 @@
+//! Fleet mode over real sockets: several robotsgate processes sharing one real
+//! `redis-server` (and a real three-master Redis Cluster), started by the tests on free
+//! loopback ports; the origin logs when each request arrives and ends.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{curl, eventually, free_port, Behaviour, Proxy, Seen, TestOrigin};
+
+/// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        Redis::start_on(free_port(), &[])
+    }
+
+    fn start_on(port: u16, extra: &[&str]) -> Redis {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.path().to_string_lossy()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (installed by scripts/deps.sh)");
+        let redis = Redis {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis_cli(port, &["ping"]) != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A three-master Redis Cluster on loopback.
+struct Cluster {
+    nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Redis> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                Redis::start_on(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &format!("nodes-{port}.conf"),
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(created.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nodes
+            .iter()
+            .all(|n| redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
+        {
+            assert!(Instant::now() < deadline, "cluster did not form");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Cluster { nodes }
+    }
+
+    fn yaml(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
+            .collect();
+        format!("  fleet:\n    redis_cluster: [{}]\n", seeds.join(", "))
+    }
+}
+
+fn fleet_yaml(redis: &Redis, extra: &str) -> String {
+    format!("  fleet:\n    redis: \"{}\"\n{extra}", redis.url())
+}
+
+/// `n` robotsgate processes with the same settings.
+fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
+    (0..n).map(|_| Proxy::start_for_loopback(yaml)).collect()
+}
+
+/// Waits until every instance's `/readyz` says the backend is up.
+async fn backend_up(proxies: &[Proxy]) {
+    for proxy in proxies {
+        assert!(
+            eventually(Duration::from_secs(15), || admin(proxy, "GET", "/readyz").0
+                == 200)
+            .await,
+            "fleet backend never came up:\n{}",
+            proxy.log()
+        );
+    }
+}
+
+/// An admin request: (status, body).
+fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+        ])
+        .arg(format!("http://{}{path}", proxy.admin))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Requests for `prefix` at the origin, in arrival order.
+fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = origin
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.starts_with(prefix))
+        .collect();
+    seen.sort_by_key(|s| s.arrived);
+    seen
+}
+
+/// Smallest gap between one request's end and the next one's arrival at the origin.
+fn min_gap(seen: &[Seen]) -> Duration {
+    seen.windows(2)
+        .map(|w| {
+            w[1].arrived
+                .saturating_duration_since(w[0].done.expect("completed"))
+        })
+        .min()
+        .unwrap_or(Duration::MAX)
+}
+
+/// GETs `count` pages through the instances in turn, all at once; the statuses.
+async fn spread(proxies: &[Proxy], origin: &TestOrigin, prefix: &str, count: usize) -> Vec<u16> {
+    let clients: Vec<reqwest::Client> = proxies.iter().map(|p| p.client()).collect();
+    let tasks: Vec<_> = (0..count)
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let url = origin.url(&format!("{prefix}{i}"));
+            tokio::spawn(async move {
+                client
+                    .get(url)
+                    .header("User-Agent", "ExampleBot/1.0")
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.expect("task").expect("request"));
+    }
+    statuses
+}
+
+/// Twelve clients over three instances, one origin with Crawl-delay 0.5: every gap at
+/// the origin is at least the delay, and nothing is lost.
+async fn three_instances_keep_one_crawl_delay(yaml: &str) {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
+    )])
+    .await;
+    let proxies = instances(3, yaml);
+    backend_up(&proxies).await;
+    let statuses = spread(&proxies, &origin, "/p/", 12).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let seen = pages(&origin, "/p/");
+    assert_eq!(seen.len(), 12, "every request reached the origin once");
+    let gap = min_gap(&seen);
+    assert!(
+        gap >= Duration::from_millis(500),
+        "gap {gap:?} below the Crawl-delay"
+    );
+    assert_eq!(
+        origin.count("/robots.txt"),
+        1,
+        "one robots.txt fetch fleet-wide"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_keep_one_crawl_delay_with_redis() {
+    let redis = Redis::start();
+    three_instances_keep_one_crawl_delay(&fleet_yaml(&redis, "")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_keep_one_crawl_delay_with_a_redis_cluster() {
+    let cluster = Cluster::start();
+    three_instances_keep_one_crawl_delay(&cluster.yaml()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_first_requests_over_three_instances_fetch_robots_txt_once() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::Delayed {
+            delay: Duration::from_millis(300),
+            body: b"User-agent: *\nDisallow: /private\n".to_vec(),
+        },
+    )])
+    .await;
+    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    let statuses = spread(&proxies, &origin, "/page/", 50).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(origin.count("/robots.txt"), 1);
+    // And every instance enforces that one copy.
+    for proxy in &proxies {
+        assert_eq!(curl(proxy, &origin.url("/private/x"), &[]).0, 403);
+    }
+    assert_eq!(origin.count("/robots.txt"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_through_one_instance_reaches_the_others_within_a_second() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /old\n"),
+    )])
+    .await;
+    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    for proxy in &proxies {
+        assert_eq!(curl(proxy, &origin.url("/new/a"), &[]).0, 200);
+    }
+    origin.set(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /new\n"),
+    );
+    let spec = format!("/origins/{}/refresh", origin.url("").trim_end_matches('/'));
+    assert_eq!(admin(&proxies[0], "POST", &spec).0, 200);
+    let refreshed = Instant::now();
+    for proxy in &proxies[1..] {
+        assert!(
+            eventually(Duration::from_secs(1), || curl(
+                proxy,
+                &origin.url("/new/b"),
+                &[]
+            )
+            .0 == 403)
+            .await,
+            "instance did not take the new rules within 1 s of the refresh ({:?})",
+            refreshed.elapsed()
+        );
+        assert_eq!(curl(proxy, &origin.url("/old/b"), &[]).0, 200);
+    }
+    assert_eq!(
+        origin.count("/robots.txt"),
+        2,
+        "the first fetch and the refresh"
+    );
+    // A purge through one instance is a purge everywhere: the next request refetches once.
+    let purge = format!("/origins/{}", origin.url("").trim_end_matches('/'));
+    assert_eq!(admin(&proxies[1], "DELETE", &purge).0, 200);
+    assert!(
+        eventually(Duration::from_secs(1), || admin(&proxies[2], "GET", &purge)
+            .0
+            == 404)
+        .await,
+        "the purge did not reach the third instance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_killed_while_holding_a_schedule_frees_it_when_its_lease_expires() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
+        ),
+        (
+            "/slow",
+            Behaviour::Stall {
+                first: b"x".to_vec(),
+                total: 2,
+                stall: Duration::from_secs(30),
+            },
+        ),
+    ])
+    .await;
+    let yaml = fleet_yaml(&redis, "    lease_seconds: 1\n");
+    let mut proxies = instances(2, &yaml);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[1], &origin.url("/warm"), &[]).0, 200);
+    // The first instance holds the schedule with a response that never ends...
+    let holder = proxies[0].url();
+    let slow = origin.url("/slow");
+    let stalled = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-s", "--max-time", "20", "-x", &holder, &slow])
+            .output()
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
+    // ...and dies holding it.
+    assert!(Command::new("kill")
+        .args(["-KILL", &proxies[0].pid().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    assert!(eventually(Duration::from_secs(5), || proxies[0].exited()).await);
+    let started = Instant::now();
+    let (status, _, _) = curl(&proxies[1], &origin.url("/after"), &[]);
+    assert_eq!(status, 200, "{}", proxies[1].log());
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the schedule stayed held for {waited:?}"
+    );
+    let _ = stalled.join();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recovers() {
+    let port = free_port();
+    let redis = Redis::start_on(port, &[]);
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
+    )])
+    .await;
+    let common = "    command_timeout_seconds: 0.2\n    instances: 2\n";
+    let refuse = Proxy::start_for_loopback(&fleet_yaml(
+        &redis,
+        &format!("{common}    on_unavailable: refuse\n"),
+    ));
+    let local = Proxy::start_for_loopback(&fleet_yaml(
+        &redis,
+        &format!("{common}    on_unavailable: local\n"),
+    ));
+    let both = [refuse, local];
+    backend_up(&both).await;
+    let [refuse, local] = &both;
+    assert_eq!(curl(refuse, &origin.url("/a"), &[]).0, 200);
+    assert_eq!(curl(local, &origin.url("/a"), &[]).0, 200);
+
+    drop(redis);
+    assert!(
+        eventually(Duration::from_secs(10), || admin(refuse, "GET", "/readyz")
+            .0
+            == 503)
+        .await,
+        "refuse mode should report not ready"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (code, body) = admin(local, "GET", "/readyz");
+            code == 200 && body.contains("degraded")
+        })
+        .await,
+        "local mode should report itself degraded, and ready"
+    );
+    assert_eq!(refuse.metric("robotsgate_fleet_backend_up"), Some(0.0));
+    // refuse: a paced request is answered 503 and never reaches the origin.
+    let before = origin.count("/during/refuse");
+    let (status, head, _) = curl(refuse, &origin.url("/during/refuse"), &[]);
+    assert_eq!(status, 503);
+    assert!(head.contains("fleet-backend-unavailable"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
+    assert_eq!(origin.count("/during/refuse"), before);
+    // local: paced alone at delay × instances.
+    for i in 0..3 {
+        assert_eq!(
+            curl(local, &origin.url(&format!("/during/local/{i}")), &[]).0,
+            200
+        );
+    }
+    let seen = pages(&origin, "/during/local/");
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(400),
+        "local fallback paces at delay × instances: {:?}",
+        min_gap(&seen)
+    );
+
+    // Redis back on the same port: both recover without a restart.
+    let _redis = Redis::start_on(port, &[]);
+    backend_up(&both).await;
+    assert_eq!(curl(refuse, &origin.url("/after"), &[]).0, 200);
+    assert_eq!(refuse.metric("robotsgate_fleet_backend_up"), Some(1.0));
+}
