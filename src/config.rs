@@ -844,6 +844,39 @@ mod tests {
         let text = include_str!("../conf/production.yaml");
         let config = Config::from_yaml(text).expect("production config is valid");
         assert!(config.tls.ca_key.is_some());
+        let text = include_str!("../conf/fleet.yaml");
+        let config = Config::from_yaml(text).expect("fleet config is valid");
+        assert!(config.fleet.enabled());
+        assert_eq!(config.fleet.on_unavailable, OnUnavailable::Local);
+    }
+
+    #[test]
+    fn fleet_errors_name_the_key() {
+        for (yaml, key) in [
+            ("fleet:\n    redis: http://x\n", "robotsgate.fleet.redis"),
+            (
+                "fleet:\n    redis_cluster: [redis://a:1, tcp://b]\n",
+                "robotsgate.fleet.redis_cluster[1]",
+            ),
+            (
+                "fleet:\n    redis: redis://a\n    redis_cluster: [redis://b]\n",
+                "robotsgate.fleet.redis",
+            ),
+            ("fleet:\n    instances: 0\n", "robotsgate.fleet.instances"),
+            (
+                "fleet:\n    lease_seconds: 0\n",
+                "robotsgate.fleet.lease_seconds",
+            ),
+            (
+                "fleet:\n    on_unavailable: maybe\n",
+                "robotsgate.fleet.on_unavailable",
+            ),
+        ] {
+            let err = Config::from_yaml(&format!("robotsgate:\n  {yaml}"))
+                .expect_err(yaml)
+                .to_string();
+            assert!(err.contains(key), "{yaml}: {err}");
+        }
     }
 
     #[test]

@@ -22,10 +22,11 @@
 //! the same estimate a single instance makes. The holder renews a lease while its
 //! response runs ([`crate::config::FleetConfig::lease_seconds`]); `RELEASE` at the
 //! response's end records the end, applies the origin's answer (Retry-After pause,
-//! backoff) and publishes a wake-up for the new head of the queue. A waiter sleeps until
-//! its wake-up, its due time, or [`POLL`], whichever is first: Pub/Sub is the fast path,
-//! polling the fallback. Cost: a request that does not wait makes two round-trips
-//! (acquire, release); one that waits makes one more per wake-up.
+//! backoff) and publishes a wake-up for the new head of the queue, saying when its turn
+//! is due. A waiter sleeps until its wake-up, its due time, or [`POLL`], whichever is
+//! first: Pub/Sub is the fast path, polling the fallback. Cost: a request that does not
+//! wait makes two round-trips (acquire, release); one that waits makes one more (the
+//! acquire when due), plus one per [`POLL`] while it waits behind others.
 //!
 //! **Robots.txt** (scripts `ROBOTS_READ`, `ROBOTS_WRITE`). The instance that needs a
 //! fetch takes the lock, fetches, writes the result with a new version and publishes it;
@@ -220,11 +221,19 @@ pub struct Fleet {
     instance: String,
     tickets: AtomicU64,
     /// Waiting tickets of this instance, woken by `w` messages.
-    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    waiters: Mutex<HashMap<String, Arc<Wake>>>,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     events: mpsc::Sender<FleetEvent>,
     runtime: tokio::runtime::Handle,
+}
+
+/// A waiting ticket's wake-up: the signal, and when its turn is due (ms from the
+/// signal; the release that sends it knows), so the woken waiter asks once, when due.
+#[derive(Default)]
+struct Wake {
+    notify: Notify,
+    due_in_ms: std::sync::atomic::AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -412,9 +421,12 @@ impl Fleet {
         let text = String::from_utf8_lossy(payload);
         let fields: Vec<&str> = text.split('\n').collect();
         let event = match fields.as_slice() {
-            ["w", ticket] => {
+            ["w", ticket, due_in] => {
                 if let Some(waiter) = lock(&self.waiters).get(*ticket) {
-                    waiter.notify_one();
+                    waiter
+                        .due_in_ms
+                        .store(due_in.parse().unwrap_or(0), Ordering::Release);
+                    waiter.notify.notify_one();
                 }
                 return;
             }
@@ -505,7 +517,7 @@ impl Fleet {
             self.instance,
             self.tickets.fetch_add(1, Ordering::Relaxed)
         );
-        let wake = Arc::new(Notify::new());
+        let wake = Arc::new(Wake::default());
         lock(&self.waiters).insert(ticket.clone(), wake.clone());
         let mut queued = Queued {
             fleet: self.clone(),
@@ -558,7 +570,15 @@ impl Fleet {
             } else {
                 POLL
             };
-            let _ = tokio::time::timeout_at((now + nap).min(deadline), wake.notified()).await;
+            let woken = tokio::time::timeout_at((now + nap).min(deadline), wake.notify.notified())
+                .await
+                .is_ok();
+            // Woken by a release: the turn is due one delay after it; ask then, once.
+            let due_in = wake.due_in_ms.swap(0, Ordering::AcqRel);
+            if woken && due_in > 0 {
+                let due = Instant::now() + Duration::from_millis(due_in as u64);
+                tokio::time::sleep_until(due.min(deadline)).await;
+            }
         }
     }
 
@@ -912,7 +932,10 @@ end
 redis.call('HSET', s, 'pause', pause, 'backoff', backoff)
 redis.call('PEXPIRE', s, tonumber(ARGV[5]) + math.max(pause - now, 0))
 local head = redis.call('ZRANGE', q, 0, 0)
-if head[1] then redis.call('PUBLISH', ARGV[6], 'w\n' .. head[1]) end
+if head[1] then
+  local due = math.max(now + math.max(tonumber(h[5]) or 0, backoff), pause)
+  redis.call('PUBLISH', ARGV[6], 'w\n' .. head[1] .. '\n' .. (due - now))
+end
 if pause ~= old_pause or backoff ~= old_backoff then
   redis.call('PUBLISH', ARGV[6], 'l\n' .. math.max(pause - now, 0) .. '\n' .. backoff .. '\n' .. ARGV[7] .. '\n' .. ARGV[8])
 end
@@ -930,7 +953,7 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if rank == 0 then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0)
-  if head[1] then redis.call('PUBLISH', ARGV[2], 'w\n' .. head[1]) end
+  if head[1] then redis.call('PUBLISH', ARGV[2], 'w\n' .. head[1] .. '\n0') end
 end
 return 1
 "#,

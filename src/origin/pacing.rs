@@ -401,7 +401,11 @@ impl Pacer {
                 match shared {
                     Ok(Ok(turn)) => {
                         schedule.enqueue();
-                        held.push(self.permit(schedule, Turn::Shared(Box::new(turn)), Duration::ZERO));
+                        held.push(self.permit(
+                            schedule,
+                            Turn::Shared(Box::new(turn)),
+                            Duration::ZERO,
+                        ));
                         continue;
                     }
                     Ok(Err(_)) => return None,

@@ -436,3 +436,30 @@ async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recover
     assert_eq!(curl(refuse, &origin.url("/after"), &[]).0, 200);
     assert_eq!(refuse.metric("robotsgate_fleet_backend_up"), Some(1.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_seen_by_one_instance_pauses_the_origin_for_all() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
+        (
+            "/busy",
+            Behaviour::with_headers(429, &[("Retry-After", "2")], "slow down\n"),
+        ),
+    ])
+    .await;
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    // No Crawl-delay: nothing is paced, nothing touches Redis...
+    assert_eq!(curl(&proxies[1], &origin.url("/before"), &[]).0, 200);
+    // ...until the origin asks one instance to wait.
+    assert_eq!(curl(&proxies[0], &origin.url("/busy"), &[]).0, 429);
+    let busy_done = pages(&origin, "/busy")[0].done.expect("answered");
+    assert_eq!(curl(&proxies[1], &origin.url("/after"), &[]).0, 200);
+    let after = pages(&origin, "/after")[0].arrived;
+    let paused = after.saturating_duration_since(busy_done);
+    assert!(
+        paused >= Duration::from_millis(1_900),
+        "the other instance went on after {paused:?}, not the 2 s asked"
+    );
+}
