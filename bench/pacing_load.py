@@ -9,7 +9,11 @@ response's end and the next request's arrival (the robots.txt fetch included) ag
 the delay and prints: requests, origins, violations, smallest gap/delay ratio, and the
 mean excess wait over the ideal schedule. Exits 1 on any violation.
 
-Usage: bench/pacing_load.py [--requests 3000] [--origins 50] [--in-flight 300]
+With `--instances N` (N > 1) it runs a fleet: a redis-server on loopback and N robotsgate
+processes sharing it (`fleet.redis`), the requests spread over them in turn; the gaps
+at the origins must hold fleet-wide.
+
+Usage: bench/pacing_load.py [--requests 3000] [--origins 50] [--in-flight 300] [--instances 1]
 """
 
 import argparse
@@ -86,6 +90,18 @@ async def fetch(proxy_port, url, host):
 
 
 
+async def wait_for(port):
+    deadline = time.time() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.time() > deadline:
+                sys.exit(f"nothing listening on {port}")
+            await asyncio.sleep(0.05)
+
+
 async def main(args):
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
     ports_q, logs_q, stop = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
@@ -94,25 +110,30 @@ async def main(args):
     origin_ports = ports_q.get(timeout=20)
 
     work = tempfile.mkdtemp(prefix="robotsgate-pacing-")
-    conf = f"{work}/rg.yaml"
-    with open(conf, "w") as f:
-        f.write(f"version: 1\nthreads: 2\npid_file: {work}/pid\nupgrade_sock: {work}/sock\ngrace_period_seconds: 0\n"
-                f"graceful_shutdown_timeout_seconds: 1\nrobotsgate:\n  admin_listen: null\n"
-                f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n")
-    port = free_port()
-    proxy = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen", f"127.0.0.1:{port}",
-                              "--allow-destination", "127.0.0.0/8"], env={**os.environ, "RUST_LOG": "warn"},
-                             stderr=open(f"{work}/rg.log", "w"))
+    started, ports = [], []
+    fleet = ""
+    if args.instances > 1:
+        redis_port = free_port()
+        started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                         "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
+        await wait_for(redis_port)
+        fleet = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
+    for i in range(args.instances):
+        conf = f"{work}/rg{i}.yaml"
+        with open(conf, "w") as f:
+            f.write(f"version: 1\nthreads: 2\npid_file: {work}/pid{i}\nupgrade_sock: {work}/sock{i}\ngrace_period_seconds: 0\n"
+                    f"graceful_shutdown_timeout_seconds: 1\nrobotsgate:\n  admin_listen: null\n"
+                    f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{fleet}")
+        port = free_port()
+        started.append(subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen",
+                                         f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8"],
+                                        env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg{i}.log", "w")))
+        ports.append(port)
     try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    sys.exit("robotsgate did not start")
-                await asyncio.sleep(0.05)
+        for port in ports:
+            await wait_for(port)
+        if fleet:
+            await asyncio.sleep(1.5)  # each instance's health check marks the backend up
 
         limit = asyncio.Semaphore(args.in_flight)
 
@@ -120,17 +141,18 @@ async def main(args):
             origin_port = origin_ports[n % len(origin_ports)][0]
             host = f"127.0.0.1:{origin_port}"
             async with limit:
-                return await fetch(port, f"http://{host}/page/{n}", host)
+                return await fetch(ports[n % len(ports)], f"http://{host}/page/{n}", host)
 
         start = time.monotonic()
         statuses = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(args.requests))), timeout=args.timeout)
         elapsed = time.monotonic() - start
     finally:
-        proxy.send_signal(signal.SIGINT)
-        try:
-            proxy.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
+        for proc in reversed(started):
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         stop.set()
         logs = logs_q.get(timeout=20)
         origin_process.join(timeout=5)
@@ -148,7 +170,7 @@ async def main(args):
                 print(f"violation at :{port}: {prev[0]} -> {nxt[0]} gap {gap * 1000:.1f} ms < {delay * 1000:.0f} ms")
     ok = sum(1 for s in statuses if s == 200)
     print(f"requests {len(statuses)} (200: {ok}, other: {len(statuses) - ok}), origins {len(logs)}, "
-          f"delays {DELAYS} s, wall {elapsed:.1f} s")
+          f"delays {DELAYS} s, instances {args.instances}, wall {elapsed:.1f} s")
     print(f"gaps checked {gaps}, violations {violations}, smallest gap/delay {min(ratios):.3f}, "
           f"mean excess wait over ideal {sum(excess) / len(excess) * 1000:.2f} ms per request")
     return 1 if violations or ok != len(statuses) else 0
@@ -160,4 +182,5 @@ if __name__ == "__main__":
     parser.add_argument("--origins", type=int, default=50)
     parser.add_argument("--in-flight", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--instances", type=int, default=1)
     sys.exit(asyncio.run(main(parser.parse_args())))

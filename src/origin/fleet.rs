@@ -7,8 +7,9 @@
 //! * `…:s:<group>` — a pacing schedule (hash): its holder and lease, the last end, the
 //!   origin's pause and backoff, the delay in force;
 //! * `…:q:<group>` and `…:x:<group>` — its queue: tickets by arrival (sorted set, FIFO
-//!   across instances) and each ticket's expiry (a waiter polls at least every
-//!   [`POLL`]; a ticket not renewed for [`TICKET_TTL`] — its instance died — is dropped);
+//!   across instances) and each ticket's expiry (a waiter renews it at least every
+//!   [`POLL`], the head of the queue when its turn is due; a ticket not renewed within
+//!   [`TICKET_TTL`] of that — its instance died — is dropped);
 //! * `…:r` — the raw robots.txt with its fetch state and a version number;
 //! * `…:lock` — the fleet-wide robots.txt fetch lock (`SET NX PX`).
 //!
@@ -62,10 +63,11 @@ use crate::telemetry::metrics;
 
 /// The Pub/Sub channel every instance listens on.
 const CHANNEL: &str = "robotsgate:fleet";
-/// A waiter asks again at least this often (the fallback when a wake-up is lost).
-pub const POLL: Duration = Duration::from_millis(500);
-/// A queued ticket not renewed for this long is dropped (its instance died).
-pub const TICKET_TTL: Duration = Duration::from_millis(2_000);
+/// A waiter behind others asks again this often (the fallback when a wake-up is lost).
+pub const POLL: Duration = Duration::from_millis(1_000);
+/// A queued ticket not renewed for this long is dropped (its instance died). The head
+/// of a queue, sleeping until its turn is due, is kept until then plus this.
+pub const TICKET_TTL: Duration = Duration::from_millis(3_000);
 /// How often the backend's health is checked.
 pub const HEALTH_EVERY: Duration = Duration::from_millis(500);
 /// How long a schedule's keys outlive their last use.
@@ -565,11 +567,9 @@ impl Fleet {
                     estimate.max(Duration::from_secs(1)),
                 )));
             }
-            let nap = if wait_ms >= 0 {
-                estimate.min(POLL)
-            } else {
-                POLL
-            };
+            // The head sleeps until its turn is due (its ticket is kept until then);
+            // the others until a release wakes them, or the next poll.
+            let nap = if wait_ms >= 0 { estimate } else { POLL };
             let woken = tokio::time::timeout_at((now + nap).min(deadline), wake.notify.notified())
                 .await
                 .is_ok();
@@ -612,6 +612,7 @@ impl Fleet {
             RELEASE
                 .key(&keys.schedule)
                 .key(&keys.queue)
+                .key(&keys.expiry)
                 .arg(ticket)
                 .arg(status)
                 .arg(retry_after.map_or(-1, ms))
@@ -619,7 +620,8 @@ impl Fleet {
                 .arg(ms(KEEP))
                 .arg(CHANNEL)
                 .arg(&keys.group)
-                .arg(&keys.origin),
+                .arg(&keys.origin)
+                .arg(ms(TICKET_TTL)),
         )
         .await
     }
@@ -658,6 +660,14 @@ impl Fleet {
             outcome: text(9),
             cause: text(10),
         }))
+    }
+
+    /// The version of `origin`'s shared robots.txt (0: none): the cheap check before a
+    /// full read.
+    pub async fn robots_version(&self, origin: &str) -> Result<u64, Unavailable> {
+        let key = ScheduleKeys::new(origin, "").robots;
+        let version: Option<u64> = self.run("robots_version", &mut VERSION.key(&key)).await?;
+        Ok(version.unwrap_or(0))
     }
 
     /// Takes the fleet-wide fetch lock of `origin` for `ttl`: `Some(token)` when this
@@ -898,6 +908,7 @@ if rank == 0 and not holder then
     redis.call('HSET', s, 'holder', ticket, 'lease', now + tonumber(ARGV[3]), 'delay', delay)
     return {'go', 0}
   end
+  redis.call('ZADD', x, due + tonumber(ARGV[6]), ticket)
   return {'wait', due - now}
 end
 return {'wait', -1}
@@ -905,8 +916,8 @@ return {'wait', -1}
     )
 });
 
-/// KEYS: schedule, queue. ARGV: ticket ('-': none held), status (0: none), retry-after
-/// ms (-1: none), ceiling ms, keep ms, channel, group, origin.
+/// KEYS: schedule, queue, expiry. ARGV: ticket ('-': none held), status (0: none),
+/// retry-after ms (-1: none), ceiling ms, keep ms, channel, group, origin, ticket ttl ms.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r#"
@@ -934,6 +945,7 @@ redis.call('PEXPIRE', s, tonumber(ARGV[5]) + math.max(pause - now, 0))
 local head = redis.call('ZRANGE', q, 0, 0)
 if head[1] then
   local due = math.max(now + math.max(tonumber(h[5]) or 0, backoff), pause)
+  redis.call('ZADD', KEYS[3], due + tonumber(ARGV[9]), head[1])
   redis.call('PUBLISH', ARGV[6], 'w\n' .. head[1] .. '\n' .. (due - now))
 end
 if pause ~= old_pause or backoff ~= old_backoff then
@@ -999,6 +1011,10 @@ return {h[1], h[2] or '', h[3] or '', h[4] or '', rel(h[5]), rel(h[6]), rel(h[7]
 "#,
     )
 });
+
+/// KEYS: robots. Its version, or nil.
+static VERSION: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call('HGET', KEYS[1], 'v')"));
 
 /// KEYS: lock. ARGV: token, ttl ms. True when taken.
 static LOCK: LazyLock<Script> = LazyLock::new(|| {

@@ -366,6 +366,10 @@ impl OriginStore {
         let store = self.clone();
         fleet.clone().spawn(async move {
             let key = entry.origin.to_string();
+            let held = entry.version.load(Ordering::Acquire);
+            if fleet.robots_version(&key).await.is_ok_and(|v| v <= held) {
+                return;
+            }
             let Ok(Some(shared)) = fleet.read_robots(&key).await else {
                 return;
             };

@@ -463,3 +463,26 @@ async fn a_retry_after_seen_by_one_instance_pauses_the_origin_for_all() {
         "the other instance went on after {paused:?}, not the 2 s asked"
     );
 }
+
+/// A delay longer than a queued ticket's expiry: waiters keep their places (the head's
+/// ticket is kept until its turn is due), nobody is dropped or overtaken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_delay_longer_than_a_ticket_lifetime_keeps_every_waiter() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 3.5\n"),
+    )])
+    .await;
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    let statuses = spread(&proxies, &origin, "/long/", 3).await;
+    assert_eq!(statuses, vec![200, 200, 200]);
+    let seen = pages(&origin, "/long/");
+    assert_eq!(seen.len(), 3);
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(3_500),
+        "{:?}",
+        min_gap(&seen)
+    );
+}
