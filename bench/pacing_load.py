@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,6 +157,7 @@ async def main(args):
         stop.set()
         logs = logs_q.get(timeout=20)
         origin_process.join(timeout=5)
+        shutil.rmtree(work, ignore_errors=True)
 
     violations, excess, ratios, gaps = 0, [], [], 0
     for port, delay, log in logs:

@@ -219,6 +219,8 @@ pub struct Fleet {
     config: FleetConfig,
     conn: ArcSwapOption<Conn>,
     up: AtomicBool,
+    /// Has the health been checked once (the first result is logged either way)?
+    checked: AtomicBool,
     generation: AtomicU64,
     instance: String,
     tickets: AtomicU64,
@@ -264,6 +266,7 @@ impl Fleet {
             config: config.clone(),
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
+            checked: AtomicBool::new(false),
             generation: AtomicU64::new(1),
             instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
             tickets: AtomicU64::new(0),
@@ -311,7 +314,8 @@ impl Fleet {
     }
 
     fn set_up(&self, up: bool, why: &str) {
-        if self.up.swap(up, Ordering::AcqRel) != up {
+        let first = !self.checked.swap(true, Ordering::AcqRel);
+        if self.up.swap(up, Ordering::AcqRel) != up || first {
             metrics::FLEET_BACKEND_UP.set(i64::from(up));
             if up {
                 log::info!("fleet backend up");

@@ -335,7 +335,7 @@ impl OriginStore {
                     return;
                 };
                 if entry.version.load(Ordering::Acquire) < version {
-                    self.resync(entry);
+                    self.resync(entry, Some(version));
                 }
             }
             FleetEvent::Purged { origin } => {
@@ -357,8 +357,8 @@ impl OriginStore {
     }
 
     /// In the background: takes the shared copy of `entry`'s robots.txt if it is newer
-    /// than the one held.
-    fn resync(self: &Arc<Self>, entry: Arc<OriginEntry>) {
+    /// than the one held (`version`: the newest one, when a message said so).
+    fn resync(self: &Arc<Self>, entry: Arc<OriginEntry>, version: Option<u64>) {
         let Some(fleet) = self.fleet.clone() else {
             return;
         };
@@ -367,7 +367,11 @@ impl OriginStore {
         fleet.clone().spawn(async move {
             let key = entry.origin.to_string();
             let held = entry.version.load(Ordering::Acquire);
-            if fleet.robots_version(&key).await.is_ok_and(|v| v <= held) {
+            let newest = match version {
+                Some(version) => Ok(version),
+                None => fleet.robots_version(&key).await,
+            };
+            if newest.is_ok_and(|v| v <= held) {
                 return;
             }
             let Ok(Some(shared)) = fleet.read_robots(&key).await else {
@@ -388,7 +392,7 @@ impl OriginStore {
         let now = Instant::now();
         if let Some(fleet) = &self.fleet {
             if entry.verified.load(Ordering::Acquire) < fleet.generation() {
-                self.resync(entry.clone());
+                self.resync(entry.clone(), None);
             }
         }
         if let Some(snapshot) = entry.state.load_full() {

@@ -378,6 +378,11 @@ impl Proxy {
     /// Starts robotsgate with `robotsgate:` settings appended from `extra_yaml` (indented
     /// under `robotsgate:`) and extra command-line arguments; waits until it accepts.
     pub fn start(extra_yaml: &str, args: &[&str]) -> Proxy {
+        Proxy::start_with_env(extra_yaml, args, &[])
+    }
+
+    /// As [`Proxy::start`], with extra environment variables.
+    pub fn start_with_env(extra_yaml: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("robotsgate.yaml");
         let mut file = std::fs::File::create(&config).expect("config");
@@ -407,6 +412,7 @@ impl Proxy {
             let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
                 .arg("run")
                 .args(&run_args)
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()

@@ -416,6 +416,15 @@ async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recover
     assert!(head.contains("fleet-backend-unavailable"), "{head}");
     assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
     assert_eq!(origin.count("/during/refuse"), before);
+    // refuse: an origin whose robots.txt is not held is not fetched either.
+    let fresh = TestOrigin::start(vec![]).await;
+    let (status, head, _) = curl(refuse, &fresh.url("/x"), &[]);
+    assert_eq!(status, 503);
+    assert!(head.contains("fleet-backend-unavailable"), "{head}");
+    assert_eq!(fresh.seen().len(), 0, "nothing reached the new origin");
+    // local: the instance fetches it itself.
+    assert_eq!(curl(local, &fresh.url("/x"), &[]).0, 200);
+    assert_eq!(fresh.count("/robots.txt"), 1);
     // local: paced alone at delay × instances.
     for i in 0..3 {
         assert_eq!(
@@ -485,4 +494,121 @@ async fn a_crawl_delay_longer_than_a_ticket_lifetime_keeps_every_waiter() {
         "{:?}",
         min_gap(&seen)
     );
+}
+
+/// `rediss://`: Redis over TLS, its certificate from a CA made here and trusted through
+/// `SSL_CERT_FILE` (as an operator would point at a private CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_over_tls_works_like_a_plain_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let openssl = |args: &[&str]| {
+        let ok = Command::new("openssl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl")
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test redis ca",
+        "-keyout",
+        &path("ca.key"),
+        "-out",
+        &path("ca.pem"),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &path("leaf.key"),
+        "-out",
+        &path("leaf.csr"),
+    ]);
+    std::fs::write(path("ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        &path("leaf.csr"),
+        "-CA",
+        &path("ca.pem"),
+        "-CAkey",
+        &path("ca.key"),
+        "-CAcreateserial",
+        "-extfile",
+        &path("ext"),
+        "-out",
+        &path("leaf.pem"),
+    ]);
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            &path("leaf.pem"),
+            "--tls-key-file",
+            &path("leaf.key"),
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            &path("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])
+        .args(["--save", "", "--appendonly", "no", "--dir", &path("")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    // Stopped by its PID when the test ends, however it ends.
+    let _redis = Redis {
+        child,
+        port,
+        _dir: tempfile::tempdir().expect("tempdir"),
+    };
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
+    )])
+    .await;
+    let yaml = format!("  fleet:\n    redis: \"rediss://127.0.0.1:{port}/0\"\n");
+    let ca = path("ca.pem");
+    let env = [("SSL_CERT_FILE", ca.as_str())];
+    let proxies: Vec<Proxy> = (0..2)
+        .map(|_| Proxy::start_with_env(&yaml, &["--allow-destination", "127.0.0.0/8"], &env))
+        .collect();
+    backend_up(&proxies).await;
+    let statuses = spread(&proxies, &origin, "/tls/", 4).await;
+    assert_eq!(statuses, vec![200; 4]);
+    let seen = pages(&origin, "/tls/");
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(300),
+        "{:?}",
+        min_gap(&seen)
+    );
+    assert_eq!(origin.count("/robots.txt"), 1);
 }
