@@ -254,6 +254,73 @@ pub struct PacingConfig {
     pub max_wait_seconds: Seconds,
     /// Most requests waiting on one schedule; more are answered 503 at once.
     pub max_queue: usize,
+    /// Most requests in flight to one origin at once (fleet-wide in fleet mode), with or
+    /// without a Crawl-delay; 0 = no limit. Further requests queue (FIFO, the same
+    /// `max_queue` and `max_wait_seconds` bounds).
+    pub max_in_flight: usize,
+    /// What a schedule is kept for: `origin` (RFC 9309's unit) or `address` (also per
+    /// resolved IP address, the stricter of the two applying: many names on one server
+    /// share its pace).
+    pub key: PacingKey,
+    /// An origin's delay following its own responses.
+    pub adaptive: AdaptiveConfig,
+    /// Operator rules per host: a longer delay, another in-flight limit, or a block.
+    pub overrides: Vec<PacingOverride>,
+}
+
+/// `pacing.key`: the unit a schedule and an in-flight limit are kept for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PacingKey {
+    /// Per origin (scheme, host, port) and robots.txt group.
+    #[default]
+    Origin,
+    /// Per origin, and also per resolved IP address.
+    Address,
+}
+
+/// `pacing.adaptive`: an origin's delay also follows its responses (see `origin::pacing`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptiveConfig {
+    /// Slow down on an origin's errors (429/5xx) and rising latency; off: only
+    /// Crawl-delay, the floor, overrides and the 429/503 backoff apply.
+    pub enabled: bool,
+    /// The delay is at least this × the last response time (Heritrix's rule); 0 = off.
+    pub response_time_factor: f64,
+    /// A response this many times slower than the origin's recent baseline is a sign of
+    /// strain: the delay rises (doubling, at least that response time) until responses
+    /// are back near the baseline, then relaxes by half per response.
+    pub latency_factor: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            enabled: true,
+            response_time_factor: 0.0,
+            latency_factor: 4.0,
+        }
+    }
+}
+
+/// A `pacing.overrides` entry: `host` is a name (`example.com`) or a pattern
+/// (`*.example.com`: the domain and every name under it).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PacingOverride {
+    /// The host or `*.domain` pattern.
+    pub host: String,
+    /// A delay for the host, used when longer than its Crawl-delay (never shorter).
+    pub delay_seconds: Option<Seconds>,
+    /// Its in-flight limit instead of `pacing.max_in_flight` (0 = none).
+    pub max_in_flight: Option<usize>,
+    /// Refuse every request to the host (403).
+    #[serde(default)]
+    pub block: bool,
+    /// Why, shown to clients and in logs.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl Default for PacingConfig {
@@ -264,6 +331,10 @@ impl Default for PacingConfig {
             margin_seconds: Seconds(0.005),
             max_wait_seconds: Seconds(60.0),
             max_queue: 256,
+            max_in_flight: 2,
+            key: PacingKey::Origin,
+            adaptive: AdaptiveConfig::default(),
+            overrides: Vec::new(),
         }
     }
 }
@@ -716,6 +787,33 @@ impl Config {
             return Err(ConfigError(
                 "key `robotsgate.pacing.max_queue`: must be at least 1".into(),
             ));
+        }
+        let a = &p.adaptive;
+        if !(0.0..=100.0).contains(&a.response_time_factor) {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.adaptive.response_time_factor`: must be between 0 and 100"
+                    .into(),
+            ));
+        }
+        if !(a.latency_factor >= 1.5 && a.latency_factor <= 1000.0) {
+            return Err(ConfigError(
+                "key `robotsgate.pacing.adaptive.latency_factor`: must be between 1.5 and 1000"
+                    .into(),
+            ));
+        }
+        for (i, o) in p.overrides.iter().enumerate() {
+            let name = o.host.strip_prefix("*.").unwrap_or(&o.host);
+            if name.is_empty() || name.contains(['*', '/', ':', ' ']) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.pacing.overrides[{i}].host`: `{}` is not a host name or `*.domain` pattern",
+                    o.host
+                )));
+            }
+            if !o.block && o.delay_seconds.is_none() && o.max_in_flight.is_none() {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.pacing.overrides[{i}]`: set delay_seconds, max_in_flight or block"
+                )));
+            }
         }
         if r.min_ttl_seconds > r.max_ttl_seconds {
             return Err(ConfigError(

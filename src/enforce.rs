@@ -16,18 +16,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::config::PacingKey;
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
 use crate::origin::fleet::Fleet;
+pub use crate::origin::pacing::DelayRule;
 pub use crate::origin::pacing::Permit;
-use crate::origin::pacing::{Pacer, RefusalReason};
+use crate::origin::pacing::{PaceRequest, Pacer, RefusalReason};
 use crate::origin::store::{OriginEntry, OriginStore};
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 use crate::policy::agent::{AgentResolver, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::EgressPolicy;
+use crate::policy::overrides::Overrides;
 use crate::policy::target::{Origin, Target};
 use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
 
@@ -66,10 +69,16 @@ impl std::fmt::Display for Allowed {
 #[derive(Clone)]
 pub struct Pace {
     entry: Arc<OriginEntry>,
+    /// With `pacing.key: address`, the entry of the address the request goes to.
+    address: Option<Arc<OriginEntry>>,
     /// The robots.txt group (its first agent name, lower-cased; empty: none or `*`).
     pub group: String,
     /// The delay between one request's end and the next one's start.
     pub delay: Duration,
+    /// Which rule set the delay (`crawl-delay`, `floor`, `override`, `none`).
+    pub rule: DelayRule,
+    /// Requests in flight to the origin at once (0: no limit).
+    pub max_in_flight: usize,
     robots_fetched_at: Option<Instant>,
 }
 
@@ -135,6 +144,13 @@ pub enum Reply {
     },
     /// The destination is refused (port, address range).
     EgressDenied(String),
+    /// An operator override (`pacing.overrides`) blocks the host.
+    Blocked {
+        /// The override's host pattern.
+        pattern: String,
+        /// Its reason, if given.
+        reason: Option<String>,
+    },
     /// The origin's name does not resolve (while its robots.txt is held).
     DnsFailure {
         /// The origin whose name failed.
@@ -178,6 +194,15 @@ impl Reply {
                 snapshot,
             } => unreachable_answer(snapshot, robots_url),
             Reply::EgressDenied(why) => egress_denied(why.clone()),
+            Reply::Blocked { pattern, reason } => {
+                let reason = reason.as_deref().unwrap_or("blocked by the operator");
+                Answer::text(
+                    403,
+                    Outcome::Blocked,
+                    format!("blocked; override=\"{pattern}\"; reason=\"{}\"", reason.replace('"', "'")),
+                    format!("robotsgate: {pattern} is blocked by the operator (pacing.overrides): {reason}"),
+                )
+            }
             Reply::DnsFailure { origin, error } => Answer::text(
                 502,
                 Outcome::UpstreamError,
@@ -224,6 +249,7 @@ pub struct Enforcer {
     resolver: Arc<Resolver>,
     egress: Arc<EgressPolicy>,
     pub(crate) agents: AgentResolver,
+    overrides: Overrides,
 }
 
 /// The group a crawler's tokens select in one robots.txt.
@@ -303,6 +329,7 @@ impl Enforcer {
             resolver,
             egress,
             agents: AgentResolver::new(&config.agent),
+            overrides: Overrides::new(&config.pacing.overrides),
         })
     }
 
@@ -330,8 +357,19 @@ impl Enforcer {
             Ok(resolved) => resolved,
             Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
         };
+        let host = origin
+            .name()
+            .map_or_else(|| origin.host_name().into(), std::borrow::Cow::Borrowed);
+        let applied = self.overrides.find(&host);
+        if let Some(blocked) = applied.filter(|a| a.entry.block) {
+            let reply = Reply::Blocked {
+                pattern: blocked.entry.host.clone(),
+                reason: blocked.entry.reason.clone(),
+            };
+            return (Decision::Respond(reply), None);
+        }
         let (entry, snapshot) = self.store.get(origin).await;
-        let decision = self.decide_on(target, tokens, &resolved, &entry, &snapshot);
+        let decision = self.decide_on(target, tokens, &resolved, &entry, &snapshot, applied);
         (decision, Some(snapshot))
     }
 
@@ -344,21 +382,35 @@ impl Enforcer {
         resolved: &Result<Vec<IpAddr>, ResolveError>,
         entry: &Arc<OriginEntry>,
         snapshot: &Arc<Snapshot>,
+        applied: Option<crate::policy::overrides::Applied<'_>>,
     ) -> Decision {
         let origin = &target.origin;
+        let config = self.pacer.config();
         // An allowed request: where it connects and which pacing schedule it joins.
         let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
             Ok(addrs) => {
-                let delay = self
-                    .pacer
-                    .delay_for(entry.schedules(), origin, &group, crawl_delay);
+                let override_delay = applied.and_then(|a| a.entry.delay_seconds).map(|s| s.get());
+                let (delay, rule) = self.pacer.delay_for(
+                    entry.schedules(),
+                    origin,
+                    &group,
+                    crawl_delay,
+                    override_delay,
+                );
+                let address =
+                    (config.key == PacingKey::Address).then(|| self.store.address(addrs[0]));
                 Decision::Forward {
                     addr: SocketAddr::new(addrs[0], origin.port),
                     why,
                     pace: Pace {
                         entry: entry.clone(),
+                        address,
                         group,
                         delay,
+                        rule,
+                        max_in_flight: applied
+                            .and_then(|a| a.entry.max_in_flight)
+                            .unwrap_or(config.max_in_flight),
                         robots_fetched_at: snapshot.fetched_at,
                     },
                 }
@@ -498,16 +550,16 @@ impl Enforcer {
     /// the response has been sent (drop it then); report the origin's status to it. An
     /// `Err` is the 503 to send instead.
     pub async fn pace(&self, pace: &Pace) -> Result<Permit, Answer> {
-        match self
-            .pacer
-            .acquire(
-                pace.entry.schedules(),
-                &pace.group,
-                pace.delay,
-                pace.robots_fetched_at,
-            )
-            .await
-        {
+        let request = PaceRequest {
+            schedules: pace.entry.schedules(),
+            address: pace.address.as_deref().map(OriginEntry::schedules),
+            group: &pace.group,
+            delay: pace.delay,
+            rule: pace.rule,
+            max_in_flight: pace.max_in_flight,
+            robots_fetched_at: pace.robots_fetched_at,
+        };
+        match self.pacer.pace(request).await {
             Ok(permit) => {
                 crate::telemetry::metrics::record_pacing_wait(permit.waited.as_secs_f64());
                 Ok(permit)

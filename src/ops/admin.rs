@@ -248,11 +248,13 @@ impl AdminApp {
             .into_iter()
             .map(|(origin, entry)| {
                 let schedules = entry.schedules().states();
+                let slowest = schedules.iter().max_by_key(|s| s.delay);
                 json!({
                     "origin": origin.to_string(),
                     "requests": entry.requests(),
                     "robots": entry.snapshot().map(|s| robots_state(&origin, &s)),
-                    "delay_seconds": schedules.iter().map(|s| s.delay.as_secs_f64()).reduce(f64::max),
+                    "delay_seconds": slowest.map(|s| s.delay.as_secs_f64()),
+                    "delay_rule": slowest.map(|s| s.rule.label()),
                     "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
                     "next_slot_in_seconds": schedules.iter().filter_map(|s| s.next_slot_in).min().map(|d| d.as_secs_f64()),
                 })
@@ -344,6 +346,8 @@ impl AdminApp {
                 out["why"] = json!(why.to_string());
                 out["address"] = json!(addr.to_string());
                 out["crawl_delay_seconds"] = json!(pace.delay.as_secs_f64());
+                out["delay_rule"] = json!(pace.rule.label());
+                out["max_in_flight"] = json!(pace.max_in_flight);
             }
             Decision::Respond(reply) => {
                 let answer = reply.answer();
@@ -423,14 +427,20 @@ impl AdminApp {
             let mut schedule = json!({
                 "group": s.group,
                 "delay_seconds": s.delay.as_secs_f64(),
+                "delay_rule": s.rule.label(),
                 "backoff_seconds": s.backoff.as_secs_f64(),
+                "turns": s.capacity,
                 "queued": s.queued,
                 "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
             });
             if let Some(fleet) = &self.enforcer.fleet {
                 let keys = ScheduleKeys::new(&origin.to_string(), &s.group);
                 schedule["fleet"] = match fleet.schedule(&keys).await {
-                    Ok(shared) => json!({ "holder": shared.holder, "queued": shared.queued }),
+                    Ok(shared) => json!({
+                        "holder": shared.holder,
+                        "holding": shared.holding,
+                        "queued": shared.queued,
+                    }),
                     Err(_) => json!({ "error": "fleet backend unavailable" }),
                 };
             }

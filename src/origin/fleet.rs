@@ -4,8 +4,10 @@
 //! **What lives in Redis.** Every key of an origin carries the origin as its hash tag
 //! (`rg:{https://example.com:443}:…`), so each script below touches one Cluster slot:
 //!
-//! * `…:s:<group>` — a pacing schedule (hash): its holder and lease, the last end, the
-//!   origin's pause and backoff, the delay in force;
+//! * `…:s:<group>` — a pacing schedule (hash): the last end, the origin's pause and
+//!   backoff, the delay in force; `…:h:<group>` — who holds its turns (sorted set by
+//!   lease expiry; one turn for a robots.txt group, `max_in_flight` for the origin's
+//!   in-flight schedule, `#in-flight`);
 //! * `…:q:<group>` and `…:x:<group>` — its queue: tickets by arrival (sorted set, FIFO
 //!   across instances) and each ticket's expiry (a waiter renews it at least every
 //!   [`POLL`], the head of the queue when its turn is due; a ticket not renewed within
@@ -17,8 +19,8 @@
 //! wire only relative to it, so instances' clocks never meet.
 //!
 //! **Pacing** (scripts `ACQUIRE`, `RELEASE`, `CANCEL`, `RENEW`). A request to an origin
-//! with a limit in force takes a ticket: `ACQUIRE` grants the turn when the schedule is
-//! idle, the ticket heads the queue and the previous end plus the delay (and any pause)
+//! with a limit in force takes a ticket: `ACQUIRE` grants a turn when one is free (of
+//! the schedule's capacity), the ticket heads the queue and the previous end plus the delay (and any pause)
 //! has passed; else it queues the ticket, or refuses it (queue full, wait too long) with
 //! the same estimate a single instance makes. The holder renews a lease while its
 //! response runs ([`crate::config::FleetConfig::lease_seconds`]); `RELEASE` at the
@@ -145,6 +147,7 @@ pub enum FleetEvent {
 #[derive(Clone, Debug)]
 pub struct ScheduleKeys {
     schedule: String,
+    holders: String,
     queue: String,
     expiry: String,
     robots: String,
@@ -158,6 +161,7 @@ impl ScheduleKeys {
         let base = format!("rg:{{{origin}}}");
         ScheduleKeys {
             schedule: format!("{base}:s:{group}"),
+            holders: format!("{base}:h:{group}"),
             queue: format!("{base}:q:{group}"),
             expiry: format!("{base}:x:{group}"),
             robots: format!("{base}:r"),
@@ -207,8 +211,10 @@ pub struct SharedRobots {
 /// A fleet-wide schedule as the admin API shows it.
 #[derive(Clone, Debug)]
 pub struct SharedSchedule {
-    /// The ticket holding the turn (`<instance>:<n>`), if any.
+    /// A ticket holding a turn (`<instance>:<n>`), if any.
     pub holder: Option<String>,
+    /// How many turns are held.
+    pub holding: u64,
     /// Requests queued across the fleet.
     pub queued: u64,
 }
@@ -512,6 +518,7 @@ impl Fleet {
     pub async fn acquire(
         self: &Arc<Self>,
         keys: &ScheduleKeys,
+        capacity: usize,
         delay: Option<Duration>,
         max_queue: usize,
         max_wait: Duration,
@@ -541,13 +548,16 @@ impl Fleet {
                         .key(&keys.queue)
                         .key(&keys.expiry)
                         .key(&keys.robots)
+                        .key(&keys.holders)
                         .arg(&ticket)
                         .arg(delay_ms)
                         .arg(ms(self.config.lease_seconds.duration()))
                         .arg(max_queue)
                         .arg(ms(max_wait))
                         .arg(ms(TICKET_TTL))
-                        .arg(ms(KEEP)),
+                        .arg(ms(KEEP))
+                        .arg(capacity)
+                        .arg(CHANNEL),
                 )
                 .await?;
             let estimate = Duration::from_millis(wait_ms.max(0) as u64);
@@ -558,7 +568,6 @@ impl Fleet {
                         self.clone(),
                         keys.clone(),
                         ticket.clone(),
-                        started.elapsed(),
                     )));
                 }
                 "full" => return Ok(Err(NoTurn::QueueFull(estimate))),
@@ -617,6 +626,7 @@ impl Fleet {
                 .key(&keys.schedule)
                 .key(&keys.queue)
                 .key(&keys.expiry)
+                .key(&keys.holders)
                 .arg(ticket)
                 .arg(status)
                 .arg(retry_after.map_or(-1, ms))
@@ -632,10 +642,14 @@ impl Fleet {
 
     /// Fleet-wide state of a schedule, for the admin API.
     pub async fn schedule(&self, keys: &ScheduleKeys) -> Result<SharedSchedule, Unavailable> {
-        let (holder, queued): (Option<String>, u64) = self
-            .run("view", VIEW.key(&keys.schedule).key(&keys.queue))
+        let (holder, holding, queued): (Option<String>, u64, u64) = self
+            .run("view", VIEW.key(&keys.holders).key(&keys.queue))
             .await?;
-        Ok(SharedSchedule { holder, queued })
+        Ok(SharedSchedule {
+            holder,
+            holding,
+            queued,
+        })
     }
 
     /// The shared robots.txt of `origin`, if any.
@@ -798,15 +812,13 @@ pub struct FleetTurn {
     ticket: String,
     answered: Mutex<Option<(u16, Option<Duration>)>>,
     renewal: tokio::task::JoinHandle<()>,
-    /// How long the request waited for the turn.
-    pub waited: Duration,
 }
 
 impl FleetTurn {
-    fn new(fleet: Arc<Fleet>, keys: ScheduleKeys, ticket: String, waited: Duration) -> FleetTurn {
+    fn new(fleet: Arc<Fleet>, keys: ScheduleKeys, ticket: String) -> FleetTurn {
         let renewal = {
             let fleet = fleet.clone();
-            let schedule = keys.schedule.clone();
+            let schedule = keys.holders.clone();
             let ticket = ticket.clone();
             let lease = fleet.config.lease_seconds.duration();
             fleet.clone().runtime.spawn(async move {
@@ -828,7 +840,6 @@ impl FleetTurn {
             ticket,
             answered: Mutex::new(None),
             renewal,
-            waited,
         }
     }
 
@@ -857,46 +868,45 @@ fn script(body: &str) -> Script {
     Script::new(&format!("{NOW}{body}"))
 }
 
-/// KEYS: schedule, queue, expiry, robots. ARGV: ticket, delay ms (-1: the schedule's
-/// own), lease ms, max queue, max wait ms, ticket ttl ms, keep ms.
+/// KEYS: schedule, queue, expiry, robots, holders. ARGV: ticket, delay ms (-1: the
+/// schedule's own), lease ms, max queue, max wait ms, ticket ttl ms, keep ms, capacity.
 /// Returns {'go'|'wait'|'full'|'long', ms}: for `wait`, until due (-1: not the head).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r#"
-local s, q, x, r = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local s, q, x, r, hs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ticket = ARGV[1]
 local delay = tonumber(ARGV[2])
 local keep = tonumber(ARGV[7])
-local h = redis.call('HMGET', s, 'holder', 'lease', 'end', 'pause', 'backoff', 'delay')
-local holder = h[1]
-local last_end = tonumber(h[3]) or 0
-local pause = tonumber(h[4]) or 0
-local backoff = tonumber(h[5]) or 0
-if delay < 0 then delay = tonumber(h[6]) or 0 end
+local capacity = tonumber(ARGV[8])
+local h = redis.call('HMGET', s, 'end', 'pause', 'backoff', 'delay')
+local last_end = tonumber(h[1]) or 0
+local pause = tonumber(h[2]) or 0
+local backoff = tonumber(h[3]) or 0
+if delay < 0 then delay = tonumber(h[4]) or 0 end
 local fetched = tonumber(redis.call('HGET', r, 'end')) or 0
 if fetched > last_end then last_end = fetched end
-if holder then
-  local lease_end = tonumber(h[2]) or 0
-  if lease_end <= now then
-    redis.call('HDEL', s, 'holder')
-    holder = false
-    if lease_end > last_end then last_end = lease_end end
-    redis.call('HSET', s, 'end', last_end)
-  end
+-- Holders whose lease ran out (their instance died): their turn ended then.
+local expired = redis.call('ZRANGEBYSCORE', hs, '-inf', now, 'WITHSCORES')
+for i = 1, #expired, 2 do
+  redis.call('ZREM', hs, expired[i])
+  local lease_end = tonumber(expired[i + 1])
+  if lease_end > last_end then last_end = lease_end end
+  redis.call('HSET', s, 'end', last_end)
 end
 for _, d in ipairs(redis.call('ZRANGEBYSCORE', x, '-inf', now)) do
   redis.call('ZREM', q, d)
   redis.call('ZREM', x, d)
 end
+local holding = redis.call('ZCARD', hs)
 local effective = math.max(delay, backoff)
 local due = pause
 if last_end > 0 then due = math.max(last_end + effective, pause) end
 local rank = redis.call('ZRANK', q, ticket)
 if not rank then
-  local ahead = redis.call('ZCARD', q)
-  if holder then ahead = ahead + 1 end
-  local estimate = math.max(due - now, 0) + effective * ahead
-  if ahead >= tonumber(ARGV[4]) then return {'full', estimate} end
+  local ahead = redis.call('ZCARD', q) + holding
+  local estimate = math.max(due - now, 0) + effective * math.floor(ahead / capacity)
+  if ahead >= tonumber(ARGV[4]) + capacity - 1 then return {'full', estimate} end
   if estimate > tonumber(ARGV[5]) then return {'long', estimate} end
   redis.call('ZADD', q, redis.call('HINCRBY', s, 'seq', 1), ticket)
   rank = redis.call('ZRANK', q, ticket)
@@ -905,11 +915,18 @@ redis.call('ZADD', x, now + tonumber(ARGV[6]), ticket)
 redis.call('PEXPIRE', q, keep)
 redis.call('PEXPIRE', x, keep)
 redis.call('PEXPIRE', s, keep + math.max(pause - now, 0))
-if rank == 0 and not holder then
+if rank == 0 and holding < capacity then
   if now >= due then
     redis.call('ZREM', q, ticket)
     redis.call('ZREM', x, ticket)
-    redis.call('HSET', s, 'holder', ticket, 'lease', now + tonumber(ARGV[3]), 'delay', delay)
+    redis.call('ZADD', hs, now + tonumber(ARGV[3]), ticket)
+    redis.call('PEXPIRE', hs, keep)
+    redis.call('HSET', s, 'delay', delay)
+    -- A turn is still free: the next in line may take it at once.
+    if holding + 1 < capacity then
+      local head = redis.call('ZRANGE', q, 0, 0)
+      if head[1] then redis.call('PUBLISH', ARGV[9], 'w\n' .. head[1] .. '\n0') end
+    end
     return {'go', 0}
   end
   redis.call('ZADD', x, due + tonumber(ARGV[6]), ticket)
@@ -920,27 +937,30 @@ return {'wait', -1}
     )
 });
 
-/// KEYS: schedule, queue, expiry. ARGV: ticket ('-': none held), status (0: none),
-/// retry-after ms (-1: none), ceiling ms, keep ms, channel, group, origin, ticket ttl ms.
+/// KEYS: schedule, queue, expiry, holders. ARGV: ticket ('-': none held), status (0:
+/// none), retry-after ms (-1: none), ceiling ms, keep ms, channel, group, origin, ticket
+/// ttl ms.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r#"
-local s, q = KEYS[1], KEYS[2]
+local s, q, x, hs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local status = tonumber(ARGV[2])
 local retry = tonumber(ARGV[3])
 local ceiling = tonumber(ARGV[4])
-local h = redis.call('HMGET', s, 'holder', 'end', 'pause', 'backoff', 'delay')
-if h[1] == ARGV[1] then redis.call('HDEL', s, 'holder') end
-if now > (tonumber(h[2]) or 0) then redis.call('HSET', s, 'end', now) end
-local pause = tonumber(h[3]) or 0
-local backoff = tonumber(h[4]) or 0
+redis.call('ZREM', hs, ARGV[1])
+local h = redis.call('HMGET', s, 'end', 'pause', 'backoff', 'delay')
+if now > (tonumber(h[1]) or 0) then redis.call('HSET', s, 'end', now) end
+local pause = tonumber(h[2]) or 0
+local backoff = tonumber(h[3]) or 0
 local old_pause, old_backoff = pause, backoff
 if status == 429 or status == 503 then
   if retry >= 0 then
     pause = math.max(pause, now + math.min(retry, ceiling))
   else
-    backoff = math.min(math.max(backoff * 2, math.max(tonumber(h[5]) or 0, 1000)), ceiling)
+    backoff = math.min(math.max(backoff * 2, math.max(tonumber(h[4]) or 0, 1000)), ceiling)
   end
+elseif status >= 500 then
+  backoff = math.min(math.max(backoff * 2, math.max(tonumber(h[4]) or 0, 1000)), ceiling)
 elseif status > 0 then
   backoff = math.floor(backoff / 2)
 end
@@ -948,8 +968,8 @@ redis.call('HSET', s, 'pause', pause, 'backoff', backoff)
 redis.call('PEXPIRE', s, tonumber(ARGV[5]) + math.max(pause - now, 0))
 local head = redis.call('ZRANGE', q, 0, 0)
 if head[1] then
-  local due = math.max(now + math.max(tonumber(h[5]) or 0, backoff), pause)
-  redis.call('ZADD', KEYS[3], due + tonumber(ARGV[9]), head[1])
+  local due = math.max(now + math.max(tonumber(h[4]) or 0, backoff), pause)
+  redis.call('ZADD', x, due + tonumber(ARGV[9]), head[1])
   redis.call('PUBLISH', ARGV[6], 'w\n' .. head[1] .. '\n' .. (due - now))
 end
 if pause ~= old_pause or backoff ~= old_backoff then
@@ -976,12 +996,12 @@ return 1
     )
 });
 
-/// KEYS: schedule. ARGV: ticket, lease ms. 1 when still the holder.
+/// KEYS: holders. ARGV: ticket, lease ms. 1 when still a holder.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     script(
         r#"
-if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'lease', now + tonumber(ARGV[2]))
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   return 1
 end
 return 0
@@ -989,14 +1009,13 @@ return 0
     )
 });
 
-/// KEYS: schedule, queue. The holder (or nil) and the queue's length.
+/// KEYS: holders, queue. The first live holder (or nil), how many hold, the queue's
+/// length.
 static VIEW: LazyLock<Script> = LazyLock::new(|| {
     script(
         r#"
-local holder = redis.call('HGET', KEYS[1], 'holder')
-local lease = tonumber(redis.call('HGET', KEYS[1], 'lease')) or 0
-if lease <= now then holder = false end
-return {holder, redis.call('ZCARD', KEYS[2])}
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+return {live[1] or false, #live, redis.call('ZCARD', KEYS[2])}
 "#,
     )
 });

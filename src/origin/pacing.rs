@@ -1,30 +1,48 @@
-//! Pacing: every origin is visited no faster than its robots.txt allows (SPEC §6).
+//! Pacing: every origin is visited no faster than its robots.txt allows (SPEC §6), and
+//! no harder than the operator allows when it says nothing.
 //!
 //! A *schedule* exists per origin and robots.txt group: crawlers that fall into the same
 //! group share it, crawlers in different groups have their own. Crawl-delay is the
 //! minimum time from the **end** of one download to the **start** of the next, so a
-//! schedule lets one request through at a time:
+//! schedule with a delay in force lets one request through at a time:
 //!
 //! 1. An arriving request estimates its wait (time until the next slot, plus one delay
 //!    per request ahead of it). Past `max_wait`, or with `max_queue` requests already
 //!    waiting, it is refused at once (503 + `Retry-After`): memory never grows unbounded.
-//! 2. Otherwise it queues for the schedule's turn. `tokio::sync::Mutex` hands the turn out
-//!    in arrival order (FIFO) and a waiter that is dropped — its client went away —
-//!    leaves the queue without a trace.
+//! 2. Otherwise it queues for the schedule's turn. A fair `tokio::sync::Semaphore` hands
+//!    turns out in arrival order (FIFO) and a waiter that is dropped — its client went
+//!    away — leaves the queue without a trace.
 //! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
 //!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
 //!    response has been fully sent; dropping the permit records the end time.
 //!
-//! With no delay in force (no Crawl-delay, floor 0, no backoff or pause) a schedule does
-//! not serialise anything: requests go upstream concurrently.
+//! **In flight.** Every origin also has an *in-flight* schedule: `max_in_flight` turns
+//! (default 2) and no delay, so at most that many requests reach one origin at once,
+//! whatever its robots.txt says; it is taken after the group's turn, so a request
+//! waiting for a delay holds no in-flight turn meanwhile. With `pacing.key: address`
+//! each resolved address has a group schedule and an in-flight schedule too, taken after
+//! the origin's: many names on one server share its pace, the stricter rule applying.
 //!
-//! The delay is `max(floor, Crawl-delay, backoff)`, capped by `ceiling` (a larger
+//! **The delay** is the largest of the floor, the Crawl-delay (or an operator override
+//! when longer), the backoff, and the adaptive delay, capped by `ceiling` (a larger
 //! Crawl-delay is clamped and logged, never turned into "disallow all"), plus a small
 //! `margin` (5 ms) so that timer and scheduling jitter never shows at the origin as a gap
-//! below the delay. An origin's 429
-//! or 503 with `Retry-After` pauses its schedules until then; without it the backoff
-//! doubles (up to the ceiling); a success halves it again. The robots.txt fetch counts as
-//! a request on every schedule of its origin: the first page follows it by one delay.
+//! below it. An origin's 429 or 503 with `Retry-After` pauses its schedule until then;
+//! without it (and, with `adaptive`, on any 5xx) the backoff doubles (up to the
+//! ceiling) and a success halves it again. With `adaptive.enabled` the delay also follows
+//! the origin's response times (from the turn to the response head): at least
+//! `response_time_factor` × the last one (Heritrix's rule; default 0: `max_in_flight`
+//! already bounds a healthy origin's load, and a wait proportional to every response
+//! would halve the speed of fast sites), and when a response is `latency_factor` times
+//! slower than the origin's recent baseline (an average of its response times), a
+//! slow-down doubling from that response time (at most twice it) that halves per
+//! response once they are back near the baseline (a lasting new level becomes the
+//! baseline after some fifty responses). Which rule set the delay is kept
+//! ([`DelayRule`]) for the admin API. The robots.txt fetch counts as a request on every
+//! schedule of its origin: the first page follows it by one delay.
+//!
+//! With no delay, backoff or pause in force a group schedule serialises nothing; only
+//! the in-flight limit applies.
 //!
 //! An origin's schedules ([`Schedules`]) live in its entry of the origin store
 //! (`origin::store`), beside its robots.txt: a request finds both with one lookup, and
@@ -32,12 +50,12 @@
 //! process-wide count of queued requests.
 //!
 //! **Backends.** Alone, an instance keeps its schedules in memory (above). In fleet mode
-//! ([`crate::origin::fleet`]) a request with a limit in force takes its turn from the
-//! shared schedule in Redis instead, so the delay holds across every instance; the local
-//! schedule still counts the request (eviction, gauges) and mirrors the origin's pauses
-//! published by the other instances. A request with no limit in force never touches
-//! Redis. While Redis is unavailable, `fleet.on_unavailable` decides: refuse (503), or
-//! pace locally at `delay × fleet.instances`.
+//! ([`crate::origin::fleet`]) a request takes each turn that is in force from the shared
+//! schedule in Redis instead, so delays and in-flight limits hold across every instance;
+//! the local schedule still counts the request (eviction, gauges) and mirrors the
+//! origin's pauses published by the other instances. While Redis is unavailable,
+//! `fleet.on_unavailable` decides: refuse (503), or pace locally at `delay ×
+//! fleet.instances` (and `max_in_flight ÷ instances`, at least 1).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,9 +63,50 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{seconds, OnUnavailable, PacingConfig};
+use crate::config::{seconds, AdaptiveConfig, OnUnavailable, PacingConfig};
 use crate::origin::fleet::{Fleet, FleetTurn, NoTurn, ScheduleKeys};
 use crate::policy::target::Origin;
+use crate::telemetry::metrics;
+
+/// The group name of an origin's in-flight schedule (`#` never appears in a robots.txt
+/// group name: it starts a comment there).
+const IN_FLIGHT: &str = "#in-flight";
+
+/// Which rule set a schedule's delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DelayRule {
+    /// Nothing: no delay in force.
+    #[default]
+    None,
+    /// `pacing.floor_seconds`.
+    Floor,
+    /// The robots.txt Crawl-delay.
+    CrawlDelay,
+    /// A `pacing.overrides` entry.
+    Override,
+    /// The adaptive delay (response times, latency).
+    Adaptive,
+    /// The backoff after 429/5xx without `Retry-After`.
+    Backoff,
+    /// A pause the origin asked for with `Retry-After`.
+    RetryAfter,
+}
+
+impl DelayRule {
+    /// The label (`crawl-delay`, `floor`, `override`, `adaptive`, `backoff`,
+    /// `retry-after`, `none`).
+    pub fn label(self) -> &'static str {
+        match self {
+            DelayRule::None => "none",
+            DelayRule::Floor => "floor",
+            DelayRule::CrawlDelay => "crawl-delay",
+            DelayRule::Override => "override",
+            DelayRule::Adaptive => "adaptive",
+            DelayRule::Backoff => "backoff",
+            DelayRule::RetryAfter => "retry-after",
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Timing {
@@ -55,16 +114,43 @@ struct Timing {
     last_end: Option<Instant>,
     /// The origin asked for a pause (429/503 + Retry-After) until then.
     paused_until: Option<Instant>,
-    /// Extra delay from 429/503 without Retry-After; doubles, decays on success.
+    /// Extra delay from 429/5xx without Retry-After; doubles, decays on success.
     backoff: Duration,
-    /// The delay in force, for the wait estimate of newcomers.
+    /// The delay from the configuration and robots.txt, and which rule set it.
     delay: Duration,
+    rule: DelayRule,
+    /// The adaptive delay: max(response_time_factor × last response, slow-down).
+    adaptive: Duration,
+    /// The slow-down while responses are far above the baseline.
+    slow_down: Duration,
+    /// The origin's recent response time (an exponential average).
+    baseline: Option<Duration>,
 }
 
 impl Timing {
+    /// The delay in force and the rule that set it.
+    fn effective(&self, now: Instant) -> (Duration, DelayRule) {
+        let mut best = (self.delay, self.rule);
+        for candidate in [
+            (self.backoff, DelayRule::Backoff),
+            (self.adaptive, DelayRule::Adaptive),
+        ] {
+            if candidate.0 > best.0 {
+                best = candidate;
+            }
+        }
+        if self.paused_until.is_some_and(|u| u > now) {
+            best.1 = DelayRule::RetryAfter;
+        }
+        if best.0.is_zero() && best.1 != DelayRule::RetryAfter {
+            best.1 = DelayRule::None;
+        }
+        best
+    }
+
     /// Is anything in force that spaces requests (a delay, a backoff, a pause)?
     fn limited(&self, now: Instant) -> bool {
-        !self.delay.max(self.backoff).is_zero() || self.paused_until.is_some_and(|u| u > now)
+        self.effective(now).1 != DelayRule::None
     }
 
     /// The remaining pause the origin asked for, else the backoff in force.
@@ -74,13 +160,66 @@ impl Timing {
             .filter(|p| !p.is_zero())
             .or((!self.backoff.is_zero()).then_some(self.backoff))
     }
+
+    /// The origin answered `status` after `took`: pauses, backoff, adaptive delay.
+    fn answered(
+        &mut self,
+        status: u16,
+        retry_after: Option<Duration>,
+        took: Duration,
+        adaptive: &AdaptiveConfig,
+        ceiling: Duration,
+    ) {
+        let error = status == 429 || status == 503 || (adaptive.enabled && status >= 500);
+        match (error, retry_after) {
+            (true, Some(wait)) if matches!(status, 429 | 503) => {
+                let until = Instant::now() + wait.min(ceiling);
+                self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
+            }
+            (true, _) => {
+                let base = self.delay.max(Duration::from_secs(1));
+                self.backoff = (self.backoff * 2).max(base).min(ceiling);
+                metrics::record_slow_down("error");
+            }
+            _ => self.backoff /= 2,
+        }
+        if !adaptive.enabled {
+            return;
+        }
+        let slow = self.baseline.is_some_and(|baseline| {
+            took > baseline.mul_f64(adaptive.latency_factor) && took > Duration::from_millis(20)
+        });
+        if slow {
+            self.slow_down = (self.slow_down * 2).max(took).min(took * 2).min(ceiling);
+            metrics::record_slow_down("latency");
+        } else {
+            self.slow_down /= 2;
+            if self.slow_down < Duration::from_millis(1) {
+                self.slow_down = Duration::ZERO;
+            }
+        }
+        // The baseline follows normal responses closely and slow ones slowly: a lasting
+        // new level becomes normal after some fifty responses, and the slow-down relaxes.
+        let weight = if slow { 0.02 } else { 0.1 };
+        self.baseline = Some(match self.baseline {
+            Some(b) => b.mul_f64(1.0 - weight) + took.mul_f64(weight),
+            None => took,
+        });
+        self.adaptive = self
+            .slow_down
+            .max(took.mul_f64(adaptive.response_time_factor))
+            .min(ceiling);
+    }
 }
 
 struct Schedule {
-    /// The robots.txt group, and the origin (`scheme://authority`): its shared keys.
+    /// The robots.txt group (or [`IN_FLIGHT`]), and the origin (`scheme://authority`):
+    /// its shared keys.
     group: String,
     origin: Arc<str>,
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Turns given out at once: 1 for a group, `max_in_flight` for the in-flight one.
+    capacity: usize,
+    turn: Arc<tokio::sync::Semaphore>,
     timing: Mutex<Timing>,
     /// Requests waiting for or holding the turn.
     pending: AtomicUsize,
@@ -108,7 +247,7 @@ impl Schedule {
     /// carries the start when it would come after `deadline`.
     async fn sleep_until_due(&self, deadline: Instant) -> Result<(), Instant> {
         loop {
-            let wake = next_start(&lock(&self.timing));
+            let wake = next_start(&lock(&self.timing), Instant::now());
             match wake {
                 Some(at) if at > deadline => return Err(at),
                 Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
@@ -118,8 +257,8 @@ impl Schedule {
     }
 }
 
-/// The pacing schedules of one origin, one per robots.txt group seen (usually one): the
-/// pacing half of an origin's entry.
+/// The pacing schedules of one origin (or, with `pacing.key: address`, of one address):
+/// one per robots.txt group seen (usually one), and the in-flight one.
 #[derive(Default)]
 pub struct Schedules {
     origin: Arc<str>,
@@ -135,16 +274,18 @@ impl Schedules {
         }
     }
 
-    /// The schedule of `group`, made on first use.
-    fn get(&self, group: &str, total: &Arc<AtomicUsize>) -> Arc<Schedule> {
+    /// The schedule of `group`, made on first use with `capacity` turns.
+    fn get(&self, group: &str, capacity: usize, total: &Arc<AtomicUsize>) -> Arc<Schedule> {
         let mut list = lock(&self.list);
         if let Some(found) = list.iter().find(|s| s.group == group) {
             return found.clone();
         }
+        let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let schedule = Arc::new(Schedule {
             group: group.to_string(),
             origin: self.origin.clone(),
-            turn: Arc::new(tokio::sync::Mutex::new(())),
+            capacity,
+            turn: Arc::new(tokio::sync::Semaphore::new(capacity)),
             timing: Mutex::new(Timing::default()),
             pending: AtomicUsize::new(0),
             total: total.clone(),
@@ -178,12 +319,15 @@ impl Schedules {
             .iter()
             .map(|s| {
                 let t = lock(&s.timing);
+                let (delay, rule) = t.effective(now);
                 ScheduleState {
                     group: s.group.clone(),
-                    delay: t.delay,
+                    delay,
+                    rule,
                     backoff: t.backoff,
+                    capacity: s.capacity,
                     queued: s.pending.load(Ordering::Acquire),
-                    next_slot_in: next_start(&t).map(|at| at.saturating_duration_since(now)),
+                    next_slot_in: next_start(&t, now).map(|at| at.saturating_duration_since(now)),
                 }
             })
             .collect()
@@ -233,52 +377,69 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// What a [`Permit`] holds.
+/// A turn held on one schedule.
 enum Turn {
-    /// Nothing: no limit in force, requests run concurrently.
-    Free,
-    /// The local schedule's one turn.
-    Local {
-        _turn: tokio::sync::OwnedMutexGuard<()>,
-    },
+    /// The local schedule's turn.
+    Local(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
     /// The shared schedule's turn (fleet mode).
     Shared(Box<FleetTurn>),
 }
 
-/// Leave to go upstream, held until the response has been sent. On a paced schedule it
-/// is the schedule's one turn (local, or fleet-wide); with no delay in force it holds
-/// nothing (requests run concurrently) but still carries the origin's answer back to
-/// the schedule.
-pub struct Permit {
+/// A turn and its schedule; dropping it ends the request there (the end starts the
+/// schedule's next delay) and hands the turn on.
+struct Held {
     schedule: Arc<Schedule>,
-    turn: Turn,
+    turn: Option<Turn>,
+    ceiling: Duration,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lock(&self.schedule.timing).last_end = Some(Instant::now());
+        if let Some(Turn::Shared(turn)) = self.turn.take() {
+            turn.release(self.ceiling);
+        }
+        self.schedule.dequeue();
+    }
+}
+
+/// Leave to go upstream, held until the response has been sent: the turns in force
+/// (the group's when a delay is, the in-flight one, the address's), local or
+/// fleet-wide. With nothing in force it holds nothing but still carries the origin's
+/// answer back to the schedule.
+pub struct Permit {
+    /// The origin's group schedule: answers and response times go there.
+    schedule: Arc<Schedule>,
+    held: Vec<Held>,
     /// In fleet mode, where an unpaced request's 429/503 is reported.
     fleet: Option<Arc<Fleet>>,
+    adaptive: AdaptiveConfig,
     /// How long the request waited for its slot.
     pub waited: Duration,
+    /// When it got its turns (its response time counts from here).
+    granted: Instant,
     ceiling: Duration,
 }
 
 impl Permit {
-    /// Tells the schedule how the origin answered (429/503 back off, success decays).
+    /// Tells the schedule how the origin answered (429/5xx back off, success decays,
+    /// response times feed the adaptive delay).
     pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
-        {
-            let mut t = lock(&self.schedule.timing);
-            match (status, retry_after) {
-                (429 | 503, Some(wait)) => {
-                    let until = Instant::now() + wait.min(self.ceiling);
-                    t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
-                }
-                (429 | 503, None) => {
-                    let base = t.delay.max(Duration::from_secs(1));
-                    t.backoff = (t.backoff * 2).max(base).min(self.ceiling);
-                }
-                _ => t.backoff /= 2,
-            }
-        }
-        match (&self.turn, &self.fleet) {
-            (Turn::Shared(turn), _) => turn.origin_answered(status, retry_after),
-            (Turn::Free, Some(fleet)) if matches!(status, 429 | 503) => {
+        let took = self.granted.elapsed();
+        lock(&self.schedule.timing).answered(
+            status,
+            retry_after,
+            took,
+            &self.adaptive,
+            self.ceiling,
+        );
+        let shared = self.held.iter().find_map(|h| match &h.turn {
+            Some(Turn::Shared(turn)) if Arc::ptr_eq(&h.schedule, &self.schedule) => Some(turn),
+            _ => None,
+        });
+        match (shared, &self.fleet) {
+            (Some(turn), _) => turn.origin_answered(status, retry_after),
+            (None, Some(fleet)) if matches!(status, 429 | 503) => {
                 fleet.report(self.schedule.keys(), status, retry_after, self.ceiling)
             }
             _ => {}
@@ -289,12 +450,6 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        match std::mem::replace(&mut self.turn, Turn::Free) {
-            Turn::Free => return,
-            Turn::Local { .. } => {}
-            Turn::Shared(turn) => turn.release(self.ceiling),
-        }
-        self.schedule.dequeue();
     }
 }
 
@@ -316,14 +471,36 @@ impl Drop for Waiting<'_> {
 /// One schedule as the admin API shows it.
 #[derive(Clone, Debug)]
 pub struct ScheduleState {
-    /// The robots.txt group (its first agent name; empty: none or `*`).
+    /// The robots.txt group (its first agent name; empty: none or `*`), or `#in-flight`.
     pub group: String,
+    /// The delay in force, and the rule that set it.
     pub delay: Duration,
+    pub rule: DelayRule,
     pub backoff: Duration,
-    /// Requests waiting for or holding the turn (on this instance).
+    /// Turns given out at once (1 for a group, `max_in_flight` for the in-flight one).
+    pub capacity: usize,
+    /// Requests waiting for or holding a turn (on this instance).
     pub queued: usize,
     /// Until the next request may start (zero: now).
     pub next_slot_in: Option<Duration>,
+}
+
+/// One request's pacing: where it queues and what is in force for it.
+pub struct PaceRequest<'a> {
+    /// The origin's schedules.
+    pub schedules: &'a Schedules,
+    /// The address's, with `pacing.key: address`.
+    pub address: Option<&'a Schedules>,
+    /// Its robots.txt group.
+    pub group: &'a str,
+    /// The delay from configuration and robots.txt, and its rule.
+    pub delay: Duration,
+    pub rule: DelayRule,
+    /// Requests in flight to the origin at once (0: no limit).
+    pub max_in_flight: usize,
+    /// When the origin's robots.txt was last fetched: that fetch counts as the
+    /// schedule's previous request.
+    pub robots_fetched_at: Option<Instant>,
 }
 
 /// The pacing settings, the process-wide count of queued requests, and the fleet
@@ -338,13 +515,13 @@ pub struct Pacer {
 /// arrival order like a page's and released when the fetch ends (which starts each
 /// schedule's next delay).
 pub struct FetchTurns {
-    _held: Vec<Permit>,
+    _held: Vec<Held>,
 }
 
 /// When a schedule's holder may start: the previous end plus the delay in force, and
 /// past any pause the origin asked for.
-fn next_start(t: &Timing) -> Option<Instant> {
-    let effective = t.delay.max(t.backoff);
+fn next_start(t: &Timing, now: Instant) -> Option<Instant> {
+    let effective = t.effective(now).0;
     [t.last_end.map(|e| e + effective), t.paused_until]
         .into_iter()
         .flatten()
@@ -367,12 +544,15 @@ impl Pacer {
         }
     }
 
-    fn permit(&self, schedule: Arc<Schedule>, turn: Turn, waited: Duration) -> Permit {
-        Permit {
+    /// The settings.
+    pub fn config(&self) -> &PacingConfig {
+        &self.config
+    }
+
+    fn held(&self, schedule: Arc<Schedule>, turn: Turn) -> Held {
+        Held {
             schedule,
-            turn,
-            fleet: self.fleet.clone(),
-            waited,
+            turn: Some(turn),
             ceiling: self.config.ceiling_seconds.duration(),
         }
     }
@@ -382,17 +562,19 @@ impl Pacer {
     /// a long queue): the caller then postpones the fetch rather than jump the queue.
     pub async fn turns_for_fetch(&self, schedules: &Schedules) -> Option<FetchTurns> {
         let mut list: Vec<Arc<Schedule>> = lock(&schedules.list).clone();
-        // One order for every fetch of the origin (only one runs at a time anyway).
+        // One order for every fetch of the origin (only one runs at a time anyway); the
+        // in-flight schedule (`#…`) first, as it sorts first.
         list.sort_by(|a, b| a.group.cmp(&b.group));
         let now = Instant::now();
         let deadline = now + self.config.max_wait_seconds.duration();
         let mut held = Vec::new();
         for schedule in list {
-            let limited = lock(&schedule.timing).limited(now);
+            let limited = schedule.group == IN_FLIGHT || lock(&schedule.timing).limited(now);
             if let (true, Some(fleet)) = (limited, &self.fleet) {
                 let shared = fleet
                     .acquire(
                         &schedule.keys(),
+                        schedule.capacity,
                         None,
                         usize::MAX,
                         self.config.max_wait_seconds.duration(),
@@ -401,49 +583,53 @@ impl Pacer {
                 match shared {
                     Ok(Ok(turn)) => {
                         schedule.enqueue();
-                        held.push(self.permit(
-                            schedule,
-                            Turn::Shared(Box::new(turn)),
-                            Duration::ZERO,
-                        ));
+                        held.push(self.held(schedule, Turn::Shared(Box::new(turn))));
                         continue;
                     }
                     Ok(Err(_)) => return None,
-                    Err(_) => crate::telemetry::metrics::record_fleet_fallback("local"),
+                    Err(_) => metrics::record_fleet_fallback("local"),
                 }
             }
-            let turn = self.local_turn(&schedule, deadline).await.ok()?;
-            held.push(self.permit(schedule, Turn::Local { _turn: turn }, Duration::ZERO));
+            let turn = self.local_turn(&schedule, 1, deadline).await.ok()?;
+            held.push(self.held(schedule, Turn::Local(turn)));
         }
         Some(FetchTurns { _held: held })
     }
 
-    /// Queues for the local turn of `schedule`, then sleeps out its delay. `Err` carries
-    /// the start when it would come after `deadline`.
+    /// Queues for a local turn of `schedule` (`share` of its permits), then sleeps out
+    /// its delay. `Err` carries the start when it would come after `deadline`.
     async fn local_turn(
         &self,
         schedule: &Schedule,
+        share: u32,
         deadline: Instant,
-    ) -> Result<tokio::sync::OwnedMutexGuard<()>, Instant> {
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Instant> {
         schedule.enqueue();
         let mut waiting = Waiting(schedule, false);
-        let turn = tokio::time::timeout_at(deadline, schedule.turn.clone().lock_owned())
-            .await
-            .map_err(|_| deadline)?;
+        if share == 1 && schedule.capacity > 1 && schedule.turn.available_permits() == 0 {
+            metrics::IN_FLIGHT_WAITS.inc();
+        }
+        let turn =
+            tokio::time::timeout_at(deadline, schedule.turn.clone().acquire_many_owned(share))
+                .await
+                .map_err(|_| deadline)?
+                .map_err(|_| deadline)?;
         schedule.sleep_until_due(deadline).await?;
         waiting.1 = true;
         Ok(turn)
     }
 
     /// The delay for `group`'s schedule among `schedules` (of `origin`, for the log),
-    /// given the robots.txt Crawl-delay (seconds).
+    /// given the robots.txt Crawl-delay (seconds) and an operator override (seconds,
+    /// used when longer), and the rule that set it.
     pub fn delay_for(
         &self,
         schedules: &Schedules,
         origin: &Origin,
         group: &str,
         crawl_delay: Option<f64>,
-    ) -> Duration {
+        override_delay: Option<f64>,
+    ) -> (Duration, DelayRule) {
         // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
         // that overflows a conversion (which once fell back to zero: no pacing at all).
         let (floor, ceiling) = (
@@ -451,7 +637,18 @@ impl Pacer {
             self.config.ceiling_seconds.get(),
         );
         let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
-        let delay = seconds(asked_seconds.max(floor).min(ceiling));
+        let override_seconds = override_delay.unwrap_or(0.0);
+        let (wanted, rule) = [
+            (floor, DelayRule::Floor),
+            (asked_seconds, DelayRule::CrawlDelay),
+            (override_seconds, DelayRule::Override),
+        ]
+        .into_iter()
+        .fold(
+            (0.0, DelayRule::None),
+            |best, c| if c.0 > best.0 { c } else { best },
+        );
+        let delay = seconds(wanted.min(ceiling));
         let ceiling = seconds(ceiling);
         let delay = if delay.is_zero() {
             delay
@@ -467,17 +664,17 @@ impl Pacer {
                 .is_some_and(|s| lock(&s.timing).delay == delay)
         };
         if asked_seconds > self.config.ceiling_seconds.get() && !already_clamped() {
+            metrics::CRAWL_DELAYS_CLAMPED.inc();
             log::warn!(
                 "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {:.1} s",
                 ceiling.as_secs_f64()
             );
         }
-        delay
+        (delay, rule)
     }
 
-    /// Waits for the schedule's next slot; `Err` when the wait would be too long or the
-    /// queue is full. `robots_fetched_at` is when the origin's robots.txt was last
-    /// fetched: that fetch counts as the schedule's previous request.
+    /// The convenience form of [`Pacer::pace`]: one group, no in-flight limit.
+    #[cfg(test)]
     pub async fn acquire(
         &self,
         schedules: &Schedules,
@@ -485,29 +682,103 @@ impl Pacer {
         delay: Duration,
         robots_fetched_at: Option<Instant>,
     ) -> Result<Permit, Refused> {
-        let schedule = schedules.get(group, &self.total);
+        self.pace(PaceRequest {
+            schedules,
+            address: None,
+            group,
+            delay,
+            rule: DelayRule::CrawlDelay,
+            max_in_flight: 0,
+            robots_fetched_at,
+        })
+        .await
+    }
+
+    /// Waits for every turn in force for `request` (its group's when a delay is, then
+    /// the in-flight one; then the address's); `Err` when a wait would be too long or a
+    /// queue is full.
+    pub async fn pace(&self, request: PaceRequest<'_>) -> Result<Permit, Refused> {
+        let started = Instant::now();
+        let schedule = request.schedules.get(request.group, 1, &self.total);
+        let mut held = Vec::new();
+        let mut places = vec![(request.schedules, true)];
+        places.extend(request.address.map(|a| (a, false)));
+        for (schedules, is_origin) in places {
+            let group = if is_origin {
+                schedule.clone()
+            } else {
+                schedules.get(request.group, 1, &self.total)
+            };
+            let fetched = if is_origin {
+                request.robots_fetched_at
+            } else {
+                None
+            };
+            let delay = Some((request.delay, request.rule));
+            let mut took_group = false;
+            if let Some(turn) = self.turn(&group, delay, fetched).await? {
+                held.push(self.held(group.clone(), turn));
+                took_group = true;
+            }
+            if request.max_in_flight > 0 {
+                let in_flight = schedules.get(IN_FLIGHT, request.max_in_flight, &self.total);
+                if let Some(turn) = self.turn(&in_flight, None, None).await? {
+                    held.push(self.held(in_flight, turn));
+                }
+                // While it waited for an in-flight turn, the origin may have asked for a
+                // delay (a slow or failing response): then it waits for that too.
+                if !took_group {
+                    if let Some(turn) = self.turn(&group, delay, None).await? {
+                        held.push(self.held(group, turn));
+                    }
+                }
+            }
+        }
+        Ok(Permit {
+            schedule,
+            held,
+            fleet: self.fleet.clone(),
+            adaptive: self.config.adaptive.clone(),
+            waited: started.elapsed(),
+            granted: Instant::now(),
+            ceiling: self.config.ceiling_seconds.duration(),
+        })
+    }
+
+    /// The turn of one schedule when something is in force there (`delay`: the group's
+    /// delay and rule; `None` for an in-flight schedule, always in force); `None` when
+    /// nothing is.
+    async fn turn(
+        &self,
+        schedule: &Arc<Schedule>,
+        delay: Option<(Duration, DelayRule)>,
+        robots_fetched_at: Option<Instant>,
+    ) -> Result<Option<Turn>, Refused> {
         let now = Instant::now();
         let (limited, backed_off_for) = {
             let mut t = lock(&schedule.timing);
             if let Some(fetched) = robots_fetched_at {
                 t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
             }
-            t.delay = delay;
-            (t.limited(now), t.backed_off_for(now))
+            if let Some((delay, rule)) = delay {
+                t.delay = delay;
+                t.rule = rule;
+            }
+            (delay.is_none() || t.limited(now), t.backed_off_for(now))
         };
-        // No delay, no backoff, no pause: pacing is off, requests run concurrently.
         if !limited {
-            return Ok(self.permit(schedule, Turn::Free, Duration::ZERO));
+            return Ok(None);
         }
-        let mut delay = delay;
+        let mut capacity = schedule.capacity;
         if let Some(fleet) = &self.fleet {
+            let effective = lock(&schedule.timing).effective(now).0;
             match self
-                .acquire_shared(fleet, &schedule, delay, backed_off_for)
+                .shared_turn(fleet, schedule, effective, backed_off_for)
                 .await
             {
-                Ok(result) => return result,
+                Ok(result) => return result.map(Some),
                 Err(action) => {
-                    crate::telemetry::metrics::record_fleet_fallback(match action {
+                    metrics::record_fleet_fallback(match action {
                         OnUnavailable::Refuse => "refuse",
                         OnUnavailable::Local => "local",
                     });
@@ -518,29 +789,37 @@ impl Pacer {
                             backed_off_for,
                         });
                     }
-                    // Alone, each of N instances keeps N delays: the fleet keeps one.
-                    delay = delay.saturating_mul(fleet.config().instances);
-                    lock(&schedule.timing).delay = delay;
+                    // Alone, each of N instances keeps N delays (and a share of the
+                    // in-flight limit): the fleet as a whole keeps one.
+                    let instances = fleet.config().instances;
+                    {
+                        let mut t = lock(&schedule.timing);
+                        t.delay = t.delay.saturating_mul(instances);
+                    }
+                    capacity = (capacity / instances as usize).max(1);
                 }
             }
         }
-        self.acquire_local(schedule, now, backed_off_for).await
+        self.local(schedule, capacity, now, backed_off_for)
+            .await
+            .map(|turn| Some(Turn::Local(turn)))
     }
 
     /// The turn of the shared schedule; `Err` (what `fleet.on_unavailable` says) when
     /// Redis cannot be asked.
-    async fn acquire_shared(
+    async fn shared_turn(
         &self,
         fleet: &Arc<Fleet>,
         schedule: &Arc<Schedule>,
         delay: Duration,
         backed_off_for: Option<Duration>,
-    ) -> Result<Result<Permit, Refused>, OnUnavailable> {
+    ) -> Result<Result<Turn, Refused>, OnUnavailable> {
         schedule.enqueue();
         let mut waiting = Waiting(schedule, false);
         let shared = fleet
             .acquire(
                 &schedule.keys(),
+                schedule.capacity,
                 Some(delay),
                 self.config.max_queue,
                 self.config.max_wait_seconds.duration(),
@@ -555,8 +834,7 @@ impl Pacer {
         Ok(match shared {
             Ok(turn) => {
                 waiting.1 = true;
-                let waited = turn.waited;
-                Ok(self.permit(schedule.clone(), Turn::Shared(Box::new(turn)), waited))
+                Ok(Turn::Shared(Box::new(turn)))
             }
             Err(NoTurn::QueueFull(estimate)) => Err(refused(RefusalReason::QueueFull, estimate)),
             Err(NoTurn::WaitTooLong(estimate)) => {
@@ -565,22 +843,27 @@ impl Pacer {
         })
     }
 
-    /// The turn of the local schedule, within the queue and wait bounds.
-    async fn acquire_local(
+    /// A local turn of `schedule` (at most `capacity` out at once), within the queue and
+    /// wait bounds.
+    async fn local(
         &self,
-        schedule: Arc<Schedule>,
+        schedule: &Arc<Schedule>,
+        capacity: usize,
         now: Instant,
         backed_off_for: Option<Duration>,
-    ) -> Result<Permit, Refused> {
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
+        let pending = schedule.pending.load(Ordering::Acquire);
         let estimate = {
             let t = lock(&schedule.timing);
             let next_slot =
-                next_start(&t).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-            let ahead = schedule.pending.load(Ordering::Acquire) as u32;
-            next_slot + t.delay.max(t.backoff) * ahead
+                next_start(&t, now).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+            // Ahead of this request: whoever holds or waits for the turns, `capacity` at
+            // a time.
+            let rounds = (pending / capacity.max(1)) as u32;
+            next_slot + t.effective(now).0 * rounds
         };
         let retry_after = estimate.max(Duration::from_secs(1));
-        if schedule.pending.load(Ordering::Acquire) >= self.config.max_queue {
+        if pending >= self.config.max_queue + capacity - 1 {
             return Err(Refused {
                 reason: RefusalReason::QueueFull,
                 retry_after,
@@ -594,11 +877,13 @@ impl Pacer {
                 backed_off_for,
             });
         }
+        // Fewer turns than the schedule was made with (the fleet fallback): each request
+        // takes a larger share of them.
+        let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
         let deadline = now + self.config.max_wait_seconds.duration();
-        let turn = self
-            .local_turn(&schedule, deadline)
+        self.local_turn(schedule, share, deadline)
             .await
             .map_err(|at| Refused {
                 reason: RefusalReason::WaitTooLong,
@@ -606,8 +891,7 @@ impl Pacer {
                     .saturating_duration_since(now)
                     .max(Duration::from_secs(1)),
                 backed_off_for,
-            })?;
-        Ok(self.permit(schedule, Turn::Local { _turn: turn }, now.elapsed()))
+            })
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).
@@ -676,34 +960,37 @@ mod tests {
         });
         let k = schedules();
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", None),
+            p.delay_for(&k, &origin(), "*", None, None).0,
             Duration::from_millis(200)
         );
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(4.5)),
+            p.delay_for(&k, &origin(), "*", Some(4.5), None).0,
             Duration::from_millis(4500)
         );
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(86_400.0)),
+            p.delay_for(&k, &origin(), "*", Some(86_400.0), None).0,
             Duration::from_secs(30)
         );
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(1e20)),
+            p.delay_for(&k, &origin(), "*", Some(1e20), None).0,
             Duration::from_secs(30)
         );
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(f64::MAX)),
+            p.delay_for(&k, &origin(), "*", Some(f64::MAX), None).0,
             Duration::from_secs(30)
         );
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(f64::INFINITY)),
+            p.delay_for(&k, &origin(), "*", Some(f64::INFINITY), None).0,
             Duration::from_secs(30)
         );
         // The default margin is added to non-zero delays only.
         let p = Pacer::new(PacingConfig::default());
-        assert_eq!(p.delay_for(&k, &origin(), "*", None), Duration::ZERO);
         assert_eq!(
-            p.delay_for(&k, &origin(), "*", Some(0.5)),
+            p.delay_for(&k, &origin(), "*", None, None).0,
+            Duration::ZERO
+        );
+        assert_eq!(
+            p.delay_for(&k, &origin(), "*", Some(0.5), None).0,
             Duration::from_millis(505)
         );
     }
@@ -724,7 +1011,7 @@ mod tests {
                 ..PacingConfig::default()
             });
             let want = d.max(floor).min(ceiling);
-            let got = p.delay_for(&schedules(), &origin(), "*", Some(d)).as_secs_f64();
+            let got = p.delay_for(&schedules(), &origin(), "*", Some(d), None).0.as_secs_f64();
             proptest::prop_assert!((got - want).abs() <= want * 1e-9 + 1e-9, "d={d} got={got} want={want}");
         }
     }

@@ -255,6 +255,16 @@ impl OriginStore {
         entry
     }
 
+    /// The entry of a server address (`pacing.key: address`): its schedules only, kept
+    /// beside the origins' under a name no origin has (port 0).
+    pub fn address(&self, ip: std::net::IpAddr) -> Arc<OriginEntry> {
+        self.entry(&Origin {
+            scheme: crate::policy::target::Scheme::Http,
+            host: crate::policy::target::Host::Ip(ip),
+            port: 0,
+        })
+    }
+
     /// Number of origins held.
     pub fn len(&self) -> usize {
         self.shards

@@ -18,6 +18,8 @@ pub enum Outcome {
     RobotsTxtCached,
     /// The destination is refused (403).
     EgressDenied,
+    /// An operator override blocks the host (403).
+    Blocked,
     /// Pacing refused to queue it (503).
     PacedRejected,
     /// The origin failed (502/504).
@@ -28,12 +30,13 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Allowed,
         Outcome::Disallowed,
         Outcome::RobotsUnreachable,
         Outcome::RobotsTxtCached,
         Outcome::EgressDenied,
+        Outcome::Blocked,
         Outcome::PacedRejected,
         Outcome::UpstreamError,
         Outcome::BadRequest,
@@ -47,6 +50,7 @@ impl Outcome {
             Outcome::RobotsUnreachable => "robots_unreachable",
             Outcome::RobotsTxtCached => "robots_txt_cached",
             Outcome::EgressDenied => "egress_denied",
+            Outcome::Blocked => "blocked",
             Outcome::PacedRejected => "paced_rejected",
             Outcome::UpstreamError => "upstream_error",
             Outcome::BadRequest => "bad_request",

@@ -1,9 +1,10 @@
 //! Pure request policy: where a request goes ([`target`]), who sends it ([`agent`]),
-//! where traffic may go ([`egress`]), and what robotsgate answers instead of the
-//! origin ([`answer`]). No I/O; uses only [`crate::robots`] and
+//! where traffic may go ([`egress`]), the operator's per-host overrides ([`overrides`]),
+//! and what robotsgate answers instead of the origin ([`answer`]). No I/O; uses only [`crate::robots`] and
 //! [`crate::config`].
 
 pub mod agent;
 pub mod answer;
 pub mod egress;
+pub mod overrides;
 pub mod target;

@@ -99,6 +99,14 @@ impl Origin {
         format!("{self}/robots.txt")
     }
 
+    /// The host name as written in the origin, when it is a name (not an IP literal).
+    pub fn name(&self) -> Option<&str> {
+        match &self.host {
+            Host::Name(name) => Some(name),
+            Host::Ip(_) => None,
+        }
+    }
+
     /// The name to resolve and to send as TLS SNI (no brackets around IPv6).
     pub fn host_name(&self) -> String {
         match &self.host {

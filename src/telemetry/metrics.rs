@@ -205,6 +205,39 @@ static PACING_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Requests that waited for a free in-flight turn (`pacing.max_in_flight`).
+pub static IN_FLIGHT_WAITS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_pacing_in_flight_waits_total",
+        "Requests that waited because their origin had pacing.max_in_flight requests in flight."
+    )
+    .expect("metric registers once")
+});
+
+/// Crawl-delays above `pacing.ceiling_seconds`, clamped (counted once per schedule).
+pub static CRAWL_DELAYS_CLAMPED: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_pacing_crawl_delays_clamped_total",
+        "Crawl-delays above pacing.ceiling_seconds, clamped to it (once per schedule)."
+    )
+    .expect("metric registers once")
+});
+
+static SLOW_DOWNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_pacing_slow_downs_total",
+        "Times an origin's delay was raised by its own responses, by cause: error (429/5xx \
+         without Retry-After) or latency (a response far slower than its baseline).",
+        &["cause"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one adaptive slow-down (`error` or `latency`).
+pub fn record_slow_down(cause: &'static str) {
+    SLOW_DOWNS.with_label_values(&[cause]).inc();
+}
+
 pub fn record_pacing_wait(seconds: f64) {
     PACING_WAIT.observe(seconds);
 }

@@ -833,3 +833,41 @@ pub fn rss_bytes(pid: u32) -> u64 {
         })
         .map_or(0, |kb| kb * 1024)
 }
+
+/// Requests for `prefix` at the origin, in arrival order.
+pub fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = origin
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.starts_with(prefix))
+        .collect();
+    seen.sort_by_key(|s| s.arrived);
+    seen
+}
+
+/// Gaps from one response's end to the next request's arrival (0 when they overlap).
+pub fn gaps(seen: &[Seen]) -> Vec<Duration> {
+    seen.windows(2)
+        .map(|w| {
+            w[1].arrived
+                .saturating_duration_since(w[0].done.expect("completed"))
+        })
+        .collect()
+}
+
+/// The smallest of [`gaps`] (`Duration::MAX` for fewer than two requests).
+pub fn min_gap(seen: &[Seen]) -> Duration {
+    gaps(seen).into_iter().min().unwrap_or(Duration::MAX)
+}
+
+/// The most requests the origin was serving at any one moment.
+pub fn most_at_once(seen: &[Seen]) -> usize {
+    seen.iter()
+        .map(|s| {
+            seen.iter()
+                .filter(|o| o.arrived <= s.arrived && o.done.is_none_or(|d| d > s.arrived))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}

@@ -5,7 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{curl, eventually, free_port, Behaviour, Proxy, Seen, TestOrigin};
+use crate::common::{
+    curl, eventually, free_port, min_gap, most_at_once, pages, Behaviour, Proxy, TestOrigin,
+};
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
 struct Redis {
@@ -159,28 +161,6 @@ fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-/// Requests for `prefix` at the origin, in arrival order.
-fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
-    let mut seen: Vec<Seen> = origin
-        .seen()
-        .into_iter()
-        .filter(|s| s.target.starts_with(prefix))
-        .collect();
-    seen.sort_by_key(|s| s.arrived);
-    seen
-}
-
-/// Smallest gap between one request's end and the next one's arrival at the origin.
-fn min_gap(seen: &[Seen]) -> Duration {
-    seen.windows(2)
-        .map(|w| {
-            w[1].arrived
-                .saturating_duration_since(w[0].done.expect("completed"))
-        })
-        .min()
-        .unwrap_or(Duration::MAX)
 }
 
 /// GETs `count` pages through the instances in turn, all at once; the statuses.
@@ -611,4 +591,38 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         min_gap(&seen)
     );
     assert_eq!(origin.count("/robots.txt"), 1);
+}
+
+/// The in-flight limit holds fleet-wide: twelve clients over two instances, an origin
+/// with no Crawl-delay and 200 ms responses, never more than two requests at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_keep_one_in_flight_limit() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nDisallow:\n")),
+        (
+            "/f",
+            Behaviour::Delayed {
+                delay: Duration::from_millis(200),
+                body: b"page\n".to_vec(),
+            },
+        ),
+    ])
+    .await;
+    for i in 0..12 {
+        origin.set(
+            &format!("/f{i}"),
+            Behaviour::Delayed {
+                delay: Duration::from_millis(200),
+                body: b"page\n".to_vec(),
+            },
+        );
+    }
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    let statuses = spread(&proxies, &origin, "/f", 12).await;
+    assert_eq!(statuses, vec![200; 12]);
+    let seen = pages(&origin, "/f");
+    assert_eq!(seen.len(), 12);
+    assert_eq!(most_at_once(&seen), 2, "max_in_flight 2, fleet-wide");
 }

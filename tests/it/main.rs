@@ -17,6 +17,7 @@ mod https;
 mod layers;
 mod limits;
 mod pacing;
+mod politeness;
 mod proxy;
 mod reload;
 mod robots_props;

@@ -3,35 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{concurrent, curl, eventually, Behaviour, Proxy, Seen, TestOrigin};
-
-/// Requests for `prefix` at the origin, in arrival order.
-fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
-    let mut seen: Vec<Seen> = origin
-        .seen()
-        .into_iter()
-        .filter(|s| s.target.starts_with(prefix))
-        .collect();
-    seen.sort_by_key(|s| s.arrived);
-    seen
-}
+use crate::common::{
+    concurrent, curl, eventually, min_gap, pages, Behaviour, Proxy, Seen, TestOrigin,
+};
 
 /// Time between the first and the last arrival of these requests at the origin.
 fn arrival_spread(seen: &[Seen]) -> Duration {
     let first = seen.iter().map(|s| s.arrived).min().expect("requests");
     let last = seen.iter().map(|s| s.arrived).max().expect("requests");
     last.duration_since(first)
-}
-
-/// Smallest gap between one request's response end and the next request's arrival.
-fn min_gap(seen: &[Seen]) -> Duration {
-    seen.windows(2)
-        .map(|w| {
-            w[1].arrived
-                .saturating_duration_since(w[0].done.expect("completed"))
-        })
-        .min()
-        .unwrap_or(Duration::MAX)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,6 +243,8 @@ async fn origin_429_with_retry_after_pauses_the_schedule() {
     );
 }
 
+/// Without a Crawl-delay nothing is spaced: only `pacing.max_in_flight` bounds how many
+/// run at once (here lifted to 4; `tests/it/politeness.rs` tests the default of 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_crawl_delay_requests_are_not_serialised() {
     let origin = TestOrigin::start(vec![
@@ -279,7 +261,7 @@ async fn without_crawl_delay_requests_are_not_serialised() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback("  pacing:\n    max_in_flight: 4\n");
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let statuses = concurrent(
         &proxy,
