@@ -6,9 +6,12 @@ no Crawl-delay), a redis-server, and two robotsgate processes (`threads: 1`): on
 embedded, one with `fleet.redis`. wrk sends GETs rotating over the 16 origins, twice per
 backend:
 
-* unpaced — no delay in force: the fleet backend must not be touched on the hot path;
+* unpaced — no delay and no in-flight limit in force (`max_in_flight: 0`): the fleet
+  backend must not be touched on the hot path;
+* in-flight — no delay, `max_in_flight: 2` (the default): every request takes an
+  in-flight turn, locally or from Redis;
 * paced — `pacing.floor_seconds: 0.002` makes every origin paced (one request at a time,
-  2 ms apart), so every request takes a turn: locally, or from Redis.
+  2 ms apart) with `max_in_flight: 2`: every request takes both turns.
 
 For each row: requests/s, p50/p99 latency, robotsgate CPU µs per request (utime+stime of
 the whole process from /proc), and for the Redis rows the Redis commands per request
@@ -118,14 +121,14 @@ http {{ access_log off; keepalive_requests 1000000;
 
         env = {**os.environ, "RUST_LOG": "warn"}
 
-        def robotsgate(name, fleet, paced):
+        def robotsgate(name, fleet, floor, in_flight):
             path = f"{work}/{name}.yaml"
             with open(path, "w") as f:
                 f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
                         f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
                         f"robotsgate:\n  admin_listen: null\n"
-                        f"  pacing:\n    floor_seconds: {0.002 if paced else 0}\n    margin_seconds: 0\n"
-                        f"    max_wait_seconds: 30\n    max_queue: 1000\n")
+                        f"  pacing:\n    floor_seconds: {floor}\n    margin_seconds: 0\n"
+                        f"    max_wait_seconds: 30\n    max_queue: 1000\n    max_in_flight: {in_flight}\n")
                 if fleet:
                     f.write(f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n")
             port = free_port()
@@ -143,10 +146,9 @@ http {{ access_log off; keepalive_requests 1000000;
                     "  return wrk.format('GET', 'http://127.0.0.1:' .. p .. '/index.html', {Host = '127.0.0.1:' .. p})\nend\n")
 
         rows = {}
-        for paced in (False, True):
-            kind = "paced" if paced else "unpaced"
+        for kind, floor, in_flight in (("unpaced", 0, 0), ("in-flight", 0, 2), ("paced", 0.002, 2)):
             for backend in ("embedded", "redis"):
-                proc, port = robotsgate(f"{backend}-{kind}", backend == "redis", paced)
+                proc, port = robotsgate(f"{backend}-{kind}", backend == "redis", floor, in_flight)
                 # Warm every origin's robots.txt: cached decisions are what is measured.
                 for p in ports:
                     subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}",
@@ -163,7 +165,7 @@ http {{ access_log off; keepalive_requests 1000000;
             print(f"{kind:<9} {backend:<9} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {r['cpu_us']:>11.1f} "
                   f"{r['redis_trips']:>15.2f} {r['redis_inner']:>10.1f} {r['redis_cpu_us']:>13.1f} {r['non2xx']:>8}")
         print()
-        for kind in ("unpaced", "paced"):
+        for kind in ("unpaced", "in-flight", "paced"):
             e, r = rows[(kind, "embedded")], rows[(kind, "redis")]
             print(f"{kind:<9} redis/embedded: CPU per request {r['cpu_us'] / e['cpu_us']:.2f}x, "
                   f"p50 {r['p50'] - e['p50']:+.3f} ms, p99 {r['p99'] - e['p99']:+.3f} ms, "

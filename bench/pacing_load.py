@@ -9,6 +9,11 @@ response's end and the next request's arrival (the robots.txt fetch included) ag
 the delay and prints: requests, origins, violations, smallest gap/delay ratio, and the
 mean excess wait over the ideal schedule. Exits 1 on any violation.
 
+With `--no-crawl-delay` the origins publish no Crawl-delay and answer after
+`--response-ms` (20): the run is made twice in one go, with the default
+`pacing.max_in_flight: 2` and with the limit off (0), and prints the most requests any
+origin served at once (must be ≤ 2 with the limit) and the throughput cost of the limit.
+
 With `--instances N` (N > 1) it runs a fleet: a redis-server on loopback and N robotsgate
 processes sharing it (`fleet.redis`), the requests spread over them in turn; the gaps
 at the origins must hold fleet-wide.
@@ -34,8 +39,9 @@ DELAYS = [0.05, 0.1, 0.2]
 
 
 class Origin:
-    def __init__(self, delay):
+    def __init__(self, delay, response_s):
         self.delay = delay
+        self.response_s = response_s
         self.log = []  # (path, arrived, done)
 
     async def handle(self, reader, writer):
@@ -44,7 +50,12 @@ class Origin:
                 head = await reader.readuntil(b"\r\n\r\n")
                 arrived = time.monotonic()
                 path = head.split(b" ", 2)[1].decode()
-                body = (f"User-agent: *\nCrawl-delay: {self.delay}\n" if path == "/robots.txt" else f"page {path}\n").encode()
+                if path == "/robots.txt":
+                    body = (f"User-agent: *\nCrawl-delay: {self.delay}\n" if self.delay else "User-agent: *\nDisallow:\n").encode()
+                else:
+                    body = f"page {path}\n".encode()
+                    if self.response_s:
+                        await asyncio.sleep(self.response_s)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                 # write() hands the bytes to the kernel at once when it can: that is the
                 # response's end as the origin knows it (drain() returns later, after the
@@ -58,14 +69,14 @@ class Origin:
             writer.close()
 
 
-def serve_origins(count, ports_out, logs_out, stop):
+def serve_origins(count, delays, response_s, ports_out, logs_out, stop):
     """Runs the origins in a process of their own, so the load generator's work does not
     delay their timestamps; sends their logs back when `stop` is set."""
 
     async def run():
         origins, servers = [], []
         for i in range(count):
-            origin = Origin(DELAYS[i % len(DELAYS)])
+            origin = Origin(delays[i % len(delays)], response_s)
             server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
             origin.port = server.sockets[0].getsockname()[1]
             origins.append(origin)
@@ -103,10 +114,11 @@ async def wait_for(port):
             await asyncio.sleep(0.05)
 
 
-async def main(args):
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+async def run_once(args, delays, response_s, pacing):
+    """One load through fresh origins and robotsgate processes: (statuses, wall seconds, logs)."""
     ports_q, logs_q, stop = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
-    origin_process = multiprocessing.Process(target=serve_origins, args=(args.origins, ports_q, logs_q, stop))
+    origin_process = multiprocessing.Process(target=serve_origins,
+                                             args=(args.origins, delays, response_s, ports_q, logs_q, stop))
     origin_process.start()
     origin_ports = ports_q.get(timeout=20)
 
@@ -124,7 +136,7 @@ async def main(args):
         with open(conf, "w") as f:
             f.write(f"version: 1\nthreads: 2\npid_file: {work}/pid{i}\nupgrade_sock: {work}/sock{i}\ngrace_period_seconds: 0\n"
                     f"graceful_shutdown_timeout_seconds: 1\nrobotsgate:\n  admin_listen: null\n"
-                    f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{fleet}")
+                    f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{pacing}{fleet}")
         port = free_port()
         started.append(subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen",
                                          f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8"],
@@ -158,7 +170,41 @@ async def main(args):
         logs = logs_q.get(timeout=20)
         origin_process.join(timeout=5)
         shutil.rmtree(work, ignore_errors=True)
+    return statuses, elapsed, logs
 
+
+def most_at_once(log):
+    """The most requests one origin was serving at any moment (robots.txt excluded)."""
+    events = sorted([(a, 1) for p, a, d in log if p != "/robots.txt"] + [(d, -1) for p, a, d in log if p != "/robots.txt"])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def no_crawl_delay(args):
+    limited = await run_once(args, [None], args.response_ms / 1000, "    max_in_flight: 2\n")
+    unlimited = await run_once(args, [None], args.response_ms / 1000, "    max_in_flight: 0\n")
+    failed = 0
+    for name, (statuses, elapsed, logs) in (("max_in_flight 2", limited), ("unlimited", unlimited)):
+        ok = sum(1 for s in statuses if s == 200)
+        most = max(most_at_once(log) for _, _, log in logs)
+        print(f"{name:<16} requests {len(statuses)} (200: {ok}), origins {len(logs)}, response {args.response_ms} ms, "
+              f"wall {elapsed:.2f} s, {len(statuses) / elapsed:.0f} req/s, most at once at one origin {most}")
+        failed |= ok != len(statuses)
+        if name.startswith("max") and most > 2:
+            print("violation: an origin served more than 2 requests at once")
+            failed = 1
+    print(f"throughput with the limit / without: {(len(limited[0]) / limited[1]) / (len(unlimited[0]) / unlimited[1]):.2f}x")
+    return failed
+
+
+async def main(args):
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    if args.no_crawl_delay:
+        return await no_crawl_delay(args)
+    statuses, elapsed, logs = await run_once(args, DELAYS, 0, "")
     violations, excess, ratios, gaps = 0, [], [], 0
     for port, delay, log in logs:
         log = sorted(log, key=lambda e: e[1])
@@ -185,4 +231,6 @@ if __name__ == "__main__":
     parser.add_argument("--in-flight", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--no-crawl-delay", action="store_true")
+    parser.add_argument("--response-ms", type=int, default=20)
     sys.exit(asyncio.run(main(parser.parse_args())))

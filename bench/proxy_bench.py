@@ -60,6 +60,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--compare", help="another robotsgate binary, measured in the same run")
+    parser.add_argument("--compare-limit", action="store_true",
+                        help="the other binary knows pacing.max_in_flight: turn it off there too")
     args = parser.parse_args()
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
@@ -87,16 +89,21 @@ http {{ access_log off; keepalive_requests 1000000;
         started.append(nginx)
         wait_port(nginx_port)
 
-        def conf(name):
+        def conf(name, extra=""):
             path = f"{work}/{name}.yaml"
             with open(path, "w") as f:
                 f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
                         f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
-                        f"robotsgate:\n  admin_listen: null\n")
+                        f"robotsgate:\n  admin_listen: null\n{extra}")
             return path
 
+        # One origin and 32 connections: the in-flight limit (2 per origin) would make
+        # this a measure of politeness, not of the cost of a cached decision; it is off
+        # here (bench/pacing_load.py --no-crawl-delay measures the limit).
+        no_limit = "  pacing:\n    max_in_flight: 0\n"
+
         env = {**os.environ, "RUST_LOG": "warn"}
-        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rg"), "--listen", f"127.0.0.1:{rg_port}",
+        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rg", no_limit), "--listen", f"127.0.0.1:{rg_port}",
                                "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
                               stderr=open(f"{work}/rg.log", "w"))
         started.append(rg)
@@ -107,7 +114,7 @@ http {{ access_log off; keepalive_requests 1000000;
         wait_port(pt_port)
         other = None
         if args.compare:
-            other = subprocess.Popen([args.compare, "run", "--config", conf("other"), "--listen", f"127.0.0.1:{other_port}",
+            other = subprocess.Popen([args.compare, "run", "--config", conf("other", no_limit if args.compare_limit else ""), "--listen", f"127.0.0.1:{other_port}",
                                       "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
                                      stderr=open(f"{work}/other.log", "w"))
             started.append(other)

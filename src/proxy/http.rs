@@ -20,7 +20,7 @@ use pingora::ErrorSource;
 
 use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
-use crate::enforce::{bad_request, Allowed, Answer, Decision, Enforcer};
+use crate::enforce::{bad_request, Allowed, Answer, Decision, DelayRule, Enforcer};
 use crate::origin::pacing::Permit;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
@@ -72,6 +72,8 @@ enum Stage {
     Forwarded {
         addr: SocketAddr,
         allowed: Allowed,
+        /// What set its delay.
+        rule: DelayRule,
         /// The pacing turn, held until the response has been sent.
         permit: Permit,
         upstream_status: Option<u16>,
@@ -279,6 +281,7 @@ impl ProxyHttp for RobotsGateProxy {
                         ctx.stage = Stage::Forwarded {
                             addr,
                             allowed: why,
+                            rule: pace.rule,
                             permit,
                             upstream_status: None,
                             failed: None,
@@ -473,24 +476,27 @@ impl ProxyHttp for RobotsGateProxy {
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
         // The response is sent: the pacing schedule's clock starts now (the permit goes).
-        let (pacing_wait, upstream_status, line, why) = match std::mem::take(&mut ctx.stage) {
-            Stage::Received => (0.0, None, None, String::new()),
-            Stage::Answered { why, line, .. } => (0.0, None, line, why),
-            Stage::Forwarded {
-                allowed,
-                permit,
-                upstream_status,
-                failed,
-                ..
-            } => {
-                let line = match allowed {
-                    Allowed::Rule { line } => Some(line),
-                    _ => None,
-                };
-                let why = failed.unwrap_or_else(|| allowed.to_string());
-                (permit.waited.as_secs_f64(), upstream_status, line, why)
-            }
-        };
+        let (pacing_wait, upstream_status, line, why, delay_rule) =
+            match std::mem::take(&mut ctx.stage) {
+                Stage::Received => (0.0, None, None, String::new(), None),
+                Stage::Answered { why, line, .. } => (0.0, None, line, why, None),
+                Stage::Forwarded {
+                    allowed,
+                    rule,
+                    permit,
+                    upstream_status,
+                    failed,
+                    ..
+                } => {
+                    let line = match allowed {
+                        Allowed::Rule { line } => Some(line),
+                        _ => None,
+                    };
+                    let why = failed.unwrap_or_else(|| allowed.to_string());
+                    let waited = permit.waited.as_secs_f64();
+                    (waited, upstream_status, line, why, Some(rule.label()))
+                }
+            };
         if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
@@ -513,6 +519,7 @@ impl ProxyHttp for RobotsGateProxy {
             line,
             why: &why,
             pacing_wait_seconds: pacing_wait,
+            delay_rule,
             duration_seconds: elapsed,
             error: error.map(|e| e.to_string()),
         }

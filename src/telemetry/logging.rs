@@ -58,6 +58,9 @@ pub struct AccessRecord<'a> {
     /// Why: the allow reason or the `X-Robots-Decision` of robotsgate's own answer.
     pub why: &'a str,
     pub pacing_wait_seconds: f64,
+    /// What set the forwarded request's delay (`crawl-delay`, `floor`, `override`,
+    /// `none`); `None` for robotsgate's own answers.
+    pub delay_rule: Option<&'a str>,
     pub duration_seconds: f64,
     pub error: Option<String>,
 }
@@ -77,6 +80,7 @@ impl AccessRecord<'_> {
             line = self.line,
             why = self.why,
             pacing_wait_seconds = self.pacing_wait_seconds,
+            delay_rule = self.delay_rule,
             duration_seconds = self.duration_seconds,
             error = self.error.as_deref(),
         );

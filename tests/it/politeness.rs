@@ -203,7 +203,7 @@ async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
     .await;
     let port = origin.addr.port();
     let proxy = Proxy::start_for_loopback(&format!(
-        "  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    overrides:\n      - host: \"*.blocked.test\"\n        block: true\n        reason: asked us to stop\n      - host: slow.test\n        delay_seconds: 0.6\n"
+        "  log_format: json\n  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    overrides:\n      - host: \"*.blocked.test\"\n        block: true\n        reason: asked us to stop\n      - host: slow.test\n        delay_seconds: 0.6\n"
     ));
     let (status, head, body) = curl(&proxy, &format!("http://www.blocked.test:{port}/x"), &[]);
     assert_eq!(status, 403);
