@@ -488,6 +488,10 @@ fn robots_state(origin: &Origin, snapshot: &Snapshot) -> Value {
             "outcome": f.outcome,
             "duration_seconds": f.duration.as_secs_f64(),
         })).collect::<Vec<_>>(),
+        "changes": snapshot.changes.iter().map(|c| json!({
+            "seconds_ago": Instant::now().saturating_duration_since(c.at).as_secs_f64(),
+            "summary": c.summary,
+        })).collect::<Vec<_>>(),
     })
 }
 

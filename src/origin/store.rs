@@ -95,6 +95,30 @@ pub struct Snapshot {
     pub cause: Option<String>,
     /// The most recent fetches, oldest first (at most [`HISTORY`]), for the admin API.
     pub history: Vec<FetchRecord>,
+    /// The most recent changes of the rules, oldest first (at most [`CHANGES`]).
+    pub changes: Vec<ChangeRecord>,
+}
+
+/// A refetch that changed an origin's rules, as the admin API lists it.
+#[derive(Clone, Debug)]
+pub struct ChangeRecord {
+    /// When the changed file was fetched.
+    pub at: Instant,
+    /// What changed, one line (`groups +0 -0; rules +1 -0 (+ *: Disallow: /new)`).
+    pub summary: String,
+}
+
+/// Rule changes remembered per origin.
+pub const CHANGES: usize = 4;
+
+/// The rules a policy enforces, when they are known: a file's, or none (a 4xx: allow
+/// all). `None` while robots.txt cannot be read.
+fn known_rules(snapshot: &Snapshot) -> Option<Option<&RobotsTxt>> {
+    match &snapshot.policy {
+        Policy::Rules { robots, .. } => Some(Some(robots)),
+        Policy::AllowAll { .. } if snapshot.fetched_at.is_some() => Some(None),
+        _ => None,
+    }
 }
 
 /// One robots.txt fetch, as the admin API lists it.
@@ -459,6 +483,7 @@ impl OriginStore {
                 last_outcome: "internal error".into(),
                 cause: Some("internal-error".into()),
                 history: Vec::new(),
+                changes: Vec::new(),
             }),
         }
     }
@@ -538,6 +563,7 @@ impl OriginStore {
                     last_outcome: "fleet backend unavailable".into(),
                     cause: Some("fleet-backend-unavailable".into()),
                     history: Vec::new(),
+                    changes: Vec::new(),
                 })
             }
         }
@@ -619,12 +645,9 @@ impl OriginStore {
                 why: shared.why.clone(),
             },
         };
-        let history = entry
-            .state
-            .load()
-            .as_ref()
-            .map(|p| p.history.clone())
-            .unwrap_or_default();
+        let held = entry.state.load();
+        let history = held.as_ref().map(|p| p.history.clone()).unwrap_or_default();
+        let changes = held.as_ref().map(|p| p.changes.clone()).unwrap_or_default();
         let snapshot = Snapshot {
             policy,
             fresh_until: at(shared.fresh_in_ms).unwrap_or(now),
@@ -635,6 +658,7 @@ impl OriginStore {
             last_outcome: shared.outcome.clone(),
             cause: (!shared.cause.is_empty()).then(|| shared.cause.clone()),
             history,
+            changes,
         };
         entry.state.store(Some(Arc::new(snapshot)));
         entry.version.store(shared.version, Ordering::Release);
@@ -656,7 +680,10 @@ impl OriginStore {
             .inc();
         let previous = entry.state.load_full();
         let mut next = self.next_snapshot(previous.as_deref(), outcome, Instant::now());
-        let mut history = previous.map(|p| p.history.clone()).unwrap_or_default();
+        let mut history = previous
+            .as_ref()
+            .map(|p| p.history.clone())
+            .unwrap_or_default();
         if history.len() >= HISTORY {
             history.remove(0);
         }
@@ -667,6 +694,21 @@ impl OriginStore {
             duration,
         });
         next.history = history;
+        next.changes = previous
+            .as_ref()
+            .map(|p| p.changes.clone())
+            .unwrap_or_default();
+        if let Some(summary) = previous.as_deref().and_then(|p| rules_change(p, &next)) {
+            log::info!("robots.txt {} changed: {summary}", origin.robots_url());
+            crate::telemetry::metrics::ROBOTS_CHANGES.inc();
+            if next.changes.len() >= CHANGES {
+                next.changes.remove(0);
+            }
+            next.changes.push(ChangeRecord {
+                at: started,
+                summary,
+            });
+        }
         let snapshot = Arc::new(next);
         match &snapshot.policy {
             Policy::DisallowAll { why } => {
@@ -708,6 +750,7 @@ impl OriginStore {
             last_outcome: what,
             cause: None,
             history: Vec::new(),
+            changes: Vec::new(),
         };
         match outcome {
             FetchOutcome::Body {
@@ -786,10 +829,28 @@ impl OriginStore {
                     last_outcome: why,
                     cause: Some(cause),
                     history: Vec::new(),
+                    changes: Vec::new(),
                 }
             }
         }
     }
+}
+
+/// What changed between two snapshots' rules, when both are known and they differ
+/// (an unreadable robots.txt, or a copy kept while it is, is no change of rules).
+fn rules_change(previous: &Snapshot, next: &Snapshot) -> Option<String> {
+    if next.cause.is_some() {
+        return None;
+    }
+    let (before, after) = (known_rules(previous)?, known_rules(next)?);
+    if let (Policy::Rules { body: a, .. }, Policy::Rules { body: b, .. }) =
+        (&previous.policy, &next.policy)
+    {
+        if a == b {
+            return None;
+        }
+    }
+    crate::robots::RulesChange::between(before, after).map(|c| c.to_string())
 }
 
 /// A snapshot as the fleet stores it: the raw file and its fetch state, times relative

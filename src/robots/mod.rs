@@ -31,6 +31,7 @@
 //! assert!(!robots.check(&["ExampleBot"], "/%70rivate").allowed);
 //! ```
 
+mod diff;
 mod extensions;
 mod index;
 mod lexer;
@@ -41,6 +42,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+pub use diff::RulesChange;
 pub use extensions::CleanParam;
 pub use lexer::MAX_LINE_BYTES;
 pub use normalize::{normalize_path, path_of_url, CanonicalPath};

@@ -167,6 +167,15 @@ static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Refetches that changed an origin's effective rules.
+pub static ROBOTS_CHANGES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_robots_changes_total",
+        "robots.txt refetches that changed an origin's rules (groups, Allow/Disallow, Crawl-delay)."
+    )
+    .expect("metric registers once")
+});
+
 pub static STORE_EVICTIONS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_robots_store_evictions_total",

@@ -272,3 +272,52 @@ async fn json_access_log_has_one_structured_line_per_request() {
         proxy.log()
     );
 }
+
+/// A refetch that changes the rules is logged once, counted, and listed in
+/// `/origins/{origin}`; a refetch of the same rules in another spelling is not a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_changes_are_tracked() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /old\nCrawl-delay: 1\n"),
+    )])
+    .await;
+    // Admin refreshes are allowed once per min_ttl: short here.
+    let proxy = Proxy::start_for_loopback("  robots:\n    min_ttl_seconds: 0.2\n");
+    assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
+    let path = format!("/origins/{}", origin.url("").trim_end_matches('/'));
+    // The same rules, respelled: no change.
+    origin.set(
+        "/robots.txt",
+        Behaviour::ok("# comment\nuser-agent: *\ncrawl-delay: 1\ndisallow: /old\n"),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["robots"]["changes"].as_array().map(Vec::len),
+        Some(0),
+        "{v}"
+    );
+    // New rules: one change.
+    origin.set(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /new\nCrawl-delay: 2\n"),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
+    assert_eq!(status, 200, "{v}");
+    let changes = v["robots"]["changes"].as_array().expect("changes").clone();
+    assert_eq!(changes.len(), 1, "{v}");
+    let summary = changes[0]["summary"].as_str().expect("summary");
+    assert!(summary.contains("+ *: Disallow: /new"), "{summary}");
+    assert!(summary.contains("- *: Disallow: /old"), "{summary}");
+    assert!(summary.contains("crawl-delay *: 1 -> 2"), "{summary}");
+    assert_eq!(proxy.metric("robotsgate_robots_changes_total"), Some(1.0));
+    assert_eq!(
+        proxy.log().matches("changed: groups").count(),
+        1,
+        "{}",
+        proxy.log()
+    );
+}
