@@ -52,6 +52,35 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Several instances sharing pacing and robots.txt through Redis.
     pub fleet: FleetConfig,
+    /// Enforce, or only report what would be refused (for a gradual rollout).
+    pub enforce: EnforceConfig,
+}
+
+/// `enforce`: whether robots.txt refusals and pacing waits are applied or only reported.
+/// Report mode forwards a request robots.txt disallows (or whose robots.txt cannot be
+/// read), counting and logging it as `would_disallow`, and records the pacing wait it
+/// would have imposed without holding the request. Egress refusals, access control and
+/// operator blocks are always enforced.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnforceConfig {
+    /// For every request not matched below.
+    pub mode: EnforceMode,
+    /// Clients in these networks are in report mode.
+    pub report_clients: Vec<Cidr>,
+    /// Proxy users (`access.credentials_file`) in report mode.
+    pub report_users: Vec<String>,
+}
+
+/// `enforce.mode` (and `agent.rules[].mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnforceMode {
+    /// Refuse what robots.txt disallows; hold requests for their pacing turn.
+    #[default]
+    Enforce,
+    /// Forward anyway, and report what would have been refused or held.
+    Report,
 }
 
 /// Who may use the admin listener (see `admin.rs`).
@@ -95,6 +124,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
             fleet: FleetConfig::default(),
+            enforce: EnforceConfig::default(),
         }
     }
 }
@@ -194,6 +224,9 @@ pub struct AgentRule {
     pub user_agent_contains: Option<String>,
     /// Ordered product tokens, most specific first.
     pub tokens: Vec<String>,
+    /// `report`: requests this rule matches are in report mode (see `enforce`).
+    #[serde(default)]
+    pub mode: Option<EnforceMode>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

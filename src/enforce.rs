@@ -79,6 +79,8 @@ pub struct Pace {
     pub rule: DelayRule,
     /// Requests in flight to the origin at once (0: no limit).
     pub max_in_flight: usize,
+    /// Report mode: record the wait instead of waiting.
+    pub report: bool,
     robots_fetched_at: Option<Instant>,
 }
 
@@ -105,6 +107,8 @@ pub enum Decision {
         why: Allowed,
         /// Its pacing schedule and delay.
         pace: Pace,
+        /// Report mode: what enforcing would have answered instead (a robots.txt refusal).
+        reported: Option<Box<Reply>>,
     },
     /// Answer the client with this; the origin is not contacted.
     Respond(Reply),
@@ -161,6 +165,23 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// In report mode, the `X-Robots-Decision` of the forwarded response: `would-disallow;`
+    /// and what enforcing would have said (`robots=…; rule=…; line=…`, or the unreadable
+    /// robots.txt's reason).
+    pub fn would_disallow(&self) -> String {
+        let header = self.answer().header;
+        let rest = header.strip_prefix("disallowed; ").unwrap_or(&header);
+        format!("would-disallow; {rest}")
+    }
+
+    /// The robots.txt line behind the reply, when a rule decided.
+    pub fn line(&self) -> Option<u32> {
+        match self {
+            Reply::Disallowed { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+
     /// The answer the client gets: the one rendering of a decision robotsgate answers.
     pub fn answer(&self) -> Answer {
         match self {
@@ -328,14 +349,22 @@ impl Enforcer {
             fleet,
             resolver,
             egress,
-            agents: AgentResolver::new(&config.agent),
+            agents: AgentResolver::new(&config.agent, &config.enforce),
             overrides: Overrides::new(&config.pacing.overrides),
         })
     }
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
-        self.decide_explained(target, &self.tokens(who)).await.0
+        self.decide_explained(target, &self.tokens(who), self.reports(who))
+            .await
+            .0
+    }
+
+    /// Is `who` in report mode (`enforce.mode`, `report_clients`, `report_users`, or
+    /// its agent rule's `mode`)?
+    pub fn reports(&self, who: &Requester<'_>) -> bool {
+        self.agents.reports(who)
     }
 
     /// The robots.txt tokens `who` is judged as (resolve them once per request and hand
@@ -351,6 +380,7 @@ impl Enforcer {
         &self,
         target: &Target,
         tokens: &Tokens<'_>,
+        report: bool,
     ) -> (Decision, Option<Arc<Snapshot>>) {
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
@@ -369,7 +399,9 @@ impl Enforcer {
             return (Decision::Respond(reply), None);
         }
         let (entry, snapshot) = self.store.get(origin).await;
-        let decision = self.decide_on(target, tokens, &resolved, &entry, &snapshot, applied);
+        let decision = self.decide_on(
+            target, tokens, &resolved, &entry, &snapshot, applied, report,
+        );
         (decision, Some(snapshot))
     }
 
@@ -383,9 +415,22 @@ impl Enforcer {
         entry: &Arc<OriginEntry>,
         snapshot: &Arc<Snapshot>,
         applied: Option<crate::policy::overrides::Applied<'_>>,
+        report: bool,
     ) -> Decision {
         let origin = &target.origin;
         let config = self.pacer.config();
+        // Report mode: a robots.txt refusal goes through, carrying what it replaces.
+        let report_instead = |reply: Reply, forward: Decision| match forward {
+            Decision::Forward {
+                addr, why, pace, ..
+            } => Decision::Forward {
+                addr,
+                why,
+                pace,
+                reported: Some(Box::new(reply)),
+            },
+            other => other,
+        };
         // An allowed request: where it connects and which pacing schedule it joins.
         let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
             Ok(addrs) => {
@@ -411,8 +456,10 @@ impl Enforcer {
                         max_in_flight: applied
                             .and_then(|a| a.entry.max_in_flight)
                             .unwrap_or(config.max_in_flight),
+                        report,
                         robots_fetched_at: snapshot.fetched_at,
                     },
+                    reported: None,
                 }
             }
             Err(e) => Decision::Respond(Reply::DnsFailure {
@@ -437,22 +484,24 @@ impl Enforcer {
                     group,
                     read_as,
                 } = judge(robots, target, tokens);
-                if verdict.allowed {
-                    // Crawlers in one group share a schedule; the group's first name is
-                    // its stable identity across refreshes of the file.
-                    let group_name = group
+                // Crawlers in one group share a schedule; the group's first name is its
+                // stable identity across refreshes of the file.
+                let group_name = || {
+                    group
                         .and_then(|g| robots.group(g))
                         .and_then(|g| g.agents.first())
-                        .map_or(String::new(), |name| name.to_ascii_lowercase());
-                    let why = match verdict.reason {
-                        Reason::Rule(rule) => Allowed::Rule { line: rule.line },
-                        Reason::NoGroup => Allowed::NoGroup,
-                        Reason::RobotsTxtItself => Allowed::RobotsTxtItself,
-                        Reason::NoMatchingRule => Allowed::NoMatchingRule,
-                    };
-                    return forward(why, group_name, robots.crawl_delay(group));
+                        .map_or(String::new(), |name| name.to_ascii_lowercase())
+                };
+                let why = match verdict.reason {
+                    Reason::Rule(rule) => Allowed::Rule { line: rule.line },
+                    Reason::NoGroup => Allowed::NoGroup,
+                    Reason::RobotsTxtItself => Allowed::RobotsTxtItself,
+                    Reason::NoMatchingRule => Allowed::NoMatchingRule,
+                };
+                if verdict.allowed {
+                    return forward(why, group_name(), robots.crawl_delay(group));
                 }
-                Decision::Respond(Reply::Disallowed {
+                let refusal = Reply::Disallowed {
                     robots_url: robots_url(),
                     path: target.path.to_string(),
                     rule: verdict.rule().map(ToString::to_string).unwrap_or_default(),
@@ -462,13 +511,25 @@ impl Enforcer {
                         .unwrap_or_default(),
                     line: verdict.rule().map_or(0, |r| r.line),
                     read_as: read_as.map(|l| l.to_string()),
-                })
+                };
+                if report {
+                    let forward = forward(why, group_name(), robots.crawl_delay(group));
+                    return report_instead(refusal, forward);
+                }
+                Decision::Respond(refusal)
             }
             Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
-            Policy::DisallowAll { .. } => Decision::Respond(Reply::RobotsUnreachable {
-                robots_url: robots_url(),
-                snapshot: snapshot.clone(),
-            }),
+            Policy::DisallowAll { .. } => {
+                let refusal = Reply::RobotsUnreachable {
+                    robots_url: robots_url(),
+                    snapshot: snapshot.clone(),
+                };
+                if report {
+                    let forward = forward(Allowed::NoRobotsTxt, String::new(), None);
+                    return report_instead(refusal, forward);
+                }
+                Decision::Respond(refusal)
+            }
         }
     }
 }
@@ -559,6 +620,11 @@ impl Enforcer {
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
+        if pace.report {
+            let (permit, would_wait) = self.pacer.report(request);
+            crate::telemetry::metrics::record_would_wait(would_wait.as_secs_f64());
+            return Ok(permit);
+        }
         match self.pacer.pace(request).await {
             Ok(permit) => {
                 crate::telemetry::metrics::record_pacing_wait(permit.waited.as_secs_f64());

@@ -124,6 +124,7 @@ impl Tunnels {
                 client,
                 user_agent: user_agent.as_deref(),
                 tokens,
+                user: None,
             };
             self.blind(l4, origin, &who, started).await;
             return None;

@@ -263,6 +263,7 @@ impl AdminApp {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "totals": totals,
+            "mode": self.enforcer.agents.mode_label(),
             "origins_held": self.enforcer.store.len(),
             "queued": self.enforcer.pacer.queued(),
             "origins": origins,
@@ -332,7 +333,11 @@ impl AdminApp {
         };
         let who = Requester::new(client, agent.as_deref());
         let tokens = self.enforcer.tokens(&who);
-        let (decision, snapshot) = self.enforcer.decide_explained(&target, &tokens).await;
+        let report = self.enforcer.reports(&who);
+        let (decision, snapshot) = self
+            .enforcer
+            .decide_explained(&target, &tokens, report)
+            .await;
         let mut out = json!({
             "url": url,
             "origin": target.origin.to_string(),
@@ -340,10 +345,24 @@ impl AdminApp {
             "agent": agent,
         });
         match &decision {
-            Decision::Forward { addr, why, pace } => {
-                out["decision"] = json!("allowed");
+            Decision::Forward {
+                addr,
+                why,
+                pace,
+                reported,
+            } => {
+                match reported {
+                    Some(reply) => {
+                        out["decision"] = json!("would_disallow");
+                        out["why"] = json!(reply.would_disallow());
+                    }
+                    None => {
+                        out["decision"] = json!("allowed");
+                        out["why"] = json!(why.to_string());
+                    }
+                }
+                out["mode"] = json!(if report { "report" } else { "enforce" });
                 out["status"] = json!(200);
-                out["why"] = json!(why.to_string());
                 out["address"] = json!(addr.to_string());
                 out["crawl_delay_seconds"] = json!(pace.delay.as_secs_f64());
                 out["delay_rule"] = json!(pace.rule.label());

@@ -673,6 +673,36 @@ impl Pacer {
         (delay, rule)
     }
 
+    /// Report mode: the wait `request` would have had for its group's turn (an estimate:
+    /// until the next slot, plus one delay per request queued ahead), and a permit that
+    /// holds no turn but still carries the origin's answers to the schedule.
+    pub fn report(&self, request: PaceRequest<'_>) -> (Permit, Duration) {
+        let schedule = request.schedules.get(request.group, 1, &self.total);
+        let now = Instant::now();
+        let would_wait = {
+            let mut t = lock(&schedule.timing);
+            t.delay = request.delay;
+            t.rule = request.rule;
+            if t.limited(now) {
+                let next = next_start(&t, now)
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+                next + t.effective(now).0 * schedule.pending.load(Ordering::Acquire) as u32
+            } else {
+                Duration::ZERO
+            }
+        };
+        let permit = Permit {
+            schedule,
+            held: Vec::new(),
+            fleet: self.fleet.clone(),
+            adaptive: self.config.adaptive.clone(),
+            waited: Duration::ZERO,
+            granted: now,
+            ceiling: self.config.ceiling_seconds.duration(),
+        };
+        (permit, would_wait)
+    }
+
     /// The convenience form of [`Pacer::pace`]: one group, no in-flight limit.
     #[cfg(test)]
     pub async fn acquire(

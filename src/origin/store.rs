@@ -330,13 +330,15 @@ impl OriginStore {
     /// Forgets `origin` (fleet-wide in fleet mode): the next request fetches its
     /// robots.txt again. True if it was held here.
     pub fn purge(&self, origin: &Origin) -> bool {
+        // Here first: this instance's own purge message must not find it gone already.
+        let held = self.forget(origin);
         if let Some(fleet) = &self.fleet {
             let (fleet, key) = (fleet.clone(), origin.to_string());
             fleet.clone().spawn(async move {
                 let _ = fleet.purge_robots(&key).await;
             });
         }
-        self.forget(origin)
+        held
     }
 
     /// Forgets `origin` here only.

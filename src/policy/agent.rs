@@ -15,13 +15,15 @@
 
 use std::net::IpAddr;
 
-use crate::config::{AgentConfig, AgentRule};
+use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode};
 
 /// Resolves which robots.txt tokens a request is judged as (see the module docs).
 pub struct AgentResolver {
     rules: Vec<AgentRule>,
     default_tokens: Vec<String>,
     from_user_agent: bool,
+    /// Who is in report mode.
+    enforce: EnforceConfig,
 }
 
 /// The tokens for one request, borrowed from configuration or from the header, and
@@ -74,6 +76,8 @@ pub struct Requester<'a> {
     /// Tokens of the authenticated proxy user (`access.credentials_file`); when set they
     /// decide, ahead of every rule and header.
     pub tokens: Option<&'a [String]>,
+    /// The authenticated proxy user's name.
+    pub user: Option<&'a str>,
 }
 
 impl<'a> Requester<'a> {
@@ -83,6 +87,7 @@ impl<'a> Requester<'a> {
             client,
             user_agent,
             tokens: None,
+            user: None,
         }
     }
 }
@@ -97,12 +102,13 @@ pub fn product_token(user_agent: &str) -> Option<&str> {
 }
 
 impl AgentResolver {
-    /// The resolver for `robotsgate.agent`.
-    pub fn new(config: &AgentConfig) -> AgentResolver {
+    /// The resolver for `robotsgate.agent` and `robotsgate.enforce`.
+    pub fn new(config: &AgentConfig, enforce: &EnforceConfig) -> AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
             default_tokens: config.default_tokens.clone(),
             from_user_agent: config.from_user_agent,
+            enforce: enforce.clone(),
         }
     }
 
@@ -114,9 +120,42 @@ impl AgentResolver {
         }
     }
 
-    /// The tokens for a client address and User-Agent, by rule, default or header.
-    pub fn tokens<'a>(&'a self, client: Option<IpAddr>, user_agent: Option<&'a str>) -> Tokens<'a> {
-        let rule = self.rules.iter().find(|rule| {
+    /// Is `who` in report mode (`enforce`, or its agent rule's `mode`)?
+    pub fn reports(&self, who: &Requester<'_>) -> bool {
+        let e = &self.enforce;
+        e.mode == EnforceMode::Report
+            || who
+                .user
+                .is_some_and(|u| e.report_users.iter().any(|r| r == u))
+            || who
+                .client
+                .is_some_and(|ip| e.report_clients.iter().any(|net| net.contains(ip)))
+            || self
+                .rule(who.client, who.user_agent)
+                .is_some_and(|rule| rule.mode == Some(EnforceMode::Report))
+    }
+
+    /// `enforce`, `report`, or `mixed` (some clients, users or agent rules report).
+    pub fn mode_label(&self) -> &'static str {
+        let e = &self.enforce;
+        if e.mode == EnforceMode::Report {
+            "report"
+        } else if !e.report_clients.is_empty()
+            || !e.report_users.is_empty()
+            || self
+                .rules
+                .iter()
+                .any(|r| r.mode == Some(EnforceMode::Report))
+        {
+            "mixed"
+        } else {
+            "enforce"
+        }
+    }
+
+    /// The first agent rule matching a client address and User-Agent.
+    fn rule(&self, client: Option<IpAddr>, user_agent: Option<&str>) -> Option<&AgentRule> {
+        self.rules.iter().find(|rule| {
             let client_ok = rule
                 .client
                 .is_none_or(|net| client.is_some_and(|ip| net.contains(ip)));
@@ -127,8 +166,12 @@ impl AgentResolver {
                 })
             });
             client_ok && ua_ok
-        });
-        if let Some(rule) = rule {
+        })
+    }
+
+    /// The tokens for a client address and User-Agent, by rule, default or header.
+    pub fn tokens<'a>(&'a self, client: Option<IpAddr>, user_agent: Option<&'a str>) -> Tokens<'a> {
+        if let Some(rule) = self.rule(client, user_agent) {
             return Tokens::Rule(&rule.tokens);
         }
         if !self.default_tokens.is_empty() {
@@ -150,7 +193,7 @@ mod tests {
 
     fn resolver(yaml: &str) -> AgentResolver {
         let config: AgentConfig = serde_yaml::from_str(yaml).expect("agent config");
-        AgentResolver::new(&config)
+        AgentResolver::new(&config, &EnforceConfig::default())
     }
 
     #[test]

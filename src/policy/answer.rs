@@ -10,6 +10,8 @@ use bytes::Bytes;
 pub enum Outcome {
     /// Forwarded to the origin.
     Allowed,
+    /// Forwarded in report mode, though robots.txt disallows it (or cannot be read).
+    WouldDisallow,
     /// Refused by a robots.txt rule (403).
     Disallowed,
     /// robots.txt could not be read (503/502).
@@ -30,8 +32,9 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Allowed,
+        Outcome::WouldDisallow,
         Outcome::Disallowed,
         Outcome::RobotsUnreachable,
         Outcome::RobotsTxtCached,
@@ -46,6 +49,7 @@ impl Outcome {
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
+            Outcome::WouldDisallow => "would_disallow",
             Outcome::Disallowed => "disallowed",
             Outcome::RobotsUnreachable => "robots_unreachable",
             Outcome::RobotsTxtCached => "robots_txt_cached",

@@ -74,6 +74,9 @@ enum Stage {
         allowed: Allowed,
         /// What set its delay.
         rule: DelayRule,
+        /// Report mode: the `X-Robots-Decision` of the refusal it replaces, and the
+        /// robots.txt line that would have refused it.
+        would_disallow: Option<(String, Option<u32>)>,
         /// The pacing turn, held until the response has been sent.
         permit: Permit,
         upstream_status: Option<u16>,
@@ -254,13 +257,23 @@ impl ProxyHttp for RobotsGateProxy {
             client: client_ip(session),
             user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
             tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
+            user: ctx.client.identity.as_ref().map(|u| u.user.as_str()),
         };
         let tokens = self.enforcer.tokens(&who);
         ctx.tokens_from = tokens.source();
-        let (decision, _) = self.enforcer.decide_explained(&target, &tokens).await;
+        let report = self.enforcer.reports(&who);
+        let (decision, _) = self
+            .enforcer
+            .decide_explained(&target, &tokens, report)
+            .await;
         ctx.target = Some(target);
         match decision {
-            Decision::Forward { addr, why, pace } => {
+            Decision::Forward {
+                addr,
+                why,
+                pace,
+                reported,
+            } => {
                 // Queue for the pacing slot; a client that hangs up meanwhile gives up
                 // its place (watching the connection is only safe without a body).
                 let paced = if request_has_no_body(session.req_header()) {
@@ -282,6 +295,7 @@ impl ProxyHttp for RobotsGateProxy {
                             addr,
                             allowed: why,
                             rule: pace.rule,
+                            would_disallow: reported.map(|r| (r.would_disallow(), r.line())),
                             permit,
                             upstream_status: None,
                             failed: None,
@@ -360,10 +374,15 @@ impl ProxyHttp for RobotsGateProxy {
         if let Stage::Forwarded {
             permit,
             upstream_status,
+            would_disallow,
             ..
         } = &mut ctx.stage
         {
             *upstream_status = Some(status);
+            // Report mode: the client sees what enforcing would have said.
+            if let Some((header, _)) = would_disallow {
+                upstream_response.insert_header("X-Robots-Decision", header.as_str())?;
+            }
             let retry_after = upstream_response
                 .headers
                 .get("retry-after")
@@ -462,6 +481,14 @@ impl ProxyHttp for RobotsGateProxy {
         let outcome = match (&ctx.stage, error) {
             (Stage::Received, _) => Outcome::BadRequest,
             (Stage::Answered { outcome, .. }, _) => *outcome,
+            (
+                Stage::Forwarded {
+                    failed: None,
+                    would_disallow: Some(_),
+                    ..
+                },
+                None,
+            ) => Outcome::WouldDisallow,
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
         };
@@ -483,16 +510,18 @@ impl ProxyHttp for RobotsGateProxy {
                 Stage::Forwarded {
                     allowed,
                     rule,
+                    would_disallow,
                     permit,
                     upstream_status,
                     failed,
                     ..
                 } => {
-                    let line = match allowed {
-                        Allowed::Rule { line } => Some(line),
-                        _ => None,
+                    let (line, why) = match (would_disallow, allowed) {
+                        (Some((header, line)), _) => (line, header),
+                        (None, Allowed::Rule { line }) => (Some(line), allowed.to_string()),
+                        (None, _) => (None, allowed.to_string()),
                     };
-                    let why = failed.unwrap_or_else(|| allowed.to_string());
+                    let why = failed.unwrap_or(why);
                     let waited = permit.waited.as_secs_f64();
                     (waited, upstream_status, line, why, Some(rule.label()))
                 }

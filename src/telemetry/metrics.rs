@@ -247,6 +247,20 @@ pub fn record_slow_down(cause: &'static str) {
     SLOW_DOWNS.with_label_values(&[cause]).inc();
 }
 
+static WOULD_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+    prometheus::register_histogram!(
+        "robotsgate_pacing_would_wait_seconds",
+        "Report mode: the pacing wait a forwarded request would have had (it was not held).",
+        vec![0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+    )
+    .expect("metric registers once")
+});
+
+/// Report mode: records the wait a request would have had.
+pub fn record_would_wait(seconds: f64) {
+    WOULD_WAIT.observe(seconds);
+}
+
 pub fn record_pacing_wait(seconds: f64) {
     PACING_WAIT.observe(seconds);
 }

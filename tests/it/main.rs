@@ -20,6 +20,7 @@ mod pacing;
 mod politeness;
 mod proxy;
 mod reload;
+mod report;
 mod robots_props;
 mod status_page;
 mod systemd;
