@@ -399,23 +399,20 @@ impl Enforcer {
             return (Decision::Respond(reply), None);
         }
         let (entry, snapshot) = self.store.get(origin).await;
-        let decision = self.decide_on(
-            target, tokens, &resolved, &entry, &snapshot, applied, report,
-        );
+        let operator = Operator { applied, report };
+        let decision = self.decide_on(target, tokens, &resolved, (&entry, &snapshot), operator);
         (decision, Some(snapshot))
     }
 
     /// The decision from what is known: where the name resolved, the origin's entry and
-    /// its robots.txt snapshot.
+    /// its robots.txt snapshot, and what the operator set for the request.
     fn decide_on(
         &self,
         target: &Target,
         tokens: &Tokens<'_>,
         resolved: &Result<Vec<IpAddr>, ResolveError>,
-        entry: &Arc<OriginEntry>,
-        snapshot: &Arc<Snapshot>,
-        applied: Option<crate::policy::overrides::Applied<'_>>,
-        report: bool,
+        (entry, snapshot): (&Arc<OriginEntry>, &Arc<Snapshot>),
+        Operator { applied, report }: Operator<'_>,
     ) -> Decision {
         let origin = &target.origin;
         let config = self.pacer.config();
@@ -532,6 +529,13 @@ impl Enforcer {
             }
         }
     }
+}
+
+/// What the operator set for one request: the host's override, and report mode.
+#[derive(Clone, Copy)]
+struct Operator<'a> {
+    applied: Option<crate::policy::overrides::Applied<'a>>,
+    report: bool,
 }
 
 /// Whole seconds until `at` (at least 1), for `Retry-After`.
