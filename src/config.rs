@@ -399,6 +399,11 @@ pub struct RobotsConfig {
     /// The User-Agent robots.txt is fetched with: one identity for every fetch, never a
     /// client's (the copy serves every crawler). Set it to the fleet's bot identity.
     pub user_agent: String,
+    /// Where the held robots.txt copies, their fetch state and the origins' pauses are
+    /// kept across restarts (see `origin::state`); unset: nothing is kept.
+    pub state_file: Option<PathBuf>,
+    /// How often the state file is written (also at every stop and upgrade).
+    pub state_save_seconds: Timeout,
 }
 
 /// robotsgate's own User-Agent (the default `robots.user_agent`).
@@ -418,6 +423,8 @@ impl Default for RobotsConfig {
             unreachable_allow_after_seconds: Seconds(30.0 * 86_400.0),
             max_redirects: 5,
             user_agent: DEFAULT_USER_AGENT.into(),
+            state_file: None,
+            state_save_seconds: Timeout(300.0),
         }
     }
 }

@@ -314,12 +314,20 @@ impl Enforcer {
     /// cannot be read.
     pub fn from_config(config: &Config) -> anyhow::Result<Enforcer> {
         let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-        Self::with_trust(config, &trust)
+        let enforcer = Self::with_trust(config, &trust)?;
+        enforcer.run_in_background()?;
+        Ok(enforcer)
+    }
+
+    /// Starts what runs beside requests (in fleet mode, the backend's connection and
+    /// listener). [`Enforcer::from_config`] does it; a daemon does it after its fork.
+    pub fn run_in_background(&self) -> std::io::Result<()> {
+        self.store.run_in_background()
     }
 
     /// As [`Enforcer::from_config`], with the origin roots already loaded (a server
-    /// shares them with its proxy connector). In fleet mode this starts the backend's
-    /// thread (it connects in the background: a Redis down at start is not an error).
+    /// shares them with its proxy connector). Nothing runs in the background until
+    /// [`Enforcer::run_in_background`].
     pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> anyhow::Result<Enforcer> {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
@@ -331,18 +339,9 @@ impl Enforcer {
             trust.ca_file(),
             config.robots.user_agent.clone(),
         ));
-        let (fleet, events) = match config.fleet.enabled() {
-            true => {
-                let (fleet, events) = Fleet::start(&config.fleet)?;
-                (Some(fleet), Some(events))
-            }
-            false => (None, None),
-        };
+        let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
         let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
-        if let Some(events) = events {
-            store.follow(events);
-        }
         Ok(Enforcer {
             store,
             pacer,

@@ -235,7 +235,10 @@ pub struct Fleet {
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     events: mpsc::Sender<FleetEvent>,
-    runtime: tokio::runtime::Handle,
+    /// The other end, until the origin store takes it ([`Fleet::take_events`]).
+    received: Mutex<Option<mpsc::Receiver<FleetEvent>>>,
+    /// The backend's own runtime, once [`Fleet::run_in_background`] has started it.
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
 }
 
 /// A waiting ticket's wake-up: the signal, and when its turn is due (ms from the
@@ -255,20 +258,15 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl Fleet {
-    /// Starts the backend's own thread (connection, health checks, Pub/Sub) and returns
-    /// the handle and the stream of changes made elsewhere. Never fails: a Redis that is
-    /// down at start is retried, and requests meanwhile get `fleet.on_unavailable`.
-    pub fn start(config: &FleetConfig) -> anyhow::Result<(Arc<Fleet>, mpsc::Receiver<FleetEvent>)> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("robotsgate-fleet")
-            .enable_all()
-            .build()?;
+    /// The backend, not yet connected: [`Fleet::run_in_background`] starts it (after a
+    /// daemon's fork: threads do not survive one).
+    pub fn new(config: &FleetConfig) -> Arc<Fleet> {
         let (events, received) = mpsc::channel(4096);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let fleet = Arc::new(Fleet {
+        metrics::FLEET_BACKEND_UP.set(0);
+        Arc::new(Fleet {
             config: config.clone(),
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
@@ -279,10 +277,27 @@ impl Fleet {
             waiters: Mutex::default(),
             robots_waiters: Mutex::default(),
             events,
-            runtime: runtime.handle().clone(),
-        });
-        metrics::FLEET_BACKEND_UP.set(0);
-        let background = fleet.clone();
+            received: Mutex::new(Some(received)),
+            runtime: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Starts the backend's own thread (connection, health checks, Pub/Sub); once only.
+    /// A Redis that is down is retried, and requests meanwhile get
+    /// `fleet.on_unavailable`.
+    pub fn run_in_background(self: &Arc<Self>) -> std::io::Result<()> {
+        if self.runtime.get().is_some() {
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("robotsgate-fleet")
+            .enable_all()
+            .build()?;
+        if self.runtime.set(runtime.handle().clone()).is_err() {
+            return Ok(());
+        }
+        let background = self.clone();
         std::thread::Builder::new()
             .name("robotsgate-fleet".into())
             .spawn(move || {
@@ -292,7 +307,12 @@ impl Fleet {
                     background.watch_health().await;
                 })
             })?;
-        Ok((fleet, received))
+        Ok(())
+    }
+
+    /// The changes other instances publish, for the one consumer (the origin store).
+    pub fn take_events(&self) -> Option<mpsc::Receiver<FleetEvent>> {
+        lock(&self.received).take()
     }
 
     /// Is the backend answering?
@@ -311,12 +331,16 @@ impl Fleet {
         &self.config
     }
 
-    /// Runs `future` on the backend's runtime (releases from `Drop`, event handlers).
-    pub fn spawn<F>(&self, future: F)
+    /// Runs `future` on the backend's runtime (releases from `Drop`, event handlers), or
+    /// on the caller's before that has started.
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<()>
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.runtime.spawn(future);
+        match self.runtime.get() {
+            Some(runtime) => runtime.spawn(future),
+            None => tokio::spawn(future),
+        }
     }
 
     fn set_up(&self, up: bool, why: &str) {
@@ -821,7 +845,7 @@ impl FleetTurn {
             let schedule = keys.holders.clone();
             let ticket = ticket.clone();
             let lease = fleet.config.lease_seconds.duration();
-            fleet.clone().runtime.spawn(async move {
+            fleet.clone().spawn(async move {
                 loop {
                     tokio::time::sleep(lease / 3).await;
                     let renewed: Result<i64, _> = fleet

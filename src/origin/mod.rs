@@ -7,5 +7,6 @@ pub mod dns;
 pub mod fetch;
 pub mod fleet;
 pub mod pacing;
+pub mod state;
 pub mod store;
 pub mod trust;

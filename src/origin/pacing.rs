@@ -312,6 +312,20 @@ impl Schedules {
         }
     }
 
+    /// The pauses and backoffs in force, per group (for the state file).
+    pub fn pauses(&self) -> Vec<(String, Option<Instant>, Duration)> {
+        let now = Instant::now();
+        lock(&self.list)
+            .iter()
+            .filter_map(|s| {
+                let t = lock(&s.timing);
+                let paused = t.paused_until.filter(|u| *u > now);
+                (paused.is_some() || !t.backoff.is_zero())
+                    .then(|| (s.group.clone(), paused, t.backoff))
+            })
+            .collect()
+    }
+
     /// Each schedule as the admin API shows it.
     pub fn states(&self) -> Vec<ScheduleState> {
         let now = Instant::now();
@@ -542,6 +556,25 @@ impl Pacer {
             total: Arc::default(),
             fleet,
         }
+    }
+
+    /// Puts back a pause and backoff kept across a restart.
+    pub fn restore(
+        &self,
+        schedules: &Schedules,
+        group: &str,
+        paused_until: Option<Instant>,
+        backoff: Duration,
+    ) {
+        let capacity = if group == IN_FLIGHT {
+            self.config.max_in_flight
+        } else {
+            1
+        };
+        let schedule = schedules.get(group, capacity, &self.total);
+        let mut t = lock(&schedule.timing);
+        t.paused_until = paused_until;
+        t.backoff = backoff.min(self.config.ceiling_seconds.duration());
     }
 
     /// The settings.

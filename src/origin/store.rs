@@ -194,6 +194,18 @@ impl OriginEntry {
     }
 }
 
+/// One origin as the state file keeps it: its snapshot, and the pauses and backoffs of
+/// its schedules (group, paused until, backoff).
+#[derive(Debug)]
+pub struct Kept {
+    /// The origin.
+    pub origin: Origin,
+    /// Its robots.txt state.
+    pub snapshot: Arc<Snapshot>,
+    /// Its schedules' pauses and backoffs.
+    pub pauses: Vec<(String, Option<Instant>, Duration)>,
+}
+
 /// This store's own counts (the metrics are process-wide).
 #[derive(Default)]
 pub struct StoreStats {
@@ -289,6 +301,37 @@ impl OriginStore {
         })
     }
 
+    /// Every origin with a robots.txt snapshot, with its pauses (for the state file).
+    /// Scans the whole store.
+    pub fn export(&self) -> Vec<Kept> {
+        let mut kept = Vec::new();
+        for shard in &self.shards {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for (origin, entry) in map.iter() {
+                let pauses = entry.schedules.pauses();
+                match entry.state.load_full() {
+                    Some(snapshot) if origin.port != 0 => kept.push(Kept {
+                        origin: origin.clone(),
+                        snapshot,
+                        pauses,
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        kept
+    }
+
+    /// Puts back an origin kept across a restart.
+    pub fn import(&self, kept: Kept) {
+        let entry = self.entry(&kept.origin);
+        entry.state.store(Some(kept.snapshot));
+        for (group, paused_until, backoff) in kept.pauses {
+            self.pacer
+                .restore(&entry.schedules, &group, paused_until, backoff);
+        }
+    }
+
     /// Number of origins held.
     pub fn len(&self) -> usize {
         self.shards
@@ -347,10 +390,16 @@ impl OriginStore {
         map.pop(origin).is_some()
     }
 
-    /// Applies the changes other instances publish, for as long as the store lives.
-    pub fn follow(self: &Arc<Self>, mut events: tokio::sync::mpsc::Receiver<FleetEvent>) {
+    /// Starts what runs beside requests: in fleet mode, the backend's thread and the
+    /// application of the changes other instances publish, for as long as the store
+    /// lives. Call it once the process is what it will stay (after a daemon's fork).
+    pub fn run_in_background(self: &Arc<Self>) -> std::io::Result<()> {
         let Some(fleet) = &self.fleet else {
-            return;
+            return Ok(());
+        };
+        fleet.run_in_background()?;
+        let Some(mut events) = fleet.take_events() else {
+            return Ok(());
         };
         let store = Arc::downgrade(self);
         fleet.spawn(async move {
@@ -361,6 +410,7 @@ impl OriginStore {
                 store.apply(event);
             }
         });
+        Ok(())
     }
 
     fn apply(self: &Arc<Self>, event: FleetEvent) {

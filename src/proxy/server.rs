@@ -180,6 +180,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let bootstrap = server.bootstrap_as_a_service();
 
     let enforcer = Arc::new(Enforcer::with_trust(&config, &trust)?);
+    // Before the listeners accept: the held robots.txt copies of the last run.
+    if let Some(path) = &config.robots.state_file {
+        crate::origin::state::load_at_start(&enforcer.store, path, args.upgrade);
+    }
+    // Threads start in a background service: after a daemon's fork, which they would
+    // not survive.
+    let background = server.add_service(pingora::services::background::background_service(
+        "robotsgate background",
+        Background {
+            enforcer: enforcer.clone(),
+            state: config
+                .robots
+                .state_file
+                .clone()
+                .map(|path| (path, config.robots.state_save_seconds.duration())),
+        },
+    ));
     let http = pingora::proxy::http_proxy(
         &server.configuration,
         RobotsGateProxy {
@@ -215,7 +232,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         pingora::listeners::ListenerConfig::tcp(config.listen.to_string())
             .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
     );
-    server.add_service(proxy).add_dependency(&bootstrap);
+    let proxy = server.add_service(proxy);
+    proxy.add_dependency(&bootstrap);
+    proxy.add_dependency(&background);
 
     if let Some(admin) = config.admin_listen {
         let mut service = Service::new(
@@ -233,5 +252,75 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.listen,
         config.admin_listen
     );
-    server.run_forever()
+    let signals = Signals {
+        state: config
+            .robots
+            .state_file
+            .clone()
+            .map(|path| (enforcer.store.clone(), path)),
+    };
+    server.run(pingora::server::RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    std::process::exit(0)
+}
+
+/// What runs beside requests, started once the process is what it will stay (after a
+/// daemon's fork): the fleet backend and the state file's writer.
+struct Background {
+    enforcer: Arc<Enforcer>,
+    state: Option<(PathBuf, std::time::Duration)>,
+}
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for Background {
+    /// Ready (and the listeners start) only once everything has started.
+    async fn start_with_ready_notifier(
+        &self,
+        _shutdown: pingora::server::ShutdownWatch,
+        ready: pingora::services::ServiceReadyNotifier,
+    ) {
+        if let Err(e) = self.enforcer.run_in_background() {
+            log::error!("fleet backend not started: {e}");
+        }
+        if let Some((path, every)) = &self.state {
+            let store = self.enforcer.store.clone();
+            if let Err(e) = crate::origin::state::keep_writing(store, path.clone(), *every) {
+                log::error!("state file {} will not be written: {e}", path.display());
+            }
+        }
+        ready.notify_ready();
+    }
+}
+
+/// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
+/// upgrade), writing the state file first when there is one: before the shutdown
+/// starts, and before the listeners are handed to the successor, which loads it.
+struct Signals {
+    state: Option<(Arc<crate::origin::store::OriginStore>, PathBuf)>,
+}
+
+#[async_trait::async_trait]
+impl pingora::server::ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> pingora::server::ShutdownSignal {
+        use pingora::server::ShutdownSignal;
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut quit), Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::quit()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            log::error!("cannot watch the stop signals; stopping");
+            return ShutdownSignal::FastShutdown;
+        };
+        let (signal, why) = tokio::select! {
+            _ = quit.recv() => (ShutdownSignal::GracefulUpgrade, "upgrade"),
+            _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
+            _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
+        };
+        if let Some((store, path)) = &self.state {
+            crate::origin::state::write(store, path, why);
+        }
+        signal
+    }
 }

@@ -523,6 +523,24 @@ impl Proxy {
         panic!("the upgraded robotsgate exited:\n{}", next.log());
     }
 
+    /// Stops the process as systemd does (SIGTERM) and waits for it to exit.
+    pub fn stop(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !self.exited() {
+            assert!(
+                Instant::now() < deadline,
+                "robotsgate did not stop:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the process has exited.
     pub fn exited(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()

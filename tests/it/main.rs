@@ -22,5 +22,6 @@ mod proxy;
 mod reload;
 mod report;
 mod robots_props;
+mod state;
 mod status_page;
 mod systemd;

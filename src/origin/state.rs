@@ -1,0 +1,498 @@
+//! The state file (`robots.state_file`): the held robots.txt copies, their fetch state
+//! and the origins' pauses, kept across restarts and graceful upgrades so that a proxy
+//! holding 100,000 origins does not refetch them all in its first minutes, nor forget
+//! which origins asked it to back off.
+//!
+//! **Format** (version 1, little-endian): the magic `RGSTATE\0`, the version (u32), the
+//! number of origins (u64), the origins, then `RGEND\0\0\0` and an FNV-1a 64 hash of
+//! everything before it. An origin: its URL, the policy (0 rules, 1 allow all, 2
+//! disallow all) with the file's octets or the reason, the wall-clock times (ms since
+//! the Unix epoch; `i64::MIN` for none) of freshness, last confirmation, unreachable
+//! since and next retry, the failure count, the last outcome and cause, then its
+//! schedules' pauses (group, paused until, backoff ms). Strings are a u32 length and
+//! their octets. Times are wall-clock so that ages survive the restart: a copy that
+//! expired while the proxy was down is refreshed, not trusted.
+//!
+//! **Safety.** The file is written to a temporary file in the same directory, flushed
+//! and renamed over the old one: a reader sees the old file or the new one, never half
+//! of one. A load parses and checks the whole file (magic, version, every length, the
+//! count, the hash) before it puts anything into the store: a corrupt, truncated or
+//! foreign file is a WARN naming it and an empty start — never a crash, never a partial
+//! load taken as complete.
+//!
+//! **When.** Loaded at start, before the listeners accept. Saved every
+//! `robots.state_save_seconds`, and when a stop or upgrade signal arrives (SIGTERM,
+//! SIGINT, SIGQUIT), before the server starts shutting down or hands its listeners
+//! over; a process started with `--upgrade` waits (at most five seconds) for the file
+//! its predecessor writes on SIGQUIT, so an upgrade refetches nothing.
+//!
+//! **Cost.** One pass over the store to save (the snapshots are shared, not copied);
+//! loading parses every held robots.txt once.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::origin::store::{Kept, OriginStore, Policy, Snapshot};
+use crate::policy::target::Origin;
+use crate::robots::RobotsTxt;
+
+const MAGIC: &[u8; 8] = b"RGSTATE\0";
+const END: &[u8; 8] = b"RGEND\0\0\0";
+const VERSION: u32 = 1;
+/// No time.
+const NONE: i64 = i64::MIN;
+
+/// Why a state file was not loaded.
+#[derive(Debug)]
+pub struct StateError(String);
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Converts between the monotonic clock of this process and wall-clock milliseconds.
+#[derive(Clone, Copy)]
+struct Clock {
+    instant: Instant,
+    wall_ms: i64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Clock {
+            instant: Instant::now(),
+            wall_ms,
+        }
+    }
+
+    fn to_wall(self, at: Option<Instant>) -> i64 {
+        match at {
+            None => NONE,
+            Some(at) if at >= self.instant => self
+                .wall_ms
+                .saturating_add(at.duration_since(self.instant).as_millis() as i64),
+            Some(at) => self
+                .wall_ms
+                .saturating_sub(self.instant.duration_since(at).as_millis() as i64),
+        }
+    }
+
+    /// `None` for no time, and for a past this process's clock cannot express.
+    fn to_instant(self, wall_ms: i64) -> Option<Instant> {
+        if wall_ms == NONE {
+            return None;
+        }
+        let offset = Duration::from_millis(wall_ms.abs_diff(self.wall_ms));
+        if wall_ms >= self.wall_ms {
+            Some(self.instant + offset.min(crate::config::MAX_DURATION))
+        } else {
+            self.instant.checked_sub(offset)
+        }
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.u32(v.len().min(u32::MAX as usize) as u32);
+        self.0
+            .extend_from_slice(&v[..v.len().min(u32::MAX as usize)]);
+    }
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
+        if self.rest.len() < n {
+            return Err(StateError("truncated".into()));
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], StateError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, StateError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, StateError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, StateError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn i64(&mut self) -> Result<i64, StateError> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], StateError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String, StateError> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| StateError("not UTF-8".into()))
+    }
+}
+
+/// Encodes `kept` (the store's export) as a state file.
+fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(64 + kept.len() * 256));
+    w.0.extend_from_slice(MAGIC);
+    w.u32(VERSION);
+    w.u64(kept.len() as u64);
+    for k in kept {
+        let s = &k.snapshot;
+        w.bytes(k.origin.to_string().as_bytes());
+        match &s.policy {
+            Policy::Rules { body, .. } => {
+                w.u8(0);
+                w.bytes(body);
+            }
+            Policy::AllowAll { why } => {
+                w.u8(1);
+                w.bytes(why.as_bytes());
+            }
+            Policy::DisallowAll { why } => {
+                w.u8(2);
+                w.bytes(why.as_bytes());
+            }
+        }
+        w.i64(clock.to_wall(Some(s.fresh_until)));
+        w.i64(clock.to_wall(s.fetched_at));
+        w.i64(clock.to_wall(s.unreachable_since));
+        w.i64(clock.to_wall(s.retry_at));
+        w.u32(s.failures);
+        w.bytes(s.last_outcome.as_bytes());
+        w.bytes(s.cause.as_deref().unwrap_or("").as_bytes());
+        w.u32(k.pauses.len() as u32);
+        for (group, paused_until, backoff) in &k.pauses {
+            w.bytes(group.as_bytes());
+            w.i64(clock.to_wall(*paused_until));
+            w.u64(backoff.as_millis() as u64);
+        }
+    }
+    w.0.extend_from_slice(END);
+    let hash = fnv1a(&w.0);
+    w.u64(hash);
+    w.0
+}
+
+/// Decodes a whole state file; nothing is returned unless every part checks.
+fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
+    let body_len = data
+        .len()
+        .checked_sub(8)
+        .ok_or_else(|| StateError("truncated".into()))?;
+    let mut r = Reader { rest: data };
+    if &r.array::<8>()? != MAGIC {
+        return Err(StateError("not a robotsgate state file".into()));
+    }
+    let version = r.u32()?;
+    if version != VERSION {
+        return Err(StateError(format!(
+            "format version {version}, this robotsgate reads {VERSION}"
+        )));
+    }
+    let (body, hash) = data.split_at(body_len);
+    if fnv1a(body).to_le_bytes() != hash {
+        return Err(StateError(
+            "checksum mismatch (truncated or damaged)".into(),
+        ));
+    }
+    let count = r.u64()?;
+    let mut kept = Vec::with_capacity(count.min(10_000_000) as usize);
+    for _ in 0..count {
+        let origin = Origin::parse(&r.string()?).map_err(StateError)?;
+        let kind = r.u8()?;
+        let payload = r.bytes()?;
+        let policy = match kind {
+            0 => {
+                let body = Bytes::copy_from_slice(payload);
+                Policy::Rules {
+                    robots: Arc::new(RobotsTxt::parse(&body)),
+                    body,
+                }
+            }
+            1 | 2 => {
+                let why = String::from_utf8_lossy(payload).into_owned();
+                if kind == 1 {
+                    Policy::AllowAll { why }
+                } else {
+                    Policy::DisallowAll { why }
+                }
+            }
+            other => return Err(StateError(format!("unknown policy kind {other}"))),
+        };
+        let fresh_until = clock.to_instant(r.i64()?).unwrap_or(clock.instant);
+        let fetched_at = clock.to_instant(r.i64()?);
+        let unreachable_since = match r.i64()? {
+            NONE => None,
+            since => Some(clock.to_instant(since).unwrap_or(clock.instant)),
+        };
+        let retry_at = clock.to_instant(r.i64()?);
+        let failures = r.u32()?;
+        let last_outcome = r.string()?;
+        let cause = Some(r.string()?).filter(|c| !c.is_empty());
+        let mut pauses = Vec::new();
+        for _ in 0..r.u32()? {
+            let group = r.string()?;
+            let paused_until = clock.to_instant(r.i64()?);
+            let backoff = Duration::from_millis(r.u64()?).min(crate::config::MAX_DURATION);
+            pauses.push((group, paused_until, backoff));
+        }
+        kept.push(Kept {
+            origin,
+            snapshot: Arc::new(Snapshot {
+                policy,
+                fresh_until,
+                fetched_at,
+                unreachable_since,
+                retry_at,
+                failures,
+                last_outcome,
+                cause,
+                history: Vec::new(),
+                changes: Vec::new(),
+            }),
+            pauses,
+        });
+    }
+    if &r.array::<8>()? != END || r.rest.len() != 8 {
+        return Err(StateError("the count does not match the contents".into()));
+    }
+    Ok(kept)
+}
+
+/// Writes the store's state to `path` atomically (temporary file, flush, rename).
+/// Returns the number of origins and bytes written.
+pub fn save(store: &OriginStore, path: &Path) -> std::io::Result<(usize, usize)> {
+    use std::io::Write;
+    let kept = store.export();
+    let data = encode(&kept, Clock::now());
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let mut file = tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new(".")))?;
+    file.write_all(&data)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok((kept.len(), data.len()))
+}
+
+/// Loads `path` into the store; a missing file is an empty start. Returns the number of
+/// origins and bytes read.
+pub fn load(store: &OriginStore, path: &Path) -> Result<(usize, usize), StateError> {
+    let data = match std::fs::read(path) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(StateError(format!("cannot read: {e}"))),
+    };
+    let kept = decode(&data, Clock::now())?;
+    let count = kept.len();
+    for k in kept {
+        store.import(k);
+    }
+    Ok((count, data.len()))
+}
+
+/// Loads the state file at start, logging what it found (origins, size, load time) or
+/// why it was not loaded. `upgrade`: first wait for the file the predecessor writes on
+/// SIGQUIT.
+pub fn load_at_start(store: &OriginStore, path: &Path, upgrade: bool) {
+    if upgrade {
+        wait_for_handover(path);
+    }
+    let started = std::time::Instant::now();
+    match load(store, path) {
+        Ok((origins, bytes)) => log::info!(
+            "state file {}: {origins} origins, {bytes} bytes, loaded in {:.0} ms",
+            path.display(),
+            started.elapsed().as_secs_f64() * 1000.0
+        ),
+        Err(e) => log::warn!(
+            "state file {} not loaded ({e}); starting empty",
+            path.display()
+        ),
+    }
+}
+
+/// Keeps the state file written every `every`, on a thread of its own (the writes at a
+/// stop and an upgrade are the server's: see [`write`]).
+pub fn keep_writing(
+    store: Arc<OriginStore>,
+    path: PathBuf,
+    every: Duration,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("robotsgate-state".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            write(&store, &path, "periodic");
+        })?;
+    Ok(())
+}
+
+/// Writes the state file now, logging the outcome (`why`: periodic, upgrade, stop).
+pub fn write(store: &OriginStore, path: &Path, why: &str) {
+    let started = std::time::Instant::now();
+    match save(store, path) {
+        Ok((origins, bytes)) => log::info!(
+            "state file {} written ({why}): {origins} origins, {bytes} bytes in {:.0} ms",
+            path.display(),
+            started.elapsed().as_secs_f64() * 1000.0
+        ),
+        Err(e) => log::warn!("state file {} not written ({why}): {e}", path.display()),
+    }
+}
+
+/// A process taking over by graceful upgrade: waits (at most five seconds) until the
+/// state file was written in the last second — by its predecessor, on SIGQUIT.
+fn wait_for_handover(path: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let fresh = || {
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age < Duration::from_secs(1))
+    };
+    while !fresh() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(origin: &str, body: &str, fresh_in: Duration, clock: Clock) -> Kept {
+        let body = Bytes::copy_from_slice(body.as_bytes());
+        Kept {
+            origin: Origin::parse(origin).expect("origin"),
+            snapshot: Arc::new(Snapshot {
+                policy: Policy::Rules {
+                    robots: Arc::new(RobotsTxt::parse(&body)),
+                    body,
+                },
+                fresh_until: clock.instant + fresh_in,
+                fetched_at: Some(clock.instant),
+                unreachable_since: None,
+                retry_at: None,
+                failures: 0,
+                last_outcome: "HTTP 200".into(),
+                cause: None,
+                history: Vec::new(),
+                changes: Vec::new(),
+            }),
+            pauses: vec![(
+                "*".into(),
+                Some(clock.instant + fresh_in),
+                Duration::from_secs(2),
+            )],
+        }
+    }
+
+    #[tokio::test]
+    async fn round_trip_keeps_policies_times_and_pauses() {
+        let clock = Clock::now();
+        let data = encode(
+            &[kept(
+                "https://example.com",
+                "User-agent: *\nDisallow: /x\n",
+                Duration::from_secs(60),
+                clock,
+            )],
+            clock,
+        );
+        let back = decode(&data, clock).expect("decodes");
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].origin.to_string(), "https://example.com");
+        let fresh = back[0].snapshot.fresh_until.duration_since(clock.instant);
+        assert!(
+            fresh >= Duration::from_millis(59_990) && fresh <= Duration::from_secs(60),
+            "{fresh:?}"
+        );
+        assert!(
+            matches!(&back[0].snapshot.policy, Policy::Rules { body, .. } if body.as_ref() == b"User-agent: *\nDisallow: /x\n")
+        );
+        assert_eq!(back[0].pauses[0].2, Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn every_damage_is_refused_whole() {
+        let clock = Clock::now();
+        let data = encode(
+            &[
+                kept(
+                    "http://a.test",
+                    "User-agent: *\nDisallow: /\n",
+                    Duration::from_secs(5),
+                    clock,
+                ),
+                kept("http://b.test:8080", "", Duration::from_secs(5), clock),
+            ],
+            clock,
+        );
+        for cut in 0..data.len() {
+            assert!(decode(&data[..cut], clock).is_err(), "truncated at {cut}");
+        }
+        for at in (0..data.len()).step_by(7) {
+            let mut bad = data.clone();
+            bad[at] ^= 0x55;
+            assert!(decode(&bad, clock).is_err(), "flipped at {at}");
+        }
+        let mut future = data.clone();
+        future[8] = 9;
+        let err = decode(&future, clock)
+            .expect_err("future version")
+            .to_string();
+        assert!(err.contains("version 9"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Any bytes: an error or a load, never a panic.
+        #[test]
+        fn any_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let clock = Clock::now();
+            let _ = decode(&data, clock);
+            let mut framed = MAGIC.to_vec();
+            framed.extend_from_slice(&VERSION.to_le_bytes());
+            framed.extend_from_slice(&data);
+            let _ = decode(&framed, clock);
+        }
+    }
+}
