@@ -483,6 +483,31 @@ mod tests {
         assert!(err.contains("version 9"), "{err}");
     }
 
+    /// 100,000 origins with a five-line robots.txt: the size and the load time are
+    /// printed (`cargo test --release state -- --nocapture`), the count checked.
+    #[tokio::test]
+    async fn a_hundred_thousand_origins_round_trip() {
+        let clock = Clock::now();
+        let robots = "User-agent: *\nDisallow: /private\nDisallow: /tmp\nAllow: /tmp/public\nSitemap: https://example.com/sitemap.xml\n";
+        let kept: Vec<Kept> = (0..100_000)
+            .map(|i| kept(&format!("https://host{i}.example.com"), robots, Duration::from_secs(3600), clock))
+            .collect();
+        let started = std::time::Instant::now();
+        let data = encode(&kept, clock);
+        let encoded = started.elapsed();
+        let started = std::time::Instant::now();
+        let back = decode(&data, clock).expect("decodes");
+        let decoded = started.elapsed();
+        assert_eq!(back.len(), 100_000);
+        println!(
+            "100000 origins: {} bytes ({} per origin), encoded in {:.0} ms, loaded in {:.0} ms",
+            data.len(),
+            data.len() / 100_000,
+            encoded.as_secs_f64() * 1000.0,
+            decoded.as_secs_f64() * 1000.0
+        );
+    }
+
     proptest::proptest! {
         /// Any bytes: an error or a load, never a panic.
         #[test]
