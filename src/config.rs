@@ -777,42 +777,10 @@ pub fn seconds(value: f64) -> Duration {
     }
 }
 
-impl Config {
-    /// Reads `robotsgate:` from a YAML file (a missing section means all defaults).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
-        Self::from_yaml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
-    }
-
-    /// Reads `robotsgate:` from YAML text (a missing section means all defaults) and validates it.
-    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
-        let deserializer = serde_yaml::Deserializer::from_str(text);
-        let file: File = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let line = inner
-                .location()
-                .map(|l| format!(" (line {})", l.line()))
-                .unwrap_or_default();
-            // serde_yaml appends its own " at line L column C"; we say it once, up front.
-            let message = inner.to_string();
-            let message = message
-                .split(" at line ")
-                .next()
-                .unwrap_or(&message)
-                .to_string();
-            ConfigError(format!("key `{key}`{line}: {message}"))
-        })?;
-        let config = file.robotsgate.unwrap_or_default();
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Checks that cannot be expressed as types.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        let r = &self.robots;
-        let p = &self.pacing;
+impl PacingConfig {
+    /// The relations between `pacing` keys that types cannot express.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let p = self;
         if p.floor_seconds > p.ceiling_seconds {
             return Err(ConfigError(
                 "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds".into(),
@@ -855,6 +823,77 @@ impl Config {
                 )));
             }
         }
+        Ok(())
+    }
+}
+
+impl FleetConfig {
+    /// `fleet`: one backend, given as redis:// or rediss:// URLs.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let f = self;
+        if f.redis.is_some() && !f.redis_cluster.is_empty() {
+            return Err(ConfigError(
+                "key `robotsgate.fleet.redis`/`redis_cluster`: set one or the other".into(),
+            ));
+        }
+        for (key, url) in f.redis.iter().map(|u| ("redis".to_string(), u)).chain(
+            f.redis_cluster
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (format!("redis_cluster[{i}]"), u)),
+        ) {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.fleet.{key}`: `{url}` is not a redis:// or rediss:// URL"
+                )));
+            }
+        }
+        if f.instances == 0 {
+            return Err(ConfigError(
+                "key `robotsgate.fleet.instances`: must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads `robotsgate:` from a YAML file (a missing section means all defaults).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
+        Self::from_yaml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+    }
+
+    /// Reads `robotsgate:` from YAML text (a missing section means all defaults) and validates it.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let deserializer = serde_yaml::Deserializer::from_str(text);
+        let file: File = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let line = inner
+                .location()
+                .map(|l| format!(" (line {})", l.line()))
+                .unwrap_or_default();
+            // serde_yaml appends its own " at line L column C"; we say it once, up front.
+            let message = inner.to_string();
+            let message = message
+                .split(" at line ")
+                .next()
+                .unwrap_or(&message)
+                .to_string();
+            ConfigError(format!("key `{key}`{line}: {message}"))
+        })?;
+        let config = file.robotsgate.unwrap_or_default();
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that cannot be expressed as types.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        self.pacing.validate()?;
+        self.fleet.validate()?;
+        let r = &self.robots;
         if r.min_ttl_seconds > r.max_ttl_seconds {
             return Err(ConfigError(
                 "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds"
@@ -924,29 +963,6 @@ impl Config {
             return Err(ConfigError(
                 "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy"
                     .into(),
-            ));
-        }
-        let f = &self.fleet;
-        if f.redis.is_some() && !f.redis_cluster.is_empty() {
-            return Err(ConfigError(
-                "key `robotsgate.fleet.redis`/`redis_cluster`: set one or the other".into(),
-            ));
-        }
-        for (key, url) in f.redis.iter().map(|u| ("redis".to_string(), u)).chain(
-            f.redis_cluster
-                .iter()
-                .enumerate()
-                .map(|(i, u)| (format!("redis_cluster[{i}]"), u)),
-        ) {
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(ConfigError(format!(
-                    "key `robotsgate.fleet.{key}`: `{url}` is not a redis:// or rediss:// URL"
-                )));
-            }
-        }
-        if f.instances == 0 {
-            return Err(ConfigError(
-                "key `robotsgate.fleet.instances`: must be at least 1".into(),
             ));
         }
         if !self.agent.from_user_agent && self.agent.default_tokens.is_empty() {

@@ -490,7 +490,14 @@ mod tests {
         let clock = Clock::now();
         let robots = "User-agent: *\nDisallow: /private\nDisallow: /tmp\nAllow: /tmp/public\nSitemap: https://example.com/sitemap.xml\n";
         let kept: Vec<Kept> = (0..100_000)
-            .map(|i| kept(&format!("https://host{i}.example.com"), robots, Duration::from_secs(3600), clock))
+            .map(|i| {
+                kept(
+                    &format!("https://host{i}.example.com"),
+                    robots,
+                    Duration::from_secs(3600),
+                    clock,
+                )
+            })
             .collect();
         let started = std::time::Instant::now();
         let data = encode(&kept, clock);
