@@ -415,20 +415,12 @@ impl Enforcer {
     ) -> Decision {
         let origin = &target.origin;
         let config = self.pacer.config();
-        // Report mode: a robots.txt refusal goes through, carrying what it replaces.
-        let report_instead = |reply: Reply, forward: Decision| match forward {
-            Decision::Forward {
-                addr, why, pace, ..
-            } => Decision::Forward {
-                addr,
-                why,
-                pace,
-                reported: Some(Box::new(reply)),
-            },
-            other => other,
-        };
-        // An allowed request: where it connects and which pacing schedule it joins.
-        let forward = |why: Allowed, group: String, crawl_delay: Option<f64>| match &resolved {
+        // An allowed request (or, in report mode, one carrying the refusal it replaces):
+        // where it connects and which pacing schedule it joins.
+        let forward = |why: Allowed,
+                       group: String,
+                       crawl_delay: Option<f64>,
+                       reported: Option<Reply>| match &resolved {
             Ok(addrs) => {
                 let override_delay = applied.and_then(|a| a.entry.delay_seconds).map(|s| s.get());
                 let (delay, rule) = self.pacer.delay_for(
@@ -455,7 +447,7 @@ impl Enforcer {
                         report,
                         robots_fetched_at: snapshot.fetched_at,
                     },
-                    reported: None,
+                    reported: reported.map(Box::new),
                 }
             }
             Err(e) => Decision::Respond(Reply::DnsFailure {
@@ -495,7 +487,7 @@ impl Enforcer {
                     Reason::NoMatchingRule => Allowed::NoMatchingRule,
                 };
                 if verdict.allowed {
-                    return forward(why, group_name(), robots.crawl_delay(group));
+                    return forward(why, group_name(), robots.crawl_delay(group), None);
                 }
                 let refusal = Reply::Disallowed {
                     robots_url: robots_url(),
@@ -509,20 +501,18 @@ impl Enforcer {
                     read_as: read_as.map(|l| l.to_string()),
                 };
                 if report {
-                    let forward = forward(why, group_name(), robots.crawl_delay(group));
-                    return report_instead(refusal, forward);
+                    return forward(why, group_name(), robots.crawl_delay(group), Some(refusal));
                 }
                 Decision::Respond(refusal)
             }
-            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None),
+            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None, None),
             Policy::DisallowAll { .. } => {
                 let refusal = Reply::RobotsUnreachable {
                     robots_url: robots_url(),
                     snapshot: snapshot.clone(),
                 };
                 if report {
-                    let forward = forward(Allowed::NoRobotsTxt, String::new(), None);
-                    return report_instead(refusal, forward);
+                    return forward(Allowed::NoRobotsTxt, String::new(), None, Some(refusal));
                 }
                 Decision::Respond(refusal)
             }

@@ -301,17 +301,6 @@ impl Schedules {
             .any(|s| s.pending.load(Ordering::Acquire) > 0)
     }
 
-    /// Applies a pause or backoff another instance published for `group`, so that this
-    /// instance knows a limit is in force (and asks the shared schedule).
-    pub fn mirror(&self, group: &str, pause: Duration, backoff: Duration) {
-        if let Some(schedule) = lock(&self.list).iter().find(|s| s.group == group) {
-            let mut t = lock(&schedule.timing);
-            let until = Instant::now() + pause;
-            t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
-            t.backoff = backoff;
-        }
-    }
-
     /// The pauses and backoffs in force, per group (for the state file).
     pub fn pauses(&self) -> Vec<(String, Option<Instant>, Duration)> {
         let now = Instant::now();
@@ -556,6 +545,17 @@ impl Pacer {
             total: Arc::default(),
             fleet,
         }
+    }
+
+    /// Applies a pause or backoff another instance published for `group` (making its
+    /// schedule if this instance has none yet), so that this instance knows a limit is in
+    /// force and asks the shared schedule.
+    pub fn mirror(&self, schedules: &Schedules, group: &str, pause: Duration, backoff: Duration) {
+        let schedule = schedules.get(group, 1, &self.total);
+        let mut t = lock(&schedule.timing);
+        let until = Instant::now() + pause;
+        t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+        t.backoff = backoff;
     }
 
     /// Puts back a pause and backoff kept across a restart.

@@ -436,7 +436,7 @@ impl OriginStore {
                 backoff,
             } => {
                 if let Some(entry) = origin_of(&origin).and_then(|o| self.peek(&o)) {
-                    entry.schedules.mirror(&group, pause, backoff);
+                    self.pacer.mirror(&entry.schedules, &group, pause, backoff);
                 }
             }
         }
