@@ -31,6 +31,12 @@ enum Command {
     /// Load the configuration as `run` would (CA and roots included), report the first
     /// problem, and exit: 0 when it would start.
     CheckConfig(crate::proxy::server::RunArgs),
+    /// Check a state file (`robots.state_file`): how many origins it holds, or why it
+    /// would not be loaded. Exits 0 when `run` would load it.
+    CheckState {
+        /// The state file.
+        file: PathBuf,
+    },
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
         /// The `.jsonl` file of cases.
@@ -135,6 +141,24 @@ impl Cli {
                 );
                 Ok(ExitCode::SUCCESS)
             }
+            Command::CheckState { file } => {
+                let data = std::fs::read(&file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                match check_state_file(&data) {
+                    Ok(origins) => {
+                        println!(
+                            "{}: OK, {origins} origins, {} bytes",
+                            file.display(),
+                            data.len()
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        println!("{}: would not be loaded: {e}", file.display());
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
+            }
             Command::Conformance { file } => {
                 let input = std::fs::File::open(&file)
                     .with_context(|| format!("cannot open {}", file.display()))?;
@@ -148,6 +172,12 @@ impl Cli {
             }
         }
     }
+}
+
+/// Checks a state file's contents as a start would (every part, before using any): the
+/// number of origins it holds, or why it would be refused.
+pub fn check_state_file(data: &[u8]) -> Result<usize, String> {
+    crate::origin::state::inspect(data).map_err(|e| e.to_string())
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

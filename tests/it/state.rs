@@ -110,6 +110,19 @@ async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
     assert_eq!(curl(&proxy, &origin.url("/a"), &[]).0, 200);
     proxy.stop();
     let good = std::fs::read(setup.state()).expect("state written");
+    let check = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("check-state")
+            .arg(path)
+            .output()
+            .expect("check-state");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, said) = check(&setup.state());
+    assert!(ok && said.contains("OK, 1 origins"), "{said}");
     let mut future = good.clone();
     future[8] = 99; // the format version
     let damaged: Vec<(&str, Vec<u8>)> = vec![
@@ -125,6 +138,11 @@ async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
     ];
     for (what, bytes) in damaged {
         std::fs::write(setup.state(), &bytes).expect("write");
+        let (ok, said) = check(&setup.state());
+        assert!(
+            !ok && said.contains("would not be loaded"),
+            "{what}: {said}"
+        );
         let proxy = setup.start();
         let log = proxy.log();
         assert!(
