@@ -16,7 +16,7 @@
 //! | [`ops`] | the admin API and status page |
 //! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA |
 //! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
-//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, pacing, origin trust |
+//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, pacing, the fleet backend (Redis), the state file, origin trust |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
 //! | [`robots`] | the pure robots.txt engine (no I/O) |

@@ -1,6 +1,7 @@
 //! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`]),
-//! [`pacing`] schedules, name resolution ([`dns`]) and the roots origin certificates
-//! are verified against ([`trust`]). Uses [`crate::policy`], [`crate::robots`],
+//! [`pacing`] schedules, the shared backend of a fleet ([`fleet`]), the state kept
+//! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
+//! certificates are verified against ([`trust`]). Uses [`crate::policy`], [`crate::robots`],
 //! [`crate::telemetry`] and [`crate::config`].
 
 pub mod dns;
