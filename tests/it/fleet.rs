@@ -624,5 +624,17 @@ async fn two_instances_keep_one_in_flight_limit() {
     assert_eq!(statuses, vec![200; 12]);
     let seen = pages(&origin, "/f");
     assert_eq!(seen.len(), 12);
-    assert_eq!(most_at_once(&seen), 2, "max_in_flight 2, fleet-wide");
+    let t0 = seen[0].arrived;
+    let spans: Vec<(u128, u128)> = seen
+        .iter()
+        .map(|s| {
+            let ms = |t: std::time::Instant| t.duration_since(t0).as_millis();
+            (ms(s.arrived), s.done.map_or(u128::MAX, ms))
+        })
+        .collect();
+    assert_eq!(
+        most_at_once(&seen),
+        2,
+        "max_in_flight 2, fleet-wide: {spans:?}"
+    );
 }
