@@ -4,6 +4,7 @@ Everything is on 127.0.0.1, and only processes a script started are stopped, by 
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,3 +61,12 @@ def stop(processes):
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def ms(value):
+    """A wrk latency (`812.00us`, `1.25ms`, `1.00s`) in milliseconds; NaN if unreadable."""
+    found = re.match(r"([\d.]+)(us|ms|s|m)", value)
+    if not found:
+        return float("nan")
+    number, unit = found.groups()
+    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]

@@ -32,17 +32,11 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
 
 ORIGINS = 16
 
 
-def ms(value):
-    found = re.match(r"([\d.]+)(us|ms|s|m)", value)
-    if not found:
-        return float("nan")
-    number, unit = found.groups()
-    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
 def redis_cli(port, *args):

@@ -26,7 +26,6 @@ import asyncio
 import multiprocessing
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import tempfile
 import time
 
 from benchlib import ROOT, free_port
+from benchlib import stop as stop_processes
 
 DELAYS = [0.05, 0.1, 0.2]
 
@@ -160,12 +160,7 @@ async def run_once(args, delays, response_s, pacing):
         statuses = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(args.requests))), timeout=args.timeout)
         elapsed = time.monotonic() - start
     finally:
-        for proc in reversed(started):
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(started)
         stop.set()
         logs = logs_q.get(timeout=20)
         origin_process.join(timeout=5)

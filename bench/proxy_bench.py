@@ -22,15 +22,9 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
 
 
-def ms(value):
-    found = re.match(r"([\d.]+)(us|ms|s|m)", value)
-    if not found:
-        return float("nan")
-    number, unit = found.groups()
-    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
 def wrk(args, url, lua, pid):

@@ -386,10 +386,7 @@ impl Enforcer {
             Ok(resolved) => resolved,
             Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
         };
-        let host = origin
-            .name()
-            .map_or_else(|| origin.host_name().into(), std::borrow::Cow::Borrowed);
-        let applied = self.overrides.find(&host);
+        let applied = self.overrides.find(origin);
         if let Some(blocked) = applied.filter(|a| a.entry.block) {
             let reply = Reply::Blocked {
                 pattern: blocked.entry.host.clone(),

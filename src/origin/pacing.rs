@@ -153,6 +153,14 @@ impl Timing {
         self.effective(now).1 != DelayRule::None
     }
 
+    /// The expected wait of a newcomer with `rounds` delays' worth of requests ahead of
+    /// it: until the next slot, plus one delay per round.
+    fn wait_estimate(&self, now: Instant, rounds: u32) -> Duration {
+        let next_slot =
+            next_start(self, now).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        next_slot + self.effective(now).0 * rounds
+    }
+
     /// The remaining pause the origin asked for, else the backoff in force.
     fn backed_off_for(&self, now: Instant) -> Option<Duration> {
         self.paused_until
@@ -717,23 +725,12 @@ impl Pacer {
             t.delay = request.delay;
             t.rule = request.rule;
             if t.limited(now) {
-                let next = next_start(&t, now)
-                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-                next + t.effective(now).0 * schedule.pending.load(Ordering::Acquire) as u32
+                t.wait_estimate(now, schedule.pending.load(Ordering::Acquire) as u32)
             } else {
                 Duration::ZERO
             }
         };
-        let permit = Permit {
-            schedule,
-            held: Vec::new(),
-            fleet: self.fleet.clone(),
-            adaptive: self.config.adaptive.clone(),
-            waited: Duration::ZERO,
-            granted: now,
-            ceiling: self.config.ceiling_seconds.duration(),
-        };
-        (permit, would_wait)
+        (self.permit(schedule, Vec::new(), now), would_wait)
     }
 
     /// The convenience form of [`Pacer::pace`]: one group, no in-flight limit.
@@ -764,8 +761,8 @@ impl Pacer {
         let started = Instant::now();
         let schedule = request.schedules.get(request.group, 1, &self.total);
         let mut held = Vec::new();
-        let mut places = vec![(request.schedules, true)];
-        places.extend(request.address.map(|a| (a, false)));
+        let places =
+            std::iter::once((request.schedules, true)).chain(request.address.map(|a| (a, false)));
         for (schedules, is_origin) in places {
             let group = if is_origin {
                 schedule.clone()
@@ -797,7 +794,12 @@ impl Pacer {
                 }
             }
         }
-        Ok(Permit {
+        Ok(self.permit(schedule, held, started))
+    }
+
+    /// The permit for a request to `schedule` holding `held`, asked for at `started`.
+    fn permit(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Permit {
+        Permit {
             schedule,
             held,
             fleet: self.fleet.clone(),
@@ -805,7 +807,7 @@ impl Pacer {
             waited: started.elapsed(),
             granted: Instant::now(),
             ceiling: self.config.ceiling_seconds.duration(),
-        })
+        }
     }
 
     /// The turn of one schedule when something is in force there (`delay`: the group's
@@ -916,15 +918,9 @@ impl Pacer {
         backed_off_for: Option<Duration>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
         let pending = schedule.pending.load(Ordering::Acquire);
-        let estimate = {
-            let t = lock(&schedule.timing);
-            let next_slot =
-                next_start(&t, now).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-            // Ahead of this request: whoever holds or waits for the turns, `capacity` at
-            // a time.
-            let rounds = (pending / capacity.max(1)) as u32;
-            next_slot + t.effective(now).0 * rounds
-        };
+        // Ahead of this request: whoever holds or waits for the turns, `capacity` at a time.
+        let rounds = (pending / capacity.max(1)) as u32;
+        let estimate = lock(&schedule.timing).wait_estimate(now, rounds);
         let retry_after = estimate.max(Duration::from_secs(1));
         if pending >= self.config.max_queue + capacity - 1 {
             return Err(Refused {

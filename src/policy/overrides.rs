@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::config::PacingOverride;
+use crate::policy::target::Origin;
 
 /// The overrides, indexed for lookup by host name.
 #[derive(Debug, Default)]
@@ -39,11 +40,20 @@ impl Overrides {
         overrides
     }
 
-    /// The override for `host` (a canonical host name or IP literal), if any.
-    pub fn find(&self, host: &str) -> Option<Applied<'_>> {
+    /// The override for `origin`'s host, if any (nothing is formatted when no override
+    /// is configured).
+    pub fn find(&self, origin: &Origin) -> Option<Applied<'_>> {
         if self.exact.is_empty() && self.domains.is_empty() {
             return None;
         }
+        match origin.name() {
+            Some(name) => self.find_host(name),
+            None => self.find_host(&origin.host_name()),
+        }
+    }
+
+    /// The override for `host` (a canonical host name or IP literal), if any.
+    fn find_host(&self, host: &str) -> Option<Applied<'_>> {
         if let Some(entry) = self.exact.get(host) {
             return Some(Applied { entry });
         }
@@ -80,7 +90,7 @@ mod tests {
             entry("Other.ORG.", 4.0),
         ]);
         let delay = |h: &str| {
-            o.find(h)
+            o.find_host(h)
                 .and_then(|a| a.entry.delay_seconds)
                 .map(|s| s.get())
         };
