@@ -423,8 +423,13 @@ impl Proxy {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // exited: try other ports
                 }
-                // Ready when both listeners answer and the admin one says it is robotsgate.
-                if std::net::TcpStream::connect(addr).is_ok() && healthz(admin) {
+                // Ready when this process listens on both ports (a port picked free can be
+                // another test's listener: answering is not enough) and the admin one
+                // says it is robotsgate.
+                if listens_on(child.id(), addr.port())
+                    && listens_on(child.id(), admin.port())
+                    && healthz(admin)
+                {
                     return Proxy {
                         child,
                         addr,
@@ -450,6 +455,36 @@ impl Proxy {
             std::fs::read_to_string(&log_path).unwrap_or_default()
         );
     }
+}
+
+/// Does process `pid` hold a listening TCP socket on `port` (loopback tests: the
+/// sockets of /proc/net/tcp{,6} in LISTEN state, matched to the process's fds)?
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && fields.get(3) == Some(&"0A") {
+                if let Some(inode) = fields.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.to_string_lossy() == *i))
+    })
 }
 
 /// `GET /healthz` on an admin listener answers 200.
