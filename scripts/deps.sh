@@ -13,6 +13,13 @@ command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/
 command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
 command -v redis-server >/dev/null || need+=(redis-server)  # fleet mode: tests start their own servers and a Cluster
 command -v redis-cli >/dev/null || need+=(redis-tools)
+# Transparent mode: tests redirect a crawler uid's ports 80/443 in a network namespace.
+command -v ip >/dev/null || need+=(iproute2)
+command -v iptables >/dev/null || need+=(iptables)
+command -v nft >/dev/null || need+=(nftables)
+command -v setpriv >/dev/null || need+=(util-linux)
+# The unprivileged crawler uid runs Debian's python3 with Debian's requests.
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' 2>/dev/null || need+=(python3-requests)
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

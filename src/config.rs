@@ -54,6 +54,37 @@ pub struct Config {
     pub fleet: FleetConfig,
     /// Enforce, or only report what would be refused (for a gradual rollout).
     pub enforce: EnforceConfig,
+    /// Listeners for connections the kernel redirects to robotsgate.
+    pub transparent: TransparentConfig,
+}
+
+/// `transparent`: listeners for crawler connections the kernel redirects to robotsgate
+/// (nftables/iptables `REDIRECT` or `DNAT`, or `TPROXY`), for crawlers with no proxy
+/// settings. See `downstream::transparent`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransparentConfig {
+    /// Where redirected port-80 (plain HTTP) connections arrive.
+    pub http_listen: Option<SocketAddr>,
+    /// Where redirected port-443 (TLS) connections arrive; needs `tls.ca_cert`.
+    pub tls_listen: Option<SocketAddr>,
+    /// How the original destination is learnt.
+    pub mode: TransparentMode,
+    /// A firewall mark (`SO_MARK`) set on every connection robotsgate opens to an origin,
+    /// so a `meta mark` rule can exempt them from redirection. Needs `CAP_NET_ADMIN`.
+    pub upstream_mark: Option<u32>,
+}
+
+/// `transparent.mode`: how a redirected connection's original destination is learnt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransparentMode {
+    /// `REDIRECT`/`DNAT`: from conntrack (`SO_ORIGINAL_DST`, `IP6T_SO_ORIGINAL_DST`).
+    #[default]
+    Redirect,
+    /// `TPROXY`: the connection's own local address; the listeners set `IP_TRANSPARENT`
+    /// (needs `CAP_NET_ADMIN`).
+    Tproxy,
 }
 
 /// `enforce`: whether robots.txt refusals and pacing waits are applied or only reported.
@@ -125,6 +156,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             fleet: FleetConfig::default(),
             enforce: EnforceConfig::default(),
+            transparent: TransparentConfig::default(),
         }
     }
 }
@@ -921,6 +953,11 @@ impl Config {
             return Err(ConfigError(
                 "key `robotsgate.tls.leaf_cache_size`/`leaf_validity_days`: must be at least 1"
                     .into(),
+            ));
+        }
+        if self.transparent.tls_listen.is_some() && t.ca_cert.is_none() {
+            return Err(ConfigError(
+                "key `robotsgate.transparent.tls_listen`: needs tls.ca_cert and tls.ca_key (redirected TLS is intercepted with the operator CA)".into(),
             ));
         }
         let l = &self.limits;

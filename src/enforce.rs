@@ -155,6 +155,15 @@ pub enum Reply {
         /// Its reason, if given.
         reason: Option<String>,
     },
+    /// A redirected connection's original destination is not an address of the origin
+    /// its request names (`Host`, or the TLS SNI): its robots.txt does not govern what
+    /// that address serves (409, as Squid's `host_verify_strict`).
+    HostMismatch {
+        /// The origin the request names.
+        origin: String,
+        /// Where the client's connection was going.
+        destination: SocketAddr,
+    },
     /// The origin's name does not resolve (while its robots.txt is held).
     DnsFailure {
         /// The origin whose name failed.
@@ -224,6 +233,17 @@ impl Reply {
                     format!("robotsgate: {pattern} is blocked by the operator (pacing.overrides): {reason}"),
                 )
             }
+            Reply::HostMismatch {
+                origin,
+                destination,
+            } => Answer::text(
+                409,
+                Outcome::BadRequest,
+                format!(
+                    "refused; reason=\"host-mismatch\"; origin=\"{origin}\"; destination=\"{destination}\""
+                ),
+                format!("robotsgate: the connection was going to {destination}, which is not an address of {origin} (as robotsgate resolves it); its robots.txt cannot vouch for that server"),
+            ),
             Reply::DnsFailure { origin, error } => Answer::text(
                 502,
                 Outcome::UpstreamError,
@@ -338,6 +358,7 @@ impl Enforcer {
             config.robots.max_redirects,
             trust.ca_file(),
             config.robots.user_agent.clone(),
+            config.transparent.upstream_mark,
         ));
         let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
         let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
@@ -355,7 +376,7 @@ impl Enforcer {
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
-        self.decide_explained(target, &self.tokens(who), self.reports(who))
+        self.decide_explained(target, &self.tokens(who), self.reports(who), None)
             .await
             .0
     }
@@ -374,17 +395,34 @@ impl Enforcer {
 
     /// As [`Enforcer::decide`], for a crawler already resolved to `tokens`, with the
     /// robots.txt snapshot the decision was made from (none when the egress check
-    /// answered first), so `/check` can explain exactly it.
+    /// answered first), so `/check` can explain exactly it. A `destination` (a
+    /// redirected connection's original destination) is where an allowed request goes,
+    /// when it is one of the origin's addresses; otherwise the answer is a
+    /// [`Reply::HostMismatch`].
     pub async fn decide_explained(
         &self,
         target: &Target,
         tokens: &Tokens<'_>,
         report: bool,
+        destination: Option<SocketAddr>,
     ) -> (Decision, Option<Arc<Snapshot>>) {
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
             Ok(resolved) => resolved,
             Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
+        };
+        let resolved = match (destination, resolved) {
+            (Some(d), Ok(addrs)) => {
+                if d.port() != origin.port || !addrs.contains(&d.ip()) {
+                    let reply = Reply::HostMismatch {
+                        origin: origin.to_string(),
+                        destination: d,
+                    };
+                    return (Decision::Respond(reply), None);
+                }
+                Ok(vec![d.ip()])
+            }
+            (_, resolved) => resolved,
         };
         let applied = self.overrides.find(origin);
         if let Some(blocked) = applied.filter(|a| a.entry.block) {

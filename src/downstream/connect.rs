@@ -13,8 +13,14 @@
 //! - **blind** (`tls.blind_tunnel`, for certificate-pinned services): only what can be
 //!   judged without paths — egress, robots.txt's verdict on `/`, and the Crawl-delay
 //!   applied to connection starts — then bytes are copied both ways.
+//!
+//! A TLS connection the kernel redirected to robotsgate (transparent mode) is the same
+//! tunnel without the CONNECT: [`Tunnels::open_redirected`] reads its ClientHello
+//! (`transparent.rs`) and takes the origin from the SNI and the original destination's
+//! port, then relays it blind or intercepts it exactly as above; every request inside
+//! goes to the original destination.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +32,7 @@ use crate::policy::agent::Requester;
 
 use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
+use crate::downstream::transparent::read_client_hello;
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
@@ -58,6 +65,8 @@ struct ConnectPolicy {
     handshake_timeout: Duration,
     first_byte_timeout: Duration,
     connect_timeout: Duration,
+    /// `transparent.upstream_mark`, for blind relays' upstream sockets.
+    mark: Option<u32>,
 }
 
 /// Opens tunnels for CONNECT requests the front (`front.rs`) has read.
@@ -75,6 +84,7 @@ impl Tunnels {
         tls: &TlsConfig,
         connect_timeout: Duration,
         first_byte_timeout: Duration,
+        mark: Option<u32>,
     ) -> Tunnels {
         Tunnels {
             enforcer,
@@ -85,6 +95,7 @@ impl Tunnels {
                 handshake_timeout: tls.handshake_timeout_seconds.duration(),
                 first_byte_timeout,
                 connect_timeout,
+                mark,
             },
         }
     }
@@ -126,13 +137,26 @@ impl Tunnels {
                 tokens,
                 user: None,
             };
-            self.blind(l4, origin, &who, started).await;
+            self.blind(l4, origin, &who, started, None).await;
             return None;
         }
         match &self.interceptor {
             Some(interceptor) => {
-                let tls = self.intercept(l4, interceptor, &origin).await?;
-                Some((tls, origin))
+                if !established(&mut l4).await || !self.first_byte(&mut l4).await {
+                    return None;
+                }
+                match self.handshake(l4, interceptor, &origin).await {
+                    Ok(tls) => {
+                        metrics::record_tunnel(TunnelMode::Intercepted, "established");
+                        Some((tls, origin))
+                    }
+                    Err(why) => {
+                        // Usually a crawler host that does not trust the operator CA yet.
+                        log::warn!("CONNECT {origin}: TLS handshake with the client failed: {why}");
+                        metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
+                        None
+                    }
+                }
             }
             None => {
                 let answer = egress_denied(
@@ -209,75 +233,173 @@ impl Tunnels {
         })
     }
 
-    /// An intercepted tunnel: `200`, then TLS with a minted leaf; the decrypted stream.
-    async fn intercept(
-        &self,
-        mut l4: L4Stream,
-        interceptor: &Arc<Interceptor>,
-        origin: &Origin,
-    ) -> Option<Stream> {
-        if !established(&mut l4).await {
-            return None;
-        }
-        // A tunnel that never sends its ClientHello is closed at the first-byte deadline,
-        // not held for the whole handshake timeout.
+    /// Waits for the client's first octet (its ClientHello): a connection that never
+    /// sends one is closed at the first-byte deadline, not held for the handshake timeout.
+    async fn first_byte(&self, l4: &mut L4Stream) -> bool {
         let mut first = [0u8; 1];
         let sent = tokio::time::timeout(
             self.policy.first_byte_timeout,
-            pingora::protocols::Peek::try_peek(&mut l4, &mut first),
+            pingora::protocols::Peek::try_peek(l4, &mut first),
         )
         .await;
-        if !matches!(sent, Ok(Ok(true))) {
+        let sent = matches!(sent, Ok(Ok(true)));
+        if !sent {
             metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
+        }
+        sent
+    }
+
+    /// TLS with the client, with a leaf minted for `origin`'s host: the decrypted stream.
+    async fn handshake(
+        &self,
+        l4: L4Stream,
+        interceptor: &Arc<Interceptor>,
+        origin: &Origin,
+    ) -> Result<Stream, String> {
+        let acceptor = interceptor.acceptor(origin.host_name());
+        match tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4)).await
+        {
+            Ok(Ok(tls)) => Ok(Box::new(tls)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// A TLS connection the kernel redirected to robotsgate, on its way to `destination`.
+    /// Its ClientHello names the origin (SNI; without one, the destination's address) at
+    /// the destination's port. A `tls.blind_tunnel` origin is relayed after the
+    /// host-level checks; any other is intercepted and comes back decrypted with its
+    /// origin, for the front to serve request by request. ALPN: `http/1.1` only; a
+    /// client offering only others (`h2`) fails the handshake with a
+    /// `no_application_protocol` alert.
+    pub async fn open_redirected(
+        &self,
+        mut l4: L4Stream,
+        destination: SocketAddr,
+        client: Option<IpAddr>,
+    ) -> Option<(Stream, Origin)> {
+        let started = Instant::now();
+        if !self.first_byte(&mut l4).await {
             return None;
         }
-        let acceptor = interceptor.acceptor(origin.host_name());
-        let handshake =
-            tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4)).await;
-        match handshake {
-            Ok(Ok(tls)) => {
-                metrics::record_tunnel(TunnelMode::Intercepted, "established");
-                Some(Box::new(tls))
+        let hello =
+            tokio::time::timeout(self.policy.handshake_timeout, read_client_hello(&mut l4)).await;
+        let hello = match hello {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(why)) => {
+                log::info!("transparent TLS to {destination}: no usable ClientHello: {why}");
+                metrics::record_transparent(true, "not_tls");
+                return None;
             }
-            failed => {
-                // Usually a crawler host that does not trust the operator CA yet.
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "timed out".into(),
-                };
-                log::warn!("CONNECT {origin}: TLS handshake with the client failed: {why}");
-                metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
+            Err(_) => {
+                log::info!("transparent TLS to {destination}: no ClientHello in time");
+                metrics::record_transparent(true, "handshake_failed");
+                return None;
+            }
+        };
+        let origin = match &hello.sni {
+            Some(name) => match parse_authority(name, Scheme::Https) {
+                Ok(origin) => Origin {
+                    port: destination.port(),
+                    ..origin
+                },
+                Err(e) => {
+                    log::info!("transparent TLS to {destination}: unusable SNI: {e}");
+                    metrics::record_transparent(true, "not_tls");
+                    return None;
+                }
+            },
+            None => Origin {
+                scheme: Scheme::Https,
+                host: Host::Ip(destination.ip()),
+                port: destination.port(),
+            },
+        };
+        if self
+            .policy
+            .blind
+            .iter()
+            .any(|r| r.matches(&origin.host, &[destination.ip()]))
+        {
+            metrics::record_transparent(true, "blind");
+            let who = Requester {
+                client,
+                user_agent: None,
+                tokens: None,
+                user: None,
+            };
+            self.blind(l4, origin, &who, started, Some(destination))
+                .await;
+            return None;
+        }
+        // Configuration validation requires the CA with a TLS listener.
+        let interceptor = self.interceptor.as_ref()?;
+        let handshake = self.handshake(l4, interceptor, &origin).await;
+        if hello.refuses_http1() {
+            log::info!(
+                "transparent TLS to {origin}: the client offers ALPN {:?} without http/1.1; refused",
+                hello.alpn.iter().flatten().map(|p| String::from_utf8_lossy(p)).collect::<Vec<_>>()
+            );
+            metrics::record_transparent(true, "alpn_refused");
+            return None;
+        }
+        match handshake {
+            Ok(tls) => {
+                metrics::record_transparent(true, "intercepted");
+                Some((tls, origin))
+            }
+            Err(why) => {
+                log::warn!("transparent TLS to {origin}: handshake with the client failed: {why}");
+                metrics::record_transparent(true, "handshake_failed");
                 None
             }
         }
     }
 
     /// A blind tunnel: host-level checks, a paced connection start, then bytes both ways.
-    async fn blind(&self, mut l4: L4Stream, origin: Origin, who: &Requester<'_>, started: Instant) {
+    /// `destination` is a redirected connection's: the relay goes there, and nothing is
+    /// written to the client before it (no `200` for a CONNECT that was never sent, no
+    /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
+    async fn blind(
+        &self,
+        mut l4: L4Stream,
+        origin: Origin,
+        who: &Requester<'_>,
+        started: Instant,
+        destination: Option<SocketAddr>,
+    ) {
         let shown = origin.to_string();
+        let mode = if destination.is_some() {
+            TunnelMode::TransparentBlind
+        } else {
+            TunnelMode::Blind
+        };
         let root = Target {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let (addr, pace) = match self.enforcer.decide(&root, who).await {
+        let tokens = self.enforcer.tokens(who);
+        let report = self.enforcer.reports(who);
+        let decision = self
+            .enforcer
+            .decide_explained(&root, &tokens, report, destination)
+            .await
+            .0;
+        let (addr, pace) = match decision {
             Decision::Respond(reply) => {
                 return self
-                    .refuse(&mut l4, &shown, TunnelMode::Blind, &reply.answer(), started)
+                    .refuse(&mut l4, &shown, mode, &reply.answer(), started)
                     .await
             }
             Decision::Forward { addr, pace, .. } => (addr, pace),
         };
         let permit = match self.enforcer.pace(&pace).await {
             Ok(permit) => permit,
-            Err(answer) => {
-                return self
-                    .refuse(&mut l4, &shown, TunnelMode::Blind, &answer, started)
-                    .await
-            }
+            Err(answer) => return self.refuse(&mut l4, &shown, mode, &answer, started).await,
         };
         let upstream = tokio::time::timeout(
             self.policy.connect_timeout,
-            tokio::net::TcpStream::connect(addr),
+            crate::origin::loops::connect(addr, self.policy.mark),
         )
         .await;
         // The schedule counts connection starts: the next may begin a delay after this one.
@@ -286,25 +408,21 @@ impl Tunnels {
             Ok(Ok(upstream)) => upstream,
             Ok(Err(e)) => {
                 let answer = upstream_unreachable(&shown, &e.to_string());
-                return self
-                    .refuse(&mut l4, &shown, TunnelMode::Blind, &answer, started)
-                    .await;
+                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
             }
             Err(_) => {
                 let answer = upstream_unreachable(&shown, "connect timed out");
-                return self
-                    .refuse(&mut l4, &shown, TunnelMode::Blind, &answer, started)
-                    .await;
+                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
             }
         };
-        if !established(&mut l4).await {
+        if destination.is_none() && !established(&mut l4).await {
             return;
         }
-        metrics::record_tunnel(TunnelMode::Blind, "established");
+        metrics::record_tunnel(mode, "established");
         tracing::info!(
             target: "access",
             connect = shown.as_str(),
-            mode = "blind",
+            mode = mode.label(),
             decision = "tunnelled",
             status = 200u16,
             duration_seconds = started.elapsed().as_secs_f64(),
@@ -312,7 +430,8 @@ impl Tunnels {
         let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
     }
 
-    /// Answers the CONNECT with `answer` and closes.
+    /// Answers the CONNECT with `answer` and closes (a redirected connection, which sent
+    /// no CONNECT, is closed unanswered).
     async fn refuse(
         &self,
         l4: &mut L4Stream,
@@ -331,7 +450,9 @@ impl Tunnels {
             duration_seconds = started.elapsed().as_secs_f64(),
             why = answer.header.as_str(),
         );
-        crate::downstream::reply::write_answer(l4, answer).await;
+        if mode != TunnelMode::TransparentBlind {
+            crate::downstream::reply::write_answer(l4, answer).await;
+        }
     }
 }
 

@@ -14,11 +14,19 @@
 //!    already read as a prefix and a [`ClientContext`] saying which tunnel and user it
 //!    belongs to.
 //!
+//! The transparent listeners ([`Door::Transparent`]) use the same front: a redirected
+//! connection gets the same admission, then its original destination
+//! (`transparent.rs`; a loop is refused), then, on the TLS listener, the ClientHello and
+//! interception ([`Tunnels::open_redirected`]); its requests are served by this same loop,
+//! every one bound to the original destination. They carry no proxy credentials (the
+//! client does not know it is proxied): `access.allow_clients` and the firewall rule that
+//! sent them are their admission.
+//!
 //! Refusals are written here as complete responses, counted in
 //! `robotsgate_downstream_refusals_total{reason}` and logged, and the connection closes.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +44,7 @@ use crate::downstream::access::{AccessPolicy, Identity};
 use crate::downstream::connect::Tunnels;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
 use crate::downstream::reply::write_answer;
+use crate::downstream::transparent::{NoDestination, Redirection};
 use crate::policy::answer::{Answer, Outcome};
 use crate::policy::target::Origin;
 use crate::telemetry::metrics;
@@ -49,17 +58,37 @@ pub struct ClientContext {
     pub tunnel: Option<Arc<Origin>>,
     /// The authenticated user, when `access.credentials_file` is set.
     pub identity: Option<Arc<Identity>>,
+    /// On a redirected connection (transparent mode): where it was going, which is where
+    /// every request on it goes.
+    pub destination: Option<SocketAddr>,
 }
 
-/// The Pingora `ServerApp` on the proxy listener: the front door of every client connection.
+/// Which listener a connection arrived on.
+#[derive(Clone)]
+pub enum Door {
+    /// The proxy listener: absolute-form requests, CONNECT, origin-form with `Host`.
+    Proxy,
+    /// A transparent listener: connections the kernel redirected (`tls`: the TLS one).
+    Transparent {
+        /// Finds each connection's original destination.
+        redirection: Arc<Redirection>,
+        /// The TLS listener (ClientHello, then interception) rather than plain HTTP.
+        tls: bool,
+    },
+}
+
+/// The Pingora `ServerApp` on robotsgate's client listeners: the front door of every
+/// client connection.
 pub struct ProxyFront<A> {
     /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
     http: Arc<A>,
-    tunnels: Tunnels,
+    tunnels: Arc<Tunnels>,
     access: Arc<AccessPolicy>,
     limits: HeadLimits,
+    /// Shared by every listener: `limits.max_connections` counts them all.
     connections: Arc<Semaphore>,
     per_client: Arc<PerClient>,
+    door: Door,
 }
 
 /// Open connections per client, bounded by `limits.max_connections_per_client`. A client
@@ -116,7 +145,7 @@ impl<A> ProxyFront<A> {
     ) -> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
-            tunnels,
+            tunnels: Arc::new(tunnels),
             access,
             limits,
             connections: Arc::new(Semaphore::new(max_connections)),
@@ -124,6 +153,20 @@ impl<A> ProxyFront<A> {
                 max: max_connections_per_client,
                 open: Default::default(),
             }),
+            door: Door::Proxy,
+        }
+    }
+
+    /// The same front (application, limits, connection counts) at another door.
+    pub fn at(&self, door: Door) -> ProxyFront<A> {
+        ProxyFront {
+            http: self.http.clone(),
+            tunnels: self.tunnels.clone(),
+            access: self.access.clone(),
+            limits: self.limits.clone(),
+            connections: self.connections.clone(),
+            per_client: self.per_client.clone(),
+            door,
         }
     }
 }
@@ -192,7 +235,16 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
             return None;
         };
         let _open = OpenConnection::new(permit, per_client);
-        self.serve(stream, client, shutdown).await;
+        match &self.door {
+            Door::Proxy => {
+                self.serve(stream, client, ClientContext::default(), shutdown)
+                    .await
+            }
+            Door::Transparent { redirection, tls } => {
+                self.serve_redirected(stream, client, redirection, *tls, shutdown)
+                    .await
+            }
+        }
         None
     }
 
@@ -213,9 +265,71 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         }
     }
 
-    /// The request loop of one client connection (and of the tunnels opened on it).
-    async fn serve(&self, mut stream: Stream, client: Option<IpAddr>, shutdown: &ShutdownWatch) {
-        let mut context = ClientContext::default();
+    /// A connection on a transparent listener: its original destination (a loop is
+    /// refused: `508` on the HTTP listener, closed on the TLS one), then the request loop,
+    /// after the ClientHello and interception on the TLS listener.
+    async fn serve_redirected(
+        &self,
+        stream: Stream,
+        client: Option<IpAddr>,
+        redirection: &Redirection,
+        tls: bool,
+        shutdown: &ShutdownWatch,
+    ) {
+        let Some(l4) = stream.into_any().downcast::<L4Stream>().ok() else {
+            log::error!("a transparent listener that is not plain TCP");
+            return;
+        };
+        let destination = match redirection.destination(&l4) {
+            Ok(destination) => destination,
+            Err(NoDestination::Loop(to)) => {
+                metrics::record_transparent(tls, "loop");
+                log::warn!("transparent: a connection from {client:?} was going to {to}, robotsgate's own listener: refused (the redirection rule must exclude robotsgate's own connections, and clients must not dial the transparent ports)");
+                let mut stream: Stream = l4;
+                if tls {
+                    metrics::record_refusal(metrics::Refusal::Loop);
+                } else {
+                    let why = "this connection was going to robotsgate itself (a redirection loop)";
+                    let refusal = Refusal::new(508, metrics::Refusal::Loop, why);
+                    self.turn_away(&mut stream, client, refusal).await;
+                }
+                return;
+            }
+            Err(NoDestination::Unknown(why)) => {
+                metrics::record_transparent(tls, "no_destination");
+                log::warn!(
+                    "transparent: no original destination for a connection from {client:?}: {why}"
+                );
+                return;
+            }
+        };
+        let (stream, tunnel) = if tls {
+            let opened = Box::pin(self.tunnels.open_redirected(*l4, destination, client)).await;
+            let Some((stream, origin)) = opened else {
+                return;
+            };
+            (stream, Some(Arc::new(origin)))
+        } else {
+            metrics::record_transparent(false, "accepted");
+            (l4 as Stream, None)
+        };
+        let context = ClientContext {
+            tunnel,
+            identity: None,
+            destination: Some(destination),
+        };
+        self.serve(stream, client, context, shutdown).await;
+    }
+
+    /// The request loop of one client connection (and of the tunnels opened on it),
+    /// starting with what is known of it (`context`).
+    async fn serve(
+        &self,
+        mut stream: Stream,
+        client: Option<IpAddr>,
+        mut context: ClientContext,
+        shutdown: &ShutdownWatch,
+    ) {
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.first_byte_timeout;
@@ -247,8 +361,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                     return refuse(&mut stream, client, refusal).await;
                 }
             };
-            // Inside a tunnel the CONNECT's credentials stand for every request.
-            if context.tunnel.is_none() {
+            // Inside a tunnel the CONNECT's credentials stand for every request; a
+            // redirected connection has none to give.
+            let redirected = context.destination.is_some();
+            if context.tunnel.is_none() && !redirected {
                 match self
                     .access
                     .authenticate(head.proxy_authorization.as_deref())
@@ -265,9 +381,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 }
             }
             if head.is_connect {
-                if context.tunnel.is_some() {
-                    let refusal =
-                        Refusal::new(400, metrics::Refusal::Malformed, "CONNECT inside a tunnel");
+                if context.tunnel.is_some() || redirected {
+                    let why = "CONNECT inside a tunnel or a redirected connection";
+                    let refusal = Refusal::new(400, metrics::Refusal::Malformed, why);
                     return refuse(&mut stream, client, refusal).await;
                 }
                 let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {

@@ -11,3 +11,4 @@ pub mod front;
 pub mod head;
 pub mod intercept;
 pub mod reply;
+pub mod transparent;

@@ -336,7 +336,7 @@ impl AdminApp {
         let report = self.enforcer.reports(&who);
         let (decision, snapshot) = self
             .enforcer
-            .decide_explained(&target, &tokens, report)
+            .decide_explained(&target, &tokens, report, None)
             .await;
         let mut out = json!({
             "url": url,

@@ -131,6 +131,8 @@ pub struct Fetcher {
     max_redirects: u32,
     /// `robots.user_agent`.
     user_agent: String,
+    /// Marks each socket (`transparent.upstream_mark`).
+    socket_hook: Option<crate::origin::loops::SocketHook>,
 }
 
 fn unreachable(failure: Failure) -> FetchOutcome {
@@ -177,6 +179,7 @@ impl Fetcher {
         max_redirects: u32,
         ca_file: Option<String>,
         user_agent: String,
+        mark: Option<u32>,
     ) -> Fetcher {
         let mut options = pingora::connectors::ConnectorOptions::new(128);
         options.ca_file = ca_file;
@@ -187,6 +190,7 @@ impl Fetcher {
             timeout,
             max_redirects,
             user_agent,
+            socket_hook: crate::origin::loops::hook(mark),
         }
     }
 
@@ -292,6 +296,7 @@ impl Fetcher {
         peer.options.connection_timeout = Some(self.timeout);
         peer.options.read_timeout = Some(self.timeout);
         peer.options.write_timeout = Some(self.timeout);
+        peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
 
         let (mut session, _reused) = self
             .connector
@@ -308,6 +313,9 @@ impl Fetcher {
             .map_err(internal)?;
         request
             .insert_header("Accept", "text/plain, */*;q=0.5")
+            .map_err(internal)?;
+        request
+            .insert_header("Via", crate::origin::loops::VIA.as_str())
             .map_err(internal)?;
         session
             .write_request_header(Box::new(request))

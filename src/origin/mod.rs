@@ -1,12 +1,14 @@
 //! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`]),
 //! [`pacing`] schedules, the shared backend of a fleet ([`fleet`]), the state kept
 //! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
-//! certificates are verified against ([`trust`]). Uses [`crate::policy`], [`crate::robots`],
+//! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
+//! traffic from looping back to it ([`loops`]). Uses [`crate::policy`], [`crate::robots`],
 //! [`crate::telemetry`] and [`crate::config`].
 
 pub mod dns;
 pub mod fetch;
 pub mod fleet;
+pub mod loops;
 pub mod pacing;
 pub mod state;
 pub mod store;

@@ -951,6 +951,7 @@ mod tests {
             5,
             None,
             "robotsgate-test".into(),
+            None,
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
         OriginStore::new(Arc::new(fetcher), pacer, config, None)

@@ -129,6 +129,17 @@ pub fn bad_request(status: u16, why: impl std::fmt::Display) -> Answer {
     )
 }
 
+/// A request that came back through this robotsgate (its own `Via` pseudonym is in
+/// the request): 508, rather than forwarded around the loop again.
+pub fn forwarding_loop(pseudonym: &str) -> Answer {
+    Answer::text(
+        508,
+        Outcome::BadRequest,
+        "refused; reason=\"loop\"".into(),
+        format!("robotsgate: this request already went through this robotsgate ({pseudonym}): a redirection loop (the firewall rule must exclude robotsgate's own connections)"),
+    )
+}
+
 /// A refused destination: 403 naming why.
 pub fn egress_denied(why: String) -> Answer {
     Answer::text(

@@ -173,7 +173,7 @@ impl fmt::Display for TargetError {
             TargetError::BadAuthority(a) => write!(f, "invalid host or port `{a}`"),
             TargetError::UserInfo => f.write_str("credentials in the URL are refused"),
             TargetError::Misdirected { tunnel, asked } => {
-                write!(f, "request for {asked} inside a tunnel to {tunnel}")
+                write!(f, "request for {asked} on a connection to {tunnel}")
             }
         }
     }
@@ -242,6 +242,48 @@ impl Target {
 }
 
 impl Target {
+    /// Reads a request on a connection the kernel redirected to robotsgate, on its way to
+    /// `destination`. The origin is the one the request names (`Host`, or an
+    /// absolute-form target), at the destination's port: `Host: site` on a connection to
+    /// port 8080 means `site:8080`. With no name, the destination's address is the host.
+    /// Inside intercepted TLS, `tls` is the origin the handshake named (SNI, or the
+    /// address), and a request naming another is misdirected (421), as in a tunnel; so is
+    /// one naming another scheme or another port than the connection's.
+    pub fn redirected(
+        raw: &[u8],
+        host_header: Option<&[u8]>,
+        destination: std::net::SocketAddr,
+        tls: Option<&Origin>,
+    ) -> Result<Target, TargetError> {
+        let scheme = if tls.is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let fallback = match (host_header, tls) {
+            (Some(_), _) => String::new(),
+            (None, Some(origin)) => origin.authority(),
+            (None, None) => destination.to_string(),
+        };
+        let host = host_header.unwrap_or(fallback.as_bytes());
+        let mut target = Target::from_request(raw, Some(host), scheme)?;
+        let stated = target.origin.port;
+        let misdirected = |target: &Target| TargetError::Misdirected {
+            tunnel: tls.map_or_else(|| destination.to_string(), ToString::to_string),
+            asked: target.origin.to_string(),
+        };
+        if target.origin.scheme != scheme
+            || (stated != destination.port() && stated != scheme.default_port())
+        {
+            return Err(misdirected(&target));
+        }
+        target.origin.port = destination.port();
+        if tls.is_some_and(|origin| *origin != target.origin) {
+            return Err(misdirected(&target));
+        }
+        Ok(target)
+    }
+
     /// The path as a lenient origin server may read it, when that differs from
     /// [`Target::path`]: `%2F` and `%5C` as `/`, `;params` dropped from every segment
     /// (servlet containers do), empty segments collapsed, then dot segments resolved — so
@@ -440,6 +482,62 @@ mod tests {
                 "{raw:?} {host:?}"
             );
         }
+    }
+
+    #[test]
+    fn redirected_requests_take_the_destination_port() {
+        let to = |s: &str| s.parse::<std::net::SocketAddr>().expect("address");
+        let http = |raw: &str, host: Option<&str>, d: &str| {
+            Target::redirected(raw.as_bytes(), host.map(str::as_bytes), to(d), None)
+                .map(|t| t.origin.to_string() + t.path.as_str())
+        };
+        assert_eq!(
+            http("/p", Some("Site.Test"), "127.0.0.2:80").as_deref(),
+            Ok("http://site.test/p")
+        );
+        assert_eq!(
+            http("/p", Some("site.test"), "127.0.0.2:8080").as_deref(),
+            Ok("http://site.test:8080/p")
+        );
+        assert_eq!(
+            http("/p", None, "127.0.0.2:80").as_deref(),
+            Ok("http://127.0.0.2/p")
+        );
+        assert_eq!(
+            http("/p", None, "[::1]:8080").as_deref(),
+            Ok("http://[::1]:8080/p")
+        );
+        assert_eq!(
+            http("http://site.test/p", None, "127.0.0.2:80").as_deref(),
+            Ok("http://site.test/p")
+        );
+        for (raw, host) in [("/p", Some("site.test:81")), ("https://site.test/p", None)] {
+            assert!(
+                matches!(
+                    http(raw, host, "127.0.0.2:80"),
+                    Err(TargetError::Misdirected { .. })
+                ),
+                "{raw} {host:?}"
+            );
+        }
+        let sni = parse_authority("site.test:443", Scheme::Https).expect("origin");
+        let tls = |host: Option<&str>| {
+            Target::redirected(
+                b"/p",
+                host.map(str::as_bytes),
+                to("127.0.0.2:443"),
+                Some(&sni),
+            )
+        };
+        assert_eq!(
+            tls(None).map(|t| t.origin.to_string()).as_deref(),
+            Ok("https://site.test")
+        );
+        assert!(tls(Some("site.test")).is_ok());
+        assert!(matches!(
+            tls(Some("other.test")),
+            Err(TargetError::Misdirected { .. })
+        ));
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct RobotsGateProxy {
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
     /// those that have one).
     pub max_body_bytes: u64,
+    /// Marks upstream sockets (`transparent.upstream_mark`).
+    pub socket_hook: Option<crate::origin::loops::SocketHook>,
 }
 
 /// What robotsgate knows of one request as it goes through Pingora's phases.
@@ -235,10 +237,20 @@ impl ProxyHttp for RobotsGateProxy {
             return Ok(true);
         }
         let req = session.req_header();
+        let via = req.headers.get_all("via").iter().map(|v| v.as_bytes());
+        if crate::origin::loops::came_through(via) {
+            crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
+            let answer = crate::policy::answer::forwarding_loop(&crate::origin::loops::VIA);
+            ctx.answered(&answer);
+            respond(session, &answer).await?;
+            return Ok(true);
+        }
         let host = req.headers.get("host").map(|h| h.as_bytes());
-        let target = match &ctx.client.tunnel {
-            Some(tunnel) => Target::in_tunnel(tunnel, req.raw_path(), host),
-            None => Target::from_request(req.raw_path(), host, Scheme::Http),
+        let destination = ctx.client.destination;
+        let target = match (&ctx.client.tunnel, destination) {
+            (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
+            (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
+            (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
         };
         let target = match target {
             Ok(target) => target,
@@ -264,7 +276,7 @@ impl ProxyHttp for RobotsGateProxy {
         let report = self.enforcer.reports(&who);
         let (decision, _) = self
             .enforcer
-            .decide_explained(&target, &tokens, report)
+            .decide_explained(&target, &tokens, report, destination)
             .await;
         ctx.target = Some(target);
         match decision {
@@ -346,7 +358,9 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<Box<HttpPeer>> {
         match (&ctx.target, &ctx.stage) {
             (Some(target), Stage::Forwarded { addr, .. }) => {
-                Ok(Box::new(upstream_peer(target, *addr, &self.upstream)))
+                let mut peer = upstream_peer(target, *addr, &self.upstream);
+                peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
+                Ok(Box::new(peer))
             }
             _ => Err(Error::explain(
                 ErrorType::InternalError,
@@ -410,6 +424,7 @@ impl ProxyHttp for RobotsGateProxy {
         for name in NEVER_FORWARDED {
             upstream_request.remove_header(*name);
         }
+        upstream_request.append_header("Via", crate::origin::loops::VIA.as_str())?;
         Ok(())
     }
 
@@ -492,10 +507,30 @@ impl ProxyHttp for RobotsGateProxy {
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
         };
-        let mode = match (&ctx.client.tunnel, session.req_header().raw_path().first()) {
-            (Some(_), _) => Mode::Tunnel,
-            (None, Some(b'/')) => Mode::Transparent,
-            (None, _) => Mode::Explicit,
+        let mode = match (&ctx.client, session.req_header().raw_path().first()) {
+            (
+                ClientContext {
+                    destination: Some(_),
+                    tunnel: Some(_),
+                    ..
+                },
+                _,
+            ) => Mode::TransparentTls,
+            (
+                ClientContext {
+                    destination: Some(_),
+                    ..
+                },
+                _,
+            ) => Mode::Transparent,
+            (
+                ClientContext {
+                    tunnel: Some(_), ..
+                },
+                _,
+            ) => Mode::Tunnel,
+            (_, Some(b'/')) => Mode::Transparent,
+            _ => Mode::Explicit,
         };
         let https = ctx
             .target

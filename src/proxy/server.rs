@@ -12,9 +12,10 @@ use crate::config::{Cidr, Config};
 use crate::downstream::access::AccessPolicy;
 use crate::downstream::ca::OperatorCa;
 use crate::downstream::connect::Tunnels;
-use crate::downstream::front::ProxyFront;
+use crate::downstream::front::{Door, ProxyFront};
 use crate::downstream::head::HeadLimits;
 use crate::downstream::intercept::Interceptor;
+use crate::downstream::transparent::Redirection;
 use crate::enforce::Enforcer;
 use crate::ops::admin::{AdminApp, AdminGuard};
 use crate::origin::trust::UpstreamTrust;
@@ -59,6 +60,12 @@ pub struct RunArgs {
     /// Fleet mode: the shared Redis (`redis://host:port/db`), overriding `fleet.redis`.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// Listener for redirected plain-HTTP connections, overriding `transparent.http_listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub transparent_http: Option<std::net::SocketAddr>,
+    /// Listener for redirected TLS connections, overriding `transparent.tls_listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub transparent_tls: Option<std::net::SocketAddr>,
 }
 
 /// Everything `run` loads before it starts serving; `check-config` stops here.
@@ -101,8 +108,15 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     if let Some(url) = &args.redis {
         config.fleet.redis = Some(url.clone());
         config.fleet.redis_cluster.clear();
-        config.validate()?;
     }
+    if let Some(addr) = args.transparent_http {
+        config.transparent.http_listen = Some(addr);
+    }
+    if let Some(addr) = args.transparent_tls {
+        config.transparent.tls_listen = Some(addr);
+    }
+    // The command line may have made a valid file invalid (a TLS listener with no CA).
+    config.validate()?;
 
     // Loaded once, at start: a reload (graceful upgrade) starts a new process that loads
     // the same files again.
@@ -195,6 +209,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 .state_file
                 .clone()
                 .map(|path| (path, config.robots.state_save_seconds.duration())),
+            tproxy: match config.transparent.mode {
+                crate::config::TransparentMode::Tproxy => config
+                    .transparent
+                    .http_listen
+                    .into_iter()
+                    .chain(config.transparent.tls_listen)
+                    .collect(),
+                crate::config::TransparentMode::Redirect => Vec::new(),
+            },
         },
     ));
     let http = pingora::proxy::http_proxy(
@@ -203,6 +226,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             enforcer: enforcer.clone(),
             upstream: config.upstream.clone(),
             max_body_bytes: config.limits.max_body_bytes,
+            socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),
         },
     );
     // Both connectors have read the root bundle: the temporary file can go.
@@ -213,6 +237,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         &config.tls,
         config.upstream.connect_timeout_seconds.duration(),
         config.limits.first_byte_timeout_seconds.duration(),
+        config.transparent.upstream_mark,
     );
     let front = ProxyFront::new(
         http,
@@ -222,17 +247,46 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.limits.max_connections,
         config.limits.max_connections_per_client,
     );
-    let mut proxy = Service::new("robotsgate proxy".to_string(), front);
-    // No L4 buffers. Reads: Pingora's default is 64 KiB per connection, allocated at
-    // accept; the front reads each head into a buffer sized to what arrived, so an idle
-    // connection holds none. Writes: Pingora flushes a response with a Content-Length
-    // only at its end, so a buffered partial body would wait for a stalled origin;
-    // unbuffered, every octet goes to the client as it arrives.
-    proxy.add_listener(
-        pingora::listeners::ListenerConfig::tcp(config.listen.to_string())
-            .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
-    );
-    let proxy = server.add_service(proxy);
+    let redirection = Arc::new(Redirection::new(
+        config.transparent.mode,
+        config
+            .transparent
+            .http_listen
+            .into_iter()
+            .chain(config.transparent.tls_listen)
+            .chain(config.admin_listen)
+            .chain([config.listen])
+            .collect(),
+    ));
+    let doors = [
+        (
+            "robotsgate transparent http",
+            config.transparent.http_listen,
+            false,
+        ),
+        (
+            "robotsgate transparent tls",
+            config.transparent.tls_listen,
+            true,
+        ),
+    ];
+    for (name, listen, tls) in doors {
+        let Some(listen) = listen else { continue };
+        let door = Door::Transparent {
+            redirection: redirection.clone(),
+            tls,
+        };
+        let service = client_listener(name, front.at(door), listen);
+        let service = server.add_service(service);
+        service.add_dependency(&bootstrap);
+        service.add_dependency(&background);
+        log::info!(
+            "transparent {} listener on {listen} ({:?} mode)",
+            if tls { "TLS" } else { "HTTP" },
+            config.transparent.mode
+        );
+    }
+    let proxy = server.add_service(client_listener("robotsgate proxy", front, config.listen));
     proxy.add_dependency(&bootstrap);
     proxy.add_dependency(&background);
 
@@ -265,11 +319,33 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     std::process::exit(0)
 }
 
+/// A Pingora service for one of robotsgate's client listeners.
+fn client_listener(
+    name: &str,
+    front: ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>,
+    listen: std::net::SocketAddr,
+) -> Service<ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>> {
+    let mut service = Service::new(name.to_string(), front);
+    // No L4 buffers. Reads: Pingora's default is 64 KiB per connection, allocated at
+    // accept; the front reads each head into a buffer sized to what arrived, so an idle
+    // connection holds none. Writes: Pingora flushes a response with a Content-Length
+    // only at its end, so a buffered partial body would wait for a stalled origin;
+    // unbuffered, every octet goes to the client as it arrives.
+    service.add_listener(
+        pingora::listeners::ListenerConfig::tcp(listen.to_string())
+            .l4_buffer(pingora::protocols::l4::stream::L4BufferSettings::unbuffered()),
+    );
+    service
+}
+
 /// What runs beside requests, started once the process is what it will stay (after a
-/// daemon's fork): the fleet backend and the state file's writer.
+/// daemon's fork): the fleet backend, the state file's writer, and (TPROXY) the
+/// transparent listeners' `IP_TRANSPARENT`.
 struct Background {
     enforcer: Arc<Enforcer>,
     state: Option<(PathBuf, std::time::Duration)>,
+    /// TPROXY listeners, to be made transparent once bound.
+    tproxy: Vec<std::net::SocketAddr>,
 }
 
 #[async_trait::async_trait]
@@ -289,7 +365,37 @@ impl pingora::services::background::BackgroundService for Background {
                 log::error!("state file {} will not be written: {e}", path.display());
             }
         }
+        for addr in self.tproxy.clone() {
+            tokio::spawn(make_transparent_once_bound(addr));
+        }
         ready.notify_ready();
+    }
+}
+
+/// Sets `IP_TRANSPARENT` on the TPROXY listener at `addr` as soon as Pingora has bound
+/// it (or found it bound, after an upgrade: the flag travels with the socket).
+async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match crate::downstream::transparent::make_listener_transparent(addr) {
+            Ok(true) => {
+                log::info!("TPROXY listener {addr}: IP_TRANSPARENT set");
+                return;
+            }
+            Ok(false) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Ok(false) => {
+                log::error!(
+                    "TPROXY listener {addr}: never bound; redirected connections will not arrive"
+                );
+                return;
+            }
+            Err(e) => {
+                log::error!("TPROXY listener {addr}: cannot set IP_TRANSPARENT ({e}); it needs CAP_NET_ADMIN");
+                return;
+            }
+        }
     }
 }
 

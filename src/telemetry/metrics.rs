@@ -15,20 +15,29 @@ use prometheus::{
 pub enum Mode {
     /// Absolute-form target (`HTTP_PROXY`).
     Explicit,
-    /// Origin-form target with `Host` (transparent egress).
+    /// Plain HTTP the kernel redirected to robotsgate (or an origin-form target with
+    /// `Host` on the proxy listener).
     Transparent,
     /// Inside an intercepted CONNECT tunnel (`HTTPS_PROXY`).
     Tunnel,
+    /// Inside a redirected TLS connection, intercepted.
+    TransparentTls,
 }
 
 impl Mode {
-    const ALL: [Mode; 3] = [Mode::Explicit, Mode::Transparent, Mode::Tunnel];
+    const ALL: [Mode; 4] = [
+        Mode::Explicit,
+        Mode::Transparent,
+        Mode::Tunnel,
+        Mode::TransparentTls,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Mode::Explicit => "explicit",
             Mode::Transparent => "transparent",
             Mode::Tunnel => "tunnel",
+            Mode::TransparentTls => "transparent_tls",
         }
     }
 }
@@ -276,6 +285,8 @@ pub enum TunnelMode {
     Intercepted,
     /// `tls.blind_tunnel`: host-level checks only.
     Blind,
+    /// A redirected TLS connection to a `tls.blind_tunnel` origin: relayed as `Blind`.
+    TransparentBlind,
 }
 
 impl TunnelMode {
@@ -283,6 +294,7 @@ impl TunnelMode {
         match self {
             TunnelMode::Intercepted => "intercepted",
             TunnelMode::Blind => "blind",
+            TunnelMode::TransparentBlind => "transparent_blind",
         }
     }
 }
@@ -290,7 +302,7 @@ impl TunnelMode {
 static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_connect_tunnels_total",
-        "CONNECT requests by mode (intercepted, blind) and outcome (established, refused, handshake_failed).",
+        "CONNECT requests (and redirected TLS relayed blind) by mode (intercepted, blind, transparent_blind) and outcome (established, refused, handshake_failed).",
         &["mode", "outcome"]
     )
     .expect("metric registers once")
@@ -298,6 +310,25 @@ static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 pub fn record_tunnel(mode: TunnelMode, outcome: &'static str) {
     TUNNELS.with_label_values(&[mode.label(), outcome]).inc();
+}
+
+static TRANSPARENT_CONNECTIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_transparent_connections_total",
+        "Connections on the transparent listeners by listener (http, tls) and outcome \
+         (accepted, intercepted, blind, loop, no_destination, not_tls, alpn_refused, \
+         handshake_failed, refused).",
+        &["listener", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one connection on a transparent listener (`tls`: the TLS one).
+pub fn record_transparent(tls: bool, outcome: &'static str) {
+    let listener = if tls { "tls" } else { "http" };
+    TRANSPARENT_CONNECTIONS
+        .with_label_values(&[listener, outcome])
+        .inc();
 }
 
 pub static TLS_LEAF_MINTS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
@@ -338,7 +369,7 @@ static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         "Requests and connections refused before the robots decision, by reason: a limit \
          (connection_limit, header_timeout, request_line_too_long, header_too_large, \
          too_many_headers, body_too_large, body-on-get, upgrade, malformed, \
-         client_connection_limit, first_byte_timeout) or access (client_network, \
+         client_connection_limit, first_byte_timeout, loop) or access (client_network, \
          auth_required, auth_failed).",
         &["reason"]
     )
@@ -363,6 +394,8 @@ pub enum Refusal {
     ClientNetwork,
     AuthRequired,
     AuthFailed,
+    /// A redirected connection going to robotsgate itself.
+    Loop,
 }
 
 impl Refusal {
@@ -383,6 +416,7 @@ impl Refusal {
             Refusal::ClientNetwork => "client_network",
             Refusal::AuthRequired => "auth_required",
             Refusal::AuthFailed => "auth_failed",
+            Refusal::Loop => "loop",
         }
     }
 }

@@ -132,6 +132,21 @@ impl TestOrigin {
         TestOrigin::listen(routes, None).await
     }
 
+    /// Starts an origin on `listener` (one bound elsewhere, e.g. in a [`Netns`]).
+    pub async fn start_on(listener: StdListener, routes: Vec<(&str, Behaviour)>) -> TestOrigin {
+        TestOrigin::serve_listener(listener, routes, None)
+    }
+
+    /// Starts an HTTPS-only origin on `listener`, named `host` in its URLs.
+    pub async fn start_tls_on(
+        listener: StdListener,
+        routes: Vec<(&str, Behaviour)>,
+        tls: Arc<rustls::ServerConfig>,
+        host: &str,
+    ) -> TestOrigin {
+        TestOrigin::serve_listener(listener, routes, Some((tls, host)))
+    }
+
     /// Starts an HTTPS-only origin with `tls` (certificates from a [`TestCa`]); its URLs
     /// name it `host`.
     pub async fn start_tls(
@@ -146,7 +161,17 @@ impl TestOrigin {
         routes: Vec<(&str, Behaviour)>,
         tls: Option<(Arc<rustls::ServerConfig>, &str)>,
     ) -> TestOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let listener = StdListener::bind("127.0.0.1:0").expect("bind origin");
+        TestOrigin::serve_listener(listener, routes, tls)
+    }
+
+    fn serve_listener(
+        listener: StdListener,
+        routes: Vec<(&str, Behaviour)>,
+        tls: Option<(Arc<rustls::ServerConfig>, &str)>,
+    ) -> TestOrigin {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let listener = TcpListener::from_std(listener).expect("tokio listener");
         let addr = listener.local_addr().expect("addr");
         let base = match &tls {
             Some((_, host)) => format!("https://{host}:{}", addr.port()),
@@ -362,9 +387,123 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A network namespace made for one test (`ip netns add`), loopback up, with its own
+/// `/etc/hosts` and an `/etc/resolv.conf` naming only 127.0.0.1 (both bind-mounted by
+/// `ip netns exec` for the processes run in it): nothing in it can reach the machine's
+/// network, and its firewall rules touch nothing outside. Deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// A new namespace whose `/etc/hosts` maps each (name, address).
+    pub fn new(hosts: &[(&str, &str)]) -> Netns {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("rgtest{}x{n}", std::process::id());
+        let ns = Netns { name };
+        run_ok(Command::new("ip").args(["netns", "add", &ns.name]));
+        run_ok(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));
+        let etc = ns.etc();
+        std::fs::create_dir_all(&etc).expect("/etc/netns/NAME");
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (name, addr) in hosts {
+            text.push_str(&format!("{addr} {name}\n"));
+        }
+        std::fs::write(etc.join("hosts"), text).expect("hosts");
+        std::fs::write(etc.join("resolv.conf"), "nameserver 127.0.0.1\n").expect("resolv.conf");
+        ns
+    }
+
+    fn etc(&self) -> PathBuf {
+        PathBuf::from("/etc/netns").join(&self.name)
+    }
+
+    /// `program` run in the namespace (as root).
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name, program]);
+        command
+    }
+
+    /// `program` run in the namespace as the unprivileged crawler uid (65534), the one
+    /// the firewall rules redirect.
+    pub fn crawler(&self, program: &str) -> Command {
+        let mut command = self.command("setpriv");
+        command.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            program,
+        ]);
+        command
+    }
+
+    /// Runs a shell script in the namespace as root; panics when it fails.
+    pub fn sh(&self, script: &str) {
+        run_ok(self.command("sh").args(["-ec", script]));
+    }
+
+    /// A listener bound to `addr` inside the namespace.
+    pub fn listener(&self, addr: &str) -> StdListener {
+        in_netns(Some(&self.name), || {
+            StdListener::bind(addr).expect("bind in netns")
+        })
+    }
+
+    /// A UDP socket bound to `addr` inside the namespace.
+    pub fn udp(&self, addr: &str) -> std::net::UdpSocket {
+        in_netns(Some(&self.name), || {
+            std::net::UdpSocket::bind(addr).expect("bind in netns")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = std::fs::remove_dir_all(self.etc());
+    }
+}
+
+/// Runs `f` on a thread that joined network namespace `name` (sockets it opens stay
+/// there), or on a plain thread.
+pub fn in_netns<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if let Some(name) = name {
+                    let ns = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
+                    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+                }
+                f()
+            })
+            .join()
+            .expect("netns thread")
+    })
+}
+
+/// Runs `command`; panics with its output when it fails.
+pub fn run_ok(command: &mut Command) -> String {
+    let out = command.output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A `robotsgate run` process with its own config, ports, pid file and upgrade socket.
 pub struct Proxy {
     child: Child,
+    /// The network namespace it runs in ([`Proxy::start_in`]).
+    netns: Option<String>,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     /// Shared with a process that took over by graceful upgrade.
@@ -383,6 +522,15 @@ impl Proxy {
 
     /// As [`Proxy::start`], with extra environment variables.
     pub fn start_with_env(extra_yaml: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        Proxy::launch(extra_yaml, args, env, None)
+    }
+
+    /// As [`Proxy::start`], inside network namespace `netns`.
+    pub fn start_in(netns: &Netns, extra_yaml: &str, args: &[&str]) -> Proxy {
+        Proxy::launch(extra_yaml, args, &[], Some(&netns.name))
+    }
+
+    fn launch(extra_yaml: &str, args: &[&str], env: &[(&str, &str)], netns: Option<&str>) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("robotsgate.yaml");
         let mut file = std::fs::File::create(&config).expect("config");
@@ -409,7 +557,15 @@ impl Proxy {
                 admin.to_string(),
             ];
             run_args.extend(args.iter().map(|a| a.to_string()));
-            let child = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            let mut command = match netns {
+                Some(name) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", name, env!("CARGO_BIN_EXE_robotsgate")]);
+                    c
+                }
+                None => Command::new(env!("CARGO_BIN_EXE_robotsgate")),
+            };
+            let child = command
                 .arg("run")
                 .args(&run_args)
                 .envs(env.iter().copied())
@@ -428,10 +584,11 @@ impl Proxy {
                 // says it is robotsgate.
                 if listens_on(child.id(), addr.port())
                     && listens_on(child.id(), admin.port())
-                    && healthz(admin)
+                    && in_netns(netns, || healthz(admin))
                 {
                     return Proxy {
                         child,
+                        netns: netns.map(str::to_string),
                         addr,
                         admin,
                         dir: Arc::new(dir),
@@ -457,12 +614,12 @@ impl Proxy {
     }
 }
 
-/// Does process `pid` hold a listening TCP socket on `port` (loopback tests: the
-/// sockets of /proc/net/tcp{,6} in LISTEN state, matched to the process's fds)?
+/// Does process `pid` hold a listening TCP socket on `port` (the sockets of its
+/// network namespace's /proc/PID/net/tcp{,6} in LISTEN state, matched to its fds)?
 pub fn listens_on(pid: u32, port: u16) -> bool {
     let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
             continue;
         };
         for line in text.lines().skip(1) {
@@ -536,6 +693,7 @@ impl Proxy {
         assert!(status.success());
         let mut next = Proxy {
             child,
+            netns: self.netns.clone(),
             addr: self.addr,
             admin: self.admin,
             dir: self.dir.clone(),
@@ -600,7 +758,15 @@ impl Proxy {
 
     /// The value of a metric (no labels) on the admin listener's `/metrics`.
     pub fn metric(&self, name: &str) -> Option<f64> {
-        let out = Command::new("curl")
+        let mut curl = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "curl"]);
+                c
+            }
+            None => Command::new("curl"),
+        };
+        let out = curl
             .args([
                 "-s",
                 "--max-time",
@@ -722,17 +888,41 @@ pub async fn static_dns(addrs: Vec<std::net::Ipv4Addr>) -> SocketAddr {
 
 /// A DNS server on 127.0.0.1: SERVFAIL to everything (`None`), or these A records.
 async fn loopback_dns(a_records: Option<Vec<std::net::Ipv4Addr>>) -> SocketAddr {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-        .await
-        .expect("bind dns");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
+    serve_dns(socket, move |_| a_records.clone())
+}
+
+/// A DNS server on `socket` (bound anywhere, e.g. in a [`Netns`]) answering A queries
+/// for the names of `zone` with their address, and every other query with no records.
+pub fn zone_dns(socket: std::net::UdpSocket, zone: &[(&str, &str)]) -> SocketAddr {
+    let zone: HashMap<String, std::net::Ipv4Addr> = zone
+        .iter()
+        .map(|(name, addr)| (name.to_string(), addr.parse().expect("IPv4")))
+        .collect();
+    serve_dns(socket, move |name| {
+        Some(zone.get(name).into_iter().copied().collect())
+    })
+}
+
+/// Serves DNS on `socket`: `answer(name)` gives the A records for a name, `None` for
+/// SERVFAIL; queries for other types get no records.
+fn serve_dns(
+    socket: std::net::UdpSocket,
+    answer: impl Fn(&str) -> Option<Vec<std::net::Ipv4Addr>> + Send + 'static,
+) -> SocketAddr {
+    socket.set_nonblocking(true).expect("nonblocking");
+    let socket = tokio::net::UdpSocket::from_std(socket).expect("tokio socket");
     let addr = socket.local_addr().expect("addr");
     tokio::spawn(async move {
         let mut buf = [0u8; 1500];
         while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
             // Header + first question only.
             let mut end = 12;
+            let mut labels = Vec::new();
             while end < len && buf[end] != 0 {
-                end += usize::from(buf[end]) + 1;
+                let next = end + 1 + usize::from(buf[end]);
+                labels.push(String::from_utf8_lossy(&buf[end + 1..next.min(len)]).to_lowercase());
+                end = next;
             }
             if len < 12 || end + 5 > len {
                 continue;
@@ -742,13 +932,13 @@ async fn loopback_dns(a_records: Option<Vec<std::net::Ipv4Addr>>) -> SocketAddr 
             let mut reply = buf[..end].to_vec();
             reply[4..6].copy_from_slice(&[0, 1]);
             reply[6..12].fill(0);
-            match &a_records {
+            match answer(&labels.join(".")) {
                 None => {
                     reply[2] = 0x80 | (buf[2] & 0x01); // QR, keep RD
                     reply[3] = 0x82; // RA, SERVFAIL
                 }
                 Some(addrs) => {
-                    let answers: &[std::net::Ipv4Addr] = if qtype == 1 { addrs } else { &[] };
+                    let answers: &[std::net::Ipv4Addr] = if qtype == 1 { &addrs } else { &[] };
                     reply[2] = 0x84 | (buf[2] & 0x01); // QR, AA, keep RD
                     reply[3] = 0x80; // RA, NOERROR
                     reply[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());

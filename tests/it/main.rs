@@ -25,3 +25,4 @@ mod robots_props;
 mod state;
 mod status_page;
 mod systemd;
+mod transparent;

@@ -1,0 +1,66 @@
+//! Keeping robotsgate's own upstream traffic from coming back to it.
+//!
+//! When a firewall redirects crawler traffic to robotsgate, robotsgate's own connections
+//! to origins must not be redirected back to it. Matching robotsgate's user or cgroup
+//! does that on a crawler host; where that is not possible (a gateway, a shared uid):
+//! * **a firewall mark** (`transparent.upstream_mark`): `SO_MARK` on every socket
+//!   robotsgate opens towards an origin, so a `meta mark` / `-m mark` rule can exempt
+//!   them. Setting a mark needs `CAP_NET_ADMIN`; a socket that cannot be marked is not
+//!   connected (an unmarked one could loop);
+//! * **a `Via` entry** ([`VIA`]) on every request robotsgate sends (pages and robots.txt
+//!   fetches alike, as RFC 9110 §7.6.3 asks of proxies): should a rule still send one
+//!   back, it arrives carrying this process's pseudonym and is refused (508) instead of
+//!   going around again ([`came_through`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::{TcpSocket, TcpStream};
+
+/// This process's `Via` entry: `1.1 robotsgate-` and 8 random hex digits.
+pub static VIA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut bytes = [0u8; 4];
+    let _ = rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut bytes);
+    format!("1.1 robotsgate-{:08x}", u32::from_be_bytes(bytes))
+});
+
+/// Does any of these `Via` header values name this process (a request that already
+/// went through it)?
+pub fn came_through<'a>(via_values: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    let pseudonym = VIA.trim_start_matches("1.1 ").as_bytes();
+    via_values
+        .into_iter()
+        .any(|v| memchr::memmem::find(v, pseudonym).is_some())
+}
+
+/// Pingora's per-socket hook (`PeerOptions::upstream_tcp_sock_tweak_hook`).
+pub type SocketHook = Arc<dyn Fn(&TcpSocket) -> pingora::Result<()> + Send + Sync>;
+
+/// The hook marking a Pingora upstream socket with `mark`, when one is configured.
+pub fn hook(mark: Option<u32>) -> Option<SocketHook> {
+    let mark = mark?;
+    Some(Arc::new(move |socket: &TcpSocket| {
+        socket2::SockRef::from(socket).set_mark(mark).map_err(|e| {
+            pingora::Error::because(
+                pingora::ErrorType::SocketError,
+                "cannot set SO_MARK (transparent.upstream_mark needs CAP_NET_ADMIN)",
+                e,
+            )
+        })
+    }))
+}
+
+/// A TCP connection to `addr` opened with `mark` (for relays outside Pingora's
+/// connectors: blind tunnels).
+pub async fn connect(addr: SocketAddr, mark: Option<u32>) -> std::io::Result<TcpStream> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    if let Some(mark) = mark {
+        socket2::SockRef::from(&socket).set_mark(mark)?;
+    }
+    socket.connect(addr).await
+}

@@ -1,0 +1,412 @@
+//! Transparent mode: crawlers with no proxy settings whose connections the kernel
+//! redirects to robotsgate. Each test makes its own network namespace: loopback only,
+//! its own /etc/hosts, origins on 127.0.0.2/.3/.9 ports 80 and 443, robotsgate inside
+//! it, and iptables or nftables rules redirecting the crawler uid's (65534) ports 80 and
+//! 443 to robotsgate's transparent listeners. Crawlers run as that uid: curl, Python
+//! `requests` and `openssl s_client`, none of them told about a proxy.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::{
+    free_port, min_gap, operator_ca, pages, zone_dns, Behaviour, Netns, Proxy, TestCa, TestOrigin,
+};
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+
+/// A namespace with `site.test` (127.0.0.2) served on ports 80 and 443, `other.test`
+/// (127.0.0.3) and `blocked.test` (127.0.0.9, outside the allowed destinations) on 80,
+/// and robotsgate with both transparent listeners.
+struct World {
+    ns: Netns,
+    proxy: Proxy,
+    site: TestOrigin,
+    site_tls: TestOrigin,
+    other: TestOrigin,
+    blocked: TestOrigin,
+    http_port: u16,
+    tls_port: u16,
+    /// The operator CA certificate, readable by the crawler uid.
+    ca: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// How the crawler uid's connections are redirected.
+#[derive(Clone, Copy)]
+enum Rules {
+    Iptables,
+    Nftables,
+}
+
+impl World {
+    async fn new(robots: &str, rules: Rules, extra_yaml: &str) -> World {
+        let names = [
+            ("site.test", "127.0.0.2"),
+            ("other.test", "127.0.0.3"),
+            ("blocked.test", "127.0.0.9"),
+        ];
+        // Crawlers read the namespace's /etc/hosts; robotsgate asks its DNS server.
+        let ns = Netns::new(&names);
+        zone_dns(ns.udp("127.0.0.1:53"), &names);
+        let extra_yaml = format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{extra_yaml}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        readable_by_all(dir.path());
+        let (ca, ca_key) = operator_ca(dir.path());
+        readable_by_all(&ca);
+        let origin_ca = TestCa::new("origin CA");
+        let origin_ca_file = dir.path().join("origin-ca.pem");
+        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("origin CA file");
+        let routes = || vec![("/robots.txt", Behaviour::ok(robots))];
+        let site = TestOrigin::start_on(ns.listener("127.0.0.2:80"), routes()).await;
+        let site_tls = TestOrigin::start_tls_on(
+            ns.listener("127.0.0.2:443"),
+            routes(),
+            origin_ca.server_config(&["site.test", "127.0.0.2"]),
+            "site.test",
+        )
+        .await;
+        let other = TestOrigin::start_on(ns.listener("127.0.0.3:80"), routes()).await;
+        let blocked = TestOrigin::start_on(ns.listener("127.0.0.9:80"), routes()).await;
+        let (http_port, tls_port) = (free_port(), free_port());
+        let proxy = Proxy::start_in(
+            &ns,
+            &extra_yaml,
+            &[
+                "--allow-destination",
+                "127.0.0.2/31",
+                "--transparent-http",
+                &format!("127.0.0.1:{http_port}"),
+                "--transparent-tls",
+                &format!("127.0.0.1:{tls_port}"),
+                "--ca-cert",
+                &ca.to_string_lossy(),
+                "--ca-key",
+                &ca_key.to_string_lossy(),
+                "--upstream-ca",
+                &origin_ca_file.to_string_lossy(),
+            ],
+        );
+        match rules {
+            Rules::Iptables => ns.sh(&format!(
+                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
+                 iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 443 -j REDIRECT --to-ports {tls_port}"
+            )),
+            Rules::Nftables => ns.sh(&format!(
+                "nft add table ip robotsgate
+                 nft add chain ip robotsgate out '{{ type nat hook output priority -100; }}'
+                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 80 redirect to :{http_port}
+                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 443 redirect to :{tls_port}"
+            )),
+        }
+        World {
+            ns,
+            proxy,
+            site,
+            site_tls,
+            other,
+            blocked,
+            http_port,
+            tls_port,
+            ca,
+            _dir: dir,
+        }
+    }
+
+    /// curl as the crawler uid, with no proxy option or variable: (status, head, body);
+    /// status 0 when no HTTP answer came.
+    fn crawl(&self, url: &str, extra: &[&str]) -> (u16, String, String) {
+        let mut curl = self.ns.crawler("curl");
+        for var in [
+            "http_proxy",
+            "https_proxy",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+        ] {
+            curl.env_remove(var);
+        }
+        let ca = self.ca.to_string_lossy().into_owned();
+        let out = curl
+            .args(["-s", "--max-time", "20", "-D", "-", "--cacert", &ca])
+            .args(extra)
+            .arg(url)
+            .output()
+            .expect("run curl");
+        split_response(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        self.proxy.metric(name).unwrap_or(0.0)
+    }
+}
+
+fn split_response(text: &str) -> (u16, String, String) {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// The crawler uid cannot read root's temporary directories.
+fn readable_by_all(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if path.is_dir() { 0o755 } else { 0o644 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn decision(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("x-robots-decision:")
+                .then(|| l.to_string())
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirected_http_and_https_are_judged_like_proxied_ones() {
+    let w = World::new(ROBOTS, Rules::Iptables, "").await;
+
+    let (status, _, body) = w.crawl("http://site.test/public", &[]);
+    assert_eq!(status, 200, "{}", w.proxy.log());
+    assert_eq!(body, "page /public\n");
+    let (status, head, _) = w.crawl("http://site.test/private/x", &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(decision(&head).contains("disallowed"), "{head}");
+    assert_eq!(
+        w.site.count("/private/x"),
+        0,
+        "the origin never sees /private"
+    );
+    let seen = pages(&w.site, "/public");
+    assert_eq!(seen[0].header("host"), Some("site.test"));
+    assert!(
+        seen[0]
+            .header("via")
+            .is_some_and(|v| v.contains("robotsgate-")),
+        "{:?}",
+        seen[0].headers
+    );
+
+    let (status, head, body) = w.crawl("https://site.test/public", &[]);
+    assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
+    assert_eq!(body, "page /public\n");
+    let (status, head, _) = w.crawl("https://site.test/private/y", &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(decision(&head).contains("disallowed"), "{head}");
+    assert_eq!(w.site_tls.count("/private/y"), 0);
+    assert_eq!(w.site_tls.count("/public"), 1);
+    // robots.txt was fetched once per origin, by robotsgate, not by the crawler.
+    assert_eq!(w.site.count("/robots.txt"), 1);
+    assert_eq!(w.site_tls.count("/robots.txt"), 1);
+
+    let requests = |decision: &str, mode: &str, scheme: &str| {
+        w.metric(&format!(
+            "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",scheme=\"{scheme}\"}}"
+        ))
+    };
+    assert_eq!(requests("allowed", "transparent", "http"), 1.0);
+    assert_eq!(requests("disallowed", "transparent", "http"), 1.0);
+    assert_eq!(requests("allowed", "transparent_tls", "https"), 1.0);
+    assert_eq!(requests("disallowed", "transparent_tls", "https"), 1.0);
+    assert_eq!(
+        w.metric(
+            "robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"intercepted\"}"
+        ),
+        2.0
+    );
+    let log = w.proxy.log();
+    assert!(
+        log.contains("transparent_tls"),
+        "the access log names the mode:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_over_https_keeps_the_crawl_delay() {
+    let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n";
+    let w = World::new(robots, Rules::Nftables, "").await;
+    let script = w._dir.path().join("crawl.py");
+    std::fs::write(
+        &script,
+        r#"
+import sys, requests
+session = requests.Session()
+session.trust_env = False  # no proxy from the environment: the kernel redirects
+for i in range(4):
+    r = session.get(f"https://site.test/page/{i}", verify=sys.argv[1], timeout=20)
+    print(r.status_code, r.headers.get("X-Robots-Decision", ""))
+r = session.get("https://site.test/private/z", verify=sys.argv[1], timeout=20)
+print(r.status_code, r.headers.get("X-Robots-Decision", ""))
+"#,
+    )
+    .expect("script");
+    readable_by_all(&script);
+    let out =
+        w.ns.crawler("/usr/bin/python3")
+            .arg(&script)
+            .arg(&w.ca)
+            .output()
+            .expect("python");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.proxy.log()
+    );
+    let statuses: Vec<&str> = printed.lines().map(|l| &l[..3]).collect();
+    assert_eq!(statuses, ["200", "200", "200", "200", "403"], "{printed}");
+    let seen = pages(&w.site_tls, "/page/");
+    assert_eq!(seen.len(), 4);
+    let gap = min_gap(&seen);
+    assert!(
+        gap >= Duration::from_millis(500),
+        "gap {gap:?} below the Crawl-delay"
+    );
+    assert_eq!(w.site_tls.count("/private/z"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_connections_get_their_documented_answers() {
+    let w = World::new(ROBOTS, Rules::Iptables, "").await;
+
+    // No SNI (an IP literal): a leaf for the address, the origin named by it.
+    let (status, head, _) = w.crawl("https://127.0.0.2/public", &[]);
+    assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
+
+    // An h2-only client: the handshake fails with no_application_protocol, counted.
+    let out =
+        w.ns.crawler("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                "127.0.0.2:443",
+                "-servername",
+                "site.test",
+                "-alpn",
+                "h2",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl");
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no application protocol"), "{said}");
+    assert_eq!(
+        w.metric(
+            "robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"alpn_refused\"}"
+        ),
+        1.0
+    );
+
+    // A request inside TLS for another origin than the SNI named: 421.
+    let (status, head, _) = w.crawl("https://site.test/public", &["-H", "Host: other.test"]);
+    assert_eq!(status, 421, "{head}");
+
+    // A Host whose name does not resolve to where the connection was going: 409.
+    let (status, head, _) = w.crawl(
+        "http://site.test/public",
+        &["--resolve", "site.test:80:127.0.0.3"],
+    );
+    assert_eq!(status, 409, "{head}");
+    assert!(decision(&head).contains("host-mismatch"), "{head}");
+    assert!(w.other.seen().is_empty() && w.other.accepted().is_empty());
+
+    // A destination outside the allowed ranges: refused, no connection to it at all.
+    let (status, head, _) = w.crawl("http://blocked.test/public", &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(decision(&head).contains("egress-denied"), "{head}");
+    assert!(w.blocked.accepted().is_empty(), "no upstream connection");
+
+    // Dialling a transparent listener directly: its original destination is itself.
+    let (status, head, _) = w.crawl(&format!("http://127.0.0.1:{}/x", w.http_port), &[]);
+    assert_eq!(status, 508, "{head}");
+    assert!(decision(&head).contains("loop"), "{head}");
+    let (status, _, _) = w.crawl(&format!("https://127.0.0.1:{}/x", w.tls_port), &[]);
+    assert_eq!(status, 0, "closed without a handshake");
+    for listener in ["http", "tls"] {
+        assert_eq!(
+            w.metric(&format!(
+                "robotsgate_transparent_connections_total{{listener=\"{listener}\",outcome=\"loop\"}}"
+            )),
+            1.0,
+            "{listener}"
+        );
+    }
+    // Nothing of this reached site.test but the one page asked for by address.
+    assert_eq!(pages(&w.site_tls, "/public").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_mark_exempts_robotsgate_from_a_rule_matching_everyone() {
+    // A gateway-style rule: every uid's port 80, robotsgate's included, except marked
+    // sockets.
+    let rule = |ns: &Netns, port: u16| {
+        ns.sh(&format!(
+            "iptables -t nat -A OUTPUT -p tcp --dport 80 -m mark ! --mark 42 -j REDIRECT --to-ports {port}"
+        ))
+    };
+    let marked = World::new(
+        ROBOTS,
+        Rules::Iptables,
+        "  transparent:\n    upstream_mark: 42\n",
+    )
+    .await;
+    rule(&marked.ns, marked.http_port);
+    let root_curl = |w: &World, url: &str| {
+        let out =
+            w.ns.command("curl")
+                .args(["-s", "--max-time", "20", "-D", "-", url])
+                .output()
+                .expect("curl");
+        split_response(&String::from_utf8_lossy(&out.stdout))
+    };
+    let (status, head, _) = root_curl(&marked, "http://site.test/public");
+    assert_eq!(status, 200, "{head}\n{}", marked.proxy.log());
+    assert_eq!(marked.site.count("/public"), 1);
+
+    // Unmarked, robotsgate's own connections come back to it: refused as a loop (the
+    // robots.txt fetch first, so the page's answer is robots-unreachable), never
+    // forwarded around again.
+    let unmarked = World::new(ROBOTS, Rules::Iptables, "").await;
+    rule(&unmarked.ns, unmarked.http_port);
+    let (status, head, _) = root_curl(&unmarked, "http://site.test/public");
+    assert!(matches!(status, 503 | 508), "{head}");
+    assert!(
+        unmarked.metric("robotsgate_downstream_refusals_total{reason=\"loop\"}") >= 1.0,
+        "{}",
+        unmarked.proxy.log()
+    );
+    assert!(
+        unmarked.site.seen().is_empty(),
+        "nothing reached the origin"
+    );
+}
+
+/// The documented rules in the README parse (nft -c checks without applying).
+#[test]
+fn documented_nftables_rules_are_valid() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let start = readme.find("```nft\n").expect("an nft block in the README") + "```nft\n".len();
+    let block = &readme[start..start + readme[start..].find("```").expect("block end")];
+    let ns = Netns::new(&[]);
+    let file = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(file.path(), block).expect("write rules");
+    let out = ns
+        .command("nft")
+        .args(["-c", "-f"])
+        .arg(file.path())
+        .output()
+        .expect("nft");
+    assert!(
+        out.status.success(),
+        "{block}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
