@@ -27,14 +27,20 @@ fn systemd_analyze(args: &[&str]) -> (bool, String) {
     )
 }
 
-#[test]
-fn unit_exposure_is_at_most_2() {
-    let (_, text) = systemd_analyze(&["security", "--offline=true", UNIT]);
+/// `systemd-analyze security`'s overall exposure of the unit at `path`, and its report.
+fn exposure(path: &str) -> (f64, String) {
+    let (_, text) = systemd_analyze(&["security", "--offline=true", path]);
     let exposure: f64 = text
         .lines()
         .find_map(|l| l.split_once("Overall exposure level for robotsgate.service: "))
         .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no overall exposure in:\n{text}"));
+    (exposure, text)
+}
+
+#[test]
+fn unit_exposure_is_at_most_2() {
+    let (exposure, text) = exposure(UNIT);
     assert!(exposure <= 2.0, "exposure {exposure}:\n{text}");
 }
 
@@ -115,4 +121,34 @@ fn check_config_accepts_production_and_names_bad_keys() {
     let (ok, text) = check_config(&["--config", &s(&bad)]);
     assert!(!ok);
     assert!(text.contains("robotsgate.pacing.floor_seconds"), "{text}");
+}
+
+/// The CAP_NET_ADMIN drop-in (TPROXY, upstream mark) applies, verifies, and keeps the
+/// unit's exposure within 2.0.
+#[test]
+fn net_admin_drop_in_verifies_and_stays_hardened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unit = std::fs::read_to_string(UNIT).expect("unit").replace(
+        "/usr/local/bin/robotsgate",
+        env!("CARGO_BIN_EXE_robotsgate"),
+    );
+    let path = dir.path().join("robotsgate.service");
+    std::fs::write(&path, unit).expect("write unit");
+    let drop_ins = dir.path().join("robotsgate.service.d");
+    std::fs::create_dir(&drop_ins).expect("drop-in dir");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/systemd/robotsgate-net-admin.conf"
+        ),
+        drop_ins.join("net-admin.conf"),
+    )
+    .expect("copy drop-in");
+    let path = path.to_str().expect("utf-8");
+    let (ok, text) = systemd_analyze(&["verify", path]);
+    assert!(ok, "{text}");
+    let (with_drop_in, text) = exposure(path);
+    let (without, _) = exposure(UNIT);
+    assert!(with_drop_in > without, "the drop-in is applied:\n{text}");
+    assert!(with_drop_in <= 2.0, "exposure {with_drop_in}:\n{text}");
 }

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{
-    free_port, min_gap, operator_ca, pages, zone_dns, Behaviour, Netns, Proxy, TestCa, TestOrigin,
+    eventually, free_port, min_gap, operator_ca, pages, zone_dns, Behaviour, Netns, Proxy, TestCa,
+    TestOrigin,
 };
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -34,8 +35,13 @@ struct World {
 /// How the crawler uid's connections are redirected.
 #[derive(Clone, Copy)]
 enum Rules {
+    /// iptables `REDIRECT` in nat OUTPUT, matching the uid.
     Iptables,
+    /// The same with nftables.
     Nftables,
+    /// `TPROXY` (mangle PREROUTING), the crawler's packets marked in OUTPUT and routed
+    /// back in through loopback, as a gateway receives them (robotsgate in `tproxy` mode).
+    Tproxy,
 }
 
 impl World {
@@ -96,6 +102,13 @@ impl World {
                  nft add chain ip robotsgate out '{{ type nat hook output priority -100; }}'
                  nft add rule ip robotsgate out meta skuid 65534 tcp dport 80 redirect to :{http_port}
                  nft add rule ip robotsgate out meta skuid 65534 tcp dport 443 redirect to :{tls_port}"
+            )),
+            Rules::Tproxy => ns.sh(&format!(
+                "iptables -t mangle -A OUTPUT -p tcp -m owner --uid-owner 65534 -m multiport --dports 80,443 -j MARK --set-mark 1
+                 iptables -t mangle -A PREROUTING -p tcp --dport 80 -m mark --mark 1 -j TPROXY --on-port {http_port} --on-ip 127.0.0.1 --tproxy-mark 1
+                 iptables -t mangle -A PREROUTING -p tcp --dport 443 -m mark --mark 1 -j TPROXY --on-port {tls_port} --on-ip 127.0.0.1 --tproxy-mark 1
+                 ip rule add fwmark 1 lookup 100
+                 ip route add local 0.0.0.0/0 dev lo table 100"
             )),
         }
         World {
@@ -223,6 +236,32 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
     assert!(
         log.contains("transparent_tls"),
         "the access log names the mode:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tproxy_mode_takes_the_destination_from_the_socket() {
+    let w = World::new(ROBOTS, Rules::Tproxy, "  transparent:\n    mode: tproxy\n").await;
+    // The listeners turn transparent just after they are bound.
+    let proxy = &w.proxy;
+    let both_set = || proxy.log().matches("IP_TRANSPARENT set").count() == 2;
+    assert!(
+        eventually(Duration::from_secs(10), both_set).await,
+        "{}",
+        proxy.log()
+    );
+    for scheme in ["http", "https"] {
+        let (status, head, body) = w.crawl(&format!("{scheme}://site.test/public"), &[]);
+        assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
+        assert_eq!(body, "page /public\n");
+        let (status, head, _) = w.crawl(&format!("{scheme}://site.test/private/t"), &[]);
+        assert_eq!(status, 403, "{head}");
+    }
+    assert_eq!(w.site.count("/public"), 1);
+    assert_eq!(w.site_tls.count("/public"), 1);
+    assert_eq!(
+        w.site.count("/private/t") + w.site_tls.count("/private/t"),
+        0
     );
 }
 
