@@ -13,9 +13,16 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
    GETs for `--seconds`: direct vs through robotsgate (decisions cached: the robots.txt
    is fetched during a warm-up). Prints requests/s, p50/p99 and robotsgate's CPU time per
    request (utime+stime of the whole process, from /proc).
+3. Transparent TLS: the same handshakes and load with no proxy at all, the client's
+   connections to 127.0.0.2:443 redirected by iptables to robotsgate's transparent TLS
+   listener (robotsgate's own marked with `transparent.upstream_mark`, so not redirected).
+
+The whole run happens in a network namespace the script makes (`ip netns`; root), so the
+redirection rule touches nothing outside it.
 
 Usage: bench/https_bench.py [--seconds 8] [--connections 32] [--handshakes 300]
-Needs nginx (Debian `nginx-light`) and openssl; installs nginx if missing.
+Needs nginx (Debian `nginx-light`), openssl, iproute2 and iptables; installs what is
+missing.
 Only processes this script started are stopped, by PID.
 """
 
@@ -49,7 +56,23 @@ def run_load(args, pid=None):
     return result
 
 
+def in_own_netns():
+    """Runs this script again inside a fresh network namespace, then deletes it."""
+    ns = f"rgbench{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        env = {**os.environ, "RG_BENCH_NETNS": ns}
+        code = subprocess.run(["ip", "netns", "exec", ns, sys.executable, *sys.argv], env=env).returncode
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+    sys.exit(code)
+
+
 def main():
+    if "RG_BENCH_NETNS" not in os.environ:
+        ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "ip": "iproute2", "iptables": "iptables"})
+        in_own_netns()
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--connections", type=int, default=32)
@@ -71,7 +94,7 @@ def main():
                         "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
                        check=True, capture_output=True)
         with open(f"{work}/ext.cnf", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2\nextendedKeyUsage=serverAuth\n")
         subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
                         "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
                         "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
@@ -79,7 +102,7 @@ def main():
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
                        check=True, capture_output=True)
 
-        nginx_port, rg_port = free_port(), free_port()
+        nginx_port, rg_port, tls_port = free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/page", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
@@ -89,7 +112,7 @@ def main():
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl_session_cache off;
-  server {{ listen 127.0.0.1:{nginx_port} ssl; root {work}/www;
+  server {{ listen 127.0.0.1:{nginx_port} ssl; listen 127.0.0.2:443 ssl; root {work}/www;
            ssl_certificate {work}/origin.pem; ssl_certificate_key {work}/origin.key; }} }}
 """)
         nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
@@ -99,19 +122,25 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         with open(f"{work}/rg.yaml", "w") as f:
             f.write(f"version: 1\nthreads: 1\npid_file: {work}/rg.pid\nupgrade_sock: {work}/rg.sock\n"
                     f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
-                    f"robotsgate:\n  admin_listen: null\n")
+                    f"robotsgate:\n  admin_listen: null\n  transparent:\n    upstream_mark: 42\n")
         rg = subprocess.Popen([rgbin, "run", "--config", f"{work}/rg.yaml", "--listen", f"127.0.0.1:{rg_port}",
+                               "--transparent-tls", f"127.0.0.1:{tls_port}",
                                "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
                                "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
                               env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
         started.append(rg)
         wait_port(rg_port)
+        wait_port(tls_port)
+        subprocess.run(["iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.2", "--dport", "443",
+                        "-m", "mark", "!", "--mark", "42", "-j", "REDIRECT", "--to-ports", str(tls_port)], check=True)
 
         target = f"127.0.0.1:{nginx_port}"
         direct = ["--target", target, "--ca", f"{work}/origin-ca.pem"]
         proxied = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--proxy", f"127.0.0.1:{rg_port}"]
+        transparent = ["--target", "127.0.0.2:443", "--ca", f"{work}/operator-ca.pem"]
         # Warm-up: robots.txt fetched, leaf for 127.0.0.1 minted, upstream pool filled.
         run_load([*proxied, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        run_load([*transparent, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
 
         n = str(args.handshakes)
         hs_direct = run_load([*direct, "--handshakes", n])
@@ -123,18 +152,22 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         print("handshake runs (cached, minted, cached, minted) p50 ms:", [r["p50_ms"] for r in runs])
         hs_cached = min(runs[0::2], key=lambda r: r["p50_ms"])
         hs_fresh = min(runs[1::2], key=lambda r: r["p50_ms"])
+        hs_transparent = run_load([*transparent, "--handshakes", n], rg.pid)
 
         load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
         ld_direct = run_load([*direct, *load])
         ld_proxy = run_load([*proxied, *load], rg.pid)
-        if ld_proxy["errors"] or ld_direct["errors"]:
-            print(f"errors: direct {ld_direct['errors']}, robotsgate {ld_proxy['errors']} (see {work}/rg.log)")
+        ld_transparent = run_load([*transparent, *load], rg.pid)
+        if ld_proxy["errors"] or ld_direct["errors"] or ld_transparent["errors"]:
+            print(f"errors: direct {ld_direct['errors']}, robotsgate {ld_proxy['errors']}, "
+                  f"transparent {ld_transparent['errors']} (see {work}/rg.log)")
 
         print(f"\nConnection setup, {n} sequential, no TLS resumption (ms):")
         print(f"{'':<44} {'p50':>8} {'p90':>8} {'mean':>8} {'CPU µs':>8}")
         for name, r in (("TLS direct to nginx", hs_direct),
                         ("CONNECT + TLS via robotsgate, cached leaf", hs_cached),
-                        ("CONNECT + TLS via robotsgate, minted leaf", hs_fresh)):
+                        ("CONNECT + TLS via robotsgate, minted leaf", hs_fresh),
+                        ("transparent TLS via robotsgate, cached leaf", hs_transparent)):
             cpu = f"{r['cpu_s'] / r['count'] * 1e6:.0f}" if "cpu_s" in r else "-"
             print(f"{name:<44} {r['p50_ms']:>8.3f} {r['p90_ms']:>8.3f} {r['mean_ms']:>8.3f} {cpu:>8}")
         print(f"minting adds {hs_fresh['p50_ms'] - hs_cached['p50_ms']:.3f} ms at the median "
@@ -142,11 +175,15 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
 
         print(f"\nKeep-alive HTTPS load, {args.connections} connections, {args.seconds:g} s, robotsgate threads: 1:")
         print(f"{'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11}")
-        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy)):
+        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy), ("transparent", ld_transparent)):
             cpu = f"{r['cpu_s'] / max(r['requests'], 1) * 1e6:.1f}" if "cpu_s" in r else "-"
             print(f"{name:<12} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {cpu:>11}")
         print(f"robotsgate/direct: rps {ld_proxy['rps'] / ld_direct['rps']:.2f}x, "
               f"p50 {ld_proxy['p50_ms'] / ld_direct['p50_ms']:.2f}x, p99 {ld_proxy['p99_ms'] / ld_direct['p99_ms']:.2f}x")
+        cpu = lambda r: r["cpu_s"] / max(r["requests"], 1)
+        print(f"transparent TLS / CONNECT interception: CPU per request {cpu(ld_transparent) / cpu(ld_proxy):.2f}x, "
+              f"p50 {ld_transparent['p50_ms'] / ld_proxy['p50_ms']:.2f}x, "
+              f"handshake p50 {hs_transparent['p50_ms'] / hs_cached['p50_ms']:.2f}x")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
