@@ -2,7 +2,8 @@
 //! panics; an accepted head respects every limit, carries no `Upgrade`, and a GET or HEAD
 //! accepted has no body (so nothing after it can be a smuggled request); an accepted
 //! target forwards as a valid
-//! origin-form URI whose canonical form is a fixed point, and so does its lenient reading.
+//! origin-form URI whose canonical form is a fixed point, and so does its lenient reading;
+//! a redirected connection's target names the origin at the original destination's port.
 #![no_main]
 
 use std::time::Duration;
@@ -65,5 +66,14 @@ fn target(data: &[u8]) {
             assert_eq!(CanonicalPath::new(path).as_str(), path);
         }
         let _ = target.origin.robots_url();
+    }
+    // A redirected connection's request: the origin is always at the destination's port.
+    let destination = std::net::SocketAddr::from(([192, 0, 2, 1], 8080));
+    for tls in [None, Some(Target::from_request(b"/", Some(b"a.test"), Scheme::Https))] {
+        let tls = tls.and_then(Result::ok).map(|t| t.origin);
+        if let Ok(target) = Target::redirected(raw, Some(host), destination, tls.as_ref()) {
+            assert_eq!(target.origin.port, 8080);
+            assert!(tls.as_ref().is_none_or(|o| *o == target.origin));
+        }
     }
 }

@@ -73,9 +73,10 @@ impl Redirection {
         let destination = match self.mode {
             TransparentMode::Tproxy => local,
             // No conntrack entry (nothing redirected it): the listener itself was dialled.
-            TransparentMode::Redirect => match local {
-                SocketAddr::V4(_) => socket.original_dst_v4(),
-                SocketAddr::V6(_) => socket.original_dst_v6(),
+            // An IPv4 connection on a dual-stack listener has an IPv4 conntrack entry.
+            TransparentMode::Redirect => match local.ip().to_canonical() {
+                std::net::IpAddr::V4(_) => socket.original_dst_v4(),
+                std::net::IpAddr::V6(_) => socket.original_dst_v6(),
             }
             .ok()
             .and_then(|a| a.as_socket())

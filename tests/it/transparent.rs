@@ -39,6 +39,8 @@ enum Rules {
     Iptables,
     /// The same with nftables.
     Nftables,
+    /// iptables and ip6tables `REDIRECT` to a dual-stack listener (`[::]`).
+    DualStack,
     /// `TPROXY` (mangle PREROUTING), the crawler's packets marked in OUTPUT and routed
     /// back in through loopback, as a gateway receives them (robotsgate in `tproxy` mode).
     Tproxy,
@@ -46,6 +48,10 @@ enum Rules {
 
 impl World {
     async fn new(robots: &str, rules: Rules, extra_yaml: &str) -> World {
+        let listen_ip = match rules {
+            Rules::DualStack => "[::]",
+            _ => "127.0.0.1",
+        };
         let names = [
             ("site.test", "127.0.0.2"),
             ("other.test", "127.0.0.3"),
@@ -80,10 +86,12 @@ impl World {
             &[
                 "--allow-destination",
                 "127.0.0.2/31",
+                "--allow-destination",
+                "::1/128",
                 "--transparent-http",
-                &format!("127.0.0.1:{http_port}"),
+                &format!("{listen_ip}:{http_port}"),
                 "--transparent-tls",
-                &format!("127.0.0.1:{tls_port}"),
+                &format!("{listen_ip}:{tls_port}"),
                 "--ca-cert",
                 &ca.to_string_lossy(),
                 "--ca-key",
@@ -102,6 +110,10 @@ impl World {
                  nft add chain ip robotsgate out '{{ type nat hook output priority -100; }}'
                  nft add rule ip robotsgate out meta skuid 65534 tcp dport 80 redirect to :{http_port}
                  nft add rule ip robotsgate out meta skuid 65534 tcp dport 443 redirect to :{tls_port}"
+            )),
+            Rules::DualStack => ns.sh(&format!(
+                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
+                 ip6tables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}"
             )),
             Rules::Tproxy => ns.sh(&format!(
                 "iptables -t mangle -A OUTPUT -p tcp -m owner --uid-owner 65534 -m multiport --dports 80,443 -j MARK --set-mark 1
@@ -266,6 +278,25 @@ async fn tproxy_mode_takes_the_destination_from_the_socket() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_listener_serves_redirected_ipv4_and_ipv6() {
+    let w = World::new(ROBOTS, Rules::DualStack, "").await;
+    let v6 = TestOrigin::start_on(
+        w.ns.listener("[::1]:80"),
+        vec![("/robots.txt", Behaviour::ok(ROBOTS))],
+    )
+    .await;
+    for (url, origin) in [("http://site.test", &w.site), ("http://[::1]", &v6)] {
+        let (status, head, body) = w.crawl(&format!("{url}/public"), &[]);
+        assert_eq!(status, 200, "{url}: {head}\n{}", w.proxy.log());
+        assert_eq!(body, "page /public\n");
+        let (status, head, _) = w.crawl(&format!("{url}/private/6"), &[]);
+        assert_eq!(status, 403, "{url}: {head}");
+        assert_eq!(origin.count("/public"), 1, "{url}");
+        assert_eq!(origin.count("/private/6"), 0, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_over_https_keeps_the_crawl_delay() {
     let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n";
     let w = World::new(robots, Rules::Nftables, "").await;
@@ -340,6 +371,14 @@ async fn odd_connections_get_their_documented_answers() {
         w.metric(
             "robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"alpn_refused\"}"
         ),
+        1.0
+    );
+
+    // Plain HTTP to port 443: not a ClientHello, closed unanswered and counted.
+    let (status, _, _) = w.crawl("http://site.test:443/public", &[]);
+    assert_eq!(status, 0);
+    assert_eq!(
+        w.metric("robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"not_tls\"}"),
         1.0
     );
 
