@@ -1077,6 +1077,20 @@ mod tests {
     }
 
     #[test]
+    fn transparent_section() {
+        let text = "robotsgate:\n  transparent:\n    http_listen: 127.0.0.1:8081\n    mode: tproxy\n    upstream_mark: 42\n";
+        let config = Config::from_yaml(text).expect("valid");
+        assert_eq!(config.transparent.mode, TransparentMode::Tproxy);
+        assert_eq!(config.transparent.upstream_mark, Some(42));
+        let text = "robotsgate:\n  transparent:\n    tls_listen: 127.0.0.1:8443\n";
+        let err = Config::from_yaml(text).expect_err("no CA").to_string();
+        assert!(err.contains("robotsgate.transparent.tls_listen"), "{err}");
+        let text = "robotsgate:\n  transparent:\n    mode: nat\n";
+        let err = Config::from_yaml(text).expect_err("bad mode").to_string();
+        assert!(err.contains("transparent.mode"), "{err}");
+    }
+
+    #[test]
     fn errors_name_the_key_and_line() {
         let text = "threads: 1\nrobotsgate:\n  egress:\n    allowed_ports: [\"80\", \"nope\"]\n";
         let err = Config::from_yaml(text).expect_err("invalid").to_string();

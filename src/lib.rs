@@ -14,7 +14,7 @@
 //! | `cli`, [`conformance`] | the command line and the SPEC §7 conformance runner |
 //! | [`proxy`] | robotsgate's own Pingora proxy and server: wiring only |
 //! | [`ops`] | the admin API and status page |
-//! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA |
+//! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA, transparent (kernel-redirected) connections |
 //! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
 //! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, pacing, the fleet backend (Redis), the state file, origin trust |
 //! | [`telemetry`] | metrics and logs |

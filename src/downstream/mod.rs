@@ -1,7 +1,7 @@
 //! The client side: the [`front`] door every connection starts at, request [`head`]s
 //! read within limits, [`access`] control, CONNECT tunnels ([`connect`]), TLS
-//! interception ([`intercept`]) with the operator CA ([`ca`]), and answers written on raw
-//! client streams ([`reply`]). Uses [`crate::enforce`]
+//! interception ([`intercept`]) with the operator CA ([`ca`]), connections the kernel
+//! redirected ([`transparent`]), and answers written on raw client streams ([`reply`]). Uses [`crate::enforce`]
 //! and the layers below it; never the Pingora proxy that serves the requests.
 
 pub mod access;

@@ -160,8 +160,9 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
 /// before a start or reload, so a bad file never replaces a working process.
 pub fn check_config(args: &RunArgs) -> anyhow::Result<()> {
     let loaded = load(args)?;
+    let t = &loaded.config.transparent;
     println!(
-        "{}: OK (proxy {}, admin {:?}, HTTPS interception {})",
+        "{}: OK (proxy {}, admin {:?}, HTTPS interception {}, transparent http {:?} tls {:?})",
         args.config.display(),
         loaded.config.listen,
         loaded.config.admin_listen,
@@ -169,7 +170,9 @@ pub fn check_config(args: &RunArgs) -> anyhow::Result<()> {
             "on"
         } else {
             "off"
-        }
+        },
+        t.http_listen,
+        t.tls_listen,
     );
     Ok(())
 }
