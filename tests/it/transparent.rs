@@ -297,6 +297,40 @@ async fn a_dual_stack_listener_serves_redirected_ipv4_and_ipv6() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
+    let w = World::new(
+        ROBOTS,
+        Rules::Iptables,
+        "  tls:\n    blind_tunnel: [site.test]\n",
+    )
+    .await;
+    let origin_ca = w._dir.path().join("origin-ca.pem");
+    readable_by_all(&origin_ca);
+    // The origin's own certificate, not a minted leaf: only its CA verifies it.
+    let origin_ca = origin_ca.to_string_lossy().into_owned();
+    let (status, head, body) = w.crawl("https://site.test/public", &["--cacert", &origin_ca]);
+    assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
+    assert_eq!(body, "page /public\n");
+    let (status, _, _) = w.crawl("https://site.test/public", &[]);
+    assert_eq!(
+        status, 0,
+        "the operator CA does not vouch for a relayed origin"
+    );
+    assert_eq!(
+        w.metric("robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"blind\"}"),
+        2.0
+    );
+    assert_eq!(
+        w.metric(
+            "robotsgate_connect_tunnels_total{mode=\"transparent_blind\",outcome=\"established\"}"
+        ),
+        2.0
+    );
+    // Blind: robotsgate never saw the path; only robots.txt's verdict on `/` was judged.
+    assert_eq!(w.site_tls.count("/robots.txt"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_over_https_keeps_the_crawl_delay() {
     let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n";
     let w = World::new(robots, Rules::Nftables, "").await;
