@@ -358,7 +358,7 @@ impl Enforcer {
             config.robots.max_redirects,
             trust.ca_file(),
             config.robots.user_agent.clone(),
-            config.transparent.upstream_mark,
+            crate::origin::loops::OwnTraffic::new(&config.transparent),
         ));
         let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
         let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));

@@ -133,6 +133,8 @@ pub struct Fetcher {
     user_agent: String,
     /// Marks each socket (`transparent.upstream_mark`).
     socket_hook: Option<crate::origin::loops::SocketHook>,
+    /// The `Via` entry fetches carry (transparent listeners configured).
+    via: Option<&'static str>,
 }
 
 fn unreachable(failure: Failure) -> FetchOutcome {
@@ -179,7 +181,7 @@ impl Fetcher {
         max_redirects: u32,
         ca_file: Option<String>,
         user_agent: String,
-        mark: Option<u32>,
+        own: crate::origin::loops::OwnTraffic,
     ) -> Fetcher {
         let mut options = pingora::connectors::ConnectorOptions::new(128);
         options.ca_file = ca_file;
@@ -190,7 +192,8 @@ impl Fetcher {
             timeout,
             max_redirects,
             user_agent,
-            socket_hook: crate::origin::loops::hook(mark),
+            socket_hook: crate::origin::loops::hook(own.mark),
+            via: own.via(),
         }
     }
 
@@ -314,9 +317,9 @@ impl Fetcher {
         request
             .insert_header("Accept", "text/plain, */*;q=0.5")
             .map_err(internal)?;
-        request
-            .insert_header("Via", crate::origin::loops::VIA.as_str())
-            .map_err(internal)?;
+        if let Some(via) = self.via {
+            request.insert_header("Via", via).map_err(internal)?;
+        }
         session
             .write_request_header(Box::new(request))
             .await

@@ -8,9 +8,12 @@
 //!   them. Setting a mark needs `CAP_NET_ADMIN`; a socket that cannot be marked is not
 //!   connected (an unmarked one could loop);
 //! * **a `Via` entry** ([`VIA`]) on every request robotsgate sends (pages and robots.txt
-//!   fetches alike, as RFC 9110 §7.6.3 asks of proxies): should a rule still send one
-//!   back, it arrives carrying this process's pseudonym and is refused (508) instead of
-//!   going around again ([`came_through`]).
+//!   fetches alike, as RFC 9110 §7.6.3 asks of proxies) while a transparent listener is
+//!   configured: should a rule still send one back, it arrives carrying this process's
+//!   pseudonym and is refused (508) instead of going around again ([`came_through`]).
+//!   Without transparent listeners no request can loop back, and none carries it: some
+//!   origins treat `Via` as a sign of a proxy (nginx's default `gzip_proxied off` stops
+//!   compressing), which would cost an explicit-proxy fleet bandwidth for nothing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +36,30 @@ pub fn came_through<'a>(via_values: impl IntoIterator<Item = &'a [u8]>) -> bool 
     via_values
         .into_iter()
         .any(|v| memchr::memmem::find(v, pseudonym).is_some())
+}
+
+/// How robotsgate marks its own upstream traffic, from `transparent`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OwnTraffic {
+    /// `transparent.upstream_mark`.
+    pub mark: Option<u32>,
+    /// Requests carry [`VIA`] (a transparent listener is configured).
+    pub via: bool,
+}
+
+impl OwnTraffic {
+    /// From the `transparent` settings.
+    pub fn new(config: &crate::config::TransparentConfig) -> OwnTraffic {
+        OwnTraffic {
+            mark: config.upstream_mark,
+            via: config.http_listen.is_some() || config.tls_listen.is_some(),
+        }
+    }
+
+    /// The `Via` entry requests carry, if any.
+    pub fn via(self) -> Option<&'static str> {
+        self.via.then(|| VIA.as_str())
+    }
 }
 
 /// Pingora's per-socket hook (`PeerOptions::upstream_tcp_sock_tweak_hook`).

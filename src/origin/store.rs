@@ -951,7 +951,7 @@ mod tests {
             5,
             None,
             "robotsgate-test".into(),
-            None,
+            Default::default(),
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
         OriginStore::new(Arc::new(fetcher), pacer, config, None)

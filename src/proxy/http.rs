@@ -38,6 +38,8 @@ pub struct RobotsGateProxy {
     pub max_body_bytes: u64,
     /// Marks upstream sockets (`transparent.upstream_mark`).
     pub socket_hook: Option<crate::origin::loops::SocketHook>,
+    /// The `Via` entry requests carry upstream (transparent listeners configured).
+    pub via: Option<&'static str>,
 }
 
 /// What robotsgate knows of one request as it goes through Pingora's phases.
@@ -424,7 +426,9 @@ impl ProxyHttp for RobotsGateProxy {
         for name in NEVER_FORWARDED {
             upstream_request.remove_header(*name);
         }
-        upstream_request.append_header("Via", crate::origin::loops::VIA.as_str())?;
+        if let Some(via) = self.via {
+            upstream_request.append_header("Via", via)?;
+        }
         Ok(())
     }
 

@@ -230,6 +230,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             upstream: config.upstream.clone(),
             max_body_bytes: config.limits.max_body_bytes,
             socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),
+            via: crate::origin::loops::OwnTraffic::new(&config.transparent).via(),
         },
     );
     // Both connectors have read the root bundle: the temporary file can go.

@@ -522,3 +522,15 @@ fn documented_nftables_rules_are_valid() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `Via` is for loop detection on transparent listeners; an explicit proxy alone sends
+/// none (nginx origins stop compressing for requests with one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_transparent_listeners_requests_carry_no_via() {
+    let origin = TestOrigin::start(vec![]).await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(crate::common::curl(&proxy, &origin.url("/x"), &[]).0, 200);
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 2, "robots.txt and the page");
+    assert!(seen.iter().all(|s| s.header("via").is_none()), "{seen:?}");
+}
