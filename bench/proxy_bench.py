@@ -3,9 +3,11 @@
 
 Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
 examples/passthrough.rs (same Pingora setup, no robots/egress/DNS work), each with
-`threads: 1`. For keep-alive and `Connection: close` it runs wrk against each and prints
-requests/s, p50/p99 latency and the proxy's CPU time per request (utime+stime of the
-whole process from /proc, all threads), then the ratios robotsgate / passthrough.
+`threads: 1`. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
+written to a file, as the journal would take it). For keep-alive and `Connection: close`
+it runs wrk against each and prints requests/s, p50/p99 latency and the proxy's CPU time
+per request (utime+stime of the whole process from /proc, all threads), then the ratios
+robotsgate / passthrough.
 
 Usage: bench/proxy_bench.py [--seconds 8] [--connections 32] [--compare OTHER_ROBOTSGATE_BINARY]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
@@ -64,7 +66,7 @@ def main():
     os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
     started = []
     try:
-        nginx_port, rg_port, pt_port, other_port = free_port(), free_port(), free_port(), free_port()
+        nginx_port, rg_port, pt_port, other_port, log_port = (free_port() for _ in range(5))
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/index.html", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
@@ -101,10 +103,15 @@ http {{ access_log off; keepalive_requests 1000000;
                                "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
                               stderr=open(f"{work}/rg.log", "w"))
         started.append(rg)
+        rg_log = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rglog", no_limit), "--listen", f"127.0.0.1:{log_port}",
+                                   "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
+                                  env={**os.environ, "RUST_LOG": "info"}, stderr=open(f"{work}/rglog.log", "w"))
+        started.append(rg_log)
         pt = subprocess.Popen([f"{ROOT}/target/release/examples/passthrough", conf("pt"), f"127.0.0.1:{pt_port}"], env=env,
                               stderr=open(f"{work}/pt.log", "w"))
         started.append(pt)
         wait_port(rg_port)
+        wait_port(log_port)
         wait_port(pt_port)
         other = None
         if args.compare:
@@ -116,7 +123,7 @@ http {{ access_log off; keepalive_requests 1000000;
 
         origin = f"127.0.0.1:{nginx_port}"
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
-        for port in (rg_port, other_port) if other else (rg_port,):
+        for port in (rg_port, log_port, other_port) if other else (rg_port, log_port):
             subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}", f"http://{origin}/index.html"], check=True)
 
         for port in (nginx_port,):
@@ -136,6 +143,7 @@ http {{ access_log off; keepalive_requests 1000000;
             rows[(mode, "direct")] = wrk(args, f"http://{origin}", direct_lua, None)
             rows[(mode, "passthrough")] = wrk(args, f"http://127.0.0.1:{pt_port}", proxy_lua, pt.pid)
             rows[(mode, "robotsgate")] = wrk(args, f"http://127.0.0.1:{rg_port}", proxy_lua, rg.pid)
+            rows[(mode, "rg+log")] = wrk(args, f"http://127.0.0.1:{log_port}", proxy_lua, rg_log.pid)
             if other:
                 rows[(mode, "other")] = wrk(args, f"http://127.0.0.1:{other_port}", proxy_lua, other.pid)
 
@@ -146,9 +154,11 @@ http {{ access_log off; keepalive_requests 1000000;
             print(f"{mode:<11} {target:<12} {r['rps']:>10.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {cpu:>11} {r['non2xx']:>8}")
         print()
         for mode in ("keep-alive", "close"):
-            rgr, ptr = rows[(mode, "robotsgate")], rows[(mode, "passthrough")]
-            print(f"{mode:<11} robotsgate/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
-                  f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
+            ptr = rows[(mode, "passthrough")]
+            for target, label in (("robotsgate", "log off"), ("rg+log", "log on ")):
+                rgr = rows[(mode, target)]
+                print(f"{mode:<11} robotsgate ({label})/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
+                      f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
             if other:
                 otr = rows[(mode, "other")]
                 print(f"{mode:<11} other/passthrough:      CPU per request {otr['cpu_us'] / ptr['cpu_us']:.2f}x, "

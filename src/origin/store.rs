@@ -739,6 +739,9 @@ impl OriginStore {
         if history.len() >= HISTORY {
             history.remove(0);
         }
+        // Exactly as long as it is: most origins have one or two records, and a `push`
+        // would reserve room for four.
+        history.reserve_exact(1);
         history.push(FetchRecord {
             at: started,
             class,

@@ -359,6 +359,16 @@ impl RobotsTxt {
                 self.named.push((key.into_boxed_str(), id));
             }
         }
+        // A parsed file is kept for as long as its origin is held, by the hundred
+        // thousand: no vector keeps the slack of its growth.
+        self.rules.shrink_to_fit();
+        self.groups.shrink_to_fit();
+        self.named.shrink_to_fit();
+        self.sitemaps.shrink_to_fit();
+        for group in &mut self.groups {
+            group.agents.shrink_to_fit();
+            group.lines.shrink_to_fit();
+        }
     }
 
     fn build_group(
