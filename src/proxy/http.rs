@@ -184,6 +184,18 @@ const NEVER_FORWARDED: &[&str] = &[
     "x-method-override",
 ];
 
+/// Does the request carry any header of [`NEVER_FORWARDED`]? One pass over the names
+/// the client sent (a few), instead of a lookup per listed name (21) on every request.
+fn has_never_forwarded(req: &RequestHeader) -> bool {
+    req.headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("x-") || name.starts_with("proxy-") || name == "forwarded"
+    }) && req
+        .headers
+        .keys()
+        .any(|name| NEVER_FORWARDED.contains(&name.as_str()))
+}
+
 /// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
 fn request_has_no_body(req: &RequestHeader) -> bool {
     let length = req
@@ -421,10 +433,18 @@ impl ProxyHttp for RobotsGateProxy {
                 Error::because(ErrorType::InternalError, "canonical path is not a URI", e)
             })?;
             upstream_request.set_uri(uri);
-            upstream_request.insert_header("Host", target.origin.authority())?;
+            // The client's own `Host` is usually already the canonical authority; the
+            // header is rewritten only when it is not (or is missing).
+            let authority = target.origin.authority();
+            let host = upstream_request.headers.get("host").map(|h| h.as_bytes());
+            if host != Some(authority.as_bytes()) {
+                upstream_request.insert_header("Host", authority)?;
+            }
         }
-        for name in NEVER_FORWARDED {
-            upstream_request.remove_header(*name);
+        if has_never_forwarded(upstream_request) {
+            for name in NEVER_FORWARDED {
+                upstream_request.remove_header(*name);
+            }
         }
         if let Some(via) = self.via {
             upstream_request.append_header("Via", via)?;

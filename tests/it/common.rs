@@ -839,8 +839,12 @@ pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
         .arg(url)
         .output()
         .expect("run curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    split_response(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `curl -D -` output as (status, head, body); status 0 when no HTTP answer came.
+pub fn split_response(text: &str) -> (u16, String, String) {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
     let status = head
         .split(' ')
         .nth(1)

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{
-    eventually, free_port, min_gap, operator_ca, pages, zone_dns, Behaviour, Netns, Proxy, TestCa,
-    TestOrigin,
+    eventually, free_port, min_gap, operator_ca, pages, split_response, zone_dns, Behaviour, Netns,
+    Proxy, TestCa, TestOrigin,
 };
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -163,16 +163,6 @@ impl World {
     fn metric(&self, name: &str) -> f64 {
         self.proxy.metric(name).unwrap_or(0.0)
     }
-}
-
-fn split_response(text: &str) -> (u16, String, String) {
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
 }
 
 /// The crawler uid cannot read root's temporary directories.
