@@ -16,6 +16,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def robotsgate_config(work, name, robotsgate, pingora=""):
+    """Writes `{work}/{name}.yaml` for a benchmark run and returns its path: Pingora's keys
+    (one worker thread, its own pid file and upgrade socket, no shutdown grace) plus the
+    lines of `pingora`, then `robotsgate:` followed by the (indented) lines of `robotsgate`."""
+    path = f"{work}/{name}.yaml"
+    with open(path, "w") as f:
+        f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
+                f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\n{pingora}"
+                f"robotsgate:\n{robotsgate}")
+    return path
+
+
+# Keep-alive connections to origins, enough for every benchmark connection.
+POOL = "upstream_keepalive_pool_size: 1024\n"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 ORIGINS = 16
 
@@ -116,15 +116,11 @@ http {{ access_log off; keepalive_requests 1000000;
         env = {**os.environ, "RUST_LOG": "warn"}
 
         def robotsgate(name, fleet, floor, in_flight):
-            path = f"{work}/{name}.yaml"
-            with open(path, "w") as f:
-                f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
-                        f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
-                        f"robotsgate:\n  admin_listen: null\n"
-                        f"  pacing:\n    floor_seconds: {floor}\n    margin_seconds: 0\n"
-                        f"    max_wait_seconds: 30\n    max_queue: 1000\n    max_in_flight: {in_flight}\n")
-                if fleet:
-                    f.write(f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n")
+            shared = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n" if fleet else ""
+            path = robotsgate_config(work, name, "  admin_listen: null\n"
+                                     f"  pacing:\n    floor_seconds: {floor}\n    margin_seconds: 0\n"
+                                     f"    max_wait_seconds: 30\n    max_queue: 1000\n    max_in_flight: {in_flight}\n"
+                                     f"{shared}", POOL)
             port = free_port()
             proc = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen",
                                      f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],

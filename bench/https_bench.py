@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import POOL, ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 LOAD = f"{ROOT}/target/release/examples/https_load"
 
@@ -119,11 +119,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         started.append(nginx)
         wait_port(nginx_port)
 
-        with open(f"{work}/rg.yaml", "w") as f:
-            f.write(f"version: 1\nthreads: 1\npid_file: {work}/rg.pid\nupgrade_sock: {work}/rg.sock\n"
-                    f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
-                    f"robotsgate:\n  admin_listen: null\n  transparent:\n    upstream_mark: 42\n")
-        rg = subprocess.Popen([rgbin, "run", "--config", f"{work}/rg.yaml", "--listen", f"127.0.0.1:{rg_port}",
+        config = robotsgate_config(work, "rg", "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n", POOL)
+        rg = subprocess.Popen([rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{rg_port}",
                                "--transparent-tls", f"127.0.0.1:{tls_port}",
                                "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
                                "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],

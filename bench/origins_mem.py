@@ -26,7 +26,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import ROOT, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /tmp/\nAllow: /private/open\nSitemap: http://example.com/sitemap.xml\n"
 
@@ -133,12 +133,9 @@ http {{ access_log off; keepalive_requests 1000000; default_type text/plain;
         started.append(nginx)
         wait_port(origin_port)
 
-        with open(f"{work}/rg.yaml", "w") as f:
-            f.write(f"version: 1\nthreads: 1\npid_file: {work}/rg.pid\nupgrade_sock: {work}/rg.sock\n"
-                    f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\n"
-                    f"robotsgate:\n  admin_listen: 127.0.0.1:{admin_port}\n"
-                    f"  robots:\n    max_origins: {args.origins + 10_000}\n")
-        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", f"{work}/rg.yaml",
+        config = robotsgate_config(work, "rg", f"  admin_listen: 127.0.0.1:{admin_port}\n"
+                                               f"  robots:\n    max_origins: {args.origins + 10_000}\n")
+        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", config,
                                "--listen", f"127.0.0.1:{proxy_port}", "--allow-destination", "127.0.0.0/8"],
                               env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
         started.append(rg)

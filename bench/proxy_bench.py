@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, stop, wait_port
+from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 
 
@@ -86,12 +86,7 @@ http {{ access_log off; keepalive_requests 1000000;
         wait_port(nginx_port)
 
         def conf(name, extra=""):
-            path = f"{work}/{name}.yaml"
-            with open(path, "w") as f:
-                f.write(f"version: 1\nthreads: 1\npid_file: {work}/{name}.pid\nupgrade_sock: {work}/{name}.sock\n"
-                        f"grace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nupstream_keepalive_pool_size: 1024\n"
-                        f"robotsgate:\n  admin_listen: null\n{extra}")
-            return path
+            return robotsgate_config(work, name, f"  admin_listen: null\n{extra}", POOL)
 
         # One origin and 32 connections: the in-flight limit (2 per origin) would make
         # this a measure of politeness, not of the cost of a cached decision; it is off
@@ -99,14 +94,18 @@ http {{ access_log off; keepalive_requests 1000000;
         no_limit = "  pacing:\n    max_in_flight: 0\n"
 
         env = {**os.environ, "RUST_LOG": "warn"}
-        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rg", no_limit), "--listen", f"127.0.0.1:{rg_port}",
-                               "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
-                              stderr=open(f"{work}/rg.log", "w"))
-        started.append(rg)
-        rg_log = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf("rglog", no_limit), "--listen", f"127.0.0.1:{log_port}",
-                                   "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
-                                  env={**os.environ, "RUST_LOG": "info"}, stderr=open(f"{work}/rglog.log", "w"))
-        started.append(rg_log)
+
+        def robotsgate(binary, name, port, extra, log_level="warn"):
+            """A robotsgate judging as ExampleBot; `log_level` info turns the access log on."""
+            proc = subprocess.Popen([binary, "run", "--config", conf(name, extra), "--listen", f"127.0.0.1:{port}",
+                                     "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
+                                    env={**os.environ, "RUST_LOG": log_level}, stderr=open(f"{work}/{name}.log", "w"))
+            started.append(proc)
+            return proc
+
+        rgbin = f"{ROOT}/target/release/robotsgate"
+        rg = robotsgate(rgbin, "rg", rg_port, no_limit)
+        rg_log = robotsgate(rgbin, "rglog", log_port, no_limit, log_level="info")
         pt = subprocess.Popen([f"{ROOT}/target/release/examples/passthrough", conf("pt"), f"127.0.0.1:{pt_port}"], env=env,
                               stderr=open(f"{work}/pt.log", "w"))
         started.append(pt)
@@ -115,10 +114,7 @@ http {{ access_log off; keepalive_requests 1000000;
         wait_port(pt_port)
         other = None
         if args.compare:
-            other = subprocess.Popen([args.compare, "run", "--config", conf("other", no_limit if args.compare_limit else ""), "--listen", f"127.0.0.1:{other_port}",
-                                      "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"], env=env,
-                                     stderr=open(f"{work}/other.log", "w"))
-            started.append(other)
+            other = robotsgate(args.compare, "other", other_port, no_limit if args.compare_limit else "")
             wait_port(other_port)
 
         origin = f"127.0.0.1:{nginx_port}"

@@ -376,7 +376,19 @@ impl Enforcer {
 
     /// Decides one request from `who`.
     pub async fn decide(&self, target: &Target, who: &Requester<'_>) -> Decision {
-        self.decide_explained(target, &self.tokens(who), self.reports(who), None)
+        self.decide_to(target, who, None).await
+    }
+
+    /// As [`Enforcer::decide`], for a redirected connection on its way to `destination`
+    /// (see [`Enforcer::decide_explained`]).
+    pub async fn decide_to(
+        &self,
+        target: &Target,
+        who: &Requester<'_>,
+        destination: Option<SocketAddr>,
+    ) -> Decision {
+        let tokens = self.tokens(who);
+        self.decide_explained(target, &tokens, self.reports(who), destination)
             .await
             .0
     }

@@ -378,13 +378,7 @@ impl Tunnels {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let tokens = self.enforcer.tokens(who);
-        let report = self.enforcer.reports(who);
-        let decision = self
-            .enforcer
-            .decide_explained(&root, &tokens, report, destination)
-            .await
-            .0;
+        let decision = self.enforcer.decide_to(&root, who, destination).await;
         let (addr, pace) = match decision {
             Decision::Respond(reply) => {
                 return self

@@ -185,13 +185,10 @@ const NEVER_FORWARDED: &[&str] = &[
 ];
 
 /// Does the request carry any header of [`NEVER_FORWARDED`]? One pass over the names
-/// the client sent (a few), instead of a lookup per listed name (21) on every request.
+/// the client sent (a few), instead of a hashed removal per listed name (21) on every
+/// request.
 fn has_never_forwarded(req: &RequestHeader) -> bool {
-    req.headers.keys().any(|name| {
-        let name = name.as_str();
-        name.starts_with("x-") || name.starts_with("proxy-") || name == "forwarded"
-    }) && req
-        .headers
+    req.headers
         .keys()
         .any(|name| NEVER_FORWARDED.contains(&name.as_str()))
 }
@@ -251,8 +248,9 @@ impl ProxyHttp for RobotsGateProxy {
             return Ok(true);
         }
         let req = session.req_header();
+        // Only requests robotsgate sends carry its `Via`, and only while it sends one.
         let via = req.headers.get_all("via").iter().map(|v| v.as_bytes());
-        if crate::origin::loops::came_through(via) {
+        if self.via.is_some() && crate::origin::loops::came_through(via) {
             crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
             let answer = crate::policy::answer::forwarding_loop(&crate::origin::loops::VIA);
             ctx.answered(&answer);

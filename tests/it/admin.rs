@@ -273,6 +273,20 @@ async fn json_access_log_has_one_structured_line_per_request() {
     );
 }
 
+/// `POST {path}/refresh` once the origin's refresh slot is free again (429 until
+/// `robots.min_ttl_seconds` has passed): the answer.
+async fn refresh_when_allowed(proxy: &Proxy, path: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, v) = admin(proxy, "POST", &format!("{path}/refresh")).await;
+        if status != 429 || std::time::Instant::now() > deadline {
+            assert_eq!(status, 200, "{v}");
+            return v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// A refetch that changes the rules is logged once, counted, and listed in
 /// `/origins/{origin}`; a refetch of the same rules in another spelling is not a change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,9 +305,7 @@ async fn robots_txt_changes_are_tracked() {
         "/robots.txt",
         Behaviour::ok("# comment\nuser-agent: *\ncrawl-delay: 1\ndisallow: /old\n"),
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
-    assert_eq!(status, 200, "{v}");
+    let v = refresh_when_allowed(&proxy, &path).await;
     assert_eq!(
         v["robots"]["changes"].as_array().map(Vec::len),
         Some(0),
@@ -304,9 +316,7 @@ async fn robots_txt_changes_are_tracked() {
         "/robots.txt",
         Behaviour::ok("User-agent: *\nDisallow: /new\nCrawl-delay: 2\n"),
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (status, v) = admin(&proxy, "POST", &format!("{path}/refresh")).await;
-    assert_eq!(status, 200, "{v}");
+    let v = refresh_when_allowed(&proxy, &path).await;
     let changes = v["robots"]["changes"].as_array().expect("changes").clone();
     assert_eq!(changes.len(), 1, "{v}");
     let summary = changes[0]["summary"].as_str().expect("summary");

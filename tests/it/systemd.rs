@@ -44,16 +44,22 @@ fn unit_exposure_is_at_most_2() {
     assert!(exposure <= 2.0, "exposure {exposure}:\n{text}");
 }
 
-#[test]
-fn unit_verifies_without_errors() {
-    // As installed: the binary where ExecStart= names it (here, the one just built).
-    let dir = tempfile::tempdir().expect("tempdir");
+/// The unit written into `dir` as installed: the binary where `ExecStart=` names it (here,
+/// the one just built). Its path.
+fn installed_unit(dir: &std::path::Path) -> std::path::PathBuf {
     let unit = std::fs::read_to_string(UNIT).expect("unit").replace(
         "/usr/local/bin/robotsgate",
         env!("CARGO_BIN_EXE_robotsgate"),
     );
-    let path = dir.path().join("robotsgate.service");
+    let path = dir.join("robotsgate.service");
     std::fs::write(&path, unit).expect("write unit");
+    path
+}
+
+#[test]
+fn unit_verifies_without_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = installed_unit(dir.path());
     let (ok, text) = systemd_analyze(&["verify", path.to_str().expect("utf-8")]);
     let ours: Vec<&str> = text
         .lines()
@@ -128,12 +134,7 @@ fn check_config_accepts_production_and_names_bad_keys() {
 #[test]
 fn net_admin_drop_in_verifies_and_stays_hardened() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let unit = std::fs::read_to_string(UNIT).expect("unit").replace(
-        "/usr/local/bin/robotsgate",
-        env!("CARGO_BIN_EXE_robotsgate"),
-    );
-    let path = dir.path().join("robotsgate.service");
-    std::fs::write(&path, unit).expect("write unit");
+    let path = installed_unit(dir.path());
     let drop_ins = dir.path().join("robotsgate.service.d");
     std::fs::create_dir(&drop_ins).expect("drop-in dir");
     std::fs::copy(

@@ -185,39 +185,31 @@ fn decision(head: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirected_http_and_https_are_judged_like_proxied_ones() {
     let w = World::new(ROBOTS, Rules::Iptables, "").await;
-
-    let (status, _, body) = w.crawl("http://site.test/public", &[]);
-    assert_eq!(status, 200, "{}", w.proxy.log());
-    assert_eq!(body, "page /public\n");
-    let (status, head, _) = w.crawl("http://site.test/private/x", &[]);
-    assert_eq!(status, 403, "{head}");
-    assert!(decision(&head).contains("disallowed"), "{head}");
-    assert_eq!(
-        w.site.count("/private/x"),
-        0,
-        "the origin never sees /private"
-    );
-    let seen = pages(&w.site, "/public");
-    assert_eq!(seen[0].header("host"), Some("site.test"));
-    assert!(
-        seen[0]
-            .header("via")
-            .is_some_and(|v| v.contains("robotsgate-")),
-        "{:?}",
-        seen[0].headers
-    );
-
-    let (status, head, body) = w.crawl("https://site.test/public", &[]);
-    assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
-    assert_eq!(body, "page /public\n");
-    let (status, head, _) = w.crawl("https://site.test/private/y", &[]);
-    assert_eq!(status, 403, "{head}");
-    assert!(decision(&head).contains("disallowed"), "{head}");
-    assert_eq!(w.site_tls.count("/private/y"), 0);
-    assert_eq!(w.site_tls.count("/public"), 1);
-    // robots.txt was fetched once per origin, by robotsgate, not by the crawler.
-    assert_eq!(w.site.count("/robots.txt"), 1);
-    assert_eq!(w.site_tls.count("/robots.txt"), 1);
+    for (scheme, origin) in [("http", &w.site), ("https", &w.site_tls)] {
+        let (status, head, body) = w.crawl(&format!("{scheme}://site.test/public"), &[]);
+        assert_eq!(status, 200, "{scheme}: {head}\n{}", w.proxy.log());
+        assert_eq!(body, "page /public\n");
+        let (status, head, _) = w.crawl(&format!("{scheme}://site.test/private/x"), &[]);
+        assert_eq!(status, 403, "{scheme}: {head}");
+        assert!(decision(&head).contains("disallowed"), "{head}");
+        assert_eq!(
+            origin.count("/private/x"),
+            0,
+            "{scheme}: never at the origin"
+        );
+        let seen = pages(origin, "/public");
+        assert_eq!(seen.len(), 1, "{scheme}");
+        assert_eq!(seen[0].header("host"), Some("site.test"));
+        assert!(
+            seen[0]
+                .header("via")
+                .is_some_and(|v| v.contains("robotsgate-")),
+            "{:?}",
+            seen[0].headers
+        );
+        // robots.txt was fetched once per origin, by robotsgate, not by the crawler.
+        assert_eq!(origin.count("/robots.txt"), 1, "{scheme}");
+    }
 
     let requests = |decision: &str, mode: &str, scheme: &str| {
         w.metric(&format!(
@@ -317,7 +309,9 @@ async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
         2.0
     );
     // Blind: robotsgate never saw the path; only robots.txt's verdict on `/` was judged.
+    // The relayed request reached the origin; the refused handshake sent nothing.
     assert_eq!(w.site_tls.count("/robots.txt"), 1);
+    assert_eq!(w.site_tls.count("/public"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
