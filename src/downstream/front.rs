@@ -41,6 +41,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::Semaphore;
 
 use crate::downstream::access::{AccessPolicy, Identity};
+use crate::downstream::coalesce::CoalescingStream;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
 use crate::downstream::reply::write_answer;
@@ -424,7 +425,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             if end < bytes.len() {
                 pipelined = bytes.split_off(end);
             }
-            let mut session = ServerSession::new_http1(stream);
+            let mut session = ServerSession::new_http1(Box::new(CoalescingStream::new(stream)));
             if let ServerSession::H1(h1) = &mut session {
                 // Pingora parses the head from these octets without reading again.
                 h1.set_pipelined_prefix(bytes);
@@ -442,7 +443,15 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
                 return;
             };
-            stream = reused.consume().0;
+            let Ok(coalescing) = reused.consume().0.into_any().downcast::<CoalescingStream>()
+            else {
+                log::error!("Pingora gave back another stream than the client's");
+                return;
+            };
+            let Ok(unwrapped) = coalescing.into_inner().await else {
+                return;
+            };
+            stream = unwrapped;
             wait = self.limits.idle_timeout;
             fresh = false;
         }
