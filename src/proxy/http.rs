@@ -586,16 +586,14 @@ impl ProxyHttp for RobotsGateProxy {
         if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
-        let (origin, path) = ctx
-            .target
-            .as_ref()
-            .map_or((String::new(), String::new()), |t| {
-                (t.origin.to_string(), t.path.to_string())
-            });
+        let (origin, path): (&dyn std::fmt::Display, &dyn std::fmt::Display) = match &ctx.target {
+            Some(t) => (&t.origin, &t.path),
+            None => (&"", &""),
+        };
         let req = session.req_header();
         AccessRecord {
-            origin: &origin,
-            path: &path,
+            origin,
+            path,
             agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
             tokens_from: ctx.tokens_from,
             mode: mode.label(),
@@ -607,7 +605,7 @@ impl ProxyHttp for RobotsGateProxy {
             pacing_wait_seconds: pacing_wait,
             delay_rule,
             duration_seconds: elapsed,
-            error: error.map(|e| e.to_string()),
+            error: error.map(|e| e as &dyn std::fmt::Display),
         }
         .emit();
     }

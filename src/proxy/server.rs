@@ -320,6 +320,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
+    crate::telemetry::sink::flush();
     std::process::exit(0)
 }
 
@@ -360,6 +361,9 @@ impl pingora::services::background::BackgroundService for Background {
         _shutdown: pingora::server::ShutdownWatch,
         ready: pingora::services::ServiceReadyNotifier,
     ) {
+        if let Err(e) = crate::telemetry::sink::start_writer() {
+            log::error!("log writer thread not started, lines are written as they come: {e}");
+        }
         if let Err(e) = self.enforcer.run_in_background() {
             log::error!("fleet backend not started: {e}");
         }
