@@ -309,7 +309,7 @@ impl Fetcher {
         let internal = |e: Box<pingora::Error>| Failure::new("internal-error", e.to_string());
         let mut request = RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
         request
-            .insert_header("Host", origin.authority())
+            .insert_header("Host", origin.authority().to_string())
             .map_err(internal)?;
         request
             .insert_header("User-Agent", self.user_agent.as_str())

@@ -86,12 +86,8 @@ pub struct Origin {
 
 impl Origin {
     /// `host` or `host:port` as it goes into a `Host` header (default port omitted).
-    pub fn authority(&self) -> String {
-        if self.port == self.scheme.default_port() {
-            self.host.to_string()
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+    pub fn authority(&self) -> Authority<'_> {
+        Authority(self)
     }
 
     /// `scheme://authority/robots.txt`.
@@ -133,6 +129,37 @@ impl Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://{}", self.scheme.as_str(), self.authority())
+    }
+}
+
+/// An origin's `host` or `host:port` (default port omitted), as written in `Host`.
+#[derive(Clone, Copy, Debug)]
+pub struct Authority<'a>(&'a Origin);
+
+impl Authority<'_> {
+    /// Whether `bytes` are exactly this authority (compared as it is written, without
+    /// building a string: this runs on every forwarded request).
+    pub fn is(&self, bytes: &[u8]) -> bool {
+        struct Rest<'b>(&'b [u8]);
+        impl fmt::Write for Rest<'_> {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                self.0 = self.0.strip_prefix(s.as_bytes()).ok_or(fmt::Error)?;
+                Ok(())
+            }
+        }
+        let mut rest = Rest(bytes);
+        fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
+    }
+}
+
+impl fmt::Display for Authority<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Origin { scheme, host, port } = self.0;
+        if *port == scheme.default_port() {
+            write!(f, "{host}")
+        } else {
+            write!(f, "{host}:{port}")
+        }
     }
 }
 
@@ -228,7 +255,7 @@ impl Target {
         raw: &[u8],
         host_header: Option<&[u8]>,
     ) -> Result<Target, TargetError> {
-        let authority = tunnel.authority();
+        let authority = tunnel.authority().to_string();
         let host = host_header.unwrap_or(authority.as_bytes());
         let target = Target::from_request(raw, Some(host), Scheme::Https)?;
         if target.origin != *tunnel {
@@ -262,7 +289,7 @@ impl Target {
         };
         let fallback = match (host_header, tls) {
             (Some(_), _) => String::new(),
-            (None, Some(origin)) => origin.authority(),
+            (None, Some(origin)) => origin.authority().to_string(),
             (None, None) => destination.to_string(),
         };
         let host = host_header.unwrap_or(fallback.as_bytes());
@@ -425,7 +452,14 @@ mod tests {
         assert_ne!(o("http://a.com/"), o("http://www.a.com/"));
         assert_ne!(o("http://a.com/"), o("http://a.com:8181/"));
         assert_eq!(o("https://a.com:443/").to_string(), "https://a.com");
-        assert_eq!(o("http://a.com:8181/").authority(), "a.com:8181");
+        assert_eq!(
+            o("http://a.com:8181/").authority().to_string(),
+            "a.com:8181"
+        );
+        assert!(o("http://a.com:8181/").authority().is(b"a.com:8181"));
+        assert!(!o("http://a.com:8181/").authority().is(b"a.com:818"));
+        assert!(!o("http://a.com:8181/").authority().is(b"a.com:81811"));
+        assert!(o("http://[::1]/").authority().is(b"[::1]"));
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn has_never_forwarded(req: &RequestHeader) -> bool {
 fn request_has_no_body(req: &RequestHeader) -> bool {
     let length = req
         .headers
-        .get("content-length")
+        .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok());
     !req.headers.contains_key("transfer-encoding") && length.is_none_or(|l| l.trim() == "0")
 }
@@ -257,7 +257,7 @@ impl ProxyHttp for RobotsGateProxy {
             respond(session, &answer).await?;
             return Ok(true);
         }
-        let host = req.headers.get("host").map(|h| h.as_bytes());
+        let host = req.headers.get(http::header::HOST).map(|h| h.as_bytes());
         let destination = ctx.client.destination;
         let target = match (&ctx.client.tunnel, destination) {
             (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
@@ -279,7 +279,10 @@ impl ProxyHttp for RobotsGateProxy {
         };
         let who = Requester {
             client: client_ip(session),
-            user_agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            user_agent: req
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
             tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
             user: ctx.client.identity.as_ref().map(|u| u.user.as_str()),
         };
@@ -411,7 +414,7 @@ impl ProxyHttp for RobotsGateProxy {
             }
             let retry_after = upstream_response
                 .headers
-                .get("retry-after")
+                .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
             permit.origin_answered(status, retry_after);
@@ -434,9 +437,9 @@ impl ProxyHttp for RobotsGateProxy {
             // The client's own `Host` is usually already the canonical authority; the
             // header is rewritten only when it is not (or is missing).
             let authority = target.origin.authority();
-            let host = upstream_request.headers.get("host").map(|h| h.as_bytes());
-            if host != Some(authority.as_bytes()) {
-                upstream_request.insert_header("Host", authority)?;
+            let host = upstream_request.headers.get(http::header::HOST);
+            if !host.is_some_and(|h| authority.is(h.as_bytes())) {
+                upstream_request.insert_header(http::header::HOST, authority.to_string())?;
             }
         }
         if has_never_forwarded(upstream_request) {
@@ -594,7 +597,10 @@ impl ProxyHttp for RobotsGateProxy {
         AccessRecord {
             origin,
             path,
-            agent: req.headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            agent: req
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
             tokens_from: ctx.tokens_from,
             mode: mode.label(),
             decision: outcome.label(),
