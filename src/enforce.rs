@@ -22,7 +22,6 @@ use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
 use crate::origin::fleet::Fleet;
 pub use crate::origin::pacing::DelayRule;
-pub use crate::origin::pacing::Permit;
 use crate::origin::pacing::{PaceRequest, Pacer, RefusalReason};
 use crate::origin::store::{OriginEntry, OriginStore};
 pub use crate::origin::store::{Policy, Snapshot};
@@ -91,6 +90,36 @@ impl std::fmt::Debug for Pace {
             .field("group", &self.group)
             .field("delay", &self.delay)
             .finish_non_exhaustive()
+    }
+}
+
+/// A request's leave to go upstream, from [`Enforcer::pace`]: hold it until the response
+/// has been sent, and tell it how the origin answered. Dropping it ends the request on
+/// its origin's pacing schedules (the next delay counts from then) and forgets those
+/// left with nothing in force, so an idle origin holds no pacing state.
+pub struct Permit {
+    turns: Option<crate::origin::pacing::Permit>,
+    entry: Arc<OriginEntry>,
+    address: Option<Arc<OriginEntry>>,
+}
+
+impl std::ops::Deref for Permit {
+    type Target = crate::origin::pacing::Permit;
+
+    fn deref(&self) -> &Self::Target {
+        self.turns
+            .as_ref()
+            .expect("a permit's turns are taken only when it drops")
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        drop(self.turns.take());
+        self.entry.schedules().forget_idle();
+        if let Some(address) = &self.address {
+            address.schedules().forget_idle();
+        }
     }
 }
 
@@ -542,7 +571,7 @@ impl Enforcer {
                     rule: verdict.rule().map(ToString::to_string).unwrap_or_default(),
                     pattern: verdict
                         .rule()
-                        .map(|r| r.pattern.clone())
+                        .map(|r| r.pattern.to_string())
                         .unwrap_or_default(),
                     line: verdict.rule().map_or(0, |r| r.line),
                     read_as: read_as.map(|l| l.to_string()),
@@ -652,23 +681,28 @@ impl Enforcer {
     /// `Err` is the 503 to send instead.
     pub async fn pace(&self, pace: &Pace) -> Result<Permit, Answer> {
         let request = PaceRequest {
-            schedules: pace.entry.schedules(),
-            address: pace.address.as_deref().map(OriginEntry::schedules),
+            place: pace.entry.place(),
+            address: pace.address.as_deref().map(OriginEntry::place),
             group: &pace.group,
             delay: pace.delay,
             rule: pace.rule,
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
+        let permit = |turns| Permit {
+            turns: Some(turns),
+            entry: pace.entry.clone(),
+            address: pace.address.clone(),
+        };
         if pace.report {
-            let (permit, would_wait) = self.pacer.report(request);
+            let (turns, would_wait) = self.pacer.report(request);
             crate::telemetry::metrics::record_would_wait(would_wait.as_secs_f64());
-            return Ok(permit);
+            return Ok(permit(turns));
         }
         match self.pacer.pace(request).await {
-            Ok(permit) => {
-                crate::telemetry::metrics::record_pacing_wait(permit.waited.as_secs_f64());
-                Ok(permit)
+            Ok(turns) => {
+                crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());
+                Ok(permit(turns))
             }
             Err(refused) => {
                 let retry = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;

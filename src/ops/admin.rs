@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::config::OnUnavailable;
 use crate::enforce::{judge, Decision, Enforcer, Judgement};
 use crate::origin::fleet::ScheduleKeys;
-use crate::origin::store::{Policy, Snapshot};
+use crate::origin::store::{OriginStore, Policy, Snapshot};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Origin, Scheme, Target};
 use crate::robots::{Reason, RobotsTxt};
@@ -252,7 +252,7 @@ impl AdminApp {
                 json!({
                     "origin": origin.to_string(),
                     "requests": entry.requests(),
-                    "robots": entry.snapshot().map(|s| robots_state(&origin, &s)),
+                    "robots": entry.snapshot().map(|s| robots_state(&self.enforcer.store, &origin, &s)),
                     "delay_seconds": slowest.map(|s| s.delay.as_secs_f64()),
                     "delay_rule": slowest.map(|s| s.rule.label()),
                     "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
@@ -396,7 +396,7 @@ impl AdminApp {
                     out["line"] = json!(rule.line);
                 }
             }
-            out["robots"] = robots_state(&target.origin, &snapshot);
+            out["robots"] = robots_state(&self.enforcer.store, &target.origin, &snapshot);
         }
         json_reply(200, &out)
     }
@@ -436,7 +436,7 @@ impl AdminApp {
         };
         let mut out = json!({
             "origin": origin.to_string(),
-            "robots": robots_state(&origin, &snapshot),
+            "robots": robots_state(&self.enforcer.store, &origin, &snapshot),
         });
         if let Policy::Rules { robots, .. } = &snapshot.policy {
             out["parsed"] = parsed(robots);
@@ -484,7 +484,7 @@ fn seconds_until(at: Instant) -> f64 {
 }
 
 /// The fetch state of one origin's robots.txt.
-fn robots_state(origin: &Origin, snapshot: &Snapshot) -> Value {
+fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Value {
     let (policy, why) = match &snapshot.policy {
         Policy::Rules { .. } => ("rules", None),
         Policy::AllowAll { why } => ("allow_all", Some(why.as_str())),
@@ -501,13 +501,13 @@ fn robots_state(origin: &Origin, snapshot: &Snapshot) -> Value {
         "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since),
         "retry_in_seconds": snapshot.retry_at.map(seconds_until),
         "consecutive_failures": snapshot.failures,
-        "history": snapshot.history.iter().map(|f| json!({
+        "history": store.history(origin).iter().map(|f| json!({
             "seconds_ago": Instant::now().saturating_duration_since(f.at).as_secs_f64(),
             "class": f.class,
             "outcome": f.outcome,
             "duration_seconds": f.duration.as_secs_f64(),
         })).collect::<Vec<_>>(),
-        "changes": snapshot.changes.iter().map(|c| json!({
+        "changes": store.changes(origin).iter().map(|c| json!({
             "seconds_ago": Instant::now().saturating_duration_since(c.at).as_secs_f64(),
             "summary": c.summary,
         })).collect::<Vec<_>>(),

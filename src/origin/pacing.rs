@@ -148,6 +148,20 @@ impl Timing {
         best
     }
 
+    /// Would a schedule made afresh behave the same from now on? Then this one can be
+    /// forgotten: no pause, backoff or learned response times, and no delay still
+    /// running from the last request.
+    fn forgettable(&self, now: Instant) -> bool {
+        self.paused_until.is_none_or(|until| until <= now)
+            && self.backoff.is_zero()
+            && self.adaptive.is_zero()
+            && self.slow_down.is_zero()
+            && self.baseline.is_none()
+            && self
+                .last_end
+                .is_none_or(|end| end + self.effective(now).0 <= now)
+    }
+
     /// Is anything in force that spaces requests (a delay, a backoff, a pause)?
     fn limited(&self, now: Instant) -> bool {
         self.effective(now).1 != DelayRule::None
@@ -224,7 +238,8 @@ struct Schedule {
     /// The robots.txt group (or [`IN_FLIGHT`]), and the origin (`scheme://authority`):
     /// its shared keys.
     group: String,
-    origin: Arc<str>,
+    /// Fleet mode only (`None` alone, where nothing needs it).
+    origin: Option<Arc<str>>,
     /// Turns given out at once: 1 for a group, `max_in_flight` for the in-flight one.
     capacity: usize,
     turn: Arc<tokio::sync::Semaphore>,
@@ -247,7 +262,7 @@ impl Schedule {
     }
 
     fn keys(&self) -> ScheduleKeys {
-        ScheduleKeys::new(&self.origin, &self.group)
+        ScheduleKeys::new(self.origin.as_deref().unwrap_or_default(), &self.group)
     }
 
     /// Holding the turn: sleeps until the next start is due (the previous end plus the
@@ -269,29 +284,36 @@ impl Schedule {
 /// one per robots.txt group seen (usually one), and the in-flight one.
 #[derive(Default)]
 pub struct Schedules {
-    origin: Arc<str>,
     list: Mutex<Vec<Arc<Schedule>>>,
 }
 
-impl Schedules {
-    /// The schedules of `origin`, none made yet.
-    pub fn new(origin: &Origin) -> Schedules {
-        Schedules {
-            origin: origin.to_string().into(),
-            list: Mutex::default(),
-        }
-    }
+/// Where a schedule is made: its origin's schedules, and (fleet mode) the origin's key.
+#[derive(Clone, Copy)]
+pub struct Place<'a> {
+    /// The schedules.
+    pub schedules: &'a Schedules,
+    /// Whose they are.
+    pub origin: &'a Origin,
+}
 
-    /// The schedule of `group`, made on first use with `capacity` turns.
-    fn get(&self, group: &str, capacity: usize, total: &Arc<AtomicUsize>) -> Arc<Schedule> {
-        let mut list = lock(&self.list);
+impl Schedules {
+    /// The schedule of `group` among `place`'s, made on first use with `capacity` turns
+    /// (knowing its origin's key when `fleet`).
+    fn get(
+        place: Place<'_>,
+        group: &str,
+        capacity: usize,
+        total: &Arc<AtomicUsize>,
+        fleet: bool,
+    ) -> Arc<Schedule> {
+        let mut list = lock(&place.schedules.list);
         if let Some(found) = list.iter().find(|s| s.group == group) {
             return found.clone();
         }
         let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let schedule = Arc::new(Schedule {
             group: group.to_string(),
-            origin: self.origin.clone(),
+            origin: fleet.then(|| place.origin.to_string().into()),
             capacity,
             turn: Arc::new(tokio::sync::Semaphore::new(capacity)),
             timing: Mutex::new(Timing::default()),
@@ -300,6 +322,20 @@ impl Schedules {
         });
         list.push(schedule.clone());
         schedule
+    }
+
+    /// Drops the schedules no request holds and nothing is in force on (most origins
+    /// publish no Crawl-delay: their schedules are forgotten when each request ends and
+    /// made again by the next). An origin held for its robots.txt then keeps no pacing
+    /// state at all. Race-free: a schedule is only ever handed out from this list, under
+    /// its lock, so one referenced by the list alone is referenced by no request.
+    pub fn forget_idle(&self) {
+        let now = Instant::now();
+        let mut list = lock(&self.list);
+        list.retain(|s| Arc::strong_count(s) > 1 || !lock(&s.timing).forgettable(now));
+        if list.is_empty() {
+            *list = Vec::new();
+        }
     }
 
     /// Does a request wait for or hold a turn here? (Such an origin is never evicted.)
@@ -499,9 +535,9 @@ pub struct ScheduleState {
 /// One request's pacing: where it queues and what is in force for it.
 pub struct PaceRequest<'a> {
     /// The origin's schedules.
-    pub schedules: &'a Schedules,
+    pub place: Place<'a>,
     /// The address's, with `pacing.key: address`.
-    pub address: Option<&'a Schedules>,
+    pub address: Option<Place<'a>>,
     /// Its robots.txt group.
     pub group: &'a str,
     /// The delay from configuration and robots.txt, and its rule.
@@ -558,8 +594,8 @@ impl Pacer {
     /// Applies a pause or backoff another instance published for `group` (making its
     /// schedule if this instance has none yet), so that this instance knows a limit is in
     /// force and asks the shared schedule.
-    pub fn mirror(&self, schedules: &Schedules, group: &str, pause: Duration, backoff: Duration) {
-        let schedule = schedules.get(group, 1, &self.total);
+    pub fn mirror(&self, place: Place<'_>, group: &str, pause: Duration, backoff: Duration) {
+        let schedule = self.schedule(place, group, 1);
         let mut t = lock(&schedule.timing);
         let until = Instant::now() + pause;
         t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
@@ -569,7 +605,7 @@ impl Pacer {
     /// Puts back a pause and backoff kept across a restart.
     pub fn restore(
         &self,
-        schedules: &Schedules,
+        place: Place<'_>,
         group: &str,
         paused_until: Option<Instant>,
         backoff: Duration,
@@ -579,7 +615,7 @@ impl Pacer {
         } else {
             1
         };
-        let schedule = schedules.get(group, capacity, &self.total);
+        let schedule = self.schedule(place, group, capacity);
         let mut t = lock(&schedule.timing);
         t.paused_until = paused_until;
         t.backoff = backoff.min(self.config.ceiling_seconds.duration());
@@ -588,6 +624,10 @@ impl Pacer {
     /// The settings.
     pub fn config(&self) -> &PacingConfig {
         &self.config
+    }
+
+    fn schedule(&self, place: Place<'_>, group: &str, capacity: usize) -> Arc<Schedule> {
+        Schedules::get(place, group, capacity, &self.total, self.fleet.is_some())
     }
 
     fn held(&self, schedule: Arc<Schedule>, turn: Turn) -> Held {
@@ -718,7 +758,7 @@ impl Pacer {
     /// until the next slot, plus one delay per request queued ahead), and a permit that
     /// holds no turn but still carries the origin's answers to the schedule.
     pub fn report(&self, request: PaceRequest<'_>) -> (Permit, Duration) {
-        let schedule = request.schedules.get(request.group, 1, &self.total);
+        let schedule = self.schedule(request.place, request.group, 1);
         let now = Instant::now();
         let would_wait = {
             let mut t = lock(&schedule.timing);
@@ -742,8 +782,16 @@ impl Pacer {
         delay: Duration,
         robots_fetched_at: Option<Instant>,
     ) -> Result<Permit, Refused> {
+        let origin = crate::policy::target::parse_authority(
+            "127.0.0.1:1",
+            crate::policy::target::Scheme::Http,
+        )
+        .expect("origin");
         self.pace(PaceRequest {
-            schedules,
+            place: Place {
+                schedules,
+                origin: &origin,
+            },
             address: None,
             group,
             delay,
@@ -759,15 +807,15 @@ impl Pacer {
     /// queue is full.
     pub async fn pace(&self, request: PaceRequest<'_>) -> Result<Permit, Refused> {
         let started = Instant::now();
-        let schedule = request.schedules.get(request.group, 1, &self.total);
+        let schedule = self.schedule(request.place, request.group, 1);
         let mut held = Vec::new();
         let places =
-            std::iter::once((request.schedules, true)).chain(request.address.map(|a| (a, false)));
-        for (schedules, is_origin) in places {
+            std::iter::once((request.place, true)).chain(request.address.map(|a| (a, false)));
+        for (place, is_origin) in places {
             let group = if is_origin {
                 schedule.clone()
             } else {
-                schedules.get(request.group, 1, &self.total)
+                self.schedule(place, request.group, 1)
             };
             let fetched = if is_origin {
                 request.robots_fetched_at
@@ -781,7 +829,7 @@ impl Pacer {
                 took_group = true;
             }
             if request.max_in_flight > 0 {
-                let in_flight = schedules.get(IN_FLIGHT, request.max_in_flight, &self.total);
+                let in_flight = self.schedule(place, IN_FLIGHT, request.max_in_flight);
                 if let Some(turn) = self.turn(&in_flight, None, None).await? {
                     held.push(self.held(in_flight, turn));
                 }
@@ -990,6 +1038,34 @@ mod tests {
         let second = p.acquire(&k, "*", d, None).await.expect("second");
         assert_eq!(second.waited, d);
         assert_eq!(start.elapsed(), d);
+    }
+
+    /// A schedule with nothing in force is forgotten once no request holds it; one with
+    /// a delay still running, a backoff, or a holder is kept.
+    #[tokio::test(start_paused = true)]
+    async fn idle_schedules_are_forgotten() {
+        let p = pacer();
+        let k = schedules();
+        let held = p.acquire(&k, "a", Duration::ZERO, None).await.expect("a");
+        k.forget_idle();
+        assert_eq!(k.states().len(), 1, "held: kept");
+        drop(held);
+        k.forget_idle();
+        assert!(k.states().is_empty(), "nothing in force: forgotten");
+
+        let d = Duration::from_millis(500);
+        drop(p.acquire(&k, "b", d, None).await.expect("b"));
+        k.forget_idle();
+        assert_eq!(k.states().len(), 1, "its delay still runs: kept");
+        tokio::time::advance(d).await;
+        k.forget_idle();
+        assert!(k.states().is_empty(), "delay over: forgotten");
+
+        let c = p.acquire(&k, "c", Duration::ZERO, None).await.expect("c");
+        c.origin_answered(503, None);
+        drop(c);
+        k.forget_idle();
+        assert_eq!(k.states().len(), 1, "backing off: kept");
     }
 
     #[tokio::test(start_paused = true)]

@@ -289,8 +289,6 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
                 failures,
                 last_outcome,
                 cause,
-                history: Vec::new(),
-                changes: Vec::new(),
             }),
             pauses,
         });
@@ -423,8 +421,6 @@ mod tests {
                 failures: 0,
                 last_outcome: "HTTP 200".into(),
                 cause: None,
-                history: Vec::new(),
-                changes: Vec::new(),
             }),
             pauses: vec![(
                 "*".into(),

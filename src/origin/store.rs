@@ -47,7 +47,7 @@ use tokio::time::Instant;
 use crate::config::{OnUnavailable, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
 use crate::origin::fleet::{Fleet, FleetEvent, SharedRobots, Unavailable};
-use crate::origin::pacing::{Pacer, Schedules};
+use crate::origin::pacing::{Pacer, Place, Schedules};
 use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
 
@@ -93,10 +93,6 @@ pub struct Snapshot {
     /// Why the last fetch failed, short and header-safe (`http-500`, `timeout`,
     /// `tls-handshake-failed: …`); `None` after a fetch that succeeded.
     pub cause: Option<String>,
-    /// The most recent fetches, oldest first (at most [`HISTORY`]), for the admin API.
-    pub history: Vec<FetchRecord>,
-    /// The most recent changes of the rules, oldest first (at most [`CHANGES`]).
-    pub changes: Vec<ChangeRecord>,
 }
 
 /// A refetch that changed an origin's rules, as the admin API lists it.
@@ -108,8 +104,8 @@ pub struct ChangeRecord {
     pub summary: String,
 }
 
-/// Rule changes remembered per origin.
-pub const CHANGES: usize = 4;
+/// Rule changes remembered, over all origins (the admin API lists an origin's).
+const CHANGES: usize = 256;
 
 /// The rules a policy enforces, when they are known: a file's, or none (a 4xx: allow
 /// all). `None` while robots.txt cannot be read.
@@ -131,8 +127,48 @@ pub struct FetchRecord {
     pub duration: Duration,
 }
 
-/// Fetches remembered per origin.
-pub const HISTORY: usize = 8;
+/// Fetches remembered, over all origins: a held origin keeps no history of its own
+/// (a million origins would hold a million histories), and the admin API lists an
+/// origin's fetches from here.
+const HISTORY: usize = 4096;
+
+/// What happened recently, over every origin, oldest first, at most `limit`: the fetch
+/// history and the rule changes the admin API shows.
+struct Recent<T> {
+    records: Mutex<std::collections::VecDeque<(Origin, T)>>,
+    limit: usize,
+}
+
+impl<T: Clone> Recent<T> {
+    fn new(limit: usize) -> Recent<T> {
+        Recent {
+            records: Mutex::default(),
+            limit,
+        }
+    }
+
+    fn push(&self, origin: &Origin, record: T) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if records.len() >= self.limit {
+            records.pop_front();
+        }
+        records.push_back((origin.clone(), record));
+    }
+
+    /// `origin`'s records, oldest first, the last `most` of them.
+    fn of(&self, origin: &Origin, most: usize) -> Vec<T> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found: Vec<T> = records
+            .iter()
+            .rev()
+            .filter(|(o, _)| o == origin)
+            .take(most)
+            .map(|(_, r)| r.clone())
+            .collect();
+        found.reverse();
+        found
+    }
+}
 
 impl Snapshot {
     /// Is the policy from an earlier successful fetch, kept while refreshes fail?
@@ -166,7 +202,7 @@ impl OriginEntry {
             flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
             requests: AtomicU64::new(0),
-            schedules: Schedules::new(&origin),
+            schedules: Schedules::default(),
             version: AtomicU64::new(0),
             verified: AtomicU64::new(0),
             origin,
@@ -186,6 +222,14 @@ impl OriginEntry {
     /// The origin's pacing schedules.
     pub fn schedules(&self) -> &Schedules {
         &self.schedules
+    }
+
+    /// The origin's pacing schedules, with the origin they are for.
+    pub fn place(&self) -> Place<'_> {
+        Place {
+            schedules: &self.schedules,
+            origin: &self.origin,
+        }
     }
 
     /// Decisions asked for this origin since it entered the store.
@@ -226,6 +270,8 @@ pub struct OriginStore {
     fleet: Option<Arc<Fleet>>,
     /// This store's counts.
     pub stats: Arc<StoreStats>,
+    fetches: Recent<FetchRecord>,
+    changes: Recent<ChangeRecord>,
 }
 
 const SHARDS: usize = 16;
@@ -251,6 +297,8 @@ impl OriginStore {
             config,
             fleet,
             stats: Arc::default(),
+            fetches: Recent::new(HISTORY),
+            changes: Recent::new(CHANGES),
         })
     }
 
@@ -328,7 +376,7 @@ impl OriginStore {
         entry.state.store(Some(kept.snapshot));
         for (group, paused_until, backoff) in kept.pauses {
             self.pacer
-                .restore(&entry.schedules, &group, paused_until, backoff);
+                .restore(entry.place(), &group, paused_until, backoff);
         }
     }
 
@@ -352,6 +400,16 @@ impl OriginStore {
         let entry = self.entry(origin);
         let _flight = entry.flight.lock().await;
         self.fetch_and_store(&entry, origin, true).await
+    }
+
+    /// `origin`'s most recent robots.txt fetches (at most eight), oldest first.
+    pub fn history(&self, origin: &Origin) -> Vec<FetchRecord> {
+        self.fetches.of(origin, 8)
+    }
+
+    /// `origin`'s most recent rule changes (at most four), oldest first.
+    pub fn changes(&self, origin: &Origin) -> Vec<ChangeRecord> {
+        self.changes.of(origin, 4)
     }
 
     /// The `n` origins with the most decisions, busiest first, with their entries.
@@ -436,7 +494,7 @@ impl OriginStore {
                 backoff,
             } => {
                 if let Some(entry) = origin_of(&origin).and_then(|o| self.peek(&o)) {
-                    self.pacer.mirror(&entry.schedules, &group, pause, backoff);
+                    self.pacer.mirror(entry.place(), &group, pause, backoff);
                 }
             }
         }
@@ -534,8 +592,6 @@ impl OriginStore {
                 failures: 1,
                 last_outcome: "internal error".into(),
                 cause: Some("internal-error".into()),
-                history: Vec::new(),
-                changes: Vec::new(),
             }),
         }
     }
@@ -563,9 +619,8 @@ impl OriginStore {
             .refresh_ahead_seconds
             .duration()
             .min(lifetime / 10);
-        let last_started = snapshot.history.last().map_or(fetched, |f| f.at);
         if now + ahead < snapshot.fresh_until
-            || now < last_started + self.config.min_ttl_seconds.duration()
+            || now < fetched + self.config.min_ttl_seconds.duration()
         {
             return;
         }
@@ -614,8 +669,6 @@ impl OriginStore {
                     failures: 0,
                     last_outcome: "fleet backend unavailable".into(),
                     cause: Some("fleet-backend-unavailable".into()),
-                    history: Vec::new(),
-                    changes: Vec::new(),
                 })
             }
         }
@@ -697,9 +750,6 @@ impl OriginStore {
                 why: shared.why.clone(),
             },
         };
-        let held = entry.state.load();
-        let history = held.as_ref().map(|p| p.history.clone()).unwrap_or_default();
-        let changes = held.as_ref().map(|p| p.changes.clone()).unwrap_or_default();
         let snapshot = Snapshot {
             policy,
             fresh_until: at(shared.fresh_in_ms).unwrap_or(now),
@@ -709,8 +759,6 @@ impl OriginStore {
             failures: shared.failures,
             last_outcome: shared.outcome.clone(),
             cause: (!shared.cause.is_empty()).then(|| shared.cause.clone()),
-            history,
-            changes,
         };
         entry.state.store(Some(Arc::new(snapshot)));
         entry.version.store(shared.version, Ordering::Release);
@@ -731,38 +779,26 @@ impl OriginStore {
             .with_label_values(&[class])
             .inc();
         let previous = entry.state.load_full();
-        let mut next = self.next_snapshot(previous.as_deref(), outcome, Instant::now());
-        let mut history = previous
-            .as_ref()
-            .map(|p| p.history.clone())
-            .unwrap_or_default();
-        if history.len() >= HISTORY {
-            history.remove(0);
-        }
-        // Exactly as long as it is: most origins have one or two records, and a `push`
-        // would reserve room for four.
-        history.reserve_exact(1);
-        history.push(FetchRecord {
-            at: started,
-            class,
-            outcome: next.last_outcome.clone(),
-            duration,
-        });
-        next.history = history;
-        next.changes = previous
-            .as_ref()
-            .map(|p| p.changes.clone())
-            .unwrap_or_default();
+        let next = self.next_snapshot(previous.as_deref(), outcome, Instant::now());
+        self.fetches.push(
+            origin,
+            FetchRecord {
+                at: started,
+                class,
+                outcome: next.last_outcome.clone(),
+                duration,
+            },
+        );
         if let Some(summary) = previous.as_deref().and_then(|p| rules_change(p, &next)) {
             log::info!("robots.txt {} changed: {summary}", origin.robots_url());
             crate::telemetry::metrics::ROBOTS_CHANGES.inc();
-            if next.changes.len() >= CHANGES {
-                next.changes.remove(0);
-            }
-            next.changes.push(ChangeRecord {
-                at: started,
-                summary,
-            });
+            self.changes.push(
+                origin,
+                ChangeRecord {
+                    at: started,
+                    summary,
+                },
+            );
         }
         let snapshot = Arc::new(next);
         match &snapshot.policy {
@@ -804,8 +840,6 @@ impl OriginStore {
             failures: 0,
             last_outcome: what,
             cause: None,
-            history: Vec::new(),
-            changes: Vec::new(),
         };
         match outcome {
             FetchOutcome::Body {
@@ -883,8 +917,6 @@ impl OriginStore {
                     failures,
                     last_outcome: why,
                     cause: Some(cause),
-                    history: Vec::new(),
-                    changes: Vec::new(),
                 }
             }
         }

@@ -20,8 +20,7 @@ use pingora::ErrorSource;
 
 use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
-use crate::enforce::{bad_request, Allowed, Answer, Decision, DelayRule, Enforcer};
-use crate::origin::pacing::Permit;
+use crate::enforce::{bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::telemetry::logging::AccessRecord;

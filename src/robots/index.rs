@@ -42,14 +42,19 @@ pub(crate) struct IndexedRule<'a> {
     pub(crate) pattern: &'a Pattern,
 }
 
+/// A label is part of one pattern, and a pattern is one line at most, each octet of it
+/// at most three once percent-encoded: its length fits 16 bits. So does a child count
+/// (one per distinct octet).
+const _: () = assert!(super::lexer::MAX_LINE_BYTES * 3 <= u16::MAX as usize);
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
     /// The octets leading into this node from its parent: `labels[label..label + len]`.
     label: u32,
-    label_len: u32,
+    label_len: u16,
     /// Children are `nodes[first_child..first_child + child_count]`, sorted by first octet.
+    child_count: u16,
     first_child: u32,
-    child_count: u32,
     /// Best rule without `*`/`$` whose text ends here (one length, so allow preferred).
     prefix_rule: (Rank, u32),
     /// Best `$`-anchored rule without `*` whose text ends here.
@@ -71,8 +76,17 @@ struct WildRule {
 /// The compiled rules of one (merged) group.
 #[derive(Debug, Default)]
 pub(crate) struct RuleIndex {
-    nodes: Vec<Node>,
+    nodes: Box<[Node]>,
     /// First octet of each node's label, parallel to `nodes`, for the child search.
+    first_octets: Box<[u8]>,
+    labels: Box<[u8]>,
+    wild: Box<[WildRule]>,
+}
+
+/// A [`RuleIndex`] while it is built.
+#[derive(Default)]
+struct Builder {
+    nodes: Vec<Node>,
     first_octets: Vec<u8>,
     labels: Vec<u8>,
     wild: Vec<WildRule>,
@@ -91,7 +105,7 @@ impl RuleIndex {
         let mut sorted: Vec<&IndexedRule<'_>> = rules.iter().collect();
         sorted.sort_by(|a, b| a.pattern.prefix().cmp(b.pattern.prefix()));
 
-        let mut index = RuleIndex::default();
+        let mut index = Builder::default();
         index.push_node(&[]);
         // (node, the rules below it, octets of prefix already consumed), built iteratively:
         // a robots.txt may nest prefixes deeply.
@@ -119,20 +133,24 @@ impl RuleIndex {
                 rest = tail;
             }
             index.nodes[node].first_child = first_child as u32;
-            index.nodes[node].child_count = children.len() as u32;
+            index.nodes[node].child_count = children.len() as u16;
             work.extend(children);
         }
-        index.nodes.shrink_to_fit();
-        index.first_octets.shrink_to_fit();
-        index.labels.shrink_to_fit();
-        index.wild.shrink_to_fit();
-        index
+        // Kept for as long as the origin is held: exactly as large as it is.
+        RuleIndex {
+            nodes: index.nodes.into_boxed_slice(),
+            first_octets: index.first_octets.into_boxed_slice(),
+            labels: index.labels.into_boxed_slice(),
+            wild: index.wild.into_boxed_slice(),
+        }
     }
+}
 
+impl Builder {
     fn push_node(&mut self, label: &[u8]) -> usize {
         self.nodes.push(Node {
             label: self.labels.len() as u32,
-            label_len: label.len() as u32,
+            label_len: label.len() as u16,
             first_child: 0,
             child_count: 0,
             prefix_rule: (Rank::NOTHING, NONE),
@@ -171,7 +189,9 @@ impl RuleIndex {
         self.nodes[node].first_wild = first_wild as u32;
         self.nodes[node].wild_count = (self.wild.len() - first_wild) as u32;
     }
+}
 
+impl RuleIndex {
     /// The id of the deciding rule for `path` (canonical), or `None` if no rule matches.
     pub(crate) fn decide(&self, path: &[u8]) -> Option<u32> {
         let mut best = (Rank::NOTHING, NONE);
@@ -212,7 +232,7 @@ impl RuleIndex {
             };
             let child = &self.nodes[first + i];
             let label =
-                &self.labels[child.label as usize..(child.label + child.label_len) as usize];
+                &self.labels[child.label as usize..child.label as usize + child.label_len as usize];
             if !path[depth..].starts_with(label) {
                 break;
             }

@@ -70,7 +70,7 @@ pub struct Rule {
     /// Allow or Disallow.
     pub kind: RuleKind,
     /// The pattern in canonical form (SPEC §5): what was compared.
-    pub pattern: String,
+    pub pattern: Box<str>,
     /// 1-based line number in the robots.txt.
     pub line: u32,
     /// Line of the first `User-agent` record of the group the rule belongs to.
@@ -91,13 +91,13 @@ impl std::fmt::Display for Rule {
 #[derive(Debug, Serialize)]
 pub struct Group {
     /// The agent names that select this group, as written (`*` for the global group).
-    pub agents: Vec<String>,
+    pub agents: Box<[Box<str>]>,
     /// Line of the first `User-agent` record of each source group.
-    pub lines: Vec<u32>,
+    pub lines: Box<[u32]>,
     /// Largest valid Crawl-delay of the source groups, in seconds.
     pub crawl_delay: Option<f64>,
     /// Ids of the rules (see [`RobotsTxt::rules`]), in file order.
-    pub rules: Vec<u32>,
+    pub rules: Box<[u32]>,
     #[serde(skip)]
     index: RuleIndex,
 }
@@ -158,17 +158,38 @@ impl std::fmt::Display for Verdict<'_> {
 }
 
 /// A parsed, compiled robots.txt. Immutable; `Send + Sync`; share it behind an `Arc`.
+///
+/// Held for every origin a crawl has visited, by the hundred thousand, so it is laid
+/// out to be small: boxed slices rather than vectors (no capacity word, no growth
+/// slack), and what few files have (sitemaps, Yandex extensions, truncation) behind one
+/// optional box.
 #[derive(Debug, Default)]
 pub struct RobotsTxt {
-    rules: Vec<Rule>,
-    groups: Vec<Group>,
+    rules: Box<[Rule]>,
+    groups: Box<[Group]>,
     /// Named agents (lower-cased) and their group; few, so searched linearly.
-    named: Vec<(Box<str>, GroupId)>,
+    named: Box<[(Box<str>, GroupId)]>,
     global: Option<GroupId>,
+    extras: Option<Box<Extras>>,
+}
+
+/// The parts of a robots.txt most files do not have.
+#[derive(Debug, Default)]
+struct Extras {
     sitemaps: Vec<String>,
     host: Option<String>,
     clean_params: Vec<CleanParam>,
     truncated: bool,
+}
+
+/// What [`RobotsTxt::parse`] collects before the file is laid out.
+#[derive(Default)]
+struct Parsed {
+    rules: Vec<Rule>,
+    groups: Vec<Group>,
+    named: Vec<(Box<str>, GroupId)>,
+    global: Option<GroupId>,
+    extras: Extras,
 }
 
 /// A group while parsing, before merging.
@@ -219,9 +240,12 @@ impl RobotsTxt {
             && !matches!(text.last(), Some(b'\n' | b'\r')))
         .then(|| lexer::line_count(text));
 
-        let mut robots = RobotsTxt {
-            truncated,
-            ..RobotsTxt::default()
+        let mut robots = Parsed {
+            extras: Extras {
+                truncated,
+                ..Extras::default()
+            },
+            ..Parsed::default()
         };
         let mut groups: Vec<SourceGroup> = Vec::new();
         // Compiled patterns, parallel to `robots.rules`; only the group indexes keep what
@@ -271,7 +295,7 @@ impl RobotsTxt {
                         group.rules.push(robots.rules.len() as u32);
                         robots.rules.push(Rule {
                             kind,
-                            pattern: compiled.text,
+                            pattern: compiled.text.into_boxed_str(),
                             line: record.line,
                             group_line: group.line,
                         });
@@ -293,17 +317,19 @@ impl RobotsTxt {
                 Field::Sitemap => {
                     if !record.value.is_empty() {
                         robots
+                            .extras
                             .sitemaps
                             .push(String::from_utf8_lossy(record.value).into_owned());
                     }
                 }
                 Field::Host => {
-                    if robots.host.is_none() {
-                        robots.host = extensions::parse_host(record.value);
+                    if robots.extras.host.is_none() {
+                        robots.extras.host = extensions::parse_host(record.value);
                     }
                 }
                 Field::CleanParam => {
                     robots
+                        .extras
                         .clean_params
                         .extend(extensions::parse_clean_param(record.value, record.line));
                 }
@@ -311,7 +337,37 @@ impl RobotsTxt {
             }
         }
         robots.merge(groups, &patterns);
-        robots
+        robots.lay_out()
+    }
+}
+
+impl Parsed {
+    /// The finished file, every part exactly as large as it is.
+    fn lay_out(self) -> RobotsTxt {
+        let Extras {
+            sitemaps,
+            host,
+            clean_params,
+            truncated,
+        } = self.extras;
+        let extras =
+            (!sitemaps.is_empty() || host.is_some() || !clean_params.is_empty() || truncated).then(
+                || {
+                    Box::new(Extras {
+                        sitemaps: sitemaps.into_boxed_slice().into_vec(),
+                        host,
+                        clean_params: clean_params.into_boxed_slice().into_vec(),
+                        truncated,
+                    })
+                },
+            );
+        RobotsTxt {
+            rules: self.rules.into_boxed_slice(),
+            groups: self.groups.into_boxed_slice(),
+            named: self.named.into_boxed_slice(),
+            global: self.global,
+            extras,
+        }
     }
 
     /// Merges source groups by agent name (SPEC §4) and compiles each merged group.
@@ -342,7 +398,10 @@ impl RobotsTxt {
         for (key, written, sources) in by_name {
             let id = match merged.get(&sources) {
                 Some(&id) => {
-                    self.groups[id.index()].agents.push(written);
+                    let group = &mut self.groups[id.index()];
+                    let mut agents = std::mem::take(&mut group.agents).into_vec();
+                    agents.push(written.into_boxed_str());
+                    group.agents = agents.into_boxed_slice();
                     id
                 }
                 None => {
@@ -358,16 +417,6 @@ impl RobotsTxt {
             } else {
                 self.named.push((key.into_boxed_str(), id));
             }
-        }
-        // A parsed file is kept for as long as its origin is held, by the hundred
-        // thousand: no vector keeps the slack of its growth.
-        self.rules.shrink_to_fit();
-        self.groups.shrink_to_fit();
-        self.named.shrink_to_fit();
-        self.sitemaps.shrink_to_fit();
-        for group in &mut self.groups {
-            group.agents.shrink_to_fit();
-            group.lines.shrink_to_fit();
         }
     }
 
@@ -391,17 +440,19 @@ impl RobotsTxt {
             })
             .collect();
         Group {
-            agents: vec![name],
+            agents: Box::new([name.into_boxed_str()]),
             lines: sources.iter().map(|&g| groups[g].line).collect(),
             crawl_delay: sources
                 .iter()
                 .filter_map(|&g| groups[g].crawl_delay)
                 .reduce(f64::max),
             index: RuleIndex::build(&indexed),
-            rules,
+            rules: rules.into_boxed_slice(),
         }
     }
+}
 
+impl RobotsTxt {
     /// The group for a crawler given its product tokens, most specific first (SPEC §4):
     /// the first token that names a group picks it; otherwise the `*` group; otherwise
     /// `None` (no restrictions). Tokens compare case-insensitively and whole.
@@ -475,22 +526,22 @@ impl RobotsTxt {
 
     /// Every `Sitemap:` URL, in file order.
     pub fn sitemaps(&self) -> &[String] {
-        &self.sitemaps
+        self.extras.as_ref().map_or(&[], |e| &e.sitemaps)
     }
 
     /// The first valid Yandex `Host` value.
     pub fn host(&self) -> Option<&str> {
-        self.host.as_deref()
+        self.extras.as_ref()?.host.as_deref()
     }
 
     /// Every valid Yandex `Clean-param:`, in file order.
     pub fn clean_params(&self) -> &[CleanParam] {
-        &self.clean_params
+        self.extras.as_ref().map_or(&[], |e| &e.clean_params)
     }
 
     /// True when the input was longer than [`MAX_ROBOTS_BYTES`] and its tail was ignored.
     pub fn truncated(&self) -> bool {
-        self.truncated
+        self.extras.as_ref().is_some_and(|e| e.truncated)
     }
 }
 

@@ -209,7 +209,7 @@ fn s4_groups_of_one_agent_are_merged() {
         .group_for(&["a"])
         .and_then(|g| robots.group(g))
         .expect("group");
-    assert_eq!(group.lines, vec![1, 5]);
+    assert_eq!(&*group.lines, &[1, 5]);
     assert_eq!(group.crawl_delay, Some(3.0));
     assert!(!robots.check(&["a"], "/one").allowed);
     assert!(!robots.check(&["a"], "/two").allowed);
@@ -384,7 +384,7 @@ fn s5_verdict_names_rule_line_and_group() {
     assert!(!verdict.allowed);
     let rule = verdict.rule().expect("a rule decided");
     assert_eq!(
-        (rule.kind, rule.pattern.as_str(), rule.line, rule.group_line),
+        (rule.kind, &*rule.pattern, rule.line, rule.group_line),
         (RuleKind::Disallow, "/a/b", 4, 2)
     );
     assert_eq!(

@@ -245,3 +245,64 @@ fn write_timestamp(line: &mut String) {
     });
     let _ = write!(line, "{:06}Z", now.subsec_micros());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(path: &'a dyn Display, agent: Option<&'a str>) -> AccessRecord<'a> {
+        AccessRecord {
+            origin: &"http://example.com",
+            path,
+            agent,
+            tokens_from: "default",
+            mode: "explicit",
+            decision: "allowed",
+            status: 200,
+            upstream_status: None,
+            line: Some(3),
+            why: "no matching rule",
+            pacing_wait_seconds: 2.5e-6,
+            delay_rule: Some("none"),
+            duration_seconds: 0.25,
+            error: None,
+        }
+    }
+
+    fn fields(record: &AccessRecord<'_>, format: LogFormat) -> String {
+        let mut line = String::new();
+        record.write_fields(&mut Fields::new(&mut line, format));
+        line
+    }
+
+    /// Text lines are `tracing`'s: strings quoted and escaped as `Debug`, absent values
+    /// left out.
+    #[test]
+    fn text_fields_are_tracings() {
+        let line = fields(&record(&"/a b", Some("Bot/1")), LogFormat::Text);
+        assert_eq!(
+            line,
+            "origin=\"http://example.com\" path=\"/a b\" agent=\"Bot/1\" tokens_from=\"default\" \
+             mode=\"explicit\" decision=\"allowed\" status=200 line=3 why=\"no matching rule\" \
+             pacing_wait_seconds=2.5e-6 delay_rule=\"none\" duration_seconds=0.25"
+        );
+        let hostile = "/\"x\\\n\u{7f}é";
+        let line = fields(&record(&hostile, Some("a\"b")), LogFormat::Text);
+        assert!(line.contains(&format!("path={hostile:?}")), "{line}");
+        assert!(line.contains(r#"agent="a\"b""#), "{line}");
+    }
+
+    /// JSON lines parse, whatever the values hold, and keep every field.
+    #[test]
+    fn json_fields_parse() {
+        let hostile = "/\"x\\\n\u{1}é";
+        let line = fields(&record(&hostile, Some("a\"b")), LogFormat::Json);
+        let value: serde_json::Value =
+            serde_json::from_str(&format!("{{\"level\":\"INFO\"{line}}}")).expect("JSON");
+        assert_eq!(value["path"], hostile);
+        assert_eq!(value["agent"], "a\"b");
+        assert_eq!(value["line"], 3);
+        assert_eq!(value["duration_seconds"], 0.25);
+        assert!(value.get("upstream_status").is_none());
+    }
+}
