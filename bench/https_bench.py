@@ -16,13 +16,16 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
 3. Transparent TLS: the same handshakes and load with no proxy at all, the client's
    connections to 127.0.0.2:443 redirected by iptables to robotsgate's transparent TLS
    listener (robotsgate's own marked with `transparent.upstream_mark`, so not redirected).
+4. Squid 5.7 with ssl-bump (Debian `squid-openssl`, one process, no cache, no access
+   log), minting leaves from the same operator CA: the same CONNECT + TLS handshakes and
+   keep-alive load, its CPU per request beside robotsgate's.
 
 The whole run happens in a network namespace the script makes (`ip netns`; root), so the
 redirection rule touches nothing outside it.
 
 Usage: bench/https_bench.py [--seconds 8] [--connections 32] [--handshakes 300]
-Needs nginx (Debian `nginx-light`), openssl, iproute2 and iptables; installs what is
-missing.
+Needs nginx (Debian `nginx-light`), openssl, iproute2, iptables and squid
+(`squid-openssl`); installs what is missing.
 Only processes this script started are stopped, by PID.
 """
 
@@ -56,6 +59,35 @@ def run_load(args, pid=None):
     return result
 
 
+def start_squid(work, port):
+    """Squid with ssl-bump on 127.0.0.1:`port`, leaves minted from the operator CA, the
+    origin's CA trusted upstream; foreground (`-N`), one process, nothing cached or logged."""
+    shutil.copy(f"{work}/operator-ca.key", f"{work}/squid-ca.key")
+    os.chmod(f"{work}/squid-ca.key", 0o644)  # squid drops to the `proxy` user
+    db = f"{work}/ssl_db"
+    subprocess.run(["/usr/lib/squid/security_file_certgen", "-c", "-s", db, "-M", "16MB"], check=True,
+                   capture_output=True)
+    shutil.chown(db, "proxy", "proxy")
+    for root, dirs, files in os.walk(db):
+        for name in dirs + files:
+            shutil.chown(os.path.join(root, name), "proxy", "proxy")
+    with open(f"{work}/squid.conf", "w") as f:
+        f.write(f"""http_port 127.0.0.1:{port} ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=16MB tls-cert={work}/operator-ca.pem tls-key={work}/squid-ca.key
+sslcrtd_program /usr/lib/squid/security_file_certgen -s {db} -M 16MB
+sslcrtd_children 4
+ssl_bump bump all
+tls_outgoing_options cafile={work}/origin-ca.pem
+http_access allow all
+cache deny all
+access_log none
+cache_log {work}/squid.log
+pid_filename {work}/squid.pid
+coredump_dir {work}
+shutdown_lifetime 0 seconds
+""")
+    return subprocess.Popen(["squid", "-N", "-f", f"{work}/squid.conf"], stderr=open(f"{work}/squid.err", "w"))
+
+
 def in_own_netns():
     """Runs this script again inside a fresh network namespace, then deletes it."""
     ns = f"rgbench{os.getpid()}"
@@ -71,14 +103,15 @@ def in_own_netns():
 
 def main():
     if "RG_BENCH_NETNS" not in os.environ:
-        ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "ip": "iproute2", "iptables": "iptables"})
+        ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "ip": "iproute2", "iptables": "iptables",
+                         "squid": "squid-openssl"})
         in_own_netns()
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--handshakes", type=int, default=300)
     args = parser.parse_args()
-    ensure_packages({"nginx": "nginx-light", "openssl": "openssl"})
+    ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "squid": "squid-openssl"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
                    cwd=ROOT, check=True)
     rgbin = f"{ROOT}/target/release/robotsgate"
@@ -94,7 +127,7 @@ def main():
                         "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
                        check=True, capture_output=True)
         with open(f"{work}/ext.cnf", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2\nextendedKeyUsage=serverAuth\n")
+            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\nextendedKeyUsage=serverAuth\n")
         subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
                         "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
                         "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
@@ -128,6 +161,10 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         started.append(rg)
         wait_port(rg_port)
         wait_port(tls_port)
+        squid_port = free_port()
+        squid = start_squid(work, squid_port)
+        started.append(squid)
+        wait_port(squid_port)
         subprocess.run(["iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.2", "--dport", "443",
                         "-m", "mark", "!", "--mark", "42", "-j", "REDIRECT", "--to-ports", str(tls_port)], check=True)
 
@@ -135,8 +172,13 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         direct = ["--target", target, "--ca", f"{work}/origin-ca.pem"]
         proxied = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--proxy", f"127.0.0.1:{rg_port}"]
         transparent = ["--target", "127.0.0.2:443", "--ca", f"{work}/operator-ca.pem"]
+        # By name: Squid 5.7 mints a leaf for an IP literal with the address as a DNS name,
+        # which a verifying client rejects.
+        bumped = ["--target", target, "--name", "localhost", "--ca", f"{work}/operator-ca.pem",
+                  "--proxy", f"127.0.0.1:{squid_port}"]
         # Warm-up: robots.txt fetched, leaf for 127.0.0.1 minted, upstream pool filled.
         run_load([*proxied, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        run_load([*bumped, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
         run_load([*transparent, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
 
         n = str(args.handshakes)
@@ -150,11 +192,15 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         hs_cached = min(runs[0::2], key=lambda r: r["p50_ms"])
         hs_fresh = min(runs[1::2], key=lambda r: r["p50_ms"])
         hs_transparent = run_load([*transparent, "--handshakes", n], rg.pid)
+        hs_squid = run_load([*bumped, "--handshakes", n], squid.pid)
 
         load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
         ld_direct = run_load([*direct, *load])
         ld_proxy = run_load([*proxied, *load], rg.pid)
         ld_transparent = run_load([*transparent, *load], rg.pid)
+        ld_squid = run_load([*bumped, *load], squid.pid)
+        if ld_squid["errors"]:
+            print(f"errors: squid {ld_squid['errors']} (see {work}/squid.log)")
         if ld_proxy["errors"] or ld_direct["errors"] or ld_transparent["errors"]:
             print(f"errors: direct {ld_direct['errors']}, robotsgate {ld_proxy['errors']}, "
                   f"transparent {ld_transparent['errors']} (see {work}/rg.log)")
@@ -164,7 +210,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         for name, r in (("TLS direct to nginx", hs_direct),
                         ("CONNECT + TLS via robotsgate, cached leaf", hs_cached),
                         ("CONNECT + TLS via robotsgate, minted leaf", hs_fresh),
-                        ("transparent TLS via robotsgate, cached leaf", hs_transparent)):
+                        ("transparent TLS via robotsgate, cached leaf", hs_transparent),
+                        ("CONNECT + TLS via Squid ssl-bump, cached", hs_squid)):
             cpu = f"{r['cpu_s'] / r['count'] * 1e6:.0f}" if "cpu_s" in r else "-"
             print(f"{name:<44} {r['p50_ms']:>8.3f} {r['p90_ms']:>8.3f} {r['mean_ms']:>8.3f} {cpu:>8}")
         print(f"minting adds {hs_fresh['p50_ms'] - hs_cached['p50_ms']:.3f} ms at the median "
@@ -172,7 +219,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
 
         print(f"\nKeep-alive HTTPS load, {args.connections} connections, {args.seconds:g} s, robotsgate threads: 1:")
         print(f"{'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11}")
-        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy), ("transparent", ld_transparent)):
+        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy), ("transparent", ld_transparent),
+                        ("squid-bump", ld_squid)):
             cpu = f"{r['cpu_s'] / max(r['requests'], 1) * 1e6:.1f}" if "cpu_s" in r else "-"
             print(f"{name:<12} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {cpu:>11}")
         print(f"robotsgate/direct: rps {ld_proxy['rps'] / ld_direct['rps']:.2f}x, "
@@ -181,6 +229,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         print(f"transparent TLS / CONNECT interception: CPU per request {cpu(ld_transparent) / cpu(ld_proxy):.2f}x, "
               f"p50 {ld_transparent['p50_ms'] / ld_proxy['p50_ms']:.2f}x, "
               f"handshake p50 {hs_transparent['p50_ms'] / hs_cached['p50_ms']:.2f}x")
+        print(f"robotsgate / Squid ssl-bump: CPU per request {cpu(ld_proxy) / cpu(ld_squid):.2f}x, "
+              f"rps {ld_proxy['rps'] / ld_squid['rps']:.2f}x, p50 {ld_proxy['p50_ms'] / ld_squid['p50_ms']:.2f}x")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

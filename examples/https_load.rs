@@ -34,6 +34,9 @@ struct Args {
     path: String,
     handshakes: usize,
     distinct: bool,
+    /// Name the target by this host name (CONNECT, SNI, `Host`) rather than its address:
+    /// for proxies that mint a leaf for an IP literal with a DNS name in it (Squid 5).
+    name: Option<String>,
 }
 
 fn args() -> Result<Args, Error> {
@@ -53,6 +56,7 @@ fn args() -> Result<Args, Error> {
         path: flag("--path").unwrap_or_else(|| "/".into()),
         handshakes: flag("--handshakes").map_or(Ok(0), |v| v.parse())?,
         distinct: argv.iter().any(|a| a == "--distinct"),
+        name: flag("--name"),
     })
 }
 
@@ -80,11 +84,12 @@ async fn open(
     connector: &TlsConnector,
     proxy: Option<SocketAddr>,
     target: SocketAddr,
+    name: Option<&str>,
 ) -> Result<TlsStream<TcpStream>, Error> {
     let mut tcp = TcpStream::connect(proxy.unwrap_or(target)).await?;
     tcp.set_nodelay(true)?;
     if proxy.is_some() {
-        let authority = target.to_string();
+        let authority = authority(target, name);
         tcp.write_all(
             format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: https-load\r\n\r\n")
                 .as_bytes(),
@@ -96,8 +101,19 @@ async fn open(
             return Err(format!("CONNECT refused: {}", String::from_utf8_lossy(&reply)).into());
         }
     }
-    let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
+    let name = match name {
+        Some(name) => rustls::pki_types::ServerName::try_from(name.to_string())?,
+        None => rustls::pki_types::ServerName::IpAddress(target.ip().into()),
+    };
     Ok(connector.connect(name, tcp).await?)
+}
+
+/// `host:port` as requests name the target.
+fn authority(target: SocketAddr, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{name}:{}", target.port()),
+        None => target.to_string(),
+    }
 }
 
 /// Reads one response with a Content-Length body; its status.
@@ -137,16 +153,17 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
     for _ in 0..args.connections {
-        let (connector, proxy, target, path) = (
+        let (connector, proxy, target, path, name) = (
             connector.clone(),
             args.proxy,
             args.target,
             args.path.clone(),
+            args.name.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut errors = 0u64;
-            let tls = match open(&connector, proxy, target).await {
+            let tls = match open(&connector, proxy, target, name.as_deref()).await {
                 Ok(tls) => tls,
                 Err(e) => {
                     eprintln!("open: {e}");
@@ -154,8 +171,9 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
                 }
             };
             let mut stream = BufReader::new(tls);
+            let host = authority(target, name.as_deref());
             let request =
-                format!("GET {path} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: https-load\r\n\r\n");
+                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: https-load\r\n\r\n");
             while Instant::now() < deadline {
                 let started = Instant::now();
                 if stream
@@ -212,7 +230,7 @@ async fn handshakes(args: &Args, connector: TlsConnector) -> Result<(), Error> {
             args.target
         };
         let started = Instant::now();
-        let tls = open(&connector, args.proxy, target).await?;
+        let tls = open(&connector, args.proxy, target, args.name.as_deref()).await?;
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         drop(tls);
     }
