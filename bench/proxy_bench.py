@@ -3,23 +3,31 @@
 
 Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
 examples/passthrough.rs (same Pingora setup, no robots/egress/DNS work), each with
-`threads: 1`. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
-written to a file, as the journal would take it). For keep-alive and `Connection: close`
-it runs wrk against each and prints requests/s, p50/p99 latency and the proxy's CPU time
-per request (utime+stime of the whole process from /proc, all threads), then the ratios
-robotsgate / passthrough.
+`threads: 1`. The proxies are pinned to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU
+time is its own. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
+written to a file, as the journal would take it). The passthrough runs as bare Pingora
+does (glibc malloc) and, as a second baseline, with jemalloc preloaded (robotsgate links
+jemalloc): the allocator alone is worth a few microseconds per request.
 
-Usage: bench/proxy_bench.py [--seconds 8] [--connections 32] [--compare OTHER_ROBOTSGATE_BINARY]
+For keep-alive and `Connection: close`, wrk runs against each proxy `--rounds` times,
+interleaved, and the script prints each one's CPU time per request (utime+stime of the
+whole process from /proc, all threads) as the median and range over the rounds, then
+the ratios robotsgate / passthrough. Last, one connection at a time: the p50 latency each
+proxy adds to a direct request.
+
+Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
+                            [--compare OTHER_ROBOTSGATE_BINARY]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
-same run as a third proxy row, "other", and its ratios to the passthrough are printed too.
-Needs wrk and nginx (Debian packages `wrk`, `nginx-light`); installs them if missing.
-Only processes this script started are stopped, by PID.
+same run as another row, "other" (access log on).
+Needs wrk, nginx and libjemalloc2 (Debian packages `wrk`, `nginx-light`, `libjemalloc2`);
+installs them if missing. Only processes this script started are stopped, by PID.
 """
 
 import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,10 +37,18 @@ from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, ng
 
 
 
-def wrk(args, url, lua, pid):
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def pinned(cpu, command):
+    return ["taskset", "-c", str(cpu), *command]
+
+
+def wrk(args, url, lua, pid, connections=None):
     before = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", lua, url],
+        pinned(0, ["wrk", "-t1", f"-c{connections or args.connections}", f"-d{args.seconds}s", "--latency",
+                   "-s", lua, url]),
         capture_output=True, text=True, check=True,
     ).stdout
     cpu = (cpu_seconds(pid) - before) if pid else 0.0
@@ -53,20 +69,22 @@ def wrk(args, url, lua, pid):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=8)
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--seconds", type=int, default=6)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", help="another robotsgate binary, measured in the same run")
-    parser.add_argument("--compare-limit", action="store_true",
-                        help="the other binary knows pacing.max_in_flight: turn it off there too")
     args = parser.parse_args()
-    ensure_packages({"wrk": "wrk", "nginx": "nginx-light"})
+    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
+    if not os.path.exists(JEMALLOC):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "libjemalloc2"], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
 
     work = tempfile.mkdtemp(prefix="robotsgate-bench-")
     os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
     started = []
     try:
-        nginx_port, rg_port, pt_port, other_port, log_port = (free_port() for _ in range(5))
+        nginx_port = free_port()
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/index.html", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
@@ -79,86 +97,89 @@ def main():
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{nginx_port}; root {work}/www; }} }}
-""")
-        nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
+  server {{ listen 127.0.0.1:{nginx_port} root {work}/www; }} }}
+""".replace(f"{nginx_port} root", f"{nginx_port}; root"))
+        nginx = subprocess.Popen(pinned(0, [nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
         started.append(nginx)
         wait_port(nginx_port)
+        origin = f"127.0.0.1:{nginx_port}"
 
-        def conf(name, extra=""):
-            return robotsgate_config(work, name, f"  admin_listen: null\n{extra}", POOL)
-
-        # One origin and 32 connections: the in-flight limit (2 per origin) would make
+        # One origin and many connections: the in-flight limit (2 per origin) would make
         # this a measure of politeness, not of the cost of a cached decision; it is off
         # here (bench/pacing_load.py --no-crawl-delay measures the limit).
-        no_limit = "  pacing:\n    max_in_flight: 0\n"
+        conf = robotsgate_config(work, "rg", "  admin_listen: null\n  pacing:\n    max_in_flight: 0\n", POOL)
+        proxies = {}  # name -> (process, port)
 
-        env = {**os.environ, "RUST_LOG": "warn"}
-
-        def robotsgate(binary, name, port, extra, log_level="warn"):
-            """A robotsgate judging as ExampleBot; `log_level` info turns the access log on."""
-            proc = subprocess.Popen([binary, "run", "--config", conf(name, extra), "--listen", f"127.0.0.1:{port}",
-                                     "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
-                                    env={**os.environ, "RUST_LOG": log_level}, stderr=open(f"{work}/{name}.log", "w"))
+        def start(name, command, env):
+            port = free_port()
+            proc = subprocess.Popen(pinned(1, [*command(port)]), env={**os.environ, **env},
+                                    stderr=open(f"{work}/{name}.log", "w"))
             started.append(proc)
-            return proc
+            wait_port(port)
+            proxies[name] = (proc, port)
 
+        def robotsgate(binary):
+            return lambda port: [binary, "run", "--config", conf, "--listen", f"127.0.0.1:{port}",
+                                 "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
+
+        passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
         rgbin = f"{ROOT}/target/release/robotsgate"
-        rg = robotsgate(rgbin, "rg", rg_port, no_limit)
-        rg_log = robotsgate(rgbin, "rglog", log_port, no_limit, log_level="info")
-        pt = subprocess.Popen([f"{ROOT}/target/release/examples/passthrough", conf("pt"), f"127.0.0.1:{pt_port}"], env=env,
-                              stderr=open(f"{work}/pt.log", "w"))
-        started.append(pt)
-        wait_port(rg_port)
-        wait_port(log_port)
-        wait_port(pt_port)
-        other = None
+        start("passthrough", passthrough, {"RUST_LOG": "warn"})
+        start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
+        start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
+        start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
         if args.compare:
-            other = robotsgate(args.compare, "other", other_port, no_limit if args.compare_limit else "")
-            wait_port(other_port)
-
-        origin = f"127.0.0.1:{nginx_port}"
+            start("other", robotsgate(args.compare), {"RUST_LOG": "info"})
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
-        for port in (rg_port, log_port, other_port) if other else (rg_port, log_port):
-            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}", f"http://{origin}/index.html"], check=True)
+        for name, (_, port) in proxies.items():
+            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}",
+                            f"http://{origin}/index.html"], check=True)
+        check = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{origin}/index.html"],
+                               capture_output=True, text=True).stdout
+        if check != "200":
+            sys.exit(f"nginx answers {check}, not 200: see {work}/nginx.err")
 
-        for port in (nginx_port,):
-            check = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/index.html"],
-                                   capture_output=True, text=True).stdout
-            if check != "200":
-                sys.exit(f"nginx answers {check}, not 200: see {work}/nginx.err")
-        rows = {}
+        lua = {}
         for mode in ("keep-alive", "close"):
             header = 'wrk.headers["Connection"] = "close"\n' if mode == "close" else ""
-            direct_lua = f"{work}/direct-{mode}.lua"
-            proxy_lua = f"{work}/proxy-{mode}.lua"
-            with open(direct_lua, "w") as f:
+            lua[mode, "direct"] = f"{work}/direct-{mode}.lua"
+            lua[mode, "proxy"] = f"{work}/proxy-{mode}.lua"
+            with open(lua[mode, "direct"], "w") as f:
                 f.write(f'wrk.path = "/index.html"\n{header}')
-            with open(proxy_lua, "w") as f:
+            with open(lua[mode, "proxy"], "w") as f:
                 f.write(f'wrk.path = "http://{origin}/index.html"\nwrk.headers["Host"] = "{origin}"\n{header}')
-            rows[(mode, "direct")] = wrk(args, f"http://{origin}", direct_lua, None)
-            rows[(mode, "passthrough")] = wrk(args, f"http://127.0.0.1:{pt_port}", proxy_lua, pt.pid)
-            rows[(mode, "robotsgate")] = wrk(args, f"http://127.0.0.1:{rg_port}", proxy_lua, rg.pid)
-            rows[(mode, "rg+log")] = wrk(args, f"http://127.0.0.1:{log_port}", proxy_lua, rg_log.pid)
-            if other:
-                rows[(mode, "other")] = wrk(args, f"http://127.0.0.1:{other_port}", proxy_lua, other.pid)
 
-        print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s on 127.0.0.1, nginx origin, proxies with threads: 1\n")
-        print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11} {'non-2xx':>8}")
-        for (mode, target), r in rows.items():
-            cpu = f"{r['cpu_us']:.1f}" if target != "direct" else "-"
-            print(f"{mode:<11} {target:<12} {r['rps']:>10.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {cpu:>11} {r['non2xx']:>8}")
-        print()
+        runs = {}  # (mode, name) -> [result per round]
         for mode in ("keep-alive", "close"):
-            ptr = rows[(mode, "passthrough")]
-            for target, label in (("robotsgate", "log off"), ("rg+log", "log on ")):
-                rgr = rows[(mode, target)]
-                print(f"{mode:<11} robotsgate ({label})/passthrough: CPU per request {rgr['cpu_us'] / ptr['cpu_us']:.2f}x, "
-                      f"rps {rgr['rps'] / ptr['rps']:.2f}x, p99 {rgr['p99'] / ptr['p99']:.2f}x")
-            if other:
-                otr = rows[(mode, "other")]
-                print(f"{mode:<11} other/passthrough:      CPU per request {otr['cpu_us'] / ptr['cpu_us']:.2f}x, "
-                      f"rps {otr['rps'] / ptr['rps']:.2f}x, p99 {otr['p99'] / ptr['p99']:.2f}x")
+            for _ in range(args.rounds):
+                runs.setdefault((mode, "direct"), []).append(wrk(args, f"http://{origin}", lua[mode, "direct"], None))
+                for name, (proc, port) in proxies.items():
+                    runs.setdefault((mode, name), []).append(
+                        wrk(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid))
+        # One connection: the latency each proxy adds.
+        single = {"direct": wrk(args, f"http://{origin}", lua["keep-alive", "direct"], None, connections=1)}
+        for name, (proc, port) in proxies.items():
+            single[name] = wrk(args, f"http://127.0.0.1:{port}", lua["keep-alive", "proxy"], proc.pid, connections=1)
+
+        med = lambda values: statistics.median(values)
+        print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s x {args.rounds} rounds on 127.0.0.1, nginx origin, "
+              f"proxies with threads: 1 on CPU 1 (nginx, wrk on CPU 0); median [min-max] over rounds\n")
+        print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>22} {'non-2xx':>8}")
+        for (mode, name), rs in runs.items():
+            cpus = [r["cpu_us"] for r in rs]
+            cpu = f"{med(cpus):.1f} [{min(cpus):.1f}-{max(cpus):.1f}]" if name != "direct" else "-"
+            print(f"{mode:<11} {name:<12} {med([r['rps'] for r in rs]):>10.0f} {med([r['p50'] for r in rs]):>8.3f} "
+                  f"{med([r['p99'] for r in rs]):>8.3f} {cpu:>22} {sum(r['non2xx'] for r in rs):>8}")
+        print()
+        cpu = lambda mode, name: med([r["cpu_us"] for r in runs[mode, name]])
+        for mode in ("keep-alive", "close"):
+            for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
+                print(f"{mode:<11} {name:<11} CPU per request: {cpu(mode, name) / cpu(mode, 'passthrough'):.2f}x the "
+                      f"passthrough, {cpu(mode, name) / cpu(mode, 'pt+jemalloc'):.2f}x the passthrough on jemalloc")
+        print(f"\none connection, keep-alive, p50 added to a direct request ({single['direct']['p50'] * 1000:.0f} µs):")
+        added = {name: (r["p50"] - single["direct"]["p50"]) * 1000 for name, r in single.items() if name != "direct"}
+        for name, us in added.items():
+            print(f"  {name:<12} +{us:.0f} µs ({us / added['passthrough']:.2f}x the passthrough's)")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
