@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Resident memory per held origin: robotsgate made to hold N distinct origins.
 
-One nginx listens on 0.0.0.0:PORT, so every loopback address 127.a.b.c is an origin of
-its own, each serving the same five-line robots.txt (two Disallow, an Allow, a Sitemap)
-and a small page. robotsgate (`threads: 1`, `robots.max_origins` above N) is asked for
+One nginx listens on 0.0.0.0, so every loopback address 127.a.b.c is an origin of its
+own, each serving a five-line robots.txt (two Disallow, an Allow, a Sitemap) and a small
+page. Two runs, each with a fresh robotsgate: every origin serving *distinct* octets (the
+Sitemap names the origin's own address, so nothing can be shared: the cost of an origin
+in general), then every origin serving the *same* octets (shared as one parsed file, as
+the subdomains of a hosting platform or a CMS's default file are). robotsgate (`threads: 1`, `robots.max_origins` above N) is asked for
 one page on each of `--origins` addresses, by `--connections` keep-alive clients; each
 new origin costs it a robots.txt fetch, a parse, a store entry and its pacing schedules.
 
@@ -12,7 +15,7 @@ origin (everything robotsgate keeps for an origin, allocator slack included), th
 projection to 1,000,000 origins, and, separately, the upstream connections robotsgate
 still holds open (Pingora's pools, bounded by their sizes, not per origin).
 
-Usage: bench/origins_mem.py [--origins 100000] [--connections 16]
+Usage: bench/origins_mem.py [--origins 100000] [--connections 16] [--only distinct|same]
 Needs nginx (Debian `nginx-light`); installs it if missing. Only processes this script
 started are stopped, by PID.
 """
@@ -28,7 +31,7 @@ import urllib.request
 
 from benchlib import ROOT, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
-ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /tmp/\nAllow: /private/open\nSitemap: http://example.com/sitemap.xml\n"
+ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /tmp/\nAllow: /private/open\nSitemap: http://{host}/sitemap.xml\n"
 
 
 def address(i):
@@ -109,6 +112,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--origins", type=int, default=100_000)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--only", choices=["distinct", "same"])
     args = parser.parse_args()
     ensure_packages({"nginx": "nginx-light"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
@@ -117,54 +121,66 @@ def main():
     os.chmod(work, 0o755)
     started = []
     try:
-        origin_port, proxy_port, admin_port = free_port(), free_port(), free_port()
+        distinct_port, same_port = free_port(), free_port()
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/robots.txt", "w") as f:
-            f.write(ROBOTS)
+            f.write(ROBOTS.format(host="example.com"))
         with open(f"{work}/www/page", "w") as f:
             f.write("<html><body>" + "x" * 256 + "</body></html>\n")
         with open(f"{work}/nginx.conf", "w") as f:
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 8192; }}
 http {{ access_log off; keepalive_requests 1000000; default_type text/plain;
-  server {{ listen 0.0.0.0:{origin_port} reuseport; root {work}/www; }} }}
+  server {{ listen 0.0.0.0:{same_port} reuseport; root {work}/www; }}
+  server {{ listen 0.0.0.0:{distinct_port} reuseport; root {work}/www;
+           location = /robots.txt {{ return 200 "{ROBOTS.format(host="$host")}"; }} }} }}
 """)
         nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
         started.append(nginx)
-        wait_port(origin_port)
-
-        config = robotsgate_config(work, "rg", f"  admin_listen: 127.0.0.1:{admin_port}\n"
-                                               f"  robots:\n    max_origins: {args.origins + 10_000}\n")
-        rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", config,
-                               "--listen", f"127.0.0.1:{proxy_port}", "--allow-destination", "127.0.0.0/8"],
-                              env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
-        started.append(rg)
-        wait_port(proxy_port)
-
-        warm = 1_000
-        failures = asyncio.run(drive(proxy_port, origin_port, 0, warm, args.connections))
-        time.sleep(1)
-        before = rss_bytes(rg.pid)
-        start = time.time()
-        failures += asyncio.run(drive(proxy_port, origin_port, warm, args.origins, args.connections))
-        elapsed = time.time() - start
-        time.sleep(1)
-        after = rss_bytes(rg.pid)
-        held = held_origins(admin_port)
-        pooled = upstream_connections(rg.pid, origin_port)
-
-        per_origin = (after - before) / args.origins
-        print(f"origins asked for: {warm} warm-up + {args.origins} in {elapsed:.1f} s "
-              f"({args.origins / elapsed:.0f}/s), failures: {failures}")
-        print(f"origins held (robotsgate_robots_store_origins): {held}")
-        print(f"RSS after warm-up: {before / 2**20:.1f} MiB; after: {after / 2**20:.1f} MiB")
-        print(f"RSS per held origin: {per_origin:.0f} bytes ({per_origin / 1024:.2f} KiB)")
-        print(f"projected for 1,000,000 origins: {per_origin * 1e6 / 2**30:.2f} GiB "
-              f"(+ {before / 2**20:.0f} MiB base)")
-        print(f"upstream connections held open (pools, not per origin): {pooled}")
+        wait_port(same_port)
+        wait_port(distinct_port)
+        for files, port in (("distinct", distinct_port), ("same", same_port)):
+            if args.only in (None, files):
+                measure(args, work, files, port, started)
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, work, files, origin_port, started):
+    """One fresh robotsgate made to hold warm-up + `--origins` origins on `origin_port`."""
+    proxy_port, admin_port = free_port(), free_port()
+    config = robotsgate_config(work, f"rg-{files}", f"  admin_listen: 127.0.0.1:{admin_port}\n"
+                                                    f"  robots:\n    max_origins: {args.origins + 10_000}\n")
+    rg = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", config,
+                           "--listen", f"127.0.0.1:{proxy_port}", "--allow-destination", "127.0.0.0/8"],
+                          env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg-{files}.log", "w"))
+    started.append(rg)
+    wait_port(proxy_port)
+
+    warm = 1_000
+    failures = asyncio.run(drive(proxy_port, origin_port, 0, warm, args.connections))
+    time.sleep(1)
+    before = rss_bytes(rg.pid)
+    start = time.time()
+    failures += asyncio.run(drive(proxy_port, origin_port, warm, args.origins, args.connections))
+    elapsed = time.time() - start
+    time.sleep(1)
+    after = rss_bytes(rg.pid)
+    held = held_origins(admin_port)
+    pooled = upstream_connections(rg.pid, origin_port)
+    stop([rg])
+    started.remove(rg)
+
+    per_origin = (after - before) / args.origins
+    print(f"\n{files} robots.txt files: origins asked for: {warm} warm-up + {args.origins} in {elapsed:.1f} s "
+          f"({args.origins / elapsed:.0f}/s), failures: {failures}")
+    print(f"origins held (robotsgate_robots_store_origins): {held}")
+    print(f"RSS after warm-up: {before / 2**20:.1f} MiB; after: {after / 2**20:.1f} MiB")
+    print(f"RSS per held origin: {per_origin:.0f} bytes ({per_origin / 1024:.2f} KiB)")
+    print(f"projected for 1,000,000 origins: {per_origin * 1e6 / 2**30:.2f} GiB "
+          f"(+ {before / 2**20:.0f} MiB base)")
+    print(f"upstream connections held open (pools, not per origin): {pooled}")
 
 
 if __name__ == "__main__":

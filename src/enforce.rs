@@ -542,7 +542,8 @@ impl Enforcer {
             });
         }
         match &snapshot.policy {
-            Policy::Rules { robots, .. } => {
+            Policy::Rules(file) => {
+                let robots = &file.robots;
                 let Judgement {
                     verdict,
                     group,
@@ -621,8 +622,8 @@ fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
         Policy::DisallowAll { why } => why.as_str(),
         _ => snapshot.last_outcome.as_str(),
     };
-    let cause = snapshot.cause.as_deref().unwrap_or("unknown");
-    let retry = retry_seconds(snapshot.retry_at);
+    let cause = snapshot.cause().unwrap_or("unknown");
+    let retry = retry_seconds(snapshot.retry_at());
     let status = if crate::origin::fetch::is_certificate_failure(cause) {
         502
     } else {
@@ -643,12 +644,12 @@ fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
 /// unreachable answer.
 fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
     match &snapshot.policy {
-        Policy::Rules { body, .. } => Answer {
+        Policy::Rules(file) => Answer {
             status: 200,
             decision: Outcome::RobotsTxtCached,
             header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
             content_type: "text/plain",
-            body: body.clone(),
+            body: file.body.clone(),
             retry_after: None,
             rule_line: None,
             challenge: None,

@@ -379,7 +379,8 @@ impl AdminApp {
         out["tokens_from"] = json!(tokens.source());
         // The verdict's details: the same judgement, of the very snapshot decided on.
         if let Some(snapshot) = snapshot {
-            if let Policy::Rules { robots, .. } = &snapshot.policy {
+            if let Policy::Rules(file) = &snapshot.policy {
+                let robots = &file.robots;
                 let Judgement {
                     verdict,
                     group,
@@ -438,8 +439,8 @@ impl AdminApp {
             "origin": origin.to_string(),
             "robots": robots_state(&self.enforcer.store, &origin, &snapshot),
         });
-        if let Policy::Rules { robots, .. } = &snapshot.policy {
-            out["parsed"] = parsed(robots);
+        if let Policy::Rules(file) = &snapshot.policy {
+            out["parsed"] = parsed(&file.robots);
         }
         let mut pacing = Vec::new();
         for s in entry.schedules().states() {
@@ -486,7 +487,7 @@ fn seconds_until(at: Instant) -> f64 {
 /// The fetch state of one origin's robots.txt.
 fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Value {
     let (policy, why) = match &snapshot.policy {
-        Policy::Rules { .. } => ("rules", None),
+        Policy::Rules(_) => ("rules", None),
         Policy::AllowAll { why } => ("allow_all", Some(why.as_str())),
         Policy::DisallowAll { why } => ("disallow_all", Some(why.as_str())),
     };
@@ -498,9 +499,9 @@ fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Va
         "age_seconds": seconds_ago(snapshot.fetched_at),
         "fresh_for_seconds": seconds_until(snapshot.fresh_until),
         "stale_copy": snapshot.is_stale_copy(),
-        "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since),
-        "retry_in_seconds": snapshot.retry_at.map(seconds_until),
-        "consecutive_failures": snapshot.failures,
+        "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since()),
+        "retry_in_seconds": snapshot.retry_at().map(seconds_until),
+        "consecutive_failures": snapshot.failures(),
         "history": store.history(origin).iter().map(|f| json!({
             "seconds_ago": Instant::now().saturating_duration_since(f.at).as_secs_f64(),
             "class": f.class,

@@ -1,4 +1,5 @@
-//! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`]),
+//! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`], parsed
+//! files shared by identical origins in [`files`]),
 //! [`pacing`] schedules, the shared backend of a fleet ([`fleet`]), the state kept
 //! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
@@ -7,6 +8,7 @@
 
 pub mod dns;
 pub mod fetch;
+pub mod files;
 pub mod fleet;
 pub mod loops;
 pub mod pacing;

@@ -38,7 +38,6 @@ use tokio::time::Instant;
 
 use crate::origin::store::{Kept, OriginStore, Policy, Snapshot};
 use crate::policy::target::Origin;
-use crate::robots::RobotsTxt;
 
 const MAGIC: &[u8; 8] = b"RGSTATE\0";
 const END: &[u8; 8] = b"RGEND\0\0\0";
@@ -180,9 +179,9 @@ fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
         let s = &k.snapshot;
         w.bytes(k.origin.to_string().as_bytes());
         match &s.policy {
-            Policy::Rules { body, .. } => {
+            Policy::Rules(file) => {
                 w.u8(0);
-                w.bytes(body);
+                w.bytes(&file.body);
             }
             Policy::AllowAll { why } => {
                 w.u8(1);
@@ -195,11 +194,11 @@ fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
         }
         w.i64(clock.to_wall(Some(s.fresh_until)));
         w.i64(clock.to_wall(s.fetched_at));
-        w.i64(clock.to_wall(s.unreachable_since));
-        w.i64(clock.to_wall(s.retry_at));
-        w.u32(s.failures);
+        w.i64(clock.to_wall(s.unreachable_since()));
+        w.i64(clock.to_wall(s.retry_at()));
+        w.u32(s.failures());
         w.bytes(s.last_outcome.as_bytes());
-        w.bytes(s.cause.as_deref().unwrap_or("").as_bytes());
+        w.bytes(s.cause().unwrap_or("").as_bytes());
         w.u32(k.pauses.len() as u32);
         for (group, paused_until, backoff) in &k.pauses {
             w.bytes(group.as_bytes());
@@ -244,13 +243,7 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
         let kind = r.u8()?;
         let payload = r.bytes()?;
         let policy = match kind {
-            0 => {
-                let body = Bytes::copy_from_slice(payload);
-                Policy::Rules {
-                    robots: Arc::new(RobotsTxt::parse(&body)),
-                    body,
-                }
-            }
+            0 => Policy::Rules(crate::origin::files::parse(Bytes::copy_from_slice(payload))),
             1 | 2 => {
                 let why = String::from_utf8_lossy(payload).into_owned();
                 if kind == 1 {
@@ -280,16 +273,16 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
         }
         kept.push(Kept {
             origin,
-            snapshot: Arc::new(Snapshot {
+            snapshot: Arc::new(Snapshot::new(
                 policy,
                 fresh_until,
                 fetched_at,
+                last_outcome,
                 unreachable_since,
                 retry_at,
                 failures,
-                last_outcome,
                 cause,
-            }),
+            )),
             pauses,
         });
     }
@@ -409,19 +402,16 @@ mod tests {
         let body = Bytes::copy_from_slice(body.as_bytes());
         Kept {
             origin: Origin::parse(origin).expect("origin"),
-            snapshot: Arc::new(Snapshot {
-                policy: Policy::Rules {
-                    robots: Arc::new(RobotsTxt::parse(&body)),
-                    body,
-                },
-                fresh_until: clock.instant + fresh_in,
-                fetched_at: Some(clock.instant),
-                unreachable_since: None,
-                retry_at: None,
-                failures: 0,
-                last_outcome: "HTTP 200".into(),
-                cause: None,
-            }),
+            snapshot: Arc::new(Snapshot::new(
+                Policy::Rules(crate::origin::files::parse(body)),
+                clock.instant + fresh_in,
+                Some(clock.instant),
+                "HTTP 200".into(),
+                None,
+                None,
+                0,
+                None,
+            )),
             pauses: vec![(
                 "*".into(),
                 Some(clock.instant + fresh_in),
@@ -451,7 +441,7 @@ mod tests {
             "{fresh:?}"
         );
         assert!(
-            matches!(&back[0].snapshot.policy, Policy::Rules { body, .. } if body.as_ref() == b"User-agent: *\nDisallow: /x\n")
+            matches!(&back[0].snapshot.policy, Policy::Rules(file) if file.body.as_ref() == b"User-agent: *\nDisallow: /x\n")
         );
         assert_eq!(back[0].pauses[0].2, Duration::from_secs(2));
     }

@@ -34,8 +34,7 @@
 //! While Redis is unavailable, `fleet.on_unavailable: local` fetches here as alone;
 //! `refuse` answers a request that needs a fetch 503 (`fleet-backend-unavailable`).
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +45,7 @@ use tokio::time::Instant;
 
 use crate::config::{OnUnavailable, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
+use crate::origin::files::{self, RobotsFile};
 use crate::origin::fleet::{Fleet, FleetEvent, SharedRobots, Unavailable};
 use crate::origin::pacing::{Pacer, Place, Schedules};
 use crate::policy::target::Origin;
@@ -54,13 +54,8 @@ use crate::robots::RobotsTxt;
 /// What an origin's robots.txt currently means.
 #[derive(Debug)]
 pub enum Policy {
-    /// A parsed robots.txt; `body` is what the origin sent (for serving `/robots.txt`).
-    Rules {
-        /// The parsed file.
-        robots: Arc<RobotsTxt>,
-        /// The octets the origin sent.
-        body: Bytes,
-    },
+    /// A parsed robots.txt, shared with every origin that sent the same octets.
+    Rules(Arc<RobotsFile>),
     /// No robots.txt (4xx, redirects exhausted, or unreachable for 30 days): no limits.
     AllowAll {
         /// Why there is none, for operators.
@@ -82,17 +77,47 @@ pub struct Snapshot {
     pub fresh_until: Instant,
     /// When the policy was last confirmed by the origin (successful fetch).
     pub fetched_at: Option<Instant>,
-    /// Set while fetches fail: since when, and when to try again.
-    pub unreachable_since: Option<Instant>,
-    /// When to try a failing fetch again.
-    pub retry_at: Option<Instant>,
-    /// Consecutive failures, for the backoff.
-    pub failures: u32,
     /// The last fetch's outcome, for operators (logs, 503 bodies).
     pub last_outcome: String,
+    /// While fetches fail (boxed: most origins' fetches do not, and every held origin
+    /// has a snapshot).
+    failing: Option<Box<Failing>>,
+}
+
+/// The state of an origin whose robots.txt fetches fail.
+#[derive(Debug, Default)]
+struct Failing {
+    /// Since when.
+    unreachable_since: Option<Instant>,
+    /// When to try again.
+    retry_at: Option<Instant>,
+    /// Consecutive failures, for the backoff.
+    failures: u32,
     /// Why the last fetch failed, short and header-safe (`http-500`, `timeout`,
-    /// `tls-handshake-failed: …`); `None` after a fetch that succeeded.
-    pub cause: Option<String>,
+    /// `tls-handshake-failed: …`).
+    cause: Option<String>,
+}
+
+impl Failing {
+    /// `None` when nothing fails.
+    fn new(
+        unreachable_since: Option<Instant>,
+        retry_at: Option<Instant>,
+        failures: u32,
+        cause: Option<String>,
+    ) -> Option<Box<Failing>> {
+        let failing = Failing {
+            unreachable_since,
+            retry_at,
+            failures,
+            cause,
+        };
+        let nothing = failing.unreachable_since.is_none()
+            && failing.retry_at.is_none()
+            && failing.failures == 0
+            && failing.cause.is_none();
+        (!nothing).then(|| Box::new(failing))
+    }
 }
 
 /// A refetch that changed an origin's rules, as the admin API lists it.
@@ -111,7 +136,7 @@ const CHANGES: usize = 256;
 /// all). `None` while robots.txt cannot be read.
 fn known_rules(snapshot: &Snapshot) -> Option<Option<&RobotsTxt>> {
     match &snapshot.policy {
-        Policy::Rules { robots, .. } => Some(Some(robots)),
+        Policy::Rules(file) => Some(Some(&file.robots)),
         Policy::AllowAll { .. } if snapshot.fetched_at.is_some() => Some(None),
         _ => None,
     }
@@ -171,9 +196,52 @@ impl<T: Clone> Recent<T> {
 }
 
 impl Snapshot {
+    /// A snapshot of `policy`; `unreachable_since`, `retry_at`, `failures` and `cause`
+    /// describe failing fetches (none, zero: none fail).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        policy: Policy,
+        fresh_until: Instant,
+        fetched_at: Option<Instant>,
+        last_outcome: String,
+        unreachable_since: Option<Instant>,
+        retry_at: Option<Instant>,
+        failures: u32,
+        cause: Option<String>,
+    ) -> Snapshot {
+        Snapshot {
+            policy,
+            fresh_until,
+            fetched_at,
+            last_outcome,
+            failing: Failing::new(unreachable_since, retry_at, failures, cause),
+        }
+    }
+
+    /// Set while fetches fail: since when.
+    pub fn unreachable_since(&self) -> Option<Instant> {
+        self.failing.as_ref()?.unreachable_since
+    }
+
+    /// When to try a failing fetch again.
+    pub fn retry_at(&self) -> Option<Instant> {
+        self.failing.as_ref()?.retry_at
+    }
+
+    /// Consecutive failures, for the backoff.
+    pub fn failures(&self) -> u32 {
+        self.failing.as_ref().map_or(0, |f| f.failures)
+    }
+
+    /// Why the last fetch failed, short and header-safe (`http-500`, `timeout`,
+    /// `tls-handshake-failed: …`); `None` after a fetch that succeeded.
+    pub fn cause(&self) -> Option<&str> {
+        self.failing.as_ref()?.cause.as_deref()
+    }
+
     /// Is the policy from an earlier successful fetch, kept while refreshes fail?
     pub fn is_stale_copy(&self) -> bool {
-        self.unreachable_since.is_some() && !matches!(self.policy, Policy::DisallowAll { .. })
+        self.unreachable_since().is_some() && !matches!(self.policy, Policy::DisallowAll { .. })
     }
 }
 
@@ -260,7 +328,11 @@ pub struct StoreStats {
 /// The per-origin state of every origin robotsgate has seen: a map sharded by origin
 /// hash, each shard an LRU bounded to its share of `robots.max_origins`.
 pub struct OriginStore {
-    shards: Vec<Mutex<lru::LruCache<Origin, Arc<OriginEntry>>>>,
+    /// Keyed by the origin's hash (an entry knows its origin: the key needs not repeat
+    /// it); a lookup checks the entry's origin, and two origins with one hash take turns
+    /// in the slot (one evicts the other), so a collision costs a refetch, never a mix-up.
+    shards: Vec<Mutex<Shard>>,
+    hasher: std::collections::hash_map::RandomState,
     per_shard: usize,
     fetcher: Arc<Fetcher>,
     /// Every robots.txt fetch takes its turn on the origin's schedules, like a page.
@@ -275,6 +347,8 @@ pub struct OriginStore {
 }
 
 const SHARDS: usize = 16;
+
+type Shard = lru::LruCache<u64, Arc<OriginEntry>>;
 
 /// How many least-recently-used entries an insertion looks at for one it may evict.
 const EVICTION_TRIES: usize = 8;
@@ -292,6 +366,7 @@ impl OriginStore {
                 .map(|_| Mutex::new(lru::LruCache::unbounded()))
                 .collect(),
             per_shard: config.max_origins.div_ceil(SHARDS).max(1),
+            hasher: std::collections::hash_map::RandomState::new(),
             fetcher,
             pacer,
             config,
@@ -302,16 +377,17 @@ impl OriginStore {
         })
     }
 
-    fn shard(&self, origin: &Origin) -> &Mutex<lru::LruCache<Origin, Arc<OriginEntry>>> {
-        let mut hasher = DefaultHasher::new();
-        origin.hash(&mut hasher);
-        &self.shards[(hasher.finish() as usize) % SHARDS]
+    /// `origin`'s key, and its shard, locked.
+    fn shard(&self, origin: &Origin) -> (u64, std::sync::MutexGuard<'_, Shard>) {
+        let key = self.hasher.hash_one(origin);
+        let shard = &self.shards[(key as usize) % SHARDS];
+        (key, shard.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The entry of `origin`, made (and the least recently used evicted) if there is none.
     fn entry(&self, origin: &Origin) -> Arc<OriginEntry> {
-        let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = map.get(origin) {
+        let (key, mut map) = self.shard(origin);
+        if let Some(entry) = map.get(&key).filter(|e| e.origin == *origin) {
             return entry.clone();
         }
         // Over its share: evict the least recently used entry nobody is using — no
@@ -335,7 +411,7 @@ impl OriginStore {
             }
         }
         let entry = Arc::new(OriginEntry::new(origin.clone()));
-        map.push(origin.clone(), entry.clone());
+        map.push(key, entry.clone());
         entry
     }
 
@@ -355,11 +431,11 @@ impl OriginStore {
         let mut kept = Vec::new();
         for shard in &self.shards {
             let map = shard.lock().unwrap_or_else(|e| e.into_inner());
-            for (origin, entry) in map.iter() {
+            for entry in map.iter().map(|(_, entry)| entry) {
                 let pauses = entry.schedules.pauses();
                 match entry.state.load_full() {
-                    Some(snapshot) if origin.port != 0 => kept.push(Kept {
-                        origin: origin.clone(),
+                    Some(snapshot) if entry.origin.port != 0 => kept.push(Kept {
+                        origin: entry.origin.clone(),
                         snapshot,
                         pauses,
                     }),
@@ -391,8 +467,8 @@ impl OriginStore {
     /// The entry held for `origin`, if any; never fetches nor makes it recently used
     /// (the admin API's view).
     pub fn peek(&self, origin: &Origin) -> Option<Arc<OriginEntry>> {
-        let map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
-        map.peek(origin).cloned()
+        let (key, map) = self.shard(origin);
+        map.peek(&key).filter(|e| e.origin == *origin).cloned()
     }
 
     /// Fetches `origin`'s robots.txt now, fresh or not (after any fetch in progress).
@@ -420,7 +496,7 @@ impl OriginStore {
             let map = shard.lock().unwrap_or_else(|e| e.into_inner());
             all.extend(
                 map.iter()
-                    .map(|(origin, entry)| (origin.clone(), entry.clone())),
+                    .map(|(_, entry)| (entry.origin.clone(), entry.clone())),
             );
         }
         all.sort_by_key(|(_, entry)| std::cmp::Reverse(entry.requests()));
@@ -444,8 +520,12 @@ impl OriginStore {
 
     /// Forgets `origin` here only.
     fn forget(&self, origin: &Origin) -> bool {
-        let mut map = self.shard(origin).lock().unwrap_or_else(|e| e.into_inner());
-        map.pop(origin).is_some()
+        let (key, mut map) = self.shard(origin);
+        if map.peek(&key).is_some_and(|e| e.origin == *origin) {
+            map.pop(&key).is_some()
+        } else {
+            false
+        }
     }
 
     /// Starts what runs beside requests: in fleet mode, the backend's thread and the
@@ -545,7 +625,7 @@ impl OriginStore {
                 return (entry, snapshot);
             }
             // Failing origin, not yet due for a retry: the stale copy or disallow-all.
-            if snapshot.retry_at.is_some_and(|at| now < at) {
+            if snapshot.retry_at().is_some_and(|at| now < at) {
                 return (entry, snapshot);
             }
         }
@@ -587,11 +667,8 @@ impl OriginStore {
                 },
                 fresh_until: Instant::now(),
                 fetched_at: None,
-                unreachable_since: Some(Instant::now()),
-                retry_at: None,
-                failures: 1,
                 last_outcome: "internal error".into(),
-                cause: Some("internal-error".into()),
+                failing: Failing::new(Some(Instant::now()), None, 1, Some("internal-error".into())),
             }),
         }
     }
@@ -610,7 +687,7 @@ impl OriginStore {
         let Some(fetched) = snapshot.fetched_at else {
             return;
         };
-        if snapshot.retry_at.is_some() {
+        if snapshot.retry_at().is_some() {
             return;
         }
         let lifetime = snapshot.fresh_until.saturating_duration_since(fetched);
@@ -664,11 +741,13 @@ impl OriginStore {
                     },
                     fresh_until: now,
                     fetched_at: None,
-                    unreachable_since: Some(now),
-                    retry_at: Some(now + Duration::from_secs(2)),
-                    failures: 0,
                     last_outcome: "fleet backend unavailable".into(),
-                    cause: Some("fleet-backend-unavailable".into()),
+                    failing: Failing::new(
+                        Some(now),
+                        Some(now + Duration::from_secs(2)),
+                        0,
+                        Some("fleet-backend-unavailable".into()),
+                    ),
                 })
             }
         }
@@ -739,10 +818,7 @@ impl OriginStore {
             }
         };
         let policy = match shared.kind.as_str() {
-            "rules" => Policy::Rules {
-                robots: Arc::new(RobotsTxt::parse(&shared.body)),
-                body: shared.body.clone(),
-            },
+            "rules" => Policy::Rules(files::parse(shared.body.clone())),
             "allow" => Policy::AllowAll {
                 why: shared.why.clone(),
             },
@@ -754,11 +830,13 @@ impl OriginStore {
             policy,
             fresh_until: at(shared.fresh_in_ms).unwrap_or(now),
             fetched_at: shared.fetched_ms.and_then(at),
-            unreachable_since: shared.unreachable_since_ms.map(|ms| at(ms).unwrap_or(now)),
-            retry_at: shared.retry_at_ms.and_then(at),
-            failures: shared.failures,
             last_outcome: shared.outcome.clone(),
-            cause: (!shared.cause.is_empty()).then(|| shared.cause.clone()),
+            failing: Failing::new(
+                shared.unreachable_since_ms.map(|ms| at(ms).unwrap_or(now)),
+                shared.retry_at_ms.and_then(at),
+                shared.failures,
+                (!shared.cause.is_empty()).then(|| shared.cause.clone()),
+            ),
         };
         entry.state.store(Some(Arc::new(snapshot)));
         entry.version.store(shared.version, Ordering::Release);
@@ -835,11 +913,8 @@ impl OriginStore {
             policy,
             fresh_until: now + ttl(max_age),
             fetched_at: Some(now),
-            unreachable_since: None,
-            retry_at: None,
-            failures: 0,
             last_outcome: what,
-            cause: None,
+            failing: Failing::new(None, None, 0, None),
         };
         match outcome {
             FetchOutcome::Body {
@@ -848,13 +923,12 @@ impl OriginStore {
                 max_age,
                 hops,
             } => {
-                let robots = Arc::new(RobotsTxt::parse(&body));
                 let what = if hops > 0 {
                     format!("HTTP {status} after {hops} redirect(s)")
                 } else {
                     format!("HTTP {status}")
                 };
-                fresh(Policy::Rules { robots, body }, max_age, what)
+                fresh(Policy::Rules(files::parse(body)), max_age, what)
             }
             FetchOutcome::NoRobots { why, .. } => fresh(
                 Policy::AllowAll {
@@ -869,7 +943,7 @@ impl OriginStore {
                 cause,
                 retry_after,
             } => {
-                let failures = previous.map_or(0, |p| p.failures) + 1;
+                let failures = previous.map_or(0, |p| p.failures()) + 1;
                 let initial = c.retry_initial_seconds.duration();
                 let cap = c.retry_max_seconds.duration();
                 // 503 is the documented "pause crawling" signal: retried sooner.
@@ -880,13 +954,10 @@ impl OriginStore {
                 };
                 let backoff = base.saturating_mul(1u32 << (failures - 1).min(16)).min(cap);
                 let wait = retry_after.map_or(backoff, |r| r.min(cap));
-                let since = previous.and_then(|p| p.unreachable_since).unwrap_or(now);
+                let since = previous.and_then(|p| p.unreachable_since()).unwrap_or(now);
                 let retry_at = now + wait;
                 let copy = previous.and_then(|p| match &p.policy {
-                    Policy::Rules { robots, body } => Some(Policy::Rules {
-                        robots: robots.clone(),
-                        body: body.clone(),
-                    }),
+                    Policy::Rules(file) => Some(Policy::Rules(file.clone())),
                     Policy::AllowAll { why } if p.fetched_at.is_some() => {
                         Some(Policy::AllowAll { why: why.clone() })
                     }
@@ -908,16 +979,16 @@ impl OriginStore {
                         why: format!("robots.txt unreachable: {why}"),
                     },
                 };
-                Snapshot {
+                Snapshot::new(
                     policy,
-                    fresh_until: retry_at,
-                    fetched_at: previous.and_then(|p| p.fetched_at),
-                    unreachable_since: Some(since),
-                    retry_at: Some(retry_at),
+                    retry_at,
+                    previous.and_then(|p| p.fetched_at),
+                    why,
+                    Some(since),
+                    Some(retry_at),
                     failures,
-                    last_outcome: why,
-                    cause: Some(cause),
-                }
+                    Some(cause),
+                )
             }
         }
     }
@@ -926,14 +997,12 @@ impl OriginStore {
 /// What changed between two snapshots' rules, when both are known and they differ
 /// (an unreadable robots.txt, or a copy kept while it is, is no change of rules).
 fn rules_change(previous: &Snapshot, next: &Snapshot) -> Option<String> {
-    if next.cause.is_some() {
+    if next.cause().is_some() {
         return None;
     }
     let (before, after) = (known_rules(previous)?, known_rules(next)?);
-    if let (Policy::Rules { body: a, .. }, Policy::Rules { body: b, .. }) =
-        (&previous.policy, &next.policy)
-    {
-        if a == b {
+    if let (Policy::Rules(a), Policy::Rules(b)) = (&previous.policy, &next.policy) {
+        if a.body == b.body {
             return None;
         }
     }
@@ -952,7 +1021,7 @@ fn to_shared(snapshot: &Snapshot) -> SharedRobots {
         }
     };
     let (kind, body, why) = match &snapshot.policy {
-        Policy::Rules { body, .. } => ("rules", body.clone(), String::new()),
+        Policy::Rules(file) => ("rules", file.body.clone(), String::new()),
         Policy::AllowAll { why } => ("allow", Bytes::new(), why.clone()),
         Policy::DisallowAll { why } => ("disallow", Bytes::new(), why.clone()),
     };
@@ -963,11 +1032,11 @@ fn to_shared(snapshot: &Snapshot) -> SharedRobots {
         why,
         fresh_in_ms: relative(snapshot.fresh_until),
         fetched_ms: snapshot.fetched_at.map(relative),
-        unreachable_since_ms: snapshot.unreachable_since.map(relative),
-        retry_at_ms: snapshot.retry_at.map(relative),
-        failures: snapshot.failures,
+        unreachable_since_ms: snapshot.unreachable_since().map(relative),
+        retry_at_ms: snapshot.retry_at().map(relative),
+        failures: snapshot.failures(),
         outcome: snapshot.last_outcome.clone(),
-        cause: snapshot.cause.clone().unwrap_or_default(),
+        cause: snapshot.cause().unwrap_or_default().to_string(),
     }
 }
 
@@ -1017,10 +1086,10 @@ mod tests {
         // No copy + 5xx → disallow all, retry soon.
         let down = s.next_snapshot(None, failure(Some(500)), now);
         assert!(matches!(down.policy, Policy::DisallowAll { .. }));
-        assert_eq!(down.retry_at, Some(now + Duration::from_secs(5)));
+        assert_eq!(down.retry_at(), Some(now + Duration::from_secs(5)));
         // Second failure doubles the wait; 503 halves the base.
         let again = s.next_snapshot(Some(&down), failure(Some(503)), now);
-        assert_eq!(again.retry_at, Some(now + Duration::from_millis(5000)));
+        assert_eq!(again.retry_at(), Some(now + Duration::from_millis(5000)));
         // 30 days unreachable with no copy → allow all.
         let later = now + Duration::from_secs(31 * 86_400);
         let month = s.next_snapshot(Some(&again), failure(None), later);

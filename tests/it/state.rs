@@ -80,8 +80,9 @@ async fn a_restart_keeps_fresh_copies_refreshes_expired_ones_and_keeps_backoffs(
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     let proxy = setup.start();
+    let loaded = format!("{} origins", NAMES + 2);
     assert!(
-        proxy.log().contains(&format!("{} origins", NAMES + 2)),
+        crate::common::eventually(Duration::from_secs(5), || proxy.log().contains(&loaded)).await,
         "{}",
         proxy.log()
     );
