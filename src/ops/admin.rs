@@ -529,7 +529,7 @@ fn parsed(robots: &RobotsTxt) -> Value {
                 "line": r.line,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-        "sitemaps": robots.sitemaps(),
+        "sitemaps": robots.sitemaps().collect::<Vec<_>>(),
         "host": robots.host(),
         "clean_params": robots.clean_params().iter().map(|c| json!({
             "params": c.params,

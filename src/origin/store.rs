@@ -19,8 +19,8 @@
 //!   (503 sooner, `Retry-After` honoured).
 //!
 //! Concurrency: a request that finds no usable snapshot waits for a fetch; concurrent
-//! waiters for one origin share that one fetch (single-flight: a per-entry async lock,
-//! re-checked after it is acquired). The fetch runs as its own task, so a client that
+//! waiters for one origin share that one fetch (single-flight: an async lock per entry
+//! being fetched, re-checked after it is acquired). The fetch runs as its own task, so a client that
 //! disconnects does not abort it. A fresh snapshot close to expiry is refreshed in the
 //! background while readers keep using it.
 //!
@@ -250,8 +250,6 @@ impl Snapshot {
 pub struct OriginEntry {
     origin: Origin,
     state: ArcSwapOption<Snapshot>,
-    /// Held while a fetch for this origin runs (single-flight).
-    flight: tokio::sync::Mutex<()>,
     refreshing: AtomicBool,
     /// Decisions asked for this origin since it entered the store (the status page's
     /// "busiest origins").
@@ -267,7 +265,6 @@ impl OriginEntry {
     fn new(origin: Origin) -> OriginEntry {
         OriginEntry {
             state: ArcSwapOption::empty(),
-            flight: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
@@ -344,6 +341,57 @@ pub struct OriginStore {
     pub stats: Arc<StoreStats>,
     fetches: Recent<FetchRecord>,
     changes: Recent<ChangeRecord>,
+    flights: Flights,
+}
+
+/// The single-flight locks of the entries being fetched (or waited for), by entry: a
+/// lock exists only while someone holds or waits for it, so the many held origins that
+/// are not being fetched carry none.
+#[derive(Default)]
+struct Flights(Mutex<FlightTable>);
+
+type FlightTable = std::collections::HashMap<usize, Arc<tokio::sync::Mutex<()>>>;
+
+/// One entry's fetch, held: the lock, and the entry (kept alive, so never evicted).
+struct Flight<'a> {
+    flights: &'a Flights,
+    entry: Arc<OriginEntry>,
+    lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Flights {
+    /// Waits for `entry`'s fetch lock.
+    async fn lock(&self, entry: &Arc<OriginEntry>) -> Flight<'_> {
+        let key = Arc::as_ptr(entry) as usize;
+        let lock = self.table().entry(key).or_default().clone();
+        Flight {
+            flights: self,
+            entry: entry.clone(),
+            held: Some(lock.clone().lock_owned().await),
+            lock: Some(lock),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, FlightTable> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let key = Arc::as_ptr(&self.entry) as usize;
+        let mut table = self.flights.table();
+        drop(self.held.take());
+        drop(self.lock.take());
+        // The table's own reference is the last: nobody holds or waits for it.
+        if table
+            .get(&key)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            table.remove(&key);
+        }
+    }
 }
 
 const SHARDS: usize = 16;
@@ -374,6 +422,7 @@ impl OriginStore {
             stats: Arc::default(),
             fetches: Recent::new(HISTORY),
             changes: Recent::new(CHANGES),
+            flights: Flights::default(),
         })
     }
 
@@ -474,7 +523,7 @@ impl OriginStore {
     /// Fetches `origin`'s robots.txt now, fresh or not (after any fetch in progress).
     pub async fn refresh(self: &Arc<Self>, origin: &Origin) -> Arc<Snapshot> {
         let entry = self.entry(origin);
-        let _flight = entry.flight.lock().await;
+        let _flight = self.flights.lock(&entry).await;
         self.fetch_and_store(&entry, origin, true).await
     }
 
@@ -601,7 +650,7 @@ impl OriginStore {
             let Ok(Some(shared)) = fleet.read_robots(&key).await else {
                 return;
             };
-            let _flight = entry.flight.lock().await;
+            let _flight = store.flights.lock(&entry).await;
             if shared.version > entry.version.load(Ordering::Acquire) {
                 store.adopt(&entry, &shared);
             }
@@ -640,7 +689,7 @@ impl OriginStore {
         origin: &Origin,
     ) -> Arc<Snapshot> {
         let before = entry.state.load_full();
-        let _flight = entry.flight.lock().await;
+        let _flight = self.flights.lock(entry).await;
         let current = entry.state.load_full();
         let changed = match (&before, &current) {
             (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
@@ -708,7 +757,7 @@ impl OriginStore {
         let entry = entry.clone();
         let origin = origin.clone();
         tokio::spawn(async move {
-            let _flight = entry.flight.lock().await;
+            let _flight = store.flights.lock(&entry).await;
             store.fetch_and_store(&entry, &origin, true).await;
             entry.refreshing.store(false, Ordering::Release);
         });
@@ -1059,6 +1108,25 @@ mod tests {
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
         OriginStore::new(Arc::new(fetcher), pacer, config, None)
+    }
+
+    /// A fetch lock exists while it is held or awaited, and goes with its last user.
+    #[tokio::test]
+    async fn flight_locks_exist_only_while_used() {
+        let flights = Flights::default();
+        let entry = Arc::new(OriginEntry::new(
+            Origin::parse("http://flight.test").expect("origin"),
+        ));
+        let first = flights.lock(&entry).await;
+        let second = flights.lock(&entry);
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(Duration::from_millis(50), &mut second).await;
+        assert!(waited.is_err(), "one fetch at a time");
+        drop(first);
+        assert_eq!(flights.table().len(), 1, "still awaited");
+        let held = second.await;
+        drop(held);
+        assert!(flights.table().is_empty());
     }
 
     fn body(text: &str) -> FetchOutcome {

@@ -176,9 +176,10 @@ pub struct RobotsTxt {
 /// The parts of a robots.txt most files do not have.
 #[derive(Debug, Default)]
 struct Extras {
-    sitemaps: Vec<String>,
-    host: Option<String>,
-    clean_params: Vec<CleanParam>,
+    /// Every `Sitemap:` URL, one per line (a value never holds a line break).
+    sitemaps: Box<str>,
+    host: Option<Box<str>>,
+    clean_params: Box<[CleanParam]>,
     truncated: bool,
 }
 
@@ -189,7 +190,10 @@ struct Parsed {
     groups: Vec<Group>,
     named: Vec<(Box<str>, GroupId)>,
     global: Option<GroupId>,
-    extras: Extras,
+    sitemaps: String,
+    host: Option<String>,
+    clean_params: Vec<CleanParam>,
+    truncated: bool,
 }
 
 /// A group while parsing, before merging.
@@ -241,10 +245,7 @@ impl RobotsTxt {
         .then(|| lexer::line_count(text));
 
         let mut robots = Parsed {
-            extras: Extras {
-                truncated,
-                ..Extras::default()
-            },
+            truncated,
             ..Parsed::default()
         };
         let mut groups: Vec<SourceGroup> = Vec::new();
@@ -316,20 +317,21 @@ impl RobotsTxt {
                 }
                 Field::Sitemap => {
                     if !record.value.is_empty() {
+                        if !robots.sitemaps.is_empty() {
+                            robots.sitemaps.push('\n');
+                        }
                         robots
-                            .extras
                             .sitemaps
-                            .push(String::from_utf8_lossy(record.value).into_owned());
+                            .push_str(&String::from_utf8_lossy(record.value));
                     }
                 }
                 Field::Host => {
-                    if robots.extras.host.is_none() {
-                        robots.extras.host = extensions::parse_host(record.value);
+                    if robots.host.is_none() {
+                        robots.host = extensions::parse_host(record.value);
                     }
                 }
                 Field::CleanParam => {
                     robots
-                        .extras
                         .clean_params
                         .extend(extensions::parse_clean_param(record.value, record.line));
                 }
@@ -344,28 +346,30 @@ impl RobotsTxt {
 impl Parsed {
     /// The finished file, every part exactly as large as it is.
     fn lay_out(self) -> RobotsTxt {
-        let Extras {
+        let Parsed {
+            rules,
+            groups,
+            named,
+            global,
             sitemaps,
             host,
             clean_params,
             truncated,
-        } = self.extras;
-        let extras =
-            (!sitemaps.is_empty() || host.is_some() || !clean_params.is_empty() || truncated).then(
-                || {
-                    Box::new(Extras {
-                        sitemaps: sitemaps.into_boxed_slice().into_vec(),
-                        host,
-                        clean_params: clean_params.into_boxed_slice().into_vec(),
-                        truncated,
-                    })
-                },
-            );
+        } = self;
+        let rare = !sitemaps.is_empty() || host.is_some() || !clean_params.is_empty() || truncated;
+        let extras = rare.then(|| {
+            Box::new(Extras {
+                sitemaps: sitemaps.into_boxed_str(),
+                host: host.map(String::into_boxed_str),
+                clean_params: clean_params.into_boxed_slice(),
+                truncated,
+            })
+        });
         RobotsTxt {
-            rules: self.rules.into_boxed_slice(),
-            groups: self.groups.into_boxed_slice(),
-            named: self.named.into_boxed_slice(),
-            global: self.global,
+            rules: rules.into_boxed_slice(),
+            groups: groups.into_boxed_slice(),
+            named: named.into_boxed_slice(),
+            global,
             extras,
         }
     }
@@ -525,8 +529,12 @@ impl RobotsTxt {
     }
 
     /// Every `Sitemap:` URL, in file order.
-    pub fn sitemaps(&self) -> &[String] {
-        self.extras.as_ref().map_or(&[], |e| &e.sitemaps)
+    pub fn sitemaps(&self) -> impl Iterator<Item = &str> {
+        self.extras
+            .as_ref()
+            .map_or("", |e| &e.sitemaps)
+            .split('\n')
+            .filter(|s| !s.is_empty())
     }
 
     /// The first valid Yandex `Host` value.

@@ -448,7 +448,10 @@ fn s6_crawl_delay_per_group() {
 fn s6_sitemaps_host_clean_param() {
     let r = "Sitemap: http://a/1.xml\nUser-agent: *\nHost: 1.2.3.4\nHost: main.example.com\nHost: second.example.com\nSite-map: http://a/2.xml\nClean-param: ref&sid /books/\nDisallow: /x\n";
     let robots = RobotsTxt::parse(r.as_bytes());
-    assert_eq!(robots.sitemaps(), ["http://a/1.xml", "http://a/2.xml"]);
+    assert_eq!(
+        robots.sitemaps().collect::<Vec<_>>(),
+        ["http://a/1.xml", "http://a/2.xml"]
+    );
     assert_eq!(robots.host(), Some("main.example.com"));
     assert_eq!(robots.clean_params()[0].params, ["ref", "sid"]);
     assert_eq!(robots.clean_params()[0].path.as_deref(), Some("/books/"));
