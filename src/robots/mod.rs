@@ -223,6 +223,31 @@ fn agent_of(value: &[u8]) -> Option<Agent> {
     (len > 0).then(|| Agent::Named(String::from_utf8_lossy(&value[..len]).into_owned()))
 }
 
+/// Groups of at most this many rules, none with a wildcard, are decided by a scan of
+/// their rules' canonical text instead of a trie: for a handful of prefixes a scan is as
+/// fast, and the trie (some hundreds of octets) would be most of what a small file costs
+/// to hold — for every origin held.
+const SCANNED_RULES: usize = 8;
+
+/// Can `rules` be scanned: few, and each one's canonical text exactly what the trie
+/// would compare (its literal octets, then `$` when anchored), its length its priority?
+/// (`%2A` and `%24` are literal octets in the compiled pattern but escapes in the text:
+/// such a group keeps its trie.)
+fn scannable(rules: &[IndexedRule<'_>], all: &[Rule]) -> bool {
+    rules.len() <= SCANNED_RULES
+        && rules.iter().all(|r| {
+            let text = all[r.id as usize].pattern.as_bytes();
+            let literal = if r.pattern.anchored {
+                text.strip_suffix(b"$")
+            } else {
+                Some(text)
+            };
+            !r.pattern.has_wildcard()
+                && literal == Some(r.pattern.prefix())
+                && r.pattern.priority as usize == text.len()
+        })
+}
+
 /// Google's reference parser also allows the directory of an allowed `index.htm(l)`:
 /// `Allow: /d/index.html` implies `Allow: /d/$`.
 fn index_html_directory(value: &[u8]) -> Option<Vec<u8>> {
@@ -450,7 +475,11 @@ impl Parsed {
                 .iter()
                 .filter_map(|&g| groups[g].crawl_delay)
                 .reduce(f64::max),
-            index: RuleIndex::build(&indexed),
+            index: if scannable(&indexed, &self.rules) {
+                RuleIndex::default()
+            } else {
+                RuleIndex::build(&indexed)
+            },
             rules: rules.into_boxed_slice(),
         }
     }
@@ -487,11 +516,13 @@ impl RobotsTxt {
                 reason: Reason::NoGroup,
             };
         };
-        match group
-            .index
-            .decide(&normalize::match_form(path.as_str()))
-            .map(|id| &self.rules[id as usize])
-        {
+        let path = normalize::match_form(path.as_str());
+        let decided = if group.index.is_empty() {
+            self.scan(group, &path)
+        } else {
+            group.index.decide(&path).map(|id| &self.rules[id as usize])
+        };
+        match decided {
             Some(rule) => Verdict {
                 allowed: rule.kind == RuleKind::Allow,
                 reason: Reason::Rule(rule),
@@ -501,6 +532,29 @@ impl RobotsTxt {
                 reason: Reason::NoMatchingRule,
             },
         }
+    }
+
+    /// The deciding rule of a scanned group (see [`SCANNED_RULES`]): the longest match,
+    /// `Allow` on a tie, the first in file order among equals — as the trie decides.
+    fn scan(&self, group: &Group, path: &[u8]) -> Option<&Rule> {
+        let mut best: Option<(u32, &Rule)> = None;
+        for rule in group
+            .rules
+            .iter()
+            .filter_map(|&id| self.rules.get(id as usize))
+        {
+            let text = rule.pattern.as_bytes();
+            let matched = match text.strip_suffix(b"$") {
+                Some(exact) => path == exact,
+                None => path.starts_with(text),
+            };
+            // The trie's rank: priority (here the text's length) first, then `Allow`.
+            let rank = ((text.len() as u32 + 1) << 1) | u32::from(rule.kind == RuleKind::Allow);
+            if matched && best.is_none_or(|(r, _)| rank > r) {
+                best = Some((rank, rule));
+            }
+        }
+        best.map(|(_, rule)| rule)
     }
 
     /// Convenience: the verdict for a URL (absolute or origin-form) and token list.

@@ -55,6 +55,33 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// A small group is scanned, a large one walks a trie: the same rules decide the same
+    /// way either way (the same rule, by its line), escapes and anchors included. The
+    /// second file is the first plus rules that never match, enough to get a trie.
+    #[test]
+    fn scanned_and_trie_groups_decide_alike(
+        rules in proptest::collection::vec((any::<bool>(), "/?[ab/$*]{0,5}(%2[Aa4]|%24|%61)?[ab$]{0,2}"), 1..8),
+        path in "/[ab/$*]{0,6}(%2A|%24|%61|\\*|[$])?[ab]{0,3}") {
+        let mut small = String::from("User-agent: *\n");
+        for (allow, pattern) in &rules {
+            small.push_str(if *allow { "Allow: " } else { "Disallow: " });
+            small.push_str(pattern);
+            small.push('\n');
+        }
+        let mut large = small.clone();
+        for i in 0..9 {
+            large.push_str(&format!("Disallow: /~never{i}\n"));
+        }
+        let (small_robots, large_robots) = (RobotsTxt::parse(small.as_bytes()), RobotsTxt::parse(large.as_bytes()));
+        let (a, b) = (small_robots.check(&["x"], &path), large_robots.check(&["x"], &path));
+        prop_assert_eq!(a.allowed, b.allowed, "{}", small);
+        prop_assert_eq!(a.rule().map(|r| r.line), b.rule().map(|r| r.line), "{}", small);
+    }
+}
+
 /// Longest matching pattern wins, allow on ties, no match allows (SPEC §5), by brute force.
 fn oracle(rules: &[(bool, String)], path: &str) -> bool {
     let mut best: Option<(usize, bool)> = None;
