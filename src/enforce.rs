@@ -619,8 +619,8 @@ fn retry_seconds(at: Option<Instant>) -> u64 {
 /// fix that soon). The cause is named either way (`reason="http-500"`, `timeout`, …).
 fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
     let why = match &snapshot.policy {
-        Policy::DisallowAll { why } => why.as_str(),
-        _ => snapshot.last_outcome.as_str(),
+        Policy::DisallowAll { why } => why,
+        _ => &snapshot.last_outcome,
     };
     let cause = snapshot.cause().unwrap_or("unknown");
     let retry = retry_seconds(snapshot.retry_at());
@@ -649,7 +649,7 @@ fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
             decision: Outcome::RobotsTxtCached,
             header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
             content_type: "text/plain",
-            body: file.body.clone(),
+            body: bytes::Bytes::copy_from_slice(&file.body),
             retry_after: None,
             rule_line: None,
             challenge: None,

@@ -488,8 +488,8 @@ fn seconds_until(at: Instant) -> f64 {
 fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Value {
     let (policy, why) = match &snapshot.policy {
         Policy::Rules(_) => ("rules", None),
-        Policy::AllowAll { why } => ("allow_all", Some(why.as_str())),
-        Policy::DisallowAll { why } => ("disallow_all", Some(why.as_str())),
+        Policy::AllowAll { why } => ("allow_all", Some(&**why)),
+        Policy::DisallowAll { why } => ("disallow_all", Some(&**why)),
     };
     json!({
         "url": origin.robots_url(),

@@ -24,8 +24,8 @@ use crate::robots::RobotsTxt;
 /// A robots.txt as the origin sent it and as it was parsed.
 #[derive(Debug)]
 pub struct RobotsFile {
-    /// The octets the origin sent (for serving `/robots.txt`).
-    pub body: Bytes,
+    /// The octets the origin sent (for serving `/robots.txt`), exactly as long as they are.
+    pub body: Box<[u8]>,
     /// The parsed file.
     pub robots: RobotsTxt,
 }
@@ -55,13 +55,13 @@ pub fn parse(body: Bytes) -> Arc<RobotsFile> {
         hasher.finish()
     };
     let held = lock().files.get(&key).and_then(Weak::upgrade);
-    if let Some(file) = held.filter(|f| f.body == body) {
+    if let Some(file) = held.filter(|f| *f.body == *body) {
         return file;
     }
     // Parsed outside the lock: a large file takes milliseconds.
     let file = Arc::new(RobotsFile {
         robots: RobotsTxt::parse(&body),
-        body,
+        body: body.to_vec().into_boxed_slice(),
     });
     let mut table = lock();
     table.files.insert(key, Arc::downgrade(&file));

@@ -245,7 +245,7 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
         let policy = match kind {
             0 => Policy::Rules(crate::origin::files::parse(Bytes::copy_from_slice(payload))),
             1 | 2 => {
-                let why = String::from_utf8_lossy(payload).into_owned();
+                let why: Box<str> = String::from_utf8_lossy(payload).into();
                 if kind == 1 {
                     Policy::AllowAll { why }
                 } else {
@@ -441,7 +441,7 @@ mod tests {
             "{fresh:?}"
         );
         assert!(
-            matches!(&back[0].snapshot.policy, Policy::Rules(file) if file.body.as_ref() == b"User-agent: *\nDisallow: /x\n")
+            matches!(&back[0].snapshot.policy, Policy::Rules(file) if &*file.body == b"User-agent: *\nDisallow: /x\n")
         );
         assert_eq!(back[0].pauses[0].2, Duration::from_secs(2));
     }

@@ -59,12 +59,12 @@ pub enum Policy {
     /// No robots.txt (4xx, redirects exhausted, or unreachable for 30 days): no limits.
     AllowAll {
         /// Why there is none, for operators.
-        why: String,
+        why: Box<str>,
     },
     /// Unreachable with no earlier copy: nothing may be fetched for now.
     DisallowAll {
         /// Why it cannot be read, for operators.
-        why: String,
+        why: Box<str>,
     },
 }
 
@@ -78,7 +78,7 @@ pub struct Snapshot {
     /// When the policy was last confirmed by the origin (successful fetch).
     pub fetched_at: Option<Instant>,
     /// The last fetch's outcome, for operators (logs, 503 bodies).
-    pub last_outcome: String,
+    pub last_outcome: Box<str>,
     /// While fetches fail (boxed: most origins' fetches do not, and every held origin
     /// has a snapshot).
     failing: Option<Box<Failing>>,
@@ -213,7 +213,7 @@ impl Snapshot {
             policy,
             fresh_until,
             fetched_at,
-            last_outcome,
+            last_outcome: last_outcome.into_boxed_str(),
             failing: Failing::new(unreachable_since, retry_at, failures, cause),
         }
     }
@@ -712,7 +712,7 @@ impl OriginStore {
             // The task cannot panic by design; if it did, fail closed.
             Err(e) => Arc::new(Snapshot {
                 policy: Policy::DisallowAll {
-                    why: format!("robots.txt fetch failed: {e}"),
+                    why: format!("robots.txt fetch failed: {e}").into(),
                 },
                 fresh_until: Instant::now(),
                 fetched_at: None,
@@ -869,17 +869,17 @@ impl OriginStore {
         let policy = match shared.kind.as_str() {
             "rules" => Policy::Rules(files::parse(shared.body.clone())),
             "allow" => Policy::AllowAll {
-                why: shared.why.clone(),
+                why: shared.why.as_str().into(),
             },
             _ => Policy::DisallowAll {
-                why: shared.why.clone(),
+                why: shared.why.as_str().into(),
             },
         };
         let snapshot = Snapshot {
             policy,
             fresh_until: at(shared.fresh_in_ms).unwrap_or(now),
             fetched_at: shared.fetched_ms.and_then(at),
-            last_outcome: shared.outcome.clone(),
+            last_outcome: shared.outcome.as_str().into(),
             failing: Failing::new(
                 shared.unreachable_since_ms.map(|ms| at(ms).unwrap_or(now)),
                 shared.retry_at_ms.and_then(at),
@@ -912,7 +912,7 @@ impl OriginStore {
             FetchRecord {
                 at: started,
                 class,
-                outcome: next.last_outcome.clone(),
+                outcome: next.last_outcome.to_string(),
                 duration,
             },
         );
@@ -962,7 +962,7 @@ impl OriginStore {
             policy,
             fresh_until: now + ttl(max_age),
             fetched_at: Some(now),
-            last_outcome: what,
+            last_outcome: what.into_boxed_str(),
             failing: Failing::new(None, None, 0, None),
         };
         match outcome {
@@ -981,7 +981,7 @@ impl OriginStore {
             }
             FetchOutcome::NoRobots { why, .. } => fresh(
                 Policy::AllowAll {
-                    why: format!("no robots.txt ({why})"),
+                    why: format!("no robots.txt ({why})").into(),
                 },
                 None,
                 why,
@@ -1021,11 +1021,12 @@ impl OriginStore {
                             why: format!(
                                 "robots.txt unreachable for over {:.0} days",
                                 c.unreachable_allow_after_seconds.get() / 86_400.0
-                            ),
+                            )
+                            .into(),
                         }
                     }
                     None => Policy::DisallowAll {
-                        why: format!("robots.txt unreachable: {why}"),
+                        why: format!("robots.txt unreachable: {why}").into(),
                     },
                 };
                 Snapshot::new(
@@ -1070,9 +1071,9 @@ fn to_shared(snapshot: &Snapshot) -> SharedRobots {
         }
     };
     let (kind, body, why) = match &snapshot.policy {
-        Policy::Rules(file) => ("rules", file.body.clone(), String::new()),
-        Policy::AllowAll { why } => ("allow", Bytes::new(), why.clone()),
-        Policy::DisallowAll { why } => ("disallow", Bytes::new(), why.clone()),
+        Policy::Rules(file) => ("rules", Bytes::copy_from_slice(&file.body), String::new()),
+        Policy::AllowAll { why } => ("allow", Bytes::new(), why.to_string()),
+        Policy::DisallowAll { why } => ("disallow", Bytes::new(), why.to_string()),
     };
     SharedRobots {
         version: 0,
@@ -1084,7 +1085,7 @@ fn to_shared(snapshot: &Snapshot) -> SharedRobots {
         unreachable_since_ms: snapshot.unreachable_since().map(relative),
         retry_at_ms: snapshot.retry_at().map(relative),
         failures: snapshot.failures(),
-        outcome: snapshot.last_outcome.clone(),
+        outcome: snapshot.last_outcome.to_string(),
         cause: snapshot.cause().unwrap_or_default().to_string(),
     }
 }

@@ -192,11 +192,6 @@ impl Builder {
 }
 
 impl RuleIndex {
-    /// No trie: the group is scanned instead (`RobotsTxt::scan`).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
     /// The id of the deciding rule for `path` (canonical), or `None` if no rule matches.
     pub(crate) fn decide(&self, path: &[u8]) -> Option<u32> {
         let mut best = (Rank::NOTHING, NONE);

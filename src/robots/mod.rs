@@ -99,7 +99,8 @@ pub struct Group {
     /// Ids of the rules (see [`RobotsTxt::rules`]), in file order.
     pub rules: Box<[u32]>,
     #[serde(skip)]
-    index: RuleIndex,
+    /// The trie; `None` for a group small enough to scan (see [`SCANNED_RULES`]).
+    index: Option<Box<RuleIndex>>,
 }
 
 /// Identifies a merged group of one [`RobotsTxt`]; crawlers with the same `GroupId` share
@@ -475,11 +476,8 @@ impl Parsed {
                 .iter()
                 .filter_map(|&g| groups[g].crawl_delay)
                 .reduce(f64::max),
-            index: if scannable(&indexed, &self.rules) {
-                RuleIndex::default()
-            } else {
-                RuleIndex::build(&indexed)
-            },
+            index: (!scannable(&indexed, &self.rules))
+                .then(|| Box::new(RuleIndex::build(&indexed))),
             rules: rules.into_boxed_slice(),
         }
     }
@@ -517,10 +515,9 @@ impl RobotsTxt {
             };
         };
         let path = normalize::match_form(path.as_str());
-        let decided = if group.index.is_empty() {
-            self.scan(group, &path)
-        } else {
-            group.index.decide(&path).map(|id| &self.rules[id as usize])
+        let decided = match &group.index {
+            Some(index) => index.decide(&path).map(|id| &self.rules[id as usize]),
+            None => self.scan(group, &path),
         };
         match decided {
             Some(rule) => Verdict {
