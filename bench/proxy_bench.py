@@ -161,7 +161,8 @@ http {{ access_log off; keepalive_requests 1000000;
         for name, (proc, port) in proxies.items():
             single[name] = wrk(args, f"http://127.0.0.1:{port}", lua["keep-alive", "proxy"], proc.pid, connections=1)
 
-        med = lambda values: statistics.median(values)
+        # A round whose latency line wrk printed unreadably (NaN) does not void the others.
+        med = lambda values: statistics.median([v for v in values if v == v] or [float("nan")])
         print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s x {args.rounds} rounds on 127.0.0.1, nginx origin, "
               f"proxies with threads: 1 on CPU 1 (nginx, wrk on CPU 0); median [min-max] over rounds\n")
         print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>22} {'non-2xx':>8}")
