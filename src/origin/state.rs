@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::origin::store::{Kept, OriginStore, Policy, Snapshot};
+use crate::origin::store::{Failing, Kept, OriginStore, Policy, Snapshot};
 use crate::policy::target::Origin;
 
 const MAGIC: &[u8; 8] = b"RGSTATE\0";
@@ -273,16 +273,13 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
         }
         kept.push(Kept {
             origin,
-            snapshot: Arc::new(Snapshot::new(
+            snapshot: Arc::new(Snapshot {
                 policy,
                 fresh_until,
                 fetched_at,
-                last_outcome,
-                unreachable_since,
-                retry_at,
-                failures,
-                cause,
-            )),
+                last_outcome: last_outcome.into_boxed_str(),
+                failing: Failing::new(unreachable_since, retry_at, failures, cause),
+            }),
             pauses,
         });
     }
@@ -402,16 +399,13 @@ mod tests {
         let body = Bytes::copy_from_slice(body.as_bytes());
         Kept {
             origin: Origin::parse(origin).expect("origin"),
-            snapshot: Arc::new(Snapshot::new(
-                Policy::Rules(crate::origin::files::parse(body)),
-                clock.instant + fresh_in,
-                Some(clock.instant),
-                "HTTP 200".into(),
-                None,
-                None,
-                0,
-                None,
-            )),
+            snapshot: Arc::new(Snapshot {
+                policy: Policy::Rules(crate::origin::files::parse(body)),
+                fresh_until: clock.instant + fresh_in,
+                fetched_at: Some(clock.instant),
+                last_outcome: "HTTP 200".into(),
+                failing: None,
+            }),
             pauses: vec![(
                 "*".into(),
                 Some(clock.instant + fresh_in),

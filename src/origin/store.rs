@@ -80,13 +80,13 @@ pub struct Snapshot {
     /// The last fetch's outcome, for operators (logs, 503 bodies).
     pub last_outcome: Box<str>,
     /// While fetches fail (boxed: most origins' fetches do not, and every held origin
-    /// has a snapshot).
-    failing: Option<Box<Failing>>,
+    /// has a snapshot); read it with [`Snapshot::retry_at`] and its siblings.
+    pub failing: Option<Box<Failing>>,
 }
 
 /// The state of an origin whose robots.txt fetches fail.
 #[derive(Debug, Default)]
-struct Failing {
+pub struct Failing {
     /// Since when.
     unreachable_since: Option<Instant>,
     /// When to try again.
@@ -100,7 +100,7 @@ struct Failing {
 
 impl Failing {
     /// `None` when nothing fails.
-    fn new(
+    pub fn new(
         unreachable_since: Option<Instant>,
         retry_at: Option<Instant>,
         failures: u32,
@@ -196,28 +196,6 @@ impl<T: Clone> Recent<T> {
 }
 
 impl Snapshot {
-    /// A snapshot of `policy`; `unreachable_since`, `retry_at`, `failures` and `cause`
-    /// describe failing fetches (none, zero: none fail).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        policy: Policy,
-        fresh_until: Instant,
-        fetched_at: Option<Instant>,
-        last_outcome: String,
-        unreachable_since: Option<Instant>,
-        retry_at: Option<Instant>,
-        failures: u32,
-        cause: Option<String>,
-    ) -> Snapshot {
-        Snapshot {
-            policy,
-            fresh_until,
-            fetched_at,
-            last_outcome: last_outcome.into_boxed_str(),
-            failing: Failing::new(unreachable_since, retry_at, failures, cause),
-        }
-    }
-
     /// Set while fetches fail: since when.
     pub fn unreachable_since(&self) -> Option<Instant> {
         self.failing.as_ref()?.unreachable_since
@@ -963,7 +941,7 @@ impl OriginStore {
             fresh_until: now + ttl(max_age),
             fetched_at: Some(now),
             last_outcome: what.into_boxed_str(),
-            failing: Failing::new(None, None, 0, None),
+            failing: None,
         };
         match outcome {
             FetchOutcome::Body {
@@ -1029,16 +1007,13 @@ impl OriginStore {
                         why: format!("robots.txt unreachable: {why}").into(),
                     },
                 };
-                Snapshot::new(
+                Snapshot {
                     policy,
-                    retry_at,
-                    previous.and_then(|p| p.fetched_at),
-                    why,
-                    Some(since),
-                    Some(retry_at),
-                    failures,
-                    Some(cause),
-                )
+                    fresh_until: retry_at,
+                    fetched_at: previous.and_then(|p| p.fetched_at),
+                    last_outcome: why.into_boxed_str(),
+                    failing: Failing::new(Some(since), Some(retry_at), failures, Some(cause)),
+                }
             }
         }
     }

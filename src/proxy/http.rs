@@ -248,8 +248,13 @@ impl ProxyHttp for RobotsGateProxy {
         }
         let req = session.req_header();
         // Only requests robotsgate sends carry its `Via`, and only while it sends one.
-        let via = req.headers.get_all("via").iter().map(|v| v.as_bytes());
-        if self.via.is_some() && crate::origin::loops::came_through(via) {
+        let via = || {
+            req.headers
+                .get_all(http::header::VIA)
+                .iter()
+                .map(|v| v.as_bytes())
+        };
+        if self.via.is_some() && crate::origin::loops::came_through(via()) {
             crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
             let answer = crate::policy::answer::forwarding_loop(&crate::origin::loops::VIA);
             ctx.answered(&answer);
@@ -531,30 +536,16 @@ impl ProxyHttp for RobotsGateProxy {
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
         };
-        let mode = match (&ctx.client, session.req_header().raw_path().first()) {
-            (
-                ClientContext {
-                    destination: Some(_),
-                    tunnel: Some(_),
-                    ..
-                },
-                _,
-            ) => Mode::TransparentTls,
-            (
-                ClientContext {
-                    destination: Some(_),
-                    ..
-                },
-                _,
-            ) => Mode::Transparent,
-            (
-                ClientContext {
-                    tunnel: Some(_), ..
-                },
-                _,
-            ) => Mode::Tunnel,
-            (_, Some(b'/')) => Mode::Transparent,
-            _ => Mode::Explicit,
+        let client = &ctx.client;
+        let mode = match (client.destination.is_some(), client.tunnel.is_some()) {
+            (true, true) => Mode::TransparentTls,
+            (true, false) => Mode::Transparent,
+            (false, true) => Mode::Tunnel,
+            // Origin-form on the proxy listener: a client that treats it as the origin.
+            (false, false) if session.req_header().raw_path().first() == Some(&b'/') => {
+                Mode::Transparent
+            }
+            (false, false) => Mode::Explicit,
         };
         let https = ctx
             .target

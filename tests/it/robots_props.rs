@@ -43,12 +43,7 @@ proptest! {
     fn matcher_agrees_with_naive_oracle(
         rules in proptest::collection::vec((any::<bool>(), "/[ab/*]{0,6}[$]?"), 1..12),
         path in "/[ab/]{0,10}") {
-        let mut body = String::from("User-agent: *\n");
-        for (allow, pattern) in &rules {
-            body.push_str(if *allow { "Allow: " } else { "Disallow: " });
-            body.push_str(pattern);
-            body.push('\n');
-        }
+        let body = star_group(&rules);
         let robots = RobotsTxt::parse(body.as_bytes());
         let expected = oracle(&rules, &path);
         prop_assert_eq!(robots.check(&["x"], &path).allowed, expected, "{}", body);
@@ -65,12 +60,7 @@ proptest! {
     fn scanned_and_trie_groups_decide_alike(
         rules in proptest::collection::vec((any::<bool>(), "/?[ab/$*]{0,5}(%2[Aa4]|%24|%61)?[ab$]{0,2}"), 1..8),
         path in "/[ab/$*]{0,6}(%2A|%24|%61|\\*|[$])?[ab]{0,3}") {
-        let mut small = String::from("User-agent: *\n");
-        for (allow, pattern) in &rules {
-            small.push_str(if *allow { "Allow: " } else { "Disallow: " });
-            small.push_str(pattern);
-            small.push('\n');
-        }
+        let small = star_group(&rules);
         let mut large = small.clone();
         for i in 0..9 {
             large.push_str(&format!("Disallow: /~never{i}\n"));
@@ -80,6 +70,17 @@ proptest! {
         prop_assert_eq!(a.allowed, b.allowed, "{}", small);
         prop_assert_eq!(a.rule().map(|r| r.line), b.rule().map(|r| r.line), "{}", small);
     }
+}
+
+/// A robots.txt of one `User-agent: *` group with these rules (allow?, pattern).
+fn star_group(rules: &[(bool, String)]) -> String {
+    let mut body = String::from("User-agent: *\n");
+    for (allow, pattern) in rules {
+        body.push_str(if *allow { "Allow: " } else { "Disallow: " });
+        body.push_str(pattern);
+        body.push('\n');
+    }
+    body
 }
 
 /// Longest matching pattern wins, allow on ties, no match allows (SPEC §5), by brute force.
