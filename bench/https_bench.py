@@ -11,8 +11,13 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
    - CONNECT + TLS through robotsgate, a new IP literal every time (leaf minted now).
 2. Keep-alive load: `--connections` connections, each set up once, then back-to-back
    GETs for `--seconds`: direct vs through robotsgate (decisions cached: the robots.txt
-   is fetched during a warm-up). Prints requests/s, p50/p99 and robotsgate's CPU time per
-   request (utime+stime of the whole process, from /proc).
+   is fetched during a warm-up; no in-flight limit, as in proxy_bench.py, so the figure is
+   the cost of a request, not of queueing 32 connections behind two turns). Prints
+   requests/s, p50/p99 and robotsgate's CPU time per request (utime+stime of the whole
+   process, from /proc). The same client also runs plain HTTP through robotsgate (absolute
+   form, nginx's plain port), so what TLS adds is a ratio measured in the same run.
+   `--rounds` rounds, the kinds interleaved; each row is the median [min-max] over them.
+   Proxies run on CPU 1, nginx and the client on CPU 0.
 3. Transparent TLS: the same handshakes and load with no proxy at all, the client's
    connections to 127.0.0.2:443 redirected by iptables to robotsgate's transparent TLS
    listener (robotsgate's own marked with `transparent.upstream_mark`, so not redirected).
@@ -23,7 +28,7 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
 The whole run happens in a network namespace the script makes (`ip netns`; root), so the
 redirection rule touches nothing outside it.
 
-Usage: bench/https_bench.py [--seconds 8] [--connections 32] [--handshakes 300]
+Usage: bench/https_bench.py [--seconds 5] [--connections 32] [--handshakes 300] [--rounds 3]
 Needs nginx (Debian `nginx-light`), openssl, iproute2, iptables and squid
 (`squid-openssl`); installs what is missing.
 Only processes this script started are stopped, by PID.
@@ -33,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,9 +54,13 @@ LOAD = f"{ROOT}/target/release/examples/https_load"
 
 
 
+# Proxies on one core, the origin and the client on the other (as in proxy_bench.py).
+PROXY_CPU, CLIENT_CPU = ["taskset", "-c", "1"], ["taskset", "-c", "0"]
+
+
 def run_load(args, pid=None):
     before = cpu_seconds(pid) if pid else 0.0
-    out = subprocess.run([LOAD, *args], capture_output=True, text=True)
+    out = subprocess.run([*CLIENT_CPU, LOAD, *args], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"https_load {' '.join(args)} failed:\n{out.stderr}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -85,7 +95,7 @@ pid_filename {work}/squid.pid
 coredump_dir {work}
 shutdown_lifetime 0 seconds
 """)
-    return subprocess.Popen(["squid", "-N", "-f", f"{work}/squid.conf"], stderr=open(f"{work}/squid.err", "w"))
+    return subprocess.Popen([*PROXY_CPU, "squid", "-N", "-f", f"{work}/squid.conf"], stderr=open(f"{work}/squid.err", "w"))
 
 
 def in_own_netns():
@@ -107,9 +117,10 @@ def main():
                          "squid": "squid-openssl"})
         in_own_netns()
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--handshakes", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "squid": "squid-openssl"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
@@ -135,7 +146,7 @@ def main():
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
                        check=True, capture_output=True)
 
-        nginx_port, rg_port, tls_port = free_port(), free_port(), free_port()
+        nginx_port, plain_port, rg_port, tls_port = free_port(), free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/page", "w") as f:
             f.write("<html><body>" + "x" * 512 + "</body></html>\n")
@@ -145,15 +156,17 @@ def main():
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl_session_cache off;
-  server {{ listen 127.0.0.1:{nginx_port} ssl; listen 127.0.0.2:443 ssl; root {work}/www;
+  server {{ listen 127.0.0.1:{nginx_port} ssl; listen 127.0.0.2:443 ssl; listen 127.0.0.1:{plain_port};
+           root {work}/www;
            ssl_certificate {work}/origin.pem; ssl_certificate_key {work}/origin.key; }} }}
 """)
-        nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
+        nginx = subprocess.Popen([*CLIENT_CPU, nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
         started.append(nginx)
         wait_port(nginx_port)
 
-        config = robotsgate_config(work, "rg", "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n", POOL)
-        rg = subprocess.Popen([rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{rg_port}",
+        config = robotsgate_config(work, "rg", "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n"
+                                   "  pacing:\n    max_in_flight: 0\n", POOL)
+        rg = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{rg_port}",
                                "--transparent-tls", f"127.0.0.1:{tls_port}",
                                "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
                                "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
@@ -171,6 +184,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         target = f"127.0.0.1:{nginx_port}"
         direct = ["--target", target, "--ca", f"{work}/origin-ca.pem"]
         proxied = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--proxy", f"127.0.0.1:{rg_port}"]
+        plain = ["--target", f"127.0.0.1:{plain_port}", "--ca", f"{work}/operator-ca.pem",
+                 "--proxy", f"127.0.0.1:{rg_port}", "--plain"]
         transparent = ["--target", "127.0.0.2:443", "--ca", f"{work}/operator-ca.pem"]
         # By name: Squid 5.7 mints a leaf for an IP literal with the address as a DNS name,
         # which a verifying client rejects.
@@ -180,6 +195,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         run_load([*proxied, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
         run_load([*bumped, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
         run_load([*transparent, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        run_load([*plain, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
 
         n = str(args.handshakes)
         hs_direct = run_load([*direct, "--handshakes", n])
@@ -195,15 +211,16 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         hs_squid = run_load([*bumped, "--handshakes", n], squid.pid)
 
         load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
-        ld_direct = run_load([*direct, *load])
-        ld_proxy = run_load([*proxied, *load], rg.pid)
-        ld_transparent = run_load([*transparent, *load], rg.pid)
-        ld_squid = run_load([*bumped, *load], squid.pid)
-        if ld_squid["errors"]:
-            print(f"errors: squid {ld_squid['errors']} (see {work}/squid.log)")
-        if ld_proxy["errors"] or ld_direct["errors"] or ld_transparent["errors"]:
-            print(f"errors: direct {ld_direct['errors']}, robotsgate {ld_proxy['errors']}, "
-                  f"transparent {ld_transparent['errors']} (see {work}/rg.log)")
+        kinds = {"direct": (direct, None), "robotsgate": (proxied, rg.pid), "plain HTTP": (plain, rg.pid),
+                 "transparent": (transparent, rg.pid), "squid-bump": (bumped, squid.pid)}
+        rounds = {name: [] for name in kinds}
+        for _ in range(args.rounds):
+            for name, (target_args, pid) in kinds.items():
+                rounds[name].append(run_load([*target_args, *load], pid))
+        for name, results in rounds.items():
+            if any(r["errors"] for r in results):
+                log = "squid.log" if name == "squid-bump" else "rg.log"
+                print(f"errors: {name} {[r['errors'] for r in results]} (see {work}/{log})")
 
         print(f"\nConnection setup, {n} sequential, no TLS resumption (ms):")
         print(f"{'':<44} {'p50':>8} {'p90':>8} {'mean':>8} {'CPU µs':>8}")
@@ -217,20 +234,26 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         print(f"minting adds {hs_fresh['p50_ms'] - hs_cached['p50_ms']:.3f} ms at the median "
               f"({hs_fresh['p50_ms'] / hs_cached['p50_ms']:.2f}x the cached handshake)")
 
-        print(f"\nKeep-alive HTTPS load, {args.connections} connections, {args.seconds:g} s, robotsgate threads: 1:")
-        print(f"{'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11}")
-        for name, r in (("direct", ld_direct), ("robotsgate", ld_proxy), ("transparent", ld_transparent),
-                        ("squid-bump", ld_squid)):
-            cpu = f"{r['cpu_s'] / max(r['requests'], 1) * 1e6:.1f}" if "cpu_s" in r else "-"
-            print(f"{name:<12} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {cpu:>11}")
-        print(f"robotsgate/direct: rps {ld_proxy['rps'] / ld_direct['rps']:.2f}x, "
-              f"p50 {ld_proxy['p50_ms'] / ld_direct['p50_ms']:.2f}x, p99 {ld_proxy['p99_ms'] / ld_direct['p99_ms']:.2f}x")
-        cpu = lambda r: r["cpu_s"] / max(r["requests"], 1)
-        print(f"transparent TLS / CONNECT interception: CPU per request {cpu(ld_transparent) / cpu(ld_proxy):.2f}x, "
-              f"p50 {ld_transparent['p50_ms'] / ld_proxy['p50_ms']:.2f}x, "
+        cpu = lambda r: r["cpu_s"] / max(r["requests"], 1) * 1e6
+
+        def spread(values, unit=""):
+            return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}-{max(values):.2f}]"
+
+        print(f"\nKeep-alive load, {args.connections} connections, {args.seconds:g} s x {args.rounds} rounds, "
+              f"robotsgate threads: 1; median [min-max] over rounds:")
+        print(f"{'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>24}")
+        for name, results in rounds.items():
+            med = lambda key: statistics.median(r[key] for r in results)
+            cpus = f"{spread([cpu(r) for r in results])}" if "cpu_s" in results[0] else "-"
+            print(f"{name:<12} {med('rps'):>10.0f} {med('p50_ms'):>8.3f} {med('p99_ms'):>8.3f} {cpus:>24}")
+        # Ratios within each round: kinds measured minutes apart would compare the machine.
+        ratio = lambda a, b, key=cpu: spread([key(x) / key(y) for x, y in zip(rounds[a], rounds[b])], "x")
+        print(f"robotsgate HTTPS / robotsgate plain HTTP: CPU per request {ratio('robotsgate', 'plain HTTP')}")
+        print(f"robotsgate / Squid ssl-bump: CPU per request {ratio('robotsgate', 'squid-bump')}, "
+              f"rps {ratio('robotsgate', 'squid-bump', lambda r: r['rps'])}")
+        print(f"transparent TLS / CONNECT interception: CPU per request {ratio('transparent', 'robotsgate')}, "
               f"handshake p50 {hs_transparent['p50_ms'] / hs_cached['p50_ms']:.2f}x")
-        print(f"robotsgate / Squid ssl-bump: CPU per request {cpu(ld_proxy) / cpu(ld_squid):.2f}x, "
-              f"rps {ld_proxy['rps'] / ld_squid['rps']:.2f}x, p50 {ld_proxy['p50_ms'] / ld_squid['p50_ms']:.2f}x")
+        print(f"robotsgate / direct: p50 {ratio('robotsgate', 'direct', lambda r: r['p50_ms'])}")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

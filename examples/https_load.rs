@@ -11,14 +11,18 @@
 //!   literal (127.0.x.y), so every handshake through robotsgate needs a freshly minted
 //!   leaf; without it, all name the target, so the leaf comes from the cache.
 //!
+//! With `--plain`, `load` speaks plain HTTP instead (absolute-form requests through
+//! `--proxy`, as a crawler with `HTTP_PROXY` does), so the cost TLS adds is measured with
+//! the same client, the same origin server and the same request in one run.
+//!
 //! Usage: https_load --target 127.0.0.1:8443 --ca CA.pem [--proxy 127.0.0.1:8080]
-//!        (--connections 16 --seconds 5 --path /page | --handshakes 200 [--distinct])
+//!        (--connections 16 --seconds 5 --path /page [--plain] | --handshakes 200 [--distinct])
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -37,6 +41,8 @@ struct Args {
     /// Name the target by this host name (CONNECT, SNI, `Host`) rather than its address:
     /// for proxies that mint a leaf for an IP literal with a DNS name in it (Squid 5).
     name: Option<String>,
+    /// `load` over plain HTTP, no CONNECT and no TLS.
+    plain: bool,
 }
 
 fn args() -> Result<Args, Error> {
@@ -57,6 +63,7 @@ fn args() -> Result<Args, Error> {
         handshakes: flag("--handshakes").map_or(Ok(0), |v| v.parse())?,
         distinct: argv.iter().any(|a| a == "--distinct"),
         name: flag("--name"),
+        plain: argv.iter().any(|a| a == "--plain"),
     })
 }
 
@@ -108,6 +115,17 @@ async fn open(
     Ok(connector.connect(name, tcp).await?)
 }
 
+/// One plain TCP connection to `proxy`, or straight to `target`.
+async fn open_plain(proxy: Option<SocketAddr>, target: SocketAddr) -> Result<TcpStream, Error> {
+    let tcp = TcpStream::connect(proxy.unwrap_or(target)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
+}
+
+/// A boxed client stream: TLS or plain TCP, whichever the run measures.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
 /// `host:port` as requests name the target.
 fn authority(target: SocketAddr, name: Option<&str>) -> String {
     match name {
@@ -153,27 +171,40 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
     for _ in 0..args.connections {
-        let (connector, proxy, target, path, name) = (
+        let (connector, proxy, target, path, name, plain) = (
             connector.clone(),
             args.proxy,
             args.target,
             args.path.clone(),
             args.name.clone(),
+            args.plain,
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut errors = 0u64;
-            let tls = match open(&connector, proxy, target, name.as_deref()).await {
-                Ok(tls) => tls,
+            let opened: Result<Box<dyn Conn>, Error> = if plain {
+                open_plain(proxy, target).await.map(|c| Box::new(c) as _)
+            } else {
+                open(&connector, proxy, target, name.as_deref())
+                    .await
+                    .map(|c| Box::new(c) as _)
+            };
+            let conn = match opened {
+                Ok(conn) => conn,
                 Err(e) => {
                     eprintln!("open: {e}");
                     return (latencies, 1);
                 }
             };
-            let mut stream = BufReader::new(tls);
+            let mut stream = BufReader::new(conn);
             let host = authority(target, name.as_deref());
+            // Through a proxy in plain HTTP the request names its origin (absolute form).
+            let line = match (plain, proxy) {
+                (true, Some(_)) => format!("http://{host}{path}"),
+                _ => path,
+            };
             let request =
-                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: https-load\r\n\r\n");
+                format!("GET {line} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: https-load\r\n\r\n");
             while Instant::now() < deadline {
                 let started = Instant::now();
                 if stream
