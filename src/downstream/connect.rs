@@ -43,7 +43,7 @@ impl BlindTunnelRule {
     /// Does the rule cover this destination (its name, and every address it resolves to)?
     fn matches(&self, host: &Host, addrs: &[IpAddr]) -> bool {
         match (self, host) {
-            (BlindTunnelRule::Host(h), Host::Name(name)) => h == name,
+            (BlindTunnelRule::Host(h), Host::Name(name)) => **h == **name,
             (BlindTunnelRule::Subdomains(d), Host::Name(name)) => name
                 .strip_suffix(d.as_str())
                 .is_some_and(|rest| rest.ends_with('.')),

@@ -113,7 +113,7 @@ impl Resolver {
                 format!("cannot resolve {name}: no resolver configured"),
             )
         })?;
-        let answer = resolver.lookup_ip(name.as_str()).await.map_err(|e| {
+        let answer = resolver.lookup_ip(&**name).await.map_err(|e| {
             let cause = if e.is_nx_domain() {
                 "dns-nxdomain"
             } else if e.is_no_records_found() {

@@ -148,15 +148,15 @@ impl Timing {
         best
     }
 
-    /// Would a schedule made afresh behave the same from now on? Then this one can be
-    /// forgotten: no pause, backoff or learned response times, and no delay still
-    /// running from the last request.
+    /// Would a schedule made afresh (given the origin's baseline, which outlives it:
+    /// [`ScheduleList::baseline`]) behave the same from now on? Then this one can be
+    /// forgotten: no pause, backoff or slow-down, and no delay still running from the
+    /// last request.
     fn forgettable(&self, now: Instant) -> bool {
         self.paused_until.is_none_or(|until| until <= now)
             && self.backoff.is_zero()
             && self.adaptive.is_zero()
             && self.slow_down.is_zero()
-            && self.baseline.is_none()
             && self
                 .last_end
                 .is_none_or(|end| end + self.effective(now).0 <= now)
@@ -284,7 +284,32 @@ impl Schedule {
 /// one per robots.txt group seen (usually one), and the in-flight one.
 #[derive(Default)]
 pub struct Schedules {
-    list: Mutex<Vec<Arc<Schedule>>>,
+    list: Mutex<ScheduleList>,
+}
+
+/// What [`Schedules`] guards: the schedules, and what an origin has learned that must
+/// outlive them.
+#[derive(Default)]
+struct ScheduleList {
+    schedules: Vec<Arc<Schedule>>,
+    /// The origin's response-time baseline from its last forgotten schedule, in
+    /// microseconds (0: none yet). A schedule made afresh starts from it, so forgetting
+    /// an idle schedule (about 300 bytes) does not forget what is normal for the origin:
+    /// 4 bytes kept instead.
+    baseline: u32,
+}
+
+impl ScheduleList {
+    fn baseline(&self) -> Option<Duration> {
+        (self.baseline > 0).then(|| Duration::from_micros(u64::from(self.baseline)))
+    }
+
+    fn remember(&mut self, baseline: Option<Duration>) {
+        if let Some(baseline) = baseline {
+            let micros = u32::try_from(baseline.as_micros()).unwrap_or(u32::MAX);
+            self.baseline = micros.max(1);
+        }
+    }
 }
 
 /// Where a schedule is made: its origin's schedules, and (fleet mode) the origin's key.
@@ -307,7 +332,7 @@ impl Schedules {
         fleet: bool,
     ) -> Arc<Schedule> {
         let mut list = lock(&place.schedules.list);
-        if let Some(found) = list.iter().find(|s| s.group == group) {
+        if let Some(found) = list.schedules.iter().find(|s| s.group == group) {
             return found.clone();
         }
         let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -316,11 +341,14 @@ impl Schedules {
             origin: fleet.then(|| place.origin.to_string().into()),
             capacity,
             turn: Arc::new(tokio::sync::Semaphore::new(capacity)),
-            timing: Mutex::new(Timing::default()),
+            timing: Mutex::new(Timing {
+                baseline: list.baseline(),
+                ..Timing::default()
+            }),
             pending: AtomicUsize::new(0),
             total: total.clone(),
         });
-        list.push(schedule.clone());
+        list.schedules.push(schedule.clone());
         schedule
     }
 
@@ -332,15 +360,25 @@ impl Schedules {
     pub fn forget_idle(&self) {
         let now = Instant::now();
         let mut list = lock(&self.list);
-        list.retain(|s| Arc::strong_count(s) > 1 || !lock(&s.timing).forgettable(now));
-        if list.is_empty() {
-            *list = Vec::new();
+        let mut baseline = None;
+        list.schedules.retain(|s| {
+            let timing = lock(&s.timing);
+            let keep = Arc::strong_count(s) > 1 || !timing.forgettable(now);
+            if !keep {
+                baseline = baseline.or(timing.baseline);
+            }
+            keep
+        });
+        list.remember(baseline);
+        if list.schedules.is_empty() {
+            list.schedules = Vec::new();
         }
     }
 
     /// Does a request wait for or hold a turn here? (Such an origin is never evicted.)
     pub fn busy(&self) -> bool {
         lock(&self.list)
+            .schedules
             .iter()
             .any(|s| s.pending.load(Ordering::Acquire) > 0)
     }
@@ -349,6 +387,7 @@ impl Schedules {
     pub fn pauses(&self) -> Vec<(String, Option<Instant>, Duration)> {
         let now = Instant::now();
         lock(&self.list)
+            .schedules
             .iter()
             .filter_map(|s| {
                 let t = lock(&s.timing);
@@ -363,6 +402,7 @@ impl Schedules {
     pub fn states(&self) -> Vec<ScheduleState> {
         let now = Instant::now();
         lock(&self.list)
+            .schedules
             .iter()
             .map(|s| {
                 let t = lock(&s.timing);
@@ -642,7 +682,7 @@ impl Pacer {
     /// fetch. `None` when they are not all free within `max_wait_seconds` (a long pause,
     /// a long queue): the caller then postpones the fetch rather than jump the queue.
     pub async fn turns_for_fetch(&self, schedules: &Schedules) -> Option<FetchTurns> {
-        let mut list: Vec<Arc<Schedule>> = lock(&schedules.list).clone();
+        let mut list: Vec<Arc<Schedule>> = lock(&schedules.list).schedules.clone();
         // One order for every fetch of the origin (only one runs at a time anyway); the
         // in-flight schedule (`#…`) first, as it sorts first.
         list.sort_by(|a, b| a.group.cmp(&b.group));
@@ -740,6 +780,7 @@ impl Pacer {
         // the clamped delay has been reported.
         let already_clamped = || {
             lock(&schedules.list)
+                .schedules
                 .iter()
                 .find(|s| s.group == group)
                 .is_some_and(|s| lock(&s.timing).delay == delay)
@@ -1066,6 +1107,37 @@ mod tests {
         drop(c);
         k.forget_idle();
         assert_eq!(k.states().len(), 1, "backing off: kept");
+    }
+
+    /// Forgetting an idle schedule keeps the origin's response-time baseline: a response
+    /// far slower than the ones before still slows the next schedule down.
+    #[tokio::test(start_paused = true)]
+    async fn baseline_outlives_a_forgotten_schedule() {
+        let p = pacer();
+        let k = schedules();
+        for _ in 0..3 {
+            let fast = p
+                .acquire(&k, "*", Duration::ZERO, None)
+                .await
+                .expect("fast");
+            tokio::time::advance(Duration::from_millis(10)).await;
+            fast.origin_answered(200, None);
+            drop(fast);
+            k.forget_idle();
+            assert!(k.states().is_empty(), "nothing in force: forgotten");
+        }
+        let slow = p
+            .acquire(&k, "*", Duration::ZERO, None)
+            .await
+            .expect("slow");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        slow.origin_answered(200, None);
+        drop(slow);
+        k.forget_idle();
+        let states = k.states();
+        assert_eq!(states.len(), 1, "slowing down: kept");
+        assert_eq!(states[0].rule, DelayRule::Adaptive);
+        assert!(states[0].delay >= Duration::from_millis(200), "{states:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -57,8 +57,9 @@ impl Scheme {
 /// Host part of an origin: a lower-case ASCII name or an IP literal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Host {
-    /// A host name, punycode, lower-case, without a trailing dot.
-    Name(String),
+    /// A host name, punycode, lower-case, without a trailing dot (a box, not a
+    /// `String`: every held origin has one, and it never grows).
+    Name(Box<str>),
     /// An IP literal.
     Ip(IpAddr),
 }
@@ -106,7 +107,7 @@ impl Origin {
     /// The name to resolve and to send as TLS SNI (no brackets around IPv6).
     pub fn host_name(&self) -> String {
         match &self.host {
-            Host::Name(name) => name.clone(),
+            Host::Name(name) => name.to_string(),
             Host::Ip(ip) => ip.to_string(),
         }
     }
@@ -385,7 +386,7 @@ pub fn parse_authority(authority: &str, scheme: Scheme) -> Result<Origin, Target
             if ascii.is_empty() {
                 return Err(bad());
             }
-            Host::Name(ascii.trim_end_matches('.').to_string())
+            Host::Name(ascii.trim_end_matches('.').into())
         };
         (host, port)
     };
