@@ -12,8 +12,9 @@ jemalloc): the allocator alone is worth a few microseconds per request.
 For keep-alive and `Connection: close`, wrk runs against each proxy `--rounds` times,
 interleaved, and the script prints each one's CPU time per request (utime+stime of the
 whole process from /proc, all threads) as the median and range over the rounds, then
-the ratios robotsgate / passthrough. Last, one connection at a time: the p50 latency each
-proxy adds to a direct request.
+the ratios robotsgate / passthrough, each taken within a round (the proxies of a round run
+back to back) and given as median and range. Last, one connection at a time, also
+`--rounds` times: the p50 latency each proxy adds to the round's direct request.
 
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
                             [--compare OTHER_ROBOTSGATE_BINARY]
@@ -156,10 +157,13 @@ http {{ access_log off; keepalive_requests 1000000;
                 for name, (proc, port) in proxies.items():
                     runs.setdefault((mode, name), []).append(
                         wrk(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid))
-        # One connection: the latency each proxy adds.
-        single = {"direct": wrk(args, f"http://{origin}", lua["keep-alive", "direct"], None, connections=1)}
-        for name, (proc, port) in proxies.items():
-            single[name] = wrk(args, f"http://127.0.0.1:{port}", lua["keep-alive", "proxy"], proc.pid, connections=1)
+        # One connection: the latency each proxy adds (to the direct request of its round).
+        single = {}  # name -> [added p50 µs per round]
+        for _ in range(args.rounds):
+            direct = wrk(args, f"http://{origin}", lua["keep-alive", "direct"], None, connections=1)["p50"]
+            for name, (proc, port) in proxies.items():
+                r = wrk(args, f"http://127.0.0.1:{port}", lua["keep-alive", "proxy"], proc.pid, connections=1)
+                single.setdefault(name, []).append((r["p50"] - direct) * 1000)
 
         # A round whose latency line wrk printed unreadably (NaN) does not void the others.
         med = lambda values: statistics.median([v for v in values if v == v] or [float("nan")])
@@ -172,15 +176,23 @@ http {{ access_log off; keepalive_requests 1000000;
             print(f"{mode:<11} {name:<12} {med([r['rps'] for r in rs]):>10.0f} {med([r['p50'] for r in rs]):>8.3f} "
                   f"{med([r['p99'] for r in rs]):>8.3f} {cpu:>22} {sum(r['non2xx'] for r in rs):>8}")
         print()
-        cpu = lambda mode, name: med([r["cpu_us"] for r in runs[mode, name]])
+        # Ratios within each round (the proxies of a round ran back to back), then their
+        # median and range: this host's speed drifts between rounds by more than the
+        # differences measured.
+        def ratios(values, baseline):
+            rs = [v / b for v, b in zip(values, baseline) if v == v and b == b and b > 0]
+            return f"{med(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}]" if rs else "n/a"
+
+        cpus = lambda mode, name: [r["cpu_us"] for r in runs[mode, name]]
+        print("CPU per request, the ratio of each round, median [min-max]:")
         for mode in ("keep-alive", "close"):
             for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
-                print(f"{mode:<11} {name:<11} CPU per request: {cpu(mode, name) / cpu(mode, 'passthrough'):.2f}x the "
-                      f"passthrough, {cpu(mode, name) / cpu(mode, 'pt+jemalloc'):.2f}x the passthrough on jemalloc")
-        print(f"\none connection, keep-alive, p50 added to a direct request ({single['direct']['p50'] * 1000:.0f} µs):")
-        added = {name: (r["p50"] - single["direct"]["p50"]) * 1000 for name, r in single.items() if name != "direct"}
-        for name, us in added.items():
-            print(f"  {name:<12} +{us:.0f} µs ({us / added['passthrough']:.2f}x the passthrough's)")
+                print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
+                      f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
+        print("\none connection, keep-alive, p50 added to the direct request of the round, median [min-max]:")
+        for name, added in single.items():
+            print(f"  {name:<12} +{med(added):.0f} µs [{min(added):.0f}-{max(added):.0f}] "
+                  f"({ratios(added, single['passthrough'])} the passthrough's)")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
