@@ -6,9 +6,10 @@ own, each serving a five-line robots.txt (two Disallow, an Allow, a Sitemap) and
 page. Two runs, each with a fresh robotsgate: every origin serving *distinct* octets (the
 Sitemap names the origin's own address, so nothing can be shared: the cost of an origin
 in general), then every origin serving the *same* octets (shared as one parsed file, as
-the subdomains of a hosting platform or a CMS's default file are). robotsgate (`threads: 1`, `robots.max_origins` above N) is asked for
-one page on each of `--origins` addresses, by `--connections` keep-alive clients; each
-new origin costs it a robots.txt fetch, a parse, a store entry and its pacing schedules.
+the subdomains of a hosting platform or a CMS's default file are). robotsgate
+(`threads: 1`, `robots.max_origins` above N) is asked for one page on each of
+`--origins` addresses, by `--connections` keep-alive clients; each new origin costs it a
+robots.txt fetch, a parse, a store entry and its pacing schedules.
 
 It prints RSS after a warm-up of 1,000 origins and after N more, the difference per
 origin (everything robotsgate keeps for an origin, allocator slack included), the

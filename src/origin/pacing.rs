@@ -814,35 +814,6 @@ impl Pacer {
         (self.permit(schedule, Vec::new(), now), would_wait)
     }
 
-    /// The convenience form of [`Pacer::pace`]: one group, no in-flight limit.
-    #[cfg(test)]
-    pub async fn acquire(
-        &self,
-        schedules: &Schedules,
-        group: &str,
-        delay: Duration,
-        robots_fetched_at: Option<Instant>,
-    ) -> Result<Permit, Refused> {
-        let origin = crate::policy::target::parse_authority(
-            "127.0.0.1:1",
-            crate::policy::target::Scheme::Http,
-        )
-        .expect("origin");
-        self.pace(PaceRequest {
-            place: Place {
-                schedules,
-                origin: &origin,
-            },
-            address: None,
-            group,
-            delay,
-            rule: DelayRule::CrawlDelay,
-            max_in_flight: 0,
-            robots_fetched_at,
-        })
-        .await
-    }
-
     /// Waits for every turn in force for `request` (its group's when a delay is, then
     /// the in-flight one; then the address's); `Err` when a wait would be too long or a
     /// queue is full.
@@ -1061,6 +1032,32 @@ mod tests {
             .expect("origin")
     }
 
+    impl Pacer {
+        /// The convenience form of [`Pacer::pace`]: one group of [`origin`], no in-flight
+        /// limit.
+        async fn acquire(
+            &self,
+            schedules: &Schedules,
+            group: &str,
+            delay: Duration,
+            robots_fetched_at: Option<Instant>,
+        ) -> Result<Permit, Refused> {
+            self.pace(PaceRequest {
+                place: Place {
+                    schedules,
+                    origin: &origin(),
+                },
+                address: None,
+                group,
+                delay,
+                rule: DelayRule::CrawlDelay,
+                max_in_flight: 0,
+                robots_fetched_at,
+            })
+            .await
+        }
+    }
+
     fn pacer() -> Pacer {
         Pacer::new(PacingConfig {
             max_wait_seconds: crate::config::Seconds(10.0),
@@ -1113,27 +1110,21 @@ mod tests {
     /// far slower than the ones before still slows the next schedule down.
     #[tokio::test(start_paused = true)]
     async fn baseline_outlives_a_forgotten_schedule() {
+        // One request on the `*` schedule, answered 200 after `took`; then its end.
+        async fn answered_after(p: &Pacer, k: &Schedules, took: Duration) {
+            let permit = p.acquire(k, "*", Duration::ZERO, None).await.expect("turn");
+            tokio::time::advance(took).await;
+            permit.origin_answered(200, None);
+            drop(permit);
+            k.forget_idle();
+        }
         let p = pacer();
         let k = schedules();
         for _ in 0..3 {
-            let fast = p
-                .acquire(&k, "*", Duration::ZERO, None)
-                .await
-                .expect("fast");
-            tokio::time::advance(Duration::from_millis(10)).await;
-            fast.origin_answered(200, None);
-            drop(fast);
-            k.forget_idle();
+            answered_after(&p, &k, Duration::from_millis(10)).await;
             assert!(k.states().is_empty(), "nothing in force: forgotten");
         }
-        let slow = p
-            .acquire(&k, "*", Duration::ZERO, None)
-            .await
-            .expect("slow");
-        tokio::time::advance(Duration::from_millis(200)).await;
-        slow.origin_answered(200, None);
-        drop(slow);
-        k.forget_idle();
+        answered_after(&p, &k, Duration::from_millis(200)).await;
         let states = k.states();
         assert_eq!(states.len(), 1, "slowing down: kept");
         assert_eq!(states[0].rule, DelayRule::Adaptive);

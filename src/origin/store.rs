@@ -132,6 +132,9 @@ pub struct ChangeRecord {
 /// Rule changes remembered, over all origins (the admin API lists an origin's).
 const CHANGES: usize = 256;
 
+/// The most rule changes the admin API lists for one origin.
+const CHANGES_PER_ORIGIN: usize = 4;
+
 /// The rules a policy enforces, when they are known: a file's, or none (a 4xx: allow
 /// all). `None` while robots.txt cannot be read.
 fn known_rules(snapshot: &Snapshot) -> Option<Option<&RobotsTxt>> {
@@ -156,6 +159,9 @@ pub struct FetchRecord {
 /// (a million origins would hold a million histories), and the admin API lists an
 /// origin's fetches from here.
 const HISTORY: usize = 4096;
+
+/// The most fetches the admin API lists for one origin.
+const HISTORY_PER_ORIGIN: usize = 8;
 
 /// What happened recently, over every origin, oldest first, at most `limit`: the fetch
 /// history and the rule changes the admin API shows.
@@ -330,11 +336,11 @@ struct Flights(Mutex<FlightTable>);
 
 type FlightTable = std::collections::HashMap<usize, Arc<tokio::sync::Mutex<()>>>;
 
-/// One entry's fetch, held: the lock, and the entry (kept alive, so never evicted).
+/// One entry's fetch, held: the lock (its guard owns it), and the entry (kept alive,
+/// so its address, the table's key, names no other entry meanwhile).
 struct Flight<'a> {
     flights: &'a Flights,
     entry: Arc<OriginEntry>,
-    lock: Option<Arc<tokio::sync::Mutex<()>>>,
     held: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
@@ -346,8 +352,7 @@ impl Flights {
         Flight {
             flights: self,
             entry: entry.clone(),
-            held: Some(lock.clone().lock_owned().await),
-            lock: Some(lock),
+            held: Some(lock.lock_owned().await),
         }
     }
 
@@ -361,8 +366,8 @@ impl Drop for Flight<'_> {
         let key = Arc::as_ptr(&self.entry) as usize;
         let mut table = self.flights.table();
         drop(self.held.take());
-        drop(self.lock.take());
-        // The table's own reference is the last: nobody holds or waits for it.
+        // The table's own reference is the last: nobody holds or waits for it (a waiter
+        // took its reference under the table's lock).
         if table
             .get(&key)
             .is_some_and(|lock| Arc::strong_count(lock) == 1)
@@ -505,14 +510,14 @@ impl OriginStore {
         self.fetch_and_store(&entry, origin, true).await
     }
 
-    /// `origin`'s most recent robots.txt fetches (at most eight), oldest first.
+    /// `origin`'s most recent robots.txt fetches still remembered, oldest first.
     pub fn history(&self, origin: &Origin) -> Vec<FetchRecord> {
-        self.fetches.of(origin, 8)
+        self.fetches.of(origin, HISTORY_PER_ORIGIN)
     }
 
-    /// `origin`'s most recent rule changes (at most four), oldest first.
+    /// `origin`'s most recent rule changes still remembered, oldest first.
     pub fn changes(&self, origin: &Origin) -> Vec<ChangeRecord> {
-        self.changes.of(origin, 4)
+        self.changes.of(origin, CHANGES_PER_ORIGIN)
     }
 
     /// The `n` origins with the most decisions, busiest first, with their entries.
@@ -548,11 +553,7 @@ impl OriginStore {
     /// Forgets `origin` here only.
     fn forget(&self, origin: &Origin) -> bool {
         let (key, mut map) = self.shard(origin);
-        if map.peek(&key).is_some_and(|e| e.origin == *origin) {
-            map.pop(&key).is_some()
-        } else {
-            false
-        }
+        map.peek(&key).is_some_and(|e| e.origin == *origin) && map.pop(&key).is_some()
     }
 
     /// Starts what runs beside requests: in fleet mode, the backend's thread and the
