@@ -9,7 +9,9 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::configuration::Opt;
 use pingora::server::Server;
+use robotsgate::config::UpstreamConfig;
 use robotsgate::policy::target::{Host, Scheme, Target};
+use robotsgate::proxy::http::upstream_peer;
 
 struct Passthrough;
 
@@ -46,13 +48,15 @@ impl ProxyHttp for Passthrough {
                 "passthrough needs IP literals",
             ));
         };
-        let mut peer = HttpPeer::new(
-            std::net::SocketAddr::new(ip, target.origin.port),
-            false,
-            String::new(),
-        );
-        peer.group_key = u64::from(target.origin.port);
-        Ok(Box::new(peer))
+        // robotsgate's own peer: the same pool key and the same timeouts (a read or
+        // write timeout is a timer per upstream read and write; no deployed proxy
+        // goes without them).
+        let addr = std::net::SocketAddr::new(ip, target.origin.port);
+        Ok(Box::new(upstream_peer(
+            target,
+            addr,
+            &UpstreamConfig::default(),
+        )))
     }
 
     async fn upstream_request_filter(

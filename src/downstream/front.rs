@@ -326,24 +326,30 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     /// starting with what is known of it (`context`).
     async fn serve(
         &self,
-        mut stream: Stream,
+        stream: Stream,
         client: Option<IpAddr>,
         mut context: ClientContext,
         shutdown: &ShutdownWatch,
     ) {
+        // Wrapped once: every response on the connection goes out through it.
+        let mut stream = Box::new(CoalescingStream::new(stream));
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.first_byte_timeout;
         let mut fresh = true;
         // Octets of the next request read along with the previous one (pipelining).
         let mut pipelined = BytesMut::new();
+        // One watch for the connection's life (a new one per request would register and
+        // unregister a waiter, under the watch's lock, every time).
+        let shutdown_begins = shutting_down(shutdown.clone());
+        tokio::pin!(shutdown_begins);
         loop {
             let already = std::mem::take(&mut pipelined);
             let head = tokio::select! {
                 biased;
-                head = read_head_after(&mut stream, already, &self.limits, wait) => head,
+                head = read_head_after(&mut *stream, already, &self.limits, wait) => head,
                 // Shutting down: idle connections close (as Pingora's own loop does).
-                () = shutting_down(shutdown.clone()) => return,
+                () = &mut shutdown_begins => return,
             };
             let head = match head {
                 Ok(head) => head,
@@ -359,7 +365,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 Err(e) => {
                     let why = e.to_string();
                     let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
-                    return refuse(&mut stream, client, refusal).await;
+                    return refuse(&mut *stream, client, refusal).await;
                 }
             };
             // Inside a tunnel the CONNECT's credentials stand for every request; a
@@ -377,7 +383,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                         let challenge = format!("Basic realm=\"{}\"", self.access.realm);
                         let refusal = Refusal::new(denied.status(), denied.reason(), why)
                             .challenge(challenge);
-                        return refuse(&mut stream, client, refusal).await;
+                        return refuse(&mut *stream, client, refusal).await;
                     }
                 }
             }
@@ -385,9 +391,12 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 if context.tunnel.is_some() || redirected {
                     let why = "CONNECT inside a tunnel or a redirected connection";
                     let refusal = Refusal::new(400, metrics::Refusal::Malformed, why);
-                    return refuse(&mut stream, client, refusal).await;
+                    return refuse(&mut *stream, client, refusal).await;
                 }
-                let Some(mut l4) = stream.into_any().downcast::<L4Stream>().ok() else {
+                let Ok(inner) = stream.into_inner().await else {
+                    return;
+                };
+                let Some(mut l4) = inner.into_any().downcast::<L4Stream>().ok() else {
                     log::error!("CONNECT on a listener that is not plain TCP");
                     return;
                 };
@@ -405,7 +414,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 else {
                     return;
                 };
-                stream = tls;
+                stream = Box::new(CoalescingStream::new(tls));
                 context.tunnel = Some(Arc::new(origin));
                 wait = self.limits.first_byte_timeout;
                 fresh = true;
@@ -425,7 +434,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             if end < bytes.len() {
                 pipelined = bytes.split_off(end);
             }
-            let mut session = ServerSession::new_http1(Box::new(CoalescingStream::new(stream)));
+            let mut session = ServerSession::new_http1(stream);
             if let ServerSession::H1(h1) = &mut session {
                 // Pingora parses the head from these octets without reading again.
                 h1.set_pipelined_prefix(bytes);
@@ -443,15 +452,14 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
                 return;
             };
-            let Ok(coalescing) = reused.consume().0.into_any().downcast::<CoalescingStream>()
-            else {
+            let Ok(reused) = reused.consume().0.into_any().downcast::<CoalescingStream>() else {
                 log::error!("Pingora gave back another stream than the client's");
                 return;
             };
-            let Ok(unwrapped) = coalescing.into_inner().await else {
+            stream = reused;
+            if stream.next_response().await.is_err() {
                 return;
-            };
-            stream = unwrapped;
+            }
             wait = self.limits.idle_timeout;
             fresh = false;
         }

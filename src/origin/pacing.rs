@@ -859,13 +859,14 @@ impl Pacer {
 
     /// The permit for a request to `schedule` holding `held`, asked for at `started`.
     fn permit(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Permit {
+        let granted = Instant::now();
         Permit {
             schedule,
             held,
             fleet: self.fleet.clone(),
             adaptive: self.config.adaptive.clone(),
-            waited: started.elapsed(),
-            granted: Instant::now(),
+            waited: granted.saturating_duration_since(started),
+            granted,
             ceiling: self.config.ceiling_seconds.duration(),
         }
     }

@@ -69,9 +69,40 @@ impl fmt::Display for Host {
         match self {
             Host::Name(name) => f.write_str(name),
             Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
-            Host::Ip(IpAddr::V4(ip)) => write!(f, "{ip}"),
+            Host::Ip(IpAddr::V4(ip)) => {
+                // `Ipv4Addr`'s own `Display` goes through the formatting machinery once
+                // per octet; an origin is written on every request (log line, `Host`
+                // check), so its octets are written here.
+                let mut text = [0u8; 15];
+                let mut len = 0;
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text[len] = b'.';
+                        len += 1;
+                    }
+                    len += write_decimal(&mut text[len..], octet.into());
+                }
+                f.write_str(std::str::from_utf8(&text[..len]).map_err(|_| fmt::Error)?)
+            }
         }
     }
+}
+
+/// Writes `n` in decimal at the start of `out` (room for 5 digits), returning its length.
+fn write_decimal(out: &mut [u8], n: u16) -> usize {
+    let mut digits = [0u8; 5];
+    let mut rest = n;
+    let mut count = 0;
+    loop {
+        digits[4 - count] = b'0' + (rest % 10) as u8;
+        count += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out[..count].copy_from_slice(&digits[5 - count..]);
+    count
 }
 
 /// Scheme, host and port (SPEC §1): one robots.txt each.
@@ -129,7 +160,9 @@ impl Origin {
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}", self.scheme.as_str(), self.authority())
+        f.write_str(self.scheme.as_str())?;
+        f.write_str("://")?;
+        fmt::Display::fmt(&self.authority(), f)
     }
 }
 
@@ -156,11 +189,13 @@ impl Authority<'_> {
 impl fmt::Display for Authority<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Origin { scheme, host, port } = self.0;
-        if *port == scheme.default_port() {
-            write!(f, "{host}")
-        } else {
-            write!(f, "{host}:{port}")
+        fmt::Display::fmt(host, f)?;
+        if *port != scheme.default_port() {
+            let mut text = [b':'; 6];
+            let len = 1 + write_decimal(&mut text[1..], *port);
+            f.write_str(std::str::from_utf8(&text[..len]).map_err(|_| fmt::Error)?)?;
         }
+        Ok(())
     }
 }
 

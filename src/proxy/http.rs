@@ -88,6 +88,22 @@ enum Stage {
     },
 }
 
+/// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
+/// robotsgate's own answer, or why it was allowed (written only when the line is).
+enum Why {
+    Answer(String),
+    Allowed(Allowed),
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Why::Answer(header) => f.write_str(header),
+            Why::Allowed(allowed) => allowed.fmt(f),
+        }
+    }
+}
+
 impl RequestContext {
     fn answered(&mut self, answer: &Answer) {
         self.stage = Stage::Answered {
@@ -116,7 +132,14 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
 /// connection pool per origin, and the configured timeouts.
 pub fn upstream_peer(target: &Target, addr: SocketAddr, upstream: &UpstreamConfig) -> HttpPeer {
     let tls = target.origin.scheme == Scheme::Https;
-    let mut peer = HttpPeer::new(addr, tls, target.origin.host_name());
+    // The SNI (and the name the certificate is verified for): only TLS has one. Plain
+    // HTTP connections are pooled by `group_key`, one pool per origin, without it.
+    let sni = if tls {
+        target.origin.host_name()
+    } else {
+        String::new()
+    };
+    let mut peer = HttpPeer::new(addr, tls, sni);
     peer.group_key = group_key(target);
     let o = &mut peer.options;
     o.connection_timeout = Some(upstream.connect_timeout_seconds.duration());
@@ -555,8 +578,8 @@ impl ProxyHttp for RobotsGateProxy {
         // The response is sent: the pacing schedule's clock starts now (the permit goes).
         let (pacing_wait, upstream_status, line, why, delay_rule) =
             match std::mem::take(&mut ctx.stage) {
-                Stage::Received => (0.0, None, None, String::new(), None),
-                Stage::Answered { why, line, .. } => (0.0, None, line, why, None),
+                Stage::Received => (0.0, None, None, Why::Answer(String::new()), None),
+                Stage::Answered { why, line, .. } => (0.0, None, line, Why::Answer(why), None),
                 Stage::Forwarded {
                     allowed,
                     rule,
@@ -567,11 +590,11 @@ impl ProxyHttp for RobotsGateProxy {
                     ..
                 } => {
                     let (line, why) = match (would_disallow, allowed) {
-                        (Some((header, line)), _) => (line, header),
-                        (None, Allowed::Rule { line }) => (Some(line), allowed.to_string()),
-                        (None, _) => (None, allowed.to_string()),
+                        (Some((header, line)), _) => (line, Why::Answer(header)),
+                        (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
+                        (None, _) => (None, Why::Allowed(allowed)),
                     };
-                    let why = failed.unwrap_or(why);
+                    let why = failed.map_or(why, Why::Answer);
                     let waited = permit.waited.as_secs_f64();
                     (waited, upstream_status, line, why, Some(rule.label()))
                 }
@@ -579,9 +602,9 @@ impl ProxyHttp for RobotsGateProxy {
         if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
-        let (origin, path): (&dyn std::fmt::Display, &dyn std::fmt::Display) = match &ctx.target {
-            Some(t) => (&t.origin, &t.path),
-            None => (&"", &""),
+        let (origin, path): (&dyn std::fmt::Display, &str) = match &ctx.target {
+            Some(t) => (&t.origin, t.path.as_str()),
+            None => (&"", ""),
         };
         let req = session.req_header();
         AccessRecord {

@@ -57,7 +57,7 @@ pub fn init(format: LogFormat) {
 /// One request, as the access log records it.
 pub struct AccessRecord<'a> {
     pub origin: &'a dyn Display,
-    pub path: &'a dyn Display,
+    pub path: &'a str,
     pub agent: Option<&'a str>,
     /// Where the robots.txt tokens came from: credential, rule, default, header, none.
     pub tokens_from: &'a str,
@@ -71,7 +71,7 @@ pub struct AccessRecord<'a> {
     /// The deciding rule's line in robots.txt, when a rule decided.
     pub line: Option<u32>,
     /// Why: the allow reason or the `X-Robots-Decision` of robotsgate's own answer.
-    pub why: &'a str,
+    pub why: &'a dyn Display,
     pub pacing_wait_seconds: f64,
     /// What set the forwarded request's delay (`crawl-delay`, `floor`, `override`,
     /// `none`); `None` for robotsgate's own answers.
@@ -112,29 +112,29 @@ impl AccessRecord<'_> {
     }
 
     fn write_fields(&self, f: &mut Fields<'_>) {
-        f.string("origin", self.origin);
-        f.string("path", self.path);
+        f.display("origin", self.origin);
+        f.text("path", self.path);
         if let Some(agent) = self.agent {
-            f.string("agent", &agent);
+            f.text("agent", agent);
         }
-        f.string("tokens_from", &self.tokens_from);
-        f.string("mode", &self.mode);
-        f.string("decision", &self.decision);
-        f.number("status", self.status);
+        f.text("tokens_from", self.tokens_from);
+        f.text("mode", self.mode);
+        f.text("decision", self.decision);
+        f.number("status", self.status.into());
         if let Some(status) = self.upstream_status {
-            f.number("upstream_status", status);
+            f.number("upstream_status", status.into());
         }
         if let Some(line) = self.line {
             f.number("line", line);
         }
-        f.string("why", &self.why);
+        f.display("why", self.why);
         f.seconds("pacing_wait_seconds", self.pacing_wait_seconds);
         if let Some(rule) = self.delay_rule {
-            f.string("delay_rule", &rule);
+            f.text("delay_rule", rule);
         }
         f.seconds("duration_seconds", self.duration_seconds);
         if let Some(error) = self.error {
-            f.string("error", error);
+            f.display("error", error);
         }
     }
 }
@@ -172,13 +172,28 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// A string value, quoted: written in place, and escaped only when it has to be
-    /// (rarely: a quote, a backslash, a control or non-ASCII character).
-    fn string(&mut self, name: &str, value: &dyn Display) {
+    /// A string value, quoted and escaped when it has to be.
+    fn text(&mut self, name: &str, value: &str) {
+        self.name(name);
+        let start = self.line.len();
+        self.line.push('"');
+        self.line.push_str(value);
+        self.close_string(start);
+    }
+
+    /// A value's `Display`, as a string.
+    fn display(&mut self, name: &str, value: &dyn Display) {
         self.name(name);
         let start = self.line.len();
         self.line.push('"');
         let _ = write!(self.line, "{value}");
+        self.close_string(start);
+    }
+
+    /// Ends the string value begun (with its quote) at `start`: escaped in place only
+    /// when it has to be (rarely: a quote, a backslash, a control or non-ASCII
+    /// character).
+    fn close_string(&mut self, start: usize) {
         let written = &self.line.as_bytes()[start + 1..];
         let plain = |b: &u8| (b' '..=b'~').contains(b) && *b != b'"' && *b != b'\\';
         if written.iter().all(plain) {
@@ -199,9 +214,9 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn number(&mut self, name: &str, value: impl Display) {
+    fn number(&mut self, name: &str, value: u32) {
         self.name(name);
-        let _ = write!(self.line, "{value}");
+        self.line.push_str(itoa::Buffer::new().format(value));
     }
 
     /// Seconds as `tracing` writes an `f64` (`Debug`); JSON has no NaN or infinity.
@@ -243,14 +258,18 @@ fn write_timestamp(line: &mut String) {
         }
         line.push_str(prefix);
     });
-    let _ = write!(line, "{:06}Z", now.subsec_micros());
+    let mut micros = itoa::Buffer::new();
+    let micros = micros.format(now.subsec_micros());
+    line.extend(std::iter::repeat_n('0', 6 - micros.len()));
+    line.push_str(micros);
+    line.push('Z');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record<'a>(path: &'a dyn Display, agent: Option<&'a str>) -> AccessRecord<'a> {
+    fn record<'a>(path: &'a str, agent: Option<&'a str>) -> AccessRecord<'a> {
         AccessRecord {
             origin: &"http://example.com",
             path,
@@ -261,7 +280,7 @@ mod tests {
             status: 200,
             upstream_status: None,
             line: Some(3),
-            why: "no matching rule",
+            why: &"no matching rule",
             pacing_wait_seconds: 2.5e-6,
             delay_rule: Some("none"),
             duration_seconds: 0.25,
@@ -279,7 +298,7 @@ mod tests {
     /// left out.
     #[test]
     fn text_fields_are_tracings() {
-        let line = fields(&record(&"/a b", Some("Bot/1")), LogFormat::Text);
+        let line = fields(&record("/a b", Some("Bot/1")), LogFormat::Text);
         assert_eq!(
             line,
             "origin=\"http://example.com\" path=\"/a b\" agent=\"Bot/1\" tokens_from=\"default\" \
@@ -287,7 +306,7 @@ mod tests {
              pacing_wait_seconds=2.5e-6 delay_rule=\"none\" duration_seconds=0.25"
         );
         let hostile = "/\"x\\\n\u{7f}é";
-        let line = fields(&record(&hostile, Some("a\"b")), LogFormat::Text);
+        let line = fields(&record(hostile, Some("a\"b")), LogFormat::Text);
         assert!(line.contains(&format!("path={hostile:?}")), "{line}");
         assert!(line.contains(r#"agent="a\"b""#), "{line}");
     }
@@ -296,7 +315,7 @@ mod tests {
     #[test]
     fn json_fields_parse() {
         let hostile = "/\"x\\\n\u{1}é";
-        let line = fields(&record(&hostile, Some("a\"b")), LogFormat::Json);
+        let line = fields(&record(hostile, Some("a\"b")), LogFormat::Json);
         let value: serde_json::Value =
             serde_json::from_str(&format!("{{\"level\":\"INFO\"{line}}}")).expect("JSON");
         assert_eq!(value["path"], hostile);
