@@ -221,7 +221,8 @@ fn request_has_no_body(req: &RequestHeader) -> bool {
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok());
-    !req.headers.contains_key("transfer-encoding") && length.is_none_or(|l| l.trim() == "0")
+    !req.headers.contains_key(http::header::TRANSFER_ENCODING)
+        && length.is_none_or(|l| l.trim() == "0")
 }
 
 fn client_ip(session: &Session) -> Option<IpAddr> {
