@@ -2,10 +2,9 @@
 """wrk through robotsgate vs a bare Pingora passthrough vs nginx direct, in one run.
 
 Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
-examples/passthrough.rs (same Pingora setup and upstream peer options, its timeouts
-included, but no robots/egress/DNS work), each with
-`threads: 1`. The proxies are pinned to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU
-time is its own. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
+examples/passthrough.rs (the same Pingora setup and upstream peer options, timeouts
+included, but no robots/egress/DNS work), each with `threads: 1`. The proxies are pinned
+to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU time is its own. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
 written to a file, as the journal would take it). The passthrough runs as bare Pingora
 does (glibc malloc) and, as a second baseline, with jemalloc preloaded (robotsgate links
 jemalloc): the allocator alone is worth a few microseconds per request.
