@@ -6,13 +6,14 @@
 //! the body — and on a keep-alive connection each send is a full trip through the TCP
 //! stack and a wake-up of the client (measured: about 7 µs of a 38 µs request).
 //!
-//! [`CoalescingStream`] wraps the client stream for the connection's Pingora sessions
-//! and holds back exactly one write of each response: the first, which is its head. The next write
-//! (the first body octets) goes out together with it in one `writev` (one TLS record set
-//! inside a tunnel), and everything after that is written through as it comes. A flush or
-//! shutdown sends the head at once, which is how Pingora ends a response with no body, a
-//! `1xx`, or one without `Content-Length`. So at most one response head ever waits, and
-//! only until its body's first octets arrive; body octets never wait.
+//! [`CoalescingStream`] wraps the client stream for all of a connection's Pingora
+//! sessions and holds back exactly one write of each response: the first, which is its
+//! head. The next write (the first body octets) goes out together with it in one `writev`
+//! (one TLS record set inside a tunnel), and everything after that is written through as
+//! it comes. A flush or shutdown sends the head at once, which is how Pingora ends a
+//! response with no body, a `1xx`, or one without `Content-Length`. So at most one
+//! response head ever waits, and only until its body's first octets arrive; body octets
+//! never wait. [`CoalescingStream::next_response`] arms it for the next response.
 //!
 //! Cost: one copy of each head (a few hundred octets), into a buffer the connection keeps.
 

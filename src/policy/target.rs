@@ -444,6 +444,35 @@ mod tests {
         Target::from_request(raw.as_bytes(), host.map(str::as_bytes), Scheme::Http)
     }
 
+    /// The hand-written IPv4 and port digits read as the standard library writes them.
+    #[test]
+    fn ipv4_origins_are_written_as_std_writes_them() {
+        let octets = [0u8, 1, 9, 10, 99, 100, 127, 199, 200, 255];
+        let ports = [
+            1u16, 9, 10, 99, 100, 443, 999, 1000, 8080, 9999, 10000, 65535,
+        ];
+        for (i, &a) in octets.iter().enumerate() {
+            let ip =
+                std::net::Ipv4Addr::new(a, octets[(i + 3) % 10], octets[(i + 7) % 10], 255 - a);
+            for &port in &ports {
+                let origin = Origin {
+                    scheme: Scheme::Http,
+                    host: Host::Ip(IpAddr::V4(ip)),
+                    port,
+                };
+                let expected = if port == 80 {
+                    format!("http://{ip}")
+                } else {
+                    format!("http://{ip}:{port}")
+                };
+                assert_eq!(origin.to_string(), expected);
+                assert!(origin
+                    .authority()
+                    .is(&expected.as_bytes()["http://".len()..]));
+            }
+        }
+    }
+
     #[test]
     fn lenient_paths_undo_the_usual_smuggling_spellings() {
         let lenient = |raw: &str| {
