@@ -4,10 +4,11 @@
 Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
 examples/passthrough.rs (the same Pingora setup and upstream peer options, timeouts
 included, but no robots/egress/DNS work), each with `threads: 1`. The proxies are pinned
-to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU time is its own. robotsgate runs twice: access log off (`RUST_LOG=warn`) and on (`info`,
-written to a file, as the journal would take it). The passthrough runs as bare Pingora
-does (glibc malloc) and, as a second baseline, with jemalloc preloaded (robotsgate links
-jemalloc): the allocator alone is worth a few microseconds per request.
+to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU time is its own. robotsgate runs
+twice: access log off (`RUST_LOG=warn`) and on (`info`, written to a file, as the journal
+would take it). The passthrough runs as bare Pingora does (glibc malloc) and, as a second
+baseline, with jemalloc preloaded (robotsgate links jemalloc): the allocator alone is
+worth a few microseconds per request.
 
 For keep-alive and `Connection: close`, wrk runs against each proxy `--rounds` times,
 interleaved, and the script prints each one's CPU time per request (utime+stime of the

@@ -72,37 +72,18 @@ impl fmt::Display for Host {
             Host::Ip(IpAddr::V4(ip)) => {
                 // `Ipv4Addr`'s own `Display` goes through the formatting machinery once
                 // per octet; an origin is written on every request (log line, `Host`
-                // check), so its octets are written here.
-                let mut text = [0u8; 15];
-                let mut len = 0;
-                for (i, octet) in ip.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text[len] = b'.';
-                        len += 1;
-                    }
-                    len += write_decimal(&mut text[len..], octet.into());
+                // check), so its octets are written with `itoa`.
+                let mut digits = itoa::Buffer::new();
+                let [a, b, c, d] = ip.octets();
+                f.write_str(digits.format(a))?;
+                for octet in [b, c, d] {
+                    f.write_str(".")?;
+                    f.write_str(digits.format(octet))?;
                 }
-                f.write_str(std::str::from_utf8(&text[..len]).map_err(|_| fmt::Error)?)
+                Ok(())
             }
         }
     }
-}
-
-/// Writes `n` in decimal at the start of `out` (room for 5 digits), returning its length.
-fn write_decimal(out: &mut [u8], n: u16) -> usize {
-    let mut digits = [0u8; 5];
-    let mut rest = n;
-    let mut count = 0;
-    loop {
-        digits[4 - count] = b'0' + (rest % 10) as u8;
-        count += 1;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out[..count].copy_from_slice(&digits[5 - count..]);
-    count
 }
 
 /// Scheme, host and port (SPEC §1): one robots.txt each.
@@ -191,9 +172,8 @@ impl fmt::Display for Authority<'_> {
         let Origin { scheme, host, port } = self.0;
         fmt::Display::fmt(host, f)?;
         if *port != scheme.default_port() {
-            let mut text = [b':'; 6];
-            let len = 1 + write_decimal(&mut text[1..], *port);
-            f.write_str(std::str::from_utf8(&text[..len]).map_err(|_| fmt::Error)?)?;
+            f.write_str(":")?;
+            f.write_str(itoa::Buffer::new().format(*port))?;
         }
         Ok(())
     }
@@ -444,7 +424,7 @@ mod tests {
         Target::from_request(raw.as_bytes(), host.map(str::as_bytes), Scheme::Http)
     }
 
-    /// The hand-written IPv4 and port digits read as the standard library writes them.
+    /// IPv4 origins and ports read as the standard library writes them.
     #[test]
     fn ipv4_origins_are_written_as_std_writes_them() {
         let octets = [0u8, 1, 9, 10, 99, 100, 127, 199, 200, 255];
