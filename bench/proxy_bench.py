@@ -10,15 +10,18 @@ would take it). The passthrough runs as bare Pingora does (glibc malloc) and, as
 baseline, with jemalloc preloaded (robotsgate links jemalloc): the allocator alone is
 worth a few microseconds per request.
 
-For keep-alive and `Connection: close`, wrk runs against each proxy `--rounds` times,
-interleaved, and the script prints each one's CPU time per request (utime+stime of the
-whole process from /proc, all threads) as the median and range over the rounds, then
-the ratios robotsgate / passthrough, each taken within a round (the proxies of a round run
-back to back) and given as median and range. Last, one connection at a time, also
-`--rounds` times: the p50 latency each proxy adds to the round's direct request.
+For keep-alive and `Connection: close`, each round loads every proxy at once, one wrk
+each, for the same seconds: this host's speed drifts by more than the differences
+measured (10-20% between runs seconds apart), and proxies loaded together drift
+together. The script prints each one's CPU time per request (utime+stime of the whole
+process from /proc, all threads) as the median and range over the rounds, then the
+ratios robotsgate / passthrough, each taken within a round and given as median and
+range. `--sequential` loads one proxy at a time instead (each alone on CPU 1, back to
+back). Last, one connection at a time, also `--rounds` times: the p50 latency each proxy
+adds to the round's direct request.
 
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
-                            [--compare OTHER_ROBOTSGATE_BINARY]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
 same run as another row, "other" (access log on).
 Needs wrk, nginx and libjemalloc2 (Debian packages `wrk`, `nginx-light`, `libjemalloc2`);
@@ -46,16 +49,24 @@ def pinned(cpu, command):
     return ["taskset", "-c", str(cpu), *command]
 
 
-def wrk(args, url, lua, pid, connections=None):
+def wrk_start(args, url, lua, pid, connections=None):
+    """Starts wrk (on CPU 0) against `url`; `pid`'s CPU time is counted from now."""
     before = cpu_seconds(pid) if pid else 0.0
-    out = subprocess.run(
+    proc = subprocess.Popen(
         pinned(0, ["wrk", "-t1", f"-c{connections or args.connections}", f"-d{args.seconds}s", "--latency",
                    "-s", lua, url]),
-        capture_output=True, text=True, check=True,
-    ).stdout
+        stdout=subprocess.PIPE, text=True,
+    )
+    return proc, url, pid, before
+
+
+def wrk_result(started):
+    """Waits for a wrk of `wrk_start` and reads its result and the CPU time per request."""
+    proc, url, pid, before = started
+    out = proc.communicate()[0]
     cpu = (cpu_seconds(pid) - before) if pid else 0.0
     found = re.search(r"(\d+) requests in", out)
-    if not found:
+    if proc.returncode != 0 or not found:
         sys.exit(f"wrk against {url} printed no result:\n{out}")
     requests = int(found.group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -69,12 +80,18 @@ def wrk(args, url, lua, pid, connections=None):
     }
 
 
+def wrk(args, url, lua, pid, connections=None):
+    return wrk_result(wrk_start(args, url, lua, pid, connections))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", help="another robotsgate binary, measured in the same run")
+    parser.add_argument("--sequential", action="store_true",
+                        help="load one proxy at a time instead of all of them at once")
     args = parser.parse_args()
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
     if not os.path.exists(JEMALLOC):
@@ -155,9 +172,14 @@ http {{ access_log off; keepalive_requests 1000000;
         for mode in ("keep-alive", "close"):
             for _ in range(args.rounds):
                 runs.setdefault((mode, "direct"), []).append(wrk(args, f"http://{origin}", lua[mode, "direct"], None))
-                for name, (proc, port) in proxies.items():
-                    runs.setdefault((mode, name), []).append(
-                        wrk(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid))
+                load = lambda proc, port: wrk_start(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid)
+                if args.sequential:
+                    results = {name: wrk_result(load(*proxy)) for name, proxy in proxies.items()}
+                else:
+                    started_now = {name: load(*proxy) for name, proxy in proxies.items()}
+                    results = {name: wrk_result(w) for name, w in started_now.items()}
+                for name, result in results.items():
+                    runs.setdefault((mode, name), []).append(result)
         # One connection: the latency each proxy adds (to the direct request of its round).
         single = {}  # name -> [added p50 µs per round]
         for _ in range(args.rounds):
@@ -168,8 +190,10 @@ http {{ access_log off; keepalive_requests 1000000;
 
         # A round whose latency line wrk printed unreadably (NaN) does not void the others.
         med = lambda values: statistics.median([v for v in values if v == v] or [float("nan")])
+        together = "one at a time" if args.sequential else "all at once, sharing CPU 1 (rps and latency are each one's share)"
         print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s x {args.rounds} rounds on 127.0.0.1, nginx origin, "
-              f"proxies with threads: 1 on CPU 1 (nginx, wrk on CPU 0); median [min-max] over rounds\n")
+              f"proxies with threads: 1 on CPU 1 (nginx, wrk on CPU 0), loaded {together}; "
+              f"median [min-max] over rounds\n")
         print(f"{'mode':<11} {'target':<12} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>22} {'non-2xx':>8}")
         for (mode, name), rs in runs.items():
             cpus = [r["cpu_us"] for r in rs]
@@ -177,7 +201,7 @@ http {{ access_log off; keepalive_requests 1000000;
             print(f"{mode:<11} {name:<12} {med([r['rps'] for r in rs]):>10.0f} {med([r['p50'] for r in rs]):>8.3f} "
                   f"{med([r['p99'] for r in rs]):>8.3f} {cpu:>22} {sum(r['non2xx'] for r in rs):>8}")
         print()
-        # Ratios within each round (the proxies of a round ran back to back), then their
+        # Ratios within each round (the proxies of a round ran together), then their
         # median and range: this host's speed drifts between rounds by more than the
         # differences measured.
         def ratios(values, baseline):

@@ -11,9 +11,10 @@ use pingora::server::configuration::Opt;
 use pingora::server::Server;
 use robotsgate::config::UpstreamConfig;
 use robotsgate::policy::target::{Host, Scheme, Target};
-use robotsgate::proxy::http::upstream_peer;
+use robotsgate::proxy::http::{upstream_peer, UpstreamTimeouts};
 
-struct Passthrough;
+/// robotsgate's default upstream timeouts.
+struct Passthrough(UpstreamTimeouts);
 
 #[async_trait]
 impl ProxyHttp for Passthrough {
@@ -52,11 +53,7 @@ impl ProxyHttp for Passthrough {
         // write timeout is a timer per upstream read and write; no deployed proxy
         // goes without them).
         let addr = std::net::SocketAddr::new(ip, target.origin.port);
-        Ok(Box::new(upstream_peer(
-            target,
-            addr,
-            &UpstreamConfig::default(),
-        )))
+        Ok(Box::new(upstream_peer(target, addr, &self.0)))
     }
 
     async fn upstream_request_filter(
@@ -86,7 +83,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut server = Server::new(Some(opt))?;
     server.bootstrap();
-    let mut service = pingora::proxy::http_proxy_service(&server.configuration, Passthrough);
+    let mut service = pingora::proxy::http_proxy_service(
+        &server.configuration,
+        Passthrough((&UpstreamConfig::default()).into()),
+    );
     service.add_tcp(listen);
     server.add_service(service);
     server.run_forever()

@@ -31,7 +31,7 @@ pub struct RobotsGateProxy {
     /// Decides and paces every request.
     pub enforcer: Arc<Enforcer>,
     /// Timeouts towards origins.
-    pub upstream: UpstreamConfig,
+    pub upstream: UpstreamTimeouts,
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
     /// those that have one).
     pub max_body_bytes: u64,
@@ -128,9 +128,33 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
         .await
 }
 
+/// `upstream`'s timeouts as Pingora's peer options take them, converted once rather
+/// than on every request.
+#[derive(Clone, Copy, Debug)]
+pub struct UpstreamTimeouts {
+    connect: Duration,
+    read: Duration,
+    write: Duration,
+    idle: Duration,
+}
+
+impl From<&UpstreamConfig> for UpstreamTimeouts {
+    fn from(upstream: &UpstreamConfig) -> Self {
+        UpstreamTimeouts {
+            connect: upstream.connect_timeout_seconds.duration(),
+            read: upstream.read_timeout_seconds.duration(),
+            write: upstream.write_timeout_seconds.duration(),
+            idle: upstream
+                .idle_timeout_seconds
+                .duration()
+                .max(Duration::from_secs(1)),
+        }
+    }
+}
+
 /// The upstream peer for a forward decision: the approved address, TLS for https, one
 /// connection pool per origin, and the configured timeouts.
-pub fn upstream_peer(target: &Target, addr: SocketAddr, upstream: &UpstreamConfig) -> HttpPeer {
+pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamTimeouts) -> HttpPeer {
     let tls = target.origin.scheme == Scheme::Https;
     // The SNI (and the name the certificate is verified for): only TLS has one. Plain
     // HTTP connections are pooled by `group_key`, one pool per origin, without it.
@@ -142,16 +166,11 @@ pub fn upstream_peer(target: &Target, addr: SocketAddr, upstream: &UpstreamConfi
     let mut peer = HttpPeer::new(addr, tls, sni);
     peer.group_key = group_key(target);
     let o = &mut peer.options;
-    o.connection_timeout = Some(upstream.connect_timeout_seconds.duration());
-    o.total_connection_timeout = Some(upstream.connect_timeout_seconds.duration() * 2);
-    o.read_timeout = Some(upstream.read_timeout_seconds.duration());
-    o.write_timeout = Some(upstream.write_timeout_seconds.duration());
-    o.idle_timeout = Some(
-        upstream
-            .idle_timeout_seconds
-            .duration()
-            .max(Duration::from_secs(1)),
-    );
+    o.connection_timeout = Some(timeouts.connect);
+    o.total_connection_timeout = Some(timeouts.connect * 2);
+    o.read_timeout = Some(timeouts.read);
+    o.write_timeout = Some(timeouts.write);
+    o.idle_timeout = Some(timeouts.idle);
     peer
 }
 
@@ -600,7 +619,7 @@ impl ProxyHttp for RobotsGateProxy {
                     (waited, upstream_status, line, why, Some(rule.label()))
                 }
             };
-        if !tracing::enabled!(target: "access", tracing::Level::INFO) {
+        if !crate::telemetry::logging::access_enabled() {
             return;
         }
         let (origin, path): (&dyn std::fmt::Display, &str) = match &ctx.target {

@@ -227,7 +227,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         &server.configuration,
         RobotsGateProxy {
             enforcer: enforcer.clone(),
-            upstream: config.upstream.clone(),
+            upstream: (&config.upstream).into(),
             max_body_bytes: config.limits.max_body_bytes,
             socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),
             via: crate::origin::loops::OwnTraffic::new(&config.transparent).via(),
