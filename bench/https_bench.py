@@ -17,7 +17,11 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
    process, from /proc). The same client also runs plain HTTP through robotsgate (absolute
    form, nginx's plain port), so what TLS adds is a ratio measured in the same run.
    `--rounds` rounds, the kinds interleaved; each row is the median [min-max] over them.
-   Proxies run on CPU 1, nginx and the client on CPU 0.
+   Proxies run on CPU 1, nginx and the client on CPU 0. HTTPS through robotsgate, plain
+   HTTP through a second, identical robotsgate, and Squid are loaded at once in each
+   round, so their ratios are taken under the same conditions (this host's speed drifts
+   by 10-20% between runs seconds apart); direct, CONNECT alone and transparent run
+   one at a time.
 3. Transparent TLS: the same handshakes and load with no proxy at all, the client's
    connections to 127.0.0.2:443 redirected by iptables to robotsgate's transparent TLS
    listener (robotsgate's own marked with `transparent.upstream_mark`, so not redirected).
@@ -58,15 +62,27 @@ LOAD = f"{ROOT}/target/release/examples/https_load"
 PROXY_CPU, CLIENT_CPU = ["taskset", "-c", "1"], ["taskset", "-c", "0"]
 
 
-def run_load(args, pid=None):
+def start_load(args, pid=None):
+    """Starts the load client (on the client's CPU); `pid`'s CPU time counts from now."""
     before = cpu_seconds(pid) if pid else 0.0
-    out = subprocess.run([*CLIENT_CPU, LOAD, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"https_load {' '.join(args)} failed:\n{out.stderr}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen([*CLIENT_CPU, LOAD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, args, pid, before
+
+
+def load_result(started):
+    """Waits for a client of `start_load`: its JSON result, with `pid`'s CPU seconds."""
+    proc, args, pid, before = started
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        sys.exit(f"https_load {' '.join(args)} failed:\n{stderr}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     if pid:
         result["cpu_s"] = cpu_seconds(pid) - before
     return result
+
+
+def run_load(args, pid=None):
+    return load_result(start_load(args, pid))
 
 
 def start_squid(work, port):
@@ -172,8 +188,16 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
                                "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
                               env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
         started.append(rg)
+        # A second, identical robotsgate for the plain-HTTP load, which runs at the same
+        # time as the HTTPS one (this host's speed drifts between runs seconds apart).
+        rg_plain_port = free_port()
+        rg_plain = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen",
+                                     f"127.0.0.1:{rg_plain_port}", "--allow-destination", "127.0.0.0/8"],
+                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg-plain.log", "w"))
+        started.append(rg_plain)
         wait_port(rg_port)
         wait_port(tls_port)
+        wait_port(rg_plain_port)
         squid_port = free_port()
         squid = start_squid(work, squid_port)
         started.append(squid)
@@ -185,7 +209,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         direct = ["--target", target, "--ca", f"{work}/origin-ca.pem"]
         proxied = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--proxy", f"127.0.0.1:{rg_port}"]
         plain = ["--target", f"127.0.0.1:{plain_port}", "--ca", f"{work}/operator-ca.pem",
-                 "--proxy", f"127.0.0.1:{rg_port}", "--plain"]
+                 "--proxy", f"127.0.0.1:{rg_plain_port}", "--plain"]
         transparent = ["--target", "127.0.0.2:443", "--ca", f"{work}/operator-ca.pem"]
         # By name: Squid 5.7 mints a leaf for an IP literal with the address as a DNS name,
         # which a verifying client rejects.
@@ -211,12 +235,18 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         hs_squid = run_load([*bumped, "--handshakes", n], squid.pid)
 
         load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
-        kinds = {"direct": (direct, None), "robotsgate": (proxied, rg.pid), "plain HTTP": (plain, rg.pid),
-                 "transparent": (transparent, rg.pid), "squid-bump": (bumped, squid.pid)}
-        rounds = {name: [] for name in kinds}
+        # Each round: the kinds of `together` at once (the proxies share CPU 1, so the
+        # ratios between them do not move with the host's drift), then the others alone.
+        together = {"robotsgate": (proxied, rg.pid), "plain HTTP": (plain, rg_plain.pid),
+                    "squid-bump": (bumped, squid.pid)}
+        alone = {"direct": (direct, None), "CONNECT alone": (proxied, rg.pid), "transparent": (transparent, rg.pid)}
+        rounds = {name: [] for name in [*alone, *together]}
         for _ in range(args.rounds):
-            for name, (target_args, pid) in kinds.items():
+            for name, (target_args, pid) in alone.items():
                 rounds[name].append(run_load([*target_args, *load], pid))
+            loads = {name: start_load([*target_args, *load], pid) for name, (target_args, pid) in together.items()}
+            for name, started_load in loads.items():
+                rounds[name].append(load_result(started_load))
         for name, results in rounds.items():
             if any(r["errors"] for r in results):
                 log = "squid.log" if name == "squid-bump" else "rg.log"
@@ -251,7 +281,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         print(f"robotsgate HTTPS / robotsgate plain HTTP: CPU per request {ratio('robotsgate', 'plain HTTP')}")
         print(f"robotsgate / Squid ssl-bump: CPU per request {ratio('robotsgate', 'squid-bump')}, "
               f"rps {ratio('robotsgate', 'squid-bump', lambda r: r['rps'])}")
-        print(f"transparent TLS / CONNECT interception: CPU per request {ratio('transparent', 'robotsgate')}, "
+        print(f"transparent TLS / CONNECT interception (each alone): CPU per request "
+              f"{ratio('transparent', 'CONNECT alone')}, "
               f"handshake p50 {hs_transparent['p50_ms'] / hs_cached['p50_ms']:.2f}x")
         print(f"robotsgate / direct: p50 {ratio('robotsgate', 'direct', lambda r: r['p50_ms'])}")
     finally:
