@@ -14,10 +14,10 @@ use clap::Parser;
 /// every 64 KiB allocated: so the 64 KiB buffer went to the arena (its lock, an extent
 /// search) on every request, and with 64 requests in flight small bins overflowed,
 /// flushing slabs back to the arena that the next requests carved again (about one slab
-/// a request, callgrind counted). Caching up to
-/// 64 KiB, 64 large blocks of a size and collecting every 1 MiB took about 2 µs of CPU
-/// from each request (`bench/proxy_bench.py`, about 7%); 128 to 512 of each small size
-/// took 3,200 more instructions of about 120,000 (callgrind, 64 requests in flight).
+/// a request, callgrind counted). Caching up to 64 KiB, 64 large blocks of a size and
+/// collecting every 1 MiB took about 2 µs of CPU from each request
+/// (`bench/proxy_bench.py`, about 7%); 128 to 512 of each small size took 3,200 more
+/// instructions of about 120,000 (callgrind, 64 requests in flight).
 /// The cache stays bounded — per thread, at the very worst, 64 blocks of each size from
 /// 16 to 64 KiB (about 21 MiB) and 128 of each small size up to 14 KiB (about 12 MiB),
 /// held only after that many were in use at once — and its collection still returns

@@ -273,7 +273,7 @@ fn needs_no_escape(bytes: &[u8]) -> bool {
     words.remainder().iter().all(plain)
 }
 
-/// A byte a string value holds as it is: printable ASCII but `"` and `\\`.
+/// A byte a string value holds as it is: printable ASCII but `"` and `\`.
 fn plain(byte: &u8) -> bool {
     (b' '..=b'~').contains(byte) && *byte != b'"' && *byte != b'\\'
 }
