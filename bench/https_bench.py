@@ -190,9 +190,12 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         started.append(rg)
         # A second, identical robotsgate for the plain-HTTP load, which runs at the same
         # time as the HTTPS one (this host's speed drifts between runs seconds apart).
+        # Its transparent listener gets no traffic; it is there so both send the same `Via`.
         rg_plain_port = free_port()
         rg_plain = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen",
-                                     f"127.0.0.1:{rg_plain_port}", "--allow-destination", "127.0.0.0/8"],
+                                     f"127.0.0.1:{rg_plain_port}", "--transparent-tls", f"127.0.0.1:{free_port()}",
+                                     "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
+                                     "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
                                     env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg-plain.log", "w"))
         started.append(rg_plain)
         wait_port(rg_port)

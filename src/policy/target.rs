@@ -120,6 +120,9 @@ impl Origin {
     pub fn host_name(&self) -> String {
         match &self.host {
             Host::Name(name) => name.to_string(),
+            // An HTTPS request's peer is named on every request: `Host`'s own digits
+            // (with `itoa`), not `Ipv4Addr`'s formatting machinery.
+            Host::Ip(IpAddr::V4(_)) => self.host.to_string(),
             Host::Ip(ip) => ip.to_string(),
         }
     }
@@ -532,6 +535,7 @@ mod tests {
         let t = target("http://[::1]:8080/x", None).expect("v6");
         assert_eq!(t.origin.host, Host::Ip("::1".parse().expect("ip")));
         assert_eq!(t.origin.to_string(), "http://[::1]:8080");
+        assert_eq!(t.origin.host_name(), "::1");
         let t = target("http://127.0.0.1:9/", None).expect("v4");
         assert_eq!(t.origin.host_name(), "127.0.0.1");
     }
