@@ -17,13 +17,16 @@
 //!
 //! Cost: each read's new octets are scanned once for the blank line that ends the head;
 //! `httparse` runs once on the complete head (≈ 1 µs for a crawler's request). Memory per
-//! connection is bounded by `max_header_bytes` plus one read.
+//! connection is bounded by `max_header_bytes` plus one read. The waits are Pingora's
+//! timers (10 ms ticks on a thread of their own), as Pingora's own reads use: a Tokio
+//! timer armed while no other is pending wakes the runtime's driver, one `write(2)` to
+//! its eventfd on every request that waits for its next head.
 
 use std::time::Duration;
 
 use bytes::BytesMut;
+use std::time::Instant;
 use tokio::io::AsyncRead;
-use tokio::time::Instant;
 
 use crate::config::LimitsConfig;
 use crate::telemetry::metrics::Refusal;
@@ -198,13 +201,18 @@ pub async fn read_head_after<S: AsyncRead + Unpin>(
             return parse(buf, len, limits);
         }
         let read = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, read_arrived(stream, &mut buf))
-                .await
-                .map_err(|_| HeadError::Timeout)?,
-            None => match tokio::time::timeout(first_wait, read_arrived(stream, &mut buf)).await {
-                Ok(read) => read,
-                Err(_) => return Err(HeadError::FirstByteTimeout),
-            },
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                pingora::time::timeout(left, read_arrived(stream, &mut buf))
+                    .await
+                    .map_err(|_| HeadError::Timeout)?
+            }
+            None => {
+                match pingora::time::timeout(first_wait, read_arrived(stream, &mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => return Err(HeadError::FirstByteTimeout),
+                }
+            }
         };
         match read {
             Ok(0) | Err(_) => return Err(HeadError::Gone),
