@@ -180,27 +180,27 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         started.append(nginx)
         wait_port(nginx_port)
 
-        config = robotsgate_config(work, "rg", "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n"
-                                   "  pacing:\n    max_in_flight: 0\n", POOL)
-        rg = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{rg_port}",
-                               "--transparent-tls", f"127.0.0.1:{tls_port}",
-                               "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
-                               "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
-                              env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg.log", "w"))
-        started.append(rg)
+        def robotsgate(name, port, tls):
+            """robotsgate on `port` with its transparent TLS listener on `tls`; its config,
+            pid file and log are {name}.*."""
+            config = robotsgate_config(work, name, "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n"
+                                       "  pacing:\n    max_in_flight: 0\n", POOL)
+            proc = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
+                                     "--transparent-tls", f"127.0.0.1:{tls}",
+                                     "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
+                                     "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
+                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/{name}.log", "w"))
+            started.append(proc)
+            wait_port(port)
+            wait_port(tls)
+            return proc
+
+        rg = robotsgate("rg", rg_port, tls_port)
         # A second, identical robotsgate for the plain-HTTP load, which runs at the same
         # time as the HTTPS one (this host's speed drifts between runs seconds apart).
         # Its transparent listener gets no traffic; it is there so both send the same `Via`.
         rg_plain_port = free_port()
-        rg_plain = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen",
-                                     f"127.0.0.1:{rg_plain_port}", "--transparent-tls", f"127.0.0.1:{free_port()}",
-                                     "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
-                                     "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
-                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg-plain.log", "w"))
-        started.append(rg_plain)
-        wait_port(rg_port)
-        wait_port(tls_port)
-        wait_port(rg_plain_port)
+        rg_plain = robotsgate("rg-plain", rg_plain_port, free_port())
         squid_port = free_port()
         squid = start_squid(work, squid_port)
         started.append(squid)
@@ -252,7 +252,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
                 rounds[name].append(load_result(started_load))
         for name, results in rounds.items():
             if any(r["errors"] for r in results):
-                log = "squid.log" if name == "squid-bump" else "rg.log"
+                log = {"squid-bump": "squid.log", "plain HTTP": "rg-plain.log"}.get(name, "rg.log")
                 print(f"errors: {name} {[r['errors'] for r in results]} (see {work}/{log})")
 
         print(f"\nConnection setup, {n} sequential, no TLS resumption (ms):")

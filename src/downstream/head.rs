@@ -22,10 +22,9 @@
 //! timer armed while no other is pending wakes the runtime's driver, one `write(2)` to
 //! its eventfd on every request that waits for its next head.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use std::time::Instant;
 use tokio::io::AsyncRead;
 
 use crate::config::LimitsConfig;

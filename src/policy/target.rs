@@ -440,7 +440,7 @@ mod tests {
     fn ipv4_origins_are_written_as_std_writes_them() {
         let octets = [0u8, 1, 9, 10, 99, 100, 127, 199, 200, 255];
         let ports = [
-            1u16, 9, 10, 99, 100, 443, 999, 1000, 8080, 9999, 10000, 65535,
+            1u16, 9, 10, 80, 99, 100, 443, 999, 1000, 8080, 9999, 10000, 65535,
         ];
         for (i, &a) in octets.iter().enumerate() {
             let ip =

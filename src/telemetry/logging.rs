@@ -285,10 +285,6 @@ fn plain(byte: &u8) -> bool {
 /// round the tie differently), which takes 16 digits or more. Those, NaN and the
 /// infinities go through `{:?}`; a request's seconds rarely do.
 fn write_debug_f64(line: &mut String, value: f64) {
-    if value == 0.0 && value.is_sign_positive() {
-        line.push_str("0.0");
-        return;
-    }
     let mut buffer = ryu::Buffer::new();
     if value.is_finite() && !(1e-5..1e-4).contains(&value.abs()) {
         let text = buffer.format_finite(value);
