@@ -31,6 +31,14 @@ def robotsgate_config(work, name, robotsgate, pingora=""):
 # Keep-alive connections to origins, enough for every benchmark connection.
 POOL = "upstream_keepalive_pool_size: 1024\n"
 
+# robotsgate's pacing off, for scripts that measure what a request costs: one origin and
+# many connections would make the in-flight limit (2 per origin) the measure, and
+# adaptive pacing reads this host's own CPU contention as a slowing origin (paired loads
+# keep a proxy off the CPU for tens of milliseconds, against a loopback origin's
+# sub-millisecond baseline: robotsgate ran at 0.70x the passthrough's requests/s with a
+# p99 of 172 ms against 34 ms). bench/pacing_load.py measures pacing.
+UNPACED = "  pacing:\n    max_in_flight: 0\n    adaptive:\n      enabled: false\n"
+
 
 def free_port():
     with socket.socket() as s:

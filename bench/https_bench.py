@@ -11,8 +11,8 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
    - CONNECT + TLS through robotsgate, a new IP literal every time (leaf minted now).
 2. Keep-alive load: `--connections` connections, each set up once, then back-to-back
    GETs for `--seconds`: direct vs through robotsgate (decisions cached: the robots.txt
-   is fetched during a warm-up; no in-flight limit, as in proxy_bench.py, so the figure is
-   the cost of a request, not of queueing 32 connections behind two turns). Prints
+   is fetched during a warm-up; pacing off, as in proxy_bench.py, so the figure is the
+   cost of a request, not of queueing 32 connections behind two turns: benchlib.UNPACED). Prints
    requests/s, p50/p99 and robotsgate's CPU time per request (utime+stime of the whole
    process, from /proc). The same client also runs plain HTTP through robotsgate (absolute
    form, nginx's plain port), so what TLS adds is a ratio measured in the same run.
@@ -28,6 +28,12 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
 4. Squid 5.7 with ssl-bump (Debian `squid-openssl`, one process, no cache, no access
    log), minting leaves from the same operator CA: the same CONNECT + TLS handshakes and
    keep-alive load, its CPU per request beside robotsgate's.
+5. The floor: the bare Pingora passthrough (examples/passthrough.rs) with a TLS listener
+   (`--tls`, Pingora's own rustls listener, a certificate from the operator CA) and TLS
+   to the origin, against a second identical passthrough in plain HTTP, loaded with the
+   robotsgate pair. Their ratio is what two TLS legs cost a Pingora proxy that does
+   nothing else; robotsgate HTTPS / passthrough TLS is robotsgate's own cost on the
+   HTTPS path, as proxy_bench.py's ratio is on the plain one.
 
 The whole run happens in a network namespace the script makes (`ip netns`; root), so the
 redirection rule touches nothing outside it.
@@ -47,16 +53,10 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import POOL, ROOT, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import POOL, ROOT, UNPACED, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 LOAD = f"{ROOT}/target/release/examples/https_load"
-
-
-
-
-
-
-
+PASSTHROUGH = f"{ROOT}/target/release/examples/passthrough"
 
 # Proxies on one core, the origin and the client on the other (as in proxy_bench.py).
 PROXY_CPU, CLIENT_CPU = ["taskset", "-c", "1"], ["taskset", "-c", "0"]
@@ -139,8 +139,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "squid": "squid-openssl"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
-                   cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load",
+                    "--example", "passthrough"], cwd=ROOT, check=True)
     rgbin = f"{ROOT}/target/release/robotsgate"
 
     work = tempfile.mkdtemp(prefix="robotsgate-https-bench-")
@@ -161,6 +161,14 @@ def main():
         os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
                        check=True, capture_output=True)
+        # The passthrough's TLS listener: a certificate for 127.0.0.1 from the operator CA,
+        # which the load client trusts.
+        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", f"{work}/pt.key", "-out", f"{work}/pt.csr", "-subj", "/CN=127.0.0.1"],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/pt.csr", "-CA", f"{work}/operator-ca.pem",
+                        "-CAkey", f"{work}/operator-ca.key", "-CAcreateserial", "-days", "2",
+                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/pt.pem"], check=True, capture_output=True)
 
         nginx_port, plain_port, rg_port, tls_port = free_port(), free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
@@ -184,7 +192,7 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
             """robotsgate on `port` with its transparent TLS listener on `tls`; its config,
             pid file and log are {name}.*."""
             config = robotsgate_config(work, name, "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n"
-                                       "  pacing:\n    max_in_flight: 0\n", POOL)
+                                       + UNPACED, POOL)
             proc = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
                                      "--transparent-tls", f"127.0.0.1:{tls}",
                                      "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
@@ -201,6 +209,22 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         # Its transparent listener gets no traffic; it is there so both send the same `Via`.
         rg_plain_port = free_port()
         rg_plain = robotsgate("rg-plain", rg_plain_port, free_port())
+
+        def passthrough(name):
+            """A bare Pingora passthrough with a plain and a TLS listener: their ports."""
+            config = robotsgate_config(work, name, "", POOL + f"ca_file: {work}/origin-ca.pem\n")
+            port, tls = free_port(), free_port()
+            proc = subprocess.Popen([*PROXY_CPU, PASSTHROUGH, config, f"127.0.0.1:{port}", "--tls",
+                                     f"127.0.0.1:{tls}", f"{work}/pt.pem", f"{work}/pt.key"],
+                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/{name}.log", "w"))
+            started.append(proc)
+            wait_port(port)
+            wait_port(tls)
+            return proc, port, tls
+
+        # Two, for the same reason as the two robotsgates: one loaded in TLS, one in plain.
+        pt_tls, _, pt_tls_port = passthrough("pt-tls")
+        pt_plain, pt_plain_port, _ = passthrough("pt-plain")
         squid_port = free_port()
         squid = start_squid(work, squid_port)
         started.append(squid)
@@ -214,6 +238,9 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         plain = ["--target", f"127.0.0.1:{plain_port}", "--ca", f"{work}/operator-ca.pem",
                  "--proxy", f"127.0.0.1:{rg_plain_port}", "--plain"]
         transparent = ["--target", "127.0.0.2:443", "--ca", f"{work}/operator-ca.pem"]
+        floor_tls = ["--target", target, "--ca", f"{work}/operator-ca.pem", "--gateway", f"127.0.0.1:{pt_tls_port}"]
+        floor_plain = ["--target", f"127.0.0.1:{plain_port}", "--ca", f"{work}/operator-ca.pem",
+                       "--proxy", f"127.0.0.1:{pt_plain_port}", "--plain"]
         # By name: Squid 5.7 mints a leaf for an IP literal with the address as a DNS name,
         # which a verifying client rejects.
         bumped = ["--target", target, "--name", "localhost", "--ca", f"{work}/operator-ca.pem",
@@ -223,6 +250,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         run_load([*bumped, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
         run_load([*transparent, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
         run_load([*plain, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        run_load([*floor_tls, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        run_load([*floor_plain, "--connections", "2", "--seconds", "0.5", "--path", "/page"])
 
         n = str(args.handshakes)
         hs_direct = run_load([*direct, "--handshakes", n])
@@ -241,7 +270,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         # Each round: the kinds of `together` at once (the proxies share CPU 1, so the
         # ratios between them do not move with the host's drift), then the others alone.
         together = {"robotsgate": (proxied, rg.pid), "plain HTTP": (plain, rg_plain.pid),
-                    "squid-bump": (bumped, squid.pid)}
+                    "squid-bump": (bumped, squid.pid), "pt TLS": (floor_tls, pt_tls.pid),
+                    "pt plain": (floor_plain, pt_plain.pid)}
         alone = {"direct": (direct, None), "CONNECT alone": (proxied, rg.pid), "transparent": (transparent, rg.pid)}
         rounds = {name: [] for name in [*alone, *together]}
         for _ in range(args.rounds):
@@ -252,7 +282,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
                 rounds[name].append(load_result(started_load))
         for name, results in rounds.items():
             if any(r["errors"] for r in results):
-                log = {"squid-bump": "squid.log", "plain HTTP": "rg-plain.log"}.get(name, "rg.log")
+                log = {"squid-bump": "squid.log", "plain HTTP": "rg-plain.log", "pt TLS": "pt-tls.log",
+                       "pt plain": "pt-plain.log"}.get(name, "rg.log")
                 print(f"errors: {name} {[r['errors'] for r in results]} (see {work}/{log})")
 
         print(f"\nConnection setup, {n} sequential, no TLS resumption (ms):")
@@ -282,6 +313,9 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         # Ratios within each round: kinds measured minutes apart would compare the machine.
         ratio = lambda a, b, key=cpu: spread([key(x) / key(y) for x, y in zip(rounds[a], rounds[b])], "x")
         print(f"robotsgate HTTPS / robotsgate plain HTTP: CPU per request {ratio('robotsgate', 'plain HTTP')}")
+        print(f"the floor, passthrough TLS / passthrough plain HTTP: CPU per request {ratio('pt TLS', 'pt plain')}")
+        print(f"robotsgate HTTPS / passthrough TLS: CPU per request {ratio('robotsgate', 'pt TLS')} "
+              f"(plain HTTP: {ratio('plain HTTP', 'pt plain')})")
         print(f"robotsgate / Squid ssl-bump: CPU per request {ratio('robotsgate', 'squid-bump')}, "
               f"rps {ratio('robotsgate', 'squid-bump', lambda r: r['rps'])}")
         print(f"transparent TLS / CONNECT interception (each alone): CPU per request "

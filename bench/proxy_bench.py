@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import POOL, ROOT, UNPACED, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 
 
@@ -123,10 +123,8 @@ http {{ access_log off; keepalive_requests 1000000;
         wait_port(nginx_port)
         origin = f"127.0.0.1:{nginx_port}"
 
-        # One origin and many connections: the in-flight limit (2 per origin) would make
-        # this a measure of politeness, not of the cost of a cached decision; it is off
-        # here (bench/pacing_load.py --no-crawl-delay measures the limit).
-        conf = robotsgate_config(work, "rg", "  admin_listen: null\n  pacing:\n    max_in_flight: 0\n", POOL)
+        # Pacing off: this measures the cost of a cached decision (benchlib.UNPACED).
+        conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
         proxies = {}  # name -> (process, port)
 
         def start(name, command, env):

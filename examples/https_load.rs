@@ -11,11 +11,15 @@
 //!   literal (127.0.x.y), so every handshake through robotsgate needs a freshly minted
 //!   leaf; without it, all name the target, so the leaf comes from the cache.
 //!
+//! With `--gateway ADDR`, connections go to ADDR, which is spoken to as if it were the
+//! target (TLS for the target's name, origin-form requests with its `Host`): a
+//! TLS-terminating proxy with no CONNECT, such as `examples/passthrough.rs --tls`.
+//!
 //! With `--plain`, `load` speaks plain HTTP instead (absolute-form requests through
 //! `--proxy`, as a crawler with `HTTP_PROXY` does), so the cost TLS adds is measured with
 //! the same client, the same origin server and the same request in one run.
 //!
-//! Usage: https_load --target 127.0.0.1:8443 --ca CA.pem [--proxy 127.0.0.1:8080]
+//! Usage: https_load --target 127.0.0.1:8443 --ca CA.pem [--proxy 127.0.0.1:8080 | --gateway ADDR]
 //!        (--connections 16 --seconds 5 --path /page [--plain] | --handshakes 200 [--distinct])
 
 use std::net::SocketAddr;
@@ -32,6 +36,8 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 struct Args {
     target: SocketAddr,
     proxy: Option<SocketAddr>,
+    /// Connect here instead of the target, with no CONNECT (see the module docs).
+    gateway: Option<SocketAddr>,
     ca: String,
     connections: usize,
     seconds: f64,
@@ -56,6 +62,7 @@ fn args() -> Result<Args, Error> {
     Ok(Args {
         target: flag("--target").ok_or("--target HOST:PORT")?.parse()?,
         proxy: flag("--proxy").map(|p| p.parse()).transpose()?,
+        gateway: flag("--gateway").map(|p| p.parse()).transpose()?,
         ca: flag("--ca").ok_or("--ca FILE")?,
         connections: flag("--connections").map_or(Ok(16), |v| v.parse())?,
         seconds: flag("--seconds").map_or(Ok(5.0), |v| v.parse())?,
@@ -86,14 +93,15 @@ fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, Error> {
     Ok(Arc::new(config))
 }
 
-/// One TLS connection to `target`, through a CONNECT tunnel when `proxy` is set.
+/// One TLS connection to `target`, through a CONNECT tunnel when `proxy` is set, or
+/// made to `gateway` when that is set.
 async fn open(
     connector: &TlsConnector,
-    proxy: Option<SocketAddr>,
+    (proxy, gateway): (Option<SocketAddr>, Option<SocketAddr>),
     target: SocketAddr,
     name: Option<&str>,
 ) -> Result<TlsStream<TcpStream>, Error> {
-    let mut tcp = TcpStream::connect(proxy.unwrap_or(target)).await?;
+    let mut tcp = TcpStream::connect(proxy.or(gateway).unwrap_or(target)).await?;
     tcp.set_nodelay(true)?;
     if proxy.is_some() {
         let authority = authority(target, name);
@@ -171,9 +179,10 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
     for _ in 0..args.connections {
-        let (connector, proxy, target, path, name, plain) = (
+        let (connector, proxy, gateway, target, path, name, plain) = (
             connector.clone(),
             args.proxy,
+            args.gateway,
             args.target,
             args.path.clone(),
             args.name.clone(),
@@ -185,7 +194,7 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
             let opened: Result<Box<dyn Conn>, Error> = if plain {
                 open_plain(proxy, target).await.map(|c| Box::new(c) as _)
             } else {
-                open(&connector, proxy, target, name.as_deref())
+                open(&connector, (proxy, gateway), target, name.as_deref())
                     .await
                     .map(|c| Box::new(c) as _)
             };
@@ -261,7 +270,13 @@ async fn handshakes(args: &Args, connector: TlsConnector) -> Result<(), Error> {
             args.target
         };
         let started = Instant::now();
-        let tls = open(&connector, args.proxy, target, args.name.as_deref()).await?;
+        let tls = open(
+            &connector,
+            (args.proxy, args.gateway),
+            target,
+            args.name.as_deref(),
+        )
+        .await?;
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         drop(tls);
     }

@@ -2,7 +2,13 @@
 //! (same target parsing, same peer options) that does no robots, egress or DNS work —
 //! it forwards absolute-form requests to the IP literal they name.
 //!
-//! `cargo run --release --example passthrough -- CONFIG.yaml LISTEN_ADDR`
+//! With `--tls`, a second listener terminates TLS (Pingora's own listener, the same rustls
+//! stack robotsgate's interception uses) and forwards its origin-form requests over TLS to
+//! the IP literal their `Host` names: the floor of what HTTPS costs a Pingora proxy, for
+//! `bench/https_bench.py`. Origins are verified against the config's `ca_file`.
+//!
+//! `cargo run --release --example passthrough -- CONFIG.yaml LISTEN_ADDR
+//!  [--tls TLS_LISTEN_ADDR CERT.pem KEY.pem]`
 
 use async_trait::async_trait;
 use pingora::prelude::*;
@@ -13,8 +19,13 @@ use robotsgate::config::UpstreamConfig;
 use robotsgate::policy::target::{Host, Scheme, Target};
 use robotsgate::proxy::http::{upstream_peer, UpstreamTimeouts};
 
-/// robotsgate's default upstream timeouts.
-struct Passthrough(UpstreamTimeouts);
+/// Forwards each request to the origin its target names.
+struct Passthrough {
+    /// robotsgate's default upstream timeouts.
+    timeouts: UpstreamTimeouts,
+    /// The scheme of origin-form requests: HTTPS on the TLS listener.
+    scheme: Scheme,
+}
 
 #[async_trait]
 impl ProxyHttp for Passthrough {
@@ -27,7 +38,7 @@ impl ProxyHttp for Passthrough {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let req = session.req_header();
         let host = req.headers.get("host").map(|h| h.as_bytes());
-        *ctx = Target::from_request(req.raw_path(), host, Scheme::Http).ok();
+        *ctx = Target::from_request(req.raw_path(), host, self.scheme).ok();
         if ctx.is_none() {
             session.respond_error(400).await?;
             return Ok(true);
@@ -53,7 +64,7 @@ impl ProxyHttp for Passthrough {
         // write timeout is a timer per upstream read and write; no deployed proxy
         // goes without them).
         let addr = std::net::SocketAddr::new(ip, target.origin.port);
-        Ok(Box::new(upstream_peer(target, addr, &self.0)))
+        Ok(Box::new(upstream_peer(target, addr, &self.timeouts)))
     }
 
     async fn upstream_request_filter(
@@ -74,8 +85,17 @@ impl ProxyHttp for Passthrough {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: passthrough CONFIG.yaml LISTEN_ADDR [--tls LISTEN_ADDR CERT KEY]";
     let (Some(conf), Some(listen)) = (args.get(1), args.get(2)) else {
-        return Err("usage: passthrough CONFIG.yaml LISTEN_ADDR".into());
+        return Err(usage.into());
+    };
+    let tls = match args.get(3).map(String::as_str) {
+        None => None,
+        Some("--tls") => match (args.get(4), args.get(5), args.get(6)) {
+            (Some(listen), Some(cert), Some(key)) => Some((listen, cert, key)),
+            _ => return Err(usage.into()),
+        },
+        Some(_) => return Err(usage.into()),
     };
     let opt = Opt {
         conf: Some(conf.clone()),
@@ -83,11 +103,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut server = Server::new(Some(opt))?;
     server.bootstrap();
+    let timeouts = (&UpstreamConfig::default()).into();
     let mut service = pingora::proxy::http_proxy_service(
         &server.configuration,
-        Passthrough((&UpstreamConfig::default()).into()),
+        Passthrough {
+            timeouts,
+            scheme: Scheme::Http,
+        },
     );
     service.add_tcp(listen);
     server.add_service(service);
+    if let Some((listen, cert, key)) = tls {
+        let mut service = pingora::proxy::http_proxy_service(
+            &server.configuration,
+            Passthrough {
+                timeouts,
+                scheme: Scheme::Https,
+            },
+        );
+        service.add_tls(listen, cert, key)?;
+        server.add_service(service);
+    }
     server.run_forever()
 }
