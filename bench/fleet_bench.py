@@ -37,8 +37,6 @@ from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, ng
 ORIGINS = 16
 
 
-
-
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
 

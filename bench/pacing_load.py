@@ -100,8 +100,6 @@ async def fetch(proxy_port, url, host):
     return int(data.split(b" ", 2)[1]) if data else 0
 
 
-
-
 async def wait_for(port):
     deadline = time.time() + 20
     while True:

@@ -39,9 +39,6 @@ import tempfile
 
 from benchlib import POOL, ROOT, UNPACED, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
-
-
-
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
