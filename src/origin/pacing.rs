@@ -30,7 +30,9 @@
 //! below it. An origin's 429 or 503 with `Retry-After` pauses its schedule until then;
 //! without it (and, with `adaptive`, on any 5xx) the backoff doubles (up to the
 //! ceiling) and a success halves it again. With `adaptive.enabled` the delay also follows
-//! the origin's response times (from the turn to the response head): at least
+//! the origin's response times (from the turn to the response head; for one over 20 ms,
+//! less the time its head sat received in the socket before robotsgate read it, as the
+//! kernel tells: a busy proxy is not a struggling origin): at least
 //! `response_time_factor` × the last one (Heritrix's rule; default 0: `max_in_flight`
 //! already bounds a healthy origin's load, and a wait proportional to every response
 //! would halve the speed of fast sites), and when a response is `latency_factor` times
@@ -71,6 +73,10 @@ use crate::telemetry::metrics;
 /// The group name of an origin's in-flight schedule (`#` never appears in a robots.txt
 /// group name: it starts a comment there).
 const IN_FLIGHT: &str = "#in-flight";
+
+/// A response quicker than this never counts as a sign of strain, however quick the
+/// origin's baseline: below it, scheduling jitter is as large as the response time.
+const SLOW_AT_LEAST: Duration = Duration::from_millis(20);
 
 /// Which rule set a schedule's delay.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,7 +215,7 @@ impl Timing {
             return;
         }
         let slow = self.baseline.is_some_and(|baseline| {
-            took > baseline.mul_f64(adaptive.latency_factor) && took > Duration::from_millis(20)
+            took > baseline.mul_f64(adaptive.latency_factor) && took > SLOW_AT_LEAST
         });
         if slow {
             self.slow_down = (self.slow_down * 2).max(took).min(took * 2).min(ceiling);
@@ -512,7 +518,23 @@ impl Permit {
     /// Tells the schedule how the origin answered (429/5xx back off, success decays,
     /// response times feed the adaptive delay).
     pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
-        let took = self.granted.elapsed();
+        self.origin_answered_read_late(status, retry_after, || Duration::ZERO);
+    }
+
+    /// [`Permit::origin_answered`] for a caller that can tell how long the response
+    /// head sat received but unread (`unread`, asked only of a response slow enough to
+    /// count as strain). That time is the proxy's, not the origin's: a busy proxy slow
+    /// to read its sockets must not take every fast origin for a struggling one.
+    pub fn origin_answered_read_late(
+        &self,
+        status: u16,
+        retry_after: Option<Duration>,
+        unread: impl FnOnce() -> Duration,
+    ) {
+        let mut took = self.granted.elapsed();
+        if self.adaptive.enabled && took > SLOW_AT_LEAST {
+            took = took.saturating_sub(unread());
+        }
         lock(&self.schedule.timing).answered(
             status,
             retry_after,

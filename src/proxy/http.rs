@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
+use pingora::protocols::{Digest, SocketDigest};
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
@@ -56,6 +57,9 @@ pub struct RequestContext {
     /// Where the request goes, once understood.
     target: Option<Target>,
     stage: Stage,
+    /// The upstream connection's socket, to ask the kernel how long a slow response sat
+    /// unread ([`Permit::origin_answered_read_late`]).
+    upstream_socket: Option<Arc<SocketDigest>>,
 }
 
 /// Where a request stands: undecided, answered by robotsgate, or forwarded.
@@ -180,6 +184,17 @@ fn group_key(target: &Target) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     target.origin.hash(&mut hasher);
     hasher.finish()
+}
+
+/// How long ago `socket` last received data (the kernel's `tcpi_last_data_recv`, in
+/// milliseconds). Asked when a response head has just been read, it is at most how long
+/// the head waited unread: the last data came with the head or after it.
+fn unread(socket: Option<&SocketDigest>) -> Duration {
+    socket
+        .and_then(SocketDigest::tcp_info)
+        .map_or(Duration::ZERO, |info| {
+            Duration::from_millis(info.tcpi_last_data_recv.into())
+        })
 }
 
 /// A short name for why an upstream exchange failed.
@@ -431,6 +446,19 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
+    async fn connected_to_upstream(
+        &self,
+        _session: &mut Session,
+        _reused: bool,
+        _peer: &HttpPeer,
+        _fd: std::os::unix::io::RawFd,
+        digest: Option<&Digest>,
+        ctx: &mut RequestContext,
+    ) -> Result<()> {
+        ctx.upstream_socket = digest.and_then(|d| d.socket_digest.clone());
+        Ok(())
+    }
+
     async fn upstream_response_filter(
         &self,
         _session: &mut Session,
@@ -464,7 +492,8 @@ impl ProxyHttp for RobotsGateProxy {
                 .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
-            permit.origin_answered(status, retry_after);
+            let socket = ctx.upstream_socket.as_deref();
+            permit.origin_answered_read_late(status, retry_after, || unread(socket));
         }
         Ok(())
     }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::common::{
-    concurrent, curl, gaps, most_at_once, pages, static_dns, Behaviour, Proxy, TestOrigin,
+    concurrent, curl, eventually, gaps, most_at_once, pages, static_dns, Behaviour, Proxy,
+    TestOrigin,
 };
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -250,4 +251,57 @@ async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
         smallest >= Duration::from_millis(600),
         "override delay, gap {smallest:?}"
     );
+}
+
+/// A response that waits in robotsgate's socket while robotsgate is off the CPU (here:
+/// stopped) is robotsgate's delay, not the origin's: no slow-down. One the origin itself
+/// is slow to send still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_robotsgate_is_slow_to_read_is_not_the_origin_slowing_down() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow:\n"),
+    )])
+    .await;
+    for path in ["/warm", "/base0", "/base1", "/base2", "/stalled"] {
+        origin.set(path, delayed(200));
+    }
+    origin.set("/slow", delayed(2_000));
+    let proxy = Proxy::start_for_loopback("");
+    let latency = "robotsgate_pacing_slow_downs_total{cause=\"latency\"}";
+    for path in ["/warm", "/base0", "/base1", "/base2"] {
+        assert_eq!(curl(&proxy, &origin.url(path), &[]).0, 200);
+    }
+    assert_eq!(proxy.metric(latency).unwrap_or(0.0), 0.0, "a steady origin");
+
+    // The origin answers in its usual 200 ms, while robotsgate is stopped from the
+    // moment the request reaches the origin until 1.5 s later.
+    let client = proxy.client();
+    let url = origin.url("/stalled");
+    let request = tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) });
+    assert!(
+        eventually(Duration::from_secs(10), || origin.count("/stalled") == 1).await,
+        "the request reached the origin"
+    );
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &proxy.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {name}");
+    };
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    signal("-CONT");
+    let status = request.await.expect("join").expect("response");
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(
+        proxy.metric(latency).unwrap_or(0.0),
+        0.0,
+        "1.7 s from the turn, of which 1.5 s unread in robotsgate's socket"
+    );
+
+    // Ten times the origin's usual response time, all of it the origin's.
+    assert_eq!(curl(&proxy, &origin.url("/slow"), &[]).0, 200);
+    assert_eq!(proxy.metric(latency).unwrap_or(0.0), 1.0);
 }
