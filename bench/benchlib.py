@@ -33,10 +33,11 @@ POOL = "upstream_keepalive_pool_size: 1024\n"
 
 # robotsgate's pacing off, for scripts that measure what a request costs: one origin and
 # many connections would make the in-flight limit (2 per origin) the measure, and
-# adaptive pacing reads this host's own CPU contention as a slowing origin (paired loads
-# keep a proxy off the CPU for tens of milliseconds, against a loopback origin's
-# sub-millisecond baseline: robotsgate ran at 0.70x the passthrough's requests/s with a
-# p99 of 172 ms against 34 ms). bench/pacing_load.py measures pacing.
+# adaptive pacing would judge a loopback origin answering in well under a millisecond
+# by response times that include this host's stalls (paired loads keep a proxy off the
+# CPU for tens of milliseconds; robotsgate takes off the time a response sat unread in
+# its socket, not a stall before the request was written). bench/pacing_load.py
+# measures pacing.
 UNPACED = "  pacing:\n    max_in_flight: 0\n    adaptive:\n      enabled: false\n"
 
 
