@@ -104,25 +104,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut server = Server::new(Some(opt))?;
     server.bootstrap();
     let timeouts = (&UpstreamConfig::default()).into();
-    let mut service = pingora::proxy::http_proxy_service(
-        &server.configuration,
-        Passthrough {
-            timeouts,
-            scheme: Scheme::Http,
-        },
-    );
-    service.add_tcp(listen);
-    server.add_service(service);
+    let conf = server.configuration.clone();
+    let service =
+        |scheme| pingora::proxy::http_proxy_service(&conf, Passthrough { timeouts, scheme });
+    let mut plain = service(Scheme::Http);
+    plain.add_tcp(listen);
+    server.add_service(plain);
     if let Some((listen, cert, key)) = tls {
-        let mut service = pingora::proxy::http_proxy_service(
-            &server.configuration,
-            Passthrough {
-                timeouts,
-                scheme: Scheme::Https,
-            },
-        );
-        service.add_tls(listen, cert, key)?;
-        server.add_service(service);
+        let mut tls = service(Scheme::Https);
+        tls.add_tls(listen, cert, key)?;
+        server.add_service(tls);
     }
     server.run_forever()
 }
