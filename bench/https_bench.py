@@ -147,28 +147,28 @@ def main():
     os.chmod(work, 0o755)
     started = []
     try:
+        with open(f"{work}/ext.cnf", "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+
+        def leaf(name, ca):
+            """{name}.pem and {name}.key: a server certificate for 127.0.0.1, 127.0.0.2 and
+            localhost, signed by {ca}.pem."""
+            subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                            "-keyout", f"{work}/{name}.key", "-out", f"{work}/{name}.csr", "-subj", "/CN=127.0.0.1"],
+                           check=True, capture_output=True)
+            subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/{name}.csr", "-CA", f"{work}/{ca}.pem",
+                            "-CAkey", f"{work}/{ca}.key", "-CAcreateserial", "-days", "2",
+                            "-extfile", f"{work}/ext.cnf", "-out", f"{work}/{name}.pem"], check=True, capture_output=True)
+
         # Origin CA and nginx's certificate (IP SAN: the load client addresses 127.0.0.1).
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/origin-ca.pem", "--key", f"{work}/origin-ca.key",
                         "--name", "bench origin CA"], check=True, capture_output=True)
-        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                        "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
-                       check=True, capture_output=True)
-        with open(f"{work}/ext.cnf", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
-                        "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
-                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
+        leaf("origin", "origin-ca")
         os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
                        check=True, capture_output=True)
-        # The passthrough's TLS listener: a certificate for 127.0.0.1 from the operator CA,
-        # which the load client trusts.
-        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                        "-keyout", f"{work}/pt.key", "-out", f"{work}/pt.csr", "-subj", "/CN=127.0.0.1"],
-                       check=True, capture_output=True)
-        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/pt.csr", "-CA", f"{work}/operator-ca.pem",
-                        "-CAkey", f"{work}/operator-ca.key", "-CAcreateserial", "-days", "2",
-                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/pt.pem"], check=True, capture_output=True)
+        # The passthrough's TLS listener: from the operator CA, which the load client trusts.
+        leaf("pt", "operator-ca")
 
         nginx_port, plain_port, rg_port, tls_port = free_port(), free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
@@ -188,20 +188,25 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
         started.append(nginx)
         wait_port(nginx_port)
 
+        def start_proxy(name, command, ports):
+            """Starts `command` on the proxies' CPU, its log in {name}.log, once it listens
+            on every port of `ports`."""
+            proc = subprocess.Popen([*PROXY_CPU, *command], env={**os.environ, "RUST_LOG": "warn"},
+                                    stderr=open(f"{work}/{name}.log", "w"))
+            started.append(proc)
+            for port in ports:
+                wait_port(port)
+            return proc
+
         def robotsgate(name, port, tls):
             """robotsgate on `port` with its transparent TLS listener on `tls`; its config,
             pid file and log are {name}.*."""
             config = robotsgate_config(work, name, "  admin_listen: null\n  transparent:\n    upstream_mark: 42\n"
                                        + UNPACED, POOL)
-            proc = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
-                                     "--transparent-tls", f"127.0.0.1:{tls}",
-                                     "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
-                                     "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
-                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/{name}.log", "w"))
-            started.append(proc)
-            wait_port(port)
-            wait_port(tls)
-            return proc
+            return start_proxy(name, [rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
+                                      "--transparent-tls", f"127.0.0.1:{tls}", "--allow-destination", "127.0.0.0/8",
+                                      "--ca-cert", f"{work}/operator-ca.pem", "--ca-key", f"{work}/operator-ca.key",
+                                      "--upstream-ca", f"{work}/origin-ca.pem"], [port, tls])
 
         rg = robotsgate("rg", rg_port, tls_port)
         # A second, identical robotsgate for the plain-HTTP load, which runs at the same
@@ -214,12 +219,8 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
             """A bare Pingora passthrough with a plain and a TLS listener: their ports."""
             config = robotsgate_config(work, name, "", POOL + f"ca_file: {work}/origin-ca.pem\n")
             port, tls = free_port(), free_port()
-            proc = subprocess.Popen([*PROXY_CPU, PASSTHROUGH, config, f"127.0.0.1:{port}", "--tls",
-                                     f"127.0.0.1:{tls}", f"{work}/pt.pem", f"{work}/pt.key"],
-                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/{name}.log", "w"))
-            started.append(proc)
-            wait_port(port)
-            wait_port(tls)
+            proc = start_proxy(name, [PASSTHROUGH, config, f"127.0.0.1:{port}", "--tls", f"127.0.0.1:{tls}",
+                                      f"{work}/pt.pem", f"{work}/pt.key"], [port, tls])
             return proc, port, tls
 
         # Two, for the same reason as the two robotsgates: one loaded in TLS, one in plain.

@@ -8,13 +8,15 @@
 //! log line and the request metrics.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
-use pingora::protocols::{Digest, SocketDigest};
+use pingora::protocols::l4::ext::get_tcp_info;
+use pingora::protocols::Digest;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
@@ -57,9 +59,10 @@ pub struct RequestContext {
     /// Where the request goes, once understood.
     target: Option<Target>,
     stage: Stage,
-    /// The upstream connection's socket, to ask the kernel how long a slow response sat
-    /// unread ([`Permit::origin_answered_read_late`]).
-    upstream_socket: Option<Arc<SocketDigest>>,
+    /// The upstream connection's socket (held by this request until its response
+    /// ends), to ask the kernel how long a slow response sat unread
+    /// ([`Permit::origin_answered_read_late`]).
+    upstream_fd: Option<RawFd>,
 }
 
 /// Where a request stands: undecided, answered by robotsgate, or forwarded.
@@ -186,12 +189,11 @@ fn group_key(target: &Target) -> u64 {
     hasher.finish()
 }
 
-/// How long ago `socket` last received data (the kernel's `tcpi_last_data_recv`, in
-/// milliseconds). Asked when a response head has just been read, it is at most how long
+/// How long ago the socket `fd` last received data (the kernel's `tcpi_last_data_recv`,
+/// in milliseconds). Asked when a response head has just been read, it is at most how long
 /// the head waited unread: the last data came with the head or after it.
-fn unread(socket: Option<&SocketDigest>) -> Duration {
-    socket
-        .and_then(SocketDigest::tcp_info)
+fn unread(fd: Option<RawFd>) -> Duration {
+    fd.and_then(|fd| get_tcp_info(fd).ok())
         .map_or(Duration::ZERO, |info| {
             Duration::from_millis(info.tcpi_last_data_recv.into())
         })
@@ -451,11 +453,11 @@ impl ProxyHttp for RobotsGateProxy {
         _session: &mut Session,
         _reused: bool,
         _peer: &HttpPeer,
-        _fd: std::os::unix::io::RawFd,
-        digest: Option<&Digest>,
+        fd: RawFd,
+        _digest: Option<&Digest>,
         ctx: &mut RequestContext,
     ) -> Result<()> {
-        ctx.upstream_socket = digest.and_then(|d| d.socket_digest.clone());
+        ctx.upstream_fd = Some(fd);
         Ok(())
     }
 
@@ -492,8 +494,8 @@ impl ProxyHttp for RobotsGateProxy {
                 .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
-            let socket = ctx.upstream_socket.as_deref();
-            permit.origin_answered_read_late(status, retry_after, || unread(socket));
+            let fd = ctx.upstream_fd;
+            permit.origin_answered_read_late(status, retry_after, || unread(fd));
         }
         Ok(())
     }

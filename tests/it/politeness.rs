@@ -2,7 +2,7 @@
 //! delay, per-address schedules and operator overrides. The origins log when each
 //! request arrived and when its response ended; every check is made there.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::{
     concurrent, curl, eventually, gaps, most_at_once, pages, static_dns, Behaviour, Proxy,
@@ -254,8 +254,8 @@ async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
 }
 
 /// A response that waits in robotsgate's socket while robotsgate is off the CPU (here:
-/// stopped) is robotsgate's delay, not the origin's: no slow-down. One the origin itself
-/// is slow to send still counts.
+/// stopped) is robotsgate's delay, not the origin's: no slow-down, and the origin's next
+/// request comes at once. One the origin itself is slow to send still holds the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_robotsgate_is_slow_to_read_is_not_the_origin_slowing_down() {
     let origin = TestOrigin::start(vec![(
@@ -295,13 +295,25 @@ async fn a_response_robotsgate_is_slow_to_read_is_not_the_origin_slowing_down() 
     signal("-CONT");
     let status = request.await.expect("join").expect("response");
     assert_eq!(status.as_u16(), 200);
-    assert_eq!(
-        proxy.metric(latency).unwrap_or(0.0),
-        0.0,
-        "1.7 s from the turn, of which 1.5 s unread in robotsgate's socket"
+    // Taken for the origin's, 1.7 s from the turn would hold the next request 1.7 s.
+    let next_after = |answered: Instant, path: &str| {
+        assert_eq!(curl(&proxy, &origin.url(path), &[]).0, 200);
+        pages(&origin, path)[0].arrived.duration_since(answered)
+    };
+    let gap = next_after(Instant::now(), "/next");
+    assert!(
+        gap < Duration::from_secs(1),
+        "1.5 s of 1.7 s sat unread in robotsgate's socket, yet the next request waited {gap:?}"
     );
+    assert_eq!(proxy.metric(latency).unwrap_or(0.0), 0.0);
 
-    // Ten times the origin's usual response time, all of it the origin's.
+    // Ten times the origin's usual response time, all of it the origin's: the next
+    // request waits at least that long.
     assert_eq!(curl(&proxy, &origin.url("/slow"), &[]).0, 200);
+    let gap = next_after(Instant::now(), "/after-slow");
+    assert!(
+        gap >= Duration::from_millis(1_900),
+        "a slowed-down origin's next request came after only {gap:?}"
+    );
     assert_eq!(proxy.metric(latency).unwrap_or(0.0), 1.0);
 }
