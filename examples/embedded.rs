@@ -21,8 +21,8 @@ use robotsgate::policy::agent::Requester;
 use robotsgate::policy::target::{parse_authority, Origin, Scheme, Target};
 use robotsgate::robots::CanonicalPath;
 
-/// Per request: the approved address and the pacing permit (held until the response
-/// has been sent, when the context is dropped).
+/// Per request: the approved address and the pacing permit, held until the exchange
+/// with the origin has ended (`logging` tells it how).
 #[derive(Default)]
 struct Ctx {
     addr: Option<std::net::SocketAddr>,
@@ -104,6 +104,13 @@ impl ProxyHttp for Guarded {
             false,
             self.origin.host_name(),
         )))
+    }
+
+    /// The exchange is over: its turns end as it did (a cut one is held a while more).
+    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
+        if let Some(permit) = ctx.permit.take() {
+            permit.end(robotsgate::proxy::http::exchange_end(e));
+        }
     }
 }
 

@@ -178,9 +178,11 @@ pub struct FleetConfig {
     pub instances: u32,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
-    /// A schedule's holder renews its lease while its request runs; a holder that dies
-    /// frees the schedule at most this long after its last renewal.
-    pub lease_seconds: Timeout,
+    /// How long a turn stays taken in Redis when its holder never gives it back (its
+    /// instance died or lost Redis): the longest a turn can be held
+    /// ([`ExchangeBounds::longest_hold`]) plus a second, which is the default; a shorter
+    /// value is a configuration error (a live holder would lose its turn mid-exchange).
+    pub lease_seconds: Option<Timeout>,
     /// How often every held robots.txt is checked against the shared copy, in case an
     /// invalidation message was missed.
     pub resync_seconds: Timeout,
@@ -194,7 +196,7 @@ impl Default for FleetConfig {
             on_unavailable: OnUnavailable::Refuse,
             instances: 1,
             command_timeout_seconds: Timeout(0.5),
-            lease_seconds: Timeout(10.0),
+            lease_seconds: None,
             resync_seconds: Timeout(10.0),
         }
     }
@@ -331,6 +333,11 @@ pub struct PacingConfig {
     pub adaptive: AdaptiveConfig,
     /// Operator rules per host: a longer delay, another in-flight limit, or a block.
     pub overrides: Vec<PacingOverride>,
+    /// The longest an exchange with an origin may hold its turns, from the turn to the
+    /// response's end: a longer response is cut (at its next octets, or when origin or
+    /// client have been silent for their timeout) and counted. Unset: connect + write +
+    /// read timeouts of `upstream` (see [`ExchangeBounds`]).
+    pub max_exchange_seconds: Option<Timeout>,
 }
 
 /// `pacing.key`: the unit a schedule and an in-flight limit are kept for.
@@ -400,6 +407,7 @@ impl Default for PacingConfig {
             key: PacingKey::Origin,
             adaptive: AdaptiveConfig::default(),
             overrides: Vec::new(),
+            max_exchange_seconds: None,
         }
     }
 }
@@ -809,6 +817,42 @@ pub fn seconds(value: f64) -> Duration {
     }
 }
 
+/// How long one exchange with an origin can hold its pacing turns: what bounds a turn
+/// that never ends on its own (a never-ending response, a silent origin, a client that
+/// reads nothing) and the fleet lease of a holder that died.
+///
+/// A turn starts when it is granted and ends with the origin's exchange: the response
+/// read to its end, or the origin closing. robotsgate cuts an exchange that runs past
+/// `max_exchange` at its next response octets, or when the origin (read timeout) or the
+/// client (write timeout) has been silent for `cut_within`; after a cut the origin may
+/// still be working on the request, so the turn is held `linger` more (the read timeout:
+/// as long as robotsgate would have waited for its next octets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExchangeBounds {
+    /// `pacing.max_exchange_seconds`: from the turn to the cut.
+    pub max_exchange: Duration,
+    /// The longest a cut can come after `max_exchange`: the larger of the upstream read
+    /// and write timeouts.
+    pub cut_within: Duration,
+    /// How long a cut exchange's turn is held after robotsgate closed the connection.
+    pub linger: Duration,
+    /// The whole robots.txt fetch (`robots.fetch_timeout_seconds`), which also holds turns.
+    pub fetch: Duration,
+}
+
+impl ExchangeBounds {
+    /// The longest any turn is held: an exchange cut as late as it can be, plus its
+    /// linger (or a robots.txt fetch, if that is longer).
+    pub fn longest_hold(&self) -> Duration {
+        (self.max_exchange + self.cut_within).max(self.fetch) + self.linger
+    }
+
+    /// The fleet lease: the longest hold and a second for Redis round trips.
+    pub fn default_lease(&self) -> Duration {
+        self.longest_hold() + Duration::from_secs(1)
+    }
+}
+
 impl PacingConfig {
     /// The relations between `pacing` keys that types cannot express.
     fn validate(&self) -> Result<(), ConfigError> {
@@ -921,10 +965,46 @@ impl Config {
         Ok(config)
     }
 
+    /// How long one exchange can hold its turns (see [`ExchangeBounds`]).
+    pub fn exchange_bounds(&self) -> ExchangeBounds {
+        let u = &self.upstream;
+        let (connect, read, write) = (
+            u.connect_timeout_seconds.duration(),
+            u.read_timeout_seconds.duration(),
+            u.write_timeout_seconds.duration(),
+        );
+        ExchangeBounds {
+            max_exchange: self
+                .pacing
+                .max_exchange_seconds
+                .map_or(connect + write + read, Timeout::duration),
+            cut_within: read.max(write),
+            linger: read,
+            fetch: self.robots.fetch_timeout_seconds.duration(),
+        }
+    }
+
+    /// The fleet lease in force: `fleet.lease_seconds`, or the longest hold.
+    pub fn fleet_lease(&self) -> Duration {
+        self.fleet
+            .lease_seconds
+            .map_or(self.exchange_bounds().default_lease(), Timeout::duration)
+    }
+
     /// Checks that cannot be expressed as types.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.pacing.validate()?;
         self.fleet.validate()?;
+        let longest = self.exchange_bounds().longest_hold();
+        if let Some(lease) = self.fleet.lease_seconds {
+            if lease.duration() < longest {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.fleet.lease_seconds`: {} s is shorter than the longest a turn can be held ({:.1} s: pacing.max_exchange_seconds, then the larger upstream read/write timeout, then the read timeout again); a live holder would lose its turn mid-exchange. Raise it or leave it unset",
+                    lease.get(),
+                    longest.as_secs_f64()
+                )));
+            }
+        }
         let r = &self.robots;
         if r.min_ttl_seconds > r.max_ttl_seconds {
             return Err(ConfigError(

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::Config;
 use crate::config::PacingKey;
+use crate::config::{Config, ExchangeBounds};
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
@@ -93,14 +93,61 @@ impl std::fmt::Debug for Pace {
     }
 }
 
-/// A request's leave to go upstream, from [`Enforcer::pace`]: hold it until the response
-/// has been sent, and tell it how the origin answered. Dropping it ends the request on
-/// its origin's pacing schedules (the next delay counts from then) and forgets those
-/// left with nothing in force, so an idle origin holds no pacing state.
+/// A request's leave to go upstream, from [`Enforcer::pace`]: its turns on its origin's
+/// pacing schedules, held for as long as the origin's exchange lasts. Tell it how the
+/// origin answered ([`Permit::origin_answered_read_late`]) and how the exchange ended
+/// ([`Permit::end`]); the turns end then, and the next delay counts from there.
+///
+/// A permit dropped without [`Permit::end`] — a request future dropped mid-exchange, an
+/// error path that never said — counts as [`ExchangeEnd::Cut`]: robotsgate closed the
+/// connection while the origin may still be answering, so its turns are held
+/// [`ExchangeBounds::linger`] more. Ending turns also forgets the schedules left with
+/// nothing in force, so an idle origin holds no pacing state.
 pub struct Permit {
     turns: Option<crate::origin::pacing::Permit>,
     entry: Arc<OriginEntry>,
     address: Option<Arc<OriginEntry>>,
+    /// When the exchange must have ended (past it, it is cut).
+    deadline: Instant,
+    /// How long turns are held after a cut.
+    linger: Duration,
+}
+
+/// How an upstream exchange ended, as the origin saw it: what decides when its turns end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExchangeEnd {
+    /// The response was read to its end.
+    Complete,
+    /// The origin closed, reset or refused the connection, or never answered the
+    /// connect: it is not working on the request.
+    OriginFailed,
+    /// robotsgate closed the connection before the response's end: the origin may still
+    /// be working on the request, so the turns are held [`ExchangeBounds::linger`] more.
+    Cut(Cut),
+}
+
+/// Why robotsgate cut an exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The origin or the client was silent past its timeout.
+    Timeout,
+    /// Longer than `pacing.max_exchange_seconds`.
+    MaxExchange,
+    /// Anything else (an error on either side, a request dropped mid-exchange).
+    Other,
+}
+
+impl ExchangeEnd {
+    /// The `end` label of `robotsgate_upstream_exchange_ends_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ExchangeEnd::Complete => "complete",
+            ExchangeEnd::OriginFailed => "origin_failed",
+            ExchangeEnd::Cut(Cut::Timeout) => "cut_timeout",
+            ExchangeEnd::Cut(Cut::MaxExchange) => "cut_max_exchange",
+            ExchangeEnd::Cut(Cut::Other) => "cut_other",
+        }
+    }
 }
 
 impl std::ops::Deref for Permit {
@@ -109,16 +156,57 @@ impl std::ops::Deref for Permit {
     fn deref(&self) -> &Self::Target {
         self.turns
             .as_ref()
-            .expect("a permit's turns are taken only when it drops")
+            .expect("a permit's turns are taken only when it ends")
+    }
+}
+
+impl Permit {
+    /// When the exchange must have ended: a response still running then is cut.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The exchange ended so: the turns end now, or after the linger when cut.
+    pub fn end(mut self, end: ExchangeEnd) {
+        crate::telemetry::metrics::record_exchange_end(end.label());
+        if !matches!(end, ExchangeEnd::Cut(_)) {
+            self.release();
+        }
+        // A cut: `Drop` holds the turns for the linger.
+    }
+
+    /// Ends the turns now.
+    fn release(&mut self) {
+        drop(self.turns.take());
+        self.entry.schedules().forget_idle();
+        if let Some(address) = &self.address {
+            address.schedules().forget_idle();
+        }
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        drop(self.turns.take());
-        self.entry.schedules().forget_idle();
-        if let Some(address) = &self.address {
-            address.schedules().forget_idle();
+        let Some(turns) = self.turns.take() else {
+            return;
+        };
+        // Cut (or never told): held for the linger, on the runtime it was dropped on.
+        let linger = self.linger;
+        let mut rest = Permit {
+            turns: Some(turns),
+            entry: self.entry.clone(),
+            address: self.address.take(),
+            deadline: self.deadline,
+            linger: Duration::ZERO,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !linger.is_zero() => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    rest.release();
+                });
+            }
+            _ => rest.release(),
         }
     }
 }
@@ -320,6 +408,8 @@ pub struct Enforcer {
     egress: Arc<EgressPolicy>,
     pub(crate) agents: AgentResolver,
     overrides: Overrides,
+    /// How long an exchange may hold its turns.
+    bounds: ExchangeBounds,
 }
 
 /// The group a crawler's tokens select in one robots.txt.
@@ -389,7 +479,10 @@ impl Enforcer {
             config.robots.user_agent.clone(),
             crate::origin::loops::OwnTraffic::new(&config.transparent),
         ));
-        let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
+        let fleet = config
+            .fleet
+            .enabled()
+            .then(|| Fleet::new(&config.fleet, config.fleet_lease()));
         let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         Ok(Enforcer {
@@ -400,6 +493,7 @@ impl Enforcer {
             egress,
             agents: AgentResolver::new(&config.agent, &config.enforce),
             overrides: Overrides::new(&config.pacing.overrides),
+            bounds: config.exchange_bounds(),
         })
     }
 
@@ -694,6 +788,8 @@ impl Enforcer {
             turns: Some(turns),
             entry: pace.entry.clone(),
             address: pace.address.clone(),
+            deadline: Instant::now() + self.bounds.max_exchange,
+            linger: self.bounds.linger,
         };
         if pace.report {
             let (turns, would_wait) = self.pacer.report(request);

@@ -33,7 +33,7 @@ use crate::policy::agent::Requester;
 use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
-use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer};
+use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
 use crate::telemetry::metrics::{self, Outcome, TunnelMode};
@@ -396,8 +396,9 @@ impl Tunnels {
             crate::origin::loops::connect(addr, self.policy.mark),
         )
         .await;
-        // The schedule counts connection starts: the next may begin a delay after this one.
-        drop(permit);
+        // The schedule counts connection starts: the next may begin a delay after this one
+        // (what a blind tunnel carries is not seen, so its exchanges cannot be followed).
+        permit.end(ExchangeEnd::Complete);
         let mut upstream = match upstream {
             Ok(Ok(upstream)) => upstream,
             Ok(Err(e)) => {

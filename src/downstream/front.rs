@@ -41,7 +41,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::Semaphore;
 
 use crate::downstream::access::{AccessPolicy, Identity};
-use crate::downstream::coalesce::CoalescingStream;
+use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
 use crate::downstream::reply::write_answer;
@@ -331,8 +331,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         mut context: ClientContext,
         shutdown: &ShutdownWatch,
     ) {
-        // Wrapped once: every response on the connection goes out through it.
-        let mut stream = Box::new(CoalescingStream::new(stream));
+        // Wrapped once: every exchange on the connection sees the client through it.
+        let mut stream = Box::new(ClientStream::new(stream));
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.first_byte_timeout;
@@ -414,7 +414,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 else {
                     return;
                 };
-                stream = Box::new(CoalescingStream::new(tls));
+                stream = Box::new(ClientStream::new(tls));
                 context.tunnel = Some(Arc::new(origin));
                 wait = self.limits.first_byte_timeout;
                 fresh = true;
@@ -434,6 +434,13 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             if end < bytes.len() {
                 pipelined = bytes.split_off(end);
             }
+            // What of the request is still in the socket: Pingora reads that much and no
+            // further, so a next request sent early waits for this exchange's end.
+            stream.expect_request(match head.body {
+                Body::None => Some(0),
+                Body::Length(n) => Some(n.saturating_sub((bytes.len() - head.len) as u64)),
+                Body::Chunked => None,
+            });
             let mut session = ServerSession::new_http1(stream);
             if let ServerSession::H1(h1) = &mut session {
                 // Pingora parses the head from these octets without reading again.
@@ -441,24 +448,32 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             }
             // Inside a tunnel a client may close its sending side (TLS close_notify, FIN)
             // once its request is out: the response is still delivered. Plain
-            // connections keep Pingora's default (a FIN aborts, as in Squid and nginx),
-            // so a client that hangs up while queued for pacing gives up its place.
+            // connections keep Pingora's default (a FIN aborts, as in Squid and nginx)
+            // while queued for pacing, so a client that hangs up gives up its place; once
+            // its turn is granted the proxy tolerates it (the exchange runs to its end).
             if context.tunnel.is_some() {
                 session.set_abort_on_close(false);
             }
+            // Informational answers are not relayed, but for the `100 Continue` an
+            // HTTP/1.1 client asked for (RFC 9110 §10.1.1): crawlers have no use for
+            // `103 Early Hints` or `102 Processing`, and common clients (Python's
+            // http.client, so python-requests) take them for the final answer.
+            session.set_ignore_info_resp(true);
             let idle = self.limits.idle_timeout.as_secs().max(1);
             session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
             session.set_connection_user_context(Some(Box::new(context.clone())));
             let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
                 return;
             };
-            let Ok(reused) = reused.consume().0.into_any().downcast::<CoalescingStream>() else {
+            let Ok(reused) = reused.consume().0.into_any().downcast::<ClientStream>() else {
                 log::error!("Pingora gave back another stream than the client's");
                 return;
             };
             stream = reused;
-            if stream.next_response().await.is_err() {
-                return;
+            match stream.end_exchange().await {
+                // Octets that arrived during the exchange follow those read with its head.
+                Ok(early) => pipelined.unsplit(early),
+                Err(_) => return,
             }
             wait = self.limits.idle_timeout;
             fresh = false;

@@ -1,12 +1,14 @@
 //! The client side: the [`front`] door every connection starts at, request [`head`]s
 //! read within limits, [`access`] control, CONNECT tunnels ([`connect`]), TLS
 //! interception ([`intercept`]) with the operator CA ([`ca`]), connections the kernel
-//! redirected ([`transparent`]), answers written on raw client streams ([`reply`]), and
-//! response heads sent together with their bodies ([`coalesce`]). Uses [`crate::enforce`]
+//! redirected ([`transparent`]), answers written on raw client streams ([`reply`]), the
+//! client's side of each exchange ([`client_stream`]) with response heads sent together
+//! with their bodies ([`coalesce`]). Uses [`crate::enforce`]
 //! and the layers below it; never the Pingora proxy that serves the requests.
 
 pub mod access;
 pub mod ca;
+pub mod client_stream;
 pub mod coalesce;
 pub mod connect;
 pub mod front;

@@ -18,13 +18,13 @@
 //! **Clock.** Redis `TIME` is the only clock: every script reads it, and times cross the
 //! wire only relative to it, so instances' clocks never meet.
 //!
-//! **Pacing** (scripts `ACQUIRE`, `RELEASE`, `CANCEL`, `RENEW`). A request to an origin
+//! **Pacing** (scripts `ACQUIRE`, `RELEASE`, `CANCEL`). A request to an origin
 //! with a limit in force takes a ticket: `ACQUIRE` grants a turn when one is free (of
 //! the schedule's capacity), the ticket heads the queue and the previous end plus the delay (and any pause)
 //! has passed; else it queues the ticket, or refuses it (queue full, wait too long) with
-//! the same estimate a single instance makes. The holder renews a lease while its
-//! response runs ([`crate::config::FleetConfig::lease_seconds`]); `RELEASE` at the
-//! response's end records the end, applies the origin's answer (Retry-After pause,
+//! the same estimate a single instance makes. The turn is leased for the longest a turn
+//! can be held ([`crate::config::ExchangeBounds`]: a dead holder's turn outlives any
+//! exchange it may have left running); `RELEASE` at the exchange's end records the end, applies the origin's answer (Retry-After pause,
 //! backoff) and publishes a wake-up for the new head of the queue, saying when its turn
 //! is due. A waiter sleeps until its wake-up, its due time, or [`POLL`], whichever is
 //! first: Pub/Sub is the fast path, polling the fallback. Cost: a request that does not
@@ -223,6 +223,9 @@ pub struct SharedSchedule {
 /// wakes this instance's waiters.
 pub struct Fleet {
     config: FleetConfig,
+    /// How long a granted turn stays taken when its holder never releases it
+    /// ([`crate::config::Config::fleet_lease`]): the longest a turn can be held.
+    lease: Duration,
     conn: ArcSwapOption<Conn>,
     up: AtomicBool,
     /// Has the health been checked once (the first result is logged either way)?
@@ -260,7 +263,7 @@ fn ms(d: Duration) -> i64 {
 impl Fleet {
     /// The backend, not yet connected: [`Fleet::run_in_background`] starts it (after a
     /// daemon's fork: threads do not survive one).
-    pub fn new(config: &FleetConfig) -> Arc<Fleet> {
+    pub fn new(config: &FleetConfig, lease: Duration) -> Arc<Fleet> {
         let (events, received) = mpsc::channel(4096);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -268,6 +271,7 @@ impl Fleet {
         metrics::FLEET_BACKEND_UP.set(0);
         Arc::new(Fleet {
             config: config.clone(),
+            lease,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
             checked: AtomicBool::new(false),
@@ -575,7 +579,7 @@ impl Fleet {
                         .key(&keys.holders)
                         .arg(&ticket)
                         .arg(delay_ms)
-                        .arg(ms(self.config.lease_seconds.duration()))
+                        .arg(ms(self.lease))
                         .arg(max_queue)
                         .arg(ms(max_wait))
                         .arg(ms(TICKET_TTL))
@@ -827,43 +831,25 @@ impl Drop for Queued<'_> {
     }
 }
 
-/// The turn of a shared schedule, held until the response has been sent. Its lease is
-/// renewed meanwhile; dropping it releases the turn (the end starts the next delay) and
+/// The turn of a shared schedule, held until its exchange has ended. Its lease, set
+/// when it was granted, already covers the longest a turn can be held, so a live holder
+/// never renews it (a holder cut off from Redis cannot) and a dead one frees it when the
+/// lease runs out; dropping it releases the turn (the end starts the next delay) and
 /// reports the origin's answer.
 pub struct FleetTurn {
     fleet: Arc<Fleet>,
     keys: ScheduleKeys,
     ticket: String,
     answered: Mutex<Option<(u16, Option<Duration>)>>,
-    renewal: tokio::task::JoinHandle<()>,
 }
 
 impl FleetTurn {
     fn new(fleet: Arc<Fleet>, keys: ScheduleKeys, ticket: String) -> FleetTurn {
-        let renewal = {
-            let fleet = fleet.clone();
-            let schedule = keys.holders.clone();
-            let ticket = ticket.clone();
-            let lease = fleet.config.lease_seconds.duration();
-            fleet.clone().spawn(async move {
-                loop {
-                    tokio::time::sleep(lease / 3).await;
-                    let renewed: Result<i64, _> = fleet
-                        .run("renew", RENEW.key(&schedule).arg(&ticket).arg(ms(lease)))
-                        .await;
-                    if renewed == Ok(0) {
-                        log::warn!("fleet: lease of {ticket} on {schedule} was lost");
-                        return;
-                    }
-                }
-            })
-        };
         FleetTurn {
             fleet,
             keys,
             ticket,
             answered: Mutex::new(None),
-            renewal,
         }
     }
 
@@ -874,7 +860,6 @@ impl FleetTurn {
 
     /// Releases the turn (at the response's end); `ceiling` caps a pause or backoff.
     pub fn release(self, ceiling: Duration) {
-        self.renewal.abort();
         let (status, retry_after) = lock(&self.answered).unwrap_or((0, None));
         let fleet = self.fleet.clone();
         self.fleet.spawn(async move {
@@ -1016,19 +1001,6 @@ if rank == 0 then
   if head[1] then redis.call('PUBLISH', ARGV[2], 'w\n' .. head[1] .. '\n0') end
 end
 return 1
-"#,
-    )
-});
-
-/// KEYS: holders. ARGV: ticket, lease ms. 1 when still a holder.
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    script(
-        r#"
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  return 1
-end
-return 0
 "#,
     )
 });

@@ -857,23 +857,32 @@ impl Pacer {
                 None
             };
             let delay = Some((request.delay, request.rule));
-            let mut took_group = false;
-            if let Some(turn) = self.turn(&group, delay, fetched).await? {
-                held.push(self.held(group.clone(), turn));
-                took_group = true;
-            }
-            if request.max_in_flight > 0 {
+            let mut fetched = fetched;
+            // Turns are always taken in one order, the group's (when a delay is in
+            // force) before the in-flight one: a request holding an in-flight turn never
+            // waits for a group turn whose holder waits for an in-flight turn.
+            loop {
+                let group_turn = self.turn(&group, delay, fetched.take()).await?;
+                let took_group = group_turn.is_some();
+                if let Some(turn) = group_turn {
+                    held.push(self.held(group.clone(), turn));
+                }
+                if request.max_in_flight == 0 {
+                    break;
+                }
                 let in_flight = self.schedule(place, IN_FLIGHT, request.max_in_flight);
-                if let Some(turn) = self.turn(&in_flight, None, None).await? {
-                    held.push(self.held(in_flight, turn));
-                }
+                let Some(turn) = self.turn(&in_flight, None, None).await? else {
+                    break;
+                };
+                let in_flight_turn = self.held(in_flight, turn);
                 // While it waited for an in-flight turn, the origin may have asked for a
-                // delay (a slow or failing response): then it waits for that too.
-                if !took_group {
-                    if let Some(turn) = self.turn(&group, delay, None).await? {
-                        held.push(self.held(group, turn));
-                    }
+                // delay (a slow or failing response): then it gives the in-flight turn
+                // back and queues for the group's first.
+                if took_group || !lock(&group.timing).limited(Instant::now()) {
+                    held.push(in_flight_turn);
+                    break;
                 }
+                drop(in_flight_turn);
             }
         }
         Ok(self.permit(schedule, held, started))

@@ -23,7 +23,9 @@ use pingora::ErrorSource;
 
 use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
-use crate::enforce::{bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit};
+use crate::enforce::{
+    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit,
+};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::telemetry::logging::AccessRecord;
@@ -66,6 +68,9 @@ pub struct RequestContext {
 }
 
 /// Where a request stands: undecided, answered by robotsgate, or forwarded.
+// The context lives inside the request's one boxed future whichever stage it is in:
+// boxing the large variant would only add an allocation per forwarded request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Default)]
 enum Stage {
     #[default]
@@ -197,6 +202,54 @@ fn unread(fd: Option<RawFd>) -> Duration {
         .map_or(Duration::ZERO, |info| {
             Duration::from_millis(info.tcpi_last_data_recv.into())
         })
+}
+
+/// The error a response cut at `pacing.max_exchange_seconds` ends with.
+const MAX_EXCHANGE: &str = "max-exchange";
+
+/// How an exchange ended at the origin, from how Pingora's proxying of it ended: no
+/// error is a response read to its end (a client that left meanwhile is a sink, never an
+/// error); the origin's own failures end it; anything robotsgate gave up on is a cut.
+pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
+    let Some(e) = error else {
+        return ExchangeEnd::Complete;
+    };
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::Custom(MAX_EXCHANGE)) => ExchangeEnd::Cut(Cut::MaxExchange),
+        (_, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => ExchangeEnd::Cut(Cut::Timeout),
+        (
+            ErrorSource::Upstream,
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError
+            | ErrorType::TLSHandshakeFailure
+            | ErrorType::TLSHandshakeTimedout
+            | ErrorType::InvalidCert
+            | ErrorType::ConnectionClosed
+            | ErrorType::ReadError
+            | ErrorType::WriteError,
+        ) => ExchangeEnd::OriginFailed,
+        _ => ExchangeEnd::Cut(Cut::Other),
+    }
+}
+
+/// Response headers only robotsgate sets: an origin's own are removed before
+/// robotsgate adds its, so a crawler can trust that these came from robotsgate.
+pub const OWN_RESPONSE_HEADERS: &[&str] = &["x-robots-decision", "x-robots-usage"];
+
+/// Removes [`OWN_RESPONSE_HEADERS`] from an origin's response, logging the forgery.
+fn strip_own_headers(response: &mut ResponseHeader, target: Option<&Target>) {
+    for name in OWN_RESPONSE_HEADERS {
+        if response.remove_header(*name).is_some() {
+            let origin: &dyn std::fmt::Display = match target {
+                Some(t) => &t.origin,
+                None => &"",
+            };
+            crate::telemetry::metrics::record_forged_header();
+            log::warn!("origin {origin} sent robotsgate's own response header {name}: removed");
+        }
+    }
 }
 
 /// A short name for why an upstream exchange failed.
@@ -382,6 +435,13 @@ impl ProxyHttp for RobotsGateProxy {
                 };
                 match paced {
                     Ok(permit) => {
+                        // From here the turn follows the origin's exchange: a client
+                        // that half-closes or leaves no longer aborts it (its end is
+                        // the origin's), and one that takes no bytes for the write
+                        // timeout is cut like a silent origin.
+                        let downstream = &mut session.downstream_session;
+                        downstream.set_abort_on_close(false);
+                        downstream.set_write_timeout(Some(self.upstream.write));
                         ctx.stage = Stage::Forwarded {
                             addr,
                             allowed: why,
@@ -475,6 +535,12 @@ impl ProxyHttp for RobotsGateProxy {
                 "origin answered 101 Switching Protocols; upgrades are not proxied",
             );
         }
+        strip_own_headers(upstream_response, ctx.target.as_ref());
+        // An informational answer is not the origin's answer: the final one follows
+        // (and the front relays none but an expected `100 Continue`).
+        if upstream_response.status.is_informational() {
+            return Ok(());
+        }
         let status = upstream_response.status.as_u16();
         crate::telemetry::metrics::record_upstream_status(status);
         if let Stage::Forwarded {
@@ -498,6 +564,26 @@ impl ProxyHttp for RobotsGateProxy {
             permit.origin_answered_read_late(status, retry_after, || unread(fd));
         }
         Ok(())
+    }
+
+    /// An exchange past its turn's deadline (`pacing.max_exchange_seconds`) is cut at
+    /// its next octets.
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestContext,
+    ) -> Result<Option<Duration>> {
+        if let Stage::Forwarded { permit, .. } = &ctx.stage {
+            if !end_of_stream && tokio::time::Instant::now() >= permit.deadline() {
+                return Error::e_explain(
+                    ErrorType::Custom(MAX_EXCHANGE),
+                    "response longer than pacing.max_exchange_seconds: cut",
+                );
+            }
+        }
+        Ok(None)
     }
 
     async fn upstream_request_filter(
@@ -626,7 +712,7 @@ impl ProxyHttp for RobotsGateProxy {
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
-        // The response is sent: the pacing schedule's clock starts now (the permit goes).
+        // The exchange is over: its turns end as it did (held a while more when cut).
         let (pacing_wait, upstream_status, line, why, delay_rule) =
             match std::mem::take(&mut ctx.stage) {
                 Stage::Received => (0.0, None, None, Why::Answer(String::new()), None),
@@ -647,6 +733,7 @@ impl ProxyHttp for RobotsGateProxy {
                     };
                     let why = failed.map_or(why, Why::Answer);
                     let waited = permit.waited.as_secs_f64();
+                    permit.end(exchange_end(error));
                     (waited, upstream_status, line, why, Some(rule.label()))
                 }
             };

@@ -467,6 +467,52 @@ pub fn record_fleet_fallback(action: &'static str) {
     FLEET_FALLBACKS.with_label_values(&[action]).inc();
 }
 
+static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_upstream_exchange_ends_total",
+        "How forwarded requests' exchanges with their origins ended, which is when their \
+         pacing turns ended: complete (the response read to its end), origin_failed (the \
+         origin closed, reset or refused), or cut by robotsgate (cut_timeout: the origin \
+         or the client stalled past the timeouts; cut_max_exchange: longer than \
+         pacing.max_exchange_seconds; cut_other) — a cut turn is held a read timeout more.",
+        &["end"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts how one upstream exchange ended (`complete`, `origin_failed`, `cut_…`).
+pub fn record_exchange_end(end: &'static str) {
+    EXCHANGE_ENDS.with_label_values(&[end]).inc();
+}
+
+static FORGED_HEADERS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_upstream_forged_headers_total",
+        "robotsgate's own response headers (X-Robots-Decision, X-Robots-Usage) found in an \
+         origin's response and removed."
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one of robotsgate's own headers removed from an origin's response.
+pub fn record_forged_header() {
+    FORGED_HEADERS.inc();
+}
+
+static CLIENTS_LEFT: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_downstream_clients_left_total",
+        "Client connections that failed (reset, broken pipe) while robotsgate was reading \
+         or writing them; an exchange they left runs on to the origin's end, unread."
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one client connection that failed under robotsgate.
+pub fn record_client_left() {
+    CLIENTS_LEFT.inc();
+}
+
 pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_downstream_connections",

@@ -29,6 +29,15 @@ pub enum Behaviour {
     Trickle { body: Vec<u8>, every: Duration },
     /// The response after a delay.
     Delayed { delay: Duration, body: Vec<u8> },
+    /// Informational answers (`102`, `103 Early Hints`…) at once, then the final `200`
+    /// with `body` after `delay`.
+    Informational {
+        codes: Vec<u16>,
+        delay: Duration,
+        body: Vec<u8>,
+    },
+    /// A chunked response that never ends: a chunk every `every` until the write fails.
+    Endless { every: Duration },
     /// The head (`Content-Length: total`) and `first` body octets at once, then nothing
     /// for `stall`, then the rest.
     Stall {
@@ -327,6 +336,34 @@ impl TestOrigin {
                         .into_bytes();
                 bytes.extend_from_slice(&body);
                 stream.write_all(&bytes).await.is_ok()
+            }
+            Behaviour::Informational { codes, delay, body } => {
+                for code in codes {
+                    let hint = format!(
+                        "HTTP/1.1 {code} Informational\r\nLink: </style.css>; rel=preload\r\n\r\n"
+                    );
+                    if stream.write_all(hint.as_bytes()).await.is_err() {
+                        return false;
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                let mut bytes =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+                        .into_bytes();
+                bytes.extend_from_slice(&body);
+                stream.write_all(&bytes).await.is_ok()
+            }
+            Behaviour::Endless { every } => {
+                let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return false;
+                }
+                loop {
+                    tokio::time::sleep(every).await;
+                    if stream.write_all(b"6\r\nmore.\n\r\n").await.is_err() {
+                        return false;
+                    }
+                }
             }
             Behaviour::ResetMidBody { body, total } => {
                 let mut bytes =

@@ -299,8 +299,12 @@ async fn a_refresh_through_one_instance_reaches_the_others_within_a_second() {
     );
 }
 
+/// A fleet instance SIGKILLed in the middle of a response: the origin is still
+/// answering it (its connection closed under it, as a dying host's does), so no other
+/// instance may send a request until the dead holder's lease — the longest a turn can
+/// be held — has run out; then the schedule is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_killed_while_holding_a_schedule_frees_it_when_its_lease_expires() {
+async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_the_exchange() {
     let redis = Redis::start();
     let origin = TestOrigin::start(vec![
         (
@@ -309,19 +313,22 @@ async fn an_instance_killed_while_holding_a_schedule_frees_it_when_its_lease_exp
         ),
         (
             "/slow",
-            Behaviour::Stall {
-                first: b"x".to_vec(),
-                total: 2,
-                stall: Duration::from_secs(30),
+            Behaviour::Delayed {
+                delay: Duration::from_millis(2500),
+                body: b"slow\n".to_vec(),
             },
         ),
     ])
     .await;
-    let yaml = fleet_yaml(&redis, "    lease_seconds: 1\n");
+    // Exchanges are cut at 3 s, or after 3 s of silence, and held 3 s after a cut: the
+    // lease is 3 + 3 + 3 + 1 = 10 s.
+    let yaml = format!(
+        "{}  pacing:\n    max_exchange_seconds: 3\n    max_wait_seconds: 30\n  upstream:\n    connect_timeout_seconds: 1\n    read_timeout_seconds: 3\n    write_timeout_seconds: 3\n",
+        fleet_yaml(&redis, "")
+    );
     let mut proxies = instances(2, &yaml);
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[1], &origin.url("/warm"), &[]).0, 200);
-    // The first instance holds the schedule with a response that never ends...
     let holder = proxies[0].url();
     let slow = origin.url("/slow");
     let stalled = std::thread::spawn(move || {
@@ -330,22 +337,54 @@ async fn an_instance_killed_while_holding_a_schedule_frees_it_when_its_lease_exp
             .output()
     });
     assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
-    // ...and dies holding it.
+    let killed = Instant::now();
     assert!(Command::new("kill")
         .args(["-KILL", &proxies[0].pid().to_string()])
         .status()
         .expect("kill")
         .success());
     assert!(eventually(Duration::from_secs(5), || proxies[0].exited()).await);
-    let started = Instant::now();
     let (status, _, _) = curl(&proxies[1], &origin.url("/after"), &[]);
     assert_eq!(status, 200, "{}", proxies[1].log());
-    let waited = started.elapsed();
+    let waited = killed.elapsed();
+    let seen = pages(&origin, "/");
     assert!(
-        waited < Duration::from_secs(10),
-        "the schedule stayed held for {waited:?}"
+        most_at_once(&seen) <= 1,
+        "the origin was still answering the dead instance's request: {seen:#?}"
+    );
+    let slow_seen = &pages(&origin, "/slow")[0];
+    let after = &pages(&origin, "/after")[0];
+    assert!(
+        after.arrived >= slow_seen.done.expect("the origin ended /slow"),
+        "{seen:#?}"
+    );
+    assert!(
+        waited >= Duration::from_secs(7) && waited < Duration::from_secs(20),
+        "the dead holder's lease (10 s from its grant) should have held the schedule: {waited:?}"
     );
     let _ = stalled.join();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_lease_shorter_than_an_exchange_is_a_configuration_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("robotsgate.yaml");
+    std::fs::write(
+        &config,
+        "robotsgate:\n  fleet:\n    redis: redis://127.0.0.1:1/0\n    lease_seconds: 10\n",
+    )
+    .expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("robotsgate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("fleet.lease_seconds") && err.contains("245.0 s"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

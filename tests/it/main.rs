@@ -26,3 +26,4 @@ mod state;
 mod status_page;
 mod systemd;
 mod transparent;
+mod turns;

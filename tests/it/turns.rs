@@ -1,0 +1,394 @@
+//! A turn lasts as long as the origin's exchange: clients that hang up (FIN, RST, curl's
+//! timeout, python-requests' timeout), send their next request early, or are handed a
+//! `103 Early Hints` cannot end it early, and a response that never ends is cut at
+//! `pacing.max_exchange_seconds`. Every check is made at the origin, which logs when each
+//! request arrived and when its response ended.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::{curl, eventually, min_gap, most_at_once, pages, Behaviour, Proxy, TestOrigin};
+
+fn slow(ms: u64) -> Behaviour {
+    Behaviour::Delayed {
+        delay: Duration::from_millis(ms),
+        body: b"slow\n".to_vec(),
+    }
+}
+
+/// How a client leaves before its answer.
+#[derive(Clone, Copy, Debug)]
+enum HangUp {
+    /// Closes its socket with RST (SO_LINGER 0).
+    Reset,
+    /// Closes its socket (FIN).
+    Close,
+    /// curl's `--max-time`.
+    Curl,
+    /// python-requests' `timeout=`.
+    Python,
+}
+
+/// One request for `url` through `proxy`, given up `after` its start the way `how` does.
+async fn hang_up(proxy: SocketAddr, url: String, after: Duration, how: HangUp) {
+    match how {
+        HangUp::Reset | HangUp::Close => {
+            let mut stream = TcpStream::connect(proxy).await.expect("connect");
+            let host = url.split('/').nth(2).unwrap_or_default().to_string();
+            let request = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.expect("write");
+            tokio::time::sleep(after).await;
+            if matches!(how, HangUp::Reset) {
+                #[allow(deprecated)]
+                stream.set_linger(Some(Duration::ZERO)).expect("linger");
+            }
+            drop(stream);
+        }
+        HangUp::Curl => {
+            let max_time = format!("{:.1}", after.as_secs_f64());
+            let proxy = format!("http://{proxy}");
+            tokio::task::spawn_blocking(move || {
+                Command::new("curl")
+                    .args([
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "--max-time",
+                        &max_time,
+                        "-x",
+                        &proxy,
+                        &url,
+                    ])
+                    .status()
+            })
+            .await
+            .expect("join")
+            .expect("curl");
+        }
+        HangUp::Python => {
+            let script = format!(
+                "import requests\ntry:\n    requests.get({url:?}, proxies={{'http': 'http://{proxy}'}}, timeout={})\nexcept requests.exceptions.RequestException:\n    pass\n",
+                after.as_secs_f64()
+            );
+            tokio::task::spawn_blocking(move || {
+                Command::new("python3").args(["-c", &script]).status()
+            })
+            .await
+            .expect("join")
+            .expect("python3");
+        }
+    }
+}
+
+/// Clients arriving every 200 ms that each give up 300 ms in, while each response takes
+/// 1.2 s: every turn must last until the origin's end, not the client's.
+async fn staggered_hang_ups(proxy: &Proxy, origin: &TestOrigin) {
+    let hows = [HangUp::Reset, HangUp::Close, HangUp::Curl, HangUp::Python];
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let (addr, url, how) = (proxy.addr, origin.url(&format!("/slow?{i}")), hows[i % 4]);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200 * i as u64)).await;
+                hang_up(addr, url, Duration::from_millis(300), how).await;
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    // A patient client last: it is answered once the origin is free.
+    let (status, _, body) = curl(proxy, &origin.url("/slow?last"), &[]);
+    assert_eq!((status, body.as_str()), (200, "slow\n"), "{}", proxy.log());
+    assert!(
+        eventually(Duration::from_secs(10), || pages(origin, "/slow")
+            .iter()
+            .all(|s| s.done.is_some()))
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_hanging_up_never_put_more_than_max_in_flight_at_the_origin() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        ("/slow", slow(1200)),
+    ])
+    .await;
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    staggered_hang_ups(&proxy, &origin).await;
+    let seen = pages(&origin, "/slow");
+    assert!(seen.len() >= 3, "{seen:#?}");
+    assert!(
+        most_at_once(&seen) <= 2,
+        "max_in_flight 2, yet the origin served more at once: {seen:#?}"
+    );
+    assert!(
+        proxy
+            .metric("robotsgate_downstream_clients_left_total")
+            .unwrap_or(0.0)
+            >= 1.0,
+        "a reset client is counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_hanging_up_never_shorten_a_crawl_delay() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
+        ),
+        ("/slow", slow(1200)),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 30\n");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    staggered_hang_ups(&proxy, &origin).await;
+    let seen = pages(&origin, "/");
+    assert!(seen.len() >= 3, "{seen:#?}");
+    assert_eq!(most_at_once(&seen), 1, "{seen:#?}");
+    let gap = min_gap(&seen);
+    assert!(
+        gap >= Duration::from_millis(490),
+        "Crawl-delay 0.5, yet a request started {gap:?} after the previous one ended: {seen:#?}"
+    );
+}
+
+/// Reads one response (head and `Content-Length` body) from `stream`, after `already`.
+async fn read_response(stream: &mut TcpStream, already: &mut Vec<u8>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = String::from_utf8_lossy(already).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if already.len() >= end + 4 + length {
+                let rest = already.split_off(end + 4 + length);
+                let response = String::from_utf8_lossy(already).into_owned();
+                *already = rest;
+                return response;
+            }
+        }
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline.into(), stream.read(&mut buf))
+            .await
+            .expect("a response in time")
+            .expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(already));
+        already.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_request_sent_early_waits_for_the_pending_exchange() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        ("/slow", slow(1000)),
+    ])
+    .await;
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let host = origin.addr.to_string();
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let (addr, host) = (proxy.addr, host.clone());
+            tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await.expect("connect");
+                let first = format!("GET http://{host}/slow?{i}a HTTP/1.1\r\nHost: {host}\r\n\r\n");
+                stream.write_all(first.as_bytes()).await.expect("write");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                // The next request, long before the first is answered.
+                let next = format!("GET http://{host}/slow?{i}b HTTP/1.1\r\nHost: {host}\r\n\r\n");
+                stream.write_all(next.as_bytes()).await.expect("write");
+                let mut already = Vec::new();
+                let one = read_response(&mut stream, &mut already).await;
+                let two = read_response(&mut stream, &mut already).await;
+                (one, two)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (one, two) = task
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", proxy.log()));
+        assert!(
+            one.starts_with("HTTP/1.1 200") && one.ends_with("slow\n"),
+            "{one}"
+        );
+        assert!(
+            two.starts_with("HTTP/1.1 200") && two.ends_with("slow\n"),
+            "{two}"
+        );
+    }
+    let seen = pages(&origin, "/slow");
+    assert_eq!(seen.len(), 8, "{seen:#?}");
+    assert!(most_at_once(&seen) <= 2, "{seen:#?}");
+    for i in 0..4 {
+        let a = seen
+            .iter()
+            .find(|s| s.target == format!("/slow?{i}a"))
+            .expect("a");
+        let b = seen
+            .iter()
+            .find(|s| s.target == format!("/slow?{i}b"))
+            .expect("b");
+        assert!(
+            b.arrived >= a.done.expect("done"),
+            "in order, one after the other"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_reach_no_client_and_python_requests_keeps_its_turns() {
+    let hinted = |codes: Vec<u16>| Behaviour::Informational {
+        codes,
+        delay: Duration::from_millis(400),
+        body: b"hinted\n".to_vec(),
+    };
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        ("/hints", hinted(vec![103])),
+        ("/processing", hinted(vec![102, 103])),
+    ])
+    .await;
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    // python-requests, 4 threads with one keep-alive Session each, for 3 s.
+    let script = format!(
+        r#"
+import threading, time, requests
+proxies = {{'http': '{proxy}'}}
+bad = []
+count = [0]
+def crawl(path):
+    s = requests.Session()
+    end = time.time() + 3
+    while time.time() < end:
+        r = s.get('{base}' + path, proxies=proxies, timeout=20)
+        count[0] += 1
+        if r.status_code != 200 or r.text != 'hinted\n':
+            bad.append((r.status_code, r.text[:80]))
+threads = [threading.Thread(target=crawl, args=(p,)) for p in ['/hints', '/processing'] * 2]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(count[0], bad)
+"#,
+        proxy = proxy.url(),
+        base = origin.url(""),
+    );
+    let out =
+        tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output())
+            .await
+            .expect("join")
+            .expect("python3");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.trim().ends_with("[]"),
+        "every answer the final one: {printed}"
+    );
+    let seen: Vec<_> = pages(&origin, "/")
+        .into_iter()
+        .filter(|s| s.target != "/warm" && s.target != "/robots.txt")
+        .collect();
+    assert!(seen.len() >= 4 && seen.len() <= 20, "{}", seen.len());
+    assert!(most_at_once(&seen) <= 2, "{seen:#?}");
+    // On the wire: no 1xx reaches an HTTP/1.1 client, nor an HTTP/1.0 one.
+    for version in ["1.1", "1.0"] {
+        let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+        let host = origin.addr;
+        let request = format!("GET http://{host}/hints HTTP/{version}\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let response = read_response(&mut stream, &mut Vec::new()).await;
+        assert!(response.starts_with(&format!("HTTP/1.1 200")), "{response}");
+        assert!(!response.contains(" 103 "), "{response}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_ending_response_is_cut_at_max_exchange_and_the_origin_served_after_it() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        (
+            "/endless",
+            Behaviour::Endless {
+                every: Duration::from_millis(50),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  pacing:\n    max_in_flight: 1\n    max_exchange_seconds: 1.5\n    max_wait_seconds: 30\n  upstream:\n    read_timeout_seconds: 1\n",
+    );
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let endless = {
+        let (proxy, url) = (proxy.url(), origin.url("/endless"));
+        std::thread::spawn(move || {
+            Command::new("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "--max-time",
+                    "10",
+                    "-x",
+                    &proxy,
+                    &url,
+                ])
+                .status()
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || origin.count("/endless") == 1).await);
+    let (status, _, body) = curl(&proxy, &origin.url("/after"), &[]);
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "page /after\n"),
+        "{}",
+        proxy.log()
+    );
+    let _ = endless.join();
+    let cut = &pages(&origin, "/endless")[0];
+    let after = &pages(&origin, "/after")[0];
+    let ended = cut
+        .done
+        .expect("the origin's endless response ended when cut");
+    assert!(after.arrived >= ended, "{cut:#?} {after:#?}");
+    // Cut at 1.5 s, then held the read timeout (1 s) more.
+    let held = after.arrived - cut.arrived;
+    assert!(held >= Duration::from_millis(2400), "{held:?}");
+    assert_eq!(
+        proxy.metric("robotsgate_upstream_exchange_ends_total{end=\"cut_max_exchange\"}"),
+        Some(1.0)
+    );
+}
