@@ -328,7 +328,7 @@ print(count[0], bad)
         let request = format!("GET http://{host}/hints HTTP/{version}\r\nHost: {host}\r\n\r\n");
         stream.write_all(request.as_bytes()).await.expect("write");
         let response = read_response(&mut stream, &mut Vec::new()).await;
-        assert!(response.starts_with(&format!("HTTP/1.1 200")), "{response}");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(!response.contains(" 103 "), "{response}");
     }
 }
