@@ -261,6 +261,12 @@ pub struct AgentRule {
     /// `report`: requests this rule matches are in report mode (see `enforce`).
     #[serde(default)]
     pub mode: Option<EnforceMode>,
+    /// Accept `mode: report` chosen by `user_agent_contains`, text any client controls:
+    /// without it such a rule is a configuration error (a client could send the text and
+    /// have disallowed paths forwarded). Authenticated clients never get a mode or tokens
+    /// from their own text, whatever this says.
+    #[serde(default)]
+    pub trust_client_text: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -993,6 +999,16 @@ impl Config {
 
     /// Checks that cannot be expressed as types.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        for (i, rule) in self.agent.rules.iter().enumerate() {
+            if rule.mode == Some(EnforceMode::Report)
+                && rule.user_agent_contains.is_some()
+                && !rule.trust_client_text
+            {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
+                )));
+            }
+        }
         self.pacing.validate()?;
         self.fleet.validate()?;
         let longest = self.exchange_bounds().longest_hold();

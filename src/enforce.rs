@@ -26,7 +26,7 @@ use crate::origin::pacing::{PaceRequest, Pacer, RefusalReason};
 use crate::origin::store::{OriginEntry, OriginStore};
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
-use crate::policy::agent::{AgentResolver, Requester, Tokens};
+use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::EgressPolicy;
 use crate::policy::overrides::Overrides;
@@ -511,14 +511,14 @@ impl Enforcer {
         destination: Option<SocketAddr>,
     ) -> Decision {
         let tokens = self.tokens(who);
-        self.decide_explained(target, &tokens, self.reports(who), destination)
+        self.decide_explained(target, &tokens, self.reports(who).report, destination)
             .await
             .0
     }
 
     /// Is `who` in report mode (`enforce.mode`, `report_clients`, `report_users`, or
-    /// its agent rule's `mode`)?
-    pub fn reports(&self, who: &Requester<'_>) -> bool {
+    /// its agent rule's `mode`), and which of these chose?
+    pub fn reports(&self, who: &Requester<'_>) -> ModeChoice {
         self.agents.reports(who)
     }
 

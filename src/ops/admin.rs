@@ -333,7 +333,8 @@ impl AdminApp {
         };
         let who = Requester::new(client, agent.as_deref());
         let tokens = self.enforcer.tokens(&who);
-        let report = self.enforcer.reports(&who);
+        let mode = self.enforcer.reports(&who);
+        let report = mode.report;
         let (decision, snapshot) = self
             .enforcer
             .decide_explained(&target, &tokens, report, None)
@@ -377,6 +378,7 @@ impl AdminApp {
         }
         out["tokens"] = json!(tokens.list());
         out["tokens_from"] = json!(tokens.source());
+        out["mode_from"] = json!(mode.from.label());
         // The verdict's details: the same judgement, of the very snapshot decided on.
         if let Some(snapshot) = snapshot {
             if let Policy::Rules(file) = &snapshot.policy {

@@ -12,6 +12,13 @@
 //! 5. otherwise no token at all, which selects only the `*` group.
 //!
 //! [`Tokens::source`] says which of these decided, for `/check` and the access log.
+//!
+//! **Only the operator chooses.** For an authenticated client (a proxy user) neither the
+//! tokens nor the mode ever come from text the client controls: rules that match on
+//! `user_agent_contains` and the User-Agent's product token are skipped for it. For the
+//! others, a rule that switches to report mode on User-Agent text is a configuration
+//! error unless it says `trust_client_text: true`. [`ModeChoice::from`] says which
+//! setting chose the mode.
 
 use std::net::IpAddr;
 
@@ -66,6 +73,40 @@ impl Tokens<'_> {
     }
 }
 
+/// Whether a request is only reported, and which setting chose that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModeChoice {
+    /// Report mode: forwarded with what enforcing would have answered.
+    pub report: bool,
+    /// The setting that chose the mode.
+    pub from: ModeFrom,
+}
+
+/// The setting that chose a request's mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeFrom {
+    /// `enforce.mode`.
+    Config,
+    /// `enforce.report_users` (the authenticated user).
+    User,
+    /// `enforce.report_clients` (the client's address).
+    Client,
+    /// The matching `agent.rules` entry's `mode`.
+    Rule,
+}
+
+impl ModeFrom {
+    /// `config`, `user`, `client` or `rule`: for `/check` and the access log.
+    pub fn label(self) -> &'static str {
+        match self {
+            ModeFrom::Config => "config",
+            ModeFrom::User => "user",
+            ModeFrom::Client => "client",
+            ModeFrom::Rule => "rule",
+        }
+    }
+}
+
 /// Who sends a request: what its robots.txt group is chosen from.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Requester<'a> {
@@ -81,6 +122,16 @@ pub struct Requester<'a> {
 }
 
 impl<'a> Requester<'a> {
+    /// The User-Agent as far as it may choose anything: never an authenticated
+    /// client's (its credentials choose).
+    fn trusted_text(&self) -> Option<&'a str> {
+        if self.user.is_some() {
+            None
+        } else {
+            self.user_agent
+        }
+    }
+
     /// A requester without proxy credentials.
     pub fn new(client: Option<IpAddr>, user_agent: Option<&'a str>) -> Requester<'a> {
         Requester {
@@ -116,23 +167,43 @@ impl AgentResolver {
     pub fn tokens_for<'a>(&'a self, who: &Requester<'a>) -> Tokens<'a> {
         match who.tokens {
             Some(tokens) if !tokens.is_empty() => Tokens::Credential(tokens),
-            _ => self.tokens(who.client, who.user_agent),
+            _ => self.tokens(who.client, who.trusted_text()),
         }
     }
 
-    /// Is `who` in report mode (`enforce`, or its agent rule's `mode`)?
-    pub fn reports(&self, who: &Requester<'_>) -> bool {
+    /// Is `who` enforced or only reported, and which setting said so: `enforce.mode`,
+    /// the user in `enforce.report_users`, the address in `enforce.report_clients`, or
+    /// the agent rule that matched (never one matched on an authenticated client's own
+    /// text).
+    pub fn reports(&self, who: &Requester<'_>) -> ModeChoice {
         let e = &self.enforce;
-        e.mode == EnforceMode::Report
-            || who
-                .user
-                .is_some_and(|u| e.report_users.iter().any(|r| r == u))
-            || who
-                .client
-                .is_some_and(|ip| e.report_clients.iter().any(|net| net.contains(ip)))
-            || self
-                .rule(who.client, who.user_agent)
-                .is_some_and(|rule| rule.mode == Some(EnforceMode::Report))
+        let report = |from| ModeChoice { report: true, from };
+        if e.mode == EnforceMode::Report {
+            return report(ModeFrom::Config);
+        }
+        if who
+            .user
+            .is_some_and(|u| e.report_users.iter().any(|r| r == u))
+        {
+            return report(ModeFrom::User);
+        }
+        if who
+            .client
+            .is_some_and(|ip| e.report_clients.iter().any(|net| net.contains(ip)))
+        {
+            return report(ModeFrom::Client);
+        }
+        match self.rule(who.client, who.trusted_text()) {
+            Some(rule) if rule.mode == Some(EnforceMode::Report) => report(ModeFrom::Rule),
+            Some(rule) if rule.mode.is_some() => ModeChoice {
+                report: false,
+                from: ModeFrom::Rule,
+            },
+            _ => ModeChoice {
+                report: false,
+                from: ModeFrom::Config,
+            },
+        }
     }
 
     /// `enforce`, `report`, or `mixed` (some clients, users or agent rules report).
@@ -236,5 +307,44 @@ mod tests {
         assert_eq!(r.tokens(None, None), Tokens::None);
         let r = resolver("default_tokens: [FleetBot]\n");
         assert_eq!(r.tokens(None, Some("Other/1")).list(), ["FleetBot"]);
+    }
+
+    #[test]
+    fn an_authenticated_clients_own_text_chooses_neither_tokens_nor_mode() {
+        let r = resolver(
+            "default_tokens: []\nfrom_user_agent: true\nrules:\n  - user_agent_contains: canary\n    tokens: [CanaryBot]\n    mode: report\n    trust_client_text: true\n  - client: 10.0.0.0/8\n    tokens: [NetBot]\n    mode: report\n",
+        );
+        let anonymous = Requester::new(None, Some("Mozilla/5.0 CanaryBot"));
+        assert_eq!(r.tokens_for(&anonymous).list(), ["CanaryBot"]);
+        assert_eq!(
+            r.reports(&anonymous),
+            ModeChoice {
+                report: true,
+                from: ModeFrom::Rule
+            }
+        );
+        let user = Requester {
+            user: Some("fleet"),
+            ..anonymous
+        };
+        assert_eq!(
+            r.tokens_for(&user),
+            Tokens::None,
+            "no rule, no header token"
+        );
+        assert_eq!(
+            r.reports(&user),
+            ModeChoice {
+                report: false,
+                from: ModeFrom::Config
+            }
+        );
+        // An address is the operator's to match on, authenticated or not.
+        let from_net = Requester {
+            client: Some("10.1.2.3".parse().expect("ip")),
+            ..user
+        };
+        assert_eq!(r.tokens_for(&from_net).list(), ["NetBot"]);
+        assert!(r.reports(&from_net).report);
     }
 }

@@ -57,6 +57,8 @@ pub struct RequestContext {
     started: Option<Instant>,
     /// Where the request's robots.txt tokens came from (for the access log).
     tokens_from: &'static str,
+    /// Which setting chose enforce or report mode (for the access log).
+    mode_from: &'static str,
     body_bytes: u64,
     /// Where the request goes, once understood.
     target: Option<Target>,
@@ -405,7 +407,9 @@ impl ProxyHttp for RobotsGateProxy {
         };
         let tokens = self.enforcer.tokens(&who);
         ctx.tokens_from = tokens.source();
-        let report = self.enforcer.reports(&who);
+        let mode = self.enforcer.reports(&who);
+        ctx.mode_from = mode.from.label();
+        let report = mode.report;
         let (decision, _) = self
             .enforcer
             .decide_explained(&target, &tokens, report, destination)
@@ -753,6 +757,7 @@ impl ProxyHttp for RobotsGateProxy {
                 .get(http::header::USER_AGENT)
                 .and_then(|v| v.to_str().ok()),
             tokens_from: ctx.tokens_from,
+            mode_from: ctx.mode_from,
             mode: mode.label(),
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),

@@ -79,6 +79,9 @@ pub struct AccessRecord<'a> {
     pub agent: Option<&'a str>,
     /// Where the robots.txt tokens came from: credential, rule, default, header, none.
     pub tokens_from: &'a str,
+    /// Which setting chose enforce or report mode: config, user, client, rule (empty:
+    /// not reached).
+    pub mode_from: &'a str,
     /// How it arrived: explicit, transparent, tunnel.
     pub mode: &'a str,
     pub decision: &'a str,
@@ -136,6 +139,9 @@ impl AccessRecord<'_> {
             f.text("agent", agent);
         }
         f.text("tokens_from", self.tokens_from);
+        if !self.mode_from.is_empty() {
+            f.text("mode_from", self.mode_from);
+        }
         f.text("mode", self.mode);
         f.text("decision", self.decision);
         f.number("status", self.status.into());
@@ -347,6 +353,7 @@ mod tests {
             path,
             agent,
             tokens_from: "default",
+            mode_from: "config",
             mode: "explicit",
             decision: "allowed",
             status: 200,
@@ -373,7 +380,7 @@ mod tests {
         let line = fields(&record("/a b", Some("Bot/1")), LogFormat::Text);
         assert_eq!(
             line,
-            "origin=\"http://example.com\" path=\"/a b\" agent=\"Bot/1\" tokens_from=\"default\" \
+            "origin=\"http://example.com\" path=\"/a b\" agent=\"Bot/1\" tokens_from=\"default\" mode_from=\"config\" \
              mode=\"explicit\" decision=\"allowed\" status=200 line=3 why=\"no matching rule\" \
              pacing_wait_seconds=2.5e-6 delay_rule=\"none\" duration_seconds=0.25"
         );

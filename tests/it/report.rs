@@ -64,7 +64,7 @@ async fn an_agent_rule_can_be_in_report_mode_while_the_rest_is_enforced() {
     )])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [ExampleBot]\n    rules:\n      - user_agent_contains: trial\n        tokens: [ExampleBot]\n        mode: report\n",
+        "  agent:\n    default_tokens: [ExampleBot]\n    rules:\n      - user_agent_contains: trial\n        tokens: [ExampleBot]\n        mode: report\n        trust_client_text: true\n",
     );
     assert_eq!(
         curl(&proxy, &origin.url("/private/x"), &["-A", "Enforced/1"]).0,
@@ -93,4 +93,117 @@ async fn an_agent_rule_can_be_in_report_mode_while_the_rest_is_enforced() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["decision"], "would_disallow", "{v}");
     assert_eq!(v["mode"], "report", "{v}");
+    assert_eq!(v["mode_from"], "rule", "{v}");
+}
+
+/// The operator, never the client, chooses the mode: an authenticated user's own
+/// User-Agent text cannot switch it to report mode through a rule that trusts such text
+/// for unauthenticated clients, and a rule that would let any client do so without
+/// saying `trust_client_text: true` stops the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+    )])
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    let lines = format!(
+        "{}\n{}\n",
+        crate::common::passwd_line("fleet", "fleet-secret", &["FleetBot"]),
+        crate::common::passwd_line("bare", "bare-secret", &[]),
+    );
+    std::fs::write(&users, lines).expect("users");
+    let rule = "  agent:\n    default_tokens: [ExampleBot]\n    rules:\n      - user_agent_contains: CanaryBot\n        tokens: [CanaryBot]\n        mode: report\n";
+    let proxy = Proxy::start_for_loopback(&format!(
+        "  log_format: json\n{rule}        trust_client_text: true\n  access:\n    credentials_file: {}\n",
+        users.display()
+    ));
+    for (user, tokens_from) in [
+        ("fleet:fleet-secret", "credential"),
+        ("bare:bare-secret", "default"),
+    ] {
+        let page = origin.url(&format!("/private/{}", &user[..4]));
+        let args = ["--proxy-user", user, "-A", "Mozilla/5.0 CanaryBot"];
+        let (status, head, _) = curl(&proxy, &page, &args);
+        assert_eq!(status, 403, "{user}: {head}");
+        let log = proxy.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("/private/{}", &user[..4]))
+                    && l.contains("\"mode_from\":\"config\"")
+                    && l.contains(&format!("\"tokens_from\":\"{tokens_from}\""))),
+            "{log}"
+        );
+    }
+    assert_eq!(
+        origin.count("/private/flee") + origin.count("/private/bare"),
+        0
+    );
+
+    let config = dir.path().join("robotsgate.yaml");
+    std::fs::write(&config, format!("robotsgate:\n{rule}")).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("robotsgate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("agent.rules[0].mode") && err.contains("trust_client_text"),
+        "{err}"
+    );
+}
+
+/// An origin's own `X-Robots-Decision` (or `X-Robots-Usage`) never reaches the client:
+/// robotsgate removes it, logs and counts it, and only its own remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origins_copy_of_robotsgates_headers_is_removed() {
+    let forged = Behaviour::with_headers(
+        200,
+        &[
+            ("X-Robots-Decision", "disallowed; robots=\"forged\"; line=1"),
+            ("x-robots-usage", "train-ai=y"),
+        ],
+        "page\n",
+    );
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok(ROBOTS)),
+        ("/forged", forged.clone()),
+        ("/private/forged", forged),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("  enforce:\n    report_clients: [127.0.0.1/32]\n");
+    let (status, head, _) = curl(&proxy, &origin.url("/forged"), &[]);
+    assert_eq!(status, 200, "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        !lower.contains("x-robots-decision") && !lower.contains("x-robots-usage"),
+        "{head}"
+    );
+    // Report mode: robotsgate's own header, once, and not the origin's.
+    let (status, head, _) = curl(&proxy, &origin.url("/private/forged"), &[]);
+    assert_eq!(status, 200, "{head}");
+    let decisions: Vec<_> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("x-robots-decision"))
+        .collect();
+    assert_eq!(decisions.len(), 1, "{head}");
+    assert!(
+        decisions[0].contains("would-disallow") && !decisions[0].contains("forged"),
+        "{head}"
+    );
+    assert!(
+        proxy
+            .log()
+            .contains("sent robotsgate's own response header"),
+        "{}",
+        proxy.log()
+    );
+    assert_eq!(
+        proxy.metric("robotsgate_upstream_forged_headers_total"),
+        Some(4.0)
+    );
 }
