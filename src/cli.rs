@@ -36,6 +36,10 @@ enum Command {
     CheckState {
         /// The state file.
         file: PathBuf,
+        /// The configuration whose limits apply (robots.max_ttl_seconds,
+        /// robots.retry_max_seconds, pacing.ceiling_seconds); default: the defaults.
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
     },
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
@@ -141,17 +145,34 @@ impl Cli {
                 );
                 Ok(ExitCode::SUCCESS)
             }
-            Command::CheckState { file } => {
-                let data = std::fs::read(&file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                match check_state_file(&data) {
-                    Ok(origins) => {
+            Command::CheckState { file, config } => {
+                let config = match config {
+                    Some(path) => crate::config::Config::load(&path)?,
+                    None => crate::config::Config::default(),
+                };
+                let limits = crate::origin::state::Limits::of(&config);
+                match crate::origin::state::inspect(&file, limits) {
+                    Ok(Some(found)) => {
+                        let clamped = match found.clamped {
+                            0 => String::new(),
+                            n => format!(
+                                "; {n} lifetimes beyond the configuration's limits would be clamped"
+                            ),
+                        };
                         println!(
-                            "{}: OK, {origins} origins, {} bytes",
+                            "{}: OK, {} origins, {} bytes{clamped}",
                             file.display(),
-                            data.len()
+                            found.origins,
+                            found.bytes
                         );
                         Ok(ExitCode::SUCCESS)
+                    }
+                    Ok(None) => {
+                        println!(
+                            "{}: no such file (a start would begin empty)",
+                            file.display()
+                        );
+                        Ok(ExitCode::FAILURE)
                     }
                     Err(e) => {
                         println!("{}: would not be loaded: {e}", file.display());
@@ -174,10 +195,14 @@ impl Cli {
     }
 }
 
-/// Checks a state file's contents as a start would (every part, before using any): the
-/// number of origins it holds, or why it would be refused.
+/// Checks a state file's octets as a start with the default configuration would (every
+/// part, before using any): the number of origins it holds, or why it would be refused.
+/// The file itself (owner, mode, kind) is [`crate::origin::state::inspect`]'s to check.
 pub fn check_state_file(data: &[u8]) -> Result<usize, String> {
-    crate::origin::state::inspect(data).map_err(|e| e.to_string())
+    let limits = crate::origin::state::Limits::of(&crate::config::Config::default());
+    crate::origin::state::inspect_bytes(data, limits)
+        .map(|(origins, _)| origins)
+        .map_err(|e| e.to_string())
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

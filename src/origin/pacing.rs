@@ -858,11 +858,15 @@ impl Pacer {
             };
             let delay = Some((request.delay, request.rule));
             let mut fetched = fetched;
-            // Turns are always taken in one order, the group's (when a delay is in
-            // force) before the in-flight one: a request holding an in-flight turn never
-            // waits for a group turn whose holder waits for an in-flight turn.
+            // A request holding an in-flight turn never queues for a group turn (whose
+            // holder may be queued for an in-flight turn: a deadlock): the group's turn
+            // is taken first when a delay is in force, and one that came into force
+            // meanwhile is taken at once or not at all. Set once the request gave an
+            // in-flight turn back: it was admitted, so it queues again without a new
+            // estimate, within its first deadline.
+            let mut admitted = None;
             loop {
-                let group_turn = self.turn(&group, delay, fetched.take()).await?;
+                let group_turn = self.turn(&group, delay, fetched.take(), admitted).await?;
                 let took_group = group_turn.is_some();
                 if let Some(turn) = group_turn {
                     held.push(self.held(group.clone(), turn));
@@ -871,18 +875,42 @@ impl Pacer {
                     break;
                 }
                 let in_flight = self.schedule(place, IN_FLIGHT, request.max_in_flight);
-                let Some(turn) = self.turn(&in_flight, None, None).await? else {
+                let Some(turn) = self.turn(&in_flight, None, None, admitted).await? else {
                     break;
                 };
                 let in_flight_turn = self.held(in_flight, turn);
                 // While it waited for an in-flight turn, the origin may have asked for a
-                // delay (a slow or failing response): then it gives the in-flight turn
-                // back and queues for the group's first.
+                // delay (a slow or failing response): then it takes the group's turn if
+                // it is free (and sleeps until due), or gives the in-flight turn back and
+                // queues for the group's first.
                 if took_group || !lock(&group.timing).limited(Instant::now()) {
                     held.push(in_flight_turn);
                     break;
                 }
+                // Each queue a request waits in is bounded by `max_wait` from when it
+                // joined it (as a group turn taken after an in-flight one always was).
+                let deadline = Instant::now() + self.config.max_wait_seconds.duration();
+                if self.fleet.is_none() {
+                    if let Ok(turn) = group.turn.clone().try_acquire_owned() {
+                        group.enqueue();
+                        let group_turn = self.held(group.clone(), Turn::Local(turn));
+                        group
+                            .sleep_until_due(deadline)
+                            .await
+                            .map_err(|at| Refused {
+                                reason: RefusalReason::WaitTooLong,
+                                retry_after: at
+                                    .saturating_duration_since(Instant::now())
+                                    .max(Duration::from_secs(1)),
+                                backed_off_for: None,
+                            })?;
+                        held.push(group_turn);
+                        held.push(in_flight_turn);
+                        break;
+                    }
+                }
                 drop(in_flight_turn);
+                admitted = Some(deadline);
             }
         }
         Ok(self.permit(schedule, held, started))
@@ -904,12 +932,14 @@ impl Pacer {
 
     /// The turn of one schedule when something is in force there (`delay`: the group's
     /// delay and rule; `None` for an in-flight schedule, always in force); `None` when
-    /// nothing is.
+    /// nothing is. `admitted`: the request passed the queue and wait bounds already and
+    /// must have its turn by then.
     async fn turn(
         &self,
         schedule: &Arc<Schedule>,
         delay: Option<(Duration, DelayRule)>,
         robots_fetched_at: Option<Instant>,
+        admitted: Option<Instant>,
     ) -> Result<Option<Turn>, Refused> {
         let now = Instant::now();
         let (limited, backed_off_for) = {
@@ -957,7 +987,7 @@ impl Pacer {
                 }
             }
         }
-        self.local(schedule, capacity, now, backed_off_for)
+        self.local(schedule, capacity, now, backed_off_for, admitted)
             .await
             .map(|turn| Some(Turn::Local(turn)))
     }
@@ -1001,14 +1031,28 @@ impl Pacer {
     }
 
     /// A local turn of `schedule` (at most `capacity` out at once), within the queue and
-    /// wait bounds.
+    /// wait bounds (`admitted`: within that deadline, the bounds already passed).
     async fn local(
         &self,
         schedule: &Arc<Schedule>,
         capacity: usize,
         now: Instant,
         backed_off_for: Option<Duration>,
+        admitted: Option<Instant>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
+        let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
+        if let Some(deadline) = admitted {
+            return self
+                .local_turn(schedule, share, deadline)
+                .await
+                .map_err(|at| Refused {
+                    reason: RefusalReason::WaitTooLong,
+                    retry_after: at
+                        .saturating_duration_since(now)
+                        .max(Duration::from_secs(1)),
+                    backed_off_for,
+                });
+        }
         let pending = schedule.pending.load(Ordering::Acquire);
         // Ahead of this request: whoever holds or waits for the turns, `capacity` at a time.
         let rounds = (pending / capacity.max(1)) as u32;
@@ -1029,8 +1073,7 @@ impl Pacer {
             });
         }
         // Fewer turns than the schedule was made with (the fleet fallback): each request
-        // takes a larger share of them.
-        let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
+        // takes a larger share of them (`share`).
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
         let deadline = now + self.config.max_wait_seconds.duration();

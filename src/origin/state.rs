@@ -20,6 +20,15 @@
 //! foreign file is a WARN naming it and an empty start — never a crash, never a partial
 //! load taken as complete.
 //!
+//! **Trust.** The checksum catches damage, not forgery, so a load trusts the file no
+//! further than this: only a regular file owned by robotsgate's own user and writable by
+//! no one else is read — opened without blocking and without following a symbolic link,
+//! so a FIFO, a device or a link planted at the path is refused (a WARN naming it), never
+//! waited on — and every lifetime in it is clamped to the configuration's limits
+//! ([`Limits`]): freshness to `robots.max_ttl_seconds`, retries to
+//! `robots.retry_max_seconds`, pauses and backoffs to `pacing.ceiling_seconds`, and no
+//! fetch in the future. `robotsgate check-state` applies the same checks.
+//!
 //! **When.** Loaded at start, before the listeners accept. Saved every
 //! `robots.state_save_seconds`, and when a stop or upgrade signal arrives (SIGTERM,
 //! SIGINT, SIGQUIT), before the server starts shutting down or hands its listeners
@@ -213,7 +222,55 @@ fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
 }
 
 /// Decodes a whole state file; nothing is returned unless every part checks.
-fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
+/// The longest lifetimes a loaded state may carry: what this configuration would ever
+/// have written. Longer ones (a forged or foreign file) are clamped.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// `robots.max_ttl_seconds`: the longest a copy stays fresh.
+    pub fresh: Duration,
+    /// `robots.retry_max_seconds`: the longest until a failing origin's next retry.
+    pub retry: Duration,
+    /// `pacing.ceiling_seconds`: the longest pause or backoff.
+    pub pause: Duration,
+}
+
+impl Limits {
+    /// The limits of a configuration.
+    pub fn of(config: &crate::config::Config) -> Limits {
+        Limits {
+            fresh: config.robots.max_ttl_seconds.duration(),
+            retry: config.robots.retry_max_seconds.duration(),
+            pause: config.pacing.ceiling_seconds.duration(),
+        }
+    }
+}
+
+/// Origins and clamped lifetimes in one decoded file.
+struct Decoded {
+    kept: Vec<Kept>,
+    /// Lifetimes past [`Limits`], clamped.
+    clamped: usize,
+}
+
+/// `at`, at most `limit` after `now` (counted in `clamped` when it was later).
+fn clamp(
+    at: Option<Instant>,
+    now: Instant,
+    limit: Duration,
+    clamped: &mut usize,
+) -> Option<Instant> {
+    let latest = now + limit;
+    match at {
+        Some(at) if at > latest => {
+            *clamped += 1;
+            Some(latest)
+        }
+        other => other,
+    }
+}
+
+fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateError> {
+    let mut clamped = 0;
     let body_len = data
         .len()
         .checked_sub(8)
@@ -254,21 +311,37 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
             }
             other => return Err(StateError(format!("unknown policy kind {other}"))),
         };
-        let fresh_until = clock.to_instant(r.i64()?).unwrap_or(clock.instant);
-        let fetched_at = clock.to_instant(r.i64()?);
+        let now = clock.instant;
+        let fresh_until = clock.to_instant(r.i64()?).unwrap_or(now);
+        let fresh_until = clamp(Some(fresh_until), now, limits.fresh, &mut clamped).unwrap_or(now);
+        let fetched_at = clamp(
+            clock.to_instant(r.i64()?),
+            now,
+            Duration::ZERO,
+            &mut clamped,
+        );
         let unreachable_since = match r.i64()? {
             NONE => None,
-            since => Some(clock.to_instant(since).unwrap_or(clock.instant)),
+            since => clamp(
+                Some(clock.to_instant(since).unwrap_or(now)),
+                now,
+                Duration::ZERO,
+                &mut clamped,
+            ),
         };
-        let retry_at = clock.to_instant(r.i64()?);
+        let retry_at = clamp(clock.to_instant(r.i64()?), now, limits.retry, &mut clamped);
         let failures = r.u32()?;
         let last_outcome = r.string()?;
         let cause = Some(r.string()?).filter(|c| !c.is_empty());
         let mut pauses = Vec::new();
         for _ in 0..r.u32()? {
             let group = r.string()?;
-            let paused_until = clock.to_instant(r.i64()?);
-            let backoff = Duration::from_millis(r.u64()?).min(crate::config::MAX_DURATION);
+            let paused_until = clamp(clock.to_instant(r.i64()?), now, limits.pause, &mut clamped);
+            let mut backoff = Duration::from_millis(r.u64()?);
+            if backoff > limits.pause {
+                backoff = limits.pause;
+                clamped += 1;
+            }
             pauses.push((group, paused_until, backoff));
         }
         kept.push(Kept {
@@ -286,13 +359,85 @@ fn decode(data: &[u8], clock: Clock) -> Result<Vec<Kept>, StateError> {
     if &r.array::<8>()? != END || r.rest.len() != 8 {
         return Err(StateError("the count does not match the contents".into()));
     }
-    Ok(kept)
+    Ok(Decoded { kept, clamped })
 }
 
-/// Checks a state file's contents (everything a load checks, nothing stored): the
-/// number of origins it holds.
-pub fn inspect(data: &[u8]) -> Result<usize, StateError> {
-    decode(data, Clock::now()).map(|kept| kept.len())
+/// What a state file holds, as a load would take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inspected {
+    /// Origins in it.
+    pub origins: usize,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Lifetimes past the configuration's limits, clamped.
+    pub clamped: usize,
+}
+
+/// Checks a state file as a load would (the file itself, then everything in it) and
+/// stores nothing; `Ok(None)` when there is none.
+pub fn inspect(path: &Path, limits: Limits) -> Result<Option<Inspected>, StateError> {
+    let Some(data) = read_trusted(path)? else {
+        return Ok(None);
+    };
+    let decoded = decode(&data, Clock::now(), limits)?;
+    Ok(Some(Inspected {
+        origins: decoded.kept.len(),
+        bytes: data.len(),
+        clamped: decoded.clamped,
+    }))
+}
+
+/// Decodes a state file's octets as a load would, with `limits`: the number of origins
+/// and of lifetimes clamped, or why it would be refused (the fuzz target's entry).
+pub fn inspect_bytes(data: &[u8], limits: Limits) -> Result<(usize, usize), StateError> {
+    decode(data, Clock::now(), limits).map(|d| (d.kept.len(), d.clamped))
+}
+
+/// The state file's octets, when robotsgate may trust the file to be its own: a regular
+/// file, owned by this process's user, writable by no one else, reached without a
+/// symbolic link. Opened without blocking (a FIFO would otherwise wait for a writer).
+/// `Ok(None)`: no file.
+fn read_trusted(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(StateError("a symbolic link: refused".into()))
+        }
+        Err(e) => return Err(StateError(format!("cannot open: {e}"))),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| StateError(format!("cannot stat: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(StateError(
+            "not a regular file (a FIFO, socket or device): refused".into(),
+        ));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let own = unsafe { libc::geteuid() };
+    if meta.uid() != own {
+        return Err(StateError(format!(
+            "owned by uid {}, not robotsgate's user (uid {own}): refused",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(StateError(format!(
+            "writable by group or others (mode {:o}): refused",
+            meta.mode() & 0o7777
+        )));
+    }
+    let mut data = Vec::with_capacity(meta.len().min(1 << 30) as usize);
+    file.read_to_end(&mut data)
+        .map_err(|e| StateError(format!("cannot read: {e}")))?;
+    Ok(Some(data))
 }
 
 /// Writes the store's state to `path` atomically (temporary file, flush, rename).
@@ -309,36 +454,53 @@ pub fn save(store: &OriginStore, path: &Path) -> std::io::Result<(usize, usize)>
     Ok((kept.len(), data.len()))
 }
 
-/// Loads `path` into the store; a missing file is an empty start. Returns the number of
-/// origins and bytes read.
-pub fn load(store: &OriginStore, path: &Path) -> Result<(usize, usize), StateError> {
-    let data = match std::fs::read(path) {
-        Ok(data) => data,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
-        Err(e) => return Err(StateError(format!("cannot read: {e}"))),
+/// Loads `path` into the store (see the module's **Trust**); a missing file is an empty
+/// start.
+pub fn load(store: &OriginStore, path: &Path, limits: Limits) -> Result<Inspected, StateError> {
+    let Some(data) = read_trusted(path)? else {
+        return Ok(Inspected {
+            origins: 0,
+            bytes: 0,
+            clamped: 0,
+        });
     };
-    let kept = decode(&data, Clock::now())?;
-    let count = kept.len();
+    let Decoded { kept, clamped } = decode(&data, Clock::now(), limits)?;
+    let origins = kept.len();
     for k in kept {
         store.import(k);
     }
-    Ok((count, data.len()))
+    Ok(Inspected {
+        origins,
+        bytes: data.len(),
+        clamped,
+    })
 }
 
-/// Loads the state file at start, logging what it found (origins, size, load time) or
-/// why it was not loaded. `upgrade`: first wait for the file the predecessor writes on
-/// SIGQUIT.
-pub fn load_at_start(store: &OriginStore, path: &Path, upgrade: bool) {
+/// Loads the state file at start, logging what it found (origins, size, load time,
+/// lifetimes clamped) or why it was not loaded. `upgrade`: first wait for the file the
+/// predecessor writes on SIGQUIT.
+pub fn load_at_start(store: &OriginStore, path: &Path, limits: Limits, upgrade: bool) {
     if upgrade {
         wait_for_handover(path);
     }
     let started = std::time::Instant::now();
-    match load(store, path) {
-        Ok((origins, bytes)) => log::info!(
-            "state file {}: {origins} origins, {bytes} bytes, loaded in {:.0} ms",
-            path.display(),
-            started.elapsed().as_secs_f64() * 1000.0
-        ),
+    match load(store, path, limits) {
+        Ok(found) => {
+            log::info!(
+                "state file {}: {} origins, {} bytes, loaded in {:.0} ms",
+                path.display(),
+                found.origins,
+                found.bytes,
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+            if found.clamped > 0 {
+                log::warn!(
+                    "state file {}: {} lifetimes beyond this configuration's limits (robots.max_ttl_seconds, robots.retry_max_seconds, pacing.ceiling_seconds, or in the future) clamped",
+                    path.display(),
+                    found.clamped
+                );
+            }
+        }
         Err(e) => log::warn!(
             "state file {} not loaded ({e}); starting empty",
             path.display()
@@ -395,6 +557,12 @@ fn wait_for_handover(path: &Path) {
 mod tests {
     use super::*;
 
+    const LIMITS: Limits = Limits {
+        fresh: Duration::from_secs(7 * 86_400),
+        retry: Duration::from_secs(600),
+        pause: Duration::from_secs(120),
+    };
+
     fn kept(origin: &str, body: &str, fresh_in: Duration, clock: Clock) -> Kept {
         let body = Bytes::copy_from_slice(body.as_bytes());
         Kept {
@@ -426,7 +594,7 @@ mod tests {
             )],
             clock,
         );
-        let back = decode(&data, clock).expect("decodes");
+        let back = decode(&data, clock, LIMITS).expect("decodes").kept;
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].origin.to_string(), "https://example.com");
         let fresh = back[0].snapshot.fresh_until.duration_since(clock.instant);
@@ -456,16 +624,20 @@ mod tests {
             clock,
         );
         for cut in 0..data.len() {
-            assert!(decode(&data[..cut], clock).is_err(), "truncated at {cut}");
+            assert!(
+                decode(&data[..cut], clock, LIMITS).is_err(),
+                "truncated at {cut}"
+            );
         }
         for at in (0..data.len()).step_by(7) {
             let mut bad = data.clone();
             bad[at] ^= 0x55;
-            assert!(decode(&bad, clock).is_err(), "flipped at {at}");
+            assert!(decode(&bad, clock, LIMITS).is_err(), "flipped at {at}");
         }
         let mut future = data.clone();
         future[8] = 9;
-        let err = decode(&future, clock)
+        let err = decode(&future, clock, LIMITS)
+            .map(|d| d.kept.len())
             .expect_err("future version")
             .to_string();
         assert!(err.contains("version 9"), "{err}");
@@ -491,7 +663,7 @@ mod tests {
         let data = encode(&kept, clock);
         let encoded = started.elapsed();
         let started = std::time::Instant::now();
-        let back = decode(&data, clock).expect("decodes");
+        let back = decode(&data, clock, LIMITS).expect("decodes").kept;
         let decoded = started.elapsed();
         assert_eq!(back.len(), 100_000);
         println!(
@@ -508,11 +680,11 @@ mod tests {
         #[test]
         fn any_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let clock = Clock::now();
-            let _ = decode(&data, clock);
+            let _ = decode(&data, clock, LIMITS);
             let mut framed = MAGIC.to_vec();
             framed.extend_from_slice(&VERSION.to_le_bytes());
             framed.extend_from_slice(&data);
-            let _ = decode(&framed, clock);
+            let _ = decode(&framed, clock, LIMITS);
         }
     }
 }

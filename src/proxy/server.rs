@@ -199,7 +199,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let enforcer = Arc::new(Enforcer::with_trust(&config, &trust)?);
     // Before the listeners accept: the held robots.txt copies of the last run.
     if let Some(path) = &config.robots.state_file {
-        crate::origin::state::load_at_start(&enforcer.store, path, args.upgrade);
+        let limits = crate::origin::state::Limits::of(&config);
+        crate::origin::state::load_at_start(&enforcer.store, path, limits, args.upgrade);
     }
     // Threads start in a background service: after a daemon's fork, which they would
     // not survive.

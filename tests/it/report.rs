@@ -128,13 +128,17 @@ async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
         let args = ["--proxy-user", user, "-A", "Mozilla/5.0 CanaryBot"];
         let (status, head, _) = curl(&proxy, &page, &args);
         assert_eq!(status, 403, "{user}: {head}");
-        let log = proxy.log();
-        assert!(
-            log.lines()
-                .any(|l| l.contains(&format!("/private/{}", &user[..4]))
+        let logged = || {
+            proxy.log().lines().any(|l| {
+                l.contains(&format!("/private/{}", &user[..4]))
                     && l.contains("\"mode_from\":\"config\"")
-                    && l.contains(&format!("\"tokens_from\":\"{tokens_from}\""))),
-            "{log}"
+                    && l.contains(&format!("\"tokens_from\":\"{tokens_from}\""))
+            })
+        };
+        assert!(
+            crate::common::eventually(Duration::from_secs(5), logged).await,
+            "{}",
+            proxy.log()
         );
     }
     assert_eq!(
@@ -195,10 +199,13 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
         decisions[0].contains("would-disallow") && !decisions[0].contains("forged"),
         "{head}"
     );
-    assert!(
+    let warned = || {
         proxy
             .log()
-            .contains("sent robotsgate's own response header"),
+            .contains("sent robotsgate's own response header")
+    };
+    assert!(
+        crate::common::eventually(Duration::from_secs(5), warned).await,
         "{}",
         proxy.log()
     );

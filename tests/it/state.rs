@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, static_dns, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, static_dns, Behaviour, Proxy, TestOrigin};
 
 const NAMES: usize = 200;
 
@@ -184,4 +184,150 @@ async fn a_graceful_upgrade_hands_the_state_over_without_a_refetch() {
     }
     assert_eq!(all_fetches(&origin), NAMES, "{}", upgraded.log());
     drop(proxy);
+}
+
+/// FNV-1a 64, the state file's trailer (a checksum against damage, not forgery).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A well-formed state file, written by hand as a forger would: `origin` allowed
+/// everything, fresh for ten years, paused for ten years.
+fn forged_allow_all(origin: &str) -> Vec<u8> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let ten_years = 10 * 365 * 86_400_000i64;
+    let string = |out: &mut Vec<u8>, s: &[u8]| {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s);
+    };
+    let mut out = b"RGSTATE\0".to_vec();
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&1u64.to_le_bytes());
+    string(&mut out, origin.as_bytes());
+    out.push(1); // allow all
+    string(&mut out, b"forged");
+    out.extend_from_slice(&(now_ms + ten_years).to_le_bytes()); // fresh until
+    out.extend_from_slice(&(now_ms + ten_years).to_le_bytes()); // fetched (in the future)
+    out.extend_from_slice(&i64::MIN.to_le_bytes()); // unreachable since
+    out.extend_from_slice(&i64::MIN.to_le_bytes()); // retry at
+    out.extend_from_slice(&0u32.to_le_bytes());
+    string(&mut out, b"HTTP 404");
+    string(&mut out, b"");
+    out.extend_from_slice(&1u32.to_le_bytes());
+    string(&mut out, b"");
+    out.extend_from_slice(&(now_ms + ten_years).to_le_bytes()); // paused until
+    out.extend_from_slice(&(ten_years as u64).to_le_bytes()); // backoff ms
+    out.extend_from_slice(b"RGEND\0\0\0");
+    let hash = fnv1a(&out);
+    out.extend_from_slice(&hash.to_le_bytes());
+    out
+}
+
+fn check_state(path: &std::path::Path, config: Option<&std::path::Path>) -> (bool, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"));
+    command.arg("check-state").arg(path);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let out = command.output().expect("check-state");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The checksum is not authentication: a forged file's lifetimes are clamped to the
+/// configuration's limits, and only a regular file of robotsgate's own user, writable by
+/// no one else, is read at all — a FIFO, a symbolic link, another owner or a
+/// group-writable file is refused with a WARN naming it, never waited on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
+    use std::os::unix::fs::PermissionsExt;
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+    )])
+    .await;
+    let setup = Setup::new("    max_ttl_seconds: 3600\n  pacing:\n    ceiling_seconds: 30\n").await;
+    let config = setup.dir.path().join("limits.yaml");
+    std::fs::write(
+        &config,
+        "robotsgate:\n  robots:\n    max_ttl_seconds: 3600\n  pacing:\n    ceiling_seconds: 30\n",
+    )
+    .expect("config");
+    let site = origin.url("");
+    std::fs::write(setup.state(), forged_allow_all(site.trim_end_matches('/'))).expect("forge");
+    let (ok, said) = check_state(&setup.state(), Some(&config));
+    assert!(
+        ok && said.contains("OK, 1 origins") && said.contains("4 lifetimes"),
+        "{said}"
+    );
+
+    let proxy = setup.start();
+    let warned = || {
+        proxy
+            .log()
+            .contains("4 lifetimes beyond this configuration's limits")
+    };
+    assert!(
+        eventually(Duration::from_secs(5), warned).await,
+        "{}",
+        proxy.log()
+    );
+    let encoded = site
+        .trim_end_matches('/')
+        .replace(':', "%3A")
+        .replace('/', "%2F");
+    let out = std::process::Command::new("curl")
+        .args(["-s", &format!("http://{}/origins/{encoded}", proxy.admin)])
+        .output()
+        .expect("curl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let fresh = v["robots"]["fresh_for_seconds"]
+        .as_f64()
+        .expect("fresh_for_seconds");
+    assert!(fresh <= 3600.0, "clamped to max_ttl_seconds: {v}");
+    let pause = v["pacing"][0]["next_slot_in_seconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(pause <= 30.0, "clamped to the ceiling: {v}");
+    drop(proxy);
+
+    // Files robotsgate did not write, or cannot be sure it did: refused, by name.
+    let refusals: [(&str, &dyn Fn(&std::path::Path)); 4] = [
+        ("not a regular file", &|p| {
+            crate::common::run_ok(std::process::Command::new("mkfifo").arg(p));
+        }),
+        ("symbolic link", &|p| {
+            let target = p.with_extension("target");
+            std::fs::write(&target, forged_allow_all("http://a.test")).expect("target");
+            std::os::unix::fs::symlink(&target, p).expect("symlink");
+        }),
+        ("writable by group or others", &|p| {
+            std::fs::write(p, forged_allow_all("http://a.test")).expect("write");
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        }),
+        ("owned by uid 65534", &|p| {
+            std::fs::write(p, forged_allow_all("http://a.test")).expect("write");
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).expect("chown");
+        }),
+    ];
+    for (why, make) in refusals {
+        let _ = std::fs::remove_file(setup.state());
+        make(&setup.state());
+        let (ok, said) = check_state(&setup.state(), None);
+        assert!(!ok && said.contains(why), "{why}: {said}");
+        let proxy = setup.start();
+        let log = proxy.log();
+        assert!(
+            log.contains("WARN") && log.contains("state.bin not loaded") && log.contains(why),
+            "{why}: {log}"
+        );
+        assert_eq!(curl(&proxy, &origin.url("/private/x"), &[]).0, 403, "{why}");
+    }
 }
