@@ -228,6 +228,9 @@ fn forged_allow_all(origin: &str) -> Vec<u8> {
     out
 }
 
+/// Puts something at the state path.
+type MakeFile = dyn Fn(&std::path::Path);
+
 fn check_state(path: &std::path::Path, config: Option<&std::path::Path>) -> (bool, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"));
     command.arg("check-state").arg(path);
@@ -299,7 +302,7 @@ async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
     drop(proxy);
 
     // Files robotsgate did not write, or cannot be sure it did: refused, by name.
-    let refusals: [(&str, &dyn Fn(&std::path::Path)); 4] = [
+    let refusals: [(&str, &MakeFile); 4] = [
         ("not a regular file", &|p| {
             crate::common::run_ok(std::process::Command::new("mkfifo").arg(p));
         }),
