@@ -289,6 +289,17 @@ impl Fetcher {
         }
     }
 
+    /// The address a fetch from `origin` connects to (the first allowed one), if its
+    /// name resolves: what `pacing.key: address` paces the fetch by.
+    pub async fn address(&self, origin: &Origin) -> Option<std::net::IpAddr> {
+        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
+            .await
+            .ok()?
+            .ok()?
+            .first()
+            .copied()
+    }
+
     async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
         let addrs = crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
             .await

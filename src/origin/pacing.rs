@@ -700,14 +700,27 @@ impl Pacer {
         }
     }
 
+    /// [`Pacer::turns_for_fetch`] at a server address (`pacing.key: address`): its
+    /// in-flight schedule is made if it has none yet, so fetches of many names on one
+    /// server are limited there from the first, like its pages.
+    pub async fn turns_for_fetch_at(&self, place: Place<'_>) -> Option<FetchTurns> {
+        if self.config.max_in_flight > 0 {
+            self.schedule(place, IN_FLIGHT, self.config.max_in_flight);
+        }
+        self.turns_for_fetch(place.schedules).await
+    }
+
     /// Waits for the turn of every one of an origin's `schedules`, for a robots.txt
     /// fetch. `None` when they are not all free within `max_wait_seconds` (a long pause,
     /// a long queue): the caller then postpones the fetch rather than jump the queue.
     pub async fn turns_for_fetch(&self, schedules: &Schedules) -> Option<FetchTurns> {
         let mut list: Vec<Arc<Schedule>> = lock(&schedules.list).schedules.clone();
-        // One order for every fetch of the origin (only one runs at a time anyway); the
-        // in-flight schedule (`#…`) first, as it sorts first.
-        list.sort_by(|a, b| a.group.cmp(&b.group));
+        // One order for every fetch of the origin (only one runs at a time anyway), and
+        // the requests' order: group turns before the in-flight one, so the fetch never
+        // holds an in-flight turn while queued for a group turn.
+        list.sort_by(|a, b| {
+            (a.group == IN_FLIGHT, &a.group).cmp(&(b.group == IN_FLIGHT, &b.group))
+        });
         let now = Instant::now();
         let deadline = now + self.config.max_wait_seconds.duration();
         let mut held = Vec::new();

@@ -43,7 +43,7 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::config::{OnUnavailable, RobotsConfig};
+use crate::config::{OnUnavailable, PacingKey, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
 use crate::origin::files::{self, RobotsFile};
 use crate::origin::fleet::{Fleet, FleetEvent, SharedRobots, Unavailable};
@@ -873,10 +873,24 @@ impl OriginStore {
     /// Fetches robots.txt from the origin and stores the result in `entry`.
     async fn fetch_here(&self, entry: &OriginEntry, origin: &Origin) -> Arc<Snapshot> {
         // The fetch is a request to the origin like any other: it waits for the turn of
-        // every schedule the origin has, and its end starts their next delay.
+        // every schedule the origin has (and, with `pacing.key: address`, of the address
+        // it goes to), and its end starts their next delay.
         let turns = self.pacer.turns_for_fetch(&entry.schedules).await;
+        let address = match self.pacer.config().key {
+            PacingKey::Address => self
+                .fetcher
+                .address(origin)
+                .await
+                .map(|ip| self.address(ip)),
+            PacingKey::Origin => None,
+        };
+        let address_turns = match &address {
+            Some(address) => self.pacer.turns_for_fetch_at(address.place()).await,
+            None => None,
+        };
         let started = Instant::now();
         let outcome = self.fetcher.fetch(origin).await;
+        drop(address_turns);
         drop(turns);
         let duration = started.elapsed();
         let class = outcome.class();

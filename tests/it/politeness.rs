@@ -198,6 +198,44 @@ async fn names_on_one_address_share_its_pace_with_key_address() {
     }
 }
 
+/// With `pacing.key: address` the robots.txt fetches of names on one server take its
+/// turns too: every request the server receives, fetches included, keeps its pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_fetches_of_names_on_one_address_keep_its_pace() {
+    let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.4\n"),
+    )])
+    .await;
+    let port = origin.addr.port();
+    let url = |name: &str, path: &str| format!("http://{name}:{port}{path}");
+    let proxy = Proxy::start_for_loopback(&format!(
+        "  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    key: address\n"
+    ));
+    assert_eq!(curl(&proxy, &url("a.test", "/warm"), &[]).0, 200);
+    let statuses = concurrent(
+        &proxy,
+        ["b.test", "c.test", "d.test"]
+            .iter()
+            .map(|name| (url(name, &format!("/page/{name}")), "X/1"))
+            .collect(),
+    )
+    .await;
+    assert_eq!(statuses, vec![200; 3]);
+    let seen = pages(&origin, "/");
+    assert_eq!(
+        seen.iter().filter(|s| s.target == "/robots.txt").count(),
+        4,
+        "{seen:#?}"
+    );
+    let smallest = gaps(&seen).into_iter().min().expect("gaps");
+    assert!(
+        smallest >= Duration::from_millis(400),
+        "a robots.txt fetch jumped the address's Crawl-delay: gap {smallest:?} in {seen:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
     let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
