@@ -258,6 +258,45 @@ async fn a_next_request_sent_early_waits_for_the_pending_exchange() {
     }
 }
 
+/// A client that closes its sending side once its request is out (FIN, as netcat and
+/// some HTTP/1.0 clients do) still gets its answer once its turn is granted, and its turn
+/// lasts until the origin's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_half_closing_after_its_request_still_gets_the_answer() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        ("/slow", slow(800)),
+    ])
+    .await;
+    let proxy =
+        Proxy::start_for_loopback("  pacing:\n    max_in_flight: 1\n    max_wait_seconds: 30\n");
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let host = origin.addr;
+    let half = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+        let request = format!("GET http://{host}/slow?half HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.shutdown().await.expect("FIN");
+        let response = read_response(&mut stream, &mut Vec::new()).await;
+        (proxy, response)
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/slow?half") == 1).await);
+    let (proxy, response) = half.await.expect("client");
+    assert!(
+        response.starts_with("HTTP/1.1 200") && response.ends_with("slow\n"),
+        "{response}"
+    );
+    let (status, _, _) = curl(&proxy, &origin.url("/slow?next"), &[]);
+    assert_eq!(status, 200);
+    let seen = pages(&origin, "/slow");
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert_eq!(most_at_once(&seen), 1, "{seen:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_reach_no_client_and_python_requests_keeps_its_turns() {
     let hinted = |codes: Vec<u16>| Behaviour::Informational {
