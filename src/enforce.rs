@@ -4,7 +4,7 @@
 //! answers either "forward to this address" or "answer the client with this": the
 //! egress checks, the robots.txt lookup (fetching it if needed) and the verdict, in that
 //! order. [`Enforcer::pace`] then waits for the request's Crawl-delay slot and returns
-//! the [`Permit`] to hold until the response has been sent. Neither knows Pingora's
+//! the [`Permit`] to hold until the origin's exchange has ended. Neither knows Pingora's
 //! session types, so any proxy — robotsgate's own (`proxy.rs`) or someone else's
 //! (`examples/embedded.rs`) — can call them from its `request_filter` and write the
 //! [`Answer`] however it writes responses.
@@ -772,8 +772,8 @@ impl Enforcer {
     }
 
     /// Waits for the request's pacing slot. The returned [`Permit`] must be held until
-    /// the response has been sent (drop it then); report the origin's status to it. An
-    /// `Err` is the 503 to send instead.
+    /// the origin's exchange has ended, then told how ([`Permit::end`]); report the
+    /// origin's status to it. An `Err` is the 503 to send instead.
     pub async fn pace(&self, pace: &Pace) -> Result<Permit, Answer> {
         let request = PaceRequest {
             place: pace.entry.place(),

@@ -14,7 +14,7 @@
 //!    away — leaves the queue without a trace.
 //! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
 //!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
-//!    response has been fully sent; dropping the permit records the end time.
+//!    exchange with the origin has ended; dropping the permit records the end time.
 //!
 //! **In flight.** Every origin also has an *in-flight* schedule: `max_in_flight` turns
 //! (default 2) and no delay, so at most that many requests reach one origin at once,
@@ -496,7 +496,7 @@ impl Drop for Held {
     }
 }
 
-/// Leave to go upstream, held until the response has been sent: the turns in force
+/// Leave to go upstream, held until the exchange has ended: the turns in force
 /// (the group's when a delay is, the in-flight one, the address's), local or
 /// fleet-wide. With nothing in force it holds nothing but still carries the origin's
 /// answer back to the schedule.

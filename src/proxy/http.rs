@@ -94,7 +94,7 @@ enum Stage {
         /// Report mode: the `X-Robots-Decision` of the refusal it replaces, and the
         /// robots.txt line that would have refused it.
         would_disallow: Option<(String, Option<u32>)>,
-        /// The pacing turn, held until the response has been sent.
+        /// The pacing turn, held until the origin's exchange has ended.
         permit: Permit,
         upstream_status: Option<u16>,
         /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
