@@ -431,3 +431,60 @@ async fn a_never_ending_response_is_cut_at_max_exchange_and_the_origin_served_af
         Some(1.0)
     );
 }
+
+/// The review's last row: one client holds two never-ending responses and reads
+/// nothing. Both are cut at `max_exchange_seconds`, counted, and the origin's other
+/// clients are served after the cut turns' linger, not after `max_wait_seconds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_ending_responses_held_unread_free_the_origin_after_the_cut() {
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        (
+            "/endless",
+            Behaviour::Endless {
+                every: Duration::from_millis(20),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  pacing:\n    max_in_flight: 2\n    max_exchange_seconds: 1.5\n    max_wait_seconds: 60\n  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n",
+    );
+    assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
+    let mut unread = Vec::new();
+    for i in 0..2 {
+        let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+        let host = origin.addr;
+        let request = format!("GET http://{host}/endless?{i} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        unread.push(stream);
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || pages(&origin, "/endless").len()
+            == 2)
+        .await
+    );
+    let asked = Instant::now();
+    let (status, _, _) = curl(&proxy, &origin.url("/after"), &[]);
+    assert_eq!(status, 200, "{}", proxy.log());
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    let after = &pages(&origin, "/after")[0];
+    for cut in pages(&origin, "/endless") {
+        assert!(
+            after.arrived >= cut.done.expect("cut"),
+            "served while an endless response ran: {cut:#?} {after:#?}"
+        );
+    }
+    assert_eq!(
+        proxy.metric("robotsgate_upstream_exchange_ends_total{end=\"cut_max_exchange\"}"),
+        Some(2.0)
+    );
+    drop(unread);
+}
