@@ -138,15 +138,22 @@ pub enum Cut {
 }
 
 impl ExchangeEnd {
-    /// The `end` label of `robotsgate_upstream_exchange_ends_total`.
-    pub fn label(self) -> &'static str {
+    /// Its index in `robotsgate_upstream_exchange_ends_total`'s `end` labels
+    /// ([`crate::telemetry::metrics::EXCHANGE_END_LABELS`]).
+    fn index(self) -> usize {
         match self {
-            ExchangeEnd::Complete => "complete",
-            ExchangeEnd::OriginFailed => "origin_failed",
-            ExchangeEnd::Cut(Cut::Timeout) => "cut_timeout",
-            ExchangeEnd::Cut(Cut::MaxExchange) => "cut_max_exchange",
-            ExchangeEnd::Cut(Cut::Other) => "cut_other",
+            ExchangeEnd::Complete => 0,
+            ExchangeEnd::OriginFailed => 1,
+            ExchangeEnd::Cut(Cut::Timeout) => 2,
+            ExchangeEnd::Cut(Cut::MaxExchange) => 3,
+            ExchangeEnd::Cut(Cut::Other) => 4,
         }
+    }
+
+    /// The `end` label (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`,
+    /// `cut_other`).
+    pub fn label(self) -> &'static str {
+        crate::telemetry::metrics::EXCHANGE_END_LABELS[self.index()]
     }
 }
 
@@ -168,7 +175,7 @@ impl Permit {
 
     /// The exchange ended so: the turns end now, or after the linger when cut.
     pub fn end(mut self, end: ExchangeEnd) {
-        crate::telemetry::metrics::record_exchange_end(end.label());
+        crate::telemetry::metrics::record_exchange_end(end.index());
         if !matches!(end, ExchangeEnd::Cut(_)) {
             self.release();
         }

@@ -480,9 +480,29 @@ static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-/// Counts how one upstream exchange ended (`complete`, `origin_failed`, `cut_…`).
-pub fn record_exchange_end(end: &'static str) {
-    EXCHANGE_ENDS.with_label_values(&[end]).inc();
+/// How an upstream exchange ended: the `end` label of
+/// `robotsgate_upstream_exchange_ends_total`, in the order of its handles.
+pub const EXCHANGE_END_LABELS: [&str; 5] = [
+    "complete",
+    "origin_failed",
+    "cut_timeout",
+    "cut_max_exchange",
+    "cut_other",
+];
+
+/// One counter per [`EXCHANGE_END_LABELS`], resolved once: no label hashing per request.
+static EXCHANGE_END_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock::new(|| {
+    EXCHANGE_END_LABELS
+        .iter()
+        .map(|label| EXCHANGE_ENDS.with_label_values(&[label]))
+        .collect()
+});
+
+/// Counts how one upstream exchange ended (an index into [`EXCHANGE_END_LABELS`]).
+pub fn record_exchange_end(end: usize) {
+    if let Some(counter) = EXCHANGE_END_HANDLES.get(end) {
+        counter.inc();
+    }
 }
 
 static FORGED_HEADERS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
