@@ -200,9 +200,7 @@ impl Cli {
 /// The file itself (owner, mode, kind) is [`crate::origin::state::inspect`]'s to check.
 pub fn check_state_file(data: &[u8]) -> Result<usize, String> {
     let limits = crate::origin::state::Limits::of(&crate::config::Config::default());
-    crate::origin::state::inspect_bytes(data, limits)
-        .map(|(origins, _)| origins)
-        .map_err(|e| e.to_string())
+    crate::origin::state::inspect_bytes(data, limits).map_err(|e| e.to_string())
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

@@ -1011,8 +1011,8 @@ impl Config {
         }
         self.pacing.validate()?;
         self.fleet.validate()?;
-        let longest = self.exchange_bounds().longest_hold();
         if let Some(lease) = self.fleet.lease_seconds {
+            let longest = self.exchange_bounds().longest_hold();
             if lease.duration() < longest {
                 return Err(ConfigError(format!(
                     "key `robotsgate.fleet.lease_seconds`: {} s is shorter than the longest a turn can be held ({:.1} s: pacing.max_exchange_seconds, then the larger upstream read/write timeout, then the read timeout again); a live holder would lose its turn mid-exchange. Raise it or leave it unset",

@@ -138,8 +138,8 @@ pub enum Cut {
 }
 
 impl ExchangeEnd {
-    /// Its index in `robotsgate_upstream_exchange_ends_total`'s `end` labels
-    /// ([`crate::telemetry::metrics::EXCHANGE_END_LABELS`]).
+    /// Its index among `robotsgate_upstream_exchange_ends_total`'s `end` labels
+    /// (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`, `cut_other`).
     fn index(self) -> usize {
         match self {
             ExchangeEnd::Complete => 0,
@@ -148,12 +148,6 @@ impl ExchangeEnd {
             ExchangeEnd::Cut(Cut::MaxExchange) => 3,
             ExchangeEnd::Cut(Cut::Other) => 4,
         }
-    }
-
-    /// The `end` label (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`,
-    /// `cut_other`).
-    pub fn label(self) -> &'static str {
-        crate::telemetry::metrics::EXCHANGE_END_LABELS[self.index()]
     }
 }
 
@@ -184,11 +178,23 @@ impl Permit {
 
     /// Ends the turns now.
     fn release(&mut self) {
-        drop(self.turns.take());
-        self.entry.schedules().forget_idle();
-        if let Some(address) = &self.address {
-            address.schedules().forget_idle();
+        if let Some(turns) = self.turns.take() {
+            end_turns(turns, &self.entry, self.address.as_ref());
         }
+    }
+}
+
+/// Ends a request's turns on its schedules (the next delay counts from now) and forgets
+/// the schedules left with nothing in force.
+fn end_turns(
+    turns: crate::origin::pacing::Permit,
+    entry: &OriginEntry,
+    address: Option<&Arc<OriginEntry>>,
+) {
+    drop(turns);
+    entry.schedules().forget_idle();
+    if let Some(address) = address {
+        address.schedules().forget_idle();
     }
 }
 
@@ -198,22 +204,15 @@ impl Drop for Permit {
             return;
         };
         // Cut (or never told): held for the linger, on the runtime it was dropped on.
-        let linger = self.linger;
-        let mut rest = Permit {
-            turns: Some(turns),
-            entry: self.entry.clone(),
-            address: self.address.take(),
-            deadline: self.deadline,
-            linger: Duration::ZERO,
-        };
+        let (linger, entry, address) = (self.linger, self.entry.clone(), self.address.take());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !linger.is_zero() => {
                 runtime.spawn(async move {
                     tokio::time::sleep(linger).await;
-                    rest.release();
+                    end_turns(turns, &entry, address.as_ref());
                 });
             }
-            _ => rest.release(),
+            _ => end_turns(turns, &entry, address.as_ref()),
         }
     }
 }

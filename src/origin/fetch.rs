@@ -292,20 +292,23 @@ impl Fetcher {
     /// The address a fetch from `origin` connects to (the first allowed one), if its
     /// name resolves: what `pacing.key: address` paces the fetch by.
     pub async fn address(&self, origin: &Origin) -> Option<std::net::IpAddr> {
-        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
-            .await
-            .ok()?
-            .ok()?
-            .first()
-            .copied()
+        self.destination(origin).await.ok()
     }
 
-    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
+    /// The first address of `origin` that egress allows, or why there is none.
+    async fn destination(&self, origin: &Origin) -> Result<std::net::IpAddr, Failure> {
         let addrs = crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
             .await
             .map_err(|r| Failure::new("egress-denied", r.to_string()))?
             .map_err(|e| Failure::new(e.cause, e.message))?;
-        let addr = SocketAddr::new(addrs[0], origin.port);
+        addrs
+            .first()
+            .copied()
+            .ok_or_else(|| Failure::new("dns-no-address", "the name has no address"))
+    }
+
+    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
+        let addr = SocketAddr::new(self.destination(origin).await?, origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
         peer.options.connection_timeout = Some(self.timeout);
         peer.options.read_timeout = Some(self.timeout);

@@ -24,9 +24,9 @@
 //! has passed; else it queues the ticket, or refuses it (queue full, wait too long) with
 //! the same estimate a single instance makes. The turn is leased for the longest a turn
 //! can be held ([`crate::config::ExchangeBounds`]: a dead holder's turn outlives any
-//! exchange it may have left running); `RELEASE` at the exchange's end records the end, applies the origin's answer (Retry-After pause,
-//! backoff) and publishes a wake-up for the new head of the queue, saying when its turn
-//! is due. A waiter sleeps until its wake-up, its due time, or [`POLL`], whichever is
+//! exchange it may have left running); `RELEASE` at the exchange's end records the end,
+//! applies the origin's answer (Retry-After pause, backoff) and publishes a wake-up for
+//! the new head of the queue, saying when its turn is due. A waiter sleeps until its wake-up, its due time, or [`POLL`], whichever is
 //! first: Pub/Sub is the fast path, polling the fallback. Cost: a request that does not
 //! wait makes two round-trips (acquire, release); one that waits makes one more (the
 //! acquire when due), plus one per [`POLL`] while it waits behind others.

@@ -446,6 +446,19 @@ pub struct Refused {
     pub backed_off_for: Option<Duration>,
 }
 
+impl Refused {
+    /// A wait that would end at `at`, past the request's deadline (asked at `now`).
+    fn comes_at(at: Instant, now: Instant, backed_off_for: Option<Duration>) -> Refused {
+        Refused {
+            reason: RefusalReason::WaitTooLong,
+            retry_after: at
+                .saturating_duration_since(now)
+                .max(Duration::from_secs(1)),
+            backed_off_for,
+        }
+    }
+}
+
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.reason {
@@ -775,6 +788,23 @@ impl Pacer {
         Ok(turn)
     }
 
+    /// As [`Pacer::local_turn`] when `schedule`'s turn is free now; `Ok(None)` when it is
+    /// taken (nothing waits for it).
+    async fn free_local_turn(
+        &self,
+        schedule: &Schedule,
+        deadline: Instant,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Instant> {
+        let Ok(turn) = schedule.turn.clone().try_acquire_owned() else {
+            return Ok(None);
+        };
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        schedule.sleep_until_due(deadline).await?;
+        waiting.1 = true;
+        Ok(Some(turn))
+    }
+
     /// The delay for `group`'s schedule among `schedules` (of `origin`, for the log),
     /// given the robots.txt Crawl-delay (seconds) and an operator override (seconds,
     /// used when longer), and the rule that set it.
@@ -864,13 +894,12 @@ impl Pacer {
             } else {
                 self.schedule(place, request.group, 1)
             };
-            let fetched = if is_origin {
+            let mut fetched = if is_origin {
                 request.robots_fetched_at
             } else {
                 None
             };
             let delay = Some((request.delay, request.rule));
-            let mut fetched = fetched;
             // A request holding an in-flight turn never queues for a group turn (whose
             // holder may be queued for an in-flight turn: a deadlock): the group's turn
             // is taken first when a delay is in force, and one that came into force
@@ -902,22 +931,12 @@ impl Pacer {
                 }
                 // Each queue a request waits in is bounded by `max_wait` from when it
                 // joined it (as a group turn taken after an in-flight one always was).
-                let deadline = Instant::now() + self.config.max_wait_seconds.duration();
+                let now = Instant::now();
+                let deadline = now + self.config.max_wait_seconds.duration();
                 if self.fleet.is_none() {
-                    if let Ok(turn) = group.turn.clone().try_acquire_owned() {
-                        group.enqueue();
-                        let group_turn = self.held(group.clone(), Turn::Local(turn));
-                        group
-                            .sleep_until_due(deadline)
-                            .await
-                            .map_err(|at| Refused {
-                                reason: RefusalReason::WaitTooLong,
-                                retry_after: at
-                                    .saturating_duration_since(Instant::now())
-                                    .max(Duration::from_secs(1)),
-                                backed_off_for: None,
-                            })?;
-                        held.push(group_turn);
+                    let free = self.free_local_turn(&group, deadline).await;
+                    if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
+                        held.push(self.held(group.clone(), Turn::Local(turn)));
                         held.push(in_flight_turn);
                         break;
                     }
@@ -1053,19 +1072,27 @@ impl Pacer {
         backed_off_for: Option<Duration>,
         admitted: Option<Instant>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
+        // Fewer turns than the schedule was made with (the fleet fallback): each request
+        // takes a larger share of them.
         let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
-        if let Some(deadline) = admitted {
-            return self
-                .local_turn(schedule, share, deadline)
-                .await
-                .map_err(|at| Refused {
-                    reason: RefusalReason::WaitTooLong,
-                    retry_after: at
-                        .saturating_duration_since(now)
-                        .max(Duration::from_secs(1)),
-                    backed_off_for,
-                });
-        }
+        let deadline = match admitted {
+            Some(deadline) => deadline,
+            None => self.admit(schedule, capacity, now, backed_off_for)?,
+        };
+        self.local_turn(schedule, share, deadline)
+            .await
+            .map_err(|at| Refused::comes_at(at, now, backed_off_for))
+    }
+
+    /// Admits a request to `schedule`'s queue: its deadline, or the refusal when the
+    /// queue is full or the estimated wait too long.
+    fn admit(
+        &self,
+        schedule: &Schedule,
+        capacity: usize,
+        now: Instant,
+        backed_off_for: Option<Duration>,
+    ) -> Result<Instant, Refused> {
         let pending = schedule.pending.load(Ordering::Acquire);
         // Ahead of this request: whoever holds or waits for the turns, `capacity` at a time.
         let rounds = (pending / capacity.max(1)) as u32;
@@ -1085,20 +1112,9 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        // Fewer turns than the schedule was made with (the fleet fallback): each request
-        // takes a larger share of them (`share`).
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
-        let deadline = now + self.config.max_wait_seconds.duration();
-        self.local_turn(schedule, share, deadline)
-            .await
-            .map_err(|at| Refused {
-                reason: RefusalReason::WaitTooLong,
-                retry_after: at
-                    .saturating_duration_since(now)
-                    .max(Duration::from_secs(1)),
-                backed_off_for,
-            })
+        Ok(now + self.config.max_wait_seconds.duration())
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).

@@ -221,7 +221,6 @@ fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
     w.0
 }
 
-/// Decodes a whole state file; nothing is returned unless every part checks.
 /// The longest lifetimes a loaded state may carry: what this configuration would ever
 /// have written. Longer ones (a forged or foreign file) are clamped.
 #[derive(Clone, Copy, Debug)]
@@ -269,6 +268,7 @@ fn clamp(
     }
 }
 
+/// Decodes a whole state file; nothing is returned unless every part checks.
 fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateError> {
     let mut clamped = 0;
     let body_len = data
@@ -363,7 +363,7 @@ fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateErr
 }
 
 /// What a state file holds, as a load would take it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inspected {
     /// Origins in it.
     pub origins: usize,
@@ -376,21 +376,27 @@ pub struct Inspected {
 /// Checks a state file as a load would (the file itself, then everything in it) and
 /// stores nothing; `Ok(None)` when there is none.
 pub fn inspect(path: &Path, limits: Limits) -> Result<Option<Inspected>, StateError> {
+    Ok(read(path, limits)?.map(|(_, found)| found))
+}
+
+/// Decodes a state file's octets as a load would, with `limits`: the number of origins,
+/// or why it would be refused (the fuzz target's entry).
+pub fn inspect_bytes(data: &[u8], limits: Limits) -> Result<usize, StateError> {
+    decode(data, Clock::now(), limits).map(|d| d.kept.len())
+}
+
+/// The trusted file at `path`, decoded, and what it holds; `Ok(None)`: no file.
+fn read(path: &Path, limits: Limits) -> Result<Option<(Vec<Kept>, Inspected)>, StateError> {
     let Some(data) = read_trusted(path)? else {
         return Ok(None);
     };
-    let decoded = decode(&data, Clock::now(), limits)?;
-    Ok(Some(Inspected {
-        origins: decoded.kept.len(),
+    let Decoded { kept, clamped } = decode(&data, Clock::now(), limits)?;
+    let found = Inspected {
+        origins: kept.len(),
         bytes: data.len(),
-        clamped: decoded.clamped,
-    }))
-}
-
-/// Decodes a state file's octets as a load would, with `limits`: the number of origins
-/// and of lifetimes clamped, or why it would be refused (the fuzz target's entry).
-pub fn inspect_bytes(data: &[u8], limits: Limits) -> Result<(usize, usize), StateError> {
-    decode(data, Clock::now(), limits).map(|d| (d.kept.len(), d.clamped))
+        clamped,
+    };
+    Ok(Some((kept, found)))
 }
 
 /// The state file's octets, when robotsgate may trust the file to be its own: a regular
@@ -457,23 +463,13 @@ pub fn save(store: &OriginStore, path: &Path) -> std::io::Result<(usize, usize)>
 /// Loads `path` into the store (see the module's **Trust**); a missing file is an empty
 /// start.
 pub fn load(store: &OriginStore, path: &Path, limits: Limits) -> Result<Inspected, StateError> {
-    let Some(data) = read_trusted(path)? else {
-        return Ok(Inspected {
-            origins: 0,
-            bytes: 0,
-            clamped: 0,
-        });
+    let Some((kept, found)) = read(path, limits)? else {
+        return Ok(Inspected::default());
     };
-    let Decoded { kept, clamped } = decode(&data, Clock::now(), limits)?;
-    let origins = kept.len();
     for k in kept {
         store.import(k);
     }
-    Ok(Inspected {
-        origins,
-        bytes: data.len(),
-        clamped,
-    })
+    Ok(found)
 }
 
 /// Loads the state file at start, logging what it found (origins, size, load time,

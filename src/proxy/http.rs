@@ -240,15 +240,9 @@ pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
 /// robotsgate adds its, so a crawler can trust that these came from robotsgate.
 pub const OWN_RESPONSE_HEADERS: &[&str] = &["x-robots-decision", "x-robots-usage"];
 
-/// Removes [`OWN_RESPONSE_HEADERS`] from an origin's response, logging the forgery. One
-/// pass over the names the origin sent first: a hashed removal per name on every
-/// response would cost more than the rare forgery.
+/// Removes [`OWN_RESPONSE_HEADERS`] from an origin's response, logging the forgery.
 fn strip_own_headers(response: &mut ResponseHeader, target: Option<&Target>) {
-    let forged = response
-        .headers
-        .keys()
-        .any(|name| OWN_RESPONSE_HEADERS.contains(&name.as_str()));
-    if !forged {
+    if !has_any(&response.headers, OWN_RESPONSE_HEADERS) {
         return;
     }
     for name in OWN_RESPONSE_HEADERS {
@@ -306,13 +300,11 @@ const NEVER_FORWARDED: &[&str] = &[
     "x-method-override",
 ];
 
-/// Does the request carry any header of [`NEVER_FORWARDED`]? One pass over the names
-/// the client sent (a few), instead of a hashed removal per listed name (21) on every
-/// request.
-fn has_never_forwarded(req: &RequestHeader) -> bool {
-    req.headers
-        .keys()
-        .any(|name| NEVER_FORWARDED.contains(&name.as_str()))
+/// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer
+/// sent (a few), instead of a hashed removal per listed name on every message: the
+/// removals run only when this says so.
+fn has_any(headers: &http::HeaderMap, names: &[&str]) -> bool {
+    headers.keys().any(|name| names.contains(&name.as_str()))
 }
 
 /// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
@@ -619,7 +611,7 @@ impl ProxyHttp for RobotsGateProxy {
                 upstream_request.insert_header(http::header::HOST, authority.to_string())?;
             }
         }
-        if has_never_forwarded(upstream_request) {
+        if has_any(&upstream_request.headers, NEVER_FORWARDED) {
             for name in NEVER_FORWARDED {
                 upstream_request.remove_header(*name);
             }

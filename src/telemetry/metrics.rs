@@ -482,7 +482,7 @@ static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// How an upstream exchange ended: the `end` label of
 /// `robotsgate_upstream_exchange_ends_total`, in the order of its handles.
-pub const EXCHANGE_END_LABELS: [&str; 5] = [
+const EXCHANGE_END_LABELS: [&str; 5] = [
     "complete",
     "origin_failed",
     "cut_timeout",

@@ -112,13 +112,7 @@ fn a_bad_credentials_file_stops_the_start_naming_the_key_and_line() {
         ),
     )
     .expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = crate::common::config_refusal(&config);
     assert!(
         stderr.contains("robotsgate.access.credentials_file") && stderr.contains("line 1"),
         "{stderr}"

@@ -329,14 +329,7 @@ impl TestOrigin {
                 bytes.extend_from_slice(&body);
                 stream.write_all(&bytes).await.is_ok() && !close
             }
-            Behaviour::Delayed { delay, body } => {
-                tokio::time::sleep(delay).await;
-                let mut bytes =
-                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
-                        .into_bytes();
-                bytes.extend_from_slice(&body);
-                stream.write_all(&bytes).await.is_ok()
-            }
+            Behaviour::Delayed { delay, body } => ok_after(stream, delay, &body).await,
             Behaviour::Informational { codes, delay, body } => {
                 for code in codes {
                     let hint = format!(
@@ -346,12 +339,7 @@ impl TestOrigin {
                         return false;
                     }
                 }
-                tokio::time::sleep(delay).await;
-                let mut bytes =
-                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
-                        .into_bytes();
-                bytes.extend_from_slice(&body);
-                stream.write_all(&bytes).await.is_ok()
+                ok_after(stream, delay, &body).await
             }
             Behaviour::Endless { every } => {
                 let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -412,6 +400,27 @@ impl TestOrigin {
             }
         }
     }
+}
+
+/// A `200` with `body` after `delay`; true if it was written.
+async fn ok_after<S: OriginStream>(stream: &mut S, delay: Duration, body: &[u8]) -> bool {
+    tokio::time::sleep(delay).await;
+    let mut bytes =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    bytes.extend_from_slice(body);
+    stream.write_all(&bytes).await.is_ok()
+}
+
+/// Runs `robotsgate check-config` on `config`, which must be refused: what it said.
+pub fn config_refusal(config: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["check-config", "--config"])
+        .arg(config)
+        .output()
+        .expect("robotsgate check-config");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "accepted: {said}");
+    said
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again

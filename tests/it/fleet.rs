@@ -337,7 +337,6 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
             .output()
     });
     assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
-    let killed = Instant::now();
     assert!(Command::new("kill")
         .args(["-KILL", &proxies[0].pid().to_string()])
         .status()
@@ -346,7 +345,6 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
     assert!(eventually(Duration::from_secs(5), || proxies[0].exited()).await);
     let (status, _, _) = curl(&proxies[1], &origin.url("/after"), &[]);
     assert_eq!(status, 200, "{}", proxies[1].log());
-    let waited = killed.elapsed();
     let seen = pages(&origin, "/");
     assert!(
         most_at_once(&seen) <= 1,
@@ -358,9 +356,12 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
         after.arrived >= slow_seen.done.expect("the origin ended /slow"),
         "{seen:#?}"
     );
+    // The dead holder's turn was leased for 10 s from its grant (the first request's
+    // arrival, give or take the round trip).
+    let held = after.arrived - slow_seen.arrived;
     assert!(
-        waited >= Duration::from_secs(7) && waited < Duration::from_secs(20),
-        "the dead holder's lease (10 s from its grant) should have held the schedule: {waited:?}"
+        held >= Duration::from_millis(9_500),
+        "the schedule was free {held:?} after the dead holder's grant: {seen:#?}"
     );
     let _ = stalled.join();
 }
@@ -374,13 +375,7 @@ async fn a_fleet_lease_shorter_than_an_exchange_is_a_configuration_error() {
         "robotsgate:\n  fleet:\n    redis: redis://127.0.0.1:1/0\n    lease_seconds: 10\n",
     )
     .expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .expect("robotsgate");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = crate::common::config_refusal(&config);
     assert!(
         err.contains("fleet.lease_seconds") && err.contains("245.0 s"),
         "{err}"

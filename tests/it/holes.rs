@@ -263,13 +263,7 @@ async fn clients_cannot_choose_their_own_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "robotsgate:\n  agent:\n    from_user_agent: false\n").expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .expect("check-config");
-    assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stderr);
+    let text = crate::common::config_refusal(&bad);
     assert!(text.contains("robotsgate.agent.default_tokens"), "{text}");
 }
 

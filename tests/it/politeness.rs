@@ -153,20 +153,46 @@ async fn errors_without_retry_after_widen_the_spacing_until_the_origin_recovers(
     );
 }
 
+/// One origin (Crawl-delay 0.4) that every name resolves to, through a name server of
+/// the test's.
+struct OneServer {
+    dns: std::net::SocketAddr,
+    origin: TestOrigin,
+}
+
+impl OneServer {
+    async fn start() -> OneServer {
+        OneServer {
+            dns: static_dns(vec!["127.0.0.1".parse().expect("ip")]).await,
+            origin: TestOrigin::start(vec![(
+                "/robots.txt",
+                Behaviour::ok("User-agent: *\nCrawl-delay: 0.4\n"),
+            )])
+            .await,
+        }
+    }
+
+    fn url(&self, name: &str, path: &str) -> String {
+        format!("http://{name}:{}{path}", self.origin.addr.port())
+    }
+
+    /// robotsgate resolving through the test's name server, with `pacing.key: key`.
+    fn proxy(&self, key: &str) -> Proxy {
+        Proxy::start_for_loopback(&format!(
+            "  dns:\n    nameservers: [\"{}\"]\n  pacing:\n    key: {key}\n",
+            self.dns
+        ))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_on_one_address_share_its_pace_with_key_address() {
-    let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.4\n"),
-    )])
-    .await;
-    let port = origin.addr.port();
-    let url = |name: &str, path: &str| format!("http://{name}:{port}{path}");
+    let server = OneServer::start().await;
+    let (origin, url) = (&server.origin, |name: &str, path: &str| {
+        server.url(name, path)
+    });
     for (key, shared) in [("origin", false), ("address", true)] {
-        let proxy = Proxy::start_for_loopback(&format!(
-            "  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    key: {key}\n"
-        ));
+        let proxy = server.proxy(key);
         // robots.txt for each name first; then one page per name, all at once.
         for name in ["a.test", "b.test", "c.test"] {
             assert_eq!(curl(&proxy, &url(name, "/warm"), &[]).0, 200);
@@ -182,7 +208,7 @@ async fn names_on_one_address_share_its_pace_with_key_address() {
         )
         .await;
         assert_eq!(statuses, vec![200; 3]);
-        let seen = pages(&origin, &prefix);
+        let seen = pages(origin, &prefix);
         let smallest = gaps(&seen).into_iter().min().expect("gaps");
         if shared {
             assert!(
@@ -202,17 +228,11 @@ async fn names_on_one_address_share_its_pace_with_key_address() {
 /// turns too: every request the server receives, fetches included, keeps its pace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_fetches_of_names_on_one_address_keep_its_pace() {
-    let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.4\n"),
-    )])
-    .await;
-    let port = origin.addr.port();
-    let url = |name: &str, path: &str| format!("http://{name}:{port}{path}");
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    key: address\n"
-    ));
+    let server = OneServer::start().await;
+    let (origin, url) = (&server.origin, |name: &str, path: &str| {
+        server.url(name, path)
+    });
+    let proxy = server.proxy("address");
     assert_eq!(curl(&proxy, &url("a.test", "/warm"), &[]).0, 200);
     let statuses = concurrent(
         &proxy,
@@ -223,7 +243,7 @@ async fn robots_txt_fetches_of_names_on_one_address_keep_its_pace() {
     )
     .await;
     assert_eq!(statuses, vec![200; 3]);
-    let seen = pages(&origin, "/");
+    let seen = pages(origin, "/");
     assert_eq!(
         seen.iter().filter(|s| s.target == "/robots.txt").count(),
         4,

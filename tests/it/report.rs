@@ -148,13 +148,7 @@ async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
 
     let config = dir.path().join("robotsgate.yaml");
     std::fs::write(&config, format!("robotsgate:\n{rule}")).expect("config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .expect("robotsgate");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = crate::common::config_refusal(&config);
     assert!(
         err.contains("agent.rules[0].mode") && err.contains("trust_client_text"),
         "{err}"
