@@ -161,7 +161,7 @@ impl Default for Config {
     }
 }
 
-/// Fleet mode (see `origin::fleet`): with `redis` or `redis_cluster` set, every instance
+/// Fleet mode (see `pacing::backend`): with `redis` or `redis_cluster` set, every instance
 /// pointed at the same Redis shares pacing and robots.txt, and the fleet behaves as one
 /// proxy. Unset: each instance keeps its state in memory (the embedded backend).
 #[derive(Clone, Debug, Deserialize)]
@@ -171,6 +171,13 @@ pub struct FleetConfig {
     pub redis: Option<String>,
     /// The seed nodes of a Redis Cluster, instead of `redis`.
     pub redis_cluster: Vec<String>,
+    /// A Sentinel-managed Redis, instead of `redis`: the master's name and the
+    /// sentinels' addresses. A failover is followed without a restart.
+    pub redis_sentinel: Option<SentinelConfig>,
+    /// Accept a Redis whose `maxmemory-policy` can evict robotsgate's keys (`allkeys-*`,
+    /// `volatile-*`). Off: such a Redis counts as unavailable, named in `/readyz`, since
+    /// an evicted schedule forgets the turns held on it.
+    pub allow_eviction: bool,
     /// What a request that needs the backend gets while Redis is down or slow.
     pub on_unavailable: OnUnavailable,
     /// How many instances the fleet runs: with `on_unavailable: local`, each paces alone
@@ -193,6 +200,8 @@ impl Default for FleetConfig {
         FleetConfig {
             redis: None,
             redis_cluster: Vec::new(),
+            redis_sentinel: None,
+            allow_eviction: false,
             on_unavailable: OnUnavailable::Refuse,
             instances: 1,
             command_timeout_seconds: Timeout(0.5),
@@ -205,8 +214,18 @@ impl Default for FleetConfig {
 impl FleetConfig {
     /// Is fleet mode on?
     pub fn enabled(&self) -> bool {
-        self.redis.is_some() || !self.redis_cluster.is_empty()
+        self.redis.is_some() || !self.redis_cluster.is_empty() || self.redis_sentinel.is_some()
     }
+}
+
+/// `fleet.redis_sentinel`: where Redis Sentinel says the master is.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    /// The master's name in the sentinels' configuration (`sentinel monitor <name> …`).
+    pub master: String,
+    /// The sentinels: `redis://host:port` each.
+    pub sentinels: Vec<String>,
 }
 
 /// `fleet.on_unavailable`: what happens while the shared backend cannot be reached.
@@ -357,7 +376,7 @@ pub enum PacingKey {
     Address,
 }
 
-/// `pacing.adaptive`: an origin's delay also follows its responses (see `origin::pacing`).
+/// `pacing.adaptive`: an origin's delay also follows its responses (see `pacing`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdaptiveConfig {
@@ -913,17 +932,41 @@ impl FleetConfig {
     /// `fleet`: one backend, given as redis:// or rediss:// URLs.
     fn validate(&self) -> Result<(), ConfigError> {
         let f = self;
-        if f.redis.is_some() && !f.redis_cluster.is_empty() {
+        let backends = usize::from(f.redis.is_some())
+            + usize::from(!f.redis_cluster.is_empty())
+            + usize::from(f.redis_sentinel.is_some());
+        if backends > 1 {
             return Err(ConfigError(
-                "key `robotsgate.fleet.redis`/`redis_cluster`: set one or the other".into(),
+                "key `robotsgate.fleet.redis`/`redis_cluster`/`redis_sentinel`: set only one"
+                    .into(),
             ));
         }
-        for (key, url) in f.redis.iter().map(|u| ("redis".to_string(), u)).chain(
-            f.redis_cluster
+        let sentinels = f.redis_sentinel.iter().flat_map(|s| {
+            s.sentinels
                 .iter()
                 .enumerate()
-                .map(|(i, u)| (format!("redis_cluster[{i}]"), u)),
-        ) {
+                .map(|(i, u)| (format!("redis_sentinel.sentinels[{i}]"), u))
+        });
+        if let Some(s) = &f.redis_sentinel {
+            if s.master.is_empty() || s.sentinels.is_empty() {
+                return Err(ConfigError(
+                    "key `robotsgate.fleet.redis_sentinel`: needs `master` and at least one of `sentinels`"
+                        .into(),
+                ));
+            }
+        }
+        for (key, url) in f
+            .redis
+            .iter()
+            .map(|u| ("redis".to_string(), u))
+            .chain(
+                f.redis_cluster
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| (format!("redis_cluster[{i}]"), u)),
+            )
+            .chain(sentinels)
+        {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 return Err(ConfigError(format!(
                     "key `robotsgate.fleet.{key}`: `{url}` is not a redis:// or rediss:// URL"
@@ -1147,7 +1190,7 @@ mod tests {
             ),
             (
                 "fleet:\n    redis: redis://a\n    redis_cluster: [redis://b]\n",
-                "robotsgate.fleet.redis",
+                "robotsgate.fleet.redis`/`redis_cluster`/`redis_sentinel",
             ),
             ("fleet:\n    instances: 0\n", "robotsgate.fleet.instances"),
             (

@@ -20,9 +20,9 @@ use crate::config::{Config, ExchangeBounds};
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
-use crate::origin::fleet::Fleet;
-pub use crate::origin::pacing::DelayRule;
-use crate::origin::pacing::{PaceRequest, Pacer, RefusalReason};
+use crate::pacing::backend::Fleet;
+pub use crate::pacing::DelayRule;
+use crate::pacing::{PaceRequest, Pacer, RefusalReason};
 use crate::origin::store::{OriginEntry, OriginStore};
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Pace {
 /// [`ExchangeBounds::linger`] more. Ending turns also forgets the schedules left with
 /// nothing in force, so an idle origin holds no pacing state.
 pub struct Permit {
-    turns: Option<crate::origin::pacing::Permit>,
+    turns: Option<crate::pacing::Permit>,
     entry: Arc<OriginEntry>,
     address: Option<Arc<OriginEntry>>,
     /// When the exchange must have ended (past it, it is cut).
@@ -152,7 +152,7 @@ impl ExchangeEnd {
 }
 
 impl std::ops::Deref for Permit {
-    type Target = crate::origin::pacing::Permit;
+    type Target = crate::pacing::Permit;
 
     fn deref(&self) -> &Self::Target {
         self.turns
@@ -187,7 +187,7 @@ impl Permit {
 /// Ends a request's turns on its schedules (the next delay counts from now) and forgets
 /// the schedules left with nothing in force.
 fn end_turns(
-    turns: crate::origin::pacing::Permit,
+    turns: crate::pacing::Permit,
     entry: &OriginEntry,
     address: Option<&Arc<OriginEntry>>,
 ) {

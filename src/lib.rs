@@ -3,7 +3,7 @@
 //! Data flows one way: request → [`policy::target`] (origin + canonical path) →
 //! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
 //! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
-//! [`robots`] (the verdict) → [`origin::pacing`] (the Crawl-delay slot) → upstream.
+//! [`robots`] (the verdict) → [`pacing`] (the Crawl-delay slot) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
 //! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that
@@ -16,7 +16,8 @@
 //! | [`ops`] | the admin API and status page |
 //! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA, transparent (kernel-redirected) connections |
 //! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
-//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, pacing, the fleet backend (Redis), the state file, origin trust |
+//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, the robots.txt a fleet shares, the state file, origin trust |
+//! | [`pacing`] | Crawl-delay and in-flight schedules: the rules, the local backend, the shared (Redis) backend and its connection |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
 //! | [`robots`] | the pure robots.txt engine (no I/O) |
@@ -31,6 +32,7 @@ pub mod downstream;
 pub mod enforce;
 pub(crate) mod ops;
 pub(crate) mod origin;
+pub(crate) mod pacing;
 pub mod policy;
 pub mod proxy;
 pub mod robots;

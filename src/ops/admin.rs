@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use crate::config::OnUnavailable;
 use crate::enforce::{judge, Decision, Enforcer, Judgement};
-use crate::origin::fleet::ScheduleKeys;
+use crate::pacing::shared::ScheduleKeys;
 use crate::origin::store::{OriginStore, Policy, Snapshot};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Origin, Scheme, Target};
@@ -287,13 +287,20 @@ impl AdminApp {
             Some(fleet) if fleet.config().on_unavailable == OnUnavailable::Local => reply(
                 200,
                 "text/plain",
-                b"degraded: fleet backend unavailable, pacing alone at delay x fleet.instances\n"
-                    .to_vec(),
+                format!(
+                    "degraded: fleet backend unavailable ({}), pacing alone at delay x fleet.instances\n",
+                    fleet.down_reason()
+                )
+                .into_bytes(),
             ),
-            Some(_) => reply(
+            Some(fleet) => reply(
                 503,
                 "text/plain",
-                b"not ready: fleet backend unavailable (fleet.on_unavailable: refuse)\n".to_vec(),
+                format!(
+                    "not ready: fleet backend unavailable ({}) (fleet.on_unavailable: refuse)\n",
+                    fleet.down_reason()
+                )
+                .into_bytes(),
             ),
         }
     }

@@ -1,6 +1,6 @@
 //! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`], parsed
 //! files shared by identical origins in [`files`]),
-//! [`pacing`] schedules, the shared backend of a fleet ([`fleet`]), the state kept
+//! the robots.txt cache a fleet shares ([`fleet`]), the state kept
 //! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
 //! traffic from looping back to it ([`loops`]). Uses [`crate::policy`], [`crate::robots`],
@@ -11,7 +11,6 @@ pub mod fetch;
 pub mod files;
 pub mod fleet;
 pub mod loops;
-pub mod pacing;
 pub mod state;
 pub mod store;
 pub mod trust;

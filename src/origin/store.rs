@@ -46,8 +46,8 @@ use tokio::time::Instant;
 use crate::config::{OnUnavailable, PacingKey, RobotsConfig};
 use crate::origin::fetch::{FetchOutcome, Fetcher};
 use crate::origin::files::{self, RobotsFile};
-use crate::origin::fleet::{Fleet, FleetEvent, SharedRobots, Unavailable};
-use crate::origin::pacing::{Pacer, Place, Schedules};
+use crate::origin::fleet::{FetchLock, Fleet, FleetEvent, SharedRobots, Unavailable};
+use crate::pacing::{Pacer, Place, Schedules};
 use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
 
@@ -601,7 +601,11 @@ impl OriginStore {
                 pause,
                 backoff,
             } => {
-                if let Some(entry) = origin_of(&origin).and_then(|o| self.peek(&o)) {
+                // Kept even for an origin this instance has not served yet: its first
+                // request must wait out the pause too (with `max_in_flight: 0` and no
+                // delay it would not ask Redis).
+                if let Some(origin) = origin_of(&origin) {
+                    let entry = self.entry(&origin);
                     self.pacer.mirror(entry.place(), &group, pause, backoff);
                 }
             }
@@ -784,7 +788,7 @@ impl OriginStore {
     /// Fleet mode: the shared copy if usable, else one fetch fleet-wide.
     async fn fetch_shared(
         &self,
-        fleet: &Fleet,
+        fleet: &Arc<Fleet>,
         entry: &OriginEntry,
         origin: &Origin,
         mut force: bool,
@@ -795,7 +799,9 @@ impl OriginStore {
         let lock_ttl = self.config.fetch_timeout_seconds.duration() * 2 + Duration::from_secs(5);
         let deadline = Instant::now() + lock_ttl;
         loop {
+            let mut seen = 0;
             if let Some(shared) = fleet.read_robots(&key).await? {
+                seen = shared.version;
                 if shared.version > entry.version.load(Ordering::Acquire) {
                     self.adopt(entry, &shared);
                 }
@@ -806,12 +812,15 @@ impl OriginStore {
                     }
                 }
             }
-            if let Some(token) = fleet.lock_robots(&key, lock_ttl).await? {
+            let lock = fleet
+                .lock_robots(&key, lock_ttl, (!force).then_some(seen))
+                .await?;
+            if let FetchLock::Taken(token) = lock {
                 let snapshot = self.fetch_here(entry, origin).await;
                 let keep = snapshot
                     .fresh_until
                     .saturating_duration_since(Instant::now())
-                    + self.config.unreachable_allow_after_seconds.duration();
+                    + crate::origin::fleet::KEEP;
                 match fleet
                     .write_robots(&key, &token, &to_shared(&snapshot), keep)
                     .await
@@ -824,8 +833,12 @@ impl OriginStore {
                 }
                 return Ok(snapshot);
             }
-            // Another instance is fetching: its result is as new as ours would be.
+            // Another instance is fetching (or has just written): its result is as
+            // new as ours would be.
             force = false;
+            if matches!(lock, FetchLock::Newer) {
+                continue;
+            }
             if Instant::now() >= deadline {
                 log::warn!("robots.txt {}: the instance holding the fetch lock did not publish; fetching here", origin.robots_url());
                 return Ok(self.fetch_here(entry, origin).await);
@@ -875,7 +888,7 @@ impl OriginStore {
         // The fetch is a request to the origin like any other: it waits for the turn of
         // every schedule the origin has (and, with `pacing.key: address`, of the address
         // it goes to), and its end starts their next delay.
-        let turns = self.pacer.turns_for_fetch(&entry.schedules).await;
+        let turns = self.pacer.turns_for_fetch(entry.place()).await;
         let address = match self.pacer.config().key {
             PacingKey::Address => self
                 .fetcher

@@ -435,6 +435,16 @@ pub static FLEET_BACKEND_UP: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Wake-ups this instance received on its own channel (a release made one of its
+/// tickets the next in line).
+pub static FLEET_WAKE_UPS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "robotsgate_fleet_wake_ups_total",
+        "Wake-ups received on this instance's own fleet channel (one per release that made one of its tickets next)."
+    )
+    .expect("metric registers once")
+});
+
 static FLEET_COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_fleet_command_duration_seconds",

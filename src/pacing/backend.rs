@@ -1,0 +1,645 @@
+//! The fleet's shared backend: one connection to Redis (one server, a Sentinel-managed
+//! master, or a Redis Cluster), its health, Redis' clock, and the Pub/Sub listener that
+//! wakes this instance's waiters and carries the other instances' news.
+//!
+//! **Health.** A background task asks Redis for `TIME` every [`HEALTH_EVERY`] (which
+//! also keeps the estimate of Redis' clock that fences late calls, see
+//! [`Fleet::fence`]); a failed or slow command marks the backend down at once, so
+//! requests stop waiting on a dead server, and the next good answer marks it up. At
+//! every (re)connection, and every [`MEMORY_EVERY`] health checks, the memory settings
+//! are read: a `maxmemory-policy` that can evict robotsgate's keys (unless
+//! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the
+//! reason named in `/readyz` ([`Fleet::down_reason`]).
+//!
+//! **Recovery.** Redis may come back having lost writes it acknowledged: restarted
+//! empty, a replica promoted, or simply unreachable while this instance's releases
+//! could not reach it. Every return of the backend (down → up) replays what this
+//! instance knows and Redis may have lost: the turns it holds are written again, and
+//! the releases of the last [`REPLAY_FOR`] are sent again (both are idempotent, and
+//! a replayed end is never earlier than the real one). See `shared::Ledger`.
+//!
+//! **Pub/Sub.** Two channels: [`CHANNEL`], which every instance hears (a new
+//! robots.txt version, a purge, a pause or backoff: rare), and this instance's own wake
+//! channel (`robotsgate:w:<instance>`), on which a release wakes exactly the instance
+//! whose ticket is next. Deliveries per request do not grow with the fleet.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use futures_util::StreamExt;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use crate::config::FleetConfig;
+use crate::pacing::shared::Ledger;
+use crate::telemetry::metrics;
+
+/// The Pub/Sub channel every instance listens on.
+pub(crate) const CHANNEL: &str = "robotsgate:fleet";
+/// The prefix of each instance's own wake channel.
+pub(crate) const WAKE_PREFIX: &str = "robotsgate:w:";
+/// How often the backend's health is checked.
+pub const HEALTH_EVERY: Duration = Duration::from_millis(500);
+/// The memory settings are read again every this many health checks.
+const MEMORY_EVERY: u32 = 20;
+/// On the backend's return, releases this recent are sent again.
+pub(crate) const REPLAY_FOR: Duration = Duration::from_secs(10);
+
+/// The backend could not answer (down, slow, or an error): the caller falls back as
+/// `fleet.on_unavailable` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unavailable;
+
+/// A connection to one Redis or to a Redis Cluster; both reconnect on their own (a
+/// Sentinel-managed master is found again by the health task).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// What another instance changed, for the origin store to apply to its own entries.
+#[derive(Debug)]
+pub enum FleetEvent {
+    /// An origin's shared robots.txt has a new version.
+    RobotsChanged {
+        /// The origin (`scheme://authority`).
+        origin: String,
+        /// The new version.
+        version: u64,
+    },
+    /// An origin was purged by an operator.
+    Purged {
+        /// The origin (`scheme://authority`).
+        origin: String,
+    },
+    /// An origin's pause or backoff changed (its 429/503, or recovery).
+    Limit {
+        /// The origin (`scheme://authority`).
+        origin: String,
+        /// The robots.txt group whose schedule it is.
+        group: String,
+        /// Remaining pause.
+        pause: Duration,
+        /// Backoff in force.
+        backoff: Duration,
+    },
+}
+
+/// The connection to the shared backend, its health, Redis' clock, and the Pub/Sub
+/// listener that wakes this instance's waiters.
+pub struct Fleet {
+    config: FleetConfig,
+    /// How long a granted turn stays taken when its holder never releases it
+    /// ([`crate::config::Config::fleet_lease`]): the longest a turn can be held.
+    pub(crate) lease: Duration,
+    conn: ArcSwapOption<Conn>,
+    up: AtomicBool,
+    /// Why the backend is down (empty while up).
+    down_reason: ArcSwap<String>,
+    /// Has the health been checked once (the first result is logged either way)?
+    checked: AtomicBool,
+    generation: AtomicU64,
+    /// This instance's name in tickets and its wake channel.
+    pub(crate) instance: String,
+    tickets: AtomicU64,
+    /// Redis' clock minus this process's (ms since `epoch`), from the last answer.
+    clock_offset_ms: AtomicI64,
+    epoch: Instant,
+    /// Waiting tickets of this instance, woken by `w` messages.
+    waiters: Mutex<HashMap<String, Arc<Wake>>>,
+    /// Instances waiting for another's robots.txt fetch, by origin.
+    robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The turns this instance holds and its recent releases, replayed on recovery.
+    pub(crate) ledger: Ledger,
+    events: mpsc::Sender<FleetEvent>,
+    /// The other end, until the origin store takes it ([`Fleet::take_events`]).
+    received: Mutex<Option<mpsc::Receiver<FleetEvent>>>,
+    /// The backend's own runtime, once [`Fleet::run_in_background`] has started it.
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+}
+
+/// A waiting ticket's wake-up: the signal, and when its turn is due (ms from the
+/// signal; the release that sends it knows), so the woken waiter asks once, when due.
+#[derive(Default)]
+pub(crate) struct Wake {
+    pub(crate) notify: Notify,
+    pub(crate) due_in_ms: AtomicI64,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// A `maxmemory-policy` under which Redis may evict keys robotsgate wrote (its keys all
+/// carry a TTL, so `volatile-*` policies reach them too).
+fn evicts(policy: &str) -> bool {
+    policy.starts_with("allkeys-") || policy.starts_with("volatile-")
+}
+
+/// `field:value` from an `INFO` answer.
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+impl Fleet {
+    /// The backend, not yet connected: [`Fleet::run_in_background`] starts it (after a
+    /// daemon's fork: threads do not survive one).
+    pub fn new(config: &FleetConfig, lease: Duration) -> Arc<Fleet> {
+        let (events, received) = mpsc::channel(4096);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        metrics::FLEET_BACKEND_UP.set(0);
+        Arc::new(Fleet {
+            config: config.clone(),
+            lease,
+            conn: ArcSwapOption::empty(),
+            up: AtomicBool::new(false),
+            down_reason: ArcSwap::from_pointee("not connected yet".into()),
+            checked: AtomicBool::new(false),
+            generation: AtomicU64::new(1),
+            instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
+            tickets: AtomicU64::new(0),
+            clock_offset_ms: AtomicI64::new(i64::MIN),
+            epoch: Instant::now(),
+            waiters: Mutex::default(),
+            robots_waiters: Mutex::default(),
+            ledger: Ledger::default(),
+            events,
+            received: Mutex::new(Some(received)),
+            runtime: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Starts the backend's own thread (connection, health checks, Pub/Sub); once only.
+    /// A Redis that is down is retried, and requests meanwhile get
+    /// `fleet.on_unavailable`.
+    pub fn run_in_background(self: &Arc<Self>) -> std::io::Result<()> {
+        if self.runtime.get().is_some() {
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("robotsgate-fleet")
+            .enable_all()
+            .build()?;
+        if self.runtime.set(runtime.handle().clone()).is_err() {
+            return Ok(());
+        }
+        let background = self.clone();
+        std::thread::Builder::new()
+            .name("robotsgate-fleet".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::spawn(background.clone().listen());
+                    tokio::spawn(background.clone().resync());
+                    background.watch_health().await;
+                })
+            })?;
+        Ok(())
+    }
+
+    /// The changes other instances publish, for the one consumer (the origin store).
+    pub fn take_events(&self) -> Option<mpsc::Receiver<FleetEvent>> {
+        lock(&self.received).take()
+    }
+
+    /// Is the backend answering?
+    pub fn up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// Why the backend is down, for `/readyz` (empty while up).
+    pub fn down_reason(&self) -> String {
+        if self.up() {
+            String::new()
+        } else {
+            self.down_reason.load().to_string()
+        }
+    }
+
+    /// Moves on at every resync period and Pub/Sub reconnect: an entry verified in an
+    /// older generation re-checks its robots.txt version.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// A new ticket (or lock token): `<instance>:<n>`, unique fleet-wide.
+    pub(crate) fn ticket(&self) -> String {
+        format!(
+            "{}:{}",
+            self.instance,
+            self.tickets.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Runs `future` on the backend's runtime (releases from `Drop`, event handlers), or
+    /// on the caller's before that has started.
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match self.runtime.get() {
+            Some(runtime) => runtime.spawn(future),
+            None => tokio::spawn(future),
+        }
+    }
+
+    /// Registers a waiting ticket for `w` messages on this instance's wake channel.
+    pub(crate) fn register_waiter(&self, ticket: &str) -> Arc<Wake> {
+        let wake = Arc::new(Wake::default());
+        lock(&self.waiters).insert(ticket.to_string(), wake.clone());
+        wake
+    }
+
+    pub(crate) fn unregister_waiter(&self, ticket: &str) {
+        lock(&self.waiters).remove(ticket);
+    }
+
+    fn local_ms(&self) -> i64 {
+        ms(self.epoch.elapsed())
+    }
+
+    /// Learns Redis' clock from an answer carrying its `TIME` (ms), received now. The
+    /// estimate errs early by the answer's way back, which only makes fences earlier.
+    pub(crate) fn saw_redis_time(&self, redis_now_ms: i64) {
+        self.clock_offset_ms
+            .store(redis_now_ms - self.local_ms(), Ordering::Release);
+    }
+
+    /// The fence of a call sent now: the Redis time (ms) after which it must not take
+    /// effect, because this instance will have stopped waiting for its answer. `None`
+    /// before Redis' clock is known.
+    pub(crate) fn fence(&self) -> Option<i64> {
+        let offset = self.clock_offset_ms.load(Ordering::Acquire);
+        (offset != i64::MIN)
+            .then(|| self.local_ms() + offset + ms(self.config.command_timeout_seconds.duration()))
+    }
+
+    /// `instant` (in this process) in Redis time (ms), when Redis' clock is known.
+    pub(crate) fn redis_time_of(&self, instant: Instant) -> Option<i64> {
+        let offset = self.clock_offset_ms.load(Ordering::Acquire);
+        (offset != i64::MIN).then(|| ms(instant.saturating_duration_since(self.epoch)) + offset)
+    }
+
+    fn set_up(self: &Arc<Self>, up: bool, why: &str) {
+        let first = !self.checked.swap(true, Ordering::AcqRel);
+        if !up {
+            self.down_reason.store(Arc::new(why.to_string()));
+        }
+        if self.up.swap(up, Ordering::AcqRel) != up || first {
+            metrics::FLEET_BACKEND_UP.set(i64::from(up));
+            if up {
+                log::info!("fleet backend up");
+                // Whatever Redis lost while away (or in a restart, a failover) that this
+                // instance knows is written again.
+                let fleet = self.clone();
+                self.spawn(async move { fleet.ledger.replay(&fleet).await });
+            } else {
+                log::warn!("fleet backend unavailable: {why}");
+            }
+        }
+    }
+
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        let timeout = self.config.command_timeout_seconds.duration();
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
+            .set_number_of_retries(1);
+        if let Some(url) = &self.config.redis {
+            let client = redis::Client::open(url.as_str())?;
+            Ok(Conn::Single(
+                client.get_connection_manager_with_config(config).await?,
+            ))
+        } else if self.config.redis_sentinel.is_some() {
+            let client = self.sentinel_master().await?;
+            Ok(Conn::Single(
+                client.get_connection_manager_with_config(config).await?,
+            ))
+        } else {
+            let client = redis::cluster::ClusterClient::builder(self.config.redis_cluster.clone())
+                .response_timeout(timeout)
+                .connection_timeout(timeout.max(Duration::from_secs(1)))
+                .retries(1)
+                .build()?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
+        }
+    }
+
+    /// The master Sentinel names now (asked afresh each time: after a failover, the
+    /// promoted replica).
+    async fn sentinel_master(&self) -> redis::RedisResult<redis::Client> {
+        let Some(sentinel) = &self.config.redis_sentinel else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "no sentinel configured",
+            )));
+        };
+        let mut client = redis::sentinel::SentinelClient::build(
+            sentinel.sentinels.clone(),
+            sentinel.master.clone(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )?;
+        client.async_get_client().await
+    }
+
+    /// Connects, then asks for `TIME` every [`HEALTH_EVERY`], marking the backend up
+    /// and down; reads the memory settings at each connection and every
+    /// [`MEMORY_EVERY`] checks.
+    async fn watch_health(self: Arc<Self>) {
+        let mut checks = 0u32;
+        loop {
+            if self.conn.load().is_none() {
+                match tokio::time::timeout(Duration::from_secs(5), self.connect()).await {
+                    Ok(Ok(conn)) => {
+                        self.conn.store(Some(Arc::new(conn)));
+                        checks = 0;
+                    }
+                    Ok(Err(e)) => self.set_up(false, &e.to_string()),
+                    Err(_) => self.set_up(false, "connect timed out"),
+                }
+            }
+            if let Some(conn) = self.conn.load_full() {
+                let mut conn = (*conn).clone();
+                let memory = checks % MEMORY_EVERY == 0 || !self.up();
+                let health = self.check(&mut conn, memory).await;
+                checks = checks.wrapping_add(1);
+                match health {
+                    Ok(()) => self.set_up(true, ""),
+                    Err(why) => {
+                        self.set_up(false, &why);
+                        checks = 0;
+                        if self.config.redis_sentinel.is_some() {
+                            // Ask the sentinels again: the master may have moved.
+                            self.conn.store(None);
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(HEALTH_EVERY).await;
+        }
+    }
+
+    /// One health check: `TIME` (Redis' clock), and with `memory`, the eviction policy
+    /// and whether Redis is out of memory.
+    async fn check(&self, conn: &mut Conn, memory: bool) -> Result<(), String> {
+        let timeout = self.config.command_timeout_seconds.duration();
+        let started = Instant::now();
+        let time = tokio::time::timeout(
+            timeout,
+            redis::cmd("TIME").query_async::<(i64, i64)>(conn),
+        )
+        .await;
+        metrics::observe_fleet_command("time", started.elapsed().as_secs_f64());
+        match time {
+            Ok(Ok((seconds, micros))) => self.saw_redis_time(seconds * 1000 + micros / 1000),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("TIME timed out".into()),
+        }
+        if !memory {
+            return Ok(());
+        }
+        let info = tokio::time::timeout(
+            timeout,
+            redis::cmd("INFO").arg("memory").query_async::<String>(conn),
+        )
+        .await;
+        let info = match info {
+            Ok(Ok(info)) => info,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("INFO timed out".into()),
+        };
+        let policy = info_field(&info, "maxmemory_policy").unwrap_or("noeviction");
+        if evicts(policy) && !self.config.allow_eviction {
+            return Err(format!(
+                "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
+            ));
+        }
+        let number = |field| info_field(&info, field).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(used), Some(max)) = (number("used_memory"), number("maxmemory")) {
+            if max > 0 && used >= max && !evicts(policy) {
+                return Err(format!(
+                    "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Listens on [`CHANNEL`] and this instance's wake channel, reconnecting (to each
+    /// seed in turn, or where Sentinel says the master is) when it drops.
+    async fn listen(self: Arc<Self>) {
+        let urls: Vec<String> = self
+            .config
+            .redis
+            .iter()
+            .chain(self.config.redis_cluster.iter())
+            .cloned()
+            .collect();
+        let wake_channel = format!("{WAKE_PREFIX}{}", self.instance);
+        let mut next = 0;
+        loop {
+            let url = urls.get(next % urls.len().max(1)).cloned();
+            next += 1;
+            let subscribed = async {
+                let client = match &url {
+                    Some(url) => redis::Client::open(url.as_str())?,
+                    None => self.sentinel_master().await?,
+                };
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(&[CHANNEL, wake_channel.as_str()]).await?;
+                redis::RedisResult::Ok(pubsub)
+            };
+            match tokio::time::timeout(Duration::from_secs(5), subscribed).await {
+                Ok(Ok(pubsub)) => {
+                    // Messages may have been missed while unsubscribed: re-check.
+                    self.generation.fetch_add(1, Ordering::AcqRel);
+                    let mut messages = pubsub.into_on_message();
+                    while let Some(message) = messages.next().await {
+                        if let Ok(payload) = message.get_payload::<Vec<u8>>() {
+                            self.dispatch(&payload);
+                        }
+                    }
+                    log::warn!("fleet Pub/Sub connection closed; reconnecting");
+                }
+                Ok(Err(e)) => log::debug!("fleet Pub/Sub: {e}"),
+                Err(_) => log::debug!("fleet Pub/Sub: timed out"),
+            }
+            tokio::time::sleep(HEALTH_EVERY).await;
+        }
+    }
+
+    /// Moves the generation on every `resync_seconds`.
+    async fn resync(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.config.resync_seconds.duration()).await;
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// One message: `w` wakes a ticket, `r` a new robots.txt version, `p` a purge, `l` a
+    /// pause or backoff; fields separated by newlines, the origin last.
+    fn dispatch(&self, payload: &[u8]) {
+        let text = String::from_utf8_lossy(payload);
+        let fields: Vec<&str> = text.split('\n').collect();
+        let event = match fields.as_slice() {
+            ["w", ticket, due_in] => {
+                metrics::FLEET_WAKE_UPS.inc();
+                if let Some(waiter) = lock(&self.waiters).get(*ticket) {
+                    waiter
+                        .due_in_ms
+                        .store(due_in.parse().unwrap_or(0), Ordering::Release);
+                    waiter.notify.notify_one();
+                }
+                return;
+            }
+            ["r", version, origin] => {
+                self.wake_robots_waiters(origin);
+                FleetEvent::RobotsChanged {
+                    origin: origin.to_string(),
+                    version: version.parse().unwrap_or(u64::MAX),
+                }
+            }
+            ["p", origin] => {
+                self.wake_robots_waiters(origin);
+                FleetEvent::Purged {
+                    origin: origin.to_string(),
+                }
+            }
+            ["l", pause, backoff, group, origin] => FleetEvent::Limit {
+                origin: origin.to_string(),
+                group: group.to_string(),
+                pause: Duration::from_millis(pause.parse().unwrap_or(0)),
+                backoff: Duration::from_millis(backoff.parse().unwrap_or(0)),
+            },
+            _ => {
+                log::debug!("fleet: unknown message {text:?}");
+                return;
+            }
+        };
+        // A full channel loses the event; the periodic resync catches up.
+        let _ = self.events.try_send(event);
+    }
+
+    fn wake_robots_waiters(&self, origin: &str) {
+        if let Some(waiter) = lock(&self.robots_waiters).get(origin) {
+            waiter.notify_waiters();
+        }
+    }
+
+    /// Waits until another instance publishes `origin`'s robots.txt, or `until` (at
+    /// most a second: the caller asks again).
+    pub async fn wait_for_robots(&self, origin: &str, until: Instant) {
+        let notify = lock(&self.robots_waiters)
+            .entry(origin.to_string())
+            .or_default()
+            .clone();
+        let _ = tokio::time::timeout_at(
+            until.min(Instant::now() + Duration::from_secs(1)),
+            notify.notified(),
+        )
+        .await;
+        let mut waiters = lock(&self.robots_waiters);
+        if waiters
+            .get(origin)
+            .is_some_and(|n| Arc::strong_count(n) <= 2)
+        {
+            waiters.remove(origin);
+        }
+    }
+
+    /// Runs one script against the backend within the command timeout; any failure
+    /// is [`Unavailable`], and a connection failure, a timeout or Redis out of memory
+    /// marks the backend down.
+    pub(crate) async fn run<T: FromRedisValue>(
+        self: &Arc<Self>,
+        name: &'static str,
+        invocation: &mut ScriptInvocation<'_>,
+    ) -> Result<T, Unavailable> {
+        if !self.up() {
+            return Err(Unavailable);
+        }
+        let conn = self.conn.load_full().ok_or(Unavailable)?;
+        let mut conn = (*conn).clone();
+        let started = Instant::now();
+        let result = tokio::time::timeout(
+            self.config.command_timeout_seconds.duration(),
+            invocation.invoke_async::<T>(&mut conn),
+        )
+        .await;
+        metrics::observe_fleet_command(name, started.elapsed().as_secs_f64());
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                let oom = e.code() == Some("OOM");
+                if oom {
+                    self.set_up(false, &format!("Redis out of memory: {e}"));
+                } else if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.code() == Some("READONLY")
+                {
+                    self.set_up(false, &e.to_string());
+                    if self.config.redis_sentinel.is_some() {
+                        self.conn.store(None);
+                    }
+                } else {
+                    log::error!("fleet command {name} failed: {e}");
+                }
+                Err(Unavailable)
+            }
+            Err(_) => {
+                self.set_up(false, &format!("{name} timed out"));
+                Err(Unavailable)
+            }
+        }
+    }
+}

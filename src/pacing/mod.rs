@@ -1,0 +1,761 @@
+//! Pacing: every origin is visited no faster than its robots.txt allows (SPEC §6), and
+//! no harder than the operator allows when it says nothing.
+//!
+//! A *schedule* exists per origin and robots.txt group: crawlers that fall into the same
+//! group share it, crawlers in different groups have their own. Crawl-delay is the
+//! minimum time from the **end** of one download to the **start** of the next, so a
+//! schedule with a delay in force lets one request through at a time:
+//!
+//! 1. An arriving request estimates its wait (time until the next slot, plus one delay
+//!    per request ahead of it). Past `max_wait`, or with `max_queue` requests already
+//!    waiting, it is refused at once (503 + `Retry-After`): memory never grows unbounded.
+//! 2. Otherwise it queues for the schedule's turn. A fair `tokio::sync::Semaphore` hands
+//!    turns out in arrival order (FIFO) and a waiter that is dropped — its client went
+//!    away — leaves the queue without a trace.
+//! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
+//!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
+//!    exchange with the origin has ended; dropping the permit records the end time.
+//!
+//! **In flight.** Every origin also has an *in-flight* schedule: `max_in_flight` turns
+//! (default 2) and no delay, so at most that many requests reach one origin at once,
+//! whatever its robots.txt says; it is taken after the group's turn, so a request
+//! waiting for a delay holds no in-flight turn meanwhile. With `pacing.key: address`
+//! each resolved address has a group schedule and an in-flight schedule too, taken after
+//! the origin's: many names on one server share its pace, the stricter rule applying.
+//!
+//! **The delay** is the largest of the floor, the Crawl-delay (or an operator override
+//! when longer), the backoff, and the adaptive delay, capped by `ceiling` (a larger
+//! Crawl-delay is clamped and logged, never turned into "disallow all"), plus a small
+//! `margin` (5 ms) so that timer and scheduling jitter never shows at the origin as a gap
+//! below it. An origin's 429 or 503 with `Retry-After` pauses its schedule until then;
+//! without it (and, with `adaptive`, on any 5xx) the backoff doubles (up to the
+//! ceiling) and a success halves it again. With `adaptive.enabled` the delay also follows
+//! the origin's response times (from the turn to the response head; for one over 20 ms,
+//! less the time its head sat received in the socket before robotsgate read it, as the
+//! kernel tells: a busy proxy is not a struggling origin): at least
+//! `response_time_factor` × the last one (Heritrix's rule; default 0: `max_in_flight`
+//! already bounds a healthy origin's load, and a wait proportional to every response
+//! would halve the speed of fast sites), and when a response is `latency_factor` times
+//! slower than the origin's recent baseline (an average of its response times), a
+//! slow-down doubling from that response time (at most twice it) that halves per
+//! response once they are back near the baseline (a lasting new level becomes the
+//! baseline after some fifty responses). Which rule set the delay is kept
+//! ([`DelayRule`]) for the admin API. The robots.txt fetch counts as a request on every
+//! schedule of its origin: the first page follows it by one delay.
+//!
+//! With no delay, backoff or pause in force a group schedule serialises nothing; only
+//! the in-flight limit applies.
+//!
+//! An origin's schedules ([`Schedules`]) live in its entry of the origin store
+//! (`origin::store`), beside its robots.txt: a request finds both with one lookup, and
+//! the schedules go when the entry does. [`Pacer`] holds the settings and the
+//! process-wide count of queued requests.
+//!
+//! **Backends.** Alone, an instance keeps its schedules in memory (above). In fleet mode
+//! ([`crate::origin::fleet`]) a request takes each turn that is in force from the shared
+//! schedule in Redis instead, so delays and in-flight limits hold across every instance;
+//! the local schedule still counts the request (eviction, gauges) and mirrors the
+//! origin's pauses published by the other instances. While Redis is unavailable,
+//! `fleet.on_unavailable` decides: refuse (503), or pace locally at `delay ×
+//! fleet.instances` (and `max_in_flight ÷ instances`, at least 1).
+
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{seconds, AdaptiveConfig, OnUnavailable, PacingConfig};
+use crate::pacing::backend::Fleet;
+use crate::pacing::local::{lock, Schedule, Waiting, IN_FLIGHT};
+use crate::pacing::rules::SLOW_AT_LEAST;
+use crate::pacing::shared::{Ask, InForce, Known, NoTurn, SharedTurn};
+use crate::policy::target::Origin;
+use crate::telemetry::metrics;
+
+pub mod backend;
+mod local;
+mod refusal;
+mod rules;
+pub mod shared;
+
+pub use local::{Place, Schedules};
+pub use refusal::{RefusalReason, Refused};
+pub use rules::DelayRule;
+
+/// A turn held on one schedule.
+enum Turn {
+    /// The local schedule's turn.
+    Local(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
+    /// The shared schedule's turn (fleet mode).
+    Shared(Box<SharedTurn>),
+}
+
+/// A turn and its schedule; dropping it ends the request there (the end starts the
+/// schedule's next delay) and hands the turn on.
+struct Held {
+    schedule: Arc<Schedule>,
+    turn: Option<Turn>,
+    ceiling: Duration,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lock(&self.schedule.timing).last_end = Some(Instant::now());
+        if let Some(Turn::Shared(turn)) = self.turn.take() {
+            turn.release(self.ceiling);
+        }
+        self.schedule.dequeue();
+    }
+}
+
+/// Leave to go upstream, held until the exchange has ended: the turns in force
+/// (the group's when a delay is, the in-flight one, the address's), local or
+/// fleet-wide. With nothing in force it holds nothing but still carries the origin's
+/// answer back to the schedule.
+pub struct Permit {
+    /// The origin's group schedule: answers and response times go there.
+    schedule: Arc<Schedule>,
+    held: Vec<Held>,
+    /// In fleet mode, where an unpaced request's 429/503 is reported.
+    fleet: Option<Arc<Fleet>>,
+    adaptive: AdaptiveConfig,
+    /// How long the request waited for its slot.
+    pub waited: Duration,
+    /// When it got its turns (its response time counts from here).
+    granted: Instant,
+    ceiling: Duration,
+}
+
+impl Permit {
+    /// Tells the schedule how the origin answered (429/5xx back off, success decays,
+    /// response times feed the adaptive delay).
+    pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
+        self.origin_answered_read_late(status, retry_after, || Duration::ZERO);
+    }
+
+    /// [`Permit::origin_answered`] for a caller that can tell how long the response
+    /// head sat received but unread (`unread`, asked only of a response slow enough to
+    /// count as strain). That time is the proxy's, not the origin's: a busy proxy slow
+    /// to read its sockets must not take every fast origin for a struggling one.
+    pub fn origin_answered_read_late(
+        &self,
+        status: u16,
+        retry_after: Option<Duration>,
+        unread: impl FnOnce() -> Duration,
+    ) {
+        let mut took = self.granted.elapsed();
+        if self.adaptive.enabled && took > SLOW_AT_LEAST {
+            took = took.saturating_sub(unread());
+        }
+        let slow_down = {
+            let mut t = lock(&self.schedule.timing);
+            t.answered(status, retry_after, took, &self.adaptive, self.ceiling);
+            // The slow-down this instance now wants holds fleet-wide (the latest answer
+            // sets it, through the shared schedule's record).
+            self.adaptive.enabled.then_some(t.slow_down)
+        };
+        let shared = self.held.iter().find_map(|h| match &h.turn {
+            Some(Turn::Shared(turn)) if Arc::ptr_eq(&h.schedule, &self.schedule) => Some(turn),
+            _ => None,
+        });
+        match (shared, &self.fleet) {
+            (Some(turn), _) => turn.origin_answered(status, retry_after, slow_down),
+            (None, Some(fleet)) if matches!(status, 429 | 503) => {
+                fleet.report(&self.schedule.keys(), status, retry_after, self.ceiling)
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        lock(&self.schedule.timing).last_end = Some(Instant::now());
+    }
+}
+
+
+/// One request's pacing: where it queues and what is in force for it.
+pub struct PaceRequest<'a> {
+    /// The origin's schedules.
+    pub place: Place<'a>,
+    /// The address's, with `pacing.key: address`.
+    pub address: Option<Place<'a>>,
+    /// Its robots.txt group.
+    pub group: &'a str,
+    /// The delay from configuration and robots.txt, and its rule.
+    pub delay: Duration,
+    pub rule: DelayRule,
+    /// Requests in flight to the origin at once (0: no limit).
+    pub max_in_flight: usize,
+    /// When the origin's robots.txt was last fetched: that fetch counts as the
+    /// schedule's previous request.
+    pub robots_fetched_at: Option<Instant>,
+}
+
+/// The pacing settings, the process-wide count of queued requests, and the fleet
+/// backend when there is one.
+pub struct Pacer {
+    config: PacingConfig,
+    total: Arc<AtomicUsize>,
+    fleet: Option<Arc<Fleet>>,
+}
+
+/// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
+/// arrival order like a page's and released when the fetch ends (which starts each
+/// schedule's next delay).
+pub struct FetchTurns {
+    _held: Vec<Held>,
+}
+
+
+
+impl Pacer {
+    /// Pacing in memory, for this instance alone.
+    #[cfg(test)]
+    pub fn new(config: PacingConfig) -> Pacer {
+        Pacer::with_fleet(config, None)
+    }
+
+    /// Pacing shared through `fleet` when given.
+    pub fn with_fleet(config: PacingConfig, fleet: Option<Arc<Fleet>>) -> Pacer {
+        Pacer {
+            config,
+            total: Arc::default(),
+            fleet,
+        }
+    }
+
+    /// Applies a pause or backoff another instance published for `group` (making its
+    /// schedule if this instance has none yet), so that this instance knows a limit is in
+    /// force and asks the shared schedule.
+    pub fn mirror(&self, place: Place<'_>, group: &str, pause: Duration, backoff: Duration) {
+        let schedule = self.schedule(place, group, 1);
+        let mut t = lock(&schedule.timing);
+        let until = Instant::now() + pause;
+        t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+        t.backoff = backoff;
+    }
+
+    /// Puts back a pause and backoff kept across a restart.
+    pub fn restore(
+        &self,
+        place: Place<'_>,
+        group: &str,
+        paused_until: Option<Instant>,
+        backoff: Duration,
+    ) {
+        let capacity = if group == IN_FLIGHT {
+            self.config.max_in_flight
+        } else {
+            1
+        };
+        let schedule = self.schedule(place, group, capacity);
+        let mut t = lock(&schedule.timing);
+        t.paused_until = paused_until;
+        t.backoff = backoff.min(self.config.ceiling_seconds.duration());
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PacingConfig {
+        &self.config
+    }
+
+    fn schedule(&self, place: Place<'_>, group: &str, capacity: usize) -> Arc<Schedule> {
+        Schedules::get(place, group, capacity, &self.total, self.fleet.is_some())
+    }
+
+    fn held(&self, schedule: Arc<Schedule>, turn: Turn) -> Held {
+        Held {
+            schedule,
+            turn: Some(turn),
+            ceiling: self.config.ceiling_seconds.duration(),
+        }
+    }
+
+    /// [`Pacer::turns_for_fetch`] at a server address (`pacing.key: address`): its
+    /// in-flight schedule is made if it has none yet, so fetches of many names on one
+    /// server are limited there from the first, like its pages.
+    pub async fn turns_for_fetch_at(&self, place: Place<'_>) -> Option<FetchTurns> {
+        if self.config.max_in_flight > 0 {
+            self.schedule(place, IN_FLIGHT, self.config.max_in_flight);
+        }
+        self.turns_for_fetch(place).await
+    }
+
+    /// Waits for the turn of every one of `place`'s schedules, for a robots.txt fetch.
+    /// `None` when they are not all free within `max_wait_seconds` (a long pause, a long
+    /// queue): the caller then postpones the fetch rather than jump the queue.
+    pub async fn turns_for_fetch(&self, place: Place<'_>) -> Option<FetchTurns> {
+        if let Some(fleet) = &self.fleet {
+            match self.shared_turns_for_fetch(fleet, place).await {
+                Ok(turns) => return turns,
+                Err(_) => metrics::record_fleet_fallback("local"),
+            }
+        }
+        let mut list: Vec<Arc<Schedule>> = place.schedules.list();
+        // One order for every fetch of the origin (only one runs at a time anyway), and
+        // the requests' order: group turns before the in-flight one, so the fetch never
+        // holds an in-flight turn while queued for a group turn.
+        list.sort_by(|a, b| {
+            (a.group == IN_FLIGHT, &a.group).cmp(&(b.group == IN_FLIGHT, &b.group))
+        });
+        let deadline = Instant::now() + self.config.max_wait_seconds.duration();
+        let mut held = Vec::new();
+        for schedule in list {
+            let turn = self.local_turn(&schedule, 1, deadline).await.ok()?;
+            held.push(self.held(schedule, Turn::Local(turn)));
+        }
+        Some(FetchTurns { _held: held })
+    }
+
+    /// Fleet mode: a robots.txt fetch takes the turn of each group schedule `place` has
+    /// (the schedule's own delay) and one in-flight turn; with no schedule yet, the
+    /// default group's, so a first fetch keeps the origin's in-flight limit and any
+    /// delay the fleet has in force there.
+    async fn shared_turns_for_fetch(
+        &self,
+        fleet: &Arc<Fleet>,
+        place: Place<'_>,
+    ) -> Result<Option<FetchTurns>, backend::Unavailable> {
+        let mut groups: Vec<Arc<Schedule>> = place
+            .schedules
+            .list()
+            .into_iter()
+            .filter(|s| s.group != IN_FLIGHT)
+            .collect();
+        if groups.is_empty() {
+            groups.push(self.schedule(place, "", 1));
+        }
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        let mut held = Vec::new();
+        for (i, schedule) in groups.into_iter().enumerate() {
+            let capacity = if i == 0 { self.config.max_in_flight } else { 0 };
+            let Ok(turn) = self.shared_turn(fleet, &schedule, capacity, None).await? else {
+                return Ok(None);
+            };
+            held.push(self.held(schedule, Turn::Shared(Box::new(turn))));
+        }
+        Ok(Some(FetchTurns { _held: held }))
+    }
+
+    /// Asks the shared schedule of `schedule` for its turns (`delay`: the delay in
+    /// force; `None` keeps the schedule's own), counting the request locally while it
+    /// waits and mirroring what the fleet has in force into the local timing.
+    async fn shared_turn(
+        &self,
+        fleet: &Arc<Fleet>,
+        schedule: &Arc<Schedule>,
+        capacity: usize,
+        delay: Option<Duration>,
+    ) -> Result<Result<SharedTurn, NoTurn>, backend::Unavailable> {
+        let known = {
+            let t = lock(&schedule.timing);
+            Known {
+                last_end: t.last_end,
+                paused_until: t.paused_until,
+                backoff: t.backoff,
+            }
+        };
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        let (result, in_force) = fleet
+            .acquire(Ask {
+                keys: &schedule.keys(),
+                capacity,
+                delay,
+                max_queue: self.config.max_queue,
+                max_wait: self.config.max_wait_seconds.duration(),
+                known,
+            })
+            .await?;
+        mirror(schedule, in_force);
+        waiting.1 = result.is_ok();
+        Ok(result)
+    }
+
+    /// Queues for a local turn of `schedule` (`share` of its permits), then sleeps out
+    /// its delay. `Err` carries the start when it would come after `deadline`.
+    async fn local_turn(
+        &self,
+        schedule: &Schedule,
+        share: u32,
+        deadline: Instant,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Instant> {
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        if share == 1 && schedule.capacity > 1 && schedule.turn.available_permits() == 0 {
+            metrics::IN_FLIGHT_WAITS.inc();
+        }
+        let turn =
+            tokio::time::timeout_at(deadline, schedule.turn.clone().acquire_many_owned(share))
+                .await
+                .map_err(|_| deadline)?
+                .map_err(|_| deadline)?;
+        schedule.sleep_until_due(deadline).await?;
+        waiting.1 = true;
+        Ok(turn)
+    }
+
+    /// As [`Pacer::local_turn`] when `schedule`'s turn is free now; `Ok(None)` when it is
+    /// taken (nothing waits for it).
+    async fn free_local_turn(
+        &self,
+        schedule: &Schedule,
+        deadline: Instant,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Instant> {
+        let Ok(turn) = schedule.turn.clone().try_acquire_owned() else {
+            return Ok(None);
+        };
+        schedule.enqueue();
+        let mut waiting = Waiting(schedule, false);
+        schedule.sleep_until_due(deadline).await?;
+        waiting.1 = true;
+        Ok(Some(turn))
+    }
+
+    /// The delay for `group`'s schedule among `schedules` (of `origin`, for the log),
+    /// given the robots.txt Crawl-delay (seconds) and an operator override (seconds,
+    /// used when longer), and the rule that set it.
+    pub fn delay_for(
+        &self,
+        schedules: &Schedules,
+        origin: &Origin,
+        group: &str,
+        crawl_delay: Option<f64>,
+        override_delay: Option<f64>,
+    ) -> (Duration, DelayRule) {
+        // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
+        // that overflows a conversion (which once fell back to zero: no pacing at all).
+        let (floor, ceiling) = (
+            self.config.floor_seconds.get(),
+            self.config.ceiling_seconds.get(),
+        );
+        let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
+        let override_seconds = override_delay.unwrap_or(0.0);
+        let (wanted, rule) = [
+            (floor, DelayRule::Floor),
+            (asked_seconds, DelayRule::CrawlDelay),
+            (override_seconds, DelayRule::Override),
+        ]
+        .into_iter()
+        .fold(
+            (0.0, DelayRule::None),
+            |best, c| if c.0 > best.0 { c } else { best },
+        );
+        let delay = seconds(wanted.min(ceiling));
+        let ceiling = seconds(ceiling);
+        let delay = if delay.is_zero() {
+            delay
+        } else {
+            delay + self.config.margin_seconds.duration()
+        };
+        // Say so once per schedule, not on every request: a schedule already running at
+        // the clamped delay has been reported.
+        let already_clamped = || {
+            lock(&schedules.list)
+                .schedules
+                .iter()
+                .find(|s| s.group == group)
+                .is_some_and(|s| lock(&s.timing).delay == delay)
+        };
+        if asked_seconds > self.config.ceiling_seconds.get() && !already_clamped() {
+            metrics::CRAWL_DELAYS_CLAMPED.inc();
+            log::warn!(
+                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {:.1} s",
+                ceiling.as_secs_f64()
+            );
+        }
+        (delay, rule)
+    }
+
+    /// Report mode: the wait `request` would have had for its group's turn (an estimate:
+    /// until the next slot, plus one delay per request queued ahead), and a permit that
+    /// holds no turn but still carries the origin's answers to the schedule.
+    pub fn report(&self, request: PaceRequest<'_>) -> (Permit, Duration) {
+        let schedule = self.schedule(request.place, request.group, 1);
+        let now = Instant::now();
+        let would_wait = {
+            let mut t = lock(&schedule.timing);
+            t.delay = request.delay;
+            t.rule = request.rule;
+            if t.limited(now) {
+                t.wait_estimate(now, schedule.pending.load(Ordering::Acquire) as u32)
+            } else {
+                Duration::ZERO
+            }
+        };
+        (self.permit(schedule, Vec::new(), now), would_wait)
+    }
+
+    /// Waits for every turn in force for `request` (its group's when a delay is, then
+    /// the in-flight one; then the address's); `Err` when a wait would be too long or a
+    /// queue is full.
+    pub async fn pace(&self, request: PaceRequest<'_>) -> Result<Permit, Refused> {
+        let started = Instant::now();
+        let schedule = self.schedule(request.place, request.group, 1);
+        let mut held = Vec::new();
+        let places =
+            std::iter::once((request.place, true)).chain(request.address.map(|a| (a, false)));
+        for (place, is_origin) in places {
+            let group = if is_origin {
+                schedule.clone()
+            } else {
+                self.schedule(place, request.group, 1)
+            };
+            {
+                let mut t = lock(&group.timing);
+                if let Some(fetched) = request.robots_fetched_at.filter(|_| is_origin) {
+                    t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
+                }
+                t.delay = request.delay;
+                t.rule = request.rule;
+            }
+            if let Some(fleet) = &self.fleet {
+                match self.fleet_turns(fleet, &group, request.max_in_flight).await {
+                    Ok(turn) => {
+                        held.extend(turn?);
+                        continue;
+                    }
+                    Err(OnUnavailable::Refuse) => {
+                        return Err(Refused {
+                            reason: RefusalReason::FleetUnavailable,
+                            retry_after: Duration::from_secs(2),
+                            backed_off_for: lock(&group.timing).backed_off_for(Instant::now()),
+                        })
+                    }
+                    Err(OnUnavailable::Local) => {
+                        // Alone, each of N instances keeps N delays (and a share of the
+                        // in-flight limit): the fleet as a whole keeps one on average.
+                        let instances = fleet.config().instances;
+                        {
+                            let mut t = lock(&group.timing);
+                            t.delay = t.delay.saturating_mul(instances);
+                        }
+                        let share = (request.max_in_flight / instances as usize).max(1);
+                        self.local_turns(place, &group, request.max_in_flight, share, &mut held)
+                            .await?;
+                        continue;
+                    }
+                }
+            }
+            let capacity = request.max_in_flight;
+            self.local_turns(place, &group, capacity, capacity, &mut held)
+                .await?;
+        }
+        Ok(self.permit(schedule, held, started))
+    }
+
+    /// Fleet mode: every turn `group`'s request needs at its place, in one call to the
+    /// shared schedule (`Ok(Ok(None))`: nothing in force, Redis not asked); `Err` (what
+    /// `fleet.on_unavailable` says) when Redis cannot be asked.
+    async fn fleet_turns(
+        &self,
+        fleet: &Arc<Fleet>,
+        group: &Arc<Schedule>,
+        max_in_flight: usize,
+    ) -> Result<Result<Option<Held>, Refused>, OnUnavailable> {
+        let now = Instant::now();
+        let (limited, backed_off_for, delay) = {
+            let t = lock(&group.timing);
+            (t.limited(now), t.backed_off_for(now), t.delay)
+        };
+        if !limited && max_in_flight == 0 {
+            return Ok(Ok(None));
+        }
+        let result = self
+            .shared_turn(fleet, group, max_in_flight, Some(delay))
+            .await
+            .map_err(|_| {
+                let action = fleet.config().on_unavailable;
+                metrics::record_fleet_fallback(match action {
+                    OnUnavailable::Refuse => "refuse",
+                    OnUnavailable::Local => "local",
+                });
+                action
+            })?;
+        let refused = |reason, estimate: Duration| Refused {
+            reason,
+            retry_after: estimate.max(Duration::from_secs(1)),
+            backed_off_for,
+        };
+        Ok(match result {
+            Ok(turn) => Ok(Some(self.held(group.clone(), Turn::Shared(Box::new(turn))))),
+            Err(NoTurn::QueueFull(estimate)) => Err(refused(RefusalReason::QueueFull, estimate)),
+            Err(NoTurn::WaitTooLong(estimate)) => {
+                Err(refused(RefusalReason::WaitTooLong, estimate))
+            }
+        })
+    }
+
+    /// The local turns of one place: its group's when a delay is in force, then an
+    /// in-flight one (`max_in_flight` turns, `capacity` of them usable: fewer in the
+    /// fleet fallback). A request holding an in-flight turn never queues for a group
+    /// turn (whose holder may be queued for an in-flight turn: a deadlock): one that
+    /// came into force meanwhile is taken at once or not at all.
+    async fn local_turns(
+        &self,
+        place: Place<'_>,
+        group: &Arc<Schedule>,
+        max_in_flight: usize,
+        capacity: usize,
+        held: &mut Vec<Held>,
+    ) -> Result<(), Refused> {
+        // Set once the request gave an in-flight turn back: it was admitted, so it
+        // queues again without a new estimate, within its first deadline.
+        let mut admitted = None;
+        loop {
+            let group_turn = self.turn(group, 1, false, admitted).await?;
+            let took_group = group_turn.is_some();
+            if let Some(turn) = group_turn {
+                held.push(self.held(group.clone(), turn));
+            }
+            if max_in_flight == 0 {
+                return Ok(());
+            }
+            let in_flight = self.schedule(place, IN_FLIGHT, max_in_flight);
+            let Some(turn) = self.turn(&in_flight, capacity, true, admitted).await? else {
+                return Ok(());
+            };
+            let in_flight_turn = self.held(in_flight, turn);
+            // While it waited for an in-flight turn, the origin may have asked for a
+            // delay (a slow or failing response): then it takes the group's turn if
+            // it is free (and sleeps until due), or gives the in-flight turn back and
+            // queues for the group's first.
+            if took_group || !lock(&group.timing).limited(Instant::now()) {
+                held.push(in_flight_turn);
+                return Ok(());
+            }
+            // Each queue a request waits in is bounded by `max_wait` from when it
+            // joined it (as a group turn taken after an in-flight one always was).
+            let now = Instant::now();
+            let deadline = now + self.config.max_wait_seconds.duration();
+            let free = self.free_local_turn(group, deadline).await;
+            if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
+                held.push(self.held(group.clone(), Turn::Local(turn)));
+                held.push(in_flight_turn);
+                return Ok(());
+            }
+            drop(in_flight_turn);
+            admitted = Some(deadline);
+        }
+    }
+
+    /// The permit for a request to `schedule` holding `held`, asked for at `started`.
+    fn permit(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Permit {
+        let granted = Instant::now();
+        Permit {
+            schedule,
+            held,
+            fleet: self.fleet.clone(),
+            adaptive: self.config.adaptive.clone(),
+            waited: granted.saturating_duration_since(started),
+            granted,
+            ceiling: self.config.ceiling_seconds.duration(),
+        }
+    }
+
+    /// The local turn of one schedule when something is in force there (an in-flight
+    /// schedule always is; `capacity` of its turns usable), `None` when nothing is.
+    /// `admitted`: the request passed the queue and wait bounds already and must have
+    /// its turn by then.
+    async fn turn(
+        &self,
+        schedule: &Arc<Schedule>,
+        capacity: usize,
+        in_flight: bool,
+        admitted: Option<Instant>,
+    ) -> Result<Option<Turn>, Refused> {
+        let now = Instant::now();
+        let (limited, backed_off_for) = {
+            let t = lock(&schedule.timing);
+            (in_flight || t.limited(now), t.backed_off_for(now))
+        };
+        if !limited {
+            return Ok(None);
+        }
+        self.local(schedule, capacity, now, backed_off_for, admitted)
+            .await
+            .map(|turn| Some(Turn::Local(turn)))
+    }
+
+    /// A local turn of `schedule` (at most `capacity` out at once), within the queue and
+    /// wait bounds (`admitted`: within that deadline, the bounds already passed).
+    async fn local(
+        &self,
+        schedule: &Arc<Schedule>,
+        capacity: usize,
+        now: Instant,
+        backed_off_for: Option<Duration>,
+        admitted: Option<Instant>,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
+        // Fewer turns than the schedule was made with (the fleet fallback): each request
+        // takes a larger share of them.
+        let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
+        let deadline = match admitted {
+            Some(deadline) => deadline,
+            None => self.admit(schedule, capacity, now, backed_off_for)?,
+        };
+        self.local_turn(schedule, share, deadline)
+            .await
+            .map_err(|at| Refused::comes_at(at, now, backed_off_for))
+    }
+
+    /// Admits a request to `schedule`'s queue: its deadline, or the refusal when the
+    /// queue is full or the estimated wait too long.
+    fn admit(
+        &self,
+        schedule: &Schedule,
+        capacity: usize,
+        now: Instant,
+        backed_off_for: Option<Duration>,
+    ) -> Result<Instant, Refused> {
+        let pending = schedule.pending.load(Ordering::Acquire);
+        // Ahead of this request: whoever holds or waits for the turns, `capacity` at a time.
+        let rounds = (pending / capacity.max(1)) as u32;
+        let estimate = lock(&schedule.timing).wait_estimate(now, rounds);
+        let retry_after = estimate.max(Duration::from_secs(1));
+        if pending >= self.config.max_queue + capacity - 1 {
+            return Err(Refused {
+                reason: RefusalReason::QueueFull,
+                retry_after,
+                backed_off_for,
+            });
+        }
+        if estimate > self.config.max_wait_seconds.duration() {
+            return Err(Refused {
+                reason: RefusalReason::WaitTooLong,
+                retry_after,
+                backed_off_for,
+            });
+        }
+        // The estimate can be overtaken (backoff grows while this request waits): the
+        // bound holds for the real wait too, answered like an estimate over it.
+        Ok(now + self.config.max_wait_seconds.duration())
+    }
+
+    /// Requests waiting for or holding a turn, over all schedules (a gauge).
+    pub fn queued(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+
+/// Takes what the fleet has in force on `schedule` (another instance's 429, slow-down)
+/// into its local timing, so that this instance knows a limit is in force.
+fn mirror(schedule: &Schedule, in_force: InForce) {
+    let now = Instant::now();
+    let mut t = lock(&schedule.timing);
+    if !in_force.pause_left.is_zero() {
+        let until = now + in_force.pause_left;
+        t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
+    }
+    t.backoff = in_force.backoff;
+    t.slow_down = t.slow_down.max(in_force.slow_down);
+    t.adaptive = t.adaptive.max(in_force.slow_down);
+}
+
+#[cfg(test)]
+mod tests;

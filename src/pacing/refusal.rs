@@ -1,0 +1,61 @@
+//! Why pacing refused a request, and when to come back.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalReason {
+    QueueFull,
+    WaitTooLong,
+    /// Fleet mode, Redis unavailable, `fleet.on_unavailable: refuse`.
+    FleetUnavailable,
+}
+
+/// A request refused by pacing: why, when to come back, and whether the origin's own
+/// 429/503 is what slowed the schedule down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    pub reason: RefusalReason,
+    pub retry_after: Duration,
+    /// Remaining pause the origin asked for (or backoff in force), if any.
+    pub backed_off_for: Option<Duration>,
+}
+
+impl Refused {
+    /// A wait that would end at `at`, past the request's deadline (asked at `now`).
+    pub(super) fn comes_at(at: Instant, now: Instant, backed_off_for: Option<Duration>) -> Refused {
+        Refused {
+            reason: RefusalReason::WaitTooLong,
+            retry_after: at
+                .saturating_duration_since(now)
+                .max(Duration::from_secs(1)),
+            backed_off_for,
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason {
+            RefusalReason::QueueFull => f.write_str("pacing queue full")?,
+            RefusalReason::WaitTooLong => write!(
+                f,
+                "pacing wait of {:.1} s would exceed the limit",
+                self.retry_after.as_secs_f64()
+            )?,
+            RefusalReason::FleetUnavailable => {
+                f.write_str("the fleet backend (Redis) is unavailable")?
+            }
+        }
+        if let Some(backoff) = self.backed_off_for {
+            write!(
+                f,
+                " (origin asked to back off for {:.1} s)",
+                backoff.as_secs_f64()
+            )?;
+        }
+        Ok(())
+    }
+}
+
