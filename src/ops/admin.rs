@@ -37,8 +37,8 @@ use tokio::time::Instant;
 
 use crate::config::OnUnavailable;
 use crate::enforce::{judge, Decision, Enforcer, Judgement};
-use crate::pacing::shared::ScheduleKeys;
 use crate::origin::store::{OriginStore, Policy, Snapshot};
+use crate::pacing::shared::ScheduleKeys;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Origin, Scheme, Target};
 use crate::robots::{Reason, RobotsTxt};

@@ -17,8 +17,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::Script;
 
-pub use crate::pacing::backend::{Fleet, FleetEvent, Unavailable};
 use crate::pacing::backend::{ms, CHANNEL};
+pub use crate::pacing::backend::{Fleet, FleetEvent, Unavailable};
 
 /// How long a record outlives its last use.
 pub const KEEP: Duration = Duration::from_secs(86_400);
@@ -79,10 +79,14 @@ pub struct SharedRobots {
 
 impl Fleet {
     /// The shared robots.txt of `origin`, if any.
-    pub async fn read_robots(self: &Arc<Self>, origin: &str) -> Result<Option<SharedRobots>, Unavailable> {
+    pub async fn read_robots(
+        self: &Arc<Self>,
+        origin: &str,
+    ) -> Result<Option<SharedRobots>, Unavailable> {
         let key = robots_key(origin);
-        let fields: Option<Vec<Vec<u8>>> =
-            self.run("robots_read", ROBOTS_READ.key(&key).arg(ms(KEEP))).await?;
+        let fields: Option<Vec<Vec<u8>>> = self
+            .run("robots_read", ROBOTS_READ.key(&key).arg(ms(KEEP)))
+            .await?;
         let Some(f) = fields else {
             return Ok(None);
         };

@@ -4,10 +4,9 @@
 //!
 //! **Health.** A background task asks Redis for `TIME` every [`HEALTH_EVERY`] (which
 //! also keeps the estimate of Redis' clock that fences late calls, see
-//! [`Fleet::fence`]); a failed or slow command marks the backend down at once, so
-//! requests stop waiting on a dead server, and the next good answer marks it up. At
-//! every (re)connection, and every [`MEMORY_EVERY`] health checks, the memory settings
-//! are read: a `maxmemory-policy` that can evict robotsgate's keys (unless
+//! [`Fleet::fence`]) and `INFO memory`; a failed or slow command marks the backend down
+//! at once, so requests stop waiting on a dead server, and the next good answer marks it
+//! up. A `maxmemory-policy` that can evict robotsgate's keys (unless
 //! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the
 //! reason named in `/readyz` ([`Fleet::down_reason`]).
 //!
@@ -46,8 +45,6 @@ pub(crate) const CHANNEL: &str = "robotsgate:fleet";
 pub(crate) const WAKE_PREFIX: &str = "robotsgate:w:";
 /// How often the backend's health is checked.
 pub const HEALTH_EVERY: Duration = Duration::from_millis(500);
-/// The memory settings are read again every this many health checks.
-const MEMORY_EVERY: u32 = 20;
 /// On the backend's return, releases this recent are sent again.
 pub(crate) const REPLAY_FOR: Duration = Duration::from_secs(10);
 
@@ -173,6 +170,38 @@ pub(crate) fn ms(d: Duration) -> i64 {
 /// carry a TTL, so `volatile-*` policies reach them too).
 fn evicts(policy: &str) -> bool {
     policy.starts_with("allkeys-") || policy.starts_with("volatile-")
+}
+
+/// The text answers in `value` (one, or one per node of a Cluster).
+fn texts(value: Value) -> Vec<String> {
+    match value {
+        Value::BulkString(bytes) => vec![String::from_utf8_lossy(&bytes).into_owned()],
+        Value::VerbatimString { text, .. } => vec![text],
+        Value::SimpleString(text) => vec![text],
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(_, v)| texts(v)).collect(),
+        Value::Array(values) => values.into_iter().flat_map(texts).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Can this Redis (its `INFO memory`) hold the schedules? `Err` names why not: a
+/// policy that evicts them (unless `allow_eviction`), or no memory left.
+fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), String> {
+    let policy = info_field(info, "maxmemory_policy").unwrap_or("noeviction");
+    if evicts(policy) && !allow_eviction {
+        return Err(format!(
+            "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
+        ));
+    }
+    let number = |field| info_field(info, field).and_then(|v| v.parse::<u64>().ok());
+    if let (Some(used), Some(max)) = (number("used_memory"), number("maxmemory")) {
+        if max > 0 && used >= max && !evicts(policy) {
+            return Err(format!(
+                "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `field:value` from an `INFO` answer.
@@ -391,32 +420,23 @@ impl Fleet {
         client.async_get_client().await
     }
 
-    /// Connects, then asks for `TIME` every [`HEALTH_EVERY`], marking the backend up
-    /// and down; reads the memory settings at each connection and every
-    /// [`MEMORY_EVERY`] checks.
+    /// Connects, then checks the backend every [`HEALTH_EVERY`], marking it up and down.
     async fn watch_health(self: Arc<Self>) {
-        let mut checks = 0u32;
         loop {
             if self.conn.load().is_none() {
                 match tokio::time::timeout(Duration::from_secs(5), self.connect()).await {
-                    Ok(Ok(conn)) => {
-                        self.conn.store(Some(Arc::new(conn)));
-                        checks = 0;
-                    }
+                    Ok(Ok(conn)) => self.conn.store(Some(Arc::new(conn))),
                     Ok(Err(e)) => self.set_up(false, &e.to_string()),
                     Err(_) => self.set_up(false, "connect timed out"),
                 }
             }
             if let Some(conn) = self.conn.load_full() {
                 let mut conn = (*conn).clone();
-                let memory = checks % MEMORY_EVERY == 0 || !self.up();
-                let health = self.check(&mut conn, memory).await;
-                checks = checks.wrapping_add(1);
+                let health = self.check(&mut conn).await;
                 match health {
                     Ok(()) => self.set_up(true, ""),
                     Err(why) => {
                         self.set_up(false, &why);
-                        checks = 0;
                         if self.config.redis_sentinel.is_some() {
                             // Ask the sentinels again: the master may have moved.
                             self.conn.store(None);
@@ -428,28 +448,24 @@ impl Fleet {
         }
     }
 
-    /// One health check: `TIME` (Redis' clock), and with `memory`, the eviction policy
-    /// and whether Redis is out of memory.
-    async fn check(&self, conn: &mut Conn, memory: bool) -> Result<(), String> {
+    /// One health check: `TIME` (Redis' clock), the eviction policy and whether Redis
+    /// is out of memory (a script that has begun to write is let finish past
+    /// `maxmemory`, so the scripts' own errors cannot be relied on to say so).
+    async fn check(&self, conn: &mut Conn) -> Result<(), String> {
         let timeout = self.config.command_timeout_seconds.duration();
         let started = Instant::now();
-        let time = tokio::time::timeout(
-            timeout,
-            redis::cmd("TIME").query_async::<(i64, i64)>(conn),
-        )
-        .await;
+        let time =
+            tokio::time::timeout(timeout, redis::cmd("TIME").query_async::<(i64, i64)>(conn)).await;
         metrics::observe_fleet_command("time", started.elapsed().as_secs_f64());
         match time {
             Ok(Ok((seconds, micros))) => self.saw_redis_time(seconds * 1000 + micros / 1000),
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("TIME timed out".into()),
         }
-        if !memory {
-            return Ok(());
-        }
+        // A Cluster answers per node (a map): every master is checked.
         let info = tokio::time::timeout(
             timeout,
-            redis::cmd("INFO").arg("memory").query_async::<String>(conn),
+            redis::cmd("INFO").arg("memory").query_async::<Value>(conn),
         )
         .await;
         let info = match info {
@@ -457,19 +473,8 @@ impl Fleet {
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("INFO timed out".into()),
         };
-        let policy = info_field(&info, "maxmemory_policy").unwrap_or("noeviction");
-        if evicts(policy) && !self.config.allow_eviction {
-            return Err(format!(
-                "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
-            ));
-        }
-        let number = |field| info_field(&info, field).and_then(|v| v.parse::<u64>().ok());
-        if let (Some(used), Some(max)) = (number("used_memory"), number("maxmemory")) {
-            if max > 0 && used >= max && !evicts(policy) {
-                return Err(format!(
-                    "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
-                ));
-            }
+        for node in texts(info) {
+            memory_fit(&node, self.config.allow_eviction)?;
         }
         Ok(())
     }
@@ -641,5 +646,47 @@ impl Fleet {
                 Err(Unavailable)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_settings_that_lose_schedules_are_named() {
+        let info = |policy: &str, used: u64, max: u64| {
+            format!("# Memory\r\nused_memory:{used}\r\nmaxmemory:{max}\r\nmaxmemory_policy:{policy}\r\n")
+        };
+        assert!(memory_fit(&info("noeviction", 10, 0), false).is_ok());
+        assert!(memory_fit(&info("noeviction", 10, 100), false).is_ok());
+        let full = memory_fit(&info("noeviction", 100, 100), false).unwrap_err();
+        assert!(full.contains("out of memory"), "{full}");
+        for policy in [
+            "allkeys-lru",
+            "volatile-ttl",
+            "volatile-lfu",
+            "allkeys-random",
+        ] {
+            let why = memory_fit(&info(policy, 1, 100), false).unwrap_err();
+            assert!(why.contains(policy), "{why}");
+            assert!(memory_fit(&info(policy, 1, 100), true).is_ok());
+        }
+        let cluster = Value::Map(vec![
+            (
+                Value::SimpleString("a".into()),
+                Value::BulkString(info("noeviction", 1, 0).into()),
+            ),
+            (
+                Value::SimpleString("b".into()),
+                Value::VerbatimString {
+                    format: redis::VerbatimFormat::Text,
+                    text: info("allkeys-lru", 1, 9),
+                },
+            ),
+        ]);
+        let nodes = texts(cluster);
+        assert_eq!(nodes.len(), 2);
+        assert!(memory_fit(&nodes[1], false).is_err());
     }
 }

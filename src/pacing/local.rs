@@ -12,7 +12,6 @@ use crate::pacing::rules::{next_start, DelayRule, Timing};
 use crate::pacing::shared::ScheduleKeys;
 use crate::policy::target::Origin;
 
-
 /// The group name of an origin's in-flight schedule (`#` never appears in a robots.txt
 /// group name: it starts a comment there).
 pub(super) const IN_FLIGHT: &str = "#in-flight";
@@ -242,4 +241,3 @@ pub struct ScheduleState {
     /// Until the next request may start (zero: now).
     pub next_slot_in: Option<Duration>,
 }
-

@@ -59,7 +59,6 @@
 //! `fleet.on_unavailable` decides: refuse (503), or pace locally at `delay ×
 //! fleet.instances` (and `max_in_flight ÷ instances`, at least 1).
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,7 +175,6 @@ impl Drop for Permit {
     }
 }
 
-
 /// One request's pacing: where it queues and what is in force for it.
 pub struct PaceRequest<'a> {
     /// The origin's schedules.
@@ -209,8 +207,6 @@ pub struct Pacer {
 pub struct FetchTurns {
     _held: Vec<Held>,
 }
-
-
 
 impl Pacer {
     /// Pacing in memory, for this instance alone.
@@ -741,7 +737,6 @@ impl Pacer {
         self.total.load(Ordering::Acquire)
     }
 }
-
 
 /// Takes what the fleet has in force on `schedule` (another instance's 429, slow-down)
 /// into its local timing, so that this instance knows a limit is in force.

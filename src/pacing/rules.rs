@@ -176,7 +176,6 @@ impl Timing {
     }
 }
 
-
 /// When a schedule's holder may start: the previous end plus the delay in force, and
 /// past any pause the origin asked for.
 pub(super) fn next_start(t: &Timing, now: Instant) -> Option<Instant> {

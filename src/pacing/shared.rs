@@ -40,9 +40,7 @@ use std::time::Duration;
 use redis::Script;
 use tokio::time::Instant;
 
-use crate::pacing::backend::{
-    lock, ms, Fleet, Unavailable, CHANNEL, REPLAY_FOR, WAKE_PREFIX,
-};
+use crate::pacing::backend::{lock, ms, Fleet, Unavailable, CHANNEL, REPLAY_FOR, WAKE_PREFIX};
 
 /// A waiter behind a holder asks again this often (the fallback when a release never
 /// comes: its holder's instance died or lost Redis).
@@ -52,9 +50,12 @@ pub const GRACE: Duration = Duration::from_millis(3_000);
 /// How long a schedule's keys outlive their last use.
 const KEEP: Duration = Duration::from_secs(86_400);
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static ABANDON: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
 static REASSERT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/reassert.lua")));
 static VIEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/view.lua")));
@@ -340,7 +341,9 @@ impl Fleet {
             // Relative to the moment of each call: the script reads them against `TIME`.
             let now = Instant::now();
             let known = ask.known;
-            let since_end = known.last_end.map_or(-1, |e| ms(now.saturating_duration_since(e)));
+            let since_end = known
+                .last_end
+                .map_or(-1, |e| ms(now.saturating_duration_since(e)));
             let pause_left = known
                 .paused_until
                 .map_or(0, |u| ms(u.saturating_duration_since(now)));

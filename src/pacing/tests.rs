@@ -270,4 +270,3 @@ async fn the_wait_bound_holds_when_backoff_grows_meanwhile() {
     );
     assert_eq!(p.queued(), 0);
 }
-

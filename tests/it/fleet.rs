@@ -10,18 +10,18 @@ use crate::common::{
 };
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
+pub(crate) struct Redis {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         Redis::start_on(free_port(), &[])
     }
 
-    fn start_on(port: u16, extra: &[&str]) -> Redis {
+    pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -45,7 +45,7 @@ impl Redis {
         redis
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 }
@@ -57,7 +57,7 @@ impl Drop for Redis {
     }
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
     Command::new("redis-cli")
         .args(["-p", &port.to_string()])
         .args(args)
@@ -121,17 +121,17 @@ impl Cluster {
     }
 }
 
-fn fleet_yaml(redis: &Redis, extra: &str) -> String {
+pub(crate) fn fleet_yaml(redis: &Redis, extra: &str) -> String {
     format!("  fleet:\n    redis: \"{}\"\n{extra}", redis.url())
 }
 
 /// `n` robotsgate processes with the same settings.
-fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
+pub(crate) fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
     (0..n).map(|_| Proxy::start_for_loopback(yaml)).collect()
 }
 
 /// Waits until every instance's `/readyz` says the backend is up.
-async fn backend_up(proxies: &[Proxy]) {
+pub(crate) async fn backend_up(proxies: &[Proxy]) {
     for proxy in proxies {
         assert!(
             eventually(Duration::from_secs(15), || admin(proxy, "GET", "/readyz").0
@@ -144,7 +144,7 @@ async fn backend_up(proxies: &[Proxy]) {
 }
 
 /// An admin request: (status, body).
-fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
+pub(crate) fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args([
             "-s",

@@ -11,6 +11,7 @@ mod embedded_example;
 mod faults;
 mod fetch_status;
 mod fleet;
+mod fleet_faults;
 mod holes;
 mod hostile;
 mod https;

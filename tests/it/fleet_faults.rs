@@ -1,0 +1,360 @@
+//! Fleet mode at its costs and through failures, measured where the promise is kept:
+//! Redis' own command counters, and loopback origins logging when each request arrives
+//! and ends. Real `redis-server`s, stopped, killed and restarted by the tests.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+use crate::fleet::{admin, backend_up, fleet_yaml, instances, redis_cli, Redis};
+
+/// How many scripts Redis has run since its counters were reset.
+fn script_calls(port: u16) -> u64 {
+    let stats = redis_cli(port, &["info", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Sends `count` requests one after another, alternating between `proxies`; all 200.
+fn one_by_one(proxies: &[Proxy], origin: &TestOrigin, prefix: &str, count: usize) {
+    for i in 0..count {
+        let url = origin.url(&format!("{prefix}{i}"));
+        assert_eq!(curl(&proxies[i % proxies.len()], &url, &[]).0, 200, "{url}");
+    }
+}
+
+/// Waits until the script count stops moving (releases are sent after the response)
+/// and returns it.
+async fn settled_calls(port: u16) -> u64 {
+    let mut last = script_calls(port);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = script_calls(port);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Counted by Redis: a request under the in-flight limit costs two scripts (take the
+/// turn, give it back), one that waits out a Crawl-delay at most one more, and one
+/// with no limit in force none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_calls_per_request_are_two_with_a_limit_and_none_without() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )])
+    .await;
+    let quiet = "    resync_seconds: 600\n";
+    let limited = instances(2, &fleet_yaml(&redis, quiet));
+    let unlimited = instances(
+        2,
+        &format!(
+            "{}  pacing:\n    max_in_flight: 0\n",
+            fleet_yaml(&redis, quiet)
+        ),
+    );
+    backend_up(&limited).await;
+    backend_up(&unlimited).await;
+    // Each instance reads the shared robots.txt once.
+    one_by_one(&limited, &origin, "/warm/", 2);
+    one_by_one(&unlimited, &origin, "/warm-u/", 2);
+    settled_calls(redis.port).await;
+
+    redis_cli(redis.port, &["config", "resetstat"]);
+    one_by_one(&unlimited, &origin, "/free/", 20);
+    assert_eq!(
+        settled_calls(redis.port).await,
+        0,
+        "no limit in force: Redis is never asked"
+    );
+
+    redis_cli(redis.port, &["config", "resetstat"]);
+    one_by_one(&limited, &origin, "/limited/", 20);
+    assert_eq!(
+        settled_calls(redis.port).await,
+        40,
+        "in-flight limit: acquire and release, nothing else"
+    );
+
+    let paced = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
+    )])
+    .await;
+    one_by_one(&limited, &paced, "/warm/", 2);
+    settled_calls(redis.port).await;
+    redis_cli(redis.port, &["config", "resetstat"]);
+    one_by_one(&limited, &paced, "/paced/", 10);
+    let calls = settled_calls(redis.port).await;
+    assert!(
+        (20..=30).contains(&calls),
+        "each paced request: acquire, at most one more when due, release: {calls} for 10"
+    );
+    assert!(min_gap(&pages(&paced, "/paced/")) >= Duration::from_millis(200));
+}
+
+/// Runs requests through `proxies` from `clients` concurrent clients until `count`
+/// have been sent or `until`, each to its own path under `prefix`; the statuses.
+async fn load(
+    proxies: &[Proxy],
+    origin: &TestOrigin,
+    prefix: &str,
+    clients: usize,
+    count: usize,
+    until: Instant,
+) -> Vec<u16> {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let client = proxies[c % proxies.len()].client();
+        let (next, base) = (next.clone(), origin.url(prefix));
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= count || Instant::now() >= until {
+                    return statuses;
+                }
+                let status = match client.get(format!("{base}{i}")).send().await {
+                    Ok(r) => r.status().as_u16(),
+                    Err(_) => 0,
+                };
+                statuses.push(status);
+                if status != 200 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("client task"));
+    }
+    all
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// Every instance serves `origin` again: one request each, answered 200 within 8 s (a
+/// turn left held in Redis would keep it waiting for its lease: minutes).
+fn served_again(proxies: &[Proxy], origin: &TestOrigin, prefix: &str) {
+    for (i, proxy) in proxies.iter().enumerate() {
+        let url = origin.url(&format!("{prefix}{i}"));
+        let (status, head, _) = curl(proxy, &url, &["--max-time", "8"]);
+        assert_eq!(
+            status,
+            200,
+            "{url} not served again: {head}\n{}",
+            proxy.log()
+        );
+    }
+}
+
+/// Redis stopped (SIGSTOP) for 3 s under load, longer than the command timeout: the
+/// acquires robotsgate gave up on run when Redis resumes, and must not take effect
+/// (no phantom holder keeps the origin waiting for a lease); no gap is ever short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_leaves_no_phantom_holder_and_no_short_gap() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
+    )])
+    .await;
+    let proxies = instances(2, &fleet_yaml(&redis, "    command_timeout_seconds: 0.2\n"));
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(6);
+    let stall = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        signal(redis.child.id(), "-STOP");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        signal(redis.child.id(), "-CONT");
+    };
+    let (statuses, ()) = tokio::join!(load(&proxies, &origin, "/p/", 6, 400, until), stall);
+    assert!(statuses.contains(&200), "{statuses:?}");
+    backend_up(&proxies).await;
+    served_again(&proxies, &origin, "/after/");
+    let seen = pages(&origin, "/");
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(200),
+        "gap {:?} below the Crawl-delay",
+        min_gap(&seen)
+    );
+}
+
+/// A single Redis SIGKILLed under load and restarted empty: the turns held then are
+/// written again by their instances, so the origin never has more than `max_in_flight`
+/// requests at once, and no gap is short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_under_load_keeps_the_in_flight_limit_and_the_gaps() {
+    let port = free_port();
+    let mut redis = Some(Redis::start_on(port, &[]));
+    let slow = |_| Behaviour::Delayed {
+        delay: Duration::from_millis(300),
+        body: b"slow\n".to_vec(),
+    };
+    let mut routes = vec![(
+        "/robots.txt".to_string(),
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )];
+    routes.extend((0..400).map(|i| (format!("/s/{i}"), slow(i))));
+    let origin = TestOrigin::start(
+        routes
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.clone()))
+            .collect(),
+    )
+    .await;
+    let paced = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
+    )])
+    .await;
+    let yaml = fleet_yaml(
+        redis.as_ref().expect("redis"),
+        "    command_timeout_seconds: 0.2\n",
+    );
+    let proxies = instances(3, &yaml);
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(6);
+    let restart = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        drop(redis.take());
+        redis = Some(Redis::start_on(port, &[]));
+    };
+    let (slow_statuses, paced_statuses, ()) = tokio::join!(
+        load(&proxies, &origin, "/s/", 6, 400, until),
+        load(&proxies, &paced, "/p/", 3, 400, until),
+        restart
+    );
+    assert!(slow_statuses.contains(&200) && paced_statuses.contains(&200));
+    backend_up(&proxies).await;
+    served_again(&proxies, &paced, "/after/");
+    let seen = pages(&origin, "/s/");
+    assert!(
+        most_at_once(&seen) <= 2,
+        "{} requests at once for max_in_flight 2",
+        most_at_once(&seen)
+    );
+    let seen = pages(&paced, "/");
+    assert!(
+        min_gap(&seen) >= Duration::from_millis(200),
+        "gap {:?} below the Crawl-delay",
+        min_gap(&seen)
+    );
+}
+
+/// An origin's 429 with `Retry-After` seen through one instance holds on another that
+/// has never served the origin, even with no in-flight limit (nothing else would make
+/// it ask Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_reaches_an_instance_that_never_served_the_origin() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
+        (
+            "/busy",
+            Behaviour::with_headers(429, &[("Retry-After", "2")], "slow down\n"),
+        ),
+    ])
+    .await;
+    let yaml = format!(
+        "{}  pacing:\n    max_in_flight: 0\n",
+        fleet_yaml(&redis, "")
+    );
+    let both = instances(2, &yaml);
+    backend_up(&both).await;
+    let (first, fresh) = (&both[0], &both[1]);
+    assert_eq!(curl(first, &origin.url("/busy"), &[]).0, 429);
+    let asked = origin
+        .seen()
+        .iter()
+        .find(|s| s.target == "/busy")
+        .map(|s| s.arrived);
+    let asked = asked.expect("the 429 reached the origin");
+    // The pause reaches the fresh instance over Pub/Sub; its first request, 0.3 s
+    // later (as a crawler's next request would come), waits it out.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _, _) = curl(fresh, &origin.url("/after"), &["--max-time", "10"]);
+    assert_eq!(status, 200);
+    let after = pages(&origin, "/after");
+    assert_eq!(after.len(), 1);
+    let waited = after[0].arrived.duration_since(asked);
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "the fresh instance forwarded {waited:?} after the 429 (Retry-After: 2)"
+    );
+}
+
+/// A Redis that can evict robotsgate's keys, or that is out of memory, is not a
+/// backend: `/readyz` says why by name, and paced requests get the fallback; fixed, it
+/// is used again without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_or_full_redis_is_named_in_readyz() {
+    let redis = Redis::start_on(free_port(), &["--maxmemory-policy", "volatile-ttl"]);
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback(&fleet_yaml(&redis, ""));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (code, body) = admin(&proxy, "GET", "/readyz");
+            code == 503 && body.contains("volatile-ttl")
+        })
+        .await,
+        "readyz: {:?}",
+        admin(&proxy, "GET", "/readyz")
+    );
+    redis_cli(
+        redis.port,
+        &["config", "set", "maxmemory-policy", "noeviction"],
+    );
+    backend_up(std::slice::from_ref(&proxy)).await;
+    assert_eq!(curl(&proxy, &origin.url("/ok"), &[]).0, 200);
+    // Out of memory.
+    redis_cli(redis.port, &["config", "set", "maxmemory", "1"]);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (code, body) = admin(&proxy, "GET", "/readyz");
+            code == 503 && body.contains("out of memory")
+        })
+        .await,
+        "readyz: {:?}",
+        admin(&proxy, "GET", "/readyz")
+    );
+    let (status, head, _) = curl(&proxy, &origin.url("/full"), &[]);
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("fleet-backend-unavailable"), "{head}");
+    redis_cli(redis.port, &["config", "set", "maxmemory", "0"]);
+    backend_up(std::slice::from_ref(&proxy)).await;
+    assert_eq!(curl(&proxy, &origin.url("/again"), &[]).0, 200);
+    assert_eq!(
+        origin.count("/full"),
+        0,
+        "nothing forwarded while Redis was full"
+    );
+}
