@@ -15,7 +15,8 @@
 //! could not reach it. Every return of the backend (down → up) replays what this
 //! instance knows and Redis may have lost: the turns it holds are written again, and
 //! the releases of the last [`REPLAY_FOR`] are sent again (both are idempotent, and
-//! a replayed end is never earlier than the real one). See `shared::Ledger`.
+//! a replayed end is never earlier than the real one): [`Fleet::returns`] tells the
+//! shared schedules' ledger when.
 //!
 //! **Pub/Sub.** Two channels: [`CHANNEL`], which every instance hears (a new
 //! robots.txt version, a purge, a pause or backoff: rare), and this instance's own wake
@@ -36,7 +37,6 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::config::FleetConfig;
-use crate::pacing::shared::Ledger;
 use crate::telemetry::metrics;
 
 /// The Pub/Sub channel every instance listens on.
@@ -141,8 +141,8 @@ pub struct Fleet {
     waiters: Mutex<HashMap<String, Arc<Wake>>>,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
-    /// The turns this instance holds and its recent releases, replayed on recovery.
-    pub(crate) ledger: Ledger,
+    /// Counts the backend's returns (down → up), for whatever must be written again.
+    returns: tokio::sync::watch::Sender<u64>,
     events: mpsc::Sender<FleetEvent>,
     /// The other end, until the origin store takes it ([`Fleet::take_events`]).
     received: Mutex<Option<mpsc::Receiver<FleetEvent>>>,
@@ -234,7 +234,7 @@ impl Fleet {
             epoch: Instant::now(),
             waiters: Mutex::default(),
             robots_waiters: Mutex::default(),
-            ledger: Ledger::default(),
+            returns: tokio::sync::watch::Sender::new(0),
             events,
             received: Mutex::new(Some(received)),
             runtime: std::sync::OnceLock::new(),
@@ -277,6 +277,11 @@ impl Fleet {
     /// Is the backend answering?
     pub fn up(&self) -> bool {
         self.up.load(Ordering::Acquire)
+    }
+
+    /// Moves on each time the backend returns (down → up).
+    pub(crate) fn returns(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.returns.subscribe()
     }
 
     /// Why the backend is down, for `/readyz` (empty while up).
@@ -368,8 +373,7 @@ impl Fleet {
                 log::info!("fleet backend up");
                 // Whatever Redis lost while away (or in a restart, a failover) that this
                 // instance knows is written again.
-                let fleet = self.clone();
-                self.spawn(async move { fleet.ledger.replay(&fleet).await });
+                self.returns.send_modify(|n| *n += 1);
             } else {
                 log::warn!("fleet backend unavailable: {why}");
             }

@@ -58,6 +58,23 @@ static ABANDON: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
 static REASSERT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/reassert.lua")));
+/// This process's ledger.
+static LEDGER: LazyLock<Ledger> = LazyLock::new(Ledger::default);
+/// Has the replay of [`LEDGER`] on the backend's returns been started?
+static FOLLOWING: std::sync::Once = std::sync::Once::new();
+
+/// Starts replaying [`LEDGER`] each time `fleet` returns (once per process).
+fn follow_returns(fleet: &Arc<Fleet>) {
+    FOLLOWING.call_once(|| {
+        let (fleet, mut returns) = (fleet.clone(), fleet.returns());
+        fleet.clone().spawn(async move {
+            while returns.changed().await.is_ok() {
+                LEDGER.replay(&fleet).await;
+            }
+        });
+    });
+}
+
 static VIEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/view.lua")));
 
 /// The Redis names of one shared schedule (origin and robots.txt group).
@@ -179,7 +196,8 @@ struct Holding {
 
 /// This instance's part of the shared state that Redis may lose: the turns it holds and
 /// the calls it owes (releases not yet acknowledged, and those of the last
-/// [`REPLAY_FOR`]). Replayed, in that order, each time the backend returns.
+/// [`REPLAY_FOR`]). Replayed, in that order, each time the backend returns. One per
+/// process ([`LEDGER`]): a process has one fleet backend.
 #[derive(Default)]
 pub struct Ledger {
     held: Mutex<HashMap<String, Holding>>,
@@ -302,7 +320,7 @@ impl SharedTurn {
 
     /// Releases the turns (at the exchange's end); `ceiling` caps a pause or backoff.
     pub fn release(self, ceiling: Duration) {
-        lock(&self.fleet.ledger.held).remove(&self.ticket);
+        lock(&LEDGER.held).remove(&self.ticket);
         let owed = Owed {
             keys: self.keys.clone(),
             ticket: self.ticket.clone(),
@@ -390,7 +408,8 @@ impl Fleet {
             match state.as_str() {
                 "go" => {
                     queued.granted = true;
-                    lock(&self.ledger.held).insert(
+                    follow_returns(self);
+                    lock(&LEDGER.held).insert(
                         ticket.clone(),
                         Holding {
                             keys: keys.clone(),
@@ -462,7 +481,7 @@ impl Fleet {
     /// Sends an owed call once; kept in the ledger (acknowledged or not) for replay.
     async fn settle(self: Arc<Self>, mut owed: Owed) {
         owed.acknowledged = self.send(&owed).await.is_ok();
-        self.ledger.owe(owed);
+        LEDGER.owe(owed);
     }
 
     async fn send(self: &Arc<Self>, owed: &Owed) -> Result<i64, Unavailable> {

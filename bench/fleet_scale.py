@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Fleet mode as the fleet grows: what each request costs Redis, and whether the
+origins were kept, for 1, 2, 4 and 8 robotsgate instances on one redis-server (and 8 on
+a three-master Redis Cluster with --cluster).
+
+The load: 50 loopback origins served by this script (one asyncio process, each origin
+on its own port, logging when each request arrives and ends), a tenth with Crawl-delay
+0.5, a fifth with Crawl-delay 0.2, the rest with none, each disallowing /private/;
+32 client threads sending GETs through random instances to random origins (one in ten
+to a disallowed path) for --seconds.
+
+Printed per fleet size: requests answered per second; script calls (EVALSHA), Redis CPU
+(INFO cpu) and Pub/Sub deliveries per request forwarded; and the origins' verdict:
+requests that reached a disallowed path, gaps below a Crawl-delay, and the most
+requests in flight at once at one origin against max_in_flight (2). Pub/Sub deliveries
+are the wake-ups the instances report (each instance's own channel) plus every message
+on the shared channel times the instances that hear it.
+
+Usage: bench/fleet_scale.py [--seconds 12] [--sizes 1,2,4,8] [--cluster]
+Needs redis-server (installs it if missing). Only processes this script started are
+stopped, by PID.
+"""
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from benchlib import ROOT, ensure_packages, free_port, robotsgate_config, stop, wait_port
+
+ORIGINS = 50
+CLIENTS = 32
+
+
+def delay_of(i):
+    return 0.5 if i % 10 == 0 else 0.2 if i % 5 == 1 else 0.0
+
+
+ORIGIN_SERVER = r'''
+import asyncio, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+delays = [float(d) for d in sys.argv[2].split(",")]
+log = open(sys.argv[3], "a", buffering=1)
+
+def handler(i):
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrived = time.monotonic()
+                path = head.split(b" ", 2)[1].decode()
+                if path == "/robots.txt":
+                    body = "User-agent: *\nDisallow: /private/\n"
+                    if delays[i]:
+                        body += f"Crawl-delay: {delays[i]}\n"
+                    body = body.encode()
+                else:
+                    await asyncio.sleep(0.005)
+                    body = b"page\n"
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                log.write(f"{i} {path} {arrived:.6f} {time.monotonic():.6f}\n")
+        except Exception:
+            pass
+        finally:
+            writer.close()
+    return handle
+
+async def main():
+    for i, port in enumerate(ports):
+        await asyncio.start_server(handler(i), "127.0.0.1", port)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+'''
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
+
+
+def redis_counters(ports):
+    """(script calls, Redis CPU seconds) summed over `ports`."""
+    calls = cpu = 0.0
+    for port in ports:
+        stats = redis_cli(port, "info", "commandstats")
+        calls += sum(int(n) for n in re.findall(r"cmdstat_evalsha?:calls=(\d+)", stats))
+        info = redis_cli(port, "info", "cpu")
+        cpu += sum(float(v) for v in re.findall(r"used_cpu_(?:sys|user):([\d.]+)", info))
+    return calls, cpu
+
+
+def metric(admin_port, name):
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return 0.0
+    found = re.search(rf"^{name} ([\d.e+]+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def verdict(log_path, delays, started):
+    """(pages forwarded, disallowed reached, short gaps, most at once at one origin)."""
+    per = {}
+    with open(log_path) as f:
+        for line in f:
+            i, path, arrived, ended = line.split()
+            if float(arrived) < started or path == "/robots.txt":
+                continue
+            per.setdefault(int(i), []).append((path, float(arrived), float(ended)))
+    pages = leaks = short = most = 0
+    for i, seen in per.items():
+        pages += len(seen)
+        leaks += sum(1 for p, _, _ in seen if p.startswith("/private/"))
+        seen.sort(key=lambda s: s[1])
+        if delays[i]:
+            for prev, nxt in zip(seen, seen[1:]):
+                if nxt[1] - prev[2] < delays[i] - 0.001:
+                    short += 1
+        events = sorted([(a, 1) for _, a, _ in seen] + [(e, -1) for _, _, e in seen])
+        now = 0
+        for _, step in events:
+            now += step
+            most = max(most, now)
+    return pages, leaks, short, most
+
+
+def start_redis(work, cluster):
+    started, ports = [], []
+    for _ in range(3 if cluster else 1):
+        port = free_port()
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"{work}/nodes-{port}.conf"] if cluster else []
+        started.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                         "--appendonly", "no", "--dir", work, *extra], stdout=subprocess.DEVNULL))
+        ports.append(port)
+        wait_port(port)
+    if cluster:
+        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True)
+        deadline = time.time() + 20
+        while not all("cluster_state:ok" in redis_cli(p, "cluster", "info") for p in ports):
+            if time.time() > deadline:
+                sys.exit("cluster did not form")
+            time.sleep(0.1)
+    return started, ports
+
+
+def run(args, size, cluster, work, origin_ports, delays, log_path):
+    started = []
+    redis_dir = f"{work}/redis-{size}{'-cluster' if cluster else ''}"
+    os.makedirs(redis_dir, exist_ok=True)
+    redis_procs, redis_ports = start_redis(redis_dir, cluster)
+    started += redis_procs
+    fleet = (f"    redis_cluster: [{', '.join(f'redis://127.0.0.1:{p}' for p in redis_ports)}]\n" if cluster
+             else f"    redis: redis://127.0.0.1:{redis_ports[0]}/0\n")
+    instances = []
+    try:
+        for n in range(size):
+            admin = free_port()
+            path = robotsgate_config(work, f"rg{size}-{n}",
+                                     f"  admin_listen: 127.0.0.1:{admin}\n  fleet:\n{fleet}    resync_seconds: 600\n"
+                                     "  pacing:\n    max_wait_seconds: 30\n    max_queue: 1000\n"
+                                     "    adaptive:\n      enabled: false\n")
+            port = free_port()
+            proc = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen",
+                                     f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
+                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg{size}-{n}.log", "w"))
+            started.append(proc)
+            instances.append((port, admin))
+        for port, admin in instances:
+            wait_port(port)
+            deadline = time.time() + 20
+            while True:
+                try:
+                    if urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2).status == 200:
+                        break
+                except OSError:
+                    pass
+                if time.time() > deadline:
+                    sys.exit("fleet backend never came up")
+                time.sleep(0.1)
+        # Warm: every instance holds every origin's robots.txt.
+        for port, _ in instances:
+            proxy = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"})
+            opener = urllib.request.build_opener(proxy)
+            for o in origin_ports:
+                try:
+                    opener.open(f"http://127.0.0.1:{o}/warm", timeout=30).read()
+                except OSError:
+                    pass
+        time.sleep(1)
+        calls0, cpu0 = redis_counters(redis_ports)
+        wakes0 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
+        shared = subprocess.Popen(["redis-cli", "-p", str(redis_ports[0]), "subscribe", "robotsgate:fleet"],
+                                  stdout=subprocess.PIPE, text=True)
+        started.append(shared)
+        begin = time.monotonic()
+        end = begin + args.seconds
+        answered = [0]
+        lock = threading.Lock()
+
+        def client(seed):
+            rng = random.Random(seed)
+            openers = [urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{p}"}))
+                       for p, _ in instances]
+            k = 0
+            while time.monotonic() < end:
+                k += 1
+                o = rng.choice(origin_ports)
+                path = f"/private/{seed}-{k}" if rng.random() < 0.1 else f"/p/{seed}-{k}"
+                try:
+                    rng.choice(openers).open(f"http://127.0.0.1:{o}{path}", timeout=40).read()
+                except urllib.error.HTTPError:
+                    pass
+                except OSError:
+                    continue
+                with lock:
+                    answered[0] += 1
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - begin
+        time.sleep(1)
+        calls1, cpu1 = redis_counters(redis_ports)
+        wakes1 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
+        shared.terminate()
+        messages = shared.communicate()[0].count("\nmessage\n")
+        pages, leaks, short, most = verdict(log_path, delays, begin)
+        forwarded = max(pages, 1)
+        deliveries = (wakes1 - wakes0) + messages * size
+        return {
+            "rps": answered[0] / elapsed, "answered": answered[0], "pages": pages,
+            "calls": (calls1 - calls0) / forwarded, "cpu_us": (cpu1 - cpu0) * 1e6 / forwarded,
+            "deliveries": deliveries / forwarded, "leaks": leaks, "short": short, "most": most,
+        }
+    finally:
+        stop(started)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=12)
+    parser.add_argument("--sizes", default="1,2,4,8")
+    parser.add_argument("--cluster", action="store_true", help="also 8 instances on a three-master Cluster")
+    args = parser.parse_args()
+    ensure_packages({"redis-server": "redis-server"})
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    work = tempfile.mkdtemp(prefix="robotsgate-fleet-scale-")
+    origin_ports = [free_port() for _ in range(ORIGINS)]
+    delays = [delay_of(i) for i in range(ORIGINS)]
+    log_path = f"{work}/origins.log"
+    with open(f"{work}/origins.py", "w") as f:
+        f.write(ORIGIN_SERVER)
+    origins = subprocess.Popen([sys.executable, f"{work}/origins.py", ",".join(map(str, origin_ports)),
+                                ",".join(map(str, delays)), log_path])
+    try:
+        wait_port(origin_ports[-1])
+        runs = [(int(s), False) for s in args.sizes.split(",")] + ([(8, True)] if args.cluster else [])
+        print(f"{CLIENTS} clients, {ORIGINS} origins, {args.seconds:.0f} s per run, max_in_flight 2\n")
+        print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis µs/fwd':>12} "
+              f"{'deliveries/fwd':>14} {'leaks':>6} {'short gaps':>10} {'most at once':>12}")
+        for size, cluster in runs:
+            r = run(args, size, cluster, work, origin_ports, delays, log_path)
+            label = f"{size}{' (Cluster)' if cluster else ''}"
+            print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.2f} {r['cpu_us']:>12.1f} "
+                  f"{r['deliveries']:>14.3f} {r['leaks']:>6} {r['short']:>10} {r['most']:>12}", flush=True)
+    finally:
+        stop([origins])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
