@@ -208,8 +208,7 @@ impl Schedules {
     }
 }
 
-/// Why a request was not queued.
-
+/// A poisoned lock is still used: the state it guards stays consistent.
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
