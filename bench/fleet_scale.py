@@ -3,8 +3,8 @@
 origins were kept, for 1, 2, 4 and 8 robotsgate instances on one redis-server (and 8 on
 a three-master Redis Cluster with --cluster).
 
-The load: 50 loopback origins served by this script (one asyncio process, each origin
-on its own port, logging when each request arrives and ends), a tenth with Crawl-delay
+The load: 50 loopback origins (bench/origins.py, in a process of their own, each on its
+own port, logging when each request arrives and ends; fresh for each run), a tenth with Crawl-delay
 0.5, a fifth with Crawl-delay 0.2, the rest with none, each disallowing /private/;
 32 client threads sending GETs through random instances to random origins (one in ten
 to a disallowed path) for --seconds.
@@ -22,7 +22,7 @@ stopped, by PID.
 """
 
 import argparse
-import asyncio
+import multiprocessing
 import os
 import random
 import re
@@ -35,52 +35,14 @@ import time
 import urllib.request
 
 from benchlib import ROOT, ensure_packages, free_port, robotsgate_config, stop, wait_port
+from origins import most_at_once, serve_origins
 
 ORIGINS = 50
 CLIENTS = 32
 
 
-def delay_of(i):
-    return 0.5 if i % 10 == 0 else 0.2 if i % 5 == 1 else 0.0
-
-
-ORIGIN_SERVER = r'''
-import asyncio, sys, time
-ports = [int(p) for p in sys.argv[1].split(",")]
-delays = [float(d) for d in sys.argv[2].split(",")]
-log = open(sys.argv[3], "a", buffering=1)
-
-def handler(i):
-    async def handle(reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                arrived = time.monotonic()
-                path = head.split(b" ", 2)[1].decode()
-                if path == "/robots.txt":
-                    body = "User-agent: *\nDisallow: /private/\n"
-                    if delays[i]:
-                        body += f"Crawl-delay: {delays[i]}\n"
-                    body = body.encode()
-                else:
-                    await asyncio.sleep(0.005)
-                    body = b"page\n"
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-                log.write(f"{i} {path} {arrived:.6f} {time.monotonic():.6f}\n")
-        except Exception:
-            pass
-        finally:
-            writer.close()
-    return handle
-
-async def main():
-    for i, port in enumerate(ports):
-        await asyncio.start_server(handler(i), "127.0.0.1", port)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-'''
+# A tenth of the origins with Crawl-delay 0.5, a fifth with 0.2, the rest none.
+DELAYS = [0.5 if i % 10 == 0 else 0.2 if i % 5 == 1 else None for i in range(ORIGINS)]
 
 
 def redis_cli(port, *args):
@@ -107,29 +69,17 @@ def metric(admin_port, name):
     return float(found.group(1)) if found else 0.0
 
 
-def verdict(log_path, delays, started):
-    """(pages forwarded, disallowed reached, short gaps, most at once at one origin)."""
-    per = {}
-    with open(log_path) as f:
-        for line in f:
-            i, path, arrived, ended = line.split()
-            if float(arrived) < started or path == "/robots.txt":
-                continue
-            per.setdefault(int(i), []).append((path, float(arrived), float(ended)))
+def verdict(logs):
+    """The origins' logs judged: (pages forwarded, disallowed reached, short gaps, most
+    at once at one origin). The warm-up requests and robots.txt fetches are left out."""
     pages = leaks = short = most = 0
-    for i, seen in per.items():
+    for _, delay, log in logs:
+        seen = sorted((e for e in log if e[0].startswith(("/p/", "/private/"))), key=lambda e: e[1])
         pages += len(seen)
-        leaks += sum(1 for p, _, _ in seen if p.startswith("/private/"))
-        seen.sort(key=lambda s: s[1])
-        if delays[i]:
-            for prev, nxt in zip(seen, seen[1:]):
-                if nxt[1] - prev[2] < delays[i] - 0.001:
-                    short += 1
-        events = sorted([(a, 1) for _, a, _ in seen] + [(e, -1) for _, _, e in seen])
-        now = 0
-        for _, step in events:
-            now += step
-            most = max(most, now)
+        leaks += sum(1 for path, _, _ in seen if path.startswith("/private/"))
+        if delay:
+            short += sum(1 for prev, nxt in zip(seen, seen[1:]) if nxt[1] - prev[2] < delay - 0.001)
+        most = max(most, most_at_once(seen))
     return pages, leaks, short, most
 
 
@@ -153,7 +103,13 @@ def start_redis(work, cluster):
     return started, ports
 
 
-def run(args, size, cluster, work, origin_ports, delays, log_path):
+def run(args, size, cluster, work):
+    """One fleet size, against fresh origins (run in a process of their own)."""
+    ports_q, logs_q, stop_origins = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
+    origins = multiprocessing.Process(target=serve_origins, args=(ORIGINS, DELAYS, 0.005, ports_q, logs_q,
+                                                                   stop_origins, "/private/"))
+    origins.start()
+    origin_ports = [port for port, _ in ports_q.get(timeout=20)]
     started = []
     redis_dir = f"{work}/redis-{size}{'-cluster' if cluster else ''}"
     os.makedirs(redis_dir, exist_ok=True)
@@ -236,7 +192,8 @@ def run(args, size, cluster, work, origin_ports, delays, log_path):
         wakes1 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
         shared.terminate()
         messages = shared.communicate()[0].count("\nmessage\n")
-        pages, leaks, short, most = verdict(log_path, delays, begin)
+        stop_origins.set()
+        pages, leaks, short, most = verdict(logs_q.get(timeout=20))
         forwarded = max(pages, 1)
         deliveries = (wakes1 - wakes0) + messages * size
         return {
@@ -246,6 +203,8 @@ def run(args, size, cluster, work, origin_ports, delays, log_path):
         }
     finally:
         stop(started)
+        stop_origins.set()
+        origins.join(timeout=5)
 
 
 def main():
@@ -257,26 +216,17 @@ def main():
     ensure_packages({"redis-server": "redis-server"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="robotsgate-fleet-scale-")
-    origin_ports = [free_port() for _ in range(ORIGINS)]
-    delays = [delay_of(i) for i in range(ORIGINS)]
-    log_path = f"{work}/origins.log"
-    with open(f"{work}/origins.py", "w") as f:
-        f.write(ORIGIN_SERVER)
-    origins = subprocess.Popen([sys.executable, f"{work}/origins.py", ",".join(map(str, origin_ports)),
-                                ",".join(map(str, delays)), log_path])
     try:
-        wait_port(origin_ports[-1])
         runs = [(int(s), False) for s in args.sizes.split(",")] + ([(8, True)] if args.cluster else [])
         print(f"{CLIENTS} clients, {ORIGINS} origins, {args.seconds:.0f} s per run, max_in_flight 2\n")
         print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis µs/fwd':>12} "
               f"{'deliveries/fwd':>14} {'leaks':>6} {'short gaps':>10} {'most at once':>12}")
         for size, cluster in runs:
-            r = run(args, size, cluster, work, origin_ports, delays, log_path)
+            r = run(args, size, cluster, work)
             label = f"{size}{' (Cluster)' if cluster else ''}"
             print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.2f} {r['cpu_us']:>12.1f} "
                   f"{r['deliveries']:>14.3f} {r['leaks']:>6} {r['short']:>10} {r['most']:>12}", flush=True)
     finally:
-        stop([origins])
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -33,62 +33,10 @@ import tempfile
 import time
 
 from benchlib import ROOT, free_port
+from origins import most_at_once, serve_origins
 from benchlib import stop as stop_processes
 
 DELAYS = [0.05, 0.1, 0.2]
-
-
-class Origin:
-    def __init__(self, delay, response_s):
-        self.delay = delay
-        self.response_s = response_s
-        self.log = []  # (path, arrived, done)
-
-    async def handle(self, reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                arrived = time.monotonic()
-                path = head.split(b" ", 2)[1].decode()
-                if path == "/robots.txt":
-                    body = (f"User-agent: *\nCrawl-delay: {self.delay}\n" if self.delay else "User-agent: *\nDisallow:\n").encode()
-                else:
-                    body = f"page {path}\n".encode()
-                    if self.response_s:
-                        await asyncio.sleep(self.response_s)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                # write() hands the bytes to the kernel at once when it can: that is the
-                # response's end as the origin knows it (drain() returns later, after the
-                # event loop gets round to it, which would overstate the end).
-                done = time.monotonic()
-                self.log.append((path, arrived, done))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-def serve_origins(count, delays, response_s, ports_out, logs_out, stop):
-    """Runs the origins in a process of their own, so the load generator's work does not
-    delay their timestamps; sends their logs back when `stop` is set."""
-
-    async def run():
-        origins, servers = [], []
-        for i in range(count):
-            origin = Origin(delays[i % len(delays)], response_s)
-            server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
-            origin.port = server.sockets[0].getsockname()[1]
-            origins.append(origin)
-            servers.append(server)
-        ports_out.put([(o.port, o.delay) for o in origins])
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-        logs_out.put([(o.port, o.delay, o.log) for o in origins])
-        for server in servers:
-            server.close()
-
-    asyncio.run(run())
 
 
 async def fetch(proxy_port, url, host):
@@ -164,16 +112,6 @@ async def run_once(args, delays, response_s, pacing):
         origin_process.join(timeout=5)
         shutil.rmtree(work, ignore_errors=True)
     return statuses, elapsed, logs
-
-
-def most_at_once(log):
-    """The most requests one origin was serving at any moment (robots.txt excluded)."""
-    events = sorted([(a, 1) for p, a, d in log if p != "/robots.txt"] + [(d, -1) for p, a, d in log if p != "/robots.txt"])
-    now = most = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
-    return most
 
 
 async def no_crawl_delay(args):

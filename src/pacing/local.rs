@@ -17,11 +17,11 @@ use crate::policy::target::Origin;
 pub(super) const IN_FLIGHT: &str = "#in-flight";
 
 pub(super) struct Schedule {
-    /// The robots.txt group (or [`IN_FLIGHT`]), and the origin (`scheme://authority`):
-    /// its shared keys.
+    /// The robots.txt group (or [`IN_FLIGHT`]).
     pub(super) group: String,
-    /// Fleet mode only (`None` alone, where nothing needs it).
-    pub(super) origin: Option<Arc<str>>,
+    /// Its keys in Redis, made once with the schedule (fleet mode only: `None` alone,
+    /// where nothing needs them).
+    pub(super) shared: Option<Arc<ScheduleKeys>>,
     /// Turns given out at once: 1 for a group, `max_in_flight` for the in-flight one.
     pub(super) capacity: usize,
     pub(super) turn: Arc<tokio::sync::Semaphore>,
@@ -43,8 +43,11 @@ impl Schedule {
         self.total.fetch_sub(1, Ordering::AcqRel);
     }
 
-    pub(super) fn keys(&self) -> ScheduleKeys {
-        ScheduleKeys::new(self.origin.as_deref().unwrap_or_default(), &self.group)
+    /// Its keys in Redis (asked for in fleet mode only).
+    pub(super) fn keys(&self) -> Arc<ScheduleKeys> {
+        self.shared
+            .clone()
+            .unwrap_or_else(|| Arc::new(ScheduleKeys::new("", &self.group)))
     }
 
     /// Holding the turn: sleeps until the next start is due (the previous end plus the
@@ -120,7 +123,7 @@ impl Schedules {
         let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let schedule = Arc::new(Schedule {
             group: group.to_string(),
-            origin: fleet.then(|| place.origin.to_string().into()),
+            shared: fleet.then(|| Arc::new(ScheduleKeys::new(&place.origin.to_string(), group))),
             capacity,
             turn: Arc::new(tokio::sync::Semaphore::new(capacity)),
             timing: Mutex::new(Timing {

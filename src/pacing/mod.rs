@@ -69,7 +69,7 @@ use crate::config::{seconds, AdaptiveConfig, OnUnavailable, PacingConfig};
 use crate::pacing::backend::Fleet;
 use crate::pacing::local::{lock, Schedule, Waiting, IN_FLIGHT};
 use crate::pacing::rules::SLOW_AT_LEAST;
-use crate::pacing::shared::{Ask, InForce, Known, NoTurn, SharedTurn};
+use crate::pacing::shared::{Ask, Known, NoTurn, SharedTurn};
 use crate::policy::target::Origin;
 use crate::telemetry::metrics;
 
@@ -162,7 +162,7 @@ impl Permit {
         match (shared, &self.fleet) {
             (Some(turn), _) => turn.origin_answered(status, retry_after, slow_down),
             (None, Some(fleet)) if matches!(status, 429 | 503) => {
-                fleet.report(&self.schedule.keys(), status, retry_after, self.ceiling)
+                fleet.report(self.schedule.keys(), status, retry_after, self.ceiling)
             }
             _ => {}
         }
@@ -229,10 +229,7 @@ impl Pacer {
     /// force and asks the shared schedule.
     pub fn mirror(&self, place: Place<'_>, group: &str, pause: Duration, backoff: Duration) {
         let schedule = self.schedule(place, group, 1);
-        let mut t = lock(&schedule.timing);
-        let until = Instant::now() + pause;
-        t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
-        t.backoff = backoff;
+        lock(&schedule.timing).adopt_fleet(pause, backoff, Duration::ZERO);
     }
 
     /// Puts back a pause and backoff kept across a restart.
@@ -359,7 +356,7 @@ impl Pacer {
         let mut waiting = Waiting(schedule, false);
         let (result, in_force) = fleet
             .acquire(Ask {
-                keys: &schedule.keys(),
+                keys: schedule.keys(),
                 capacity,
                 delay,
                 max_queue: self.config.max_queue,
@@ -367,7 +364,11 @@ impl Pacer {
                 known,
             })
             .await?;
-        mirror(schedule, in_force);
+        lock(&schedule.timing).adopt_fleet(
+            in_force.pause_left,
+            in_force.backoff,
+            in_force.slow_down,
+        );
         waiting.1 = result.is_ok();
         Ok(result)
     }
@@ -736,20 +737,6 @@ impl Pacer {
     pub fn queued(&self) -> usize {
         self.total.load(Ordering::Acquire)
     }
-}
-
-/// Takes what the fleet has in force on `schedule` (another instance's 429, slow-down)
-/// into its local timing, so that this instance knows a limit is in force.
-fn mirror(schedule: &Schedule, in_force: InForce) {
-    let now = Instant::now();
-    let mut t = lock(&schedule.timing);
-    if !in_force.pause_left.is_zero() {
-        let until = now + in_force.pause_left;
-        t.paused_until = Some(t.paused_until.map_or(until, |p| p.max(until)));
-    }
-    t.backoff = in_force.backoff;
-    t.slow_down = t.slow_down.max(in_force.slow_down);
-    t.adaptive = t.adaptive.max(in_force.slow_down);
 }
 
 #[cfg(test)]

@@ -117,6 +117,23 @@ impl Timing {
         next_slot + self.effective(now).0 * rounds
     }
 
+    /// Takes what the fleet has in force (another instance's pause, backoff or
+    /// slow-down), so that this instance knows a limit is in force.
+    pub(super) fn adopt_fleet(
+        &mut self,
+        pause_left: Duration,
+        backoff: Duration,
+        slow_down: Duration,
+    ) {
+        if !pause_left.is_zero() {
+            let until = Instant::now() + pause_left;
+            self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
+        }
+        self.backoff = backoff;
+        self.slow_down = self.slow_down.max(slow_down);
+        self.adaptive = self.adaptive.max(slow_down);
+    }
+
     /// The remaining pause the origin asked for, else the backoff in force.
     pub(super) fn backed_off_for(&self, now: Instant) -> Option<Duration> {
         self.paused_until

@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::pacing::backend::{lock, ms, Fleet, Unavailable, CHANNEL, REPLAY_FOR, WAKE_PREFIX};
@@ -90,6 +90,18 @@ pub struct ScheduleKeys {
 }
 
 impl ScheduleKeys {
+    /// `script` with the four keys `ACQUIRE`, `RELEASE` and `ABANDON` begin with:
+    /// schedule, in-flight holders, queue, queue expiry.
+    fn invoke<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.schedule)
+            .key(&self.in_flight)
+            .key(&self.queue)
+            .key(&self.expiry);
+        invocation
+    }
+
     /// The keys of `group`'s schedule on `origin` (`scheme://authority`).
     pub fn new(origin: &str, group: &str) -> ScheduleKeys {
         let base = format!("rg:{{{origin}}}");
@@ -138,9 +150,9 @@ pub struct InForce {
 }
 
 /// One request for turns on a shared schedule.
-pub struct Ask<'a> {
+pub struct Ask {
     /// Whose.
-    pub keys: &'a ScheduleKeys,
+    pub keys: Arc<ScheduleKeys>,
     /// The origin's in-flight limit (0: none).
     pub capacity: usize,
     /// The delay in force (`None`: the schedule's own, as a robots.txt fetch asks).
@@ -202,6 +214,25 @@ struct Holding {
 pub struct Ledger {
     held: Mutex<HashMap<String, Holding>>,
     owed: Mutex<VecDeque<Owed>>,
+}
+
+impl Owed {
+    /// A call owed now, not yet acknowledged.
+    fn new(
+        keys: Arc<ScheduleKeys>,
+        ticket: &str,
+        answer: Option<Answer>,
+        ceiling: Duration,
+    ) -> Owed {
+        Owed {
+            keys,
+            ticket: ticket.to_string(),
+            answer,
+            ceiling,
+            at: Instant::now(),
+            acknowledged: false,
+        }
+    }
 }
 
 impl Ledger {
@@ -277,14 +308,7 @@ impl Drop for Queued<'_> {
         if self.granted {
             return;
         }
-        let owed = Owed {
-            keys: self.keys.clone(),
-            ticket: self.ticket.to_string(),
-            answer: None,
-            ceiling: Duration::ZERO,
-            at: Instant::now(),
-            acknowledged: false,
-        };
+        let owed = Owed::new(self.keys.clone(), self.ticket, None, Duration::ZERO);
         let fleet = self.fleet.clone();
         self.fleet.spawn(async move { fleet.settle(owed).await });
     }
@@ -321,14 +345,8 @@ impl SharedTurn {
     /// Releases the turns (at the exchange's end); `ceiling` caps a pause or backoff.
     pub fn release(self, ceiling: Duration) {
         lock(&LEDGER.held).remove(&self.ticket);
-        let owed = Owed {
-            keys: self.keys.clone(),
-            ticket: self.ticket.clone(),
-            answer: Some(lock(&self.answered).unwrap_or_default()),
-            ceiling,
-            at: Instant::now(),
-            acknowledged: false,
-        };
+        let answer = Some(lock(&self.answered).unwrap_or_default());
+        let owed = Owed::new(self.keys.clone(), &self.ticket, answer, ceiling);
         let fleet = self.fleet.clone();
         self.fleet.spawn(async move { fleet.settle(owed).await });
     }
@@ -339,13 +357,13 @@ impl Fleet {
     /// instance would give it; the [`InForce`] is what the schedule showed last.
     pub async fn acquire(
         self: &Arc<Self>,
-        ask: Ask<'_>,
+        ask: Ask,
     ) -> Result<(Result<SharedTurn, NoTurn>, InForce), Unavailable> {
         let started = Instant::now();
         let deadline = started + ask.max_wait;
         let ticket = self.ticket();
         let wake = self.register_waiter(&ticket);
-        let keys = Arc::new(ask.keys.clone());
+        let keys = ask.keys;
         let mut queued = Queued {
             fleet: self,
             keys: &keys,
@@ -376,11 +394,7 @@ impl Fleet {
             ) = self
                 .run(
                     "acquire",
-                    ACQUIRE
-                        .key(&keys.schedule)
-                        .key(&keys.in_flight)
-                        .key(&keys.queue)
-                        .key(&keys.expiry)
+                    keys.invoke(&ACQUIRE)
                         .key(&keys.robots)
                         .arg(&ticket)
                         .arg(fence)
@@ -455,23 +469,17 @@ impl Fleet {
     /// (an unpaced 429/503): the pause or backoff then holds fleet-wide.
     pub fn report(
         self: &Arc<Self>,
-        keys: &ScheduleKeys,
+        keys: Arc<ScheduleKeys>,
         status: u16,
         retry_after: Option<Duration>,
         ceiling: Duration,
     ) {
-        let owed = Owed {
-            keys: Arc::new(keys.clone()),
-            ticket: "-".into(),
-            answer: Some(Answer {
-                status,
-                retry_after,
-                slow_down: None,
-            }),
-            ceiling,
-            at: Instant::now(),
-            acknowledged: true,
+        let answer = Answer {
+            status,
+            retry_after,
+            slow_down: None,
         };
+        let owed = Owed::new(keys, "-", Some(answer), ceiling);
         let fleet = self.clone();
         self.spawn(async move {
             let _ = fleet.send(&owed).await;
@@ -490,11 +498,7 @@ impl Fleet {
             return self
                 .run(
                     "abandon",
-                    ABANDON
-                        .key(&keys.schedule)
-                        .key(&keys.in_flight)
-                        .key(&keys.queue)
-                        .key(&keys.expiry)
+                    keys.invoke(&ABANDON)
                         .arg(&owed.ticket)
                         .arg(WAKE_PREFIX)
                         .arg(ms(KEEP)),
@@ -503,11 +507,7 @@ impl Fleet {
         };
         self.run(
             "release",
-            RELEASE
-                .key(&keys.schedule)
-                .key(&keys.in_flight)
-                .key(&keys.queue)
-                .key(&keys.expiry)
+            keys.invoke(&RELEASE)
                 .arg(&owed.ticket)
                 .arg(answer.status)
                 .arg(answer.retry_after.map_or(-1, ms))

@@ -141,6 +141,15 @@ impl TestOrigin {
         TestOrigin::listen(routes, None).await
     }
 
+    /// [`TestOrigin::start`] with routes whose paths were built at run time.
+    pub async fn start_owned(routes: &[(String, Behaviour)]) -> TestOrigin {
+        let routes = routes
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.clone()))
+            .collect();
+        TestOrigin::listen(routes, None).await
+    }
+
     /// Starts an origin on `listener` (one bound elsewhere, e.g. in a [`Netns`]).
     pub async fn start_on(listener: StdListener, routes: Vec<(&str, Behaviour)>) -> TestOrigin {
         TestOrigin::serve_listener(listener, routes, None)
@@ -1151,6 +1160,13 @@ pub fn gaps(seen: &[Seen]) -> Vec<Duration> {
 /// The smallest of [`gaps`] (`Duration::MAX` for fewer than two requests).
 pub fn min_gap(seen: &[Seen]) -> Duration {
     gaps(seen).into_iter().min().unwrap_or(Duration::MAX)
+}
+
+/// Asserts that no request in `seen` started sooner than `delay` after the previous
+/// one ended, at the origin.
+pub fn assert_gaps_at_least(seen: &[Seen], delay: Duration) {
+    let gap = min_gap(seen);
+    assert!(gap >= delay, "gap {gap:?} at the origin, below {delay:?}");
 }
 
 /// The most requests the origin was serving at any one moment. A response counts as

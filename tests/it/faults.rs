@@ -69,13 +69,7 @@ fn chain(hops: usize) -> Vec<(String, Behaviour)> {
 }
 
 async fn origin(routes: Vec<(String, Behaviour)>) -> TestOrigin {
-    TestOrigin::start(
-        routes
-            .iter()
-            .map(|(p, b)| (p.as_str(), b.clone()))
-            .collect(),
-    )
-    .await
+    TestOrigin::start_owned(&routes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,13 +147,7 @@ async fn every_fetch_status_row() {
             continue;
         }
         let (routes, expect) = scenario(&id).unwrap_or_else(|| panic!("row {id} has no scenario"));
-        let origin = TestOrigin::start(
-            routes
-                .iter()
-                .map(|(p, b)| (p.as_str(), b.clone()))
-                .collect(),
-        )
-        .await;
+        let origin = TestOrigin::start_owned(&routes).await;
         check(&proxy, &origin, expect, &id);
         match id.as_str() {
             "fs-200-meta-refresh" => assert_eq!(

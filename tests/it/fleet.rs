@@ -6,7 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    curl, eventually, free_port, min_gap, most_at_once, pages, Behaviour, Proxy, TestOrigin,
+    assert_gaps_at_least, curl, eventually, free_port, most_at_once, pages, Behaviour, Proxy,
+    TestOrigin,
 };
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
@@ -201,11 +202,7 @@ async fn three_instances_keep_one_crawl_delay(yaml: &str) {
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let seen = pages(&origin, "/p/");
     assert_eq!(seen.len(), 12, "every request reached the origin once");
-    let gap = min_gap(&seen);
-    assert!(
-        gap >= Duration::from_millis(500),
-        "gap {gap:?} below the Crawl-delay"
-    );
+    assert_gaps_at_least(&seen, Duration::from_millis(500));
     assert_eq!(
         origin.count("/robots.txt"),
         1,
@@ -446,11 +443,10 @@ async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recover
             200
         );
     }
-    let seen = pages(&origin, "/during/local/");
-    assert!(
-        min_gap(&seen) >= Duration::from_millis(400),
-        "local fallback paces at delay × instances: {:?}",
-        min_gap(&seen)
+    // Paced alone at delay × instances.
+    assert_gaps_at_least(
+        &pages(&origin, "/during/local/"),
+        Duration::from_millis(400),
     );
 
     // Redis back on the same port: both recover without a restart.
@@ -503,11 +499,7 @@ async fn a_crawl_delay_longer_than_a_ticket_lifetime_keeps_every_waiter() {
     assert_eq!(statuses, vec![200, 200, 200]);
     let seen = pages(&origin, "/long/");
     assert_eq!(seen.len(), 3);
-    assert!(
-        min_gap(&seen) >= Duration::from_millis(3_500),
-        "{:?}",
-        min_gap(&seen)
-    );
+    assert_gaps_at_least(&seen, Duration::from_millis(3_500));
 }
 
 /// `rediss://`: Redis over TLS, its certificate from a CA made here and trusted through
@@ -618,12 +610,7 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/tls/", 4).await;
     assert_eq!(statuses, vec![200; 4]);
-    let seen = pages(&origin, "/tls/");
-    assert!(
-        min_gap(&seen) >= Duration::from_millis(300),
-        "{:?}",
-        min_gap(&seen)
-    );
+    assert_gaps_at_least(&pages(&origin, "/tls/"), Duration::from_millis(300));
     assert_eq!(origin.count("/robots.txt"), 1);
 }
 

@@ -132,7 +132,6 @@ if not queued then
   -- Behind others: kept until its own deadline; the release that makes it the head
   -- shortens that to its due time plus the grace.
   redis.call('ZADD', X, tonumber(ARGV[10]) + grace, ticket)
-  if not first then return reply('wait', -1) end
 end
 if not first then return reply('wait', -1) end
 -- The head: due at `due` unless a turn is held (then woken by its release).
