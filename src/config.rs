@@ -180,9 +180,6 @@ pub struct FleetConfig {
     pub allow_eviction: bool,
     /// What a request that needs the backend gets while Redis is down or slow.
     pub on_unavailable: OnUnavailable,
-    /// How many instances the fleet runs: with `on_unavailable: local`, each paces alone
-    /// at `delay × instances`, so the fleet as a whole still keeps the delay.
-    pub instances: u32,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
     /// How long a turn stays taken in Redis when its holder never gives it back (its
@@ -203,7 +200,6 @@ impl Default for FleetConfig {
             redis_sentinel: None,
             allow_eviction: false,
             on_unavailable: OnUnavailable::Refuse,
-            instances: 1,
             command_timeout_seconds: Timeout(0.5),
             lease_seconds: None,
             resync_seconds: Timeout(10.0),
@@ -236,8 +232,10 @@ pub enum OnUnavailable {
     /// needs the backend (a paced one, or one whose robots.txt must be read).
     #[default]
     Refuse,
-    /// Each instance paces alone at `delay × fleet.instances` and fetches robots.txt
-    /// itself.
+    /// Each origin is paced (and its robots.txt fetched) by one instance alone, its
+    /// owner by rendezvous hashing over the last membership seen, once every turn
+    /// granted before the outage has ended; the others refuse its requests that need a
+    /// turn (see `pacing::outage`).
     Local,
 }
 
@@ -973,11 +971,6 @@ impl FleetConfig {
                 )));
             }
         }
-        if f.instances == 0 {
-            return Err(ConfigError(
-                "key `robotsgate.fleet.instances`: must be at least 1".into(),
-            ));
-        }
         Ok(())
     }
 }
@@ -1192,7 +1185,6 @@ mod tests {
                 "fleet:\n    redis: redis://a\n    redis_cluster: [redis://b]\n",
                 "robotsgate.fleet.redis`/`redis_cluster`/`redis_sentinel",
             ),
-            ("fleet:\n    instances: 0\n", "robotsgate.fleet.instances"),
             (
                 "fleet:\n    lease_seconds: 0\n",
                 "robotsgate.fleet.lease_seconds",

@@ -270,7 +270,6 @@ impl AdminApp {
             "fleet": self.enforcer.fleet.as_ref().map(|fleet| json!({
                 "backend_up": fleet.up(),
                 "on_unavailable": format!("{:?}", fleet.config().on_unavailable).to_lowercase(),
-                "instances": fleet.config().instances,
             })),
         })
     }
@@ -288,7 +287,7 @@ impl AdminApp {
                 200,
                 "text/plain",
                 format!(
-                    "degraded: fleet backend unavailable ({}), pacing alone at delay x fleet.instances\n",
+                    "degraded: fleet backend unavailable ({}), each origin paced by its owner alone\n",
                     fleet.down_reason()
                 )
                 .into_bytes(),

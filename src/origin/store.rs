@@ -759,8 +759,11 @@ impl OriginStore {
         };
         match self.fetch_shared(fleet, entry, origin, force).await {
             Ok(snapshot) => snapshot,
-            Err(Unavailable) if fleet.config().on_unavailable == OnUnavailable::Local => {
-                crate::telemetry::metrics::record_fleet_fallback("local");
+            // Only the origin's owner during the outage fetches it (see `pacing::outage`).
+            Err(Unavailable)
+                if fleet.config().on_unavailable == OnUnavailable::Local
+                    && self.pacer.may_fetch_alone(entry.place()) =>
+            {
                 self.fetch_here(entry, origin).await
             }
             Err(Unavailable) => {

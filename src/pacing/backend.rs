@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::config::FleetConfig;
+use crate::pacing::outage::{Outages, Standing, MEMBER_FOR, MEMBER_KEY};
 use crate::telemetry::metrics;
 
 /// The Pub/Sub channel every instance listens on.
@@ -148,6 +149,8 @@ pub struct Fleet {
     received: Mutex<Option<mpsc::Receiver<FleetEvent>>>,
     /// The backend's own runtime, once [`Fleet::run_in_background`] has started it.
     runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// The membership seen last, and when the backend went down and came back.
+    outages: Outages,
 }
 
 /// A waiting ticket's wake-up: the signal, and when its turn is due (ms from the
@@ -238,6 +241,7 @@ impl Fleet {
             events,
             received: Mutex::new(Some(received)),
             runtime: std::sync::OnceLock::new(),
+            outages: Outages::default(),
         })
     }
 
@@ -370,6 +374,11 @@ impl Fleet {
         if self.up.swap(up, Ordering::AcqRel) != up || first {
             metrics::FLEET_BACKEND_UP.set(i64::from(up));
             if up {
+                self.outages.up(Instant::now());
+            } else {
+                self.outages.down(Instant::now());
+            }
+            if up {
                 log::info!("fleet backend up");
                 // Whatever Redis lost while away (or in a restart, a failover) that this
                 // instance knows is written again.
@@ -480,7 +489,58 @@ impl Fleet {
         for node in texts(info) {
             memory_fit(&node, self.config.allow_eviction)?;
         }
-        Ok(())
+        self.heartbeat(conn).await
+    }
+
+    /// Says this instance is a member, and reads the membership (see `outage`).
+    async fn heartbeat(&self, conn: &mut Conn) -> Result<(), String> {
+        let now = self.redis_time_of(Instant::now()).unwrap_or(0);
+        let gone = ms(MEMBER_FOR * 20);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZADD")
+            .arg(MEMBER_KEY)
+            .arg(now)
+            .arg(&self.instance)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(MEMBER_KEY)
+            .arg("-inf")
+            .arg(now - gone)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(MEMBER_KEY)
+            .arg(gone)
+            .ignore()
+            .cmd("ZRANGEBYSCORE")
+            .arg(MEMBER_KEY)
+            .arg(now - ms(MEMBER_FOR))
+            .arg("+inf");
+        let timeout = self.config.command_timeout_seconds.duration();
+        let answer = tokio::time::timeout(timeout, pipe.query_async::<(Vec<String>,)>(conn)).await;
+        match answer {
+            Ok(Ok((members,))) => {
+                self.outages.saw_members(members);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("membership timed out".into()),
+        }
+    }
+
+    /// Where this instance stands on `place` during an outage, `delay` being in force
+    /// there (`on_unavailable: local`; see `outage`).
+    pub(crate) fn standing(&self, place: &str, delay: Duration) -> Standing {
+        self.outages
+            .standing(&self.instance, place, self.lease, delay)
+    }
+
+    /// Until when a turn must not be asked of Redis, just after the backend's return:
+    /// the owners of the outage write back their turns first. Another instance sees the
+    /// same return up to a health check and a command timeout (twice over: its next
+    /// check may time out too) later.
+    pub(crate) fn handover_until(&self) -> Option<Instant> {
+        let settle = (HEALTH_EVERY + self.config.command_timeout_seconds.duration()) * 2;
+        self.outages.handover_until(settle)
     }
 
     /// Listens on [`CHANNEL`] and this instance's wake channel, reconnecting (to each

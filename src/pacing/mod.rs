@@ -56,8 +56,8 @@
 //! schedule in Redis instead, so delays and in-flight limits hold across every instance;
 //! the local schedule still counts the request (eviction, gauges) and mirrors the
 //! origin's pauses published by the other instances. While Redis is unavailable,
-//! `fleet.on_unavailable` decides: refuse (503), or pace locally at `delay ×
-//! fleet.instances` (and `max_in_flight ÷ instances`, at least 1).
+//! `fleet.on_unavailable` decides: refuse (503), or `local`: each origin paced by
+//! one instance alone, its owner ([`outage`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -68,6 +68,7 @@ use tokio::time::Instant;
 use crate::config::{seconds, AdaptiveConfig, OnUnavailable, PacingConfig};
 use crate::pacing::backend::Fleet;
 use crate::pacing::local::{lock, Schedule, Waiting, IN_FLIGHT};
+use crate::pacing::outage::Standing;
 use crate::pacing::rules::SLOW_AT_LEAST;
 use crate::pacing::shared::{Ask, Known, NoTurn, SharedTurn};
 use crate::policy::target::Origin;
@@ -75,6 +76,7 @@ use crate::telemetry::metrics;
 
 pub mod backend;
 mod local;
+pub mod outage;
 mod refusal;
 mod rules;
 pub mod shared;
@@ -89,6 +91,12 @@ enum Turn {
     Local(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
     /// The shared schedule's turn (fleet mode).
     Shared(Box<SharedTurn>),
+    /// A local turn taken by the origin's owner while the shared backend is down
+    /// (`outage`), recorded for the backend's return.
+    Owned(
+        #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
+        Box<SharedTurn>,
+    ),
 }
 
 /// A turn and its schedule; dropping it ends the request there (the end starts the
@@ -102,10 +110,21 @@ struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        if let Some(Turn::Shared(turn)) = self.turn.take() {
+        if let Some(Turn::Shared(turn) | Turn::Owned(_, turn)) = self.turn.take() {
             turn.release(self.ceiling);
         }
         self.schedule.dequeue();
+    }
+}
+
+/// Records the local turns in `held` as taken by the place's owner during an outage
+/// (`outage`), for the shared backend's return.
+fn record_owned(fleet: &Arc<Fleet>, held: &mut [Held]) {
+    for h in held {
+        if let Some(Turn::Local(turn)) = h.turn.take() {
+            let record = fleet.record_local_turn(h.schedule.keys(), h.schedule.group != IN_FLIGHT);
+            h.turn = Some(Turn::Owned(turn, Box::new(record)));
+        }
     }
 }
 
@@ -156,7 +175,11 @@ impl Permit {
             self.adaptive.enabled.then_some(t.slow_down)
         };
         let shared = self.held.iter().find_map(|h| match &h.turn {
-            Some(Turn::Shared(turn)) if Arc::ptr_eq(&h.schedule, &self.schedule) => Some(turn),
+            Some(Turn::Shared(turn) | Turn::Owned(_, turn))
+                if Arc::ptr_eq(&h.schedule, &self.schedule) =>
+            {
+                Some(turn)
+            }
             _ => None,
         });
         match (shared, &self.fleet) {
@@ -285,9 +308,21 @@ impl Pacer {
         if let Some(fleet) = &self.fleet {
             match self.shared_turns_for_fetch(fleet, place).await {
                 Ok(turns) => return turns,
-                Err(_) => metrics::record_fleet_fallback("local"),
+                Err(_) if fleet.config().on_unavailable == OnUnavailable::Local => {
+                    metrics::record_fleet_fallback("local");
+                    return self.owned_turns_for_fetch(fleet, place).await;
+                }
+                Err(_) => {
+                    metrics::record_fleet_fallback("refuse");
+                    return None;
+                }
             }
         }
+        self.local_turns_for_fetch(place).await
+    }
+
+    /// [`Pacer::turns_for_fetch`] from the local schedules.
+    async fn local_turns_for_fetch(&self, place: Place<'_>) -> Option<FetchTurns> {
         let mut list: Vec<Arc<Schedule>> = place.schedules.list();
         // One order for every fetch of the origin (only one runs at a time anyway), and
         // the requests' order: group turns before the in-flight one, so the fetch never
@@ -302,6 +337,49 @@ impl Pacer {
             held.push(self.held(schedule, Turn::Local(turn)));
         }
         Some(FetchTurns { _held: held })
+    }
+
+    /// Fleet mode, the backend down: may this instance fetch `place`'s robots.txt alone
+    /// (`on_unavailable: local`, it owns the place, and its turn comes within
+    /// `max_wait_seconds`)?
+    pub fn may_fetch_alone(&self, place: Place<'_>) -> bool {
+        let Some(fleet) = &self.fleet else {
+            return true;
+        };
+        if fleet.config().on_unavailable != OnUnavailable::Local {
+            return false;
+        }
+        let first = self.schedule(place, "", 1);
+        let delay = lock(&first.timing).effective(Instant::now()).0;
+        matches!(
+            fleet.standing(first.keys().place(), delay),
+            Standing::Owner { not_before }
+                if not_before.saturating_duration_since(Instant::now())
+                    <= self.config.max_wait_seconds.duration()
+        )
+    }
+
+    /// Fleet mode, the backend down, `on_unavailable: local`: a robots.txt fetch's turns
+    /// when this instance owns `place` (as [`Pacer::owner_turns`], on every schedule of
+    /// the place), `None` when another does or the wait would be too long.
+    async fn owned_turns_for_fetch(
+        &self,
+        fleet: &Arc<Fleet>,
+        place: Place<'_>,
+    ) -> Option<FetchTurns> {
+        let now = Instant::now();
+        let first = self.schedule(place, "", 1);
+        let delay = lock(&first.timing).effective(now).0;
+        let Standing::Owner { not_before } = fleet.standing(first.keys().place(), delay) else {
+            return None;
+        };
+        if not_before.saturating_duration_since(now) > self.config.max_wait_seconds.duration() {
+            return None;
+        }
+        tokio::time::sleep_until(not_before).await;
+        let mut turns = self.local_turns_for_fetch(place).await?;
+        record_owned(fleet, &mut turns._held);
+        Some(turns)
     }
 
     /// Fleet mode: a robots.txt fetch takes the turn of each group schedule `place` has
@@ -354,6 +432,9 @@ impl Pacer {
         };
         schedule.enqueue();
         let mut waiting = Waiting(schedule, false);
+        if let Some(until) = fleet.handover_until() {
+            tokio::time::sleep_until(until).await;
+        }
         let (result, in_force) = fleet
             .acquire(Ask {
                 keys: schedule.keys(),
@@ -524,15 +605,7 @@ impl Pacer {
                         })
                     }
                     Err(OnUnavailable::Local) => {
-                        // Alone, each of N instances keeps N delays (and a share of the
-                        // in-flight limit): the fleet as a whole keeps one on average.
-                        let instances = fleet.config().instances;
-                        {
-                            let mut t = lock(&group.timing);
-                            t.delay = t.delay.saturating_mul(instances);
-                        }
-                        let share = (request.max_in_flight / instances as usize).max(1);
-                        self.local_turns(place, &group, request.max_in_flight, share, &mut held)
+                        self.owner_turns(fleet, place, &group, request.max_in_flight, &mut held)
                             .await?;
                         continue;
                     }
@@ -585,6 +658,44 @@ impl Pacer {
                 Err(refused(RefusalReason::WaitTooLong, estimate))
             }
         })
+    }
+
+    /// Fleet mode with the backend down and `on_unavailable: local`: the place's turns
+    /// from its local schedules when this instance owns it (once every turn granted
+    /// before the outage has ended, see `outage`), each recorded for the backend's
+    /// return; refused when another instance owns it.
+    async fn owner_turns(
+        &self,
+        fleet: &Arc<Fleet>,
+        place: Place<'_>,
+        group: &Arc<Schedule>,
+        max_in_flight: usize,
+        held: &mut Vec<Held>,
+    ) -> Result<(), Refused> {
+        let now = Instant::now();
+        let (delay, backed_off_for) = {
+            let t = lock(&group.timing);
+            (t.effective(now).0, t.backed_off_for(now))
+        };
+        let refused = |retry_after: Duration| Refused {
+            reason: RefusalReason::FleetUnavailable,
+            retry_after: retry_after.max(Duration::from_secs(1)),
+            backed_off_for,
+        };
+        let not_before = match fleet.standing(group.keys().place(), delay) {
+            Standing::Owner { not_before } => not_before,
+            Standing::Other => return Err(refused(Duration::from_secs(2))),
+        };
+        let wait = not_before.saturating_duration_since(now);
+        if wait > self.config.max_wait_seconds.duration() {
+            return Err(refused(wait));
+        }
+        tokio::time::sleep_until(not_before).await;
+        let from = held.len();
+        self.local_turns(place, group, max_in_flight, max_in_flight, held)
+            .await?;
+        record_owned(fleet, &mut held[from..]);
+        Ok(())
     }
 
     /// The local turns of one place: its group's when a delay is in force, then an

@@ -102,6 +102,11 @@ impl ScheduleKeys {
         invocation
     }
 
+    /// The place the schedule paces (an origin, or an address).
+    pub fn place(&self) -> &str {
+        &self.origin
+    }
+
     /// The keys of `group`'s schedule on `origin` (`scheme://authority`).
     pub fn new(origin: &str, group: &str) -> ScheduleKeys {
         let base = format!("rg:{{{origin}}}");
@@ -282,10 +287,14 @@ impl Ledger {
             .cloned()
             .collect();
         for o in owed {
-            // Replayed without the answer: its pause or backoff reached Redis already or
-            // is carried by the next acquire's `Known`; only the end and the turns count.
+            // An acknowledged call is replayed without its answer: its pause or backoff
+            // reached Redis already (or is carried by the next acquire's `Known`); only
+            // the end and the turns count. One never acknowledged applies it now (a
+            // pause from now, later than the real one).
             let replay = Owed {
-                answer: o.answer.map(|_| Answer::default()),
+                answer: o
+                    .answer
+                    .map(|a| if o.acknowledged { Answer::default() } else { a }),
                 ..o
             };
             let _ = fleet.send(&replay).await;
@@ -353,6 +362,34 @@ impl SharedTurn {
 }
 
 impl Fleet {
+    /// A turn that the owner of an origin took from its local schedule during an outage
+    /// (`outage`): written into the ledger like a granted one, so that the backend's
+    /// return writes it back (still held) or its end (given back). `group_turn`: the
+    /// group's turn, else an in-flight one.
+    pub(crate) fn record_local_turn(
+        self: &Arc<Self>,
+        keys: Arc<ScheduleKeys>,
+        group_turn: bool,
+    ) -> SharedTurn {
+        follow_returns(self);
+        let ticket = self.ticket();
+        lock(&LEDGER.held).insert(
+            ticket.clone(),
+            Holding {
+                keys: keys.clone(),
+                group_turn,
+                in_flight: !group_turn,
+                lease_ends: Instant::now() + self.lease,
+            },
+        );
+        SharedTurn {
+            fleet: self.clone(),
+            keys,
+            ticket,
+            answered: Mutex::new(None),
+        }
+    }
+
     /// Waits for the turns `ask` needs. `Ok((Err(_), _))` is a refusal, as a single
     /// instance would give it; the [`InForce`] is what the schedule showed last.
     pub async fn acquire(

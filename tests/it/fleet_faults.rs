@@ -357,3 +357,99 @@ async fn an_evicting_or_full_redis_is_named_in_readyz() {
         "nothing forwarded while Redis was full"
     );
 }
+
+/// Redis unreachable (SIGKILLed, restarted empty 8 s later) under load, with
+/// `on_unavailable: local` and timeouts short enough for a 4 s lease: each origin is
+/// paced by its owner alone once every turn granted before the outage has ended, the
+/// others refuse it; across the outage and the switch back, no gap is short and the
+/// in-flight limit holds, at the origins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_in_local_mode_is_paced_by_each_origins_owner() {
+    let port = free_port();
+    let mut redis = Some(Redis::start_on(port, &[]));
+    let mut paced = Vec::new();
+    for _ in 0..4 {
+        paced.push(
+            TestOrigin::start(vec![(
+                "/robots.txt",
+                Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
+            )])
+            .await,
+        );
+    }
+    let mut routes = vec![(
+        "/robots.txt".to_string(),
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )];
+    routes.extend((0..600).map(|i| {
+        let slow = Behaviour::Delayed {
+            delay: Duration::from_millis(300),
+            body: b"slow\n".to_vec(),
+        };
+        (format!("/s/{i}"), slow)
+    }));
+    let limited = TestOrigin::start_owned(&routes).await;
+    // The longest hold: max(1 + 1, 1) + 1 = 3 s; the lease 4 s.
+    let yaml = format!(
+        "{}  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n  pacing:\n    max_exchange_seconds: 1\n  robots:\n    fetch_timeout_seconds: 1\n",
+        fleet_yaml(
+            redis.as_ref().expect("redis"),
+            "    command_timeout_seconds: 0.2\n    on_unavailable: local\n",
+        )
+    );
+    let proxies = instances(3, &yaml);
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(14);
+    let marks = std::sync::Mutex::new((None, None));
+    let outage = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        drop(redis.take());
+        marks.lock().expect("marks").0 = Some(std::time::Instant::now());
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        redis = Some(Redis::start_on(port, &[]));
+        marks.lock().expect("marks").1 = Some(std::time::Instant::now());
+    };
+    let loads = futures_util::future::join_all(
+        paced
+            .iter()
+            .map(|o| load(&proxies, o, "/p/", 3, 400, until))
+            .chain([load(&proxies, &limited, "/s/", 6, 600, until)]),
+    );
+    let (statuses, ()) = tokio::join!(loads, outage);
+    assert!(statuses.iter().all(|s| s.contains(&200)), "{statuses:?}");
+    backend_up(&proxies).await;
+    for origin in &paced {
+        served_again(&proxies, origin, "/after/");
+    }
+    let (down, back) = *marks.lock().expect("marks");
+    let (down, back) = (down.expect("killed"), back.expect("restarted"));
+    // Served by the owners during the outage, once the lease had run out.
+    let during: usize = paced
+        .iter()
+        .chain([&limited])
+        .map(|o| {
+            o.seen()
+                .iter()
+                .filter(|s| s.arrived > down + Duration::from_secs(4) && s.arrived < back)
+                .count()
+        })
+        .sum();
+    eprintln!(
+        "served during the outage: {during}; smallest gaps: {:?}; most at once: {}",
+        paced
+            .iter()
+            .map(|o| min_gap(&pages(o, "/")))
+            .collect::<Vec<_>>(),
+        most_at_once(&pages(&limited, "/s/"))
+    );
+    assert!(during > 0, "nothing served during the outage");
+    for origin in &paced {
+        assert_gaps_at_least(&pages(origin, "/"), Duration::from_millis(300));
+    }
+    let seen = pages(&limited, "/s/");
+    assert!(
+        most_at_once(&seen) <= 2,
+        "{} requests at once for max_in_flight 2",
+        most_at_once(&seen)
+    );
+}
