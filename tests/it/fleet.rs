@@ -67,14 +67,19 @@ pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// A three-master Redis Cluster on loopback.
-struct Cluster {
-    nodes: Vec<Redis>,
+/// A three-master Redis Cluster on loopback (with a replica each, when asked).
+pub(crate) struct Cluster {
+    pub(crate) nodes: Vec<Redis>,
 }
 
 impl Cluster {
     fn start() -> Cluster {
-        let nodes: Vec<Redis> = (0..3)
+        Cluster::start_with(0)
+    }
+
+    /// Three masters with `replicas` replicas each; a node silent for 1 s is failed over.
+    pub(crate) fn start_with(replicas: usize) -> Cluster {
+        let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
                 let port = free_port();
                 Redis::start_on(
@@ -84,6 +89,8 @@ impl Cluster {
                         "yes",
                         "--cluster-config-file",
                         &format!("nodes-{port}.conf"),
+                        "--cluster-node-timeout",
+                        "1000",
                     ],
                 )
             })
@@ -95,24 +102,47 @@ impl Cluster {
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .expect("redis-cli --cluster create");
         assert!(created.success());
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !nodes
-            .iter()
-            .all(|n| redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
-        {
+        let replicating = |n: &Redis| {
+            let info = redis_cli(n.port, &["info", "replication"]);
+            info.contains("role:master") || info.contains("master_link_status:up")
+        };
+        while !nodes.iter().all(|n| {
+            redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok") && replicating(n)
+        }) {
             assert!(Instant::now() < deadline, "cluster did not form");
             std::thread::sleep(Duration::from_millis(50));
         }
         Cluster { nodes }
     }
 
-    fn yaml(&self) -> String {
+    /// The port of the master serving `key`'s slot, as `node` sees the cluster (`None`
+    /// while that master is failing and no replica has taken over).
+    pub(crate) fn master_of(&self, node: u16, key: &str) -> Option<u16> {
+        let slot: u16 = redis_cli(node, &["cluster", "keyslot", key])
+            .parse()
+            .expect("a slot");
+        redis_cli(node, &["cluster", "nodes"])
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+            .find_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                let serves = fields.iter().skip(8).any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+                });
+                let port = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                serves.then_some(port)
+            })
+    }
+
+    pub(crate) fn yaml(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
             .iter()

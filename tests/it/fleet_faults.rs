@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::*;
-use crate::fleet::{admin, backend_up, fleet_yaml, instances, redis_cli, Redis};
+use crate::fleet::{admin, backend_up, fleet_yaml, instances, redis_cli, Cluster, Redis};
 
 /// How many scripts Redis has run since its counters were reset.
 fn script_calls(port: u16) -> u64 {
@@ -389,9 +389,8 @@ async fn a_redis_outage_in_local_mode_is_paced_by_each_origins_owner() {
         (format!("/s/{i}"), slow)
     }));
     let limited = TestOrigin::start_owned(&routes).await;
-    // The longest hold: max(1 + 1, 1) + 1 = 3 s; the lease 4 s.
     let yaml = format!(
-        "{}  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n  pacing:\n    max_exchange_seconds: 1\n  robots:\n    fetch_timeout_seconds: 1\n",
+        "{}{SHORT_LEASE}",
         fleet_yaml(
             redis.as_ref().expect("redis"),
             "    command_timeout_seconds: 0.2\n    on_unavailable: local\n",
@@ -452,4 +451,95 @@ async fn a_redis_outage_in_local_mode_is_paced_by_each_origins_owner() {
         "{} requests at once for max_in_flight 2",
         most_at_once(&seen)
     );
+}
+
+/// Timeouts short enough for a 4 s lease (the longest hold: max(1 + 1, 1) + 1 = 3 s),
+/// so that a killed instance's turns free within the test.
+const SHORT_LEASE: &str = "  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n  pacing:\n    max_exchange_seconds: 1\n  robots:\n    fetch_timeout_seconds: 1\n";
+
+/// A Redis Cluster of three masters with a replica each: the master holding the paced
+/// origin's schedule is SIGKILLed under load, together with one robotsgate instance,
+/// and its replica is promoted. The surviving instances follow the new master without
+/// a restart; no gap is short and the in-flight limit holds, at the origins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_killed_and_its_replica_promoted_keeps_every_gap() {
+    let mut cluster = Cluster::start_with(1);
+    let paced = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
+    )])
+    .await;
+    let mut routes = vec![(
+        "/robots.txt".to_string(),
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )];
+    routes.extend((0..600).map(|i| {
+        let slow = Behaviour::Delayed {
+            delay: Duration::from_millis(300),
+            body: b"slow\n".to_vec(),
+        };
+        (format!("/s/{i}"), slow)
+    }));
+    let limited = TestOrigin::start_owned(&routes).await;
+    let yaml = format!(
+        "{}    command_timeout_seconds: 0.2\n{SHORT_LEASE}",
+        cluster.yaml()
+    );
+    let mut proxies = instances(3, &yaml);
+    backend_up(&proxies).await;
+    let seed = cluster.nodes[0].port;
+    let tag = format!("{{{}}}", paced.url("").trim_end_matches('/'));
+    let master = cluster
+        .master_of(seed, &tag)
+        .expect("a master serves the slot");
+    let until = Instant::now() + Duration::from_secs(12);
+    let kill = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The schedule is where the test kills it.
+        let keys = redis_cli(master, &["keys", "rg:*"]);
+        assert!(keys.contains(&tag), "{tag} not on {master}: {keys}");
+        let node = cluster
+            .nodes
+            .iter()
+            .position(|n| n.port == master)
+            .expect("the master is one of ours");
+        signal(cluster.nodes[node].child.id(), "-KILL");
+        signal(proxies[2].pid(), "-KILL");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cluster
+            .master_of(seed_other(&cluster, master), &tag)
+            .is_none_or(|m| m == master)
+        {
+            assert!(Instant::now() < deadline, "no replica was promoted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        node
+    };
+    let (paced_statuses, limited_statuses, killed) = tokio::join!(
+        load(&proxies, &paced, "/p/", 4, 400, until),
+        load(&proxies, &limited, "/s/", 6, 600, until),
+        kill
+    );
+    assert!(paced_statuses.contains(&200) && limited_statuses.contains(&200));
+    proxies.truncate(2);
+    backend_up(&proxies).await;
+    served_again(&proxies, &paced, "/after/");
+    assert_gaps_at_least(&pages(&paced, "/"), Duration::from_millis(500));
+    let seen = pages(&limited, "/s/");
+    assert!(
+        most_at_once(&seen) <= 2,
+        "{} requests at once for max_in_flight 2",
+        most_at_once(&seen)
+    );
+    drop(cluster.nodes.remove(killed));
+}
+
+/// A node of `cluster` other than `port` that is still running.
+fn seed_other(cluster: &Cluster, port: u16) -> u16 {
+    cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != port)
+        .expect("another node")
 }
