@@ -11,8 +11,9 @@
 //! * `…:f` — the origin's in-flight turns (sorted set: ticket → lease end);
 //! * `…:q:<group>`, `…:x:<group>` — the group's queue (tickets by arrival: FIFO across
 //!   instances) and each ticket's expiry: a waiter's own deadline, shortened to its due
-//!   time plus [`GRACE`] once it heads the queue (a dead instance's ticket is dropped
-//!   then, lazily, by the next call that meets it).
+//!   time plus [`GRACE`] once it heads the queue, or once the turn is free and another
+//!   ticket asks for it (a live head asks at least every [`POLL`]): a dead instance's
+//!   ticket is dropped then, lazily, by the next call that meets it.
 //!
 //! **Calls.** A request takes every turn it needs on an origin in one `ACQUIRE`
 //! (scripts in `scripts/*.lua`): the group's turn when a delay or pause is in force,

@@ -2,155 +2,14 @@
 //! `redis-server` (and a real three-master Redis Cluster), started by the tests on free
 //! loopback ports; the origin logs when each request arrives and ends.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
     assert_gaps_at_least, curl, eventually, free_port, most_at_once, pages, Behaviour, Proxy,
     TestOrigin,
 };
-
-/// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
-pub(crate) struct Redis {
-    pub(crate) child: Child,
-    pub(crate) port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    pub(crate) fn start() -> Redis {
-        Redis::start_on(free_port(), &[])
-    }
-
-    pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", &dir.path().to_string_lossy()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (installed by scripts/deps.sh)");
-        let redis = Redis {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis_cli(port, &["ping"]) != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-/// A three-master Redis Cluster on loopback (with a replica each, when asked).
-pub(crate) struct Cluster {
-    pub(crate) nodes: Vec<Redis>,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        Cluster::start_with(0)
-    }
-
-    /// Three masters with `replicas` replicas each; a node silent for 1 s is failed over.
-    pub(crate) fn start_with(replicas: usize) -> Cluster {
-        let nodes: Vec<Redis> = (0..3 * (1 + replicas))
-            .map(|_| {
-                let port = free_port();
-                Redis::start_on(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &format!("nodes-{port}.conf"),
-                        "--cluster-node-timeout",
-                        "1000",
-                    ],
-                )
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli --cluster create");
-        assert!(created.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let replicating = |n: &Redis| {
-            let info = redis_cli(n.port, &["info", "replication"]);
-            info.contains("role:master") || info.contains("master_link_status:up")
-        };
-        while !nodes.iter().all(|n| {
-            redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok") && replicating(n)
-        }) {
-            assert!(Instant::now() < deadline, "cluster did not form");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Cluster { nodes }
-    }
-
-    /// The port of the master serving `key`'s slot, as `node` sees the cluster (`None`
-    /// while that master is failing and no replica has taken over).
-    pub(crate) fn master_of(&self, node: u16, key: &str) -> Option<u16> {
-        let slot: u16 = redis_cli(node, &["cluster", "keyslot", key])
-            .parse()
-            .expect("a slot");
-        redis_cli(node, &["cluster", "nodes"])
-            .lines()
-            .filter(|l| l.contains("master") && !l.contains("fail"))
-            .find_map(|l| {
-                let fields: Vec<&str> = l.split_whitespace().collect();
-                let serves = fields.iter().skip(8).any(|range| {
-                    let (a, b) = range.split_once('-').unwrap_or((range, range));
-                    matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
-                });
-                let port = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
-                serves.then_some(port)
-            })
-    }
-
-    pub(crate) fn yaml(&self) -> String {
-        let seeds: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
-            .collect();
-        format!("  fleet:\n    redis_cluster: [{}]\n", seeds.join(", "))
-    }
-}
+use crate::redis_servers::{redis_cli, Cluster, Redis};
 
 pub(crate) fn fleet_yaml(redis: &Redis, extra: &str) -> String {
     format!("  fleet:\n    redis: \"{}\"\n{extra}", redis.url())
@@ -347,10 +206,10 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
         ),
     ])
     .await;
-    // Exchanges are cut at 3 s, or after 3 s of silence, and held 3 s after a cut: the
-    // lease is 3 + 3 + 3 + 1 = 10 s.
+    // Exchanges are cut at 3 s, or after 3 s of silence, and held 3 s after a cut (a
+    // robots.txt fetch takes at most 3 s): the lease is 3 + 3 + 3 + 1 = 10 s.
     let yaml = format!(
-        "{}  pacing:\n    max_exchange_seconds: 3\n    max_wait_seconds: 30\n  upstream:\n    connect_timeout_seconds: 1\n    read_timeout_seconds: 3\n    write_timeout_seconds: 3\n",
+        "{}  pacing:\n    max_exchange_seconds: 3\n    max_wait_seconds: 30\n  upstream:\n    connect_timeout_seconds: 1\n    read_timeout_seconds: 3\n    write_timeout_seconds: 3\n  robots:\n    fetch_timeout_seconds: 3\n",
         fleet_yaml(&redis, "")
     );
     let mut proxies = instances(2, &yaml);
@@ -364,13 +223,28 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
             .output()
     });
     assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
+    // A second request through the same instance waits behind it, at the head of the
+    // fleet's queue: killed too, it will never claim its turn.
+    let waiter = proxies[0].url();
+    let queued = origin.url("/queued");
+    let waiting = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-s", "--max-time", "20", "-x", &waiter, &queued])
+            .output()
+    });
+    let queue_length = || {
+        let key = redis_cli(redis.port, &["--scan", "--pattern", "rg:*:q:*"]);
+        let key = key.lines().next().unwrap_or("none").to_string();
+        redis_cli(redis.port, &["zcard", &key]) == "1"
+    };
+    assert!(eventually(Duration::from_secs(5), queue_length).await);
     assert!(Command::new("kill")
         .args(["-KILL", &proxies[0].pid().to_string()])
         .status()
         .expect("kill")
         .success());
     assert!(eventually(Duration::from_secs(5), || proxies[0].exited()).await);
-    let (status, _, _) = curl(&proxies[1], &origin.url("/after"), &[]);
+    let (status, _, _) = curl(&proxies[1], &origin.url("/after"), &["--max-time", "30"]);
     assert_eq!(status, 200, "{}", proxies[1].log());
     let seen = pages(&origin, "/");
     assert!(
@@ -390,7 +264,16 @@ async fn an_instance_killed_mid_response_keeps_its_turn_until_the_lease_covers_t
         held >= Duration::from_millis(9_500),
         "the schedule was free {held:?} after the dead holder's grant: {seen:#?}"
     );
+    // Nor does its dead waiter hold the queue until its own deadline (30 s): a head
+    // that does not claim a free turn within the grace (3 s; a live one asks every 2 s)
+    // is dropped.
+    assert!(
+        held < Duration::from_millis(18_000),
+        "the dead waiter held the queue: /after came {held:?} after the grant"
+    );
+    assert_eq!(origin.count("/queued"), 0);
     let _ = stalled.join();
+    let _ = waiting.join();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::*;
-use crate::fleet::{admin, backend_up, fleet_yaml, instances, redis_cli, Cluster, Redis};
+use crate::fleet::{admin, backend_up, fleet_yaml, instances};
+use crate::redis_servers::{redis_cli, Cluster, Redis, Sentinel};
 
 /// How many scripts Redis has run since its counters were reset.
 fn script_calls(port: u16) -> u64 {
@@ -542,4 +543,83 @@ fn seed_other(cluster: &Cluster, port: u16) -> u16 {
         .map(|n| n.port)
         .find(|p| *p != port)
         .expect("another node")
+}
+
+/// Sentinel-managed Redis: the master SIGKILLed under load, the sentinels promote the
+/// replica, and the fleet follows it without a restart (the schedules are then written
+/// there); no gap is short at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_followed_without_a_restart() {
+    let master = Redis::start();
+    let replica_port = free_port();
+    let replica = Redis::start_on(
+        replica_port,
+        &["--replicaof", "127.0.0.1", &master.port.to_string()],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up") {
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port)).collect();
+    // Each sentinel has found the replica and the other sentinels.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sentinels.iter().all(|s| {
+        let info = redis_cli(s.port, &["sentinel", "master", "main"]);
+        info.contains("num-slaves\n1") && info.contains("num-other-sentinels\n2")
+    }) {
+        assert!(Instant::now() < deadline, "sentinels never met");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let paced = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
+    )])
+    .await;
+    let addresses: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port))
+        .collect();
+    let yaml = format!(
+        "  fleet:\n    redis_sentinel:\n      master: main\n      sentinels: [{}]\n    command_timeout_seconds: 0.2\n{SHORT_LEASE}",
+        addresses.join(", ")
+    );
+    let proxies = instances(2, &yaml);
+    backend_up(&proxies).await;
+    let tag = format!("{{{}}}", paced.url("").trim_end_matches('/'));
+    let until = Instant::now() + Duration::from_secs(12);
+    let mut master = Some(master);
+    let failover = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let old = master.take().expect("master");
+        assert!(redis_cli(old.port, &["keys", "rg:*"]).contains(&tag));
+        drop(old);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sentinels[0].master() != Some(replica_port) {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels never promoted the replica"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let (statuses, ()) = tokio::join!(load(&proxies, &paced, "/p/", 4, 400, until), failover);
+    assert!(statuses.contains(&200), "{statuses:?}");
+    backend_up(&proxies).await;
+    served_again(&proxies, &paced, "/after/");
+    // The fleet writes to the promoted replica now: an origin first asked for after the
+    // failover has its robots.txt and schedule there (the old master is gone).
+    let fresh = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
+    )])
+    .await;
+    served_again(&proxies, &fresh, "/new/");
+    let fresh_tag = format!("{{{}}}", fresh.url("").trim_end_matches('/'));
+    assert!(
+        redis_cli(replica_port, &["keys", "rg:*"]).contains(&fresh_tag),
+        "nothing written to the promoted replica"
+    );
+    assert_gaps_at_least(&pages(&fresh, "/"), Duration::from_millis(300));
+    assert_gaps_at_least(&pages(&paced, "/"), Duration::from_millis(300));
 }

@@ -20,6 +20,7 @@ mod limits;
 mod pacing;
 mod politeness;
 mod proxy;
+mod redis_servers;
 mod reload;
 mod report;
 mod robots_props;

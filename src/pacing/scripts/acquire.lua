@@ -116,6 +116,15 @@ if first and free then
   return reply('go', 0)
 end
 
+-- The turn is free but another ticket heads the queue: a live head asks within POLL
+-- (less than the grace), so one that has not claimed it by then is dead (its instance
+-- was killed while it waited, and no release will ever wake it).
+if not first and free then
+  if (tonumber(redis.call('ZSCORE', X, head)) or 0) > now + grace then
+    redis.call('ZADD', X, now + grace, head)
+  end
+end
+
 local queued = head == ticket or redis.call('ZSCORE', Q, ticket)
 if not queued then
   local ahead = redis.call('ZCARD', Q)

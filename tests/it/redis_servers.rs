@@ -1,0 +1,208 @@
+//! Real Redis servers for the fleet tests, on free loopback ports and stopped by their
+//! PIDs: a single `redis-server`, a Cluster (with replicas when asked), and Sentinels.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::free_port;
+
+/// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
+pub(crate) struct Redis {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
+    pub(crate) _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub(crate) fn start() -> Redis {
+        Redis::start_on(free_port(), &[])
+    }
+
+    pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.path().to_string_lossy()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (installed by scripts/deps.sh)");
+        let redis = Redis {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis_cli(port, &["ping"]) != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A three-master Redis Cluster on loopback (with a replica each, when asked).
+pub(crate) struct Cluster {
+    pub(crate) nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    pub(crate) fn start() -> Cluster {
+        Cluster::start_with(0)
+    }
+
+    /// Three masters with `replicas` replicas each; a node silent for 1 s is failed over.
+    pub(crate) fn start_with(replicas: usize) -> Cluster {
+        let nodes: Vec<Redis> = (0..3 * (1 + replicas))
+            .map(|_| {
+                let port = free_port();
+                Redis::start_on(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &format!("nodes-{port}.conf"),
+                        "--cluster-node-timeout",
+                        "1000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(created.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let replicating = |n: &Redis| {
+            let info = redis_cli(n.port, &["info", "replication"]);
+            info.contains("role:master") || info.contains("master_link_status:up")
+        };
+        while !nodes.iter().all(|n| {
+            redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok") && replicating(n)
+        }) {
+            assert!(Instant::now() < deadline, "cluster did not form");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Cluster { nodes }
+    }
+
+    /// The port of the master serving `key`'s slot, as `node` sees the cluster (`None`
+    /// while that master is failing and no replica has taken over).
+    pub(crate) fn master_of(&self, node: u16, key: &str) -> Option<u16> {
+        let slot: u16 = redis_cli(node, &["cluster", "keyslot", key])
+            .parse()
+            .expect("a slot");
+        redis_cli(node, &["cluster", "nodes"])
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+            .find_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                let serves = fields.iter().skip(8).any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+                });
+                let port = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                serves.then_some(port)
+            })
+    }
+
+    pub(crate) fn yaml(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
+            .collect();
+        format!("  fleet:\n    redis_cluster: [{}]\n", seeds.join(", "))
+    }
+}
+
+/// A `redis-server --sentinel` on a free loopback port watching `master` (quorum 2,
+/// down after 1 s), stopped by its PID when dropped.
+pub(crate) struct Sentinel {
+    child: Child,
+    pub(crate) port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    pub(crate) fn start(master: u16) -> Sentinel {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {master} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n",
+                dir.path().display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let sentinel = Sentinel {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis_cli(port, &["ping"]) != "PONG" {
+            assert!(Instant::now() < deadline, "sentinel did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sentinel
+    }
+
+    /// The master's port as this sentinel names it.
+    pub(crate) fn master(&self) -> Option<u16> {
+        redis_cli(self.port, &["sentinel", "get-master-addr-by-name", "main"])
+            .lines()
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
