@@ -87,6 +87,9 @@ def start_redis(work, cluster):
     started, ports = [], []
     for _ in range(3 if cluster else 1):
         port = free_port()
+        # A Cluster node also listens on port + 10000 (its bus): at most 55535.
+        while cluster and port > 55535:
+            port = free_port()
         extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"{work}/nodes-{port}.conf"] if cluster else []
         started.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", work, *extra], stdout=subprocess.DEVNULL))

@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    assert_gaps_at_least, curl, eventually, free_port, most_at_once, pages, Behaviour, Proxy,
-    TestOrigin,
+    assert_gaps_at_least, curl, eventually, free_port, min_gap, most_at_once, pages, Behaviour,
+    Proxy, TestOrigin,
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
@@ -566,4 +566,51 @@ async fn two_instances_keep_one_in_flight_limit() {
         2,
         "max_in_flight 2, fleet-wide: {spans:?}"
     );
+}
+
+/// A latency slow-down is fleet-wide: an origin answering one instance far slower than
+/// its baseline is spaced out through another instance that never saw it slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latency_slow_down_seen_through_one_instance_spaces_requests_through_another() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
+        (
+            "/struggling",
+            Behaviour::Delayed {
+                delay: Duration::from_millis(800),
+                body: b"slow\n".to_vec(),
+            },
+        ),
+    ])
+    .await;
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    // A baseline of fast answers through the first instance, then one 800 ms answer:
+    // far above four times the baseline, a slow-down of at least that long.
+    for i in 0..10 {
+        assert_eq!(
+            curl(&proxies[0], &origin.url(&format!("/fast/{i}")), &[]).0,
+            200
+        );
+    }
+    assert_eq!(curl(&proxies[0], &origin.url("/struggling"), &[]).0, 200);
+    // The second instance has served nothing there.
+    for i in 0..2 {
+        assert_eq!(
+            curl(&proxies[1], &origin.url(&format!("/other/{i}")), &[]).0,
+            200
+        );
+    }
+    let slow = &pages(&origin, "/struggling")[0];
+    let next = &pages(&origin, "/other/")[0];
+    let gap = next
+        .arrived
+        .saturating_duration_since(slow.done.expect("answered"));
+    assert!(
+        gap >= Duration::from_millis(750),
+        "the other instance went {gap:?} after the slow answer"
+    );
+    // Before it, fast answers came back to back.
+    assert!(min_gap(&pages(&origin, "/fast/")) < Duration::from_millis(200));
 }

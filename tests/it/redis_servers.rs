@@ -77,7 +77,10 @@ impl Cluster {
     pub(crate) fn start_with(replicas: usize) -> Cluster {
         let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
-                let port = free_port();
+                // A Cluster node also listens on port + 10000 (its bus): at most 55535.
+                let port = std::iter::repeat_with(free_port)
+                    .find(|p| *p <= 55_535)
+                    .expect("a port");
                 Redis::start_on(
                     port,
                     &[
