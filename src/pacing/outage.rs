@@ -37,13 +37,11 @@
 //! instance from Redis while the others reach it gives that instance's places two
 //! schedules: the README says so.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
-
-use crate::pacing::backend::lock;
 
 /// The sorted set of members (name → Redis time last seen).
 pub(crate) const MEMBER_KEY: &str = "robotsgate:members";
@@ -112,6 +110,10 @@ impl Outages {
             .map(|back| back + settle)
             .filter(|until| *until > Instant::now())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The owner of `place` among `members`: the one with the highest weight for it.
