@@ -35,7 +35,8 @@ impl Pacer {
 
     /// Waits for the turn of every one of `place`'s schedules, for a robots.txt fetch.
     /// `None` when they are not all free within `max_wait_seconds` (a long pause, a long
-    /// queue): the caller then postpones the fetch rather than jump the queue.
+    /// queue), or during an outage on an origin this instance does not own (the store
+    /// asks [`Pacer::may_fetch_alone`] first). The store fetches without turns then.
     pub async fn turns_for_fetch(&self, place: Place<'_>) -> Option<FetchTurns> {
         if let Some(fleet) = &self.fleet {
             match self.shared_turns_for_fetch(fleet, place).await {
@@ -44,10 +45,9 @@ impl Pacer {
                     metrics::record_fleet_fallback("local");
                     return self.owned_turns_for_fetch(fleet, place).await;
                 }
-                Err(_) => {
-                    metrics::record_fleet_fallback("refuse");
-                    return None;
-                }
+                // `refuse`: the fetch was granted its lock while Redis answered and lost
+                // it since; this instance's own schedules at least keep its own pace.
+                Err(_) => metrics::record_fleet_fallback("local"),
             }
         }
         self.local_turns_for_fetch(place).await
