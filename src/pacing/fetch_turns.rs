@@ -81,14 +81,25 @@ impl Pacer {
         if fleet.config().on_unavailable != OnUnavailable::Local {
             return false;
         }
+        self.owned_fetch_start(fleet, place).is_some()
+    }
+
+    /// During an outage, when this instance's fetch of `place`'s robots.txt may start:
+    /// `None` when another instance owns the place, or when it would start after
+    /// `max_wait_seconds`.
+    fn owned_fetch_start(&self, fleet: &Fleet, place: Place<'_>) -> Option<Instant> {
+        let now = Instant::now();
         let first = self.schedule(place, "", 1);
-        let delay = lock(&first.timing).effective(Instant::now()).0;
-        matches!(
-            fleet.standing(first.keys().place(), delay),
+        let delay = lock(&first.timing).effective(now).0;
+        match fleet.standing(first.keys().place(), delay) {
             Standing::Owner { not_before }
-                if not_before.saturating_duration_since(Instant::now())
-                    <= self.config.max_wait_seconds.duration()
-        )
+                if not_before.saturating_duration_since(now)
+                    <= self.config.max_wait_seconds.duration() =>
+            {
+                Some(not_before)
+            }
+            _ => None,
+        }
     }
 
     /// Fleet mode, the backend down, `on_unavailable: local`: a robots.txt fetch's turns
@@ -99,15 +110,7 @@ impl Pacer {
         fleet: &Arc<Fleet>,
         place: Place<'_>,
     ) -> Option<FetchTurns> {
-        let now = Instant::now();
-        let first = self.schedule(place, "", 1);
-        let delay = lock(&first.timing).effective(now).0;
-        let Standing::Owner { not_before } = fleet.standing(first.keys().place(), delay) else {
-            return None;
-        };
-        if not_before.saturating_duration_since(now) > self.config.max_wait_seconds.duration() {
-            return None;
-        }
+        let not_before = self.owned_fetch_start(fleet, place)?;
         tokio::time::sleep_until(not_before).await;
         let mut turns = self.local_turns_for_fetch(place).await?;
         record_owned(fleet, &mut turns._held);
