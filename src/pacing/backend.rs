@@ -330,16 +330,17 @@ impl Fleet {
         if self.up.swap(up, Ordering::AcqRel) != up || first {
             metrics::FLEET_BACKEND_UP.set(i64::from(up));
             if up {
-                self.outages.up(Instant::now());
-            } else {
-                self.outages.down(Instant::now());
-            }
-            if up {
+                // Another instance sees the same return up to a health check and a
+                // command timeout later (twice over: its next check may time out too);
+                // the owners of the outage write back their turns meanwhile.
+                let settle = (HEALTH_EVERY + self.config.command_timeout_seconds.duration()) * 2;
+                self.outages.up(Instant::now(), settle);
                 log::info!("fleet backend up");
                 // Whatever Redis lost while away (or in a restart, a failover) that this
                 // instance knows is written again.
                 self.returns.send_modify(|n| *n += 1);
             } else {
+                self.outages.down(Instant::now());
                 log::warn!("fleet backend unavailable: {why}");
             }
         }
@@ -491,12 +492,9 @@ impl Fleet {
     }
 
     /// Until when a turn must not be asked of Redis, just after the backend's return:
-    /// the owners of the outage write back their turns first. Another instance sees the
-    /// same return up to a health check and a command timeout (twice over: its next
-    /// check may time out too) later.
+    /// the owners of the outage write back their turns first.
     pub(crate) fn handover_until(&self) -> Option<Instant> {
-        let settle = (HEALTH_EVERY + self.config.command_timeout_seconds.duration()) * 2;
-        self.outages.handover_until(settle)
+        self.outages.handover_until()
     }
 
     /// Listens on [`CHANNEL`] and this instance's wake channel, reconnecting (to each

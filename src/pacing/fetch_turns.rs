@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use crate::config::OnUnavailable;
 use crate::pacing::backend::{self, Fleet};
-use crate::pacing::local::{lock, Schedule, IN_FLIGHT};
-use crate::pacing::outage::Standing;
+use crate::pacing::local::{Schedule, IN_FLIGHT};
 use crate::pacing::{record_owned, Held, Pacer, Place, Turn};
 use crate::telemetry::metrics;
 
@@ -81,25 +80,8 @@ impl Pacer {
         if fleet.config().on_unavailable != OnUnavailable::Local {
             return false;
         }
-        self.owned_fetch_start(fleet, place).is_some()
-    }
-
-    /// During an outage, when this instance's fetch of `place`'s robots.txt may start:
-    /// `None` when another instance owns the place, or when it would start after
-    /// `max_wait_seconds`.
-    fn owned_fetch_start(&self, fleet: &Fleet, place: Place<'_>) -> Option<Instant> {
-        let now = Instant::now();
-        let first = self.schedule(place, "", 1);
-        let delay = lock(&first.timing).effective(now).0;
-        match fleet.standing(first.keys().place(), delay) {
-            Standing::Owner { not_before }
-                if not_before.saturating_duration_since(now)
-                    <= self.config.max_wait_seconds.duration() =>
-            {
-                Some(not_before)
-            }
-            _ => None,
-        }
+        self.owned_start(fleet, &self.schedule(place, "", 1))
+            .is_ok()
     }
 
     /// Fleet mode, the backend down, `on_unavailable: local`: a robots.txt fetch's turns
@@ -110,7 +92,7 @@ impl Pacer {
         fleet: &Arc<Fleet>,
         place: Place<'_>,
     ) -> Option<FetchTurns> {
-        let not_before = self.owned_fetch_start(fleet, place)?;
+        let not_before = self.owned_start(fleet, &self.schedule(place, "", 1)).ok()?;
         tokio::time::sleep_until(not_before).await;
         let mut turns = self.local_turns_for_fetch(place).await?;
         record_owned(fleet, &mut turns._held);

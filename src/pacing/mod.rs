@@ -485,8 +485,7 @@ impl Pacer {
                     }
                 }
             }
-            let capacity = request.max_in_flight;
-            self.local_turns(place, &group, capacity, capacity, &mut held)
+            self.local_turns(place, &group, request.max_in_flight, &mut held)
                 .await?;
         }
         Ok(self.permit(schedule, held, started))
@@ -546,35 +545,39 @@ impl Pacer {
         max_in_flight: usize,
         held: &mut Vec<Held>,
     ) -> Result<(), Refused> {
-        let now = Instant::now();
-        let (delay, backed_off_for) = {
-            let t = lock(&group.timing);
-            (t.effective(now).0, t.backed_off_for(now))
-        };
-        let refused = |retry_after: Duration| Refused {
+        let backed_off_for = lock(&group.timing).backed_off_for(Instant::now());
+        let not_before = self.owned_start(fleet, group).map_err(|wait| Refused {
             reason: RefusalReason::FleetUnavailable,
-            retry_after: retry_after.max(Duration::from_secs(1)),
+            retry_after: wait
+                .unwrap_or(Duration::from_secs(2))
+                .max(Duration::from_secs(1)),
             backed_off_for,
-        };
-        let not_before = match fleet.standing(group.keys().place(), delay) {
-            Standing::Owner { not_before } => not_before,
-            Standing::Other => return Err(refused(Duration::from_secs(2))),
-        };
-        let wait = not_before.saturating_duration_since(now);
-        if wait > self.config.max_wait_seconds.duration() {
-            return Err(refused(wait));
-        }
+        })?;
         tokio::time::sleep_until(not_before).await;
         let from = held.len();
-        self.local_turns(place, group, max_in_flight, max_in_flight, held)
-            .await?;
+        self.local_turns(place, group, max_in_flight, held).await?;
         record_owned(fleet, &mut held[from..]);
         Ok(())
     }
 
+    /// During an outage, when this instance may start on `schedule`'s place (it owns the
+    /// place, see `outage`); `Err` with the wait when that would be after
+    /// `max_wait_seconds`, `Err(None)` when another instance owns the place.
+    fn owned_start(&self, fleet: &Fleet, schedule: &Schedule) -> Result<Instant, Option<Duration>> {
+        let now = Instant::now();
+        let delay = lock(&schedule.timing).effective(now).0;
+        let Standing::Owner { not_before } = fleet.standing(schedule.keys().place(), delay) else {
+            return Err(None);
+        };
+        let wait = not_before.saturating_duration_since(now);
+        if wait > self.config.max_wait_seconds.duration() {
+            return Err(Some(wait));
+        }
+        Ok(not_before)
+    }
+
     /// The local turns of one place: its group's when a delay is in force, then an
-    /// in-flight one (`max_in_flight` turns, `capacity` of them usable: fewer in the
-    /// fleet fallback). A request holding an in-flight turn never queues for a group
+    /// in-flight one (`max_in_flight` turns). A request holding an in-flight turn never queues for a group
     /// turn (whose holder may be queued for an in-flight turn: a deadlock): one that
     /// came into force meanwhile is taken at once or not at all.
     async fn local_turns(
@@ -582,7 +585,6 @@ impl Pacer {
         place: Place<'_>,
         group: &Arc<Schedule>,
         max_in_flight: usize,
-        capacity: usize,
         held: &mut Vec<Held>,
     ) -> Result<(), Refused> {
         // Set once the request gave an in-flight turn back: it was admitted, so it
@@ -598,7 +600,7 @@ impl Pacer {
                 return Ok(());
             }
             let in_flight = self.schedule(place, IN_FLIGHT, max_in_flight);
-            let Some(turn) = self.turn(&in_flight, capacity, true, admitted).await? else {
+            let Some(turn) = self.turn(&in_flight, max_in_flight, true, admitted).await? else {
                 return Ok(());
             };
             let in_flight_turn = self.held(in_flight, turn);
@@ -673,8 +675,8 @@ impl Pacer {
         backed_off_for: Option<Duration>,
         admitted: Option<Instant>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
-        // Fewer turns than the schedule was made with (the fleet fallback): each request
-        // takes a larger share of them.
+        // Fewer turns than the schedule was made with (a request whose limit is lower
+        // than the one the schedule was made for): each takes a larger share of them.
         let share = (schedule.capacity / capacity.max(1)).max(1) as u32;
         let deadline = match admitted {
             Some(deadline) => deadline,

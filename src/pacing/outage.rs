@@ -60,13 +60,13 @@ pub enum Standing {
     Other,
 }
 
-/// What this instance knows of outages: the membership seen last, and when the backend
-/// went down and came back.
+/// What this instance knows of outages: the membership seen last, when the backend
+/// went down, and until when it holds back after the last return.
 #[derive(Default)]
 pub struct Outages {
     members: ArcSwap<Vec<String>>,
     went_down: Mutex<Option<Instant>>,
-    came_back: Mutex<Option<Instant>>,
+    handover_until: Mutex<Option<Instant>>,
 }
 
 impl Outages {
@@ -83,10 +83,11 @@ impl Outages {
         *lock(&self.went_down) = Some(at);
     }
 
-    /// The backend is back at `at`.
-    pub(crate) fn up(&self, at: Instant) {
+    /// The backend is back at `at`; `settle`: how late another instance may see the
+    /// same return.
+    pub(crate) fn up(&self, at: Instant, settle: Duration) {
         if lock(&self.went_down).is_some() {
-            *lock(&self.came_back) = Some(at);
+            *lock(&self.handover_until) = Some(at + settle);
         }
     }
 
@@ -103,12 +104,10 @@ impl Outages {
         }
     }
 
-    /// Until when this instance holds back from Redis after the backend's last return
-    /// (`settle`: how late another instance may see the same return).
-    pub fn handover_until(&self, settle: Duration) -> Option<Instant> {
-        lock(&self.came_back)
-            .map(|back| back + settle)
-            .filter(|until| *until > Instant::now())
+    /// Until when this instance holds back from Redis after the backend's last return,
+    /// if that is still to come.
+    pub fn handover_until(&self) -> Option<Instant> {
+        lock(&self.handover_until).filter(|until| *until > Instant::now())
     }
 }
 
@@ -201,9 +200,9 @@ mod tests {
             outages.standing(other, place, lease, delay),
             Standing::Other
         );
-        assert_eq!(outages.handover_until(Duration::from_secs(2)), None);
-        outages.up(Instant::now());
-        assert!(outages.handover_until(Duration::from_secs(2)).is_some());
+        assert_eq!(outages.handover_until(), None);
+        outages.up(Instant::now(), Duration::from_secs(2));
+        assert!(outages.handover_until().is_some());
     }
 
     #[test]

@@ -372,14 +372,26 @@ impl Fleet {
         keys: Arc<ScheduleKeys>,
         group_turn: bool,
     ) -> SharedTurn {
-        follow_returns(self);
         let ticket = self.ticket();
+        self.hold(keys, ticket, group_turn, !group_turn)
+    }
+
+    /// The turns this instance holds from now under `ticket`, kept in the ledger (and
+    /// written again on each return of the backend) until released.
+    fn hold(
+        self: &Arc<Self>,
+        keys: Arc<ScheduleKeys>,
+        ticket: String,
+        group_turn: bool,
+        in_flight: bool,
+    ) -> SharedTurn {
+        follow_returns(self);
         lock(&LEDGER.held).insert(
             ticket.clone(),
             Holding {
                 keys: keys.clone(),
                 group_turn,
-                in_flight: !group_turn,
+                in_flight,
                 lease_ends: Instant::now() + self.lease,
             },
         );
@@ -460,22 +472,12 @@ impl Fleet {
             match state.as_str() {
                 "go" => {
                     queued.granted = true;
-                    follow_returns(self);
-                    lock(&LEDGER.held).insert(
+                    let turn = self.hold(
+                        keys.clone(),
                         ticket.clone(),
-                        Holding {
-                            keys: keys.clone(),
-                            group_turn: group_turn == 1,
-                            in_flight: ask.capacity > 0,
-                            lease_ends: started.max(Instant::now()) + self.lease,
-                        },
+                        group_turn == 1,
+                        ask.capacity > 0,
                     );
-                    let turn = SharedTurn {
-                        fleet: self.clone(),
-                        keys: keys.clone(),
-                        ticket: ticket.clone(),
-                        answered: Mutex::new(None),
-                    };
                     return Ok((Ok(turn), in_force));
                 }
                 "full" => return Ok((Err(NoTurn::QueueFull(estimate)), in_force)),

@@ -11,6 +11,28 @@ use crate::common::{
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
+/// An origin whose robots.txt asks every crawler for `delay` seconds between requests.
+pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
+    let robots = format!("User-agent: *\nCrawl-delay: {delay}\n");
+    TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await
+}
+
+/// An origin allowing everything, with no Crawl-delay, whose pages `{prefix}0` to
+/// `{prefix}{count - 1}` take 300 ms each to answer: what the in-flight limit guards.
+pub(crate) async fn slow_origin(prefix: &str, count: usize) -> TestOrigin {
+    let slow = || Behaviour::Delayed {
+        delay: Duration::from_millis(300),
+        body: b"slow\n".to_vec(),
+    };
+    let routes: Vec<(String, Behaviour)> = std::iter::once((
+        "/robots.txt".to_string(),
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    ))
+    .chain((0..count).map(|i| (format!("{prefix}{i}"), slow())))
+    .collect();
+    TestOrigin::start_owned(&routes).await
+}
+
 pub(crate) fn fleet_yaml(redis: &Redis, extra: &str) -> String {
     format!("  fleet:\n    redis: \"{}\"\n{extra}", redis.url())
 }
@@ -80,11 +102,7 @@ async fn spread(proxies: &[Proxy], origin: &TestOrigin, prefix: &str, count: usi
 /// Twelve clients over three instances, one origin with Crawl-delay 0.5: every gap at
 /// the origin is at least the delay, and nothing is lost.
 async fn three_instances_keep_one_crawl_delay(yaml: &str) {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
-    )])
-    .await;
+    let origin = paced_origin("0.5").await;
     let proxies = instances(3, yaml);
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/p/", 12).await;
@@ -296,11 +314,7 @@ async fn a_fleet_lease_shorter_than_an_exchange_is_a_configuration_error() {
 async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recovers() {
     let port = free_port();
     let redis = Redis::start_on(port, &[]);
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
-    )])
-    .await;
+    let origin = paced_origin("0.2").await;
     let common = "    command_timeout_seconds: 0.2\n";
     let refuse = Proxy::start_for_loopback(&fleet_yaml(
         &redis,
@@ -364,43 +378,12 @@ async fn redis_stopped_and_restarted_each_mode_behaves_as_documented_and_recover
     assert_eq!(refuse.metric("robotsgate_fleet_backend_up"), Some(1.0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_seen_by_one_instance_pauses_the_origin_for_all() {
-    let redis = Redis::start();
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
-        (
-            "/busy",
-            Behaviour::with_headers(429, &[("Retry-After", "2")], "slow down\n"),
-        ),
-    ])
-    .await;
-    let proxies = instances(2, &fleet_yaml(&redis, ""));
-    backend_up(&proxies).await;
-    // No Crawl-delay: nothing is paced, nothing touches Redis...
-    assert_eq!(curl(&proxies[1], &origin.url("/before"), &[]).0, 200);
-    // ...until the origin asks one instance to wait.
-    assert_eq!(curl(&proxies[0], &origin.url("/busy"), &[]).0, 429);
-    let busy_done = pages(&origin, "/busy")[0].done.expect("answered");
-    assert_eq!(curl(&proxies[1], &origin.url("/after"), &[]).0, 200);
-    let after = pages(&origin, "/after")[0].arrived;
-    let paused = after.saturating_duration_since(busy_done);
-    assert!(
-        paused >= Duration::from_millis(1_900),
-        "the other instance went on after {paused:?}, not the 2 s asked"
-    );
-}
-
 /// A delay longer than a queued ticket's expiry: waiters keep their places (the head's
 /// ticket is kept until its turn is due), nobody is dropped or overtaken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crawl_delay_longer_than_a_ticket_lifetime_keeps_every_waiter() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 3.5\n"),
-    )])
-    .await;
+    let origin = paced_origin("3.5").await;
     let proxies = instances(2, &fleet_yaml(&redis, ""));
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/long/", 3).await;
@@ -504,11 +487,7 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         port,
         _dir: tempfile::tempdir().expect("tempdir"),
     };
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
-    )])
-    .await;
+    let origin = paced_origin("0.3").await;
     let yaml = format!("  fleet:\n    redis: \"rediss://127.0.0.1:{port}/0\"\n");
     let ca = path("ca.pem");
     let env = [("SSL_CERT_FILE", ca.as_str())];
@@ -523,30 +502,11 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
 }
 
 /// The in-flight limit holds fleet-wide: twelve clients over two instances, an origin
-/// with no Crawl-delay and 200 ms responses, never more than two requests at it.
+/// with no Crawl-delay and 300 ms responses, never more than two requests at it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_keep_one_in_flight_limit() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nDisallow:\n")),
-        (
-            "/f",
-            Behaviour::Delayed {
-                delay: Duration::from_millis(200),
-                body: b"page\n".to_vec(),
-            },
-        ),
-    ])
-    .await;
-    for i in 0..12 {
-        origin.set(
-            &format!("/f{i}"),
-            Behaviour::Delayed {
-                delay: Duration::from_millis(200),
-                body: b"page\n".to_vec(),
-            },
-        );
-    }
+    let origin = slow_origin("/f", 12).await;
     let proxies = instances(2, &fleet_yaml(&redis, ""));
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/f", 12).await;

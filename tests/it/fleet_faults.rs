@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::*;
-use crate::fleet::{admin, backend_up, fleet_yaml, instances};
-use crate::redis_servers::{redis_cli, Cluster, Redis, Sentinel};
+use crate::fleet::{admin, backend_up, fleet_yaml, instances, paced_origin, slow_origin};
+use crate::redis_servers::{redis_cli, Cluster, Redis};
 
 /// How many scripts Redis has run since its counters were reset.
 fn script_calls(port: u16) -> u64 {
@@ -100,11 +100,7 @@ async fn script_calls_per_request_are_two_with_a_limit_and_none_without() {
         "in-flight limit: acquire and release, nothing else"
     );
 
-    let paced = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
-    )])
-    .await;
+    let paced = paced_origin("0.2").await;
     one_by_one(&limited, &paced, "/warm/", 2);
     settled_calls(redis.port).await;
     redis_cli(redis.port, &["config", "resetstat"]);
@@ -166,7 +162,8 @@ fn signal(pid: u32, signal: &str) {
 }
 
 /// Every instance serves `origin` again: one request each, answered 200 within 8 s (a
-/// turn left held in Redis would keep it waiting for its lease: minutes).
+/// turn left held in Redis would keep it waiting for its lease: minutes) and received
+/// by the origin once.
 fn served_again(proxies: &[Proxy], origin: &TestOrigin, prefix: &str) {
     for (i, proxy) in proxies.iter().enumerate() {
         let url = origin.url(&format!("{prefix}{i}"));
@@ -177,6 +174,8 @@ fn served_again(proxies: &[Proxy], origin: &TestOrigin, prefix: &str) {
             "{url} not served again: {head}\n{}",
             proxy.log()
         );
+        let path = format!("{prefix}{i}");
+        assert_eq!(origin.count(&path), 1, "{path} at the origin");
     }
 }
 
@@ -186,11 +185,7 @@ fn served_again(proxies: &[Proxy], origin: &TestOrigin, prefix: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_leaves_no_phantom_holder_and_no_short_gap() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
-    )])
-    .await;
+    let origin = paced_origin("0.2").await;
     let proxies = instances(2, &fleet_yaml(&redis, "    command_timeout_seconds: 0.2\n"));
     backend_up(&proxies).await;
     let until = Instant::now() + Duration::from_secs(6);
@@ -214,21 +209,8 @@ async fn a_stalled_redis_leaves_no_phantom_holder_and_no_short_gap() {
 async fn a_redis_restarted_empty_under_load_keeps_the_in_flight_limit_and_the_gaps() {
     let port = free_port();
     let mut redis = Some(Redis::start_on(port, &[]));
-    let slow = |_| Behaviour::Delayed {
-        delay: Duration::from_millis(300),
-        body: b"slow\n".to_vec(),
-    };
-    let mut routes = vec![(
-        "/robots.txt".to_string(),
-        Behaviour::ok("User-agent: *\nAllow: /\n"),
-    )];
-    routes.extend((0..400).map(|i| (format!("/s/{i}"), slow(i))));
-    let origin = TestOrigin::start_owned(&routes).await;
-    let paced = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.2\n"),
-    )])
-    .await;
+    let origin = slow_origin("/s/", 400).await;
+    let paced = paced_origin("0.2").await;
     let yaml = fleet_yaml(
         redis.as_ref().expect("redis"),
         "    command_timeout_seconds: 0.2\n",
@@ -258,11 +240,14 @@ async fn a_redis_restarted_empty_under_load_keeps_the_in_flight_limit_and_the_ga
     assert_gaps_at_least(&pages(&paced, "/"), Duration::from_millis(200));
 }
 
-/// An origin's 429 with `Retry-After` seen through one instance holds on another that
-/// has never served the origin, even with no in-flight limit (nothing else would make
-/// it ask Redis).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_reaches_an_instance_that_never_served_the_origin() {
+/// An origin's 429 with `Retry-After: 2` seen through one instance pauses the origin
+/// through the other, measured at the origin from the 429's end to the next arrival.
+/// `pacing` is the pacing section; with `other_served`, the other instance has served
+/// the origin before.
+async fn a_retry_after_pauses_the_origin_through_another_instance(
+    pacing: &str,
+    other_served: bool,
+) {
     let redis = Redis::start();
     let origin = TestOrigin::start(vec![
         ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
@@ -272,22 +257,16 @@ async fn a_retry_after_reaches_an_instance_that_never_served_the_origin() {
         ),
     ])
     .await;
-    let yaml = format!(
-        "{}  pacing:\n    max_in_flight: 0\n",
-        fleet_yaml(&redis, "")
-    );
-    let both = instances(2, &yaml);
+    let both = instances(2, &format!("{}{pacing}", fleet_yaml(&redis, "")));
     backend_up(&both).await;
-    let (first, fresh) = (&both[0], &both[1]);
+    let (first, other) = (&both[0], &both[1]);
+    if other_served {
+        assert_eq!(curl(other, &origin.url("/before"), &[]).0, 200);
+    }
     assert_eq!(curl(first, &origin.url("/busy"), &[]).0, 429);
-    let asked = origin
-        .seen()
-        .iter()
-        .find(|s| s.target == "/busy")
-        .map(|s| s.arrived);
-    let asked = asked.expect("the 429 reached the origin");
+    let busy_done = pages(&origin, "/busy")[0].done.expect("answered");
     // The release that records the pause announces it in the same script: once Redis
-    // holds it, the fresh instance has been told.
+    // holds it, the other instance has been told.
     let recorded = || {
         redis_cli(redis.port, &["--scan", "--pattern", "rg:*:s:*"])
             .lines()
@@ -297,15 +276,32 @@ async fn a_retry_after_reaches_an_instance_that_never_served_the_origin() {
         eventually(Duration::from_secs(5), recorded).await,
         "the pause never reached Redis"
     );
-    let (status, _, _) = curl(fresh, &origin.url("/after"), &["--max-time", "10"]);
+    let (status, _, _) = curl(other, &origin.url("/after"), &["--max-time", "10"]);
     assert_eq!(status, 200);
     let after = pages(&origin, "/after");
     assert_eq!(after.len(), 1);
-    let waited = after[0].arrived.duration_since(asked);
+    let paused = after[0].arrived.saturating_duration_since(busy_done);
     assert!(
-        waited >= Duration::from_millis(1900),
-        "the fresh instance forwarded {waited:?} after the 429 (Retry-After: 2)"
+        paused >= Duration::from_millis(1_900),
+        "the other instance forwarded {paused:?} after the 429 (Retry-After: 2)"
     );
+}
+
+/// With the in-flight limit (every request asks Redis), after serving the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_seen_by_one_instance_pauses_the_origin_for_all() {
+    a_retry_after_pauses_the_origin_through_another_instance("", true).await;
+}
+
+/// With no limit in force (nothing else would make it ask Redis), on an instance that
+/// has never served the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_reaches_an_instance_that_never_served_the_origin() {
+    a_retry_after_pauses_the_origin_through_another_instance(
+        "  pacing:\n    max_in_flight: 0\n",
+        false,
+    )
+    .await;
 }
 
 /// A Redis that can evict robotsgate's keys, or that is out of memory, is not a
@@ -370,26 +366,9 @@ async fn a_redis_outage_in_local_mode_is_paced_by_each_origins_owner() {
     let mut redis = Some(Redis::start_on(port, &[]));
     let mut paced = Vec::new();
     for _ in 0..4 {
-        paced.push(
-            TestOrigin::start(vec![(
-                "/robots.txt",
-                Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
-            )])
-            .await,
-        );
+        paced.push(paced_origin("0.3").await);
     }
-    let mut routes = vec![(
-        "/robots.txt".to_string(),
-        Behaviour::ok("User-agent: *\nAllow: /\n"),
-    )];
-    routes.extend((0..600).map(|i| {
-        let slow = Behaviour::Delayed {
-            delay: Duration::from_millis(300),
-            body: b"slow\n".to_vec(),
-        };
-        (format!("/s/{i}"), slow)
-    }));
-    let limited = TestOrigin::start_owned(&routes).await;
+    let limited = slow_origin("/s/", 600).await;
     let yaml = format!(
         "{}{SHORT_LEASE}",
         fleet_yaml(
@@ -434,14 +413,6 @@ async fn a_redis_outage_in_local_mode_is_paced_by_each_origins_owner() {
                 .count()
         })
         .sum();
-    eprintln!(
-        "served during the outage: {during}; smallest gaps: {:?}; most at once: {}",
-        paced
-            .iter()
-            .map(|o| min_gap(&pages(o, "/")))
-            .collect::<Vec<_>>(),
-        most_at_once(&pages(&limited, "/s/"))
-    );
     assert!(during > 0, "nothing served during the outage");
     for origin in &paced {
         assert_gaps_at_least(&pages(origin, "/"), Duration::from_millis(300));
@@ -465,23 +436,8 @@ const SHORT_LEASE: &str = "  upstream:\n    read_timeout_seconds: 1\n    write_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_killed_and_its_replica_promoted_keeps_every_gap() {
     let mut cluster = Cluster::start_with(1);
-    let paced = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
-    )])
-    .await;
-    let mut routes = vec![(
-        "/robots.txt".to_string(),
-        Behaviour::ok("User-agent: *\nAllow: /\n"),
-    )];
-    routes.extend((0..600).map(|i| {
-        let slow = Behaviour::Delayed {
-            delay: Duration::from_millis(300),
-            body: b"slow\n".to_vec(),
-        };
-        (format!("/s/{i}"), slow)
-    }));
-    let limited = TestOrigin::start_owned(&routes).await;
+    let paced = paced_origin("0.5").await;
+    let limited = slow_origin("/s/", 600).await;
     let yaml = format!(
         "{}    command_timeout_seconds: 0.2\n{SHORT_LEASE}",
         cluster.yaml()
@@ -494,11 +450,14 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_every_gap() {
         .master_of(seed, &tag)
         .expect("a master serves the slot");
     let until = Instant::now() + Duration::from_secs(12);
+    let on = |port: u16| redis_cli(port, &["keys", "rg:*"]).contains(&tag);
     let kill = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        // The schedule is where the test kills it.
-        let keys = redis_cli(master, &["keys", "rg:*"]);
-        assert!(keys.contains(&tag), "{tag} not on {master}: {keys}");
+        // Under load, once the schedule is where the test kills it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            eventually(Duration::from_secs(5), || on(master)).await,
+            "{tag} never written to {master}"
+        );
         let node = cluster
             .nodes
             .iter()
@@ -561,7 +520,7 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
         assert!(Instant::now() < deadline, "the replica never synced");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port)).collect();
+    let sentinels: Vec<Redis> = (0..3).map(|_| Redis::sentinel(master.port)).collect();
     // Each sentinel has found the replica and the other sentinels.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !sentinels.iter().all(|s| {
@@ -571,11 +530,7 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
         assert!(Instant::now() < deadline, "sentinels never met");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let paced = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
-    )])
-    .await;
+    let paced = paced_origin("0.3").await;
     let addresses: Vec<String> = sentinels
         .iter()
         .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port))
@@ -590,12 +545,14 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
     let until = Instant::now() + Duration::from_secs(12);
     let mut master = Some(master);
     let failover = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Under load, once the schedule is on the master the test kills.
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let old = master.take().expect("master");
-        assert!(redis_cli(old.port, &["keys", "rg:*"]).contains(&tag));
+        let on_old = || redis_cli(old.port, &["keys", "rg:*"]).contains(&tag);
+        assert!(eventually(Duration::from_secs(5), on_old).await);
         drop(old);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while sentinels[0].master() != Some(replica_port) {
+        while sentinels[0].sentinel_master() != Some(replica_port) {
             assert!(
                 Instant::now() < deadline,
                 "the sentinels never promoted the replica"
@@ -609,11 +566,7 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
     served_again(&proxies, &paced, "/after/");
     // The fleet writes to the promoted replica now: an origin first asked for after the
     // failover has its robots.txt and schedule there (the old master is gone).
-    let fresh = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.3\n"),
-    )])
-    .await;
+    let fresh = paced_origin("0.3").await;
     served_again(&proxies, &fresh, "/new/");
     let fresh_tag = format!("{{{}}}", fresh.url("").trim_end_matches('/'));
     assert!(

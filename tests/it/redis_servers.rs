@@ -20,11 +20,37 @@ impl Redis {
 
     pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &dir.path().to_string_lossy()])
-            .args(extra)
+            .args(extra);
+        Redis::launch(command, port, dir)
+    }
+
+    /// A Sentinel (`redis-server --sentinel`) watching the master on `master` as `main`
+    /// (quorum 2, down after 1 s).
+    pub(crate) fn sentinel(master: u16) -> Redis {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {master} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n",
+                dir.path().display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let mut command = Command::new("redis-server");
+        command.arg(&conf).arg("--sentinel");
+        Redis::launch(command, port, dir)
+    }
+
+    /// Runs `command`, a server that answers PING on `port` once up.
+    fn launch(mut command: Command, port: u16, dir: tempfile::TempDir) -> Redis {
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -40,6 +66,16 @@ impl Redis {
             std::thread::sleep(Duration::from_millis(20));
         }
         redis
+    }
+
+    /// As a Sentinel: the port of the master it names `main`.
+    pub(crate) fn sentinel_master(&self) -> Option<u16> {
+        redis_cli(self.port, &["sentinel", "get-master-addr-by-name", "main"])
+            .lines()
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
     }
 
     pub(crate) fn url(&self) -> String {
@@ -148,64 +184,5 @@ impl Cluster {
             .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
             .collect();
         format!("  fleet:\n    redis_cluster: [{}]\n", seeds.join(", "))
-    }
-}
-
-/// A `redis-server --sentinel` on a free loopback port watching `master` (quorum 2,
-/// down after 1 s), stopped by its PID when dropped.
-pub(crate) struct Sentinel {
-    child: Child,
-    pub(crate) port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    pub(crate) fn start(master: u16) -> Sentinel {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {master} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n",
-                dir.path().display()
-            ),
-        )
-        .expect("sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server --sentinel");
-        let sentinel = Sentinel {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis_cli(port, &["ping"]) != "PONG" {
-            assert!(Instant::now() < deadline, "sentinel did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        sentinel
-    }
-
-    /// The master's port as this sentinel names it.
-    pub(crate) fn master(&self) -> Option<u16> {
-        redis_cli(self.port, &["sentinel", "get-master-addr-by-name", "main"])
-            .lines()
-            .nth(1)?
-            .trim()
-            .parse()
-            .ok()
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
