@@ -49,6 +49,21 @@ def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
 
 
+def redis_detail(ports):
+    """Redis CPU split into user and system time and the time spent inside each
+    command (INFO commandstats usec), in µs, summed over `ports`."""
+    out = {}
+    for port in ports:
+        info = redis_cli(port, "info", "cpu")
+        for kind in ("user", "sys"):
+            out[f"cpu_{kind}"] = out.get(f"cpu_{kind}", 0) + 1e6 * sum(
+                float(v) for v in re.findall(rf"used_cpu_{kind}:([\d.]+)", info))
+        stats = redis_cli(port, "info", "commandstats")
+        for name, usec in re.findall(r"cmdstat_([\w|]+):calls=\d+,usec=(\d+)", stats):
+            out[name] = out.get(name, 0) + int(usec)
+    return out
+
+
 def redis_counters(ports):
     """(script calls, Redis CPU seconds) summed over `ports`."""
     calls = cpu = 0.0
@@ -83,15 +98,17 @@ def verdict(logs):
     return pages, leaks, short, most
 
 
-def start_redis(work, cluster):
+def start_redis(work, cluster, pin):
+    """Redis (three Cluster masters with `cluster`), on the last core alone with `pin`."""
     started, ports = [], []
+    taskset = ["taskset", "-c", str(os.cpu_count() - 1)] if pin else []
     for _ in range(3 if cluster else 1):
         port = free_port()
         # A Cluster node also listens on port + 10000 (its bus): at most 55535.
         while cluster and port > 55535:
             port = free_port()
         extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"{work}/nodes-{port}.conf"] if cluster else []
-        started.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        started.append(subprocess.Popen([*taskset, "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", work, *extra], stdout=subprocess.DEVNULL))
         ports.append(port)
         wait_port(port)
@@ -116,7 +133,7 @@ def run(args, size, cluster, work):
     started = []
     redis_dir = f"{work}/redis-{size}{'-cluster' if cluster else ''}"
     os.makedirs(redis_dir, exist_ok=True)
-    redis_procs, redis_ports = start_redis(redis_dir, cluster)
+    redis_procs, redis_ports = start_redis(redis_dir, cluster, not args.together)
     started += redis_procs
     fleet = (f"    redis_cluster: [{', '.join(f'redis://127.0.0.1:{p}' for p in redis_ports)}]\n" if cluster
              else f"    redis: redis://127.0.0.1:{redis_ports[0]}/0\n")
@@ -157,6 +174,7 @@ def run(args, size, cluster, work):
                     pass
         time.sleep(1)
         calls0, cpu0 = redis_counters(redis_ports)
+        detail0 = redis_detail(redis_ports)
         wakes0 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
         shared = subprocess.Popen(["redis-cli", "-p", str(redis_ports[0]), "subscribe", "robotsgate:fleet"],
                                   stdout=subprocess.PIPE, text=True)
@@ -192,6 +210,7 @@ def run(args, size, cluster, work):
         elapsed = time.monotonic() - begin
         time.sleep(1)
         calls1, cpu1 = redis_counters(redis_ports)
+        detail1 = redis_detail(redis_ports)
         wakes1 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
         shared.terminate()
         messages = shared.communicate()[0].count("\nmessage\n")
@@ -203,6 +222,7 @@ def run(args, size, cluster, work):
             "rps": answered[0] / elapsed, "answered": answered[0], "pages": pages,
             "calls": (calls1 - calls0) / forwarded, "cpu_us": (cpu1 - cpu0) * 1e6 / forwarded,
             "deliveries": deliveries / forwarded, "leaks": leaks, "short": short, "most": most,
+            "detail": {k: (detail1.get(k, 0) - detail0.get(k, 0)) / forwarded for k in detail1},
         }
     finally:
         stop(started)
@@ -215,7 +235,16 @@ def main():
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--sizes", default="1,2,4,8")
     parser.add_argument("--cluster", action="store_true", help="also 8 instances on a three-master Cluster")
+    parser.add_argument("--together", action="store_true",
+                        help="Redis shares the cores with the load (by default it has the last core alone)")
+    parser.add_argument("--detail", action="store_true",
+                        help="also Redis' user and system CPU and the time inside each command, per forwarded request")
     args = parser.parse_args()
+    if not args.together:
+        # Redis alone on the last core, everything else (instances, origins, clients:
+        # children inherit this) on the others: Redis' CPU per request is then its own,
+        # not inflated by being preempted mid-script by the load it serves.
+        os.sched_setaffinity(0, set(range(os.cpu_count() - 1)))
     ensure_packages({"redis-server": "redis-server"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="robotsgate-fleet-scale-")
@@ -229,6 +258,9 @@ def main():
             label = f"{size}{' (Cluster)' if cluster else ''}"
             print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.2f} {r['cpu_us']:>12.1f} "
                   f"{r['deliveries']:>14.3f} {r['leaks']:>6} {r['short']:>10} {r['most']:>12}", flush=True)
+            if args.detail:
+                top = sorted(r["detail"].items(), key=lambda kv: -kv[1])[:8]
+                print("    µs/fwd: " + ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -812,26 +812,35 @@ impl Proxy {
     }
 
     /// The value of a metric (no labels) on the admin listener's `/metrics`.
+    /// A scrape that fails (a loaded CI machine can stall one past curl's
+    /// timeout) is retried until a deadline, so that `None` means the metric
+    /// is absent from a scrape that worked, not that the scrape failed.
     pub fn metric(&self, name: &str) -> Option<f64> {
-        let mut curl = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "curl"]);
-                c
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let page = loop {
+            let mut curl = match &self.netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns, "curl"]);
+                    c
+                }
+                None => Command::new("curl"),
+            };
+            let out = curl
+                .args([
+                    "-sf",
+                    "--max-time",
+                    "10",
+                    &format!("http://{}/metrics", self.admin),
+                ])
+                .output()
+                .ok()?;
+            if out.status.success() || Instant::now() > deadline {
+                break String::from_utf8_lossy(&out.stdout).into_owned();
             }
-            None => Command::new("curl"),
+            std::thread::sleep(Duration::from_millis(100));
         };
-        let out = curl
-            .args([
-                "-s",
-                "--max-time",
-                "5",
-                &format!("http://{}/metrics", self.admin),
-            ])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
+        page.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
