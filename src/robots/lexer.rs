@@ -21,6 +21,8 @@ pub(crate) enum Field {
     CrawlDelay,
     Host,
     CleanParam,
+    ContentUsage,
+    ContentSignal,
     Unknown,
 }
 
@@ -58,6 +60,10 @@ fn classify(key: &[u8]) -> Field {
         Field::Host
     } else if key.eq_ignore_ascii_case(b"clean-param") {
         Field::CleanParam
+    } else if key.eq_ignore_ascii_case(b"content-usage") {
+        Field::ContentUsage
+    } else if key.eq_ignore_ascii_case(b"content-signal") {
+        Field::ContentSignal
     } else {
         Field::Unknown
     }

@@ -31,12 +31,14 @@
 //! assert!(!robots.check(&["ExampleBot"], "/%70rivate").allowed);
 //! ```
 
+mod dictionary;
 mod diff;
 mod extensions;
 mod index;
 mod lexer;
 mod normalize;
 mod pattern;
+mod usage;
 
 use std::collections::HashMap;
 
@@ -46,6 +48,7 @@ pub use diff::RulesChange;
 pub use extensions::CleanParam;
 pub use lexer::MAX_LINE_BYTES;
 pub use normalize::{normalize_path, path_of_url, CanonicalPath};
+pub use usage::{Preference, Purpose, Purposes, Statement, Usage, UsageRule, UsageSource};
 
 use index::{IndexedRule, RuleIndex};
 use lexer::Field;
@@ -182,6 +185,8 @@ struct Extras {
     host: Option<Box<str>>,
     clean_params: Box<[CleanParam]>,
     truncated: bool,
+    /// `Content-Usage` and `Content-Signal` rules, when the file has any.
+    usage: Option<Box<usage::UsageRules>>,
 }
 
 /// What [`RobotsTxt::parse`] collects before the file is laid out.
@@ -195,6 +200,10 @@ struct Parsed {
     host: Option<String>,
     clean_params: Vec<CleanParam>,
     truncated: bool,
+    usage_rules: Vec<UsageRule>,
+    usage_patterns: Vec<Option<Pattern>>,
+    /// Parallel to `groups`: each merged group's usage rules.
+    usage_by_group: Vec<Box<[u32]>>,
 }
 
 /// A group while parsing, before merging.
@@ -203,6 +212,7 @@ struct SourceGroup {
     line: u32,
     rules: Vec<u32>,
     crawl_delay: Option<f64>,
+    usage: Vec<u32>,
 }
 
 enum Agent {
@@ -293,6 +303,7 @@ impl RobotsTxt {
                             line: record.line,
                             rules: Vec::new(),
                             crawl_delay: None,
+                            usage: Vec::new(),
                         });
                         after_rule = false;
                     }
@@ -361,6 +372,22 @@ impl RobotsTxt {
                         .clean_params
                         .extend(extensions::parse_clean_param(record.value, record.line));
                 }
+                Field::ContentUsage | Field::ContentSignal => {
+                    // A group member like the rules (aipref attach §3).
+                    let Some(group) = groups.last_mut() else {
+                        continue;
+                    };
+                    after_rule = true;
+                    let source = if record.field == Field::ContentUsage {
+                        UsageSource::ContentUsage
+                    } else {
+                        UsageSource::ContentSignal
+                    };
+                    let (rule, pattern) = usage::parse_rule(source, record.value, record.line);
+                    group.usage.push(robots.usage_rules.len() as u32);
+                    robots.usage_rules.push(rule);
+                    robots.usage_patterns.push(pattern);
+                }
                 Field::Unknown => {}
             }
         }
@@ -381,14 +408,29 @@ impl Parsed {
             host,
             clean_params,
             truncated,
+            usage_rules,
+            usage_patterns,
+            usage_by_group,
         } = self;
-        let rare = !sitemaps.is_empty() || host.is_some() || !clean_params.is_empty() || truncated;
+        let usage = (!usage_rules.is_empty()).then(|| {
+            Box::new(usage::UsageRules {
+                rules: usage_rules.into_boxed_slice(),
+                patterns: usage_patterns.into_boxed_slice(),
+                by_group: usage_by_group.into_boxed_slice(),
+            })
+        });
+        let rare = !sitemaps.is_empty()
+            || host.is_some()
+            || !clean_params.is_empty()
+            || truncated
+            || usage.is_some();
         let extras = rare.then(|| {
             Box::new(Extras {
                 sitemaps: sitemaps.into_boxed_str(),
                 host: host.map(String::into_boxed_str),
                 clean_params: clean_params.into_boxed_slice(),
                 truncated,
+                usage,
             })
         });
         RobotsTxt {
@@ -438,6 +480,12 @@ impl Parsed {
                     let id = GroupId(self.groups.len() as u32);
                     self.groups
                         .push(self.build_group(written, &sources, &groups, patterns));
+                    self.usage_by_group.push(
+                        sources
+                            .iter()
+                            .flat_map(|&g| groups[g].usage.iter().copied())
+                            .collect(),
+                    );
                     merged.insert(sources, id);
                     id
                 }
@@ -596,6 +644,25 @@ impl RobotsTxt {
     /// Every valid Yandex `Clean-param:`, in file order.
     pub fn clean_params(&self) -> &[CleanParam] {
         self.extras.as_ref().map_or(&[], |e| &e.clean_params)
+    }
+
+    /// The usage preferences that apply to a path (canonical) for the crawler of
+    /// `group` (see [`usage`]): only meaningful for a path the group allows.
+    pub fn usage(&self, group: Option<GroupId>, path: &CanonicalPath<'_>) -> Usage<'_> {
+        match (group, self.extras.as_ref().and_then(|e| e.usage.as_ref())) {
+            (Some(group), Some(rules)) => {
+                rules.decide(group.index(), &normalize::match_form(path.as_str()))
+            }
+            _ => Usage::NONE,
+        }
+    }
+
+    /// Every `Content-Usage` and `Content-Signal` rule, in file order.
+    pub fn usage_rules(&self) -> &[UsageRule] {
+        self.extras
+            .as_ref()
+            .and_then(|e| e.usage.as_ref())
+            .map_or(&[], |u| &u.rules)
     }
 
     /// True when the input was longer than [`MAX_ROBOTS_BYTES`] and its tail was ignored.

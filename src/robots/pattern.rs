@@ -166,7 +166,6 @@ impl Pattern {
     }
 
     /// Does the pattern match `path` (canonical)?
-    #[cfg(test)]
     pub(crate) fn matches(&self, path: &[u8]) -> bool {
         path.starts_with(self.prefix()) && self.matches_after_prefix(path)
     }
