@@ -3,14 +3,19 @@
 //! A line `{"id","robots","agent","url","allowed"}` checks a verdict; `"agent_tokens"`
 //! (an ordered token list) replaces `"agent"`. A line with `"crawl_delay_seconds"` (a
 //! number or `null`) checks the delay the crawler's group sets; a line may check both.
-//! Other fields are ignored. A line that cannot be read counts as a failure, it never
+//! A line with `"purpose"` (`search`, `train-ai`, `ai-input`) is judged for that purpose
+//! alone: its `"allowed"` is the final verdict, robots.txt rules and usage preferences
+//! together (`usage` settings at their defaults: unknown allows). Other fields are
+//! ignored. A line that cannot be read counts as a failure, it never
 //! stops the run.
 
 use std::io::{BufRead, Write};
 
 use serde::Deserialize;
 
-use crate::robots::RobotsTxt;
+use crate::config::{Purpose, UsageConfig, UsageMode};
+use crate::policy::usage::UsageCheck;
+use crate::robots::{CanonicalPath, Purposes, RobotsTxt};
 
 #[derive(Deserialize)]
 struct Case {
@@ -25,6 +30,8 @@ struct Case {
     url: Option<String>,
     #[serde(default)]
     allowed: Option<bool>,
+    #[serde(default)]
+    purpose: Option<String>,
     /// Present (possibly `null`) only on crawl-delay cases.
     #[serde(default, deserialize_with = "present")]
     crawl_delay_seconds: Option<Option<f64>>,
@@ -77,12 +84,30 @@ fn check_line(line: &str) -> Result<(), String> {
     if let Some(expected) = case.allowed {
         let url = case.url.as_deref().ok_or(format!("{}: no url", case.id))?;
         let verdict = robots.check(&tokens, url);
-        if verdict.allowed != expected {
+        let mut allowed = verdict.allowed;
+        let mut why = verdict.to_string();
+        if let Some(label) = &case.purpose {
+            let purpose = Purpose::from_label(label)
+                .ok_or(format!("{}: `{label}` is not a purpose", case.id))?;
+            let group = robots.group_for(&tokens);
+            let usage = robots.usage(group, &CanonicalPath::from_url(url));
+            let check = UsageCheck::new(
+                Purposes::NONE.with(purpose),
+                UsageMode::Enforce,
+                &UsageConfig::default(),
+            );
+            let judged = check.judge(&usage);
+            if allowed && judged.refused {
+                allowed = false;
+                why = format!("usage: {}", judged.header());
+            }
+        }
+        if allowed != expected {
             return Err(format!(
-                "{}: {url} for {tokens:?}: expected {}, got {} ({verdict})",
+                "{}: {url} for {tokens:?}: expected {}, got {} ({why})",
                 case.id,
                 word(expected),
-                word(verdict.allowed),
+                word(allowed),
             ));
         }
         checked = true;

@@ -8,7 +8,9 @@
 //! is judged as itself rather than by whatever its User-Agent header claims.
 //!
 //! The file holds bcrypt hashes (`htpasswd -B` writes the same format; so does
-//! `robotsgate passwd`), one `user:hash[:Token1,Token2]` per line. bcrypt is slow on
+//! `robotsgate passwd`), one `user:hash[:Token1,Token2[:purpose,purpose]]` per line; the
+//! purposes (`search`, `train-ai`, `ai-input`) are what the user's content is for, judged
+//! against the sites' usage preferences (`policy::usage`). bcrypt is slow on
 //! purpose (tens of milliseconds), which an on-every-request check cannot pay, so a
 //! verified header is remembered by its SHA-256 digest (never the password itself) and
 //! later requests with the same header cost one hash-map lookup. Verifications run on
@@ -33,6 +35,8 @@ pub struct Identity {
     /// robots.txt product tokens this user is judged as, most specific first; empty means
     /// the usual agent rules apply.
     pub tokens: Vec<String>,
+    /// What this user fetches for; empty means the usual agent rules apply.
+    pub purposes: crate::robots::Purposes,
 }
 
 /// Why a request was not admitted: the `reason` label of the refusal counter.
@@ -194,7 +198,8 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
     Some((user, decoded[colon + 1..].to_vec()))
 }
 
-/// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2]` per line, `#` comments.
+/// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2[:purposes]]` per line,
+/// `#` comments.
 fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
     let mut users = HashMap::new();
     for (n, line) in text.lines().enumerate() {
@@ -203,7 +208,7 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
             continue;
         }
         let at = || format!("line {}", n + 1);
-        let mut fields = line.splitn(3, ':');
+        let mut fields = line.splitn(4, ':');
         let user = fields.next().unwrap_or_default();
         let hash = fields.next().unwrap_or_default();
         if user.is_empty() {
@@ -227,9 +232,23 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
                     .collect()
             })
             .unwrap_or_default();
+        let mut purposes = crate::robots::Purposes::NONE;
+        for label in fields.next().unwrap_or_default().split(',').map(str::trim) {
+            if label.is_empty() {
+                continue;
+            }
+            let purpose = crate::config::Purpose::from_label(label).ok_or_else(|| {
+                format!(
+                    "{}: user `{user}`: `{label}` is not a purpose (search, train-ai, ai-input)",
+                    at()
+                )
+            })?;
+            purposes = purposes.with(purpose);
+        }
         let identity = Arc::new(Identity {
             user: user.to_string(),
             tokens,
+            purposes,
         });
         let entry = User {
             hash: hash.to_string(),

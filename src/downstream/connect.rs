@@ -136,6 +136,7 @@ impl Tunnels {
                 user_agent: user_agent.as_deref(),
                 tokens,
                 user: None,
+                purposes: None,
             };
             self.blind(l4, origin, &who, started, None).await;
             return None;
@@ -327,6 +328,7 @@ impl Tunnels {
                 user_agent: None,
                 tokens: None,
                 user: None,
+                purposes: None,
             };
             self.blind(l4, origin, &who, started, Some(destination))
                 .await;

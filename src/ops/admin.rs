@@ -35,13 +35,14 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::config::OnUnavailable;
+use crate::config::{OnUnavailable, Purpose, UsageMode};
 use crate::enforce::{judge, Decision, Enforcer, Judgement};
 use crate::origin::store::{OriginStore, Policy, Snapshot};
 use crate::pacing::shared::ScheduleKeys;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Origin, Scheme, Target};
-use crate::robots::{Reason, RobotsTxt};
+use crate::policy::usage::UsageCheck;
+use crate::robots::{Purposes, Reason, RobotsTxt};
 
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
@@ -263,6 +264,10 @@ impl AdminApp {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "totals": totals,
+            "usage": crate::telemetry::usage::refused_share()
+                .into_iter()
+                .map(|(purpose, judged, refused)| json!({"purpose": purpose, "judged": judged, "refused": refused}))
+                .collect::<Vec<_>>(),
             "mode": self.enforcer.agents.mode_label(),
             "origins_held": self.enforcer.store.len(),
             "queued": self.enforcer.pacer.queued(),
@@ -317,11 +322,23 @@ impl AdminApp {
 
     async fn check(&self, query: &str) -> Response<Vec<u8>> {
         let (mut url, mut agent, mut client) = (None, None, None);
+        let mut purposes: Option<Purposes> = None;
         for (key, value) in form_urlencoded::parse(query.as_bytes()) {
             match key.as_ref() {
                 "url" => url = Some(value.into_owned()),
                 "agent" => agent = Some(value.into_owned()),
                 "client" => client = Some(value.into_owned()),
+                "purpose" => {
+                    for label in value.split(',').filter(|l| !l.is_empty()) {
+                        let Some(purpose) = Purpose::from_label(label) else {
+                            return error(
+                                400,
+                                format!("purpose: `{label}` is not search, train-ai or ai-input"),
+                            );
+                        };
+                        purposes = Some(purposes.unwrap_or_default().with(purpose));
+                    }
+                }
                 _ => {}
             }
         }
@@ -341,9 +358,18 @@ impl AdminApp {
         let tokens = self.enforcer.tokens(&who);
         let mode = self.enforcer.reports(&who);
         let report = mode.report;
+        // `purpose=` judges for those purposes, in the client's usage mode (enforce when
+        // that is off, so the check says what enforcing would do).
+        let mut usage = self.enforcer.usage_check(&who);
+        if let Some(purposes) = purposes {
+            usage.purposes = purposes;
+            if usage.mode == UsageMode::Off {
+                usage.mode = UsageMode::Enforce;
+            }
+        }
         let (decision, snapshot) = self
             .enforcer
-            .decide_explained(&target, &tokens, report, None)
+            .decide_explained(&target, &tokens, report, usage, None)
             .await;
         let mut out = json!({
             "url": url,
@@ -357,11 +383,16 @@ impl AdminApp {
                 why,
                 pace,
                 reported,
+                usage: verdict,
             } => {
+                if let Some(verdict) = verdict {
+                    out["usage_header"] = json!(verdict.header());
+                }
                 match reported {
                     Some(reply) => {
-                        out["decision"] = json!("would_disallow");
-                        out["why"] = json!(reply.would_disallow());
+                        let reported = reply.reported();
+                        out["decision"] = json!(reported.outcome.label());
+                        out["why"] = json!(reported.header);
                     }
                     None => {
                         out["decision"] = json!("allowed");
@@ -403,6 +434,9 @@ impl AdminApp {
                     out["rule"] = json!(format!("{rule}"));
                     out["pattern"] = json!(rule.pattern);
                     out["line"] = json!(rule.line);
+                }
+                if usage.active() && verdict.allowed {
+                    out["usage"] = usage_explained(robots, group, &target, &usage);
                 }
             }
             out["robots"] = robots_state(&self.enforcer.store, &target.origin, &snapshot);
@@ -569,4 +603,39 @@ mod tests {
         assert!(parse_origin("example.com").is_err());
         assert!(parse_origin("ftp://example.com").is_err());
     }
+}
+
+/// `/check`'s usage details: per declared purpose, the statement that applied (its line,
+/// text and rule), what it says and the result, and whether the request is refused.
+fn usage_explained(
+    robots: &RobotsTxt,
+    group: Option<crate::robots::GroupId>,
+    target: &Target,
+    check: &UsageCheck,
+) -> Value {
+    let usage = robots.usage(group, &target.path);
+    let verdict = check.judge(&usage);
+    let purposes: Vec<_> = verdict
+        .purposes()
+        .map(|v| {
+            let rule = usage.preference(v.purpose).1;
+            json!({
+                "purpose": v.purpose.label(),
+                "preference": v.preference.token(),
+                "result": if v.refused { "refused" } else { "allowed" },
+                "line": v.line,
+                "source": v.source.map(|s| s.label()),
+                "rule": rule.map(ToString::to_string),
+            })
+        })
+        .collect();
+    json!({
+        "mode": match check.mode {
+            UsageMode::Enforce => "enforce",
+            UsageMode::Report => "report",
+            UsageMode::Off => "off",
+        },
+        "refused": verdict.refused,
+        "purposes": purposes,
+    })
 }

@@ -22,15 +22,21 @@
 
 use std::net::IpAddr;
 
-use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode};
+use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode, UsageConfig};
+use crate::policy::usage::UsageCheck;
+use crate::robots::Purposes;
 
 /// Resolves which robots.txt tokens a request is judged as (see the module docs).
 pub struct AgentResolver {
     rules: Vec<AgentRule>,
     default_tokens: Vec<String>,
     from_user_agent: bool,
+    /// Purposes of requests whose rule or user declares none.
+    default_purposes: Purposes,
     /// Who is in report mode.
     enforce: EnforceConfig,
+    /// The usage check's settings.
+    usage: UsageConfig,
 }
 
 /// The tokens for one request, borrowed from configuration or from the header, and
@@ -119,6 +125,8 @@ pub struct Requester<'a> {
     pub tokens: Option<&'a [String]>,
     /// The authenticated proxy user's name.
     pub user: Option<&'a str>,
+    /// The authenticated proxy user's purposes, when its credentials line names any.
+    pub purposes: Option<Purposes>,
 }
 
 impl<'a> Requester<'a> {
@@ -139,6 +147,7 @@ impl<'a> Requester<'a> {
             user_agent,
             tokens: None,
             user: None,
+            purposes: None,
         }
     }
 }
@@ -154,13 +163,41 @@ pub fn product_token(user_agent: &str) -> Option<&str> {
 
 impl AgentResolver {
     /// The resolver for `robotsgate.agent` and `robotsgate.enforce`.
-    pub fn new(config: &AgentConfig, enforce: &EnforceConfig) -> AgentResolver {
+    pub fn new(
+        config: &AgentConfig,
+        enforce: &EnforceConfig,
+        usage: &UsageConfig,
+    ) -> AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
             default_tokens: config.default_tokens.clone(),
             from_user_agent: config.from_user_agent,
+            default_purposes: config.default_purposes.iter().copied().collect(),
             enforce: enforce.clone(),
+            usage: usage.clone(),
         }
+    }
+
+    /// The usage check for `who`: its purposes (its user's, else its agent rule's, else
+    /// `agent.default_purposes`) and its mode (`usage.users`, else its agent rule's
+    /// `usage_mode`, else `usage.mode`). As for tokens and mode, an authenticated
+    /// client's own text chooses nothing.
+    pub fn usage_for(&self, who: &Requester<'_>) -> UsageCheck {
+        let rule = self.rule(who.client, who.trusted_text());
+        let purposes = who
+            .purposes
+            .filter(|p| !p.is_empty())
+            .or_else(|| {
+                rule.and_then(|r| r.purposes.as_ref())
+                    .map(|p| p.iter().copied().collect())
+            })
+            .unwrap_or(self.default_purposes);
+        let mode = who
+            .user
+            .and_then(|u| self.usage.users.get(u).copied())
+            .or_else(|| rule.and_then(|r| r.usage_mode))
+            .unwrap_or(self.usage.mode);
+        UsageCheck::new(purposes, mode, &self.usage)
     }
 
     /// The tokens for a request: its user's, else the configured rules' and defaults'.
@@ -264,7 +301,7 @@ mod tests {
 
     fn resolver(yaml: &str) -> AgentResolver {
         let config: AgentConfig = serde_yaml::from_str(yaml).expect("agent config");
-        AgentResolver::new(&config, &EnforceConfig::default())
+        AgentResolver::new(&config, &EnforceConfig::default(), &UsageConfig::default())
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub enum Outcome {
     WouldDisallow,
     /// Refused by a robots.txt rule (403).
     Disallowed,
+    /// Forwarded in report mode, though the site's usage preferences refuse it.
+    WouldUsageRefuse,
+    /// Refused by the site's usage preferences for the crawler's purposes (403).
+    UsageRefused,
     /// robots.txt could not be read (503/502).
     RobotsUnreachable,
     /// `/robots.txt` answered from the store.
@@ -32,10 +36,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Allowed,
         Outcome::WouldDisallow,
         Outcome::Disallowed,
+        Outcome::WouldUsageRefuse,
+        Outcome::UsageRefused,
         Outcome::RobotsUnreachable,
         Outcome::RobotsTxtCached,
         Outcome::EgressDenied,
@@ -51,6 +57,8 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::WouldDisallow => "would_disallow",
             Outcome::Disallowed => "disallowed",
+            Outcome::WouldUsageRefuse => "would_usage_refuse",
+            Outcome::UsageRefused => "usage_refused",
             Outcome::RobotsUnreachable => "robots_unreachable",
             Outcome::RobotsTxtCached => "robots_txt_cached",
             Outcome::EgressDenied => "egress_denied",

@@ -24,10 +24,11 @@ use pingora::ErrorSource;
 use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
 use crate::enforce::{
-    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit,
+    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit, Reported,
 };
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
+use crate::policy::usage::{header_statements, origin_header_member, UsageVerdict};
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Mode, Outcome};
 
@@ -91,9 +92,11 @@ enum Stage {
         allowed: Allowed,
         /// What set its delay.
         rule: DelayRule,
-        /// Report mode: the `X-Robots-Decision` of the refusal it replaces, and the
-        /// robots.txt line that would have refused it.
-        would_disallow: Option<(String, Option<u32>)>,
+        /// Report mode: the refusal it replaces (its `X-Robots-Decision`, line and
+        /// outcome).
+        reported: Option<Reported>,
+        /// The usage verdict for the crawler's purposes, marked on the response.
+        usage: Option<UsageVerdict>,
         /// The pacing turn, held until the origin's exchange has ended.
         permit: Permit,
         upstream_status: Option<u16>,
@@ -234,6 +237,27 @@ pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
         ) => ExchangeEnd::OriginFailed,
         _ => ExchangeEnd::Cut(Cut::Other),
     }
+}
+
+/// The `X-Robots-Usage` of a forwarded response: the usage verdict for the crawler's
+/// purposes, then the origin's own `Content-Usage`/`Content-Signal` headers (relayed
+/// unchanged, counted, and named here: they govern the use of what was received, so
+/// they never turn the response into an error). `None` when there is nothing to say.
+fn usage_mark(verdict: Option<&UsageVerdict>, response: &ResponseHeader) -> Option<String> {
+    let mut mark = verdict.map(UsageVerdict::header).unwrap_or_default();
+    for (name, content_signal) in [("content-usage", false), ("content-signal", true)] {
+        for value in response.headers.get_all(name) {
+            let value = value.as_bytes();
+            for (purpose, preference) in header_statements(content_signal, value) {
+                crate::telemetry::usage::record_header(purpose, preference);
+            }
+            if !mark.is_empty() {
+                mark.push_str(", ");
+            }
+            mark.push_str(&origin_header_member(content_signal, value));
+        }
+    }
+    (!mark.is_empty()).then_some(mark)
 }
 
 /// Response headers only robotsgate sets: an origin's own are removed before
@@ -405,15 +429,17 @@ impl ProxyHttp for RobotsGateProxy {
                 .and_then(|v| v.to_str().ok()),
             tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
             user: ctx.client.identity.as_ref().map(|u| u.user.as_str()),
+            purposes: ctx.client.identity.as_ref().map(|u| u.purposes),
         };
         let tokens = self.enforcer.tokens(&who);
         ctx.tokens_from = tokens.source();
         let mode = self.enforcer.reports(&who);
         ctx.mode_from = mode.from.label();
         let report = mode.report;
+        let usage = self.enforcer.usage_check(&who);
         let (decision, _) = self
             .enforcer
-            .decide_explained(&target, &tokens, report, destination)
+            .decide_explained(&target, &tokens, report, usage, destination)
             .await;
         ctx.target = Some(target);
         match decision {
@@ -422,6 +448,7 @@ impl ProxyHttp for RobotsGateProxy {
                 why,
                 pace,
                 reported,
+                usage,
             } => {
                 // Queue for the pacing slot; a client that hangs up meanwhile gives up
                 // its place (watching the connection is only safe without a body).
@@ -451,7 +478,8 @@ impl ProxyHttp for RobotsGateProxy {
                             addr,
                             allowed: why,
                             rule: pace.rule,
-                            would_disallow: reported.map(|r| (r.would_disallow(), r.line())),
+                            reported: reported.map(|r| r.reported()),
+                            usage,
                             permit,
                             upstream_status: None,
                             failed: None,
@@ -551,14 +579,18 @@ impl ProxyHttp for RobotsGateProxy {
         if let Stage::Forwarded {
             permit,
             upstream_status,
-            would_disallow,
+            reported,
+            usage,
             ..
         } = &mut ctx.stage
         {
             *upstream_status = Some(status);
             // Report mode: the client sees what enforcing would have said.
-            if let Some((header, _)) = would_disallow {
-                upstream_response.insert_header("X-Robots-Decision", header.as_str())?;
+            if let Some(reported) = reported {
+                upstream_response.insert_header("X-Robots-Decision", reported.header.as_str())?;
+            }
+            if let Some(mark) = usage_mark(usage.as_ref(), upstream_response) {
+                upstream_response.insert_header("X-Robots-Usage", mark)?;
             }
             let retry_after = upstream_response
                 .headers
@@ -693,11 +725,11 @@ impl ProxyHttp for RobotsGateProxy {
             (
                 Stage::Forwarded {
                     failed: None,
-                    would_disallow: Some(_),
+                    reported: Some(reported),
                     ..
                 },
                 None,
-            ) => Outcome::WouldDisallow,
+            ) => reported.outcome,
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
         };
@@ -718,28 +750,39 @@ impl ProxyHttp for RobotsGateProxy {
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
         // The exchange is over: its turns end as it did (held a while more when cut).
-        let (pacing_wait, upstream_status, line, why, delay_rule) =
+        let (pacing_wait, upstream_status, line, why, delay_rule, usage) =
             match std::mem::take(&mut ctx.stage) {
-                Stage::Received => (0.0, None, None, Why::Answer(String::new()), None),
-                Stage::Answered { why, line, .. } => (0.0, None, line, Why::Answer(why), None),
+                Stage::Received => (0.0, None, None, Why::Answer(String::new()), None, None),
+                Stage::Answered { why, line, .. } => {
+                    (0.0, None, line, Why::Answer(why), None, None)
+                }
                 Stage::Forwarded {
                     allowed,
                     rule,
-                    would_disallow,
+                    reported,
                     permit,
                     upstream_status,
                     failed,
+                    usage,
                     ..
                 } => {
-                    let (line, why) = match (would_disallow, allowed) {
-                        (Some((header, line)), _) => (line, Why::Answer(header)),
+                    let (line, why) = match (reported, allowed) {
+                        (Some(reported), _) => (reported.line, Why::Answer(reported.header)),
                         (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
                         (None, _) => (None, Why::Allowed(allowed)),
                     };
                     let why = failed.map_or(why, Why::Answer);
                     let waited = permit.waited.as_secs_f64();
                     permit.end(exchange_end(error));
-                    (waited, upstream_status, line, why, Some(rule.label()))
+                    let usage = usage.map(|u| u.header());
+                    (
+                        waited,
+                        upstream_status,
+                        line,
+                        why,
+                        Some(rule.label()),
+                        usage,
+                    )
                 }
             };
         if !crate::telemetry::logging::access_enabled() {
@@ -767,6 +810,7 @@ impl ProxyHttp for RobotsGateProxy {
             why: &why,
             pacing_wait_seconds: pacing_wait,
             delay_rule,
+            usage: usage.as_deref(),
             duration_seconds: elapsed,
             error: error.map(|e| e as &dyn std::fmt::Display),
         }

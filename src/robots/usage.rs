@@ -24,52 +24,25 @@ use serde::Serialize;
 use super::dictionary::{self, Value};
 use super::pattern::{Pattern, Priority};
 
-/// A use a crawler's operator declares for what it fetches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Purpose {
-    /// Building a search index and showing links and short excerpts (`search`).
-    #[serde(rename = "search")]
-    Search,
-    /// Training or fine-tuning AI models (`train-ai`; Content-Signal's `ai-train`).
-    #[serde(rename = "train-ai")]
-    TrainAi,
-    /// Input to an AI model at answer time: RAG, grounding (`ai-input`, Content-Signal
-    /// only).
-    #[serde(rename = "ai-input")]
-    AiInput,
+pub use crate::config::Purpose;
+
+/// A purpose's slot in [`Purposes`] and [`Usage`].
+fn index(purpose: Purpose) -> usize {
+    match purpose {
+        Purpose::Search => 0,
+        Purpose::TrainAi => 1,
+        Purpose::AiInput => 2,
+    }
 }
 
-impl Purpose {
-    /// Every purpose, in label order of the configuration.
-    pub const ALL: [Purpose; 3] = [Purpose::Search, Purpose::TrainAi, Purpose::AiInput];
-
-    /// The configuration's and the metrics' name: `search`, `train-ai`, `ai-input`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Purpose::Search => "search",
-            Purpose::TrainAi => "train-ai",
-            Purpose::AiInput => "ai-input",
-        }
-    }
-
-    /// The purpose a label names.
-    pub fn from_label(label: &str) -> Option<Purpose> {
-        Purpose::ALL.into_iter().find(|p| p.label() == label)
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The key that states this purpose's preference in a rule of `source`.
-    fn key(self, source: UsageSource) -> Option<&'static [u8]> {
-        match (source, self) {
-            (_, Purpose::Search) => Some(b"search"),
-            (UsageSource::ContentSignal, Purpose::TrainAi) => Some(b"ai-train"),
-            (_, Purpose::TrainAi) => Some(b"train-ai"),
-            (UsageSource::ContentSignal, Purpose::AiInput) => Some(b"ai-input"),
-            (_, Purpose::AiInput) => None,
-        }
+/// The key that states `purpose`'s preference in a rule of `source`.
+fn key(purpose: Purpose, source: UsageSource) -> Option<&'static [u8]> {
+    match (source, purpose) {
+        (_, Purpose::Search) => Some(b"search"),
+        (UsageSource::ContentSignal, Purpose::TrainAi) => Some(b"ai-train"),
+        (_, Purpose::TrainAi) => Some(b"train-ai"),
+        (UsageSource::ContentSignal, Purpose::AiInput) => Some(b"ai-input"),
+        (_, Purpose::AiInput) => None,
     }
 }
 
@@ -83,12 +56,12 @@ impl Purposes {
 
     /// The set with `purpose` added.
     pub fn with(self, purpose: Purpose) -> Purposes {
-        Purposes(self.0 | 1 << purpose.index())
+        Purposes(self.0 | 1 << index(purpose))
     }
 
     /// Is `purpose` in the set?
     pub fn contains(self, purpose: Purpose) -> bool {
-        self.0 & 1 << purpose.index() != 0
+        self.0 & 1 << index(purpose) != 0
     }
 
     /// True for the empty set.
@@ -196,7 +169,7 @@ impl Statement {
         };
         let mut statement = Statement::default();
         for purpose in Purpose::ALL {
-            let Some(key) = purpose.key(source) else {
+            let Some(key) = key(purpose, source) else {
                 continue;
             };
             let value = members.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -229,13 +202,13 @@ impl Statement {
             Preference::Allow => 1,
             Preference::Refuse => 2,
         };
-        let shift = purpose.index() * 2;
+        let shift = index(purpose) * 2;
         Statement(self.0 & !(3 << shift) | bits << shift)
     }
 
     /// The preference this statement gives `purpose`.
     pub fn preference(self, purpose: Purpose) -> Preference {
-        match self.0 >> (purpose.index() * 2) & 3 {
+        match self.0 >> (index(purpose) * 2) & 3 {
             1 => Preference::Allow,
             2 => Preference::Refuse,
             _ => Preference::Unknown,
@@ -332,7 +305,7 @@ impl<'a> Usage<'a> {
     /// The preference for `purpose`, and the statement it comes from (`None`: no
     /// statement applies, or none of those that apply says anything of it).
     pub fn preference(&self, purpose: Purpose) -> (Preference, Option<&'a UsageRule>) {
-        self.applied[purpose.index()]
+        self.applied[index(purpose)]
     }
 }
 
@@ -363,7 +336,7 @@ impl UsageRules {
                 usage = Usage::NONE;
             }
             for purpose in Purpose::ALL {
-                let (held, from) = usage.applied[purpose.index()];
+                let (held, from) = usage.applied[index(purpose)];
                 let stated = rule.prefs.preference(purpose);
                 let combined = held.and(stated);
                 // The statement named is the first that stated the combined value.
@@ -373,7 +346,7 @@ impl UsageRules {
                 } else {
                     from
                 };
-                usage.applied[purpose.index()] = (combined, from);
+                usage.applied[index(purpose)] = (combined, from);
             }
         }
         usage

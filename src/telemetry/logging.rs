@@ -97,6 +97,9 @@ pub struct AccessRecord<'a> {
     /// What set the forwarded request's delay (`crawl-delay`, `floor`, `override`,
     /// `none`); `None` for robotsgate's own answers.
     pub delay_rule: Option<&'a str>,
+    /// The usage verdict for the crawler's purposes (`X-Robots-Usage`'s form), when
+    /// one was judged and the request forwarded.
+    pub usage: Option<&'a str>,
     pub duration_seconds: f64,
     pub error: Option<&'a dyn Display>,
 }
@@ -155,6 +158,9 @@ impl AccessRecord<'_> {
         f.seconds("pacing_wait_seconds", self.pacing_wait_seconds);
         if let Some(rule) = self.delay_rule {
             f.text("delay_rule", rule);
+        }
+        if let Some(usage) = self.usage {
+            f.text("usage", usage);
         }
         f.seconds("duration_seconds", self.duration_seconds);
         if let Some(error) = self.error {
@@ -362,6 +368,7 @@ mod tests {
             why: &"no matching rule",
             pacing_wait_seconds: 2.5e-6,
             delay_rule: Some("none"),
+            usage: None,
             duration_seconds: 0.25,
             error: None,
         }

@@ -5,3 +5,4 @@
 pub mod logging;
 pub mod metrics;
 pub mod sink;
+pub mod usage;

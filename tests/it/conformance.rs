@@ -40,6 +40,13 @@ fn crawl_delay_cases_all_pass() {
 }
 
 #[test]
+fn usage_cases_all_pass() {
+    let (tally, out) = run_library("usage_cases.jsonl");
+    assert_eq!(tally.failed, 0, "{out}");
+    assert_eq!(tally.passed, case_count("usage_cases.jsonl"));
+}
+
+#[test]
 fn command_prints_summary_last_and_exits_zero() {
     let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
         .arg("conformance")

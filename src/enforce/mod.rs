@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::PacingKey;
+use crate::config::UsageMode;
 use crate::config::{Config, ExchangeBounds};
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
@@ -31,7 +32,11 @@ pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::EgressPolicy;
 use crate::policy::overrides::Overrides;
 use crate::policy::target::{Origin, Target};
+use crate::policy::usage::{UsageCheck, UsageVerdict};
 use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
+
+mod reply;
+pub use reply::{Reply, Reported};
 
 /// Why a request may go through; small and `Copy`, formatted only when logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,154 +235,15 @@ pub enum Decision {
         why: Allowed,
         /// Its pacing schedule and delay.
         pace: Pace,
-        /// Report mode: what enforcing would have answered instead (a robots.txt refusal).
+        /// Report mode: what enforcing would have answered instead (a robots.txt or a
+        /// usage refusal).
         reported: Option<Box<Reply>>,
+        /// The usage verdict for the crawler's declared purposes (none declared, or
+        /// `usage.mode: off`: `None`), to mark the response with (`X-Robots-Usage`).
+        usage: Option<UsageVerdict>,
     },
     /// Answer the client with this; the origin is not contacted.
     Respond(Reply),
-}
-
-/// What robotsgate answers instead of the origin, and why.
-#[derive(Debug)]
-pub enum Reply {
-    /// A robots.txt rule disallows the path (or the spelling a lenient origin may read).
-    Disallowed {
-        /// The robots.txt that decided.
-        robots_url: String,
-        /// The canonical path judged.
-        path: String,
-        /// The rule as written (`Disallow: /private`), its canonical pattern and line.
-        rule: String,
-        /// The deciding rule's canonical pattern.
-        pattern: String,
-        /// The deciding rule's line.
-        line: u32,
-        /// The lenient origin's reading that was disallowed, when it was that one.
-        read_as: Option<String>,
-    },
-    /// The client's own request for `/robots.txt`, answered from this snapshot.
-    RobotsTxt {
-        /// The origin's robots.txt URL.
-        robots_url: String,
-        /// The snapshot the copy is served from.
-        snapshot: Arc<Snapshot>,
-    },
-    /// robots.txt cannot be read and no copy is held: nothing may be fetched.
-    RobotsUnreachable {
-        /// The origin's robots.txt URL.
-        robots_url: String,
-        /// The snapshot saying why (cause, retry time).
-        snapshot: Arc<Snapshot>,
-    },
-    /// The destination is refused (port, address range).
-    EgressDenied(String),
-    /// An operator override (`pacing.overrides`) blocks the host.
-    Blocked {
-        /// The override's host pattern.
-        pattern: String,
-        /// Its reason, if given.
-        reason: Option<String>,
-    },
-    /// A redirected connection's original destination is not an address of the origin
-    /// its request names (`Host`, or the TLS SNI): its robots.txt does not govern what
-    /// that address serves (409, as Squid's `host_verify_strict`).
-    HostMismatch {
-        /// The origin the request names.
-        origin: String,
-        /// Where the client's connection was going.
-        destination: SocketAddr,
-    },
-    /// The origin's name does not resolve (while its robots.txt is held).
-    DnsFailure {
-        /// The origin whose name failed.
-        origin: String,
-        /// What the resolver said.
-        error: ResolveError,
-    },
-}
-
-impl Reply {
-    /// In report mode, the `X-Robots-Decision` of the forwarded response: `would-disallow;`
-    /// and what enforcing would have said (`robots=…; rule=…; line=…`, or the unreadable
-    /// robots.txt's reason).
-    pub fn would_disallow(&self) -> String {
-        let header = self.answer().header;
-        let rest = header.strip_prefix("disallowed; ").unwrap_or(&header);
-        format!("would-disallow; {rest}")
-    }
-
-    /// The robots.txt line behind the reply, when a rule decided.
-    pub fn line(&self) -> Option<u32> {
-        match self {
-            Reply::Disallowed { line, .. } => Some(*line),
-            _ => None,
-        }
-    }
-
-    /// The answer the client gets: the one rendering of a decision robotsgate answers.
-    pub fn answer(&self) -> Answer {
-        match self {
-            Reply::Disallowed {
-                robots_url,
-                path,
-                rule,
-                pattern,
-                line,
-                read_as,
-            } => {
-                let read_as = read_as
-                    .as_ref()
-                    .map(|l| format!(" (read as {l}, as origins may)"))
-                    .unwrap_or_default();
-                let mut answer = Answer::text(
-                    403,
-                    Outcome::Disallowed,
-                    format!("disallowed; robots=\"{robots_url}\"; rule=\"{pattern}\"; line={line}"),
-                    format!("robotsgate: {path}{read_as} is disallowed by {robots_url}: {rule}"),
-                );
-                answer.rule_line = Some(*line);
-                answer
-            }
-            Reply::RobotsTxt {
-                robots_url,
-                snapshot,
-            } => robots_txt_answer(snapshot, robots_url),
-            Reply::RobotsUnreachable {
-                robots_url,
-                snapshot,
-            } => unreachable_answer(snapshot, robots_url),
-            Reply::EgressDenied(why) => egress_denied(why.clone()),
-            Reply::Blocked { pattern, reason } => {
-                let reason = reason.as_deref().unwrap_or("blocked by the operator");
-                Answer::text(
-                    403,
-                    Outcome::Blocked,
-                    format!("blocked; override=\"{pattern}\"; reason=\"{}\"", reason.replace('"', "'")),
-                    format!("robotsgate: {pattern} is blocked by the operator (pacing.overrides): {reason}"),
-                )
-            }
-            Reply::HostMismatch {
-                origin,
-                destination,
-            } => Answer::text(
-                409,
-                Outcome::BadRequest,
-                format!(
-                    "refused; reason=\"host-mismatch\"; origin=\"{origin}\"; destination=\"{destination}\""
-                ),
-                format!("robotsgate: the connection was going to {destination}, which is not an address of {origin} (as robotsgate resolves it); its robots.txt cannot vouch for that server"),
-            ),
-            Reply::DnsFailure { origin, error } => Answer::text(
-                502,
-                Outcome::UpstreamError,
-                format!(
-                    "dns-failure; reason=\"{}\"; origin=\"{origin}\"",
-                    error.cause
-                ),
-                format!("robotsgate: {error}"),
-            ),
-        }
-    }
 }
 
 /// A path judged against a held robots.txt (pure): the verdict, the group it came from,
@@ -497,7 +363,7 @@ impl Enforcer {
             fleet,
             resolver,
             egress,
-            agents: AgentResolver::new(&config.agent, &config.enforce),
+            agents: AgentResolver::new(&config.agent, &config.enforce, &config.usage),
             overrides: Overrides::new(&config.pacing.overrides),
             bounds: config.exchange_bounds(),
         })
@@ -517,9 +383,21 @@ impl Enforcer {
         destination: Option<SocketAddr>,
     ) -> Decision {
         let tokens = self.tokens(who);
-        self.decide_explained(target, &tokens, self.reports(who).report, destination)
-            .await
-            .0
+        let usage = self.agents.usage_for(who);
+        self.decide_explained(
+            target,
+            &tokens,
+            self.reports(who).report,
+            usage,
+            destination,
+        )
+        .await
+        .0
+    }
+
+    /// The usage check for `who`: its declared purposes and usage mode.
+    pub fn usage_check(&self, who: &Requester<'_>) -> UsageCheck {
+        self.agents.usage_for(who)
     }
 
     /// Is `who` in report mode (`enforce.mode`, `report_clients`, `report_users`, or
@@ -545,6 +423,7 @@ impl Enforcer {
         target: &Target,
         tokens: &Tokens<'_>,
         report: bool,
+        usage: UsageCheck,
         destination: Option<SocketAddr>,
     ) -> (Decision, Option<Arc<Snapshot>>) {
         let origin = &target.origin;
@@ -574,7 +453,11 @@ impl Enforcer {
             return (Decision::Respond(reply), None);
         }
         let (entry, snapshot) = self.store.get(origin).await;
-        let operator = Operator { applied, report };
+        let operator = Operator {
+            applied,
+            report,
+            usage,
+        };
         let decision = self.decide_on(target, tokens, &resolved, (&entry, &snapshot), operator);
         (decision, Some(snapshot))
     }
@@ -587,7 +470,11 @@ impl Enforcer {
         tokens: &Tokens<'_>,
         resolved: &Result<Vec<IpAddr>, ResolveError>,
         (entry, snapshot): (&Arc<OriginEntry>, &Arc<Snapshot>),
-        Operator { applied, report }: Operator<'_>,
+        Operator {
+            applied,
+            report,
+            usage: check,
+        }: Operator<'_>,
     ) -> Decision {
         let origin = &target.origin;
         let config = self.pacer.config();
@@ -596,7 +483,8 @@ impl Enforcer {
         let forward = |why: Allowed,
                        group: String,
                        crawl_delay: Option<f64>,
-                       reported: Option<Reply>| match &resolved {
+                       reported: Option<Reply>,
+                       usage: Option<UsageVerdict>| match &resolved {
             Ok(addrs) => {
                 let override_delay = applied.and_then(|a| a.entry.delay_seconds).map(|s| s.get());
                 let (delay, rule) = self.pacer.delay_for(
@@ -624,6 +512,7 @@ impl Enforcer {
                         robots_fetched_at: snapshot.fetched_at,
                     },
                     reported: reported.map(Box::new),
+                    usage,
                 }
             }
             Err(e) => Decision::Respond(Reply::DnsFailure {
@@ -664,7 +553,43 @@ impl Enforcer {
                     Reason::NoMatchingRule => Allowed::NoMatchingRule,
                 };
                 if verdict.allowed {
-                    return forward(why, group_name(), robots.crawl_delay(group), None);
+                    let delay = robots.crawl_delay(group);
+                    if !check.active() {
+                        return forward(why, group_name(), delay, None, None);
+                    }
+                    // The usage preferences of the path (and, failing closed, of the
+                    // spelling a lenient origin may read), for the declared purposes.
+                    let judged = check.judge(&robots.usage(group, &target.path));
+                    let judged = match target.lenient_path() {
+                        Some(lenient) => {
+                            let other = check.judge(&robots.usage(group, &lenient));
+                            if other.refused && !judged.refused {
+                                other
+                            } else {
+                                judged
+                            }
+                        }
+                        None => judged,
+                    };
+                    crate::telemetry::usage::record_verdict(&judged);
+                    if !judged.refused {
+                        return forward(why, group_name(), delay, None, Some(judged));
+                    }
+                    let refused = judged.first_refused();
+                    let purpose = refused.map_or(crate::config::Purpose::TrainAi, |v| v.purpose);
+                    let rule = robots.usage(group, &target.path).preference(purpose).1;
+                    let refusal = Reply::UsageRefused {
+                        robots_url: robots_url(),
+                        path: target.path.to_string(),
+                        purpose,
+                        rule: rule.map(ToString::to_string),
+                        line: refused.and_then(|v| v.line),
+                        verdict: judged,
+                    };
+                    if check.mode == UsageMode::Report {
+                        return forward(why, group_name(), delay, Some(refusal), Some(judged));
+                    }
+                    return Decision::Respond(refusal);
                 }
                 let refusal = Reply::Disallowed {
                     robots_url: robots_url(),
@@ -678,18 +603,45 @@ impl Enforcer {
                     read_as: read_as.map(|l| l.to_string()),
                 };
                 if report {
-                    return forward(why, group_name(), robots.crawl_delay(group), Some(refusal));
+                    let delay = robots.crawl_delay(group);
+                    return forward(why, group_name(), delay, Some(refusal), None);
                 }
                 Decision::Respond(refusal)
             }
-            Policy::AllowAll { .. } => forward(Allowed::NoRobotsTxt, String::new(), None, None),
+            Policy::AllowAll { .. } => {
+                // No robots.txt: no usage preferences either, every purpose unknown.
+                let usage = check.active().then(|| {
+                    let judged = check.judge(&crate::robots::Usage::NONE);
+                    crate::telemetry::usage::record_verdict(&judged);
+                    judged
+                });
+                match usage.filter(|u| u.refused && check.mode == UsageMode::Enforce) {
+                    Some(judged) => Decision::Respond(Reply::UsageRefused {
+                        robots_url: robots_url(),
+                        path: target.path.to_string(),
+                        purpose: judged
+                            .first_refused()
+                            .map_or(crate::config::Purpose::TrainAi, |v| v.purpose),
+                        rule: None,
+                        line: None,
+                        verdict: judged,
+                    }),
+                    None => forward(Allowed::NoRobotsTxt, String::new(), None, None, usage),
+                }
+            }
             Policy::DisallowAll { .. } => {
                 let refusal = Reply::RobotsUnreachable {
                     robots_url: robots_url(),
                     snapshot: snapshot.clone(),
                 };
                 if report {
-                    return forward(Allowed::NoRobotsTxt, String::new(), None, Some(refusal));
+                    return forward(
+                        Allowed::NoRobotsTxt,
+                        String::new(),
+                        None,
+                        Some(refusal),
+                        None,
+                    );
                 }
                 Decision::Respond(refusal)
             }
@@ -697,71 +649,14 @@ impl Enforcer {
     }
 }
 
-/// What the operator set for one request: the host's override, and report mode.
+/// What the operator set for one request: the host's override, report mode, and the
+/// usage check.
 #[derive(Clone, Copy)]
 struct Operator<'a> {
     applied: Option<crate::policy::overrides::Applied<'a>>,
     report: bool,
-}
-
-/// Whole seconds until `at` (at least 1), for `Retry-After`.
-fn retry_seconds(at: Option<Instant>) -> u64 {
-    at.map_or(1, |at| {
-        at.saturating_duration_since(Instant::now())
-            .as_secs_f64()
-            .ceil()
-            .max(1.0) as u64
-    })
-}
-
-/// The answer while an origin's robots.txt cannot be read and no copy is held: 503 with
-/// `Retry-After`, or 502 when the origin's certificate fails verification (no retry will
-/// fix that soon). The cause is named either way (`reason="http-500"`, `timeout`, …).
-fn unreachable_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
-    let why = match &snapshot.policy {
-        Policy::DisallowAll { why } => why,
-        _ => &snapshot.last_outcome,
-    };
-    let cause = snapshot.cause().unwrap_or("unknown");
-    let retry = retry_seconds(snapshot.retry_at());
-    let status = if crate::origin::fetch::is_certificate_failure(cause) {
-        502
-    } else {
-        503
-    };
-    let mut answer = Answer::text(
-        status,
-        Outcome::RobotsUnreachable,
-        format!("robots-unreachable; robots=\"{robots_url}\"; reason=\"{cause}\"; retry-after={retry}"),
-        format!("robotsgate: {why} ({cause}); nothing on this origin may be fetched until {robots_url} can be read. Retry in {retry} s."),
-    );
-    answer.retry_after = Some(retry);
-    answer
-}
-
-/// A client's request for `/robots.txt` itself, answered from the store: the held copy
-/// (also a stale one kept while the origin fails), 404 when the origin has none, or the
-/// unreachable answer.
-fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
-    match &snapshot.policy {
-        Policy::Rules(file) => Answer {
-            status: 200,
-            decision: Outcome::RobotsTxtCached,
-            header: format!("robots-txt-from-cache; robots=\"{robots_url}\""),
-            content_type: "text/plain",
-            body: bytes::Bytes::copy_from_slice(&file.body),
-            retry_after: None,
-            rule_line: None,
-            challenge: None,
-        },
-        Policy::AllowAll { why } => Answer::text(
-            404,
-            Outcome::RobotsTxtCached,
-            format!("robots-txt-from-cache; robots=\"{robots_url}\"; none"),
-            format!("robotsgate: {why}"),
-        ),
-        Policy::DisallowAll { .. } => unreachable_answer(snapshot, robots_url),
-    }
+    /// The usage check for the crawler's declared purposes.
+    usage: UsageCheck,
 }
 
 impl Enforcer {

@@ -13,6 +13,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+mod usage;
+pub use usage::{Purpose, RefuseWhen, UnknownUsage, UsageConfig, UsageMode};
+
 /// The whole file, as far as robotsgate is concerned.
 #[derive(Debug, Default, Deserialize)]
 struct File {
@@ -56,6 +59,8 @@ pub struct Config {
     pub enforce: EnforceConfig,
     /// Listeners for connections the kernel redirects to robotsgate.
     pub transparent: TransparentConfig,
+    /// AI-use preferences (Content-Usage, Content-Signal) for the declared purposes.
+    pub usage: UsageConfig,
 }
 
 /// `transparent`: listeners for crawler connections the kernel redirects to robotsgate
@@ -157,6 +162,7 @@ impl Default for Config {
             fleet: FleetConfig::default(),
             enforce: EnforceConfig::default(),
             transparent: TransparentConfig::default(),
+            usage: UsageConfig::default(),
         }
     }
 }
@@ -245,6 +251,8 @@ pub enum OnUnavailable {
 pub struct AgentConfig {
     /// Token list for requests no rule matches.
     pub default_tokens: Vec<String>,
+    /// Purposes of requests whose rule (or user) declares none; empty: no usage check.
+    pub default_purposes: Vec<Purpose>,
     /// First matching rule wins.
     pub rules: Vec<AgentRule>,
     /// With no rule and no default, judge a request by its User-Agent header's product
@@ -257,6 +265,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
             default_tokens: Vec::new(),
+            default_purposes: Vec::new(),
             rules: Vec::new(),
             from_user_agent: true,
         }
@@ -284,6 +293,13 @@ pub struct AgentRule {
     /// from their own text, whatever this says.
     #[serde(default)]
     pub trust_client_text: bool,
+    /// What the requests this rule matches fetch for (`search`, `train-ai`,
+    /// `ai-input`); unset: `agent.default_purposes`.
+    #[serde(default)]
+    pub purposes: Option<Vec<Purpose>>,
+    /// Their usage mode; unset: `usage.mode`.
+    #[serde(default)]
+    pub usage_mode: Option<UsageMode>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -1044,6 +1060,14 @@ impl Config {
                     "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
                 )));
             }
+            if matches!(rule.usage_mode, Some(UsageMode::Report | UsageMode::Off))
+                && rule.user_agent_contains.is_some()
+                && !rule.trust_client_text
+            {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.agent.rules[{i}].usage_mode`: usage checks relaxed by user_agent_contains, text any client can send to have refused content forwarded; match on `client` (an address), use usage.users, or set trust_client_text: true on this rule to accept it"
+                )));
+            }
         }
         self.pacing.validate()?;
         self.fleet.validate()?;
@@ -1161,13 +1185,13 @@ mod tests {
 
     #[test]
     fn shipped_config_parses() {
-        let text = include_str!("../conf/robotsgate.yaml");
+        let text = include_str!("../../conf/robotsgate.yaml");
         let config = Config::from_yaml(text).expect("shipped config is valid");
         assert!(config.egress.allowed_ports.iter().any(|p| p.contains(443)));
-        let text = include_str!("../conf/production.yaml");
+        let text = include_str!("../../conf/production.yaml");
         let config = Config::from_yaml(text).expect("production config is valid");
         assert!(config.tls.ca_key.is_some());
-        let text = include_str!("../conf/fleet.yaml");
+        let text = include_str!("../../conf/fleet.yaml");
         let config = Config::from_yaml(text).expect("fleet config is valid");
         assert!(config.fleet.enabled());
         assert_eq!(config.fleet.on_unavailable, OnUnavailable::Local);

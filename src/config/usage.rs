@@ -1,0 +1,94 @@
+//! `usage` and the purposes crawlers declare: how a site's AI-use preferences
+//! (robots.txt `Content-Usage` and `Content-Signal`, see `robots::usage`) are enforced.
+//!
+//! A crawler's purposes are the operator's word, never the client's:
+//! `agent.rules[].purposes`, a proxy user's purposes (`access.credentials_file`) and
+//! `agent.default_purposes`. A crawler with no purpose gets no usage check.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A use a crawler's operator declares for what it fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Purpose {
+    /// Building a search index and showing links and short excerpts (`search`).
+    #[serde(rename = "search")]
+    Search,
+    /// Training or fine-tuning AI models (`train-ai`; Content-Signal's `ai-train`).
+    #[serde(rename = "train-ai")]
+    TrainAi,
+    /// Input to an AI model at answer time: RAG, grounding (`ai-input`; only
+    /// Content-Signal states it).
+    #[serde(rename = "ai-input")]
+    AiInput,
+}
+
+impl Purpose {
+    /// Every purpose.
+    pub const ALL: [Purpose; 3] = [Purpose::Search, Purpose::TrainAi, Purpose::AiInput];
+
+    /// The configuration's and the metrics' name: `search`, `train-ai`, `ai-input`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Purpose::Search => "search",
+            Purpose::TrainAi => "train-ai",
+            Purpose::AiInput => "ai-input",
+        }
+    }
+
+    /// The purpose a label names.
+    pub fn from_label(label: &str) -> Option<Purpose> {
+        Purpose::ALL.into_iter().find(|p| p.label() == label)
+    }
+}
+
+/// `usage`: what is done with a request whose declared purposes the site refuses.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UsageConfig {
+    /// For every request not given another mode below or by its agent rule.
+    pub mode: UsageMode,
+    /// A purpose the site states nothing about (or nothing readable).
+    pub unknown: UnknownUsage,
+    /// Refuse when every declared purpose is refused (`all`) or when one is (`any`).
+    pub refuse_when: RefuseWhen,
+    /// Proxy users (`access.credentials_file`) with their own mode.
+    pub users: BTreeMap<String, UsageMode>,
+}
+
+/// `usage.mode` (and `agent.rules[].usage_mode`, `usage.users`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageMode {
+    /// A refused request gets a 403 (`usage-refused`); the origin sees nothing.
+    #[default]
+    Enforce,
+    /// Forwarded, marked `would-usage-refuse`, counted and logged.
+    Report,
+    /// No usage check.
+    Off,
+}
+
+/// `usage.unknown`: a purpose with no stated preference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownUsage {
+    /// Counts as allowed (aipref: an unknown preference neither grants nor restricts).
+    #[default]
+    Allow,
+    /// Counts as refused (a fleet that only uses what it was granted).
+    Refuse,
+}
+
+/// `usage.refuse_when`: how the declared purposes' verdicts combine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefuseWhen {
+    /// Refused only when every declared purpose is refused: the content is still
+    /// usable for the others, and `X-Robots-Usage` tells the pipeline which.
+    #[default]
+    All,
+    /// Refused when any declared purpose is.
+    Any,
+}
