@@ -57,6 +57,10 @@ enum Command {
         /// specific first); empty: the usual agent rules apply.
         #[arg(long, value_delimiter = ',')]
         tokens: Vec<String>,
+        /// What this user's crawls fetch for (`search`, `train-ai`, `ai-input`;
+        /// comma-separated), judged against sites' usage preferences.
+        #[arg(long, value_delimiter = ',')]
+        purposes: Vec<String>,
         /// bcrypt cost (each verification takes 2^cost rounds; remembered after).
         #[arg(long, default_value_t = 10)]
         cost: u32,
@@ -132,7 +136,12 @@ impl Cli {
                 );
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Passwd { user, tokens, cost } => {
+            Command::Passwd {
+                user,
+                tokens,
+                purposes,
+                cost,
+            } => {
                 let mut password = String::new();
                 std::io::stdin().read_line(&mut password)?;
                 let password = password.trim_end_matches(['\n', '\r']);
@@ -141,7 +150,9 @@ impl Cli {
                 }
                 println!(
                     "{}",
-                    crate::downstream::access::credentials_line(&user, password, &tokens, cost)?
+                    crate::downstream::access::credentials_line(
+                        &user, password, &tokens, &purposes, cost
+                    )?
                 );
                 Ok(ExitCode::SUCCESS)
             }

@@ -266,16 +266,27 @@ pub fn credentials_line(
     user: &str,
     password: &str,
     tokens: &[String],
+    purposes: &[String],
     cost: u32,
 ) -> anyhow::Result<String> {
     if user.is_empty() || user.contains([':', '\n']) {
         anyhow::bail!("a user name must be non-empty and contain no `:`");
     }
+    if let Some(bad) = purposes
+        .iter()
+        .find(|p| crate::config::Purpose::from_label(p).is_none())
+    {
+        anyhow::bail!("`{bad}` is not a purpose (search, train-ai, ai-input)");
+    }
     let hash = bcrypt::hash(password, cost)?;
     let mut line = format!("{user}:{hash}");
-    if !tokens.is_empty() {
+    if !tokens.is_empty() || !purposes.is_empty() {
         line.push(':');
         line.push_str(&tokens.join(","));
+    }
+    if !purposes.is_empty() {
+        line.push(':');
+        line.push_str(&purposes.join(","));
     }
     Ok(line)
 }
@@ -322,10 +333,41 @@ mod tests {
 
     #[tokio::test]
     async fn basic_auth_with_tokens() {
-        let line = credentials_line("news", "s3cret", &["AcmeNews".into(), "AcmeBot".into()], 4)
-            .expect("hash");
-        let other = credentials_line("plain", "pw", &[], 4).expect("hash");
-        let policy = policy(&format!("# team accounts\n{line}\n\n{other}\n"));
+        let line = credentials_line(
+            "news",
+            "s3cret",
+            &["AcmeNews".into(), "AcmeBot".into()],
+            &[],
+            4,
+        )
+        .expect("hash");
+        let other = credentials_line("plain", "pw", &[], &[], 4).expect("hash");
+        let trainer = credentials_line(
+            "trainer",
+            "pw",
+            &[],
+            &["train-ai".into(), "search".into()],
+            4,
+        )
+        .expect("hash");
+        assert!(trainer.ends_with("::train-ai,search"), "{trainer}");
+        assert!(credentials_line("x", "pw", &[], &["ai-train".into()], 4).is_err());
+        let policy = policy(&format!("# team accounts\n{line}\n\n{other}\n{trainer}\n"));
+        let trainer = policy
+            .authenticate(Some(&basic("trainer", "pw")))
+            .await
+            .expect("valid")
+            .expect("identity");
+        assert!(trainer.tokens.is_empty());
+        assert_eq!(
+            trainer.purposes,
+            [
+                crate::config::Purpose::TrainAi,
+                crate::config::Purpose::Search
+            ]
+            .into_iter()
+            .collect()
+        );
         let identity = policy
             .authenticate(Some(&basic("news", "s3cret")))
             .await
@@ -356,11 +398,15 @@ mod tests {
                 "line 1: user `alice` has no bcrypt hash",
             ),
             ("# c\n:$2b$04$abc\n", "line 2: no user name"),
+            (
+                "bob:$2b$04$Bll7FjXq6C5mzO0AOSwA0uYQ3EIcymYyQOPIKh8yVpFNHq0OFbpD6::ai-train\n",
+                "line 1: user `bob`: `ai-train` is not a purpose",
+            ),
         ] {
             let err = parse_credentials(text).err().expect(text);
             assert!(err.contains(needle), "{err}");
         }
-        let line = credentials_line("a", "pw", &[], 4).expect("hash");
+        let line = credentials_line("a", "pw", &[], &[], 4).expect("hash");
         let err = parse_credentials(&format!("{line}\n{line}\n"))
             .err()
             .expect("dup");

@@ -29,3 +29,4 @@ mod status_page;
 mod systemd;
 mod transparent;
 mod turns;
+mod usage;

@@ -1,0 +1,361 @@
+//! AI-use preferences at the egress, over real sockets: robots.txt `Content-Usage`
+//! (aipref) and `Content-Signal` judged for each crawler's declared purposes, refused
+//! before pacing (the origin sees nothing), reported, explained by `/check`, counted, and
+//! the origin's own usage headers relayed and marked.
+
+use std::process::{Command, Stdio};
+
+use crate::common::{curl, Behaviour, Proxy, TestOrigin};
+
+/// draft-ietf-aipref-attach §3's example file.
+const ATTACH: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: / train-ai=y\n";
+
+/// Crawlers told apart by their User-Agent, each with its operator-declared purposes.
+const PURPOSES: &str = "  log_format: json\n  agent:\n    default_tokens: [OtherBot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [OtherBot]\n        purposes: [train-ai]\n      - user_agent_contains: indexer\n        tokens: [OtherBot]\n        purposes: [search]\n      - user_agent_contains: both\n        tokens: [OtherBot]\n        purposes: [search, train-ai]\n";
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn metric(proxy: &Proxy, name: &str) -> f64 {
+    proxy.metric(name).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attach_example_is_judged_for_each_declared_purpose() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let proxy = Proxy::start_for_loopback(PURPOSES);
+    let robots_url = origin.url("/robots.txt");
+
+    // A training crawler: `/test` is refused before anything reaches the origin.
+    let (status, head, body) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
+    assert_eq!(status, 403, "{head}");
+    assert_eq!(
+        header(&head, "X-Robots-Decision"),
+        Some(
+            format!(
+                "usage-refused; robots=\"{robots_url}\"; purpose=train-ai; line=4; rule=\"Content-Usage: / train-ai=n (line 4)\""
+            )
+            .as_str()
+        ),
+        "{head}"
+    );
+    assert!(
+        body.contains("/test may not be used for train-ai")
+            && body.contains("Content-Usage: / train-ai=n (line 4)"),
+        "{body}"
+    );
+    // The longer path allows it; a disallowed path gets the usual robots.txt 403.
+    let (status, head, _) = curl(&proxy, &origin.url("/ai-ok/test"), &["-A", "trainer/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some("train-ai=y;line=5;source=content-usage")
+    );
+    let (status, head, _) = curl(&proxy, &origin.url("/never/test"), &["-A", "trainer/1"]);
+    assert_eq!(status, 403);
+    assert!(
+        header(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("disallowed;")),
+        "{head}"
+    );
+    // A search crawler: nothing stated for search, unknown allows (the default).
+    let (status, head, _) = curl(&proxy, &origin.url("/test?s"), &["-A", "indexer/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header(&head, "X-Robots-Usage"), Some("search=unknown"));
+    // Both purposes: refused only when every one is (`refuse_when: all`), and marked so
+    // the pipeline keeps the preference with the content.
+    let (status, head, _) = curl(&proxy, &origin.url("/test?b"), &["-A", "both/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some("search=unknown, train-ai=n;line=4;source=content-usage")
+    );
+    // No purpose declared: no usage check, no mark.
+    let (status, head, _) = curl(&proxy, &origin.url("/test?plain"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(header(&head, "X-Robots-Usage"), None, "{head}");
+
+    // What the origin received: never the refused or the disallowed request.
+    let arrived: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(
+        arrived,
+        [
+            "/robots.txt",
+            "/ai-ok/test",
+            "/test?s",
+            "/test?b",
+            "/test?plain"
+        ]
+    );
+    let refused =
+        "robotsgate_requests_total{decision=\"usage_refused\",mode=\"explicit\",scheme=\"http\"}";
+    assert_eq!(metric(&proxy, refused), 1.0);
+    let verdict = |purpose: &str, result: &str, source: &str| {
+        metric(
+            &proxy,
+            &format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"{source}\"}}"),
+        )
+    };
+    assert_eq!(verdict("train-ai", "refuse", "content-usage"), 2.0);
+    assert_eq!(verdict("train-ai", "allow", "content-usage"), 1.0);
+    assert_eq!(verdict("search", "unknown", "none"), 2.0);
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"decision\":\"usage_refused\"")
+                && l.contains("\"line\":4")
+                && l.contains("\"path\":\"/test\"")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l
+                .contains("\"usage\":\"search=unknown, train-ai=n;line=4;source=content-usage\"")),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
+    let robots = "# BEGIN Cloudflare Managed content\nUser-agent: *\nContent-Signal: search=yes,ai-train=no\nAllow: /\n\nUser-agent: CCBot\nDisallow: /\n# END Cloudflare Managed Content\n\nUser-agent: *\nDisallow: /admin/\nContent-Usage: /rag/ train-ai=y\n\nUser-agent: RagBot\nContent-Signal: ai-input=no\n";
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let proxy = Proxy::start_for_loopback(
+        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: indexer\n        tokens: [ExampleBot]\n        purposes: [search]\n      - user_agent_contains: rag\n        tokens: [RagBot, ExampleBot]\n        purposes: [ai-input]\n      - user_agent_contains: grounding\n        tokens: [ExampleBot]\n        purposes: [ai-input]\n",
+    );
+    // The managed `ai-train=no` applies to the merged `*` group.
+    let (status, head, _) = curl(&proxy, &origin.url("/page"), &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        head.contains(
+            "purpose=train-ai; line=3; rule=\"Content-Signal: search=yes,ai-train=no (line 3)\""
+        ),
+        "{head}"
+    );
+    // The site's own longer path wins over the group-wide signal.
+    let (status, head, _) = curl(&proxy, &origin.url("/rag/doc"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some("train-ai=y;line=12;source=content-usage")
+    );
+    // Search is welcome; the site's own Disallow still applies.
+    let (status, head, _) = curl(&proxy, &origin.url("/page"), &["-A", "indexer/1"]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some("search=y;line=3;source=content-signal")
+    );
+    let (status, head, _) = curl(&proxy, &origin.url("/admin/x"), &["-A", "indexer/1"]);
+    assert_eq!(status, 403);
+    assert!(head.contains("X-Robots-Decision: disallowed"), "{head}");
+    // `ai-input` exists only in Content-Signal: refused for RagBot's own group, unknown
+    // (allowed) under the `*` group.
+    let (status, head, _) = curl(&proxy, &origin.url("/page"), &["-A", "rag/1"]);
+    assert_eq!(status, 403, "{head}");
+    assert!(head.contains("purpose=ai-input; line=15"), "{head}");
+    let (status, head, _) = curl(&proxy, &origin.url("/page?g"), &["-A", "grounding/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header(&head, "X-Robots-Usage"), Some("ai-input=unknown"));
+    assert_eq!(origin.count("/page"), 1, "the indexer's");
+    assert_eq!(origin.count("/page?g"), 1);
+    assert_eq!(origin.count("/admin/x"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
+    let origin = TestOrigin::start(vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
+        (
+            "/page",
+            Behaviour::with_headers(
+                200,
+                &[
+                    ("Content-Usage", "train-ai=n"),
+                    ("Content-Signal", "search=yes, ai-input=no"),
+                    ("X-Robots-Usage", "train-ai=y"),
+                ],
+                "content\n",
+            ),
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  agent:\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n",
+    );
+    // No purpose declared: relayed unchanged and marked; the fetch has happened, so a
+    // response header never turns into an error.
+    let (status, head, body) = curl(&proxy, &origin.url("/page"), &[]);
+    assert_eq!((status, body.as_str()), (200, "content\n"), "{head}");
+    assert_eq!(header(&head, "Content-Usage"), Some("train-ai=n"));
+    assert_eq!(
+        header(&head, "Content-Signal"),
+        Some("search=yes, ai-input=no")
+    );
+    // The origin's forged X-Robots-Usage is replaced by robotsgate's own.
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some(
+            r#"origin-content-usage="train-ai=n", origin-content-signal="search=yes, ai-input=no""#
+        ),
+        "{head}"
+    );
+    assert_eq!(head.matches("X-Robots-Usage").count(), 1, "{head}");
+    // With a purpose: the robots.txt verdict first, then the origin's headers.
+    let (status, head, _) = curl(&proxy, &origin.url("/page"), &["-A", "trainer/1"]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some(
+            r#"train-ai=unknown, origin-content-usage="train-ai=n", origin-content-signal="search=yes, ai-input=no""#
+        )
+    );
+    let header_verdict = |purpose: &str, result: &str| {
+        metric(
+            &proxy,
+            &format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"header\"}}"),
+        )
+    };
+    assert_eq!(header_verdict("train-ai", "refuse"), 2.0);
+    assert_eq!(header_verdict("search", "allow"), 2.0);
+    assert_eq!(header_verdict("ai-input", "refuse"), 2.0);
+    assert_eq!(origin.count("/page"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_mode_forwards_marks_counts_and_logs() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let proxy = Proxy::start_for_loopback(&format!(
+        "{PURPOSES}      - client: 127.0.0.0/8\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        usage_mode: off\n  usage:\n    mode: report\n"
+    ));
+    let (status, head, _) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        header(&head, "X-Robots-Decision"),
+        Some(
+            format!(
+                "would-usage-refuse; robots=\"{}\"; purpose=train-ai; line=4; rule=\"Content-Usage: / train-ai=n (line 4)\"",
+                origin.url("/robots.txt")
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(
+        header(&head, "X-Robots-Usage"),
+        Some("train-ai=n;line=4;source=content-usage")
+    );
+    // A rule's own `usage_mode: off`: no check at all.
+    let (status, head, _) = curl(&proxy, &origin.url("/test?off"), &["-A", "curl/8"]);
+    assert_eq!(status, 200);
+    assert_eq!(header(&head, "X-Robots-Usage"), None, "{head}");
+    assert_eq!(header(&head, "X-Robots-Decision"), None, "{head}");
+    assert_eq!((origin.count("/test"), origin.count("/test?off")), (1, 1));
+    assert_eq!(
+        metric(
+            &proxy,
+            "robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",scheme=\"http\"}"
+        ),
+        1.0
+    );
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"decision\":\"would_usage_refuse\"")
+                && l.contains("would-usage-refuse")
+                && l.contains("\"line\":4")),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_explains_the_statement_per_purpose() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let proxy = Proxy::start_for_loopback("  agent:\n    default_tokens: [OtherBot]\n");
+    let check = |query: &str| -> serde_json::Value {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://{}/check?{query}", proxy.admin)])
+            .output()
+            .expect("curl");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let url = origin.url("/test");
+    let v = check(&format!("url={url}&purpose=train-ai"));
+    assert_eq!(v["decision"], "usage_refused", "{v}");
+    assert_eq!(v["status"], 403);
+    let purpose = &v["usage"]["purposes"][0];
+    assert_eq!(purpose["purpose"], "train-ai");
+    assert_eq!(purpose["line"], 4);
+    assert_eq!(purpose["result"], "refused");
+    assert_eq!(purpose["rule"], "Content-Usage: / train-ai=n (line 4)");
+    let v = check(&format!("url={url}&purpose=search,train-ai"));
+    assert_eq!(v["decision"], "allowed", "{v}");
+    assert_eq!(
+        v["usage_header"],
+        "search=unknown, train-ai=n;line=4;source=content-usage"
+    );
+    let v = check(&format!("url={}&purpose=train-ai", origin.url("/ai-ok/x")));
+    assert_eq!(v["decision"], "allowed");
+    assert_eq!(v["usage"]["purposes"][0]["line"], 5);
+    // Without `purpose`, this client declares none: no usage check.
+    let v = check(&format!("url={url}"));
+    assert_eq!(v["decision"], "allowed");
+    assert!(v["usage"].is_null(), "{v}");
+    let v = check(&format!("url={url}&purpose=ai-train"));
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("ai-train")),
+        "{v}"
+    );
+    assert_eq!(origin.count("/test"), 0, "/check never fetches the page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_statement_is_unknown_and_the_configuration_decides() {
+    let robots = "User-agent: *\nContent-Usage: train-ai=N, search=y\n";
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let yaml = "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n";
+    let allowing = Proxy::start_for_loopback(yaml);
+    let (status, head, _) = curl(&allowing, &origin.url("/a"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header(&head, "X-Robots-Usage"), Some("train-ai=unknown"));
+    let refusing = Proxy::start_for_loopback(&format!("{yaml}  usage:\n    unknown: refuse\n"));
+    let (status, head, body) = curl(&refusing, &origin.url("/b"), &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        head.contains("usage-refused;") && head.contains("purpose=train-ai; reason=unknown"),
+        "{head}"
+    );
+    assert!(body.contains("usage.unknown is refuse"), "{body}");
+    assert_eq!(origin.count("/a"), 1);
+    assert_eq!(origin.count("/b"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_users_purposes_come_from_its_credentials_line() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let mut passwd = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(["passwd", "trainer", "--cost", "4", "--purposes", "train-ai"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("robotsgate passwd");
+    std::io::Write::write_all(&mut passwd.stdin.take().expect("stdin"), b"pw\n").expect("write");
+    let line = String::from_utf8(passwd.wait_with_output().expect("passwd").stdout).expect("utf-8");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("credentials");
+    std::fs::write(&file, line).expect("write credentials");
+    // The user's purposes win over the default, whatever its User-Agent says.
+    let proxy = Proxy::start_for_loopback(&format!(
+        "  access:\n    credentials_file: {}\n  agent:\n    default_tokens: [OtherBot]\n    default_purposes: [search]\n",
+        file.display()
+    ));
+    let (status, head, _) = curl(
+        &proxy,
+        &origin.url("/test"),
+        &["-U", "trainer:pw", "-A", "indexer/1"],
+    );
+    assert_eq!(status, 403, "{head}");
+    assert!(head.contains("purpose=train-ai; line=4"), "{head}");
+    assert_eq!(origin.count("/test"), 0);
+}
