@@ -373,11 +373,14 @@ impl RobotsTxt {
                         .extend(extensions::parse_clean_param(record.value, record.line));
                 }
                 Field::ContentUsage | Field::ContentSignal => {
-                    // A group member like the rules (aipref attach §3).
+                    // A member of the group it is in (aipref attach §3), but unlike the
+                    // Allow/Disallow rules it does not end the group's user-agent list:
+                    // `User-agent: a / Content-Usage: … / User-agent: b / Disallow: /`
+                    // keeps `a` under the Disallow, so adding a usage rule can never
+                    // change what robots.txt allows (README, "Usage preferences").
                     let Some(group) = groups.last_mut() else {
                         continue;
                     };
-                    after_rule = true;
                     let source = if record.field == Field::ContentUsage {
                         UsageSource::ContentUsage
                     } else {

@@ -491,10 +491,13 @@ mod tests {
             applied(robots, "GPTBot", "/page"),
             [(U, None), (U, None), (U, None)]
         );
-        // A usage rule ends a group's user-agent list, as a Disallow does.
+        // A usage rule does not end a group's user-agent list (a Disallow does): `a`
+        // keeps the Disallow below, and both names share the usage rule.
         let robots = "User-agent: a\nContent-Usage: train-ai=n\nUser-agent: b\nDisallow: /x\n";
         assert_eq!(applied(robots, "a", "/p")[1], (N, Some(2)));
-        assert_eq!(applied(robots, "b", "/p")[1], (U, None));
+        assert_eq!(applied(robots, "b", "/p")[1], (N, Some(2)));
+        let parsed = crate::robots::RobotsTxt::parse(robots.as_bytes());
+        assert!(!parsed.check(&["a"], "/x").allowed);
         // Before any group: ignored; no group for the crawler: nothing applies.
         assert_eq!(
             applied("Content-Usage: train-ai=n\n", "a", "/p")[1],

@@ -650,3 +650,35 @@ async fn a_half_closed_tunnel_still_gets_its_response() {
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.contains("page /half"), "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
+    let s = Setup::start(
+        "  agent:\n    default_tokens: [OtherBot]\n    default_purposes: [train-ai]\n",
+    )
+    .await;
+    let origin = s
+        .origin("User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n")
+        .await;
+    let (status, head, _) = s.curl(&origin.url("/test"));
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        head.contains("X-Robots-Decision: usage-refused; robots=\"https://localhost:")
+            && head.contains("purpose=train-ai; line=4"),
+        "{head}"
+    );
+    let (status, head, _) = s.curl(&origin.url("/ai-ok/test"));
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("X-Robots-Usage: train-ai=y;line=5;source=content-usage"),
+        "{head}"
+    );
+    let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(seen, ["/robots.txt", "/ai-ok/test"]);
+    assert_eq!(
+        s.metric(
+            "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",scheme=\"https\"}"
+        ),
+        1.0
+    );
+}

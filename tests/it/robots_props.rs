@@ -53,6 +53,45 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
 
+    /// Usage rules (`Content-Usage`, `Content-Signal`) never change what robots.txt
+    /// allows: the file with them interleaved anywhere decides every path exactly as the
+    /// file without them, for every agent (so a usage verdict, judged only on allowed
+    /// paths, can never turn a disallow into an allow).
+    #[test]
+    fn usage_rules_never_change_the_allow_verdict(
+        lines in proptest::collection::vec(prop_oneof![
+            prop_oneof![Just("a"), Just("b"), Just("*")].prop_map(|a| format!("User-agent: {a}")),
+            (any::<bool>(), "/[ab/*]{0,5}[$]?").prop_map(|(allow, p)| {
+                format!("{}: {p}", if allow { "Allow" } else { "Disallow" })
+            }),
+            Just("Crawl-delay: 1".to_string()),
+        ], 0..16),
+        usage in proptest::collection::vec((0usize..17, prop_oneof![
+            "Content-Usage: (/[ab/*]{0,4} )?(train-ai|search)=[yn]",
+            "Content-Signal: (search|ai-train|ai-input)=(yes|no)(, use=reference)?",
+            "content-usage:[ -~]{0,12}",
+        ]), 0..6),
+        agent in prop_oneof![Just("a"), Just("b"), Just("c")],
+        path in "/[ab/]{0,8}") {
+        let plain = lines.join("\n");
+        let mut mixed = lines.clone();
+        for (at, line) in &usage {
+            mixed.insert((*at).min(mixed.len()), line.clone());
+        }
+        let mixed = mixed.join("\n");
+        let without = RobotsTxt::parse(plain.as_bytes());
+        let with = RobotsTxt::parse(mixed.as_bytes());
+        prop_assert_eq!(
+            without.check(&[agent], &path).allowed,
+            with.check(&[agent], &path).allowed,
+            "{}\n---\n{}", plain, mixed
+        );
+        prop_assert_eq!(
+            without.crawl_delay(without.group_for(&[agent])),
+            with.crawl_delay(with.group_for(&[agent]))
+        );
+    }
+
     /// A small group is scanned, a large one walks a trie: the same rules decide the same
     /// way either way (the same rule, by its line), escapes and anchors included. The
     /// second file is the first plus rules that never match, enough to get a trie.
