@@ -6,7 +6,9 @@ examples/passthrough.rs (the same Pingora setup and upstream peer options, timeo
 included, but no robots/egress/DNS work), each with `threads: 1`. The proxies are pinned
 to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU time is its own. robotsgate runs
 twice: access log off (`RUST_LOG=warn`) and on (`info`, written to a file, as the journal
-would take it). The passthrough runs as bare Pingora does (glibc malloc) and, as a second
+would take it), and a third time judging usage preferences (`rg+usage`: two declared
+purposes against the file's Content-Signal and Content-Usage rules, access log off),
+compared with the first. The passthrough runs as bare Pingora does (glibc malloc) and, as a second
 baseline, with jemalloc preloaded (robotsgate links jemalloc): the allocator alone is
 worth a few microseconds per request.
 
@@ -108,7 +110,13 @@ def main():
             # The large benchmark file without its Crawl-delay lines: this measures the
             # per-request cost of cached decisions, not pacing (bench/pacing_load.py does).
             rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
-            f.write("\n".join(l for l in rules if not l.lower().startswith("crawl-delay")) + "\n")
+            rules = [l for l in rules if not l.lower().startswith("crawl-delay")]
+            # Usage preferences in the `*` group, for the rg+usage row (the other rows
+            # parse them too, and never judge them).
+            star = rules.index("User-agent: *")
+            rules[star + 1:star + 1] = ["Content-Signal: search=yes, ai-train=no",
+                                        "Content-Usage: /index train-ai=y"]
+            f.write("\n".join(rules) + "\n")
         with open(f"{work}/nginx.conf", "w") as f:
             f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}
@@ -122,6 +130,9 @@ http {{ access_log off; keepalive_requests 1000000;
 
         # Pacing off: this measures the cost of a cached decision (benchlib.UNPACED).
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
+        # The same, judging the usage preferences of two declared purposes per request.
+        conf_usage = robotsgate_config(work, "rg-usage", "  admin_listen: null\n" + UNPACED +
+                                       "  agent:\n    default_purposes: [search, train-ai]\n", POOL)
         proxies = {}  # name -> (process, port)
 
         def start(name, command, env):
@@ -132,8 +143,8 @@ http {{ access_log off; keepalive_requests 1000000;
             wait_port(port)
             proxies[name] = (proc, port)
 
-        def robotsgate(binary):
-            return lambda port: [binary, "run", "--config", conf, "--listen", f"127.0.0.1:{port}",
+        def robotsgate(binary, config=conf):
+            return lambda port: [binary, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
                                  "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
 
         passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
@@ -142,6 +153,7 @@ http {{ access_log off; keepalive_requests 1000000;
         start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
         start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
         start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
+        start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
         if args.compare:
             start("other", robotsgate(args.compare), {"RUST_LOG": "info"})
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
@@ -209,6 +221,10 @@ http {{ access_log off; keepalive_requests 1000000;
             for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
                 print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
                       f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
+        print("\nusage preferences judged (two purposes) against the same robotsgate without, "
+              "CPU per request, the ratio of each round, median [min-max]:")
+        for mode in ("keep-alive", "close"):
+            print(f"{mode:<11} rg+usage    {ratios(cpus(mode, 'rg+usage'), cpus(mode, 'robotsgate'))} robotsgate")
         print("\none connection, keep-alive, p50 added to the direct request of the round, median [min-max]:")
         for name, added in single.items():
             print(f"  {name:<12} +{med(added):.0f} µs [{min(added):.0f}-{max(added):.0f}] "

@@ -33,9 +33,11 @@ use crate::policy::egress::EgressPolicy;
 use crate::policy::overrides::Overrides;
 use crate::policy::target::{Origin, Target};
 use crate::policy::usage::{UsageCheck, UsageVerdict};
-use crate::robots::{CanonicalPath, GroupId, Reason, RobotsTxt, Verdict};
+use crate::robots::{Reason, Usage};
 
+mod judge;
 mod reply;
+pub use judge::{judge, judge_usage, Judgement, UsageJudgement, UsageRefusal};
 pub use reply::{Reply, Reported};
 
 /// Why a request may go through; small and `Copy`, formatted only when logged.
@@ -246,29 +248,6 @@ pub enum Decision {
     Respond(Reply),
 }
 
-/// A path judged against a held robots.txt (pure): the verdict, the group it came from,
-/// and the lenient reading that decided, when one did.
-pub struct Judgement<'r> {
-    /// The verdict and the rule behind it.
-    pub verdict: Verdict<'r>,
-    /// The group the crawler's tokens chose, if any.
-    pub group: Option<GroupId>,
-    /// The lenient origin's reading, when that one decided.
-    pub read_as: Option<CanonicalPath<'static>>,
-}
-
-/// Judges `target` against `robots` for a crawler with `tokens`: the one computation the
-/// proxy and `/check` share.
-pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) -> Judgement<'r> {
-    let group = group_for(robots, tokens);
-    let (verdict, read_as) = verdict_for(robots, group, target);
-    Judgement {
-        verdict,
-        group,
-        read_as,
-    }
-}
-
 /// Enforcement for one proxy: the origin store, pacing, name resolution, egress and
 /// agent rules, built from the configuration. Shared by every request (`Arc`).
 pub struct Enforcer {
@@ -282,42 +261,6 @@ pub struct Enforcer {
     overrides: Overrides,
     /// How long an exchange may hold its turns.
     bounds: ExchangeBounds,
-}
-
-/// The group a crawler's tokens select in one robots.txt.
-fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
-    match tokens {
-        Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
-            robots.group_for(list)
-        }
-        Tokens::FromHeader(one) => robots.group_for(one),
-        Tokens::None => robots.group_for::<&str>(&[]),
-    }
-}
-
-/// The verdict on a request's path, failing closed: when a lenient origin may read the
-/// path differently ([`Target::lenient_path`]), that spelling must be allowed too. The
-/// second value is the spelling that disallowed, when it was that one.
-fn verdict_for<'r>(
-    robots: &'r RobotsTxt,
-    group: Option<GroupId>,
-    target: &Target,
-) -> (Verdict<'r>, Option<CanonicalPath<'static>>) {
-    let verdict = robots.decide(group, &target.path);
-    if !verdict.allowed {
-        return (verdict, None);
-    }
-    match target.lenient_path() {
-        Some(lenient) => {
-            let strict = robots.decide(group, &lenient);
-            if strict.allowed {
-                (verdict, None)
-            } else {
-                (strict, Some(lenient))
-            }
-        }
-        None => (verdict, None),
-    }
 }
 
 impl Enforcer {
@@ -557,33 +500,20 @@ impl Enforcer {
                     if !check.active() {
                         return forward(why, group_name(), delay, None, None);
                     }
-                    // The usage preferences of the path (and, failing closed, of the
-                    // spelling a lenient origin may read), for the declared purposes.
-                    let judged = check.judge(&robots.usage(group, &target.path));
-                    let judged = match target.lenient_path() {
-                        Some(lenient) => {
-                            let other = check.judge(&robots.usage(group, &lenient));
-                            if other.refused && !judged.refused {
-                                other
-                            } else {
-                                judged
-                            }
-                        }
-                        None => judged,
-                    };
+                    let UsageJudgement {
+                        verdict: judged,
+                        refusal,
+                    } = judge_usage(robots, group, target, &check);
                     crate::telemetry::usage::record_verdict(&judged);
-                    if !judged.refused {
+                    let Some(refusal) = refusal else {
                         return forward(why, group_name(), delay, None, Some(judged));
-                    }
-                    let refused = judged.first_refused();
-                    let purpose = refused.map_or(crate::config::Purpose::TrainAi, |v| v.purpose);
-                    let rule = robots.usage(group, &target.path).preference(purpose).1;
+                    };
                     let refusal = Reply::UsageRefused {
                         robots_url: robots_url(),
                         path: target.path.to_string(),
-                        purpose,
-                        rule: rule.map(ToString::to_string),
-                        line: refused.and_then(|v| v.line),
+                        purpose: refusal.purpose,
+                        rule: refusal.rule,
+                        line: refusal.line,
                         verdict: judged,
                     };
                     if check.mode == UsageMode::Report {
@@ -610,23 +540,25 @@ impl Enforcer {
             }
             Policy::AllowAll { .. } => {
                 // No robots.txt: no usage preferences either, every purpose unknown.
-                let usage = check.active().then(|| {
-                    let judged = check.judge(&crate::robots::Usage::NONE);
-                    crate::telemetry::usage::record_verdict(&judged);
-                    judged
-                });
-                match usage.filter(|u| u.refused && check.mode == UsageMode::Enforce) {
-                    Some(judged) => Decision::Respond(Reply::UsageRefused {
-                        robots_url: robots_url(),
-                        path: target.path.to_string(),
-                        purpose: judged
-                            .first_refused()
-                            .map_or(crate::config::Purpose::TrainAi, |v| v.purpose),
-                        rule: None,
-                        line: None,
-                        verdict: judged,
-                    }),
-                    None => forward(Allowed::NoRobotsTxt, String::new(), None, None, usage),
+                let judged = check.active().then(|| check.judge(&Usage::NONE));
+                if let Some(judged) = &judged {
+                    crate::telemetry::usage::record_verdict(judged);
+                }
+                let refused = judged
+                    .as_ref()
+                    .and_then(|j| j.first_refused().filter(|_| j.refused));
+                match refused {
+                    Some(first) if check.mode == UsageMode::Enforce => {
+                        Decision::Respond(Reply::UsageRefused {
+                            robots_url: robots_url(),
+                            path: target.path.to_string(),
+                            purpose: first.purpose,
+                            rule: None,
+                            line: None,
+                            verdict: judged.unwrap_or_default(),
+                        })
+                    }
+                    _ => forward(Allowed::NoRobotsTxt, String::new(), None, None, judged),
                 }
             }
             Policy::DisallowAll { .. } => {

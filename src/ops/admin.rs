@@ -582,29 +582,6 @@ fn parsed(robots: &RobotsTxt) -> Value {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origins_in_paths() {
-        assert_eq!(
-            parse_origin("https://Example.com")
-                .expect("plain")
-                .to_string(),
-            "https://example.com"
-        );
-        assert_eq!(
-            parse_origin("https%3A%2F%2Fexample.com%3A8443%2F")
-                .expect("encoded")
-                .to_string(),
-            "https://example.com:8443"
-        );
-        assert!(parse_origin("example.com").is_err());
-        assert!(parse_origin("ftp://example.com").is_err());
-    }
-}
-
 /// `/check`'s usage details: per declared purpose, the statement that applied (its line,
 /// text and rule), what it says and the result, and whether the request is refused.
 fn usage_explained(
@@ -638,4 +615,27 @@ fn usage_explained(
         "refused": verdict.refused,
         "purposes": purposes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_in_paths() {
+        assert_eq!(
+            parse_origin("https://Example.com")
+                .expect("plain")
+                .to_string(),
+            "https://example.com"
+        );
+        assert_eq!(
+            parse_origin("https%3A%2F%2Fexample.com%3A8443%2F")
+                .expect("encoded")
+                .to_string(),
+            "https://example.com:8443"
+        );
+        assert!(parse_origin("example.com").is_err());
+        assert!(parse_origin("ftp://example.com").is_err());
+    }
 }

@@ -109,7 +109,8 @@ impl UsageVerdict {
     /// stated preference (`y`, `n`, `unknown`) with the line and rule it comes from,
     /// e.g. `train-ai=n;line=4;source=content-usage, search=unknown`.
     pub fn header(&self) -> String {
-        let mut out = String::new();
+        use std::fmt::Write;
+        let mut out = String::with_capacity(128);
         for v in self.purposes() {
             if !out.is_empty() {
                 out.push_str(", ");
@@ -118,7 +119,9 @@ impl UsageVerdict {
             out.push('=');
             out.push_str(v.preference.token());
             if let (Some(line), Some(source)) = (v.line, v.source) {
-                out.push_str(&format!(";line={line};source={}", source.label()));
+                let _ = write!(out, ";line={line}");
+                out.push_str(";source=");
+                out.push_str(source.label());
             }
         }
         out

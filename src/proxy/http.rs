@@ -774,7 +774,6 @@ impl ProxyHttp for RobotsGateProxy {
                     let why = failed.map_or(why, Why::Answer);
                     let waited = permit.waited.as_secs_f64();
                     permit.end(exchange_end(error));
-                    let usage = usage.map(|u| u.header());
                     (
                         waited,
                         upstream_status,
@@ -810,7 +809,7 @@ impl ProxyHttp for RobotsGateProxy {
             why: &why,
             pacing_wait_seconds: pacing_wait,
             delay_rule,
-            usage: usage.as_deref(),
+            usage: usage.map(|u| u.header()).as_deref(),
             duration_seconds: elapsed,
             error: error.map(|e| e as &dyn std::fmt::Display),
         }
