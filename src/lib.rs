@@ -20,8 +20,8 @@
 //! | [`pacing`] | Crawl-delay and in-flight schedules: the rules, the local backend, the shared (Redis) backend and its connection |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
-//! | [`robots`] | the pure robots.txt engine (no I/O) |
-//! | [`config`] | the configuration file, its types and validation |
+//! | [`config`] | the configuration file, its types and validation (in the engine's own vocabulary: purposes) |
+//! | [`robots`] | the pure robots.txt engine (no I/O; uses nothing else of the crate) |
 
 #![warn(missing_docs)]
 

@@ -5,8 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robotsgate::config::Purpose;
-use robotsgate::robots::{CanonicalPath, RobotsTxt, Statement};
+use robotsgate::robots::{CanonicalPath, Purpose, RobotsTxt, Statement};
 
 fuzz_target!(|data: &[u8]| {
     // Layout: [agent len][agent][url len][url][robots.txt...]

@@ -7,41 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-/// A use a crawler's operator declares for what it fetches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Purpose {
-    /// Building a search index and showing links and short excerpts (`search`).
-    #[serde(rename = "search")]
-    Search,
-    /// Training or fine-tuning AI models (`train-ai`; Content-Signal's `ai-train`).
-    #[serde(rename = "train-ai")]
-    TrainAi,
-    /// Input to an AI model at answer time: RAG, grounding (`ai-input`; only
-    /// Content-Signal states it).
-    #[serde(rename = "ai-input")]
-    AiInput,
-}
-
-impl Purpose {
-    /// Every purpose.
-    pub const ALL: [Purpose; 3] = [Purpose::Search, Purpose::TrainAi, Purpose::AiInput];
-
-    /// The configuration's and the metrics' name: `search`, `train-ai`, `ai-input`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Purpose::Search => "search",
-            Purpose::TrainAi => "train-ai",
-            Purpose::AiInput => "ai-input",
-        }
-    }
-
-    /// The purpose a label names.
-    pub fn from_label(label: &str) -> Option<Purpose> {
-        Purpose::ALL.into_iter().find(|p| p.label() == label)
-    }
-}
+pub use crate::robots::Purpose;
 
 /// `usage`: what is done with a request whose declared purposes the site refuses.
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -19,12 +19,44 @@
 //! most restrictive wins. Costs: a linear scan of the group's usage rules (a file has a
 //! handful), no allocation; files without usage rules pay nothing.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::dictionary::{self, Value};
 use super::pattern::{Pattern, Priority};
 
-pub use crate::config::Purpose;
+/// A use a crawler's operator declares for what it fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Purpose {
+    /// Building a search index and showing links and short excerpts (`search`).
+    #[serde(rename = "search")]
+    Search,
+    /// Training or fine-tuning AI models (`train-ai`; Content-Signal's `ai-train`).
+    #[serde(rename = "train-ai")]
+    TrainAi,
+    /// Input to an AI model at answer time: RAG, grounding (`ai-input`; only
+    /// Content-Signal states it).
+    #[serde(rename = "ai-input")]
+    AiInput,
+}
+
+impl Purpose {
+    /// Every purpose.
+    pub const ALL: [Purpose; 3] = [Purpose::Search, Purpose::TrainAi, Purpose::AiInput];
+
+    /// The configuration's and the metrics' name: `search`, `train-ai`, `ai-input`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Purpose::Search => "search",
+            Purpose::TrainAi => "train-ai",
+            Purpose::AiInput => "ai-input",
+        }
+    }
+
+    /// The purpose a label names.
+    pub fn from_label(label: &str) -> Option<Purpose> {
+        Purpose::ALL.into_iter().find(|p| p.label() == label)
+    }
+}
 
 /// A purpose's slot in [`Purposes`] and [`Usage`].
 fn index(purpose: Purpose) -> usize {

@@ -171,8 +171,8 @@ fn layers_form_no_cycle() {
         "pacing",
         "telemetry",
         "policy",
-        "robots",
         "config",
+        "robots",
     ];
     let rank = |layer: &str| order.iter().position(|l| *l == layer);
     for (layer, uses) in &layers {
