@@ -504,7 +504,6 @@ impl Enforcer {
                         verdict: judged,
                         refusal,
                     } = judge_usage(robots, group, target, &check);
-                    crate::telemetry::usage::record_verdict(&judged);
                     let Some(refusal) = refusal else {
                         return forward(why, group_name(), delay, None, Some(judged));
                     };
@@ -541,9 +540,6 @@ impl Enforcer {
             Policy::AllowAll { .. } => {
                 // No robots.txt: no usage preferences either, every purpose unknown.
                 let judged = check.active().then(|| check.judge(&Usage::NONE));
-                if let Some(judged) = &judged {
-                    crate::telemetry::usage::record_verdict(judged);
-                }
                 let refused = judged
                     .as_ref()
                     .and_then(|j| j.first_refused().filter(|_| j.refused));

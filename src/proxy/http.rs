@@ -24,7 +24,8 @@ use pingora::ErrorSource;
 use crate::config::UpstreamConfig;
 use crate::downstream::front::ClientContext;
 use crate::enforce::{
-    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit, Reported,
+    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit, Reply,
+    Reported,
 };
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
@@ -442,6 +443,17 @@ impl ProxyHttp for RobotsGateProxy {
             .decide_explained(&target, &tokens, report, usage, destination)
             .await;
         ctx.target = Some(target);
+        // Usage verdicts are counted for requests (not for `/check`), once decided.
+        match &decision {
+            Decision::Forward {
+                usage: Some(verdict),
+                ..
+            }
+            | Decision::Respond(Reply::UsageRefused { verdict, .. }) => {
+                crate::telemetry::usage::record_verdict(verdict);
+            }
+            _ => {}
+        }
         match decision {
             Decision::Forward {
                 addr,

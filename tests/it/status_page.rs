@@ -89,3 +89,38 @@ async fn status_page_checks_a_url_in_a_browser() {
         png.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_shows_the_share_refused_per_purpose_and_checks_a_purpose() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok(
+            "User-agent: *\nContent-Usage: train-ai=y\nContent-Usage: /news/ train-ai=n\n",
+        ),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback(
+        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n",
+    );
+    assert_eq!(curl(&proxy, &origin.url("/page"), &[]).0, 200);
+    assert_eq!(curl(&proxy, &origin.url("/news/a"), &[]).0, 403);
+    assert_eq!(curl(&proxy, &origin.url("/news/b"), &[]).0, 403);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let checked: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("url", &origin.url("/news/c"))
+        .append_pair("purpose", "train-ai")
+        .finish();
+    let page = format!("http://{}/?{checked}", proxy.admin);
+    let dom = tokio::task::block_in_place(|| chromium(dir.path(), &["--dump-dom"], &page));
+    assert!(
+        dom.contains("train-ai: 66.7% refused (2 of 3)"),
+        "the share refused is not shown:\n{dom}"
+    );
+    assert!(dom.contains(r#"data-decision="usage_refused""#), "{dom}");
+    assert!(
+        dom.contains("train-ai refused (Content-Usage: /news/ train-ai=n (line 3))"),
+        "{dom}"
+    );
+    assert_eq!(origin.count("/news/c"), 0, "the check requests nothing");
+}
