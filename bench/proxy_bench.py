@@ -151,9 +151,11 @@ http {{ access_log off; keepalive_requests 1000000;
         rgbin = f"{ROOT}/target/release/robotsgate"
         start("passthrough", passthrough, {"RUST_LOG": "warn"})
         start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
+        # rg+usage right after robotsgate, the row it is compared with (with
+        # --sequential, neighbours in a round run closest in time).
         start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
-        start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
         start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
+        start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
         if args.compare:
             start("other", robotsgate(args.compare), {"RUST_LOG": "info"})
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
