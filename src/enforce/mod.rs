@@ -540,21 +540,19 @@ impl Enforcer {
             Policy::AllowAll { .. } => {
                 // No robots.txt: no usage preferences either, every purpose unknown.
                 let judged = check.active().then(|| check.judge(&Usage::NONE));
-                let refused = judged
-                    .as_ref()
-                    .and_then(|j| j.first_refused().filter(|_| j.refused));
-                match refused {
-                    Some(first) if check.mode == UsageMode::Enforce => {
-                        Decision::Respond(Reply::UsageRefused {
-                            robots_url: robots_url(),
-                            path: target.path.to_string(),
-                            purpose: first.purpose,
-                            rule: None,
-                            line: None,
-                            verdict: judged.unwrap_or_default(),
-                        })
-                    }
-                    _ => forward(Allowed::NoRobotsTxt, String::new(), None, None, judged),
+                let refusal = judged
+                    .and_then(|j| j.first_refused().filter(|_| j.refused).copied())
+                    .map(|first| Reply::UsageRefused {
+                        robots_url: robots_url(),
+                        path: target.path.to_string(),
+                        purpose: first.purpose,
+                        rule: None,
+                        line: None,
+                        verdict: judged.unwrap_or_default(),
+                    });
+                match refusal {
+                    Some(refusal) if check.mode == UsageMode::Enforce => Decision::Respond(refusal),
+                    refusal => forward(Allowed::NoRobotsTxt, String::new(), None, refusal, judged),
                 }
             }
             Policy::DisallowAll { .. } => {

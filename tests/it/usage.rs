@@ -359,3 +359,34 @@ async fn a_proxy_users_purposes_come_from_its_credentials_line() {
     assert!(head.contains("purpose=train-ai; line=4"), "{head}");
     assert_eq!(origin.count("/test"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_robots_txt_every_purpose_is_unknown() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
+    let yaml = "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n  usage:\n    unknown: refuse\n";
+    let enforcing = Proxy::start_for_loopback(yaml);
+    let (status, head, _) = curl(&enforcing, &origin.url("/a"), &[]);
+    assert_eq!(status, 403, "{head}");
+    assert!(head.contains("purpose=train-ai; reason=unknown"), "{head}");
+    let reporting = Proxy::start_for_loopback(&format!("{yaml}    mode: report\n"));
+    let (status, head, _) = curl(&reporting, &origin.url("/b"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("X-Robots-Decision: would-usage-refuse;")
+            && head.contains("X-Robots-Usage: train-ai=unknown"),
+        "{head}"
+    );
+    let allowing = Proxy::start_for_loopback(
+        "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n",
+    );
+    let (status, head, _) = curl(&allowing, &origin.url("/c"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("X-Robots-Usage: train-ai=unknown"), "{head}");
+    let arrived: Vec<String> = origin
+        .seen()
+        .iter()
+        .map(|r| r.target.clone())
+        .filter(|t| t != "/robots.txt")
+        .collect();
+    assert_eq!(arrived, ["/b", "/c"]);
+}
