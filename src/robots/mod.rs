@@ -415,7 +415,11 @@ impl Parsed {
             usage_patterns,
             usage_by_group,
         } = self;
-        let usage = (!usage_rules.is_empty()).then(|| {
+        // More usage rules than any real file has: a hostile or broken file, whose every
+        // request would scan them all. Its preferences are unreadable, so every purpose
+        // is unknown (as for a statement that does not parse).
+        let readable = !usage_rules.is_empty() && usage_rules.len() <= usage::MAX_USAGE_RULES;
+        let usage = readable.then(|| {
             Box::new(usage::UsageRules {
                 rules: usage_rules.into_boxed_slice(),
                 patterns: usage_patterns.into_boxed_slice(),

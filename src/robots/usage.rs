@@ -274,6 +274,10 @@ impl std::fmt::Display for UsageRule {
     }
 }
 
+/// A file with more `Content-Usage`/`Content-Signal` rules than this states nothing
+/// readable: each request scans its group's usage rules, so their number is bounded.
+pub(crate) const MAX_USAGE_RULES: usize = 512;
+
 /// A statement's text is kept for explanations up to this many octets.
 const MAX_STATEMENT_TEXT: usize = 256;
 
@@ -535,6 +539,14 @@ mod tests {
             applied("Content-Usage: train-ai=n\n", "a", "/p")[1],
             (U, None)
         );
+        // Past the bound on usage rules, the file's preferences are unreadable.
+        let mut many = String::from("User-agent: *\n");
+        for _ in 0..=MAX_USAGE_RULES {
+            many.push_str("Content-Usage: /x train-ai=n\n");
+        }
+        assert_eq!(applied(&many, "a", "/x")[1], (U, None));
+        let parsed = crate::robots::RobotsTxt::parse(many.as_bytes());
+        assert!(parsed.usage_rules().is_empty());
         // Comments end the value.
         assert_eq!(
             applied(
