@@ -384,4 +384,49 @@ mod tests {
         assert_eq!(r.tokens_for(&from_net).list(), ["NetBot"]);
         assert!(r.reports(&from_net).report);
     }
+
+    #[test]
+    fn purposes_and_usage_mode_come_from_user_then_rule_then_default() {
+        use crate::config::{Purpose, UsageMode};
+        let config: AgentConfig = serde_yaml::from_str(
+            "default_purposes: [search]\nrules:\n  - user_agent_contains: trainer\n    tokens: [T]\n    purposes: [train-ai]\n    usage_mode: report\n    trust_client_text: true\n",
+        )
+        .expect("agent config");
+        let usage: UsageConfig = serde_yaml::from_str("users: {alice: off}").expect("usage");
+        let r = AgentResolver::new(&config, &EnforceConfig::default(), &usage);
+        let set = |p: &[Purpose]| p.iter().copied().collect::<Purposes>();
+        let anonymous = Requester::new(None, Some("trainer/1"));
+        let check = r.usage_for(&anonymous);
+        assert_eq!(
+            (check.purposes, check.mode),
+            (set(&[Purpose::TrainAi]), UsageMode::Report)
+        );
+        let other = r.usage_for(&Requester::new(None, Some("x/1")));
+        assert_eq!(
+            (other.purposes, other.mode),
+            (set(&[Purpose::Search]), UsageMode::Enforce)
+        );
+        // An authenticated client's own text chooses nothing; its credentials and
+        // `usage.users` do.
+        let bob = Requester {
+            user: Some("bob"),
+            ..anonymous
+        };
+        let check = r.usage_for(&bob);
+        assert_eq!(
+            (check.purposes, check.mode),
+            (set(&[Purpose::Search]), UsageMode::Enforce)
+        );
+        let alice = Requester {
+            user: Some("alice"),
+            purposes: Some(set(&[Purpose::AiInput])),
+            ..anonymous
+        };
+        let check = r.usage_for(&alice);
+        assert_eq!(
+            (check.purposes, check.mode),
+            (set(&[Purpose::AiInput]), UsageMode::Off)
+        );
+        assert!(!check.active());
+    }
 }
