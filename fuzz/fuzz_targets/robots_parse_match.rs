@@ -5,15 +5,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robotsgate::robots::{CanonicalPath, Purpose, RobotsTxt, Statement};
+use robotsgate::robots::{CanonicalPath, Purpose, RobotsTxt, Statement, UsageSource};
 
 fuzz_target!(|data: &[u8]| {
     // Layout: [agent len][agent][url len][url][robots.txt...]
     let (agent, rest) = split(data);
     let (url, body) = split(rest);
     let robots = RobotsTxt::parse(body);
-    for content_signal in [false, true] {
-        let statement = Statement::from_header(content_signal, url);
+    for source in [UsageSource::ContentUsage, UsageSource::ContentSignal] {
+        let statement = Statement::parse(source, url);
         for purpose in Purpose::ALL {
             let _ = statement.preference(purpose);
         }

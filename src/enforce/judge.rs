@@ -2,11 +2,10 @@
 //! crawler's tokens (the verdict) and its declared purposes (the usage verdict). Shared
 //! by the proxy and `/check`, so both explain exactly what was decided.
 
-use crate::config::Purpose;
 use crate::policy::agent::Tokens;
 use crate::policy::target::Target;
 use crate::policy::usage::{UsageCheck, UsageVerdict};
-use crate::robots::{CanonicalPath, GroupId, RobotsTxt, Verdict};
+use crate::robots::{CanonicalPath, GroupId, RobotsTxt, Usage, Verdict};
 
 /// A path judged against a held robots.txt (pure): the verdict, the group it came from,
 /// and the lenient reading that decided, when one did.
@@ -67,49 +66,35 @@ fn verdict_for<'r>(
     }
 }
 
-/// A path the robots.txt allows, judged for the crawler's declared purposes.
-pub struct UsageJudgement {
+/// A path the robots.txt allows, judged for the crawler's declared purposes: the
+/// verdict, and the statements it was judged on (to name them).
+pub struct UsageJudgement<'r> {
     /// Each declared purpose's verdict (what `X-Robots-Usage` says).
     pub verdict: UsageVerdict,
-    /// Set when the request is refused: the purpose named and its statement.
-    pub refusal: Option<UsageRefusal>,
-}
-
-/// The purpose a usage refusal names, and the statement that refused it.
-pub struct UsageRefusal {
-    /// The first refused purpose.
-    pub purpose: Purpose,
-    /// The statement as the explanation shows it; `None` when `usage.unknown` decided.
-    pub rule: Option<String>,
-    /// Its line.
-    pub line: Option<u32>,
+    /// What applied to the spelling judged.
+    pub usage: Usage<'r>,
 }
 
 /// Judges the usage preferences of `target`'s path for `check`'s purposes, failing
 /// closed: when a lenient origin may read the path differently, that spelling's verdict
 /// decides if it refuses and the path's own does not.
-pub fn judge_usage(
-    robots: &RobotsTxt,
+pub fn judge_usage<'r>(
+    robots: &'r RobotsTxt,
     group: Option<GroupId>,
     target: &Target,
     check: &UsageCheck,
-) -> UsageJudgement {
-    let mut usage = robots.usage(group, &target.path);
-    let mut verdict = check.judge(&usage);
+) -> UsageJudgement<'r> {
+    let usage = robots.usage(group, &target.path);
+    let verdict = check.judge(&usage);
     if let Some(lenient) = target.lenient_path() {
         let other = robots.usage(group, &lenient);
         let judged = check.judge(&other);
         if judged.refused && !verdict.refused {
-            (usage, verdict) = (other, judged);
+            return UsageJudgement {
+                verdict: judged,
+                usage: other,
+            };
         }
     }
-    let refusal = verdict
-        .first_refused()
-        .filter(|_| verdict.refused)
-        .map(|first| UsageRefusal {
-            purpose: first.purpose,
-            rule: usage.preference(first.purpose).1.map(ToString::to_string),
-            line: first.line,
-        });
-    UsageJudgement { verdict, refusal }
+    UsageJudgement { verdict, usage }
 }

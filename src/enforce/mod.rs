@@ -37,7 +37,7 @@ use crate::robots::{Reason, Usage};
 
 mod judge;
 mod reply;
-pub use judge::{judge, judge_usage, Judgement, UsageJudgement, UsageRefusal};
+pub use judge::{judge, judge_usage, Judgement, UsageJudgement};
 pub use reply::{Reply, Reported};
 
 /// Why a request may go through; small and `Copy`, formatted only when logged.
@@ -502,17 +502,17 @@ impl Enforcer {
                     }
                     let UsageJudgement {
                         verdict: judged,
-                        refusal,
+                        usage,
                     } = judge_usage(robots, group, target, &check);
-                    let Some(refusal) = refusal else {
+                    let Some(refused) = judged.refusal() else {
                         return forward(why, group_name(), delay, None, Some(judged));
                     };
                     let refusal = Reply::UsageRefused {
                         robots_url: robots_url(),
                         path: target.path.to_string(),
-                        purpose: refusal.purpose,
-                        rule: refusal.rule,
-                        line: refusal.line,
+                        purpose: refused.purpose,
+                        rule: usage.preference(refused.purpose).1.map(ToString::to_string),
+                        line: refused.line,
                         verdict: judged,
                     };
                     if check.mode == UsageMode::Report {
@@ -540,16 +540,17 @@ impl Enforcer {
             Policy::AllowAll { .. } => {
                 // No robots.txt: no usage preferences either, every purpose unknown.
                 let judged = check.active().then(|| check.judge(&Usage::NONE));
-                let refusal = judged
-                    .and_then(|j| j.first_refused().filter(|_| j.refused).copied())
-                    .map(|first| Reply::UsageRefused {
-                        robots_url: robots_url(),
-                        path: target.path.to_string(),
-                        purpose: first.purpose,
-                        rule: None,
-                        line: None,
-                        verdict: judged.unwrap_or_default(),
-                    });
+                let refusal =
+                    judged
+                        .and_then(|j| j.refusal().copied())
+                        .map(|first| Reply::UsageRefused {
+                            robots_url: robots_url(),
+                            path: target.path.to_string(),
+                            purpose: first.purpose,
+                            rule: None,
+                            line: None,
+                            verdict: judged.unwrap_or_default(),
+                        });
                 match refusal {
                     Some(refusal) if check.mode == UsageMode::Enforce => Decision::Respond(refusal),
                     refusal => forward(Allowed::NoRobotsTxt, String::new(), None, refusal, judged),

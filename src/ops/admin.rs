@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::config::{OnUnavailable, Purpose, UsageMode};
-use crate::enforce::{judge, Decision, Enforcer, Judgement};
+use crate::enforce::{judge, judge_usage, Decision, Enforcer, Judgement, UsageJudgement};
 use crate::origin::store::{OriginStore, Policy, Snapshot};
 use crate::pacing::shared::ScheduleKeys;
 use crate::policy::agent::Requester;
@@ -582,16 +582,16 @@ fn parsed(robots: &RobotsTxt) -> Value {
     })
 }
 
-/// `/check`'s usage details: per declared purpose, the statement that applied (its line,
-/// text and rule), what it says and the result, and whether the request is refused.
+/// `/check`'s usage details, judged as the proxy judges them ([`judge_usage`]): per
+/// declared purpose, the statement that applied (its line, text and rule), what it says
+/// and the result, and whether the request is refused.
 fn usage_explained(
     robots: &RobotsTxt,
     group: Option<crate::robots::GroupId>,
     target: &Target,
     check: &UsageCheck,
 ) -> Value {
-    let usage = robots.usage(group, &target.path);
-    let verdict = check.judge(&usage);
+    let UsageJudgement { verdict, usage } = judge_usage(robots, group, target, check);
     let purposes: Vec<_> = verdict
         .purposes()
         .map(|v| {

@@ -100,9 +100,9 @@ impl UsageVerdict {
         self.verdicts.iter().flatten()
     }
 
-    /// The first refused purpose: the one a refusal names.
-    pub fn first_refused(&self) -> Option<&PurposeVerdict> {
-        self.purposes().find(|v| v.refused)
+    /// When the request is refused, the purpose the refusal names: the first refused.
+    pub fn refusal(&self) -> Option<&PurposeVerdict> {
+        self.purposes().find(|v| v.refused).filter(|_| self.refused)
     }
 
     /// The `X-Robots-Usage` value (an RFC 9651 Dictionary): each declared purpose's
@@ -128,16 +128,12 @@ impl UsageVerdict {
     }
 }
 
-/// An origin's `Content-Usage` or `Content-Signal` response header, as `X-Robots-Usage`
-/// marks it: `origin-content-usage="train-ai=n"` (the value as an RFC 9651 String:
-/// printable ASCII, `"` and `\` escaped, anything else dropped, at most 256 octets).
-pub fn origin_header_member(content_signal: bool, value: &[u8]) -> String {
-    let name = if content_signal {
-        "origin-content-signal"
-    } else {
-        "origin-content-usage"
-    };
-    let mut out = format!("{name}=\"");
+/// An origin's `Content-Usage` or `Content-Signal` response header (`source`), as
+/// `X-Robots-Usage` marks it: `origin-content-usage="train-ai=n"` (the value as an RFC
+/// 9651 String: printable ASCII, `"` and `\` escaped, anything else dropped, at most 256
+/// octets).
+pub fn origin_header_member(source: UsageSource, value: &[u8]) -> String {
+    let mut out = format!("origin-{}=\"", source.label());
     for &b in value.iter().take(256) {
         match b {
             b'"' | b'\\' => {
@@ -152,12 +148,12 @@ pub fn origin_header_member(content_signal: bool, value: &[u8]) -> String {
     out
 }
 
-/// The purposes an origin's response header states (`y`/`n`), for the metrics.
+/// The purposes an origin's `source` response header states (`y`/`n`), for the metrics.
 pub fn header_statements(
-    content_signal: bool,
+    source: UsageSource,
     value: &[u8],
 ) -> impl Iterator<Item = (Purpose, Preference)> {
-    let statement = Statement::from_header(content_signal, value);
+    let statement = Statement::parse(source, value);
     Purpose::ALL
         .into_iter()
         .map(move |p| (p, statement.preference(p)))
@@ -201,7 +197,7 @@ mod tests {
             "refuse_when: any",
         );
         assert!(v.refused);
-        assert_eq!(v.first_refused().map(|p| p.purpose), Some(Purpose::TrainAi));
+        assert_eq!(v.refusal().map(|p| p.purpose), Some(Purpose::TrainAi));
     }
 
     #[test]
@@ -221,10 +217,11 @@ mod tests {
     #[test]
     fn origin_headers() {
         assert_eq!(
-            origin_header_member(false, b"train-ai=n, x=\"q\"\x01"),
+            origin_header_member(UsageSource::ContentUsage, b"train-ai=n, x=\"q\"\x01"),
             r#"origin-content-usage="train-ai=n, x=\"q\"""#
         );
-        let stated: Vec<_> = header_statements(true, b"search=yes, ai-train=no").collect();
+        let stated: Vec<_> =
+            header_statements(UsageSource::ContentSignal, b"search=yes, ai-train=no").collect();
         assert_eq!(
             stated,
             [

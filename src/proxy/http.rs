@@ -30,6 +30,7 @@ use crate::enforce::{
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::policy::usage::{header_statements, origin_header_member, UsageVerdict};
+use crate::robots::UsageSource;
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Mode, Outcome};
 
@@ -245,17 +246,28 @@ pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
 /// unchanged, counted, and named here: they govern the use of what was received, so
 /// they never turn the response into an error). `None` when there is nothing to say.
 fn usage_mark(verdict: Option<&UsageVerdict>, response: &ResponseHeader) -> Option<String> {
+    // Names made once: every forwarded response is looked up for both.
+    static ORIGIN_USAGE: [(http::HeaderName, UsageSource); 2] = [
+        (
+            http::HeaderName::from_static("content-usage"),
+            UsageSource::ContentUsage,
+        ),
+        (
+            http::HeaderName::from_static("content-signal"),
+            UsageSource::ContentSignal,
+        ),
+    ];
     let mut mark = verdict.map(UsageVerdict::header).unwrap_or_default();
-    for (name, content_signal) in [("content-usage", false), ("content-signal", true)] {
+    for (name, source) in &ORIGIN_USAGE {
         for value in response.headers.get_all(name) {
             let value = value.as_bytes();
-            for (purpose, preference) in header_statements(content_signal, value) {
+            for (purpose, preference) in header_statements(*source, value) {
                 crate::telemetry::usage::record_header(purpose, preference);
             }
             if !mark.is_empty() {
                 mark.push_str(", ");
             }
-            mark.push_str(&origin_header_member(content_signal, value));
+            mark.push_str(&origin_header_member(*source, value));
         }
     }
     (!mark.is_empty()).then_some(mark)

@@ -201,7 +201,6 @@ struct Parsed {
     clean_params: Vec<CleanParam>,
     truncated: bool,
     usage_rules: Vec<UsageRule>,
-    usage_patterns: Vec<Option<Pattern>>,
     /// Parallel to `groups`: each merged group's usage rules.
     usage_by_group: Vec<Box<[u32]>>,
 }
@@ -386,10 +385,10 @@ impl RobotsTxt {
                     } else {
                         UsageSource::ContentSignal
                     };
-                    let (rule, pattern) = usage::parse_rule(source, record.value, record.line);
                     group.usage.push(robots.usage_rules.len() as u32);
-                    robots.usage_rules.push(rule);
-                    robots.usage_patterns.push(pattern);
+                    robots
+                        .usage_rules
+                        .push(usage::parse_rule(source, record.value, record.line));
                 }
                 Field::Unknown => {}
             }
@@ -412,7 +411,6 @@ impl Parsed {
             clean_params,
             truncated,
             usage_rules,
-            usage_patterns,
             usage_by_group,
         } = self;
         // More usage rules than any real file has: a hostile or broken file, whose every
@@ -422,7 +420,6 @@ impl Parsed {
         let usage = readable.then(|| {
             Box::new(usage::UsageRules {
                 rules: usage_rules.into_boxed_slice(),
-                patterns: usage_patterns.into_boxed_slice(),
                 by_group: usage_by_group.into_boxed_slice(),
             })
         });

@@ -218,16 +218,6 @@ impl Statement {
         statement
     }
 
-    /// Reads an origin's response header: `Content-Usage` (aipref) or `Content-Signal`.
-    pub fn from_header(content_signal: bool, value: &[u8]) -> Statement {
-        let source = if content_signal {
-            UsageSource::ContentSignal
-        } else {
-            UsageSource::ContentUsage
-        };
-        Statement::parse(source, value)
-    }
-
     fn set(self, purpose: Purpose, preference: Preference) -> Statement {
         let bits = match preference {
             Preference::Unknown => 0,
@@ -261,6 +251,9 @@ pub struct UsageRule {
     pub line: u32,
     #[serde(skip)]
     pub(crate) prefs: Statement,
+    /// The compiled `path`.
+    #[serde(skip)]
+    pattern: Option<Pattern>,
 }
 
 impl std::fmt::Display for UsageRule {
@@ -282,12 +275,8 @@ pub(crate) const MAX_USAGE_RULES: usize = 512;
 const MAX_STATEMENT_TEXT: usize = 256;
 
 /// Parses a `Content-Usage` or `Content-Signal` value (already trimmed, comment
-/// removed) into its rule and, for a path, the compiled pattern.
-pub(crate) fn parse_rule(
-    source: UsageSource,
-    value: &[u8],
-    line: u32,
-) -> (UsageRule, Option<Pattern>) {
+/// removed) into its rule.
+pub(crate) fn parse_rule(source: UsageSource, value: &[u8], line: u32) -> UsageRule {
     let (path, dict) = match (source, value.first()) {
         (UsageSource::ContentUsage, Some(b'/')) => {
             let end = value
@@ -305,22 +294,20 @@ pub(crate) fn parse_rule(
     };
     let compiled = path.map(super::pattern::compile);
     let statement = String::from_utf8_lossy(&dict[..dict.len().min(MAX_STATEMENT_TEXT)]);
-    let rule = UsageRule {
+    UsageRule {
         source,
         path: compiled.as_ref().map(|c| c.text.clone().into_boxed_str()),
         statement: statement.into(),
         line,
         prefs: Statement::parse(source, dict),
-    };
-    (rule, compiled.map(|c| c.pattern))
+        pattern: compiled.map(|c| c.pattern),
+    }
 }
 
 /// The usage rules of a robots.txt and, per merged group, which of them it holds.
 #[derive(Debug, Default)]
 pub(crate) struct UsageRules {
     pub(crate) rules: Box<[UsageRule]>,
-    /// Parallel to `rules`: the compiled path, `None` for a rule without one.
-    pub(crate) patterns: Box<[Option<Pattern>]>,
     /// Parallel to the file's groups: ids into `rules`.
     pub(crate) by_group: Box<[Box<[u32]>]>,
 }
@@ -354,12 +341,10 @@ impl UsageRules {
         let mut best: Option<Priority> = None;
         let mut usage = Usage::NONE;
         for &id in ids.iter() {
-            let (Some(rule), Some(pattern)) =
-                (self.rules.get(id as usize), self.patterns.get(id as usize))
-            else {
+            let Some(rule) = self.rules.get(id as usize) else {
                 continue;
             };
-            let priority = match pattern {
+            let priority = match &rule.pattern {
                 None => 0,
                 Some(p) if p.matches(path) => p.priority,
                 Some(_) => continue,
@@ -431,24 +416,24 @@ mod tests {
 
     #[test]
     fn a_rule_splits_path_and_statement() {
-        let (rule, pattern) = parse_rule(UsageSource::ContentUsage, b"/ai-ok/ train-ai=y", 5);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/ai-ok/ train-ai=y", 5);
         assert_eq!(rule.path.as_deref(), Some("/ai-ok/"));
         assert_eq!(&*rule.statement, "train-ai=y");
-        assert!(pattern.is_some());
+        assert!(rule.pattern.is_some());
         assert_eq!(
             rule.to_string(),
             "Content-Usage: /ai-ok/ train-ai=y (line 5)"
         );
-        let (rule, pattern) = parse_rule(UsageSource::ContentUsage, b"train-ai=n", 2);
-        assert_eq!((rule.path, pattern.is_none()), (None, true));
+        let rule = parse_rule(UsageSource::ContentUsage, b"train-ai=n", 2);
+        assert_eq!((rule.path, rule.pattern.is_none()), (None, true));
         // Tab separates too; a path alone states nothing.
-        let (rule, _) = parse_rule(UsageSource::ContentUsage, b"/x\t\ttrain-ai=n", 1);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/x\t\ttrain-ai=n", 1);
         assert_eq!(rule.prefs.preference(Purpose::TrainAi), Preference::Refuse);
-        let (rule, _) = parse_rule(UsageSource::ContentUsage, b"/x", 1);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/x", 1);
         assert_eq!(rule.prefs, Statement::default());
         // Content-Signal has no path: a leading `/` makes the Dictionary invalid.
-        let (rule, pattern) = parse_rule(UsageSource::ContentSignal, b"/x search=no", 1);
-        assert_eq!((rule.path, pattern.is_none()), (None, true));
+        let rule = parse_rule(UsageSource::ContentSignal, b"/x search=no", 1);
+        assert_eq!((rule.path, rule.pattern.is_none()), (None, true));
         assert_eq!(rule.prefs, Statement::default());
     }
 

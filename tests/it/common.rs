@@ -844,6 +844,11 @@ impl Proxy {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
+    /// A counter's value, 0 when it has not been counted yet.
+    pub fn counter(&self, name: &str) -> f64 {
+        self.metric(name).unwrap_or(0.0)
+    }
+
     /// A reqwest client that uses this proxy for http URLs.
     pub fn client(&self) -> reqwest::Client {
         reqwest::Client::builder()
@@ -1105,6 +1110,26 @@ pub fn operator_ca(dir: &std::path::Path) -> (PathBuf, PathBuf) {
         String::from_utf8_lossy(&out.stderr)
     );
     (cert, key)
+}
+
+/// An admin request: (status, body).
+pub fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+        ])
+        .arg(format!("http://{}{path}", proxy.admin))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// A credentials-file line made by the real `robotsgate passwd` (password on stdin).

@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    assert_gaps_at_least, curl, eventually, free_port, min_gap, most_at_once, pages, Behaviour,
-    Proxy, TestOrigin,
+    admin, assert_gaps_at_least, curl, eventually, free_port, min_gap, most_at_once, pages,
+    Behaviour, Proxy, TestOrigin,
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
@@ -53,26 +53,6 @@ pub(crate) async fn backend_up(proxies: &[Proxy]) {
             proxy.log()
         );
     }
-}
-
-/// An admin request: (status, body).
-pub(crate) fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "5",
-            "-X",
-            method,
-            "-w",
-            "\n%{http_code}",
-        ])
-        .arg(format!("http://{}{path}", proxy.admin))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// GETs `count` pages through the instances in turn, all at once; the statuses.

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::common::admin;
 use crate::common::*;
-use crate::fleet::{admin, backend_up, fleet_yaml, instances, paced_origin, slow_origin};
+use crate::fleet::{backend_up, fleet_yaml, instances, paced_origin, slow_origin};
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
 /// How many scripts Redis has run since its counters were reset.

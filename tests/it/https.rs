@@ -83,7 +83,7 @@ impl Setup {
     }
 
     fn metric(&self, name: &str) -> f64 {
-        self.proxy.metric(name).unwrap_or(0.0)
+        self.proxy.counter(name)
     }
 }
 

@@ -161,7 +161,7 @@ impl World {
     }
 
     fn metric(&self, name: &str) -> f64 {
-        self.proxy.metric(name).unwrap_or(0.0)
+        self.proxy.counter(name)
     }
 }
 

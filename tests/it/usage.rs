@@ -5,7 +5,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::common::{curl, Behaviour, Proxy, TestOrigin};
+use crate::common::{admin, curl, Behaviour, Proxy, TestOrigin};
 
 /// draft-ietf-aipref-attach §3's example file.
 const ATTACH: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: / train-ai=y\n";
@@ -18,10 +18,6 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         let (n, v) = l.split_once(':')?;
         n.eq_ignore_ascii_case(name).then(|| v.trim())
     })
-}
-
-fn metric(proxy: &Proxy, name: &str) -> f64 {
-    proxy.metric(name).unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,11 +88,9 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     );
     let refused =
         "robotsgate_requests_total{decision=\"usage_refused\",mode=\"explicit\",scheme=\"http\"}";
-    assert_eq!(metric(&proxy, refused), 1.0);
+    assert_eq!(proxy.counter(refused), 1.0);
     let verdict = |purpose: &str, result: &str, source: &str| {
-        metric(
-            &proxy,
-            &format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"{source}\"}}"),
+        proxy.counter(&format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"{source}\"}}"),
         )
     };
     assert_eq!(verdict("train-ai", "refuse", "content-usage"), 2.0);
@@ -213,9 +207,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
         )
     );
     let header_verdict = |purpose: &str, result: &str| {
-        metric(
-            &proxy,
-            &format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"header\"}}"),
+        proxy.counter(&format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"header\"}}"),
         )
     };
     assert_eq!(header_verdict("train-ai", "refuse"), 2.0);
@@ -253,9 +245,7 @@ async fn report_mode_forwards_marks_counts_and_logs() {
     assert_eq!(header(&head, "X-Robots-Decision"), None, "{head}");
     assert_eq!((origin.count("/test"), origin.count("/test?off")), (1, 1));
     assert_eq!(
-        metric(
-            &proxy,
-            "robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",scheme=\"http\"}"
+        proxy.counter("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",scheme=\"http\"}"
         ),
         1.0
     );
@@ -274,11 +264,7 @@ async fn check_explains_the_statement_per_purpose() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
     let proxy = Proxy::start_for_loopback("  agent:\n    default_tokens: [OtherBot]\n");
     let check = |query: &str| -> serde_json::Value {
-        let out = Command::new("curl")
-            .args(["-s", &format!("http://{}/check?{query}", proxy.admin)])
-            .output()
-            .expect("curl");
-        serde_json::from_slice(&out.stdout).expect("json")
+        serde_json::from_str(&admin(&proxy, "GET", &format!("/check?{query}")).1).expect("json")
     };
     let url = origin.url("/test");
     let v = check(&format!("url={url}&purpose=train-ai"));
