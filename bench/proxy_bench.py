@@ -22,8 +22,12 @@ range. `--sequential` loads one proxy at a time instead (each alone on CPU 1, ba
 back). Last, one connection at a time, also `--rounds` times: the p50 latency each proxy
 adds to the round's direct request.
 
+`--usage` measures the usage judgement's cost alone: robotsgate, rg+usage and `rg-again`
+(a second robotsgate with the first one's configuration: the A/A control, whose ratio
+to robotsgate is this host's noise), loaded one at a time in an order rotated each round.
+
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
-                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
 same run as another row, "other" (access log on).
 Needs wrk, nginx and libjemalloc2 (Debian packages `wrk`, `nginx-light`, `libjemalloc2`);
@@ -91,7 +95,11 @@ def main():
     parser.add_argument("--compare", help="another robotsgate binary, measured in the same run")
     parser.add_argument("--sequential", action="store_true",
                         help="load one proxy at a time instead of all of them at once")
+    parser.add_argument("--usage", action="store_true",
+                        help="only robotsgate, rg+usage and the A/A control rg-again, one at a time")
     args = parser.parse_args()
+    if args.usage:
+        args.sequential = True
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
     if not os.path.exists(JEMALLOC):
         subprocess.run(["apt-get", "install", "-y", "-qq", "libjemalloc2"], check=True,
@@ -149,13 +157,17 @@ http {{ access_log off; keepalive_requests 1000000;
 
         passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
         rgbin = f"{ROOT}/target/release/robotsgate"
-        start("passthrough", passthrough, {"RUST_LOG": "warn"})
-        start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
+        if not args.usage:
+            start("passthrough", passthrough, {"RUST_LOG": "warn"})
+            start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
         # rg+usage right after robotsgate, the row it is compared with (with
         # --sequential, neighbours in a round run closest in time).
         start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
         start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
-        start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
+        if args.usage:
+            start("rg-again", robotsgate(rgbin), {"RUST_LOG": "warn"})
+        else:
+            start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
         if args.compare:
             start("other", robotsgate(args.compare), {"RUST_LOG": "info"})
         # Warm robotsgate's robots.txt cache: "cached decisions" is what is measured.
@@ -179,10 +191,15 @@ http {{ access_log off; keepalive_requests 1000000;
 
         runs = {}  # (mode, name) -> [result per round]
         for mode in ("keep-alive", "close"):
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
                 runs.setdefault((mode, "direct"), []).append(wrk(args, f"http://{origin}", lua[mode, "direct"], None))
                 load = lambda proc, port: wrk_start(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid)
-                if args.sequential:
+                if args.usage:
+                    # Rotated each round: no row always runs first, or right after another.
+                    names = list(proxies)
+                    names = names[round_ % len(names):] + names[:round_ % len(names)]
+                    results = {name: wrk_result(load(*proxies[name])) for name in names}
+                elif args.sequential:
                     results = {name: wrk_result(load(*proxy)) for name, proxy in proxies.items()}
                 else:
                     started_now = {name: load(*proxy) for name, proxy in proxies.items()}
@@ -218,19 +235,23 @@ http {{ access_log off; keepalive_requests 1000000;
             return f"{med(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}]" if rs else "n/a"
 
         cpus = lambda mode, name: [r["cpu_us"] for r in runs[mode, name]]
-        print("CPU per request, the ratio of each round, median [min-max]:")
-        for mode in ("keep-alive", "close"):
-            for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
-                print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
-                      f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
+        if "passthrough" in proxies:
+            print("CPU per request, the ratio of each round, median [min-max]:")
+            for mode in ("keep-alive", "close"):
+                for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
+                    print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
+                          f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
         print("\nusage preferences judged (two purposes) against the same robotsgate without, "
               "CPU per request, the ratio of each round, median [min-max]:")
         for mode in ("keep-alive", "close"):
             print(f"{mode:<11} rg+usage    {ratios(cpus(mode, 'rg+usage'), cpus(mode, 'robotsgate'))} robotsgate")
+            if "rg-again" in proxies:
+                print(f"{mode:<11} rg-again    {ratios(cpus(mode, 'rg-again'), cpus(mode, 'robotsgate'))} robotsgate "
+                      f"(the same configuration twice: this host's noise)")
         print("\none connection, keep-alive, p50 added to the direct request of the round, median [min-max]:")
         for name, added in single.items():
             print(f"  {name:<12} +{med(added):.0f} µs [{min(added):.0f}-{max(added):.0f}] "
-                  f"({ratios(added, single['passthrough'])} the passthrough's)")
+                  f"({ratios(added, single[next(iter(proxies))])} the {next(iter(proxies))}'s)")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

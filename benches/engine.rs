@@ -4,7 +4,10 @@
 //! aimed at its rules, and heap bytes held by one parsed file (a counting allocator).
 //! Before timing anything it checks both engines give the same verdicts on every URL and
 //! prints the cases where they differ (known, documented divergences of the baseline).
-//! Ends with a summary table of ratios.
+//! Ends with a summary table of ratios, and the cost of judging usage preferences: the
+//! verdict alone (the baseline) against the verdict, two declared purposes judged and
+//! `X-Robots-Usage` rendered, per URL, on the same file with Content-Signal and
+//! Content-Usage rules in its `*` group (as `bench/proxy_bench.py` serves it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -12,6 +15,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
+use robotsgate::config::{Purpose, UsageConfig, UsageMode};
+use robotsgate::policy::usage::UsageCheck;
 use robotsgate::robots::{CanonicalPath, RobotsTxt};
 
 #[path = "support/urls.rs"]
@@ -57,6 +62,81 @@ fn ours(robots: &RobotsTxt, agent: &str, urls: &[String]) -> usize {
     urls.iter()
         .filter(|u| robots.decide(group, &CanonicalPath::from_url(u)).allowed)
         .count()
+}
+
+/// The file with usage rules in its `*` group, as `bench/proxy_bench.py` serves it.
+fn with_usage_rules() -> String {
+    ROBOTS.replacen(
+        "User-agent: *\n",
+        "User-agent: *\nContent-Signal: search=yes, ai-train=no\nContent-Usage: /index train-ai=y\n",
+        1,
+    )
+}
+
+/// The verdict for every URL, as the proxy takes it for a crawler of the `*` group.
+fn verdicts_only(robots: &RobotsTxt, urls: &[String]) -> usize {
+    let group = robots.group_for(&["UsageBot"]);
+    urls.iter()
+        .filter(|u| robots.decide(group, &CanonicalPath::from_url(u)).allowed)
+        .count()
+}
+
+/// The same, and for each allowed URL the usage verdict of two purposes with its
+/// `X-Robots-Usage` rendered: the work `agent.default_purposes` adds per request.
+fn verdicts_and_usage(robots: &RobotsTxt, check: &UsageCheck, urls: &[String]) -> usize {
+    let group = robots.group_for(&["UsageBot"]);
+    urls.iter()
+        .filter(|u| {
+            let path = CanonicalPath::from_url(u);
+            let allowed = robots.decide(group, &path).allowed;
+            allowed && {
+                let verdict = check.judge(&robots.usage(group, &path));
+                !black_box(verdict.header()).is_empty()
+            }
+        })
+        .count()
+}
+
+fn usage_check() -> UsageCheck {
+    UsageCheck::new(
+        [Purpose::Search, Purpose::TrainAi].into_iter().collect(),
+        UsageMode::Enforce,
+        &UsageConfig::default(),
+    )
+}
+
+fn usage_summary(urls: &[String]) {
+    let robots = RobotsTxt::parse(with_usage_rules().as_bytes());
+    let check = usage_check();
+    // Rounds interleave the two, so drift hits both alike; the ratio is per round.
+    let mut rounds: Vec<(f64, f64)> = (0..7)
+        .map(|_| {
+            let alone = best_of(3, || {
+                black_box(verdicts_only(&robots, urls));
+            });
+            let judged = best_of(3, || {
+                black_box(verdicts_and_usage(&robots, &check, urls));
+            });
+            let per_url = |d: Duration| d.as_secs_f64() * 1e9 / urls.len() as f64;
+            (per_url(alone), per_url(judged))
+        })
+        .collect();
+    rounds.sort_by(|a, b| (a.1 - a.0).total_cmp(&(b.1 - b.0)));
+    let added: Vec<f64> = rounds.iter().map(|(a, j)| j - a).collect();
+    let ratios: Vec<f64> = rounds.iter().map(|(a, j)| j / a).collect();
+    let (lo, mid, hi) = (0, rounds.len() / 2, rounds.len() - 1);
+    println!();
+    println!(
+        "usage preferences (two purposes, X-Robots-Usage rendered) against the verdict alone, \
+         per URL, median [min-max] over {} rounds:",
+        rounds.len()
+    );
+    println!(
+        "  verdict alone {:.0} ns, with usage {:.0} ns: +{:.0} ns [{:.0}-{:.0}], {:.2}x [{:.2}-{:.2}]",
+        rounds[mid].0, rounds[mid].1, added[mid], added[lo], added[hi], ratios[mid],
+        ratios.iter().copied().fold(f64::MAX, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max)
+    );
 }
 
 fn baseline(robot: &texting_robots::Robot, urls: &[String]) -> usize {
@@ -176,6 +256,17 @@ fn benches(c: &mut Criterion, urls: &[String]) {
     });
     matching.bench_function("texting_robots", |b| b.iter(|| baseline(&robot, urls)));
     matching.finish();
+
+    let robots = RobotsTxt::parse(with_usage_rules().as_bytes());
+    let check = usage_check();
+    let mut usage = c.benchmark_group("usage judged, 100k URLs");
+    usage.throughput(Throughput::Elements(urls.len() as u64));
+    usage.sample_size(10);
+    usage.bench_function("verdict alone", |b| b.iter(|| verdicts_only(&robots, urls)));
+    usage.bench_function("verdict + usage", |b| {
+        b.iter(|| verdicts_and_usage(&robots, &check, urls))
+    });
+    usage.finish();
 }
 
 fn main() {
@@ -188,6 +279,7 @@ fn main() {
     benches(&mut c, &urls);
     c.final_summary();
     summary(&urls);
+    usage_summary(&urls);
 }
 
 // `criterion_group!` is not used: main() needs the URL set and prints the summary.

@@ -16,17 +16,21 @@ pub struct Judgement<'r> {
     pub group: Option<GroupId>,
     /// The lenient origin's reading, when that one decided.
     pub read_as: Option<CanonicalPath<'static>>,
+    /// The lenient reading of an allowed path, when it has one (judged allowed too):
+    /// made once, for [`judge_usage`] to judge as well.
+    pub lenient: Option<CanonicalPath<'static>>,
 }
 
 /// Judges `target` against `robots` for a crawler with `tokens`: the one computation the
 /// proxy and `/check` share.
 pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) -> Judgement<'r> {
     let group = group_for(robots, tokens);
-    let (verdict, read_as) = verdict_for(robots, group, target);
+    let (verdict, read_as, lenient) = verdict_for(robots, group, target);
     Judgement {
         verdict,
         group,
         read_as,
+        lenient,
     }
 }
 
@@ -42,27 +46,32 @@ fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
 }
 
 /// The verdict on a request's path, failing closed: when a lenient origin may read the
-/// path differently ([`Target::lenient_path`]), that spelling must be allowed too. The
-/// second value is the spelling that disallowed, when it was that one.
+/// path differently ([`Target::lenient_path`]), that spelling must be allowed too. Then
+/// the spelling that disallowed, when it was that one, and the lenient spelling of an
+/// allowed path.
 fn verdict_for<'r>(
     robots: &'r RobotsTxt,
     group: Option<GroupId>,
     target: &Target,
-) -> (Verdict<'r>, Option<CanonicalPath<'static>>) {
+) -> (
+    Verdict<'r>,
+    Option<CanonicalPath<'static>>,
+    Option<CanonicalPath<'static>>,
+) {
     let verdict = robots.decide(group, &target.path);
     if !verdict.allowed {
-        return (verdict, None);
+        return (verdict, None, None);
     }
     match target.lenient_path() {
         Some(lenient) => {
             let strict = robots.decide(group, &lenient);
             if strict.allowed {
-                (verdict, None)
+                (verdict, None, Some(lenient))
             } else {
-                (strict, Some(lenient))
+                (strict, Some(lenient), None)
             }
         }
-        None => (verdict, None),
+        None => (verdict, None, None),
     }
 }
 
@@ -75,19 +84,20 @@ pub struct UsageJudgement<'r> {
     pub usage: Usage<'r>,
 }
 
-/// Judges the usage preferences of `target`'s path for `check`'s purposes, failing
-/// closed: when a lenient origin may read the path differently, that spelling's verdict
-/// decides if it refuses and the path's own does not.
+/// Judges the usage preferences of `target`'s path, which `judged` allowed, for
+/// `check`'s purposes, failing closed: when a lenient origin may read the path
+/// differently, that spelling's verdict decides if it refuses and the path's own does
+/// not.
 pub fn judge_usage<'r>(
     robots: &'r RobotsTxt,
-    group: Option<GroupId>,
+    judged: &Judgement<'_>,
     target: &Target,
     check: &UsageCheck,
 ) -> UsageJudgement<'r> {
-    let usage = robots.usage(group, &target.path);
+    let usage = robots.usage(judged.group, &target.path);
     let verdict = check.judge(&usage);
-    if let Some(lenient) = target.lenient_path() {
-        let other = robots.usage(group, &lenient);
+    if let Some(lenient) = &judged.lenient {
+        let other = robots.usage(judged.group, lenient);
         let judged = check.judge(&other);
         if judged.refused && !verdict.refused {
             return UsageJudgement {
@@ -97,4 +107,48 @@ pub fn judge_usage<'r>(
         }
     }
     UsageJudgement { verdict, usage }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Purpose, UsageConfig, UsageMode};
+    use crate::policy::agent::Tokens;
+    use crate::policy::target::Scheme;
+
+    fn target(url: &str) -> Target {
+        Target::from_request(url.as_bytes(), None, Scheme::Http).expect("target")
+    }
+
+    /// The lenient spelling is made once and judged by both verdicts: a path whose
+    /// lenient reading refuses a purpose is refused, one whose own reading does is too.
+    #[test]
+    fn the_lenient_spelling_is_judged_for_usage_too() {
+        let robots = RobotsTxt::parse(
+            b"User-agent: *\nDisallow: /secret\nContent-Usage: /private train-ai=n\n",
+        );
+        let check = UsageCheck::new(
+            [Purpose::TrainAi].into_iter().collect(),
+            UsageMode::Enforce,
+            &UsageConfig::default(),
+        );
+        let names = ["bot".to_string()];
+        let tokens = Tokens::Default(&names);
+        let refused = |url: &str| {
+            let t = target(url);
+            let judged = judge(&robots, &t, &tokens);
+            assert!(judged.verdict.allowed, "{url} is allowed by robots.txt");
+            judge_usage(&robots, &judged, &t, &check).verdict.refused
+        };
+        assert!(refused("http://a.test/private/x"));
+        assert!(refused("http://a.test/pub%2F..%2Fprivate/x"));
+        assert!(refused("http://a.test/pub/..;/private/x"));
+        assert!(!refused("http://a.test/pub/x"));
+        // A lenient reading that robots.txt disallows decides the verdict, and is not
+        // kept for usage.
+        let t = target("http://a.test/pub%2F..%2Fsecret");
+        let judged = judge(&robots, &t, &tokens);
+        assert!(!judged.verdict.allowed);
+        assert!(judged.read_as.is_some() && judged.lenient.is_none());
+    }
 }

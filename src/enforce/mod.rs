@@ -476,11 +476,8 @@ impl Enforcer {
         match &snapshot.policy {
             Policy::Rules(file) => {
                 let robots = &file.robots;
-                let Judgement {
-                    verdict,
-                    group,
-                    read_as,
-                } = judge(robots, target, tokens);
+                let judged = judge(robots, target, tokens);
+                let (verdict, group) = (&judged.verdict, judged.group);
                 // Crawlers in one group share a schedule; the group's first name is its
                 // stable identity across refreshes of the file.
                 let group_name = || {
@@ -503,7 +500,7 @@ impl Enforcer {
                     let UsageJudgement {
                         verdict: judged,
                         usage,
-                    } = judge_usage(robots, group, target, &check);
+                    } = judge_usage(robots, &judged, target, &check);
                     let Some(refused) = judged.refusal() else {
                         return forward(why, group_name(), delay, None, Some(judged));
                     };
@@ -529,7 +526,7 @@ impl Enforcer {
                         .map(|r| r.pattern.to_string())
                         .unwrap_or_default(),
                     line: verdict.rule().map_or(0, |r| r.line),
-                    read_as: read_as.map(|l| l.to_string()),
+                    read_as: judged.read_as.as_ref().map(ToString::to_string),
                 };
                 if report {
                     let delay = robots.crawl_delay(group);

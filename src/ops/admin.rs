@@ -420,12 +420,9 @@ impl AdminApp {
         if let Some(snapshot) = snapshot {
             if let Policy::Rules(file) = &snapshot.policy {
                 let robots = &file.robots;
-                let Judgement {
-                    verdict,
-                    group,
-                    read_as,
-                } = judge(robots, &target, &tokens);
-                out["read_as"] = json!(read_as.map(|p| p.to_string()));
+                let judged = judge(robots, &target, &tokens);
+                let (verdict, group) = (&judged.verdict, judged.group);
+                out["read_as"] = json!(judged.read_as.as_ref().map(ToString::to_string));
                 out["group_line"] = json!(group
                     .and_then(|g| robots.group(g))
                     .and_then(|g| g.lines.first()));
@@ -436,7 +433,7 @@ impl AdminApp {
                     out["line"] = json!(rule.line);
                 }
                 if usage.active() && verdict.allowed {
-                    out["usage"] = usage_explained(robots, group, &target, &usage);
+                    out["usage"] = usage_explained(robots, &judged, &target, &usage);
                 }
             }
             out["robots"] = robots_state(&self.enforcer.store, &target.origin, &snapshot);
@@ -587,11 +584,11 @@ fn parsed(robots: &RobotsTxt) -> Value {
 /// and the result, and whether the request is refused.
 fn usage_explained(
     robots: &RobotsTxt,
-    group: Option<crate::robots::GroupId>,
+    judged: &Judgement<'_>,
     target: &Target,
     check: &UsageCheck,
 ) -> Value {
-    let UsageJudgement { verdict, usage } = judge_usage(robots, group, target, check);
+    let UsageJudgement { verdict, usage } = judge_usage(robots, judged, target, check);
     let purposes: Vec<_> = verdict
         .purposes()
         .map(|v| {
