@@ -1,5 +1,6 @@
-//! Per-origin state and its I/O: the robots.txt [`store`] (fetched by [`fetch`], parsed
-//! files shared by identical origins in [`files`]),
+//! Per-origin state and its I/O: the robots.txt [`store`] of [`snapshot`]s (fetched by
+//! [`fetch`], parsed files shared by identical origins in [`files`], what happened lately
+//! in [`recent`]),
 //! the robots.txt cache a fleet shares ([`fleet`]), the state kept
 //! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
@@ -11,6 +12,8 @@ pub mod fetch;
 pub mod files;
 pub mod fleet;
 pub mod loops;
+pub mod recent;
+pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod trust;
