@@ -447,11 +447,11 @@ impl OriginStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::origin::fetch::FetchOutcome;
-    use bytes::Bytes;
     use crate::config::EgressConfig;
     use crate::origin::dns::Resolver;
+    use crate::origin::fetch::FetchOutcome;
     use crate::policy::egress::EgressPolicy;
+    use bytes::Bytes;
 
     fn store(config: RobotsConfig) -> Arc<OriginStore> {
         let fetcher = Fetcher::new(

@@ -1,0 +1,63 @@
+//! `agent`: which crawler a request is. Token lists chosen by client address or
+//! User-Agent text, the purposes each crawler declares, and the defaults.
+
+use serde::Deserialize;
+
+use super::{Cidr, EnforceMode, Purpose, UsageMode};
+
+/// Which crawler a request is (see `agent.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Token list for requests no rule matches.
+    pub default_tokens: Vec<String>,
+    /// Purposes of requests whose rule (or user) declares none; empty: no usage check.
+    pub default_purposes: Vec<Purpose>,
+    /// First matching rule wins.
+    pub rules: Vec<AgentRule>,
+    /// With no rule and no default, judge a request by its User-Agent header's product
+    /// token. A client can then pick its own group: off in production (where
+    /// `default_tokens` must be set instead).
+    pub from_user_agent: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            default_tokens: Vec::new(),
+            default_purposes: Vec::new(),
+            rules: Vec::new(),
+            from_user_agent: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+/// One `agent.rules` entry: which requests it matches and the tokens they are judged as.
+pub struct AgentRule {
+    /// Matches clients whose address is in this network.
+    #[serde(default)]
+    pub client: Option<Cidr>,
+    /// Matches a User-Agent header containing this text (ASCII case-insensitive).
+    #[serde(default)]
+    pub user_agent_contains: Option<String>,
+    /// Ordered product tokens, most specific first.
+    pub tokens: Vec<String>,
+    /// `report`: requests this rule matches are in report mode (see `enforce`).
+    #[serde(default)]
+    pub mode: Option<EnforceMode>,
+    /// Accept `mode: report` chosen by `user_agent_contains`, text any client controls:
+    /// without it such a rule is a configuration error (a client could send the text and
+    /// have disallowed paths forwarded). Authenticated clients never get a mode or tokens
+    /// from their own text, whatever this says.
+    #[serde(default)]
+    pub trust_client_text: bool,
+    /// What the requests this rule matches fetch for (`search`, `train-ai`,
+    /// `ai-input`); unset: `agent.default_purposes`.
+    #[serde(default)]
+    pub purposes: Option<Vec<Purpose>>,
+    /// Their usage mode; unset: `usage.mode`.
+    #[serde(default)]
+    pub usage_mode: Option<UsageMode>,
+}
