@@ -109,7 +109,7 @@ impl ProxyHttp for Guarded {
     /// The exchange is over: its turns end as it did (a cut one is held a while more).
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
         if let Some(permit) = ctx.permit.take() {
-            permit.end(robotsgate::proxy::http::exchange_end(e));
+            permit.end(robotsgate::proxy::exchange::exchange_end(e));
         }
     }
 }

@@ -17,7 +17,7 @@ use pingora::server::configuration::Opt;
 use pingora::server::Server;
 use robotsgate::config::UpstreamConfig;
 use robotsgate::policy::target::{Host, Scheme, Target};
-use robotsgate::proxy::http::{upstream_peer, UpstreamTimeouts};
+use robotsgate::proxy::exchange::{upstream_peer, UpstreamTimeouts};
 
 /// Forwards each request to the origin its target names.
 struct Passthrough {

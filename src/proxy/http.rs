@@ -15,22 +15,24 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
-use pingora::protocols::l4::ext::get_tcp_info;
 use pingora::protocols::Digest;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use crate::config::UpstreamConfig;
+use super::exchange::{
+    exchange_end, unread, upstream_failure, upstream_peer, UpstreamTimeouts, MAX_EXCHANGE,
+};
+use super::headers::{
+    has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
+};
 use crate::downstream::front::ClientContext;
 use crate::enforce::{
-    bad_request, Allowed, Answer, Cut, Decision, DelayRule, Enforcer, ExchangeEnd, Permit, Reply,
-    Reported,
+    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
 };
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
-use crate::policy::usage::{header_statements, origin_header_member, UsageVerdict};
-use crate::robots::UsageSource;
+use crate::policy::usage::UsageVerdict;
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Mode, Outcome};
 
@@ -145,213 +147,6 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     session
         .write_response_body(Some(answer.body.clone()), true)
         .await
-}
-
-/// `upstream`'s timeouts as Pingora's peer options take them, converted once rather
-/// than on every request.
-#[derive(Clone, Copy, Debug)]
-pub struct UpstreamTimeouts {
-    connect: Duration,
-    read: Duration,
-    write: Duration,
-    idle: Duration,
-}
-
-impl From<&UpstreamConfig> for UpstreamTimeouts {
-    fn from(upstream: &UpstreamConfig) -> Self {
-        UpstreamTimeouts {
-            connect: upstream.connect_timeout_seconds.duration(),
-            read: upstream.read_timeout_seconds.duration(),
-            write: upstream.write_timeout_seconds.duration(),
-            idle: upstream
-                .idle_timeout_seconds
-                .duration()
-                .max(Duration::from_secs(1)),
-        }
-    }
-}
-
-/// The upstream peer for a forward decision: the approved address, TLS for https, one
-/// connection pool per origin, and the configured timeouts.
-pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamTimeouts) -> HttpPeer {
-    let tls = target.origin.scheme == Scheme::Https;
-    // The SNI (and the name the certificate is verified for): only TLS has one. Plain
-    // HTTP connections are pooled by `group_key`, one pool per origin, without it.
-    let sni = if tls {
-        target.origin.host_name()
-    } else {
-        String::new()
-    };
-    let mut peer = HttpPeer::new(addr, tls, sni);
-    peer.group_key = group_key(target);
-    let o = &mut peer.options;
-    o.connection_timeout = Some(timeouts.connect);
-    o.total_connection_timeout = Some(timeouts.connect * 2);
-    o.read_timeout = Some(timeouts.read);
-    o.write_timeout = Some(timeouts.write);
-    o.idle_timeout = Some(timeouts.idle);
-    peer
-}
-
-/// A stable per-origin key so origins sharing an address do not share connections.
-fn group_key(target: &Target) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    target.origin.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// How long ago the socket `fd` last received data (the kernel's `tcpi_last_data_recv`,
-/// in milliseconds). Asked when a response head has just been read, it is at most how long
-/// the head waited unread: the last data came with the head or after it.
-fn unread(fd: Option<RawFd>) -> Duration {
-    fd.and_then(|fd| get_tcp_info(fd).ok())
-        .map_or(Duration::ZERO, |info| {
-            Duration::from_millis(info.tcpi_last_data_recv.into())
-        })
-}
-
-/// The error a response cut at `pacing.max_exchange_seconds` ends with.
-const MAX_EXCHANGE: &str = "max-exchange";
-
-/// How an exchange ended at the origin, from how Pingora's proxying of it ended: no
-/// error is a response read to its end (a client that left meanwhile is a sink, never an
-/// error); the origin's own failures end it; anything robotsgate gave up on is a cut.
-pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
-    let Some(e) = error else {
-        return ExchangeEnd::Complete;
-    };
-    match (e.esource(), e.etype()) {
-        (_, ErrorType::Custom(MAX_EXCHANGE)) => ExchangeEnd::Cut(Cut::MaxExchange),
-        (_, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => ExchangeEnd::Cut(Cut::Timeout),
-        (
-            ErrorSource::Upstream,
-            ErrorType::ConnectTimedout
-            | ErrorType::ConnectRefused
-            | ErrorType::ConnectNoRoute
-            | ErrorType::ConnectError
-            | ErrorType::TLSHandshakeFailure
-            | ErrorType::TLSHandshakeTimedout
-            | ErrorType::InvalidCert
-            | ErrorType::ConnectionClosed
-            | ErrorType::ReadError
-            | ErrorType::WriteError,
-        ) => ExchangeEnd::OriginFailed,
-        _ => ExchangeEnd::Cut(Cut::Other),
-    }
-}
-
-/// The `X-Robots-Usage` of a forwarded response: the usage verdict for the crawler's
-/// purposes, then the origin's own `Content-Usage`/`Content-Signal` headers (relayed
-/// unchanged, counted, and named here: they govern the use of what was received, so
-/// they never turn the response into an error). `None` when there is nothing to say.
-fn usage_mark(verdict: Option<&UsageVerdict>, response: &ResponseHeader) -> Option<String> {
-    // Names made once: every forwarded response is looked up for both.
-    static ORIGIN_USAGE: [(http::HeaderName, UsageSource); 2] = [
-        (
-            http::HeaderName::from_static("content-usage"),
-            UsageSource::ContentUsage,
-        ),
-        (
-            http::HeaderName::from_static("content-signal"),
-            UsageSource::ContentSignal,
-        ),
-    ];
-    let mut mark = verdict.map(UsageVerdict::header).unwrap_or_default();
-    for (name, source) in &ORIGIN_USAGE {
-        for value in response.headers.get_all(name) {
-            let value = value.as_bytes();
-            for (purpose, preference) in header_statements(*source, value) {
-                crate::telemetry::usage::record_header(purpose, preference);
-            }
-            if !mark.is_empty() {
-                mark.push_str(", ");
-            }
-            mark.push_str(&origin_header_member(*source, value));
-        }
-    }
-    (!mark.is_empty()).then_some(mark)
-}
-
-/// Response headers only robotsgate sets: an origin's own are removed before
-/// robotsgate adds its, so a crawler can trust that these came from robotsgate.
-pub const OWN_RESPONSE_HEADERS: &[&str] = &["x-robots-decision", "x-robots-usage"];
-
-/// Removes [`OWN_RESPONSE_HEADERS`] from an origin's response, logging the forgery.
-fn strip_own_headers(response: &mut ResponseHeader, target: Option<&Target>) {
-    if !has_any(&response.headers, OWN_RESPONSE_HEADERS) {
-        return;
-    }
-    for name in OWN_RESPONSE_HEADERS {
-        if response.remove_header(*name).is_some() {
-            let origin: &dyn std::fmt::Display = match target {
-                Some(t) => &t.origin,
-                None => &"",
-            };
-            crate::telemetry::metrics::record_forged_header();
-            log::warn!("origin {origin} sent robotsgate's own response header {name}: removed");
-        }
-    }
-}
-
-/// A short name for why an upstream exchange failed.
-fn upstream_failure(kind: &ErrorType) -> &'static str {
-    match kind {
-        ErrorType::TLSHandshakeFailure | ErrorType::InvalidCert => {
-            "tls-handshake-failed (origin certificate not trusted or invalid)"
-        }
-        ErrorType::ConnectTimedout => "connect-timeout",
-        ErrorType::ConnectRefused => "connect-refused",
-        ErrorType::ReadTimedout | ErrorType::WriteTimedout => "timeout",
-        _ => "upstream-error",
-    }
-}
-
-/// Request headers that never go upstream: the proxy's own credentials, and headers
-/// that some servers and frameworks (IIS URL Rewrite, Symfony, Laravel, Zend, nginx
-/// setups, Envoy) read as the path or the site to serve, which would let a client fetch
-/// a path the robots decision never saw. Method overrides go too: a crawler's GET stays
-/// a GET.
-const NEVER_FORWARDED: &[&str] = &[
-    "proxy-authorization",
-    "proxy-connection",
-    "x-original-url",
-    "x-rewrite-url",
-    "x-override-url",
-    "x-original-uri",
-    "x-forwarded-uri",
-    "x-forwarded-url",
-    "x-forwarded-path",
-    "x-forwarded-prefix",
-    "x-envoy-original-path",
-    // Virtual-host overrides: a server picking another site by them would serve a path
-    // judged against this origin's robots.txt.
-    "x-forwarded-host",
-    "x-forwarded-server",
-    "x-host",
-    "forwarded",
-    "x-proxy-url",
-    "x-http-destinationurl",
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
-];
-
-/// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer
-/// sent (a few), instead of a hashed removal per listed name on every message: the
-/// removals run only when this says so.
-fn has_any(headers: &http::HeaderMap, names: &[&str]) -> bool {
-    headers.keys().any(|name| names.contains(&name.as_str()))
-}
-
-/// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
-fn request_has_no_body(req: &RequestHeader) -> bool {
-    let length = req
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok());
-    !req.headers.contains_key(http::header::TRANSFER_ENCODING)
-        && length.is_none_or(|l| l.trim() == "0")
 }
 
 fn client_ip(session: &Session) -> Option<IpAddr> {

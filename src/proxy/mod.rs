@@ -1,6 +1,9 @@
-//! robotsgate's own proxy: the Pingora `ProxyHttp` ([`http`], wiring only) and the
-//! server that puts the front door, the proxy and the admin listener together
-//! ([`server`]). Uses every layer below it.
+//! robotsgate's own proxy: the Pingora `ProxyHttp` ([`http`], wiring only), the upstream
+//! side of an exchange ([`exchange`]: the peer, how an exchange ended), the headers
+//! changed on the way through (`headers`), and the server that puts the front door, the
+//! proxy and the admin listener together ([`server`]). Uses every layer below it.
 
+pub mod exchange;
+mod headers;
 pub mod http;
 pub mod server;

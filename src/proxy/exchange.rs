@@ -1,0 +1,124 @@
+//! The upstream side of an exchange: the peer a decision connects to (the approved
+//! address, pooled per origin, with the configured timeouts), and how an exchange ended,
+//! read from Pingora's error, which decides how long its pacing turn is still held.
+
+use std::net::SocketAddr;
+use std::os::unix::io::RawFd;
+use std::time::Duration;
+
+use pingora::prelude::*;
+use pingora::protocols::l4::ext::get_tcp_info;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::ErrorSource;
+
+use crate::config::UpstreamConfig;
+use crate::enforce::{Cut, ExchangeEnd};
+use crate::policy::target::{Scheme, Target};
+
+/// `upstream`'s timeouts as Pingora's peer options take them, converted once rather
+/// than on every request.
+#[derive(Clone, Copy, Debug)]
+pub struct UpstreamTimeouts {
+    connect: Duration,
+    read: Duration,
+    /// Also the client side's write timeout once the exchange has started.
+    pub(super) write: Duration,
+    idle: Duration,
+}
+
+impl From<&UpstreamConfig> for UpstreamTimeouts {
+    fn from(upstream: &UpstreamConfig) -> Self {
+        UpstreamTimeouts {
+            connect: upstream.connect_timeout_seconds.duration(),
+            read: upstream.read_timeout_seconds.duration(),
+            write: upstream.write_timeout_seconds.duration(),
+            idle: upstream
+                .idle_timeout_seconds
+                .duration()
+                .max(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// The upstream peer for a forward decision: the approved address, TLS for https, one
+/// connection pool per origin, and the configured timeouts.
+pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamTimeouts) -> HttpPeer {
+    let tls = target.origin.scheme == Scheme::Https;
+    // The SNI (and the name the certificate is verified for): only TLS has one. Plain
+    // HTTP connections are pooled by `group_key`, one pool per origin, without it.
+    let sni = if tls {
+        target.origin.host_name()
+    } else {
+        String::new()
+    };
+    let mut peer = HttpPeer::new(addr, tls, sni);
+    peer.group_key = group_key(target);
+    let o = &mut peer.options;
+    o.connection_timeout = Some(timeouts.connect);
+    o.total_connection_timeout = Some(timeouts.connect * 2);
+    o.read_timeout = Some(timeouts.read);
+    o.write_timeout = Some(timeouts.write);
+    o.idle_timeout = Some(timeouts.idle);
+    peer
+}
+
+/// A stable per-origin key so origins sharing an address do not share connections.
+fn group_key(target: &Target) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    target.origin.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// How long ago the socket `fd` last received data (the kernel's `tcpi_last_data_recv`,
+/// in milliseconds). Asked when a response head has just been read, it is at most how long
+/// the head waited unread: the last data came with the head or after it.
+pub(super) fn unread(fd: Option<RawFd>) -> Duration {
+    fd.and_then(|fd| get_tcp_info(fd).ok())
+        .map_or(Duration::ZERO, |info| {
+            Duration::from_millis(info.tcpi_last_data_recv.into())
+        })
+}
+
+/// The error a response cut at `pacing.max_exchange_seconds` ends with.
+pub(super) const MAX_EXCHANGE: &str = "max-exchange";
+
+/// How an exchange ended at the origin, from how Pingora's proxying of it ended: no
+/// error is a response read to its end (a client that left meanwhile is a sink, never an
+/// error); the origin's own failures end it; anything robotsgate gave up on is a cut.
+pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
+    let Some(e) = error else {
+        return ExchangeEnd::Complete;
+    };
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::Custom(MAX_EXCHANGE)) => ExchangeEnd::Cut(Cut::MaxExchange),
+        (_, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => ExchangeEnd::Cut(Cut::Timeout),
+        (
+            ErrorSource::Upstream,
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError
+            | ErrorType::TLSHandshakeFailure
+            | ErrorType::TLSHandshakeTimedout
+            | ErrorType::InvalidCert
+            | ErrorType::ConnectionClosed
+            | ErrorType::ReadError
+            | ErrorType::WriteError,
+        ) => ExchangeEnd::OriginFailed,
+        _ => ExchangeEnd::Cut(Cut::Other),
+    }
+}
+
+/// A short name for why an upstream exchange failed.
+pub(super) fn upstream_failure(kind: &ErrorType) -> &'static str {
+    match kind {
+        ErrorType::TLSHandshakeFailure | ErrorType::InvalidCert => {
+            "tls-handshake-failed (origin certificate not trusted or invalid)"
+        }
+        ErrorType::ConnectTimedout => "connect-timeout",
+        ErrorType::ConnectRefused => "connect-refused",
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout => "timeout",
+        _ => "upstream-error",
+    }
+}
