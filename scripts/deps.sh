@@ -36,6 +36,13 @@ if ! python3 -c 'import requests' 2>/dev/null; then
          $sudo apt-get update -qq
          DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-requests; }
 fi
+# The signing tests verify robotsgate's signatures with an independent implementation
+# of RFC 9421 (PyPI `http-message-signatures`, on `cryptography`).
+if ! python3 -c 'import http_message_signatures, cryptography' 2>/dev/null; then
+  echo "installing: python http-message-signatures" >&2
+  python3 -m pip install --quiet 'http-message-signatures>=3,<4' 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages 'http-message-signatures>=3,<4'
+fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install a Rust toolchain (rustup) first" >&2
   exit 1

@@ -49,6 +49,9 @@ enum Command {
     /// The operator CA for HTTPS interception.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Web Bot Auth signing keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Print a line for `access.credentials_file`; the password is read from stdin.
     Passwd {
         /// The user name crawlers send in `Proxy-Authorization`.
@@ -64,6 +67,27 @@ enum Command {
         /// bcrypt cost (each verification takes 2^cost rounds; remembered after).
         #[arg(long, default_value_t = 10)]
         cost: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create an Ed25519 signing key (a JWK, mode 0600) and print its thumbprint (the
+    /// `keyid` its signatures carry). Never overwrites.
+    Generate {
+        /// Where to write the key; keep it on this host only.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Print an identity's key directory (JWKS of its current and next keys), to publish
+    /// at `<signature_agent>/.well-known/http-message-signatures-directory`.
+    Directory {
+        /// The configuration naming the identity's key files.
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// Which identity; default: the only one.
+        #[arg(long)]
+        identity: Option<String>,
     },
 }
 
@@ -134,6 +158,34 @@ impl Cli {
                     cert.display(),
                     key.display()
                 );
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Keys(KeysCommand::Generate { out }) => {
+                let thumbprint = crate::identity::key::generate_file(&out)?;
+                println!("wrote {} (keyid {thumbprint})", out.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Keys(KeysCommand::Directory { config, identity }) => {
+                let config = crate::config::Config::load(&config)?;
+                let names: Vec<&str> = config
+                    .signing
+                    .identities
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect();
+                let name = match (identity.as_deref(), names.as_slice()) {
+                    (Some(name), _) => name,
+                    (None, [only]) => only,
+                    (None, _) => anyhow::bail!(
+                        "--identity: one of {names:?} (signing.identities has {})",
+                        names.len()
+                    ),
+                };
+                let identities = crate::identity::Identities::load(&config.signing)?;
+                let Some(found) = identities.get(name) else {
+                    anyhow::bail!("--identity: no identity `{name}` in signing.identities");
+                };
+                println!("{}", found.directory());
                 Ok(ExitCode::SUCCESS)
             }
             Command::Passwd {

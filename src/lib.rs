@@ -20,6 +20,7 @@
 //! | [`pacing`] | Crawl-delay and in-flight schedules: the rules, the local backend, the shared (Redis) backend and its connection |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
+//! | [`identity`] | who requests say they are: Web Bot Auth signing keys and signatures |
 //! | [`config`] | the configuration file, its types and validation (in the engine's own vocabulary: purposes) |
 //! | [`robots`] | the pure robots.txt engine (no I/O; uses nothing else of the crate) |
 
@@ -30,6 +31,7 @@ pub mod config;
 pub mod conformance;
 pub mod downstream;
 pub mod enforce;
+pub mod identity;
 pub(crate) mod ops;
 pub(crate) mod origin;
 pub(crate) mod pacing;

@@ -13,6 +13,9 @@ pub struct AgentConfig {
     pub default_tokens: Vec<String>,
     /// Purposes of requests whose rule (or user) declares none; empty: no usage check.
     pub default_purposes: Vec<Purpose>,
+    /// The identity (`signing.identities`) requests are signed as when their rule names
+    /// none; unset: unsigned.
+    pub default_identity: Option<String>,
     /// First matching rule wins.
     pub rules: Vec<AgentRule>,
     /// With no rule and no default, judge a request by its User-Agent header's product
@@ -26,6 +29,7 @@ impl Default for AgentConfig {
         AgentConfig {
             default_tokens: Vec::new(),
             default_purposes: Vec::new(),
+            default_identity: None,
             rules: Vec::new(),
             from_user_agent: true,
         }
@@ -60,4 +64,7 @@ pub struct AgentRule {
     /// Their usage mode; unset: `usage.mode`.
     #[serde(default)]
     pub usage_mode: Option<UsageMode>,
+    /// The identity they are signed as; unset: `agent.default_identity`.
+    #[serde(default)]
+    pub identity: Option<String>,
 }

@@ -19,11 +19,13 @@ use serde::Deserialize;
 mod agent;
 mod fleet;
 mod pacing;
+mod signing;
 mod usage;
 mod values;
 pub use agent::{AgentConfig, AgentRule};
 pub use fleet::{FleetConfig, OnUnavailable, SentinelConfig};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
+pub use signing::{AgentForm, IdentityConfig, SigningConfig};
 pub use usage::{Purpose, RefuseWhen, UnknownUsage, UsageConfig, UsageMode};
 pub use values::{seconds, BlindTunnelRule, Cidr, PortRange, Seconds, Timeout, MAX_DURATION};
 
@@ -72,6 +74,8 @@ pub struct Config {
     pub transparent: TransparentConfig,
     /// AI-use preferences (Content-Usage, Content-Signal) for the declared purposes.
     pub usage: UsageConfig,
+    /// The identities requests are signed as (Web Bot Auth).
+    pub signing: SigningConfig,
 }
 
 /// `transparent`: listeners for crawler connections the kernel redirects to robotsgate
@@ -174,6 +178,7 @@ impl Default for Config {
             enforce: EnforceConfig::default(),
             transparent: TransparentConfig::default(),
             usage: UsageConfig::default(),
+            signing: SigningConfig::default(),
         }
     }
 }
@@ -528,6 +533,22 @@ impl Config {
         }
         self.pacing.validate()?;
         self.fleet.validate()?;
+        self.signing.validate()?;
+        let named = self
+            .agent
+            .default_identity
+            .iter()
+            .map(|n| ("agent.default_identity".to_string(), n))
+            .chain(self.agent.rules.iter().enumerate().filter_map(|(i, r)| {
+                Some((format!("agent.rules[{i}].identity"), r.identity.as_ref()?))
+            }));
+        for (key, name) in named {
+            if !self.signing.has(name) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.{key}`: no identity `{name}` in signing.identities"
+                )));
+            }
+        }
         if let Some(lease) = self.fleet.lease_seconds {
             let longest = self.exchange_bounds().longest_hold();
             if lease.duration() < longest {

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::config::PacingKey;
 use crate::config::UsageMode;
 use crate::config::{Config, ExchangeBounds};
+use crate::identity::{Identities, Identity};
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
@@ -261,6 +262,8 @@ pub struct Enforcer {
     overrides: Overrides,
     /// How long an exchange may hold its turns.
     bounds: ExchangeBounds,
+    /// The identities forwarded requests are signed as.
+    identities: Identities,
 }
 
 impl Enforcer {
@@ -285,15 +288,24 @@ impl Enforcer {
     pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> anyhow::Result<Enforcer> {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
-        let fetcher = Arc::new(Fetcher::new(
-            resolver.clone(),
-            egress.clone(),
-            config.robots.fetch_timeout_seconds.duration(),
-            config.robots.max_redirects,
-            trust.ca_file(),
-            config.robots.user_agent.clone(),
-            crate::origin::loops::OwnTraffic::new(&config.transparent),
-        ));
+        let identities = Identities::load(&config.signing)?;
+        let fetches_signed_as = config
+            .agent
+            .default_identity
+            .as_deref()
+            .and_then(|name| identities.get(name).cloned());
+        let fetcher = Arc::new(
+            Fetcher::new(
+                resolver.clone(),
+                egress.clone(),
+                config.robots.fetch_timeout_seconds.duration(),
+                config.robots.max_redirects,
+                trust.ca_file(),
+                config.robots.user_agent.clone(),
+                crate::origin::loops::OwnTraffic::new(&config.transparent),
+            )
+            .signed_as(fetches_signed_as),
+        );
         let fleet = config
             .fleet
             .enabled()
@@ -309,6 +321,7 @@ impl Enforcer {
             agents: AgentResolver::new(&config.agent, &config.enforce, &config.usage),
             overrides: Overrides::new(&config.pacing.overrides),
             bounds: config.exchange_bounds(),
+            identities,
         })
     }
 
@@ -336,6 +349,11 @@ impl Enforcer {
         )
         .await
         .0
+    }
+
+    /// The identity `who`'s forwarded requests are signed as, if any.
+    pub fn identity(&self, who: &Requester<'_>) -> Option<Arc<Identity>> {
+        self.identities.get(self.agents.identity_for(who)?).cloned()
     }
 
     /// The usage check for `who`: its declared purposes and usage mode.

@@ -135,6 +135,8 @@ pub struct Fetcher {
     socket_hook: Option<crate::origin::loops::SocketHook>,
     /// The `Via` entry fetches carry (transparent listeners configured).
     via: Option<&'static str>,
+    /// The identity fetches are signed as (`agent.default_identity`), if any.
+    identity: Option<Arc<crate::identity::Identity>>,
 }
 
 fn unreachable(failure: Failure) -> FetchOutcome {
@@ -194,7 +196,15 @@ impl Fetcher {
             user_agent,
             socket_hook: crate::origin::loops::hook(own.mark),
             via: own.via(),
+            identity: None,
         }
+    }
+
+    /// Signs every fetch as `identity` (robots.txt fetches are requests of the fleet's
+    /// like any other: an origin that asks crawlers to sign asks it of these too).
+    pub fn signed_as(mut self, identity: Option<Arc<crate::identity::Identity>>) -> Fetcher {
+        self.identity = identity;
+        self
     }
 
     /// Fetches `origin`'s robots.txt (as the configured `robots.user_agent`, never a
@@ -333,6 +343,11 @@ impl Fetcher {
             .map_err(internal)?;
         if let Some(via) = self.via {
             request.insert_header("Via", via).map_err(internal)?;
+        }
+        if let Some(identity) = &self.identity {
+            let signed = identity.sign(&origin.authority().to_string());
+            signed.set_on(&mut request).map_err(internal)?;
+            crate::telemetry::metrics::record_signed(&identity.name);
         }
         session
             .write_request_header(Box::new(request))

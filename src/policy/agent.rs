@@ -37,6 +37,8 @@ pub struct AgentResolver {
     enforce: EnforceConfig,
     /// The usage check's settings.
     usage: UsageConfig,
+    /// The identity requests are signed as when their rule names none.
+    default_identity: Option<String>,
 }
 
 /// The tokens for one request, borrowed from configuration or from the header, and
@@ -175,7 +177,17 @@ impl AgentResolver {
             default_purposes: config.default_purposes.iter().copied().collect(),
             enforce: enforce.clone(),
             usage: usage.clone(),
+            default_identity: config.default_identity.clone(),
         }
+    }
+
+    /// The signing identity `who`'s requests carry: its agent rule's, else
+    /// `agent.default_identity`; `None`: unsigned. As for tokens and mode, an
+    /// authenticated client's own text chooses none.
+    pub fn identity_for(&self, who: &Requester<'_>) -> Option<&str> {
+        self.rule(who.client, who.trusted_text())
+            .and_then(|r| r.identity.as_deref())
+            .or(self.default_identity.as_deref())
     }
 
     /// The usage check for `who`: its purposes (its user's, else its agent rule's, else

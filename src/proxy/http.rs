@@ -30,6 +30,7 @@ use crate::downstream::front::ClientContext;
 use crate::enforce::{
     bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
 };
+use crate::identity::Identity;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::policy::usage::UsageVerdict;
@@ -101,6 +102,8 @@ enum Stage {
         reported: Option<Reported>,
         /// The usage verdict for the crawler's purposes, marked on the response.
         usage: Option<UsageVerdict>,
+        /// The identity the request is signed as, if any.
+        signer: Option<Arc<Identity>>,
         /// The pacing turn, held until the origin's exchange has ended.
         permit: Permit,
         upstream_status: Option<u16>,
@@ -245,6 +248,7 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.mode_from = mode.from.label();
         let report = mode.report;
         let usage = self.enforcer.usage_check(&who);
+        let signer = self.enforcer.identity(&who);
         let (decision, _) = self
             .enforcer
             .decide_explained(&target, &tokens, report, usage, destination)
@@ -299,6 +303,7 @@ impl ProxyHttp for RobotsGateProxy {
                             rule: pace.rule,
                             reported: reported.map(|r| r.reported()),
                             usage,
+                            signer,
                             permit,
                             upstream_status: None,
                             failed: None,
@@ -460,6 +465,18 @@ impl ProxyHttp for RobotsGateProxy {
             let host = upstream_request.headers.get(http::header::HOST);
             if !host.is_some_and(|h| authority.is(h.as_bytes())) {
                 upstream_request.insert_header(http::header::HOST, authority.to_string())?;
+            }
+            // Signed as the fleet's identity: a client's own signature headers are
+            // replaced, never forwarded beside robotsgate's.
+            if let Stage::Forwarded {
+                signer: Some(identity),
+                ..
+            } = &ctx.stage
+            {
+                identity
+                    .sign(&authority.to_string())
+                    .set_on(upstream_request)?;
+                crate::telemetry::metrics::record_signed(&identity.name);
             }
         }
         if has_any(&upstream_request.headers, NEVER_FORWARDED) {

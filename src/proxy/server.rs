@@ -138,6 +138,9 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         }
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
+    // The signing keys, read here too so that `check-config` finds a bad one (the
+    // enforcer loads its own copy).
+    crate::identity::Identities::load(&config.signing)?;
     let access = AccessPolicy::new(&config.access)?;
     let admin = AdminGuard::new(&config.admin, &config.robots)?;
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())

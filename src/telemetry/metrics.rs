@@ -176,6 +176,21 @@ static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Requests signed as a Web Bot Auth identity: forwarded requests and robots.txt fetches.
+static SIGNED_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    prometheus::register_int_counter_vec!(
+        "robotsgate_signed_requests_total",
+        "Requests signed as a Web Bot Auth identity (forwarded requests and robots.txt fetches), by identity.",
+        &["identity"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one request signed as `identity`.
+pub fn record_signed(identity: &str) {
+    SIGNED_REQUESTS.with_label_values(&[identity]).inc();
+}
+
 /// Refetches that changed an origin's effective rules.
 pub static ROBOTS_CHANGES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(

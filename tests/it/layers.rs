@@ -171,6 +171,7 @@ fn layers_form_no_cycle() {
         "pacing",
         "telemetry",
         "policy",
+        "identity",
         "config",
         "robots",
     ];

@@ -24,6 +24,7 @@ mod redis_servers;
 mod reload;
 mod report;
 mod robots_props;
+mod signing;
 mod state;
 mod status_page;
 mod systemd;

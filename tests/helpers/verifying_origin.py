@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A loopback origin that verifies Web Bot Auth signatures with an implementation of
+RFC 9421 robotsgate does not use (PyPI `http-message-signatures`), against the keys of
+a JWKS directory file. Every request is logged as one JSON line: its path, whether the
+signature verified (and why not), and the signature headers it arrived with.
+
+Usage: verifying_origin.py PORT DIRECTORY.json LOG
+Answers 200 `verified` or 401 `invalid: <reason>`; /robots.txt is `User-agent: *`
+(allow all) when verified.
+"""
+
+import base64
+import http.server
+import json
+import sys
+
+import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
+
+PORT, DIRECTORY, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+
+class Directory(HTTPSignatureKeyResolver):
+    """Keys by RFC 7638 thumbprint (`kid`), read from the directory file each time."""
+
+    def resolve_public_key(self, key_id):
+        with open(DIRECTORY) as f:
+            for jwk in json.load(f)["keys"]:
+                if jwk.get("kid") == key_id and jwk.get("crv") == "Ed25519":
+                    x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
+                    return Ed25519PublicKey.from_public_bytes(x)
+        return None
+
+
+VERIFIER = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=Directory())
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        headers = {k: v for k, v in self.headers.items()}
+        message = requests.Request("GET", f"http://{self.headers.get('Host', '')}{self.path}",
+                                   headers=headers).prepare()
+        try:
+            results = VERIFIER.verify(message, expect_tag="web-bot-auth",
+                                      require_components=["@authority"])
+            # Web Bot Auth's policy: Signature-Agent covered too, whole (the string
+            # form) or the member it names (the draft's `;key=`).
+            agent = [c for r in results for c in r.covered_components
+                     if str(c).startswith('"signature-agent"')]
+            ok = len(results) == 1 and len(agent) == 1
+            why = f"{len(results)} signatures, Signature-Agent covered as {agent}"
+        except Exception as e:  # the verdict is the log line
+            ok, why = False, f"{type(e).__name__}: {e}"
+        line = {"path": self.path, "verified": ok, "why": why,
+                "signature": self.headers.get_all("Signature") or [],
+                "signature_input": self.headers.get_all("Signature-Input") or [],
+                "signature_agent": self.headers.get_all("Signature-Agent") or []}
+        with open(LOG, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        body = (b"User-agent: *\nAllow: /\n" if self.path == "/robots.txt" else b"verified") if ok \
+            else f"invalid: {why}".encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()

@@ -1,0 +1,322 @@
+//! Web Bot Auth: robotsgate signs forwarded requests and its robots.txt fetches as the
+//! configured identity, and an origin verifies them with an implementation of RFC 9421
+//! robotsgate does not use (PyPI `http-message-signatures`, `tests/helpers/`), against
+//! the directory `robotsgate keys directory` prints.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{curl, free_port, Proxy};
+
+/// The verifying origin: a Python process, its port and its log of verdicts.
+struct VerifyingOrigin {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    directory: PathBuf,
+}
+
+impl VerifyingOrigin {
+    fn start(dir: &Path, directory: &str) -> VerifyingOrigin {
+        let path = dir.join("directory.json");
+        std::fs::write(&path, directory).expect("directory file");
+        let log = dir.join("origin.log");
+        let helper = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/helpers/verifying_origin.py"
+        );
+        for _attempt in 0..5 {
+            let port = free_port();
+            let mut child = Command::new("python3")
+                .args([helper, &port.to_string()])
+                .arg(&path)
+                .arg(&log)
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("python3");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if crate::common::listens_on(child.id(), port) {
+                    return VerifyingOrigin {
+                        child,
+                        port,
+                        log,
+                        directory: path,
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("the verifying origin did not start");
+    }
+
+    /// The origin's verdicts so far, one per request.
+    fn seen(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The verdict of the first request for `path`.
+    fn verdict(&self, path: &str) -> Value {
+        self.seen()
+            .into_iter()
+            .find(|l| l["path"] == path)
+            .unwrap_or_else(|| panic!("the origin saw no {path}: {:?}", self.seen()))
+    }
+}
+
+impl Drop for VerifyingOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn robotsgate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .args(args)
+        .output()
+        .expect("robotsgate")
+}
+
+/// `robotsgate keys generate`: a new key file, mode 0600, never overwritten.
+fn generate(path: &Path) {
+    let out = robotsgate(&["keys", "generate", "--out", &path.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(path)
+        .expect("key file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+/// The `signing:` and `agent:` sections (under `robotsgate:`), and the directory
+/// `robotsgate keys directory` prints for them.
+fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> (String, String) {
+    let next = next.map_or(String::new(), |n| {
+        format!("        next_key_file: {}\n", n.display())
+    });
+    let yaml = format!(
+        "  signing:\n    signature_agent_form: {form}\n    identities:\n      - name: main\n        key_file: {}\n{next}        signature_agent: https://crawler.example\n        expires_seconds: 60\n  agent:\n    default_identity: main\n",
+        key.display()
+    );
+    let config = dir.join(format!("signing-{form}.yaml"));
+    std::fs::write(&config, format!("robotsgate:\n{yaml}")).expect("config");
+    let out = robotsgate(&["keys", "directory", "--config", &config.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (yaml, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What the origin says when `verdict`'s signature headers arrive straight from the
+/// test for `authority` (the one they were made for, or another).
+fn replay(origin: &VerifyingOrigin, verdict: &Value, authority: &str, path: &str) -> u16 {
+    let mut command = Command::new("curl");
+    command.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"]);
+    command.arg(format!("Host: {authority}"));
+    for (header, key) in [
+        ("Signature", "signature"),
+        ("Signature-Input", "signature_input"),
+        ("Signature-Agent", "signature_agent"),
+    ] {
+        for value in verdict[key].as_array().into_iter().flatten() {
+            command
+                .arg("-H")
+                .arg(format!("{header}: {}", value.as_str().unwrap_or_default()));
+        }
+    }
+    let out = command
+        .arg(format!("http://127.0.0.1:{}{path}", origin.port))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+#[test]
+fn requests_and_robots_fetches_are_signed_and_verify_independently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    // Never over an existing key.
+    let again = robotsgate(&["keys", "generate", "--out", &key.to_string_lossy()]);
+    assert!(!again.status.success());
+    let (yaml, directory) = signing(dir.path(), &key, None, "string");
+    let origin = VerifyingOrigin::start(dir.path(), &directory);
+    let proxy = Proxy::start_for_loopback(&yaml);
+
+    // A client's own signature, as if it could sign as the fleet: replaced.
+    let url = format!("http://127.0.0.1:{}/page", origin.port);
+    let (status, _, body) = curl(
+        &proxy,
+        &url,
+        &[
+            "-H",
+            "Signature: sig1=:Zm9yZ2VkIGJ5IHRoZSBjbGllbnQ=:",
+            "-H",
+            "Signature-Input: sig1=(\"@authority\");created=1;keyid=\"client\"",
+            "-H",
+            "Signature-Agent: \"https://client.example\"",
+        ],
+    );
+    assert_eq!((status, body.as_str()), (200, "verified"));
+    let page = origin.verdict("/page");
+    assert_eq!(page["verified"], true, "{page}");
+    assert_eq!(
+        page["signature"].as_array().map(Vec::len),
+        Some(1),
+        "{page}"
+    );
+    assert!(!page.to_string().contains("Zm9yZ2Vk") && !page.to_string().contains("client"));
+    assert_eq!(page["signature_agent"][0], "\"https://crawler.example\"");
+    let input = page["signature_input"][0].as_str().unwrap_or_default();
+    assert!(
+        input.starts_with("sig1=(\"@authority\" \"signature-agent\");created=")
+            && input.contains("tag=\"web-bot-auth\""),
+        "{input}"
+    );
+    // robots.txt was fetched signed, before the page.
+    assert_eq!(origin.seen()[0]["path"], "/robots.txt");
+    assert_eq!(origin.verdict("/robots.txt")["verified"], true);
+    assert_eq!(
+        proxy.counter("robotsgate_signed_requests_total{identity=\"main\"}"),
+        2.0
+    );
+
+    // The verifier can fail: the same headers for another authority are refused, and
+    // for their own one accepted.
+    let authority = format!("127.0.0.1:{}", origin.port);
+    assert_eq!(replay(&origin, &page, &authority, "/replayed"), 200);
+    assert_eq!(replay(&origin, &page, "other.example", "/other"), 401);
+    assert_eq!(origin.verdict("/other")["verified"], false);
+    // A signature under a key the directory does not hold is refused too.
+    std::fs::write(&origin.directory, r#"{"keys":[]}"#).expect("empty directory");
+    assert_eq!(replay(&origin, &page, &authority, "/unknown-key"), 401);
+}
+
+#[test]
+fn the_drafts_dictionary_form_is_covered_by_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let (yaml, directory) = signing(dir.path(), &key, None, "dictionary");
+    let origin = VerifyingOrigin::start(dir.path(), &directory);
+    let proxy = Proxy::start_for_loopback(&yaml);
+    let (status, _, body) = curl(
+        &proxy,
+        &format!("http://127.0.0.1:{}/page", origin.port),
+        &[],
+    );
+    assert_eq!((status, body.as_str()), (200, "verified"));
+    let page = origin.verdict("/page");
+    assert_eq!(
+        page["signature_agent"][0],
+        "sig1=\"https://crawler.example\""
+    );
+    let input = page["signature_input"][0].as_str().unwrap_or_default();
+    assert!(
+        input.starts_with("sig1=(\"@authority\" \"signature-agent\";key=\"sig1\");"),
+        "{input}"
+    );
+}
+
+#[test]
+fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (old, new) = (dir.path().join("old.jwk"), dir.path().join("new.jwk"));
+    generate(&old);
+    generate(&new);
+    // Before the rotation: the next key is published beside the current one.
+    let (yaml, directory) = signing(dir.path(), &old, Some(&new), "string");
+    let keys: Value = serde_json::from_str(&directory).expect("JWKS");
+    let kids: Vec<&str> = keys["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k["kid"].as_str())
+        .collect();
+    assert_eq!(kids.len(), 2, "{directory}");
+    let origin = VerifyingOrigin::start(dir.path(), &directory);
+    let before = Proxy::start_for_loopback(&yaml);
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
+    assert_eq!(curl(&before, &url("/before"), &[]).0, 200);
+    let signed_before = origin.verdict("/before");
+    assert!(signed_before["signature_input"][0]
+        .as_str()
+        .is_some_and(|i| i.contains(&format!("keyid=\"{}\"", kids[0]))));
+    drop(before);
+
+    // The next key promoted: it signs; the old one's signatures verify until they
+    // expire (the origin still holds the directory it fetched).
+    let (yaml, _) = signing(dir.path(), &new, None, "string");
+    let after = Proxy::start_for_loopback(&yaml);
+    assert_eq!(curl(&after, &url("/after"), &[]).0, 200);
+    let signed_after = origin.verdict("/after");
+    assert_eq!(signed_after["verified"], true);
+    assert!(signed_after["signature_input"][0]
+        .as_str()
+        .is_some_and(|i| i.contains(&format!("keyid=\"{}\"", kids[1]))));
+    let authority = format!("127.0.0.1:{}", origin.port);
+    assert_eq!(
+        replay(&origin, &signed_before, &authority, "/old-signature"),
+        200
+    );
+}
+
+#[test]
+fn identities_and_keys_are_checked_at_start_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let secret = std::fs::read_to_string(&key).expect("key");
+    let check = |robotsgate_yaml: &str| {
+        let config = dir.path().join("check.yaml");
+        std::fs::write(&config, format!("robotsgate:\n{robotsgate_yaml}")).expect("config");
+        let out = robotsgate(&["check-config", "--config", &config.to_string_lossy()]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (yaml, _) = signing(dir.path(), &key, None, "string");
+    assert!(check(&yaml).0, "{}", check(&yaml).1);
+    let (ok, err) = check(&yaml.replace("default_identity: main", "default_identity: other"));
+    assert!(
+        !ok && err.contains("agent.default_identity") && err.contains("other"),
+        "{err}"
+    );
+    let (ok, err) = check(&yaml.replace("https://crawler.example", "crawler example"));
+    assert!(!ok && err.contains("signature_agent"), "{err}");
+    // A key file that is not a key: named, with its identity, and never printed.
+    let broken = dir.path().join("broken.jwk");
+    std::fs::write(&broken, secret.replace("\"x\":\"", "\"x\":\"A")).expect("write");
+    let (ok, err) = check(&yaml.replace(&key.display().to_string(), &broken.display().to_string()));
+    assert!(
+        !ok && err.contains("broken.jwk") && err.contains("identity `main`"),
+        "{err}"
+    );
+    let d: Value = serde_json::from_str(&secret).expect("JWK");
+    let d = d["d"].as_str().unwrap_or("none");
+    assert!(
+        !err.contains(d),
+        "the private key must not be printed: {err}"
+    );
+}
