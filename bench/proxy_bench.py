@@ -22,12 +22,13 @@ range. `--sequential` loads one proxy at a time instead (each alone on CPU 1, ba
 back). Last, one connection at a time, also `--rounds` times: the p50 latency each proxy
 adds to the round's direct request.
 
-`--usage` measures the usage judgement's cost alone: robotsgate, rg+usage and `rg-again`
+`--usage` measures the usage judgement's cost alone (`--signed`: signing every request as
+a Web Bot Auth identity, `rg+signed`): robotsgate, the feature's row and `rg-again`
 (a second robotsgate with the first one's configuration: the A/A control, whose ratio
 to robotsgate is this host's noise), loaded one at a time in an order rotated each round.
 
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
-                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage | --signed]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
 same run as another row, "other" (access log on).
 Needs wrk, nginx and libjemalloc2 (Debian packages `wrk`, `nginx-light`, `libjemalloc2`);
@@ -97,8 +98,12 @@ def main():
                         help="load one proxy at a time instead of all of them at once")
     parser.add_argument("--usage", action="store_true",
                         help="only robotsgate, rg+usage and the A/A control rg-again, one at a time")
+    parser.add_argument("--signed", action="store_true",
+                        help="only robotsgate, rg+signed and the A/A control rg-again, one at a time")
     args = parser.parse_args()
-    if args.usage:
+    # --usage / --signed: one feature's cost against robotsgate without it, beside A/A.
+    feature = "rg+usage" if args.usage else "rg+signed" if args.signed else None
+    if feature:
         args.sequential = True
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
     if not os.path.exists(JEMALLOC):
@@ -141,6 +146,15 @@ http {{ access_log off; keepalive_requests 1000000;
         # The same, judging the usage preferences of two declared purposes per request.
         conf_usage = robotsgate_config(work, "rg-usage", "  admin_listen: null\n" + UNPACED +
                                        "  agent:\n    default_purposes: [search, train-ai]\n", POOL)
+        # The same, signing every request as a Web Bot Auth identity (a key made now).
+        key = f"{work}/main.jwk"
+        subprocess.run([f"{ROOT}/target/release/robotsgate", "keys", "generate", "--out", key],
+                       check=True, stdout=subprocess.DEVNULL)
+        conf_signed = robotsgate_config(work, "rg-signed", "  admin_listen: null\n" + UNPACED +
+                                        "  signing:\n    identities:\n      - name: main\n"
+                                        f"        key_file: {key}\n"
+                                        "        signature_agent: https://crawler.example\n"
+                                        "  agent:\n    default_identity: main\n", POOL)
         proxies = {}  # name -> (process, port)
 
         def start(name, command, env):
@@ -157,14 +171,17 @@ http {{ access_log off; keepalive_requests 1000000;
 
         passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
         rgbin = f"{ROOT}/target/release/robotsgate"
-        if not args.usage:
+        if not feature:
             start("passthrough", passthrough, {"RUST_LOG": "warn"})
             start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
         # rg+usage right after robotsgate, the row it is compared with (with
         # --sequential, neighbours in a round run closest in time).
         start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
-        start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
-        if args.usage:
+        if feature != "rg+signed":
+            start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
+        if feature != "rg+usage":
+            start("rg+signed", robotsgate(rgbin, conf_signed), {"RUST_LOG": "warn"})
+        if feature:
             start("rg-again", robotsgate(rgbin), {"RUST_LOG": "warn"})
         else:
             start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
@@ -194,7 +211,7 @@ http {{ access_log off; keepalive_requests 1000000;
             for round_ in range(args.rounds):
                 runs.setdefault((mode, "direct"), []).append(wrk(args, f"http://{origin}", lua[mode, "direct"], None))
                 load = lambda proc, port: wrk_start(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid)
-                if args.usage:
+                if feature:
                     # Rotated each round: no row always runs first, or right after another.
                     names = list(proxies)
                     names = names[round_ % len(names):] + names[:round_ % len(names)]
@@ -241,10 +258,12 @@ http {{ access_log off; keepalive_requests 1000000;
                 for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
                     print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
                           f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
-        print("\nusage preferences judged (two purposes) against the same robotsgate without, "
-              "CPU per request, the ratio of each round, median [min-max]:")
+        print("\nusage preferences judged (two purposes), and every request signed, against the same "
+              "robotsgate without, CPU per request, the ratio of each round, median [min-max]:")
         for mode in ("keep-alive", "close"):
-            print(f"{mode:<11} rg+usage    {ratios(cpus(mode, 'rg+usage'), cpus(mode, 'robotsgate'))} robotsgate")
+            for name in ("rg+usage", "rg+signed"):
+                if name in proxies:
+                    print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'robotsgate'))} robotsgate")
             if "rg-again" in proxies:
                 print(f"{mode:<11} rg-again    {ratios(cpus(mode, 'rg-again'), cpus(mode, 'robotsgate'))} robotsgate "
                       f"(the same configuration twice: this host's noise)")

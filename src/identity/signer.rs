@@ -12,7 +12,7 @@
 //! "@signature-params": ("@authority" "signature-agent");created=…;expires=…;keyid="…";alg="ed25519";tag="web-bot-auth"
 //! ```
 //!
-//! `Signature-Agent` has two forms in the field ([`AgentForm`]): a quoted string covered
+//! `Signature-Agent` has two forms in the field ([`crate::config::AgentForm`]): a quoted string covered
 //! whole (`"https://crawler.example"`, what Cloudflare's documented verifier takes, the
 //! default) and the draft's Dictionary member covered by key (`sig1="https://…"`,
 //! covered as `"signature-agent";key="sig1"`).
@@ -51,17 +51,15 @@ pub struct Signed {
 }
 
 impl Signed {
-    /// Sets the three headers on `request`, replacing any of the same names.
+    /// Sets the three headers on `request`, replacing any of the same names: a client's
+    /// own never reach the origin beside robotsgate's (a crawler must not sign as the
+    /// fleet, nor keep a stale signature).
     pub fn set_on(&self, request: &mut pingora::http::RequestHeader) -> pingora::Result<()> {
         request.insert_header("Signature-Agent", &*self.agent)?;
         request.insert_header("Signature-Input", self.input.as_str())?;
         request.insert_header("Signature", self.signature.as_str())
     }
 }
-
-/// The request headers of Web Bot Auth: a client's own are removed before robotsgate's
-/// are set (a crawler must not sign as the fleet, nor keep a stale signature).
-pub const SIGNATURE_HEADERS: [&str; 3] = ["signature", "signature-input", "signature-agent"];
 
 /// One signing identity: its key (and the next one, published before it signs), where
 /// its directory is, and how long a signature is valid.

@@ -4,7 +4,8 @@ RFC 9421 robotsgate does not use (PyPI `http-message-signatures`), against the k
 a JWKS directory file. Every request is logged as one JSON line: its path, whether the
 signature verified (and why not), and the signature headers it arrived with.
 
-Usage: verifying_origin.py PORT DIRECTORY.json LOG
+Usage: verifying_origin.py PORT DIRECTORY.json LOG [CERT.pem KEY.pem]
+With a certificate and key it serves HTTPS.
 Answers 200 `verified` or 401 `invalid: <reason>`; /robots.txt is `User-agent: *`
 (allow all) when verified.
 """
@@ -69,4 +70,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+if len(sys.argv) > 5:
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[4], sys.argv[5])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()

@@ -1052,6 +1052,16 @@ impl TestCa {
         }
     }
 
+    /// A certificate for `names` and its key, both PEM: for origins outside this process.
+    pub fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A server config with a certificate for `names` (DNS names or IP literals).
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
         let key = rcgen::KeyPair::generate().expect("leaf key");

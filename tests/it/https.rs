@@ -682,3 +682,39 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
         1.0
     );
 }
+
+/// Web Bot Auth inside an intercepted tunnel: the request robotsgate forwards over TLS is
+/// signed for the origin's authority, and its robots.txt fetch too, as the origin's
+/// independent verifier checks (see `signing.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_an_intercepted_tunnel_are_signed() {
+    use crate::signing::{generate, signing, VerifyingOrigin};
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key = keys.path().join("main.jwk");
+    generate(&key);
+    let (yaml, directory) = signing(keys.path(), &key, None, "string");
+    let s = Setup::start(&yaml).await;
+    let (cert, private) = s.origin_ca.leaf_pem(&["localhost", "127.0.0.1"]);
+    let (cert_file, key_file) = (keys.path().join("leaf.pem"), keys.path().join("leaf.key"));
+    std::fs::write(&cert_file, cert).expect("write");
+    std::fs::write(&key_file, private).expect("write");
+    let origin = VerifyingOrigin::start_tls(keys.path(), &directory, &cert_file, &key_file);
+
+    let (status, _, body) = s.curl(&format!("https://localhost:{}/page", origin.port));
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "verified"),
+        "{}",
+        s.proxy.log()
+    );
+    for path in ["/robots.txt", "/page"] {
+        let verdict = origin.verdict(path);
+        assert_eq!(verdict["verified"], true, "{verdict}");
+    }
+    assert_eq!(
+        s.metric(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",scheme=\"https\"}"
+        ),
+        1.0
+    );
+}

@@ -13,15 +13,24 @@ use serde_json::Value;
 use crate::common::{curl, free_port, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
-struct VerifyingOrigin {
+pub struct VerifyingOrigin {
     child: Child,
-    port: u16,
+    pub port: u16,
     log: PathBuf,
     directory: PathBuf,
 }
 
 impl VerifyingOrigin {
     fn start(dir: &Path, directory: &str) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, directory, &[])
+    }
+
+    /// The same over HTTPS, with `cert` and `key` (PEM files).
+    pub fn start_tls(dir: &Path, directory: &str, cert: &Path, key: &Path) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, directory, &[cert, key])
+    }
+
+    fn launch(dir: &Path, directory: &str, tls: &[&Path]) -> VerifyingOrigin {
         let path = dir.join("directory.json");
         std::fs::write(&path, directory).expect("directory file");
         let log = dir.join("origin.log");
@@ -35,6 +44,7 @@ impl VerifyingOrigin {
                 .args([helper, &port.to_string()])
                 .arg(&path)
                 .arg(&log)
+                .args(tls)
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("python3");
@@ -69,7 +79,7 @@ impl VerifyingOrigin {
     }
 
     /// The verdict of the first request for `path`.
-    fn verdict(&self, path: &str) -> Value {
+    pub fn verdict(&self, path: &str) -> Value {
         self.seen()
             .into_iter()
             .find(|l| l["path"] == path)
@@ -92,7 +102,7 @@ fn robotsgate(args: &[&str]) -> std::process::Output {
 }
 
 /// `robotsgate keys generate`: a new key file, mode 0600, never overwritten.
-fn generate(path: &Path) {
+pub fn generate(path: &Path) {
     let out = robotsgate(&["keys", "generate", "--out", &path.to_string_lossy()]);
     assert!(
         out.status.success(),
@@ -108,7 +118,7 @@ fn generate(path: &Path) {
 
 /// The `signing:` and `agent:` sections (under `robotsgate:`), and the directory
 /// `robotsgate keys directory` prints for them.
-fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> (String, String) {
+pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> (String, String) {
     let next = next.map_or(String::new(), |n| {
         format!("        next_key_file: {}\n", n.display())
     });
