@@ -13,6 +13,9 @@ use super::{ConfigError, Seconds};
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SigningConfig {
+    /// Serves the identities' key directories (`/.well-known/http-message-signatures-directory`),
+    /// for the operator to put behind the HTTPS site each `signature_agent` names.
+    pub directory_listen: Option<std::net::SocketAddr>,
     /// How `Signature-Agent` is written: `string` (a quoted URL covered whole, what
     /// Cloudflare's documented verifier takes) or `dictionary` (the draft's member,
     /// covered as `"signature-agent";key="sig1"`).

@@ -47,13 +47,13 @@ impl Identities {
         Ok(Identities { by_name })
     }
 
+    /// Every identity, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Identity>> {
+        self.by_name.values()
+    }
+
     /// The identity called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Identity>> {
         self.by_name.get(name)
-    }
-
-    /// Is any identity configured?
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
     }
 }

@@ -134,6 +134,44 @@ impl Identity {
         signed
     }
 
+    /// The directory response's signatures (the key directory draft: one per key it
+    /// lists, proving possession), for a request to `authority`: `Signature-Input` and
+    /// `Signature` values, labels `sig1`, `sig2`, … Each covers `"@authority";req`, with
+    /// `tag="http-message-signatures-directory"`.
+    pub fn sign_directory(&self, authority: &str) -> (String, String) {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let (mut inputs, mut signatures) = (Vec::new(), Vec::new());
+        for (i, key) in std::iter::once(&self.key)
+            .chain(self.next.as_ref())
+            .enumerate()
+        {
+            let params = format!(
+                "(\"@authority\";req);created={created};expires={};keyid=\"{}\";alg=\"ed25519\";tag=\"http-message-signatures-directory\"",
+                created + self.expires.as_secs(),
+                key.thumbprint(),
+            );
+            let base = format!("\"@authority\";req: {authority}\n\"@signature-params\": {params}");
+            let label = i + 1;
+            inputs.push(format!("sig{label}={params}"));
+            signatures.push(format!(
+                "sig{label}=:{}:",
+                STANDARD.encode(key.sign(base.as_bytes()))
+            ));
+        }
+        (inputs.join(", "), signatures.join(", "))
+    }
+
+    /// Does `host` (a request's `Host`) name this identity's `signature_agent`?
+    pub fn serves(&self, host: &str) -> bool {
+        let url = self.agent.trim_start_matches("sig1=").trim_matches('"');
+        let authority = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let authority = authority.split('/').next().unwrap_or_default();
+        authority.eq_ignore_ascii_case(host)
+    }
+
     /// The signature for `authority` created at `created` (seconds since the epoch).
     fn sign_at(&self, authority: &str, created: u64) -> Signed {
         let (component, member) = match self.form {

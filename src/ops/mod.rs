@@ -1,4 +1,6 @@
 //! Operations: the [`admin`] listener (status page, `/check`, per-origin views,
-//! `/metrics`). Uses [`crate::enforce`] and the layers below it.
+//! `/metrics`) and the key [`directory`] listener. Uses [`crate::enforce`] and the
+//! layers below it.
 
 pub mod admin;
+pub mod directory;

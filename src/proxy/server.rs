@@ -76,6 +76,8 @@ struct Loaded {
     interceptor: Option<Arc<Interceptor>>,
     trust: UpstreamTrust,
     server_conf: ServerConf,
+    /// The signing identities, for the directory listener.
+    identities: Arc<crate::identity::Identities>,
 }
 
 fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
@@ -138,9 +140,9 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         }
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-    // The signing keys, read here too so that `check-config` finds a bad one (the
-    // enforcer loads its own copy).
-    crate::identity::Identities::load(&config.signing)?;
+    // The signing keys, read here so that `check-config` finds a bad one (the enforcer
+    // loads its own copy for signing).
+    let identities = Arc::new(crate::identity::Identities::load(&config.signing)?);
     let access = AccessPolicy::new(&config.access)?;
     let admin = AdminGuard::new(&config.admin, &config.robots)?;
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())
@@ -155,6 +157,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         interceptor,
         trust,
         server_conf,
+        identities,
     })
 }
 
@@ -189,6 +192,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         interceptor,
         trust,
         server_conf,
+        identities,
     } = load(&args)?;
     let opt = Opt {
         daemon: args.daemon,
@@ -263,6 +267,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .into_iter()
             .chain(config.transparent.tls_listen)
             .chain(config.admin_listen)
+            .chain(config.signing.directory_listen)
             .chain([config.listen])
             .collect(),
     ));
@@ -308,6 +313,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         service.add_tcp(&admin.to_string());
         server.add_service(service).add_dependency(&bootstrap);
+    }
+    if let Some(listen) = config.signing.directory_listen {
+        let mut service = Service::new(
+            "robotsgate key directory".to_string(),
+            crate::ops::directory::DirectoryApp { identities },
+        );
+        service.add_tcp(&listen.to_string());
+        server.add_service(service);
+        log::info!("key directory on {listen}");
     }
     log::info!(
         "robotsgate listening on {} (admin {:?})",

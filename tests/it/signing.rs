@@ -330,3 +330,89 @@ fn identities_and_keys_are_checked_at_start_naming_the_key() {
         "the private key must not be printed: {err}"
     );
 }
+
+/// The directory listener serves the identity's JWKS (current and next keys), with its
+/// media type, signed by each key it lists; the signatures are checked here with
+/// Python's `cryptography` over the signature base RFC 9421 defines for
+/// `"@authority";req`.
+#[test]
+fn the_directory_listener_serves_a_jwks_signed_by_each_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key, next) = (dir.path().join("main.jwk"), dir.path().join("next.jwk"));
+    generate(&key);
+    generate(&next);
+    let (yaml, printed) = signing(dir.path(), &key, Some(&next), "string");
+    let port = free_port();
+    let yaml = yaml.replace(
+        "  signing:\n",
+        &format!("  signing:\n    directory_listen: 127.0.0.1:{port}\n"),
+    );
+    let _proxy = Proxy::start_for_loopback(&yaml);
+    let out = Command::new("curl")
+        .args(["-s", "-D", "-", "-H", "Host: crawler.example"])
+        .arg(format!(
+            "http://127.0.0.1:{port}/.well-known/http-message-signatures-directory"
+        ))
+        .output()
+        .expect("curl");
+    let response = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_default();
+    assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/http-message-signatures-directory+json"),
+        "{head}"
+    );
+    let served: Value = serde_json::from_str(body).expect("JWKS");
+    let printed: Value = serde_json::from_str(&printed).expect("JWKS");
+    assert_eq!(served, printed, "the listener and `keys directory` agree");
+    assert_eq!(served["keys"].as_array().map(Vec::len), Some(2));
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let check = format!(
+        r#"
+import base64, json, re, sys
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+keys = {{k["kid"]: k for k in json.loads(sys.argv[1])["keys"]}}
+inputs = dict(re.findall(r'(sig\d+)=(\([^)]*\)[^,]*)', sys.argv[2]))
+sigs = dict(re.findall(r'(sig\d+)=:([^:]*):', sys.argv[3]))
+assert len(inputs) == 2 and inputs.keys() == sigs.keys(), (inputs, sigs)
+for label, params in inputs.items():
+    assert 'tag="http-message-signatures-directory"' in params, params
+    kid = re.search(r'keyid="([^"]+)"', params).group(1)
+    x = keys[kid]["x"]
+    key = Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
+    base = '"@authority";req: {authority}\n"@signature-params": ' + params
+    key.verify(base64.b64decode(sigs[label]), base.encode())
+    try:
+        key.verify(base64.b64decode(sigs[label]), base.replace("crawler", "other").encode())
+        sys.exit("a signature for another authority verified")
+    except Exception:
+        pass
+print("ok")
+"#,
+        authority = "crawler.example"
+    );
+    let verified = Command::new("python3")
+        .args([
+            "-c",
+            &check,
+            body,
+            &header("signature-input"),
+            &header("signature"),
+        ])
+        .output()
+        .expect("python3");
+    assert_eq!(
+        String::from_utf8_lossy(&verified.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}
