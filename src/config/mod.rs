@@ -25,7 +25,7 @@ mod values;
 pub use agent::{AgentConfig, AgentRule};
 pub use fleet::{FleetConfig, OnUnavailable, SentinelConfig};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
-pub use signing::{AgentForm, IdentityConfig, SigningConfig};
+pub use signing::{AgentForm, IdentityConfig, PaymentConfig, Price, SigningConfig};
 pub use usage::{Purpose, RefuseWhen, UnknownUsage, UsageConfig, UsageMode};
 pub use values::{seconds, BlindTunnelRule, Cidr, PortRange, Seconds, Timeout, MAX_DURATION};
 

@@ -36,6 +36,66 @@ pub enum AgentForm {
     Dictionary,
 }
 
+/// An amount of money: a currency code and millionths of its unit.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Price {
+    /// ISO 4217 code (`USD`).
+    pub currency: String,
+    /// Millionths of a unit.
+    pub micros: u64,
+}
+
+impl Price {
+    /// Reads `USD 0.01` (a code, a space, a decimal with at most six decimals).
+    pub fn parse(text: &str) -> Option<Price> {
+        let (currency, amount) = text.trim().split_once(' ')?;
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        let amount = amount.trim();
+        let (units, fraction) = amount.split_once('.').unwrap_or((amount, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(units) || !(fraction.is_empty() || digits(fraction)) || fraction.len() > 6 {
+            return None;
+        }
+        let units: u64 = units.parse().ok()?;
+        let fraction: u64 = format!("{fraction:0<6}").parse().ok()?;
+        Some(Price {
+            currency: currency.to_string(),
+            micros: units.checked_mul(1_000_000)?.checked_add(fraction)?,
+        })
+    }
+
+    /// In the currency's units (for the metric).
+    pub fn units(&self) -> f64 {
+        self.micros as f64 / 1e6
+    }
+}
+
+impl std::fmt::Display for Price {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (units, micros) = (self.micros / 1_000_000, self.micros % 1_000_000);
+        let fraction = format!("{micros:06}");
+        let fraction = fraction.trim_end_matches('0');
+        let fraction = if fraction.len() < 2 {
+            format!("{fraction:0<2}")
+        } else {
+            fraction.to_string()
+        };
+        write!(f, "{} {units}.{fraction}", self.currency)
+    }
+}
+
+impl TryFrom<String> for Price {
+    type Error = String;
+    fn try_from(text: String) -> Result<Price, String> {
+        Price::parse(&text).ok_or_else(|| {
+            format!("`{text}` is not a price: a currency code, a space and an amount (`USD 0.01`)")
+        })
+    }
+}
+
 /// One identity of `signing.identities`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +113,20 @@ pub struct IdentityConfig {
     /// A signature's validity, from `created` to `expires` (at most a day).
     #[serde(default = "default_expires")]
     pub expires_seconds: Seconds,
+    /// Pay per crawl: the most it pays a request, and a day.
+    #[serde(default)]
+    pub payment: Option<PaymentConfig>,
+}
+
+/// `signing.identities[].payment`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentConfig {
+    /// Offered in a signed `crawler-max-price` on every request while the day's budget
+    /// covers it.
+    pub max_price: Price,
+    /// What the identity may be charged in a day (UTC).
+    pub daily_budget: Price,
 }
 
 fn default_expires() -> Seconds {
@@ -83,6 +157,17 @@ impl SigningConfig {
                     key("signature_agent")
                 )));
             }
+            if let Some(p) = &identity.payment {
+                if p.max_price.currency != p.daily_budget.currency
+                    || p.max_price.micros == 0
+                    || p.max_price.micros > p.daily_budget.micros
+                {
+                    return Err(ConfigError(format!(
+                        "{}: max_price must be more than zero and at most daily_budget, in the same currency",
+                        key("payment")
+                    )));
+                }
+            }
             let expires = identity.expires_seconds.get();
             if !(1.0..=86_400.0).contains(&expires) {
                 return Err(ConfigError(format!(
@@ -97,5 +182,36 @@ impl SigningConfig {
     /// Is there an identity called `name`?
     pub fn has(&self, name: &str) -> bool {
         self.identities.iter().any(|i| i.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(text: &str) -> Price {
+        Price::parse(text).expect(text)
+    }
+
+    #[test]
+    fn prices_read_and_print_exactly() {
+        assert_eq!(price("USD 0.01").micros, 10_000);
+        assert_eq!(price("EUR 5").micros, 5_000_000);
+        assert_eq!(price("USD 1.000001").micros, 1_000_001);
+        assert_eq!(price("USD 0.01").to_string(), "USD 0.01");
+        assert_eq!(price("USD 5").to_string(), "USD 5.00");
+        assert_eq!(price("USD 1.000001").to_string(), "USD 1.000001");
+        for bad in [
+            "",
+            "USD",
+            "usd 1",
+            "USD -1",
+            "USD 1.0000001",
+            "USD 1e3",
+            "USD .5",
+            "US 1",
+        ] {
+            assert_eq!(Price::parse(bad), None, "{bad}");
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! Uses [`crate::config`] only.
 
 pub mod key;
+pub mod payment;
 pub mod signer;
 
 use std::collections::HashMap;
@@ -41,6 +42,12 @@ impl Identities {
                 &identity.signature_agent,
                 config.signature_agent_form,
                 identity.expires_seconds.duration(),
+            )
+            .paying(
+                identity
+                    .payment
+                    .as_ref()
+                    .map(|p| payment::Budget::new(p.max_price.clone(), p.daily_budget.clone())),
             );
             by_name.insert(identity.name.clone(), Arc::new(signer));
         }

@@ -32,6 +32,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
 use super::key::SigningKey;
+use super::payment::Budget;
 use crate::config::AgentForm;
 
 /// Authorities whose signature is kept for reuse; past this, the cache starts over.
@@ -46,6 +47,8 @@ pub struct Signed {
     pub input: String,
     /// `Signature`.
     pub signature: String,
+    /// `crawler-max-price`, covered by the signature, when it offers to pay.
+    pub max_price: Option<String>,
     /// Seconds since the epoch when it was made.
     created: u64,
 }
@@ -57,7 +60,16 @@ impl Signed {
     pub fn set_on(&self, request: &mut pingora::http::RequestHeader) -> pingora::Result<()> {
         request.insert_header("Signature-Agent", &*self.agent)?;
         request.insert_header("Signature-Input", self.input.as_str())?;
-        request.insert_header("Signature", self.signature.as_str())
+        request.insert_header("Signature", self.signature.as_str())?;
+        // A price the client offered is not the fleet's to pay: only robotsgate's.
+        match &self.max_price {
+            Some(price) => request.insert_header("crawler-max-price", price.as_str())?,
+            None => {
+                request.remove_header("crawler-max-price");
+            }
+        }
+        request.remove_header("crawler-exact-price");
+        Ok(())
     }
 }
 
@@ -71,7 +83,10 @@ pub struct Identity {
     agent: Arc<str>,
     form: AgentForm,
     expires: Duration,
-    cache: Mutex<HashMap<String, Arc<Signed>>>,
+    /// Pay per crawl: the most it pays a request and a day.
+    pub budget: Option<Arc<Budget>>,
+    /// By authority, and whether the signature offers to pay.
+    cache: Mutex<HashMap<(String, bool), Arc<Signed>>>,
 }
 
 impl Identity {
@@ -95,6 +110,7 @@ impl Identity {
             agent: agent.into(),
             form,
             expires: expires.max(Duration::from_secs(1)),
+            budget: None,
             cache: Mutex::default(),
         }
     }
@@ -113,24 +129,33 @@ impl Identity {
         serde_json::json!({ "keys": keys })
     }
 
+    /// With a pay-per-crawl budget.
+    pub fn paying(mut self, budget: Option<Budget>) -> Identity {
+        self.budget = budget.map(Arc::new);
+        self
+    }
+
     /// The signature for a request to `authority` (RFC 9421 §2.2.3: lowercase host, the
-    /// port only when not the scheme's default), made now or reused.
-    pub fn sign(&self, authority: &str) -> Arc<Signed> {
+    /// port only when not the scheme's default), made now or reused; with `paying`, it
+    /// also covers the `crawler-max-price` it carries.
+    pub fn sign(&self, authority: &str, paying: bool) -> Arc<Signed> {
+        let paying = paying && self.budget.is_some();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(signed) = cache.get(authority) {
+        let key = (authority.to_string(), paying);
+        if let Some(signed) = cache.get(&key) {
             if now < signed.created + self.expires.as_secs() / 2 {
                 return signed.clone();
             }
         }
-        let signed = Arc::new(self.sign_at(authority, now));
+        let signed = Arc::new(self.sign_at(authority, now, paying));
         if cache.len() >= CACHED_AUTHORITIES {
             cache.clear();
         }
-        cache.insert(authority.to_string(), signed.clone());
+        cache.insert(key, signed.clone());
         signed
     }
 
@@ -173,7 +198,7 @@ impl Identity {
     }
 
     /// The signature for `authority` created at `created` (seconds since the epoch).
-    fn sign_at(&self, authority: &str, created: u64) -> Signed {
+    fn sign_at(&self, authority: &str, created: u64, paying: bool) -> Signed {
         let (component, member) = match self.form {
             AgentForm::String => ("\"signature-agent\"", &*self.agent),
             AgentForm::Dictionary => (
@@ -181,19 +206,32 @@ impl Identity {
                 self.agent.strip_prefix("sig1=").unwrap_or(&self.agent),
             ),
         };
+        let max_price = self
+            .budget
+            .as_ref()
+            .filter(|_| paying)
+            .map(|b| b.max_price.to_string());
+        let (price_component, price_line) = match &max_price {
+            Some(price) => (
+                " \"crawler-max-price\"",
+                format!("\"crawler-max-price\": {price}\n"),
+            ),
+            None => ("", String::new()),
+        };
         let params = format!(
-            "(\"@authority\" {component});created={created};expires={};keyid=\"{}\";alg=\"ed25519\";tag=\"web-bot-auth\"",
+            "(\"@authority\" {component}{price_component});created={created};expires={};keyid=\"{}\";alg=\"ed25519\";tag=\"web-bot-auth\"",
             created + self.expires.as_secs(),
             self.key.thumbprint(),
         );
         let base = format!(
-            "\"@authority\": {authority}\n{component}: {member}\n\"@signature-params\": {params}"
+            "\"@authority\": {authority}\n{component}: {member}\n{price_line}\"@signature-params\": {params}"
         );
         let signature = STANDARD.encode(self.key.sign(base.as_bytes()));
         Signed {
             agent: self.agent.clone(),
             input: format!("sig1={params}"),
             signature: format!("sig1=:{signature}:"),
+            max_price,
             created,
         }
     }
@@ -237,7 +275,7 @@ mod tests {
     #[test]
     fn both_forms_sign_the_base_rfc9421_defines() {
         let id = identity(AgentForm::String);
-        let signed = id.sign_at("example.com", 1_700_000_000);
+        let signed = id.sign_at("example.com", 1_700_000_000, false);
         assert_eq!(&*signed.agent, "\"https://crawler.example\"");
         let params = format!(
             "(\"@authority\" \"signature-agent\");created=1700000000;expires=1700000060;keyid=\"{}\";alg=\"ed25519\";tag=\"web-bot-auth\"",
@@ -255,7 +293,7 @@ mod tests {
         ));
 
         let id = identity(AgentForm::Dictionary);
-        let signed = id.sign_at("example.com:8080", 1_700_000_000);
+        let signed = id.sign_at("example.com:8080", 1_700_000_000, false);
         assert_eq!(&*signed.agent, "sig1=\"https://crawler.example\"");
         assert!(signed
             .input
@@ -270,9 +308,9 @@ mod tests {
     #[test]
     fn a_signature_is_reused_per_authority_within_half_its_validity() {
         let id = identity(AgentForm::String);
-        let a = id.sign("a.example");
-        assert!(Arc::ptr_eq(&a, &id.sign("a.example")));
-        assert!(!Arc::ptr_eq(&a, &id.sign("b.example")));
-        assert_ne!(a.signature, id.sign("b.example").signature);
+        let a = id.sign("a.example", false);
+        assert!(Arc::ptr_eq(&a, &id.sign("a.example", false)));
+        assert!(!Arc::ptr_eq(&a, &id.sign("b.example", false)));
+        assert_ne!(a.signature, id.sign("b.example", false).signature);
     }
 }

@@ -345,7 +345,8 @@ impl Fetcher {
             request.insert_header("Via", via).map_err(internal)?;
         }
         if let Some(identity) = &self.identity {
-            let signed = identity.sign(&origin.authority().to_string());
+            // robots.txt is free to read: fetches never offer to pay.
+            let signed = identity.sign(&origin.authority().to_string(), false);
             signed.set_on(&mut request).map_err(internal)?;
             crate::telemetry::metrics::record_signed(&identity.name);
         }

@@ -30,6 +30,7 @@ use crate::downstream::front::ClientContext;
 use crate::enforce::{
     bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
 };
+use crate::identity::payment::Reservation;
 use crate::identity::Identity;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
@@ -104,6 +105,10 @@ enum Stage {
         usage: Option<UsageVerdict>,
         /// The identity the request is signed as, if any.
         signer: Option<Arc<Identity>>,
+        /// Pay per crawl: the budget held for it while it offers to pay.
+        payment: Option<Reservation>,
+        /// What the origin's answer said of payment, for the access log.
+        paid: Option<String>,
         /// The pacing turn, held until the origin's exchange has ended.
         permit: Permit,
         upstream_status: Option<u16>,
@@ -304,6 +309,8 @@ impl ProxyHttp for RobotsGateProxy {
                             reported: reported.map(|r| r.reported()),
                             usage,
                             signer,
+                            payment: None,
+                            paid: None,
                             permit,
                             upstream_status: None,
                             failed: None,
@@ -405,10 +412,16 @@ impl ProxyHttp for RobotsGateProxy {
             upstream_status,
             reported,
             usage,
+            signer,
+            payment,
+            paid,
             ..
         } = &mut ctx.stage
         {
             *upstream_status = Some(status);
+            if let Some(identity) = signer {
+                *paid = super::payment::settle(identity, payment.take(), status, upstream_response);
+            }
             // Report mode: the client sees what enforcing would have said.
             if let Some(reported) = reported {
                 upstream_response.insert_header("X-Robots-Decision", reported.header.as_str())?;
@@ -470,11 +483,17 @@ impl ProxyHttp for RobotsGateProxy {
             // replaced, never forwarded beside robotsgate's.
             if let Stage::Forwarded {
                 signer: Some(identity),
+                payment,
                 ..
-            } = &ctx.stage
+            } = &mut ctx.stage
             {
+                // Offers to pay while the day's budget covers it (once: a retried
+                // connection keeps its reservation).
+                if payment.is_none() {
+                    *payment = identity.budget.as_ref().and_then(|b| b.reserve());
+                }
                 identity
-                    .sign(&authority.to_string())
+                    .sign(&authority.to_string(), payment.is_some())
                     .set_on(upstream_request)?;
                 crate::telemetry::metrics::record_signed(&identity.name);
             }
@@ -586,11 +605,19 @@ impl ProxyHttp for RobotsGateProxy {
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
         crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
         // The exchange is over: its turns end as it did (held a while more when cut).
-        let (pacing_wait, upstream_status, line, why, delay_rule, usage) =
+        let (pacing_wait, upstream_status, line, why, delay_rule, usage, signed) =
             match std::mem::take(&mut ctx.stage) {
-                Stage::Received => (0.0, None, None, Why::Answer(String::new()), None, None),
+                Stage::Received => (
+                    0.0,
+                    None,
+                    None,
+                    Why::Answer(String::new()),
+                    None,
+                    None,
+                    None,
+                ),
                 Stage::Answered { why, line, .. } => {
-                    (0.0, None, line, Why::Answer(why), None, None)
+                    (0.0, None, line, Why::Answer(why), None, None, None)
                 }
                 Stage::Forwarded {
                     allowed,
@@ -600,6 +627,8 @@ impl ProxyHttp for RobotsGateProxy {
                     upstream_status,
                     failed,
                     usage,
+                    signer,
+                    paid,
                     ..
                 } => {
                     let (line, why) = match (reported, allowed) {
@@ -617,6 +646,7 @@ impl ProxyHttp for RobotsGateProxy {
                         why,
                         Some(rule.label()),
                         usage,
+                        signer.map(|s| (s, paid)),
                     )
                 }
             };
@@ -646,6 +676,8 @@ impl ProxyHttp for RobotsGateProxy {
             pacing_wait_seconds: pacing_wait,
             delay_rule,
             usage: usage.map(|u| u.header()).as_deref(),
+            identity: signed.as_ref().map(|(s, _)| s.name.as_str()),
+            payment: signed.as_ref().and_then(|(_, paid)| paid.as_deref()),
             duration_seconds: elapsed,
             error: error.map(|e| e as &dyn std::fmt::Display),
         }

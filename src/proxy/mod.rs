@@ -6,4 +6,5 @@
 pub mod exchange;
 mod headers;
 pub mod http;
+mod payment;
 pub mod server;

@@ -100,6 +100,11 @@ pub struct AccessRecord<'a> {
     /// The usage verdict for the crawler's purposes (`X-Robots-Usage`'s form), when
     /// one was judged and the request forwarded.
     pub usage: Option<&'a str>,
+    /// The Web Bot Auth identity the forwarded request was signed as.
+    pub identity: Option<&'a str>,
+    /// Pay per crawl: `charged USD 0.01`, or `payment-required USD 0.02` (the price the
+    /// origin asked), when its answer said.
+    pub payment: Option<&'a str>,
     pub duration_seconds: f64,
     pub error: Option<&'a dyn Display>,
 }
@@ -161,6 +166,12 @@ impl AccessRecord<'_> {
         }
         if let Some(usage) = self.usage {
             f.text("usage", usage);
+        }
+        if let Some(identity) = self.identity {
+            f.text("identity", identity);
+        }
+        if let Some(payment) = self.payment {
+            f.text("payment", payment);
         }
         f.seconds("duration_seconds", self.duration_seconds);
         if let Some(error) = self.error {
@@ -369,6 +380,8 @@ mod tests {
             pacing_wait_seconds: 2.5e-6,
             delay_rule: Some("none"),
             usage: None,
+            identity: None,
+            payment: None,
             duration_seconds: 0.25,
             error: None,
         }

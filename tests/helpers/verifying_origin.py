@@ -5,14 +5,19 @@ a JWKS directory file. Every request is logged as one JSON line: its path, wheth
 signature verified (and why not), and the signature headers it arrived with.
 
 Usage: verifying_origin.py PORT DIRECTORY.json LOG [CERT.pem KEY.pem]
-With a certificate and key it serves HTTPS.
+With a certificate and key it serves HTTPS. With PRICE set in the environment
+(`USD 0.01`) it is a pay-per-crawl origin as Cloudflare documents one: a verified request
+whose signature covers a `crawler-max-price` at or above the price gets 200 and
+`crawler-charged: <price>`; any other gets 402 and `crawler-price: <price>`.
 Answers 200 `verified` or 401 `invalid: <reason>`; /robots.txt is `User-agent: *`
 (allow all) when verified.
 """
 
 import base64
+import decimal
 import http.server
 import json
+import os
 import sys
 
 import requests
@@ -20,6 +25,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
 
 PORT, DIRECTORY, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+PRICE = os.environ.get("PRICE")
+
+
+def amount(price):
+    currency, _, value = (price or "").partition(" ")
+    try:
+        return currency, decimal.Decimal(value)
+    except decimal.InvalidOperation:
+        return currency, None
 
 
 class Directory(HTTPSignatureKeyResolver):
@@ -51,9 +65,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                      if str(c).startswith('"signature-agent"')]
             ok = len(results) == 1 and len(agent) == 1
             why = f"{len(results)} signatures, Signature-Agent covered as {agent}"
+            price_covered = any(str(c) == '"crawler-max-price"'
+                                for r in results for c in r.covered_components)
         except Exception as e:  # the verdict is the log line
-            ok, why = False, f"{type(e).__name__}: {e}"
-        line = {"path": self.path, "verified": ok, "why": why,
+            ok, why, price_covered = False, f"{type(e).__name__}: {e}", False
+        offered = self.headers.get("crawler-max-price")
+        pays = False
+        if PRICE and ok and self.path != "/robots.txt":
+            (cur, max_amount), (want_cur, want) = amount(offered), amount(PRICE)
+            pays = price_covered and cur == want_cur and max_amount is not None and max_amount >= want
+        line = {"path": self.path, "verified": ok, "why": why, "offered": offered,
+                "price_covered": price_covered, "paid": pays,
                 "signature": self.headers.get_all("Signature") or [],
                 "signature_input": self.headers.get_all("Signature-Input") or [],
                 "signature_agent": self.headers.get_all("Signature-Agent") or []}
@@ -61,7 +83,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             f.write(json.dumps(line) + "\n")
         body = (b"User-agent: *\nAllow: /\n" if self.path == "/robots.txt" else b"verified") if ok \
             else f"invalid: {why}".encode()
-        self.send_response(200 if ok else 401)
+        status = 200 if ok else 401
+        if PRICE and ok and self.path != "/robots.txt" and not pays:
+            status, body = 402, b"payment required"
+        self.send_response(status)
+        if PRICE and status == 402:
+            self.send_header("crawler-price", PRICE)
+        if pays:
+            self.send_header("crawler-charged", PRICE)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -22,15 +22,20 @@ pub struct VerifyingOrigin {
 
 impl VerifyingOrigin {
     fn start(dir: &Path, directory: &str) -> VerifyingOrigin {
-        VerifyingOrigin::launch(dir, directory, &[])
+        VerifyingOrigin::launch(dir, directory, &[], None)
     }
 
     /// The same over HTTPS, with `cert` and `key` (PEM files).
     pub fn start_tls(dir: &Path, directory: &str, cert: &Path, key: &Path) -> VerifyingOrigin {
-        VerifyingOrigin::launch(dir, directory, &[cert, key])
+        VerifyingOrigin::launch(dir, directory, &[cert, key], None)
     }
 
-    fn launch(dir: &Path, directory: &str, tls: &[&Path]) -> VerifyingOrigin {
+    /// A pay-per-crawl origin asking `price` for every page.
+    fn start_priced(dir: &Path, directory: &str, price: &str) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, directory, &[], Some(price))
+    }
+
+    fn launch(dir: &Path, directory: &str, tls: &[&Path], price: Option<&str>) -> VerifyingOrigin {
         let path = dir.join("directory.json");
         std::fs::write(&path, directory).expect("directory file");
         let log = dir.join("origin.log");
@@ -45,6 +50,7 @@ impl VerifyingOrigin {
                 .arg(&path)
                 .arg(&log)
                 .args(tls)
+                .envs(price.map(|p| ("PRICE", p)))
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("python3");
@@ -414,5 +420,84 @@ print("ok")
         "ok",
         "{}",
         String::from_utf8_lossy(&verified.stderr)
+    );
+}
+
+/// Pay per crawl: the budget pays (a signed `crawler-max-price`) while the day's budget
+/// covers `max_price`, sums `crawler-charged` exactly, then stops offering, and the
+/// origin's 402 reaches the crawler; an identity without a budget never offers.
+#[test]
+fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let (yaml, directory) = signing(dir.path(), &key, None, "string");
+    let paying = yaml.replace(
+        "        expires_seconds: 60\n",
+        "        expires_seconds: 60\n        payment: {max_price: USD 0.02, daily_budget: USD 0.05}\n",
+    );
+    let origin = VerifyingOrigin::start_priced(dir.path(), &directory, "USD 0.01");
+    let proxy = Proxy::start_for_loopback(&paying);
+    // A client's own offer is not the fleet's to pay.
+    let statuses: Vec<u16> = (0..6)
+        .map(|i| {
+            let url = format!("http://127.0.0.1:{}/page{i}", origin.port);
+            curl(&proxy, &url, &["-H", "crawler-max-price: USD 9.99"]).0
+        })
+        .collect();
+    // Each request holds USD 0.02 until its answer: after four charges of 0.01, 0.01 is
+    // left, less than max_price, so the fifth offers nothing.
+    assert_eq!(statuses, [200, 200, 200, 200, 402, 402]);
+    for i in 0..4 {
+        let v = origin.verdict(&format!("/page{i}"));
+        assert_eq!(
+            (&v["offered"], &v["price_covered"], &v["paid"]),
+            (
+                &Value::from("USD 0.02"),
+                &Value::from(true),
+                &Value::from(true)
+            ),
+            "{v}"
+        );
+    }
+    let unpaid = origin.verdict("/page4");
+    assert_eq!(
+        (&unpaid["offered"], &unpaid["verified"]),
+        (&Value::Null, &Value::from(true))
+    );
+    assert_eq!(
+        proxy.counter("robotsgate_crawl_charges_total{currency=\"USD\",identity=\"main\"}"),
+        0.04
+    );
+    assert_eq!(
+        proxy.counter("robotsgate_payment_required_total{identity=\"main\"}"),
+        2.0
+    );
+    // The access log names the identity and the charge (written by its own thread).
+    let logged = |path: &str, what: &str| {
+        proxy.log().lines().any(|l| {
+            l.contains(path) && l.contains("identity") && l.contains("main") && l.contains(what)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(logged("/page0", "charged USD 0.01") && logged("/page4", "payment-required USD 0.01")) {
+        assert!(Instant::now() < deadline, "{}", proxy.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Without a budget: never an offer, the 402 passed through and counted.
+    let free = Proxy::start_for_loopback(&yaml);
+    let url = format!("http://127.0.0.1:{}/free", origin.port);
+    let (status, head, _) = curl(&free, &url, &["-H", "crawler-max-price: USD 9.99"]);
+    assert_eq!(status, 402);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("crawler-price: usd 0.01"),
+        "{head}"
+    );
+    assert_eq!(origin.verdict("/free")["offered"], Value::Null);
+    assert_eq!(
+        free.counter("robotsgate_payment_required_total{identity=\"main\"}"),
+        1.0
     );
 }
