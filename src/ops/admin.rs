@@ -416,6 +416,8 @@ impl AdminApp {
         out["tokens"] = json!(tokens.list());
         out["tokens_from"] = json!(tokens.source());
         out["mode_from"] = json!(mode.from.label());
+        // The Web Bot Auth identity a forwarded request would be signed as.
+        out["identity"] = json!(self.enforcer.identity(&who).map(|i| i.name.clone()));
         // The verdict's details: the same judgement, of the very snapshot decided on.
         if let Some(snapshot) = snapshot {
             if let Policy::Rules(file) = &snapshot.policy {

@@ -14,6 +14,7 @@ Answers 200 `verified` or 401 `invalid: <reason>`; /robots.txt is `User-agent: *
 """
 
 import base64
+import datetime
 import decimal
 import http.server
 import json
@@ -49,6 +50,9 @@ class Directory(HTTPSignatureKeyResolver):
 
 
 VERIFIER = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=Directory())
+# Same host, same clock: no skew allowed, so an expired signature is refused the second
+# it expires.
+VERIFIER.max_clock_skew = datetime.timedelta(0)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -209,6 +209,15 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
             && input.contains("tag=\"web-bot-auth\""),
         "{input}"
     );
+    // `/check` names the identity a request would be signed as.
+    let (status, check) = crate::common::admin(
+        &proxy,
+        "GET",
+        &format!("/check?url=http%3A%2F%2F127.0.0.1%3A{}%2Fx", origin.port),
+    );
+    assert_eq!(status, 200, "{check}");
+    let check: Value = serde_json::from_str(&check).expect("JSON");
+    assert_eq!(check["identity"], "main", "{check}");
     // robots.txt was fetched signed, before the page.
     assert_eq!(origin.seen()[0]["path"], "/robots.txt");
     assert_eq!(origin.verdict("/robots.txt")["verified"], true);
@@ -500,4 +509,44 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
         free.counter("robotsgate_payment_required_total{identity=\"main\"}"),
         1.0
     );
+}
+
+/// A signature is refused once it has expired: `expires_seconds` is what a verifier
+/// holds robotsgate to.
+#[test]
+fn an_expired_signature_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let (yaml, directory) = signing(dir.path(), &key, None, "string");
+    let yaml = yaml.replace("expires_seconds: 60", "expires_seconds: 2");
+    let origin = VerifyingOrigin::start(dir.path(), &directory);
+    let proxy = Proxy::start_for_loopback(&yaml);
+    let url = format!("http://127.0.0.1:{}/page", origin.port);
+    assert_eq!(curl(&proxy, &url, &[]).0, 200);
+    let page = origin.verdict("/page");
+    assert_eq!(page["verified"], true, "{page}");
+    let authority = format!("127.0.0.1:{}", origin.port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut attempt = 0;
+    loop {
+        let path = format!("/late{attempt}");
+        if replay(&origin, &page, &authority, &path) == 401 {
+            let refused = origin.verdict(&path);
+            assert!(
+                refused["why"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("expires")),
+                "{refused}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still accepted: {:?}",
+            origin.seen()
+        );
+        attempt += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
