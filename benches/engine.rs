@@ -73,15 +73,7 @@ fn with_usage_rules() -> String {
     )
 }
 
-/// The verdict for every URL, as the proxy takes it for a crawler of the `*` group.
-fn verdicts_only(robots: &RobotsTxt, urls: &[String]) -> usize {
-    let group = robots.group_for(&["UsageBot"]);
-    urls.iter()
-        .filter(|u| robots.decide(group, &CanonicalPath::from_url(u)).allowed)
-        .count()
-}
-
-/// The same, and for each allowed URL the usage verdict of two purposes with its
+/// The verdicts [`ours`] takes, and for each allowed URL the usage verdict of two purposes with its
 /// `X-Robots-Usage` rendered: the work `agent.default_purposes` adds per request.
 fn verdicts_and_usage(robots: &RobotsTxt, check: &UsageCheck, urls: &[String]) -> usize {
     let group = robots.group_for(&["UsageBot"]);
@@ -112,7 +104,7 @@ fn usage_summary(urls: &[String]) {
     let mut rounds: Vec<(f64, f64)> = (0..7)
         .map(|_| {
             let alone = best_of(3, || {
-                black_box(verdicts_only(&robots, urls));
+                black_box(ours(&robots, "UsageBot", urls));
             });
             let judged = best_of(3, || {
                 black_box(verdicts_and_usage(&robots, &check, urls));
@@ -262,7 +254,9 @@ fn benches(c: &mut Criterion, urls: &[String]) {
     let mut usage = c.benchmark_group("usage judged, 100k URLs");
     usage.throughput(Throughput::Elements(urls.len() as u64));
     usage.sample_size(10);
-    usage.bench_function("verdict alone", |b| b.iter(|| verdicts_only(&robots, urls)));
+    usage.bench_function("verdict alone", |b| {
+        b.iter(|| ours(&robots, "UsageBot", urls))
+    });
     usage.bench_function("verdict + usage", |b| {
         b.iter(|| verdicts_and_usage(&robots, &check, urls))
     });

@@ -263,15 +263,16 @@ pub struct Enforcer {
     /// How long an exchange may hold its turns.
     bounds: ExchangeBounds,
     /// The identities forwarded requests are signed as.
-    identities: Identities,
+    identities: Arc<Identities>,
 }
 
 impl Enforcer {
     /// Everything from the configuration; fails only when `tls.upstream_extra_roots`
-    /// cannot be read.
+    /// or a signing key cannot be read.
     pub fn from_config(config: &Config) -> anyhow::Result<Enforcer> {
         let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-        let enforcer = Self::with_trust(config, &trust)?;
+        let identities = Arc::new(Identities::load(&config.signing)?);
+        let enforcer = Self::with_trust(config, &trust, identities)?;
         enforcer.run_in_background()?;
         Ok(enforcer)
     }
@@ -282,13 +283,17 @@ impl Enforcer {
         self.store.run_in_background()
     }
 
-    /// As [`Enforcer::from_config`], with the origin roots already loaded (a server
-    /// shares them with its proxy connector). Nothing runs in the background until
+    /// As [`Enforcer::from_config`], with the origin roots and the signing identities
+    /// already loaded (a server shares them with its proxy connector and its directory
+    /// listener). Nothing runs in the background until
     /// [`Enforcer::run_in_background`].
-    pub(crate) fn with_trust(config: &Config, trust: &UpstreamTrust) -> anyhow::Result<Enforcer> {
+    pub(crate) fn with_trust(
+        config: &Config,
+        trust: &UpstreamTrust,
+        identities: Arc<Identities>,
+    ) -> anyhow::Result<Enforcer> {
         let resolver = Arc::new(Resolver::new(&config.dns));
         let egress = Arc::new(EgressPolicy::new(&config.egress));
-        let identities = Identities::load(&config.signing)?;
         let fetches_signed_as = config
             .agent
             .default_identity

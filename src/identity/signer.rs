@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use http::HeaderValue;
 
 use super::key::SigningKey;
 use super::payment::Budget;
@@ -38,32 +39,32 @@ use crate::config::AgentForm;
 /// Authorities whose signature is kept for reuse; past this, the cache starts over.
 pub const CACHED_AUTHORITIES: usize = 4096;
 
-/// The three headers of one signature, ready to set on a request.
-#[derive(Debug, PartialEq, Eq)]
+/// The headers of one signature, made once and set on every request it is reused for
+/// (a header value clone shares its bytes: nothing is copied or validated again).
+#[derive(Debug)]
 pub struct Signed {
     /// `Signature-Agent`.
-    pub agent: Arc<str>,
+    pub agent: HeaderValue,
     /// `Signature-Input`.
-    pub input: String,
+    pub input: HeaderValue,
     /// `Signature`.
-    pub signature: String,
+    pub signature: HeaderValue,
     /// `crawler-max-price`, covered by the signature, when it offers to pay.
-    pub max_price: Option<String>,
+    pub max_price: Option<HeaderValue>,
     /// Seconds since the epoch when it was made.
     created: u64,
 }
 
 impl Signed {
-    /// Sets the three headers on `request`, replacing any of the same names: a client's
-    /// own never reach the origin beside robotsgate's (a crawler must not sign as the
-    /// fleet, nor keep a stale signature).
+    /// Sets the headers on `request`, replacing any of the same names: a client's own
+    /// never reach the origin beside robotsgate's (a crawler must not sign as the
+    /// fleet, nor keep a stale signature, nor offer to pay with the fleet's money).
     pub fn set_on(&self, request: &mut pingora::http::RequestHeader) -> pingora::Result<()> {
-        request.insert_header("Signature-Agent", &*self.agent)?;
-        request.insert_header("Signature-Input", self.input.as_str())?;
-        request.insert_header("Signature", self.signature.as_str())?;
-        // A price the client offered is not the fleet's to pay: only robotsgate's.
+        request.insert_header("Signature-Agent", self.agent.clone())?;
+        request.insert_header("Signature-Input", self.input.clone())?;
+        request.insert_header("Signature", self.signature.clone())?;
         match &self.max_price {
-            Some(price) => request.insert_header("crawler-max-price", price.as_str())?,
+            Some(price) => request.insert_header("crawler-max-price", price.clone())?,
             None => {
                 request.remove_header("crawler-max-price");
             }
@@ -80,13 +81,18 @@ pub struct Identity {
     pub name: String,
     key: SigningKey,
     next: Option<SigningKey>,
-    agent: Arc<str>,
-    form: AgentForm,
+    /// `Signature-Agent`'s value.
+    agent: HeaderValue,
+    /// How the signature base names `Signature-Agent`, and the value it covers.
+    covered: (&'static str, String),
+    /// The host of `signature_agent`: the directory listener serves this identity
+    /// to requests for it.
+    directory_host: String,
     expires: Duration,
     /// Pay per crawl: the most it pays a request and a day.
     pub budget: Option<Arc<Budget>>,
-    /// By authority, and whether the signature offers to pay.
-    cache: Mutex<HashMap<(String, bool), Arc<Signed>>>,
+    /// By authority: the signature offering no payment, and the one offering to pay.
+    cache: Mutex<HashMap<String, [Option<Arc<Signed>>; 2]>>,
 }
 
 impl Identity {
@@ -99,16 +105,29 @@ impl Identity {
         form: AgentForm,
         expires: Duration,
     ) -> Identity {
-        let agent = match form {
-            AgentForm::String => format!("\"{signature_agent}\""),
-            AgentForm::Dictionary => format!("sig1=\"{signature_agent}\""),
+        let quoted = format!("\"{signature_agent}\"");
+        let (agent, covered) = match form {
+            AgentForm::String => (quoted.clone(), ("\"signature-agent\"", quoted)),
+            AgentForm::Dictionary => (
+                format!("sig1={quoted}"),
+                ("\"signature-agent\";key=\"sig1\"", quoted),
+            ),
         };
+        let directory_host = signature_agent
+            .split_once("://")
+            .map_or(signature_agent, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         Identity {
             name,
             key,
             next,
-            agent: agent.into(),
-            form,
+            // The configuration admits only printable URLs without quotes.
+            agent: HeaderValue::from_str(&agent).unwrap_or(HeaderValue::from_static("\"\"")),
+            covered,
+            directory_host,
             expires: expires.max(Duration::from_secs(1)),
             budget: None,
             cache: Mutex::default(),
@@ -120,12 +139,14 @@ impl Identity {
         self.key.thumbprint()
     }
 
+    /// Its keys: the current one, then the next one when set.
+    fn keys(&self) -> impl Iterator<Item = &SigningKey> {
+        std::iter::once(&self.key).chain(self.next.as_ref())
+    }
+
     /// The key directory (a JWKS): the current key, then the next one when set.
     pub fn directory(&self) -> serde_json::Value {
-        let keys: Vec<_> = std::iter::once(&self.key)
-            .chain(self.next.as_ref())
-            .map(SigningKey::public_jwk)
-            .collect();
+        let keys: Vec<_> = self.keys().map(SigningKey::public_jwk).collect();
         serde_json::json!({ "keys": keys })
     }
 
@@ -140,22 +161,20 @@ impl Identity {
     /// also covers the `crawler-max-price` it carries.
     pub fn sign(&self, authority: &str, paying: bool) -> Arc<Signed> {
         let paying = paying && self.budget.is_some();
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let now = now_seconds();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (authority.to_string(), paying);
-        if let Some(signed) = cache.get(&key) {
-            if now < signed.created + self.expires.as_secs() / 2 {
-                return signed.clone();
-            }
+        let reusable = cache
+            .get(authority)
+            .and_then(|kept| kept[usize::from(paying)].as_ref())
+            .filter(|signed| now < signed.created + self.expires.as_secs() / 2);
+        if let Some(signed) = reusable {
+            return signed.clone();
         }
         let signed = Arc::new(self.sign_at(authority, now, paying));
-        if cache.len() >= CACHED_AUTHORITIES {
+        if cache.len() >= CACHED_AUTHORITIES && !cache.contains_key(authority) {
             cache.clear();
         }
-        cache.insert(key, signed.clone());
+        cache.entry(authority.to_string()).or_default()[usize::from(paying)] = Some(signed.clone());
         signed
     }
 
@@ -164,15 +183,9 @@ impl Identity {
     /// `Signature` values, labels `sig1`, `sig2`, … Each covers `"@authority";req`, with
     /// `tag="http-message-signatures-directory"`.
     pub fn sign_directory(&self, authority: &str) -> (String, String) {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let created = now_seconds();
         let (mut inputs, mut signatures) = (Vec::new(), Vec::new());
-        for (i, key) in std::iter::once(&self.key)
-            .chain(self.next.as_ref())
-            .enumerate()
-        {
+        for (i, key) in self.keys().enumerate() {
             let params = format!(
                 "(\"@authority\";req);created={created};expires={};keyid=\"{}\";alg=\"ed25519\";tag=\"http-message-signatures-directory\"",
                 created + self.expires.as_secs(),
@@ -191,21 +204,12 @@ impl Identity {
 
     /// Does `host` (a request's `Host`) name this identity's `signature_agent`?
     pub fn serves(&self, host: &str) -> bool {
-        let url = self.agent.trim_start_matches("sig1=").trim_matches('"');
-        let authority = url.split_once("://").map_or(url, |(_, rest)| rest);
-        let authority = authority.split('/').next().unwrap_or_default();
-        authority.eq_ignore_ascii_case(host)
+        self.directory_host.eq_ignore_ascii_case(host)
     }
 
     /// The signature for `authority` created at `created` (seconds since the epoch).
     fn sign_at(&self, authority: &str, created: u64, paying: bool) -> Signed {
-        let (component, member) = match self.form {
-            AgentForm::String => ("\"signature-agent\"", &*self.agent),
-            AgentForm::Dictionary => (
-                "\"signature-agent\";key=\"sig1\"",
-                self.agent.strip_prefix("sig1=").unwrap_or(&self.agent),
-            ),
-        };
+        let (component, member) = &self.covered;
         let max_price = self
             .budget
             .as_ref()
@@ -227,14 +231,25 @@ impl Identity {
             "\"@authority\": {authority}\n{component}: {member}\n{price_line}\"@signature-params\": {params}"
         );
         let signature = STANDARD.encode(self.key.sign(base.as_bytes()));
+        // Made of printable ASCII (the parameters, base64, a validated URL and price).
+        let value =
+            |text: String| HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static(""));
         Signed {
             agent: self.agent.clone(),
-            input: format!("sig1={params}"),
-            signature: format!("sig1=:{signature}:"),
-            max_price,
+            input: value(format!("sig1={params}")),
+            signature: value(format!("sig1=:{signature}:")),
+            max_price: max_price.map(value),
             created,
         }
     }
+}
+
+/// Seconds since the epoch: the clock `created` and `expires` are on.
+fn now_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
 }
 
 #[cfg(test)]
@@ -252,6 +267,10 @@ mod tests {
             form,
             Duration::from_secs(60),
         )
+    }
+
+    fn text(value: &HeaderValue) -> &str {
+        value.to_str().unwrap_or_default()
     }
 
     fn verify(identity: &Identity, base: &str, signature: &str) -> bool {
@@ -276,33 +295,33 @@ mod tests {
     fn both_forms_sign_the_base_rfc9421_defines() {
         let id = identity(AgentForm::String);
         let signed = id.sign_at("example.com", 1_700_000_000, false);
-        assert_eq!(&*signed.agent, "\"https://crawler.example\"");
+        assert_eq!(signed.agent, "\"https://crawler.example\"");
         let params = format!(
             "(\"@authority\" \"signature-agent\");created=1700000000;expires=1700000060;keyid=\"{}\";alg=\"ed25519\";tag=\"web-bot-auth\"",
             id.keyid()
         );
-        assert_eq!(signed.input, format!("sig1={params}"));
+        assert_eq!(text(&signed.input), format!("sig1={params}"));
         let base = format!(
             "\"@authority\": example.com\n\"signature-agent\": \"https://crawler.example\"\n\"@signature-params\": {params}"
         );
-        assert!(verify(&id, &base, &signed.signature));
+        assert!(verify(&id, &base, text(&signed.signature)));
         assert!(!verify(
             &id,
             &base.replace("example.com", "example.org"),
-            &signed.signature
+            text(&signed.signature)
         ));
 
         let id = identity(AgentForm::Dictionary);
         let signed = id.sign_at("example.com:8080", 1_700_000_000, false);
-        assert_eq!(&*signed.agent, "sig1=\"https://crawler.example\"");
-        assert!(signed
-            .input
+        assert_eq!(signed.agent, "sig1=\"https://crawler.example\"");
+        assert!(text(&signed.input)
             .starts_with("sig1=(\"@authority\" \"signature-agent\";key=\"sig1\");created="));
-        let params = signed.input.strip_prefix("sig1=").unwrap_or_default();
+        let input = text(&signed.input);
+        let params = input.strip_prefix("sig1=").unwrap_or_default();
         let base = format!(
             "\"@authority\": example.com:8080\n\"signature-agent\";key=\"sig1\": \"https://crawler.example\"\n\"@signature-params\": {params}"
         );
-        assert!(verify(&id, &base, &signed.signature));
+        assert!(verify(&id, &base, text(&signed.signature)));
     }
 
     #[test]

@@ -119,30 +119,12 @@ impl UsageVerdict {
             out.push_str(v.preference.token());
             if let (Some(line), Some(source)) = (v.line, v.source) {
                 out.push_str(";line=");
-                push_decimal(&mut out, line);
+                out.push_str(itoa::Buffer::new().format(line));
                 out.push_str(";source=");
                 out.push_str(source.label());
             }
         }
         out
-    }
-}
-
-/// Appends `n` in decimal (on every forwarded response: no formatter machinery).
-fn push_decimal(out: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
     }
 }
 
@@ -230,15 +212,6 @@ mod tests {
         assert!(verdict(bad, "/p", &[Purpose::TrainAi], "unknown: refuse").refused);
         // No purpose declared: nothing to judge, nothing refused.
         assert!(!verdict(SIGNAL, "/p", &[], "unknown: refuse").refused);
-    }
-
-    #[test]
-    fn decimals() {
-        for n in [0, 7, 10, 4_294_967_295, 1_000_000] {
-            let mut out = String::from("x");
-            push_decimal(&mut out, n);
-            assert_eq!(out, format!("x{n}"));
-        }
     }
 
     #[test]

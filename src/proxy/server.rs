@@ -140,8 +140,8 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
         }
     };
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-    // The signing keys, read here so that `check-config` finds a bad one (the enforcer
-    // loads its own copy for signing).
+    // The signing keys, read once: `check-config` finds a bad one, and `run` hands them
+    // to the enforcer (signing) and the directory listener.
     let identities = Arc::new(crate::identity::Identities::load(&config.signing)?);
     let access = AccessPolicy::new(&config.access)?;
     let admin = AdminGuard::new(&config.admin, &config.robots)?;
@@ -203,7 +203,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
-    let enforcer = Arc::new(Enforcer::with_trust(&config, &trust)?);
+    let enforcer = Arc::new(Enforcer::with_trust(&config, &trust, identities.clone())?);
     // Before the listeners accept: the held robots.txt copies of the last run.
     if let Some(path) = &config.robots.state_file {
         let limits = crate::origin::state::Limits::of(&config);
