@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """A loopback origin that verifies Web Bot Auth signatures with an implementation of
-RFC 9421 robotsgate does not use (PyPI `http-message-signatures`), against the keys of
-a JWKS directory file. Every request is logged as one JSON line: its path, whether the
-signature verified (and why not), and the signature headers it arrived with.
+RFC 9421 robotsgate does not use (PyPI `http-message-signatures`). Every request is
+logged as one JSON line: its path, whether the signature verified (and why not), and the
+signature headers it arrived with.
 
-Usage: verifying_origin.py PORT DIRECTORY.json LOG [CERT.pem KEY.pem]
+Usage: verifying_origin.py [ADDRESS:]PORT DIRECTORY LOG [CERT.pem KEY.pem]
+DIRECTORY is where the keys come from: `http://HOST:PORT`, a key directory listener,
+asked as a verifier asks (GET /.well-known/http-message-signatures-directory with the
+`Host` the request's Signature-Agent names, the media type checked) for every request;
+or a JWKS file, read for every request. ADDRESS defaults to 127.0.0.1.
 With a certificate and key it serves HTTPS. With PRICE set in the environment
 (`USD 0.01`) it is a pay-per-crawl origin as Cloudflare documents one: a verified request
 whose signature covers a `crawler-max-price` at or above the price gets 200 and
@@ -20,12 +24,15 @@ import http.server
 import json
 import os
 import sys
+import threading
 
 import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
 
-PORT, DIRECTORY, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ADDRESS, _, PORT = sys.argv[1].rpartition(":")
+ADDRESS, PORT = ADDRESS or "127.0.0.1", int(PORT)
+DIRECTORY, LOG = sys.argv[2], sys.argv[3]
 PRICE = os.environ.get("PRICE")
 
 
@@ -37,19 +44,42 @@ def amount(price):
         return currency, None
 
 
-class Directory(HTTPSignatureKeyResolver):
-    """Keys by RFC 7638 thumbprint (`kid`), read from the directory file each time."""
+def signature_agent_host(value):
+    """The host of the URL a Signature-Agent names, in either form: `"https://h"` or
+    `sig1="https://h"`."""
+    url = value.partition("=")[2] if not value.startswith('"') else value
+    return url.strip().strip('"').partition("://")[2].partition("/")[0]
+
+
+class Directory(HTTPSignatureKeyResolver, threading.local):
+    """Keys by RFC 7638 thumbprint (`kid`), from the listener or file each time; `agent`
+    is the Signature-Agent of the request this thread verifies."""
+
+    agent = ""
+
+    def keys(self):
+        if not DIRECTORY.startswith("http://"):
+            with open(DIRECTORY) as f:
+                return json.load(f)["keys"]
+        session = requests.Session()
+        session.trust_env = False  # straight to the listener, whatever the environment says
+        answer = session.get(DIRECTORY + "/.well-known/http-message-signatures-directory",
+                             headers={"Host": signature_agent_host(self.agent)}, timeout=5)
+        kind = answer.headers.get("Content-Type", "")
+        if answer.status_code != 200 or kind != "application/http-message-signatures-directory+json":
+            raise ValueError(f"directory answered {answer.status_code} {kind!r}")
+        return answer.json()["keys"]
 
     def resolve_public_key(self, key_id):
-        with open(DIRECTORY) as f:
-            for jwk in json.load(f)["keys"]:
-                if jwk.get("kid") == key_id and jwk.get("crv") == "Ed25519":
-                    x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
-                    return Ed25519PublicKey.from_public_bytes(x)
+        for jwk in self.keys():
+            if jwk.get("kid") == key_id and jwk.get("crv") == "Ed25519":
+                x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
+                return Ed25519PublicKey.from_public_bytes(x)
         return None
 
 
-VERIFIER = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=Directory())
+DIRECTORY_KEYS = Directory()
+VERIFIER = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=DIRECTORY_KEYS)
 # Same host, same clock: no skew allowed, so an expired signature is refused the second
 # it expires.
 VERIFIER.max_clock_skew = datetime.timedelta(0)
@@ -60,6 +90,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items()}
         message = requests.Request("GET", f"http://{self.headers.get('Host', '')}{self.path}",
                                    headers=headers).prepare()
+        DIRECTORY_KEYS.agent = self.headers.get("Signature-Agent", "")
         try:
             results = VERIFIER.verify(message, expect_tag="web-bot-auth",
                                       require_components=["@authority"])
@@ -103,7 +134,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+server = http.server.ThreadingHTTPServer((ADDRESS, PORT), Handler)
 if len(sys.argv) > 5:
     import ssl
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

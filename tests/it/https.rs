@@ -692,13 +692,13 @@ async fn requests_in_an_intercepted_tunnel_are_signed() {
     let keys = tempfile::tempdir().expect("tempdir");
     let key = keys.path().join("main.jwk");
     generate(&key);
-    let (yaml, directory) = signing(keys.path(), &key, None, "string");
-    let s = Setup::start(&yaml).await;
+    let signed = signing(keys.path(), &key, None, "string");
+    let s = Setup::start(&signed.yaml).await;
     let (cert, private) = s.origin_ca.leaf_pem(&["localhost", "127.0.0.1"]);
     let (cert_file, key_file) = (keys.path().join("leaf.pem"), keys.path().join("leaf.key"));
     std::fs::write(&cert_file, cert).expect("write");
     std::fs::write(&key_file, private).expect("write");
-    let origin = VerifyingOrigin::start_tls(keys.path(), &directory, &cert_file, &key_file);
+    let origin = VerifyingOrigin::start_tls(keys.path(), &signed.listener, &cert_file, &key_file);
 
     let (status, _, body) = s.curl(&format!("https://localhost:{}/page", origin.port));
     assert_eq!(

@@ -1,7 +1,8 @@
 //! Web Bot Auth: robotsgate signs forwarded requests and its robots.txt fetches as the
 //! configured identity, and an origin verifies them with an implementation of RFC 9421
-//! robotsgate does not use (PyPI `http-message-signatures`, `tests/helpers/`), against
-//! the directory `robotsgate keys directory` prints.
+//! robotsgate does not use (PyPI `http-message-signatures`, `tests/helpers/`), with the
+//! keys it asks robotsgate's directory listener for, as a verifier asks the
+//! `Signature-Agent`'s site (or, where a test says so, a JWKS file).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -10,44 +11,77 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{curl, free_port, Proxy};
+use crate::common::{curl, free_port, Netns, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
 pub struct VerifyingOrigin {
     child: Child,
     pub port: u16,
     log: PathBuf,
-    directory: PathBuf,
+}
+
+/// Where a verifying origin takes its keys from: a directory listener's `http://…`
+/// address, or the text of a JWKS (written to a file).
+pub fn keys_argument(dir: &Path, keys: &str) -> String {
+    if keys.starts_with("http://") {
+        return keys.to_string();
+    }
+    let path = dir.join(format!("directory-{}.json", free_port()));
+    std::fs::write(&path, keys).expect("directory file");
+    path.to_string_lossy().into_owned()
 }
 
 impl VerifyingOrigin {
-    fn start(dir: &Path, directory: &str) -> VerifyingOrigin {
-        VerifyingOrigin::launch(dir, directory, &[], None)
+    /// An origin on a loopback port verifying with `keys` (see [`keys_argument`]).
+    fn start(dir: &Path, keys: &str) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, keys, &[], None, None)
     }
 
     /// The same over HTTPS, with `cert` and `key` (PEM files).
-    pub fn start_tls(dir: &Path, directory: &str, cert: &Path, key: &Path) -> VerifyingOrigin {
-        VerifyingOrigin::launch(dir, directory, &[cert, key], None)
+    pub fn start_tls(dir: &Path, keys: &str, cert: &Path, key: &Path) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, keys, &[cert, key], None, None)
     }
 
     /// A pay-per-crawl origin asking `price` for every page.
-    fn start_priced(dir: &Path, directory: &str, price: &str) -> VerifyingOrigin {
-        VerifyingOrigin::launch(dir, directory, &[], Some(price))
+    fn start_priced(dir: &Path, keys: &str, price: &str) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, keys, &[], Some(price), None)
     }
 
-    fn launch(dir: &Path, directory: &str, tls: &[&Path], price: Option<&str>) -> VerifyingOrigin {
-        let path = dir.join("directory.json");
-        std::fs::write(&path, directory).expect("directory file");
-        let log = dir.join("origin.log");
+    /// An origin in network namespace `ns`, on `address` (`127.0.0.2:80`).
+    pub fn start_in(ns: &Netns, address: &str, dir: &Path, keys: &str) -> VerifyingOrigin {
+        VerifyingOrigin::launch(dir, keys, &[], None, Some((ns, address)))
+    }
+
+    fn launch(
+        dir: &Path,
+        keys: &str,
+        tls: &[&Path],
+        price: Option<&str>,
+        netns: Option<(&Netns, &str)>,
+    ) -> VerifyingOrigin {
+        let keys = keys_argument(dir, keys);
+        let log = dir.join(format!("origin-{}.log", free_port()));
         let helper = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/helpers/verifying_origin.py"
         );
         for _attempt in 0..5 {
-            let port = free_port();
-            let mut child = Command::new("python3")
-                .args([helper, &port.to_string()])
-                .arg(&path)
+            let (mut command, address, port) = match netns {
+                Some((ns, address)) => {
+                    let port = address.rsplit(':').next().and_then(|p| p.parse().ok());
+                    (
+                        ns.command("python3"),
+                        address.to_string(),
+                        port.unwrap_or(80),
+                    )
+                }
+                None => {
+                    let port = free_port();
+                    (Command::new("python3"), port.to_string(), port)
+                }
+            };
+            let mut child = command
+                .args([helper, &address, &keys])
                 .arg(&log)
                 .args(tls)
                 .envs(price.map(|p| ("PRICE", p)))
@@ -60,12 +94,7 @@ impl VerifyingOrigin {
                     break;
                 }
                 if crate::common::listens_on(child.id(), port) {
-                    return VerifyingOrigin {
-                        child,
-                        port,
-                        log,
-                        directory: path,
-                    };
+                    return VerifyingOrigin { child, port, log };
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -122,17 +151,33 @@ pub fn generate(path: &Path) {
     assert_eq!(mode & 0o777, 0o600);
 }
 
-/// The `signing:` and `agent:` sections (under `robotsgate:`), and the directory
-/// `robotsgate keys directory` prints for them.
-pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> (String, String) {
+/// A signing configuration for tests: the `signing:` and `agent:` sections (under
+/// `robotsgate:`), the directory `robotsgate keys directory` prints for them, and the
+/// address of the directory listener they configure.
+pub struct Signing {
+    pub yaml: String,
+    pub printed: String,
+    /// `http://127.0.0.1:PORT`: where a verifying origin asks for the keys.
+    pub listener: String,
+    port: u16,
+}
+
+/// One identity `main` (the default) signing with `key`, its directory listener on a
+/// free port.
+pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signing {
+    signing_on(free_port(), dir, key, next, form)
+}
+
+/// The same with the directory listener on `port`.
+fn signing_on(port: u16, dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signing {
     let next = next.map_or(String::new(), |n| {
         format!("        next_key_file: {}\n", n.display())
     });
     let yaml = format!(
-        "  signing:\n    signature_agent_form: {form}\n    identities:\n      - name: main\n        key_file: {}\n{next}        signature_agent: https://crawler.example\n        expires_seconds: 60\n  agent:\n    default_identity: main\n",
+        "  signing:\n    directory_listen: 127.0.0.1:{port}\n    signature_agent_form: {form}\n    identities:\n      - name: main\n        key_file: {}\n{next}        signature_agent: https://crawler.example\n        expires_seconds: 60\n  agent:\n    default_identity: main\n",
         key.display()
     );
-    let config = dir.join(format!("signing-{form}.yaml"));
+    let config = dir.join(format!("signing-{form}-{port}.yaml"));
     std::fs::write(&config, format!("robotsgate:\n{yaml}")).expect("config");
     let out = robotsgate(&["keys", "directory", "--config", &config.to_string_lossy()]);
     assert!(
@@ -140,7 +185,12 @@ pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> (Stri
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (yaml, String::from_utf8_lossy(&out.stdout).into_owned())
+    Signing {
+        yaml,
+        printed: String::from_utf8_lossy(&out.stdout).into_owned(),
+        listener: format!("http://127.0.0.1:{port}"),
+        port,
+    }
 }
 
 /// What the origin says when `verdict`'s signature headers arrive straight from the
@@ -175,9 +225,9 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
     // Never over an existing key.
     let again = robotsgate(&["keys", "generate", "--out", &key.to_string_lossy()]);
     assert!(!again.status.success());
-    let (yaml, directory) = signing(dir.path(), &key, None, "string");
-    let origin = VerifyingOrigin::start(dir.path(), &directory);
-    let proxy = Proxy::start_for_loopback(&yaml);
+    let signed = signing(dir.path(), &key, None, "string");
+    let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
+    let proxy = Proxy::start_for_loopback(&signed.yaml);
 
     // A client's own signature, as if it could sign as the fleet: replaced.
     let url = format!("http://127.0.0.1:{}/page", origin.port);
@@ -233,8 +283,9 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
     assert_eq!(replay(&origin, &page, "other.example", "/other"), 401);
     assert_eq!(origin.verdict("/other")["verified"], false);
     // A signature under a key the directory does not hold is refused too.
-    std::fs::write(&origin.directory, r#"{"keys":[]}"#).expect("empty directory");
-    assert_eq!(replay(&origin, &page, &authority, "/unknown-key"), 401);
+    let keyless = VerifyingOrigin::start(dir.path(), r#"{"keys":[]}"#);
+    let authority = format!("127.0.0.1:{}", keyless.port);
+    assert_eq!(replay(&keyless, &page, &authority, "/unknown-key"), 401);
 }
 
 #[test]
@@ -242,9 +293,9 @@ fn the_drafts_dictionary_form_is_covered_by_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = dir.path().join("main.jwk");
     generate(&key);
-    let (yaml, directory) = signing(dir.path(), &key, None, "dictionary");
-    let origin = VerifyingOrigin::start(dir.path(), &directory);
-    let proxy = Proxy::start_for_loopback(&yaml);
+    let signed = signing(dir.path(), &key, None, "dictionary");
+    let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
+    let proxy = Proxy::start_for_loopback(&signed.yaml);
     let (status, _, body) = curl(
         &proxy,
         &format!("http://127.0.0.1:{}/page", origin.port),
@@ -270,38 +321,52 @@ fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
     generate(&old);
     generate(&new);
     // Before the rotation: the next key is published beside the current one.
-    let (yaml, directory) = signing(dir.path(), &old, Some(&new), "string");
-    let keys: Value = serde_json::from_str(&directory).expect("JWKS");
+    let before = signing(dir.path(), &old, Some(&new), "string");
+    let keys: Value = serde_json::from_str(&before.printed).expect("JWKS");
     let kids: Vec<&str> = keys["keys"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|k| k["kid"].as_str())
         .collect();
-    assert_eq!(kids.len(), 2, "{directory}");
-    let origin = VerifyingOrigin::start(dir.path(), &directory);
-    let before = Proxy::start_for_loopback(&yaml);
+    assert_eq!(kids.len(), 2, "{}", before.printed);
+    // The origin asks the directory listener for the keys on every request.
+    let origin = VerifyingOrigin::start(dir.path(), &before.listener);
+    let proxy = Proxy::start_for_loopback(&before.yaml);
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
-    assert_eq!(curl(&before, &url("/before"), &[]).0, 200);
+    assert_eq!(curl(&proxy, &url("/before"), &[]).0, 200);
     let signed_before = origin.verdict("/before");
     assert!(signed_before["signature_input"][0]
         .as_str()
         .is_some_and(|i| i.contains(&format!("keyid=\"{}\"", kids[0]))));
-    drop(before);
+    drop(proxy);
 
-    // The next key promoted: it signs; the old one's signatures verify until they
-    // expire (the origin still holds the directory it fetched).
-    let (yaml, _) = signing(dir.path(), &new, None, "string");
-    let after = Proxy::start_for_loopback(&yaml);
-    assert_eq!(curl(&after, &url("/after"), &[]).0, 200);
+    // The next key promoted, the old one kept published as the other key (the two
+    // swapped): the new key signs, and the old one's signatures verify until they
+    // expire.
+    let after = signing_on(before.port, dir.path(), &new, Some(&old), "string");
+    let proxy = Proxy::start_for_loopback(&after.yaml);
+    assert_eq!(curl(&proxy, &url("/after"), &[]).0, 200);
     let signed_after = origin.verdict("/after");
-    assert_eq!(signed_after["verified"], true);
+    assert_eq!(signed_after["verified"], true, "{signed_after}");
     assert!(signed_after["signature_input"][0]
         .as_str()
         .is_some_and(|i| i.contains(&format!("keyid=\"{}\"", kids[1]))));
     let authority = format!("127.0.0.1:{}", origin.port);
     assert_eq!(
         replay(&origin, &signed_before, &authority, "/old-signature"),
+        200
+    );
+    // Once the old key is dropped from the directory, its signatures no longer verify.
+    drop(proxy);
+    let dropped = signing_on(before.port, dir.path(), &new, None, "string");
+    let _proxy = Proxy::start_for_loopback(&dropped.yaml);
+    assert_eq!(
+        replay(&origin, &signed_before, &authority, "/old-key-dropped"),
+        401
+    );
+    assert_eq!(
+        replay(&origin, &signed_after, &authority, "/new-key-kept"),
         200
     );
 }
@@ -321,7 +386,7 @@ fn identities_and_keys_are_checked_at_start_naming_the_key() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (yaml, _) = signing(dir.path(), &key, None, "string");
+    let yaml = signing(dir.path(), &key, None, "string").yaml;
     assert!(check(&yaml).0, "{}", check(&yaml).1);
     let (ok, err) = check(&yaml.replace("default_identity: main", "default_identity: other"));
     assert!(
@@ -356,13 +421,9 @@ fn the_directory_listener_serves_a_jwks_signed_by_each_key() {
     let (key, next) = (dir.path().join("main.jwk"), dir.path().join("next.jwk"));
     generate(&key);
     generate(&next);
-    let (yaml, printed) = signing(dir.path(), &key, Some(&next), "string");
-    let port = free_port();
-    let yaml = yaml.replace(
-        "  signing:\n",
-        &format!("  signing:\n    directory_listen: 127.0.0.1:{port}\n"),
-    );
-    let _proxy = Proxy::start_for_loopback(&yaml);
+    let signed = signing(dir.path(), &key, Some(&next), "string");
+    let (port, printed) = (signed.port, signed.printed);
+    let _proxy = Proxy::start_for_loopback(&signed.yaml);
     let out = Command::new("curl")
         .args(["-s", "-D", "-", "-H", "Host: crawler.example"])
         .arg(format!(
@@ -440,12 +501,12 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = dir.path().join("main.jwk");
     generate(&key);
-    let (yaml, directory) = signing(dir.path(), &key, None, "string");
-    let paying = yaml.replace(
+    let signed = signing(dir.path(), &key, None, "string");
+    let paying = signed.yaml.replace(
         "        expires_seconds: 60\n",
         "        expires_seconds: 60\n        payment: {max_price: USD 0.02, daily_budget: USD 0.05}\n",
     );
-    let origin = VerifyingOrigin::start_priced(dir.path(), &directory, "USD 0.01");
+    let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
     let proxy = Proxy::start_for_loopback(&paying);
     // A client's own offer is not the fleet's to pay.
     let statuses: Vec<u16> = (0..6)
@@ -494,8 +555,10 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // Without a budget: never an offer, the 402 passed through and counted.
-    let free = Proxy::start_for_loopback(&yaml);
+    // Without a budget: never an offer, the 402 passed through and counted (the same
+    // directory listener address: one proxy at a time).
+    drop(proxy);
+    let free = Proxy::start_for_loopback(&signed.yaml);
     let url = format!("http://127.0.0.1:{}/free", origin.port);
     let (status, head, _) = curl(&free, &url, &["-H", "crawler-max-price: USD 9.99"]);
     assert_eq!(status, 402);
@@ -518,9 +581,11 @@ fn an_expired_signature_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = dir.path().join("main.jwk");
     generate(&key);
-    let (yaml, directory) = signing(dir.path(), &key, None, "string");
-    let yaml = yaml.replace("expires_seconds: 60", "expires_seconds: 2");
-    let origin = VerifyingOrigin::start(dir.path(), &directory);
+    let signed = signing(dir.path(), &key, None, "string");
+    let yaml = signed
+        .yaml
+        .replace("expires_seconds: 60", "expires_seconds: 2");
+    let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
     let proxy = Proxy::start_for_loopback(&yaml);
     let url = format!("http://127.0.0.1:{}/page", origin.port);
     assert_eq!(curl(&proxy, &url, &[]).0, 200);
@@ -549,4 +614,84 @@ fn an_expired_signature_is_refused() {
         attempt += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Transparent mode: a crawler with no proxy settings, its connection redirected by the
+/// kernel (iptables, in a namespace the test makes), is signed like any other: the
+/// origin at `site.test` verifies with the keys from the directory listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transparent_requests_are_signed() {
+    let names = [("site.test", "127.0.0.2")];
+    let ns = Netns::new(&names);
+    crate::common::zone_dns(ns.udp("127.0.0.1:53"), &names);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let signed = signing(dir.path(), &key, None, "string");
+    let origin = VerifyingOrigin::start_in(&ns, "127.0.0.2:80", dir.path(), &signed.listener);
+    let http_port = free_port();
+    let proxy = Proxy::start_in(
+        &ns,
+        &format!(
+            "  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{}",
+            signed.yaml
+        ),
+        &[
+            "--allow-destination",
+            "127.0.0.2/32",
+            "--transparent-http",
+            &format!("127.0.0.1:{http_port}"),
+        ],
+    );
+    ns.sh(&format!(
+        "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}"
+    ));
+    let out = ns
+        .crawler("curl")
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .args(["-s", "--max-time", "20", "http://site.test/page"])
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "verified",
+        "{}",
+        proxy.log()
+    );
+    for path in ["/robots.txt", "/page"] {
+        let verdict = origin.verdict(path);
+        assert_eq!(verdict["verified"], true, "{verdict}");
+    }
+    assert_eq!(
+        proxy.counter(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",scheme=\"http\"}"
+        ),
+        1.0
+    );
+    // The verifier can fail here too: the same headers replayed for another authority.
+    let page = origin.verdict("/page");
+    let mut replay = ns.command("curl");
+    replay.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-H",
+        "Host: other.test",
+    ]);
+    for (header, key) in [
+        ("Signature", "signature"),
+        ("Signature-Input", "signature_input"),
+        ("Signature-Agent", "signature_agent"),
+    ] {
+        let value = page[key][0].as_str().unwrap_or_default();
+        replay.arg("-H").arg(format!("{header}: {value}"));
+    }
+    let out = replay
+        .arg("http://127.0.0.2/replayed")
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
 }
