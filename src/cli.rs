@@ -181,7 +181,7 @@ impl Cli {
                         names.len()
                     ),
                 };
-                let identities = crate::identity::Identities::load(&config.signing)?;
+                let identities = crate::identity::Identities::load(&config.signing, &config.agent)?;
                 let Some(found) = identities.get(name) else {
                     anyhow::bail!("--identity: no identity `{name}` in signing.identities");
                 };

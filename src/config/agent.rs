@@ -1,5 +1,6 @@
 //! `agent`: which crawler a request is. Token lists chosen by client address or
-//! User-Agent text, the purposes each crawler declares, and the defaults.
+//! User-Agent text, the purposes each crawler declares, the identity it is signed as and
+//! what it may spend, and the defaults.
 
 use serde::Deserialize;
 
@@ -67,4 +68,7 @@ pub struct AgentRule {
     /// The identity they are signed as; unset: `agent.default_identity`.
     #[serde(default)]
     pub identity: Option<String>,
+    /// Their own pay-per-crawl budget, instead of their identity's.
+    #[serde(default)]
+    pub payment: Option<super::PaymentConfig>,
 }

@@ -549,6 +549,18 @@ impl Config {
                 )));
             }
         }
+        for (i, rule) in self.agent.rules.iter().enumerate() {
+            let Some(payment) = &rule.payment else {
+                continue;
+            };
+            let key = format!("robotsgate.agent.rules[{i}].payment");
+            payment.validate(&key)?;
+            if rule.identity.is_none() && self.agent.default_identity.is_none() {
+                return Err(ConfigError(format!(
+                    "key `{key}`: only signed requests can pay; set this rule's identity or agent.default_identity"
+                )));
+            }
+        }
         if let Some(lease) = self.fleet.lease_seconds {
             let longest = self.exchange_bounds().longest_hold();
             if lease.duration() < longest {

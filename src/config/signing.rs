@@ -1,8 +1,10 @@
 //! `signing`: the identities robotsgate signs requests as (Web Bot Auth), each with its
 //! Ed25519 key file, the next key (published before it signs), the URL of its key
 //! directory and how long a signature is valid. Which identity a request is signed as
-//! is chosen in `agent` (`default_identity`, `rules[].identity`).
+//! is chosen per proxy user here (`signing.users`), else in `agent` (`rules[].identity`,
+//! `default_identity`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -22,6 +24,9 @@ pub struct SigningConfig {
     pub signature_agent_form: AgentForm,
     /// The identities.
     pub identities: Vec<IdentityConfig>,
+    /// Proxy users (`access.credentials_file`) and the identity each one's requests are
+    /// signed as, ahead of `agent.rules[].identity` and `agent.default_identity`.
+    pub users: BTreeMap<String, String>,
 }
 
 /// How `Signature-Agent` is written and covered.
@@ -118,15 +123,31 @@ pub struct IdentityConfig {
     pub payment: Option<PaymentConfig>,
 }
 
-/// `signing.identities[].payment`.
+/// `signing.identities[].payment` and `agent.rules[].payment`: a pay-per-crawl budget.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PaymentConfig {
     /// Offered in a signed `crawler-max-price` on every request while the day's budget
     /// covers it.
     pub max_price: Price,
-    /// What the identity may be charged in a day (UTC).
+    /// What may be charged in a day (UTC).
     pub daily_budget: Price,
+}
+
+impl PaymentConfig {
+    /// `max_price` more than zero and at most `daily_budget`, in the same currency;
+    /// `key` is the key path of this `payment`.
+    pub(super) fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if self.max_price.currency != self.daily_budget.currency
+            || self.max_price.micros == 0
+            || self.max_price.micros > self.daily_budget.micros
+        {
+            return Err(ConfigError(format!(
+                "key `{key}`: max_price must be more than zero and at most daily_budget, in the same currency"
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn default_expires() -> Seconds {
@@ -135,7 +156,7 @@ fn default_expires() -> Seconds {
 
 impl SigningConfig {
     /// Names unique and set, directory URLs that are URLs a header can carry, validity
-    /// within the draft's day.
+    /// within the draft's day, budgets that can pay, users' identities that exist.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         for (i, identity) in self.identities.iter().enumerate() {
             let key = |k: &str| format!("key `robotsgate.signing.identities[{i}].{k}`");
@@ -158,21 +179,20 @@ impl SigningConfig {
                 )));
             }
             if let Some(p) = &identity.payment {
-                if p.max_price.currency != p.daily_budget.currency
-                    || p.max_price.micros == 0
-                    || p.max_price.micros > p.daily_budget.micros
-                {
-                    return Err(ConfigError(format!(
-                        "{}: max_price must be more than zero and at most daily_budget, in the same currency",
-                        key("payment")
-                    )));
-                }
+                p.validate(&format!("robotsgate.signing.identities[{i}].payment"))?;
             }
             let expires = identity.expires_seconds.get();
             if !(1.0..=86_400.0).contains(&expires) {
                 return Err(ConfigError(format!(
                     "{}: {expires} s; between 1 and 86400 (the draft's 24 hours)",
                     key("expires_seconds")
+                )));
+            }
+        }
+        for (user, name) in &self.users {
+            if !self.has(name) {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.signing.users.{user}`: no identity `{name}` in signing.identities"
                 )));
             }
         }
@@ -213,5 +233,47 @@ mod tests {
         ] {
             assert_eq!(Price::parse(bad), None, "{bad}");
         }
+    }
+
+    /// The error `from_yaml` gives for `robotsgate:` + `body`.
+    fn refusal(body: &str) -> String {
+        match super::super::Config::from_yaml(&format!("robotsgate:\n{body}")) {
+            Ok(_) => String::from("accepted"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn users_budgets_and_rules_name_what_is_wrong() {
+        let identity = "  signing:\n    identities:\n      - name: main\n        key_file: /k\n        signature_agent: https://crawler.example\n";
+        assert_eq!(refusal(identity), "accepted");
+        let users = format!("{identity}    users: {{alice: other}}\n");
+        assert!(
+            refusal(&users).contains("key `robotsgate.signing.users.alice`: no identity `other`"),
+            "{}",
+            refusal(&users)
+        );
+        let paying = |payment: &str, default: &str| {
+            format!("{identity}  agent:\n{default}    rules:\n      - client: 10.0.0.0/8\n        tokens: [A]\n        payment: {payment}\n")
+        };
+        let ok = "{max_price: USD 0.01, daily_budget: USD 1}";
+        assert_eq!(
+            refusal(&paying(ok, "    default_identity: main\n")),
+            "accepted"
+        );
+        let unsigned = refusal(&paying(ok, ""));
+        assert!(
+            unsigned
+                .contains("key `robotsgate.agent.rules[0].payment`: only signed requests can pay"),
+            "{unsigned}"
+        );
+        let currencies = refusal(&paying(
+            "{max_price: EUR 0.01, daily_budget: USD 1}",
+            "    default_identity: main\n",
+        ));
+        assert!(
+            currencies.contains("key `robotsgate.agent.rules[0].payment`: max_price must"),
+            "{currencies}"
+        );
     }
 }

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 use crate::config::PacingKey;
 use crate::config::UsageMode;
 use crate::config::{Config, ExchangeBounds};
-use crate::identity::{Identities, Identity};
+use crate::identity::payment::Budget;
+use crate::identity::{Identities, Signer};
 pub use crate::origin::dns::ResolveError;
 use crate::origin::dns::Resolver;
 use crate::origin::fetch::Fetcher;
@@ -36,6 +37,7 @@ use crate::policy::target::{Origin, Target};
 use crate::policy::usage::{UsageCheck, UsageVerdict};
 use crate::robots::{Reason, Usage};
 
+pub mod budgets;
 mod judge;
 mod reply;
 pub use judge::{judge, judge_usage, Judgement, UsageJudgement};
@@ -271,7 +273,7 @@ impl Enforcer {
     /// or a signing key cannot be read.
     pub fn from_config(config: &Config) -> anyhow::Result<Enforcer> {
         let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
-        let identities = Arc::new(Identities::load(&config.signing)?);
+        let identities = Arc::new(Identities::load(&config.signing, &config.agent)?);
         let enforcer = Self::with_trust(config, &trust, identities)?;
         enforcer.run_in_background()?;
         Ok(enforcer)
@@ -316,6 +318,14 @@ impl Enforcer {
             .enabled()
             .then(|| Fleet::new(&config.fleet, config.fleet_lease()));
         let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
+        if let Some(fleet) = &fleet {
+            // Budgets are the fleet's: counted in its backend by every instance.
+            let hold = config.exchange_bounds().longest_hold();
+            let tally = Arc::new(budgets::FleetTally::new(fleet.clone(), hold));
+            for budget in identities.budgets() {
+                budget.share(tally.clone());
+            }
+        }
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         Ok(Enforcer {
             store,
@@ -323,7 +333,12 @@ impl Enforcer {
             fleet,
             resolver,
             egress,
-            agents: AgentResolver::new(&config.agent, &config.enforce, &config.usage),
+            agents: AgentResolver::new(
+                &config.agent,
+                &config.enforce,
+                &config.usage,
+                &config.signing.users,
+            ),
             overrides: Overrides::new(&config.pacing.overrides),
             bounds: config.exchange_bounds(),
             identities,
@@ -356,9 +371,16 @@ impl Enforcer {
         .0
     }
 
-    /// The identity `who`'s forwarded requests are signed as, if any.
-    pub fn identity(&self, who: &Requester<'_>) -> Option<Arc<Identity>> {
-        self.identities.get(self.agents.identity_for(who)?).cloned()
+    /// What `who`'s forwarded requests are signed as, and the budget that pays for
+    /// them, if any.
+    pub fn signer(&self, who: &Requester<'_>) -> Option<Signer> {
+        let sign_as = self.agents.signing_for(who)?;
+        self.identities.signer(sign_as.identity, sign_as.rule)
+    }
+
+    /// Every pay-per-crawl budget, for the status page.
+    pub fn budgets(&self) -> Vec<&Arc<Budget>> {
+        self.identities.budgets()
     }
 
     /// The usage check for `who`: its declared purposes and usage mode.

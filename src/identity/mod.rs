@@ -13,21 +13,37 @@ pub mod signer;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::SigningConfig;
+use crate::config::{AgentConfig, SigningConfig};
 pub use key::KeyError;
+use payment::Budget;
 pub use signer::{Identity, Signed};
 
-/// The signing identities, by name: read once at start, their keys loaded.
+/// What one request is signed as, and the budget that pays when it offers to.
+#[derive(Clone)]
+pub struct Signer {
+    /// The identity whose key signs.
+    pub identity: Arc<Identity>,
+    /// Its agent rule's budget, else the identity's own; `None`: it never offers to pay.
+    pub budget: Option<Arc<Budget>>,
+}
+
+/// The signing identities, by name, and the pay-per-crawl budgets: read once at start,
+/// the keys loaded.
 #[derive(Default)]
 pub struct Identities {
     by_name: HashMap<String, Arc<Identity>>,
+    /// Each identity's own budget, by identity name.
+    own_budgets: HashMap<String, Arc<Budget>>,
+    /// `agent.rules[N].payment`, by `N`.
+    rule_budgets: HashMap<usize, Arc<Budget>>,
 }
 
 impl Identities {
-    /// Loads every identity's keys: an unreadable or malformed key file is an error
-    /// naming the identity and the file (never the key).
-    pub fn load(config: &SigningConfig) -> Result<Identities, KeyError> {
-        let mut by_name = HashMap::new();
+    /// Loads every identity's keys, and the budgets of identities and agent rules: an
+    /// unreadable or malformed key file is an error naming the identity and the file
+    /// (never the key).
+    pub fn load(config: &SigningConfig, agent: &AgentConfig) -> Result<Identities, KeyError> {
+        let mut loaded = Identities::default();
         for identity in &config.identities {
             let key = key::SigningKey::load(&identity.key_file, &identity.name)?;
             let next = identity
@@ -42,16 +58,29 @@ impl Identities {
                 &identity.signature_agent,
                 config.signature_agent_form,
                 identity.expires_seconds.duration(),
-            )
-            .paying(
-                identity
-                    .payment
-                    .as_ref()
-                    .map(|p| payment::Budget::new(p.max_price.clone(), p.daily_budget.clone())),
             );
-            by_name.insert(identity.name.clone(), Arc::new(signer));
+            loaded
+                .by_name
+                .insert(identity.name.clone(), Arc::new(signer));
+            if let Some(p) = &identity.payment {
+                let budget = Budget::new(
+                    identity.name.clone(),
+                    p.max_price.clone(),
+                    p.daily_budget.clone(),
+                );
+                loaded
+                    .own_budgets
+                    .insert(identity.name.clone(), Arc::new(budget));
+            }
         }
-        Ok(Identities { by_name })
+        for (i, rule) in agent.rules.iter().enumerate() {
+            if let Some(p) = &rule.payment {
+                let name = format!("agent.rules[{i}]");
+                let budget = Budget::new(name, p.max_price.clone(), p.daily_budget.clone());
+                loaded.rule_budgets.insert(i, Arc::new(budget));
+            }
+        }
+        Ok(loaded)
     }
 
     /// Every identity, in no particular order.
@@ -62,5 +91,27 @@ impl Identities {
     /// The identity called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Identity>> {
         self.by_name.get(name)
+    }
+
+    /// The identity called `name`, with the budget that pays for a request matched by
+    /// agent rule `rule`: the rule's own when it has one, else the identity's.
+    pub fn signer(&self, name: &str, rule: Option<usize>) -> Option<Signer> {
+        let identity = self.by_name.get(name)?.clone();
+        let budget = rule
+            .and_then(|i| self.rule_budgets.get(&i))
+            .or_else(|| self.own_budgets.get(name))
+            .cloned();
+        Some(Signer { identity, budget })
+    }
+
+    /// Every budget, sorted by name.
+    pub fn budgets(&self) -> Vec<&Arc<Budget>> {
+        let mut all: Vec<_> = self
+            .own_budgets
+            .values()
+            .chain(self.rule_budgets.values())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
     }
 }

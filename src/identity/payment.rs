@@ -1,6 +1,6 @@
-//! Pay-per-crawl budgets (Cloudflare's pay per crawl, on Web Bot Auth): an identity with
-//! a `payment` offers to pay up to `max_price` per request, in a signed
-//! `crawler-max-price` header, while its day's budget lasts.
+//! Pay-per-crawl budgets (Cloudflare's pay per crawl, on Web Bot Auth): a request whose
+//! identity or agent rule has a `payment` offers to pay up to `max_price`, in a signed
+//! `crawler-max-price` header, while that budget's day lasts.
 //!
 //! Amounts are exact: millionths of the currency's unit in integers, so `crawler-charged`
 //! answers sum without rounding. The budget is never overspent, whatever runs at once:
@@ -8,19 +8,61 @@
 //! (UTC), and its answer settles the reservation to what was charged (nothing, when the
 //! origin charged nothing or the exchange failed). When what is left is less than
 //! `max_price`, requests stop offering to pay and an origin's `402` reaches the crawler.
-//! The budget is this instance's: in fleet mode each instance keeps its own.
+//!
+//! Where the day is counted: in this process, or — in fleet mode — in a
+//! [`SharedTally`] every instance reserves from and settles to, so the fleet together
+//! spends at most the budget. A shared tally that cannot answer means no offer: a
+//! request is never paid for from a count nobody can check.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::config::Price;
 
-/// One identity's daily budget.
+/// A budget's day counted where every instance of a fleet counts it (the fleet
+/// backend, `enforce::budgets`).
+#[async_trait::async_trait]
+pub trait SharedTally: Send + Sync {
+    /// A name for one reservation, unique across the fleet.
+    fn ticket(&self) -> String;
+    /// Holds `amount` of budget `budget`'s day `day` as `ticket` when what is left of
+    /// `daily` covers it. `None`: the tally could not answer.
+    async fn reserve(
+        &self,
+        budget: &str,
+        day: u64,
+        ticket: &str,
+        amount: u64,
+        daily: u64,
+    ) -> Option<bool>;
+    /// Returns `ticket`'s `held` amount to the day and counts `charged` as spent, in
+    /// the background (it is called when an answer arrives, and from `Drop`).
+    fn settle(&self, budget: &str, day: u64, ticket: String, held: u64, charged: u64);
+    /// (spent, reserved) of the day so far. `None`: the tally could not answer.
+    async fn read(&self, budget: &str, day: u64) -> Option<(u64, u64)>;
+}
+
+/// One daily budget: an identity's own, or an agent rule's.
 pub struct Budget {
+    /// Where it is configured: the identity's name, or `agent.rules[N]`.
+    pub name: String,
     /// The most it pays for one request, as `crawler-max-price` says.
     pub max_price: Price,
-    daily: u64,
+    daily: Price,
+    /// This process's count of the day (when no tally is shared).
     day: Mutex<Day>,
+    /// The fleet's count, set once at start in fleet mode.
+    shared: OnceLock<Arc<dyn SharedTally>>,
+}
+
+/// A budget's day so far, for the status page.
+pub struct Today {
+    /// What may be charged in a day.
+    pub daily: Price,
+    /// Charged so far today.
+    pub spent: Price,
+    /// Held by requests still waiting for their answer.
+    pub reserved: Price,
 }
 
 #[derive(Default)]
@@ -33,21 +75,32 @@ struct Day {
     reserved: u64,
 }
 
-/// `max_price` held from the day's budget for one request, until its answer settles it.
+/// `max_price` held from the day's budget for one request, until its answer settles it
+/// (or, dropped unsettled, returns it whole).
 pub struct Reservation {
     budget: Arc<Budget>,
     day: u64,
     amount: u64,
+    /// Its name in the shared tally, when the fleet shares one.
+    ticket: Option<String>,
 }
 
 impl Budget {
-    /// A budget of `daily` a day, paying at most `max_price` a request (same currency).
-    pub fn new(max_price: Price, daily: Price) -> Budget {
+    /// The budget called `name` of `daily` a day, paying at most `max_price` a request
+    /// (same currency).
+    pub fn new(name: String, max_price: Price, daily: Price) -> Budget {
         Budget {
-            daily: daily.micros,
+            name,
+            daily,
             max_price,
             day: Mutex::default(),
+            shared: OnceLock::new(),
         }
+    }
+
+    /// Counts the day in `tally`, shared by the fleet, from now on (once, at start).
+    pub fn share(&self, tally: Arc<dyn SharedTally>) {
+        let _ = self.shared.set(tally);
     }
 
     fn today() -> u64 {
@@ -68,44 +121,91 @@ impl Budget {
         day
     }
 
-    /// Holds `max_price` for one request, when today's budget still covers it.
-    pub fn reserve(self: &Arc<Self>) -> Option<Reservation> {
+    /// Holds `max_price` for one request, when today's budget still covers it (and,
+    /// shared, when the fleet's tally can say so).
+    pub async fn reserve(self: &Arc<Self>) -> Option<Reservation> {
+        let amount = self.max_price.micros;
+        if let Some(shared) = self.shared.get() {
+            let day = Budget::today();
+            let ticket = shared.ticket();
+            let held = shared
+                .reserve(&self.name, day, &ticket, amount, self.daily.micros)
+                .await;
+            return (held == Some(true)).then(|| Reservation {
+                budget: self.clone(),
+                day,
+                amount,
+                ticket: Some(ticket),
+            });
+        }
         let mut day = self.tally();
-        let left = self.daily.saturating_sub(day.spent + day.reserved);
-        if left < self.max_price.micros {
+        let left = self.daily.micros.saturating_sub(day.spent + day.reserved);
+        if left < amount {
             return None;
         }
-        day.reserved += self.max_price.micros;
+        day.reserved += amount;
         Some(Reservation {
             budget: self.clone(),
             day: day.number,
-            amount: self.max_price.micros,
+            amount,
+            ticket: None,
         })
     }
 
-    /// Charged today, in millionths.
-    pub fn spent_today(&self) -> u64 {
-        self.tally().spent
+    /// Today so far (the fleet's, when shared; `None` when its tally cannot answer).
+    pub async fn today_so_far(&self) -> Option<Today> {
+        let (spent, reserved) = match self.shared.get() {
+            Some(shared) => shared.read(&self.name, Budget::today()).await?,
+            None => {
+                let day = self.tally();
+                (day.spent, day.reserved)
+            }
+        };
+        let amount = |micros| Price {
+            currency: self.daily.currency.clone(),
+            micros,
+        };
+        Some(Today {
+            daily: self.daily.clone(),
+            spent: amount(spent),
+            reserved: amount(reserved),
+        })
     }
 }
 
 impl Reservation {
-    /// The answer came: `charged` (a `crawler-charged` in the budget's currency, at most
-    /// the amount reserved) is spent, the rest of the reservation returns to the day.
-    /// What is counted as spent is returned.
+    /// The price it offers: its budget's `max_price`.
+    pub fn offer(&self) -> &Price {
+        &self.budget.max_price
+    }
+
+    /// The answer came: `charged` (a `crawler-charged` in the budget's currency) is
+    /// spent, the rest of the reservation returns to the day. What is counted as spent
+    /// is returned.
     pub fn settle(mut self, charged: Option<&Price>) -> u64 {
         let spent = charged
             .filter(|c| c.currency == self.budget.max_price.currency)
             .map_or(0, |c| c.micros);
-        let mut day = self.budget.tally();
-        if day.number == self.day {
-            day.reserved = day.reserved.saturating_sub(self.amount);
-        }
         // An origin charging more than offered is counted as charged: the budget is
         // what was paid, and the overcharge is the origin's to explain.
-        day.spent += spent;
-        self.amount = 0;
+        self.give_back(spent);
         spent
+    }
+
+    /// Returns the held amount to the day, counting `spent`; once.
+    fn give_back(&mut self, spent: u64) {
+        let held = std::mem::take(&mut self.amount);
+        if let Some(ticket) = self.ticket.take() {
+            if let Some(shared) = self.budget.shared.get() {
+                shared.settle(&self.budget.name, self.day, ticket, held, spent);
+            }
+            return;
+        }
+        let mut day = self.budget.tally();
+        if day.number == self.day {
+            day.reserved = day.reserved.saturating_sub(held);
+        }
+        day.spent += spent;
     }
 }
 
@@ -113,10 +213,7 @@ impl Drop for Reservation {
     /// An exchange that ended with no answer: nothing was charged.
     fn drop(&mut self) {
         if self.amount > 0 {
-            let mut day = self.budget.tally();
-            if day.number == self.day {
-                day.reserved = day.reserved.saturating_sub(self.amount);
-            }
+            self.give_back(0);
         }
     }
 }
@@ -129,21 +226,26 @@ mod tests {
         Price::parse(text).expect(text)
     }
 
-    #[test]
-    fn a_budget_is_never_overspent_and_settles_to_what_was_charged() {
-        let budget = Arc::new(Budget::new(price("USD 0.01"), price("USD 0.03")));
-        let held: Vec<_> = (0..3).filter_map(|_| budget.reserve()).collect();
-        assert_eq!(held.len(), 3);
-        assert!(
-            budget.reserve().is_none(),
-            "all of today's budget is reserved"
-        );
+    #[tokio::test]
+    async fn a_budget_is_never_overspent_and_settles_to_what_was_charged() {
+        let budget = Arc::new(Budget::new(
+            "main".into(),
+            price("USD 0.01"),
+            price("USD 0.03"),
+        ));
+        let mut held = Vec::new();
+        while let Some(reservation) = budget.reserve().await {
+            held.push(reservation);
+        }
+        assert_eq!(held.len(), 3, "all of today's budget is reserved");
         let mut held = held.into_iter();
         let charged = price("USD 0.005");
         assert_eq!(held.next().map(|r| r.settle(Some(&charged))), Some(5_000));
-        drop(held.next()); // no answer: nothing charged
-                           // 0.005 spent, 0.01 still reserved: 0.015 left, one more request.
-        assert!(budget.reserve().is_some());
-        assert_eq!(budget.spent_today(), 5_000);
+        // No answer: nothing charged.
+        drop(held.next());
+        // 0.005 spent, 0.01 still reserved: 0.015 left, one more request.
+        assert!(budget.reserve().await.is_some());
+        let today = budget.today_so_far().await.expect("local");
+        assert_eq!((today.spent.micros, today.reserved.micros), (5_000, 10_000));
     }
 }

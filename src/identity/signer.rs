@@ -33,8 +33,7 @@ use base64::Engine;
 use http::HeaderValue;
 
 use super::key::SigningKey;
-use super::payment::Budget;
-use crate::config::AgentForm;
+use crate::config::{AgentForm, Price};
 
 /// Authorities whose signature is kept for reuse; past this, the cache starts over.
 pub const CACHED_AUTHORITIES: usize = 4096;
@@ -51,6 +50,8 @@ pub struct Signed {
     pub signature: HeaderValue,
     /// `crawler-max-price`, covered by the signature, when it offers to pay.
     pub max_price: Option<HeaderValue>,
+    /// What `max_price` offers.
+    offer: Option<Price>,
     /// Seconds since the epoch when it was made.
     created: u64,
 }
@@ -89,10 +90,9 @@ pub struct Identity {
     /// to requests for it.
     directory_host: String,
     expires: Duration,
-    /// Pay per crawl: the most it pays a request and a day.
-    pub budget: Option<Arc<Budget>>,
-    /// By authority: the signature offering no payment, and the one offering to pay.
-    cache: Mutex<HashMap<String, [Option<Arc<Signed>>; 2]>>,
+    /// By authority: its signatures, one per price offered (none, and each budget's
+    /// `max_price`: a handful).
+    cache: Mutex<HashMap<String, Vec<Arc<Signed>>>>,
 }
 
 impl Identity {
@@ -129,7 +129,6 @@ impl Identity {
             covered,
             directory_host,
             expires: expires.max(Duration::from_secs(1)),
-            budget: None,
             cache: Mutex::default(),
         }
     }
@@ -150,31 +149,27 @@ impl Identity {
         serde_json::json!({ "keys": keys })
     }
 
-    /// With a pay-per-crawl budget.
-    pub fn paying(mut self, budget: Option<Budget>) -> Identity {
-        self.budget = budget.map(Arc::new);
-        self
-    }
-
     /// The signature for a request to `authority` (RFC 9421 §2.2.3: lowercase host, the
-    /// port only when not the scheme's default), made now or reused; with `paying`, it
+    /// port only when not the scheme's default), made now or reused; with an `offer`, it
     /// also covers the `crawler-max-price` it carries.
-    pub fn sign(&self, authority: &str, paying: bool) -> Arc<Signed> {
-        let paying = paying && self.budget.is_some();
+    pub fn sign(&self, authority: &str, offer: Option<&Price>) -> Arc<Signed> {
         let now = now_seconds();
+        let fresh = |signed: &Arc<Signed>| now < signed.created + self.expires.as_secs() / 2;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let reusable = cache
             .get(authority)
-            .and_then(|kept| kept[usize::from(paying)].as_ref())
-            .filter(|signed| now < signed.created + self.expires.as_secs() / 2);
+            .and_then(|kept| kept.iter().find(|s| s.offer.as_ref() == offer))
+            .filter(|signed| fresh(signed));
         if let Some(signed) = reusable {
             return signed.clone();
         }
-        let signed = Arc::new(self.sign_at(authority, now, paying));
+        let signed = Arc::new(self.sign_at(authority, now, offer));
         if cache.len() >= CACHED_AUTHORITIES && !cache.contains_key(authority) {
             cache.clear();
         }
-        cache.entry(authority.to_string()).or_default()[usize::from(paying)] = Some(signed.clone());
+        let kept = cache.entry(authority.to_string()).or_default();
+        kept.retain(|s| s.offer.as_ref() != offer && fresh(s));
+        kept.push(signed.clone());
         signed
     }
 
@@ -208,13 +203,9 @@ impl Identity {
     }
 
     /// The signature for `authority` created at `created` (seconds since the epoch).
-    fn sign_at(&self, authority: &str, created: u64, paying: bool) -> Signed {
+    fn sign_at(&self, authority: &str, created: u64, offer: Option<&Price>) -> Signed {
         let (component, member) = &self.covered;
-        let max_price = self
-            .budget
-            .as_ref()
-            .filter(|_| paying)
-            .map(|b| b.max_price.to_string());
+        let max_price = offer.map(Price::to_string);
         let (price_component, price_line) = match &max_price {
             Some(price) => (
                 " \"crawler-max-price\"",
@@ -239,6 +230,7 @@ impl Identity {
             input: value(format!("sig1={params}")),
             signature: value(format!("sig1=:{signature}:")),
             max_price: max_price.map(value),
+            offer: offer.cloned(),
             created,
         }
     }
@@ -294,7 +286,7 @@ mod tests {
     #[test]
     fn both_forms_sign_the_base_rfc9421_defines() {
         let id = identity(AgentForm::String);
-        let signed = id.sign_at("example.com", 1_700_000_000, false);
+        let signed = id.sign_at("example.com", 1_700_000_000, None);
         assert_eq!(signed.agent, "\"https://crawler.example\"");
         let params = format!(
             "(\"@authority\" \"signature-agent\");created=1700000000;expires=1700000060;keyid=\"{}\";alg=\"ed25519\";tag=\"web-bot-auth\"",
@@ -312,7 +304,7 @@ mod tests {
         ));
 
         let id = identity(AgentForm::Dictionary);
-        let signed = id.sign_at("example.com:8080", 1_700_000_000, false);
+        let signed = id.sign_at("example.com:8080", 1_700_000_000, None);
         assert_eq!(signed.agent, "sig1=\"https://crawler.example\"");
         assert!(text(&signed.input)
             .starts_with("sig1=(\"@authority\" \"signature-agent\";key=\"sig1\");created="));
@@ -327,9 +319,21 @@ mod tests {
     #[test]
     fn a_signature_is_reused_per_authority_within_half_its_validity() {
         let id = identity(AgentForm::String);
-        let a = id.sign("a.example", false);
-        assert!(Arc::ptr_eq(&a, &id.sign("a.example", false)));
-        assert!(!Arc::ptr_eq(&a, &id.sign("b.example", false)));
-        assert_ne!(a.signature, id.sign("b.example", false).signature);
+        let a = id.sign("a.example", None);
+        assert!(Arc::ptr_eq(&a, &id.sign("a.example", None)));
+        assert!(!Arc::ptr_eq(&a, &id.sign("b.example", None)));
+        assert_ne!(a.signature, id.sign("b.example", None).signature);
+        // One per price offered, each reused.
+        let (cent, two) = (
+            Price::parse("USD 0.01").expect("price"),
+            Price::parse("USD 0.02").expect("price"),
+        );
+        let paying = id.sign("a.example", Some(&cent));
+        assert_eq!(paying.max_price.as_ref().map(text), Some("USD 0.01"));
+        assert!(Arc::ptr_eq(&paying, &id.sign("a.example", Some(&cent))));
+        let more = id.sign("a.example", Some(&two));
+        assert_eq!(more.max_price.as_ref().map(text), Some("USD 0.02"));
+        assert!(Arc::ptr_eq(&a, &id.sign("a.example", None)));
+        assert!(Arc::ptr_eq(&paying, &id.sign("a.example", Some(&cent))));
     }
 }

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use crate::config::{OnUnavailable, Purpose, UsageMode};
 use crate::enforce::{judge, judge_usage, Decision, Enforcer, Judgement, UsageJudgement};
+use crate::identity::payment::{Price, Today};
 use crate::origin::store::{OriginStore, Policy, Snapshot};
 use crate::pacing::shared::ScheduleKeys;
 use crate::policy::agent::Requester;
@@ -216,7 +217,7 @@ impl ServeHttp for AdminApp {
                 "text/html; charset=utf-8",
                 STATUS_PAGE.as_bytes().to_vec(),
             ),
-            ("GET", "/status.json") => json_reply(200, &self.status()),
+            ("GET", "/status.json") => json_reply(200, &self.status().await),
             ("GET", "/metrics") => self.metrics(),
             ("GET", "/check") => self.check(&query).await,
             (method, p) if p.starts_with("/origins/") => {
@@ -236,7 +237,7 @@ const BUSIEST: usize = 25;
 
 impl AdminApp {
     /// What the status page shows: totals by decision and the busiest origins.
-    fn status(&self) -> Value {
+    async fn status(&self) -> Value {
         let totals: serde_json::Map<String, Value> =
             crate::telemetry::metrics::requests_by_decision()
                 .into_iter()
@@ -261,6 +262,19 @@ impl AdminApp {
                 })
             })
             .collect();
+        let mut budgets = Vec::new();
+        for budget in self.enforcer.budgets() {
+            // The fleet's day in fleet mode; `null` amounts while its backend is down.
+            let today = budget.today_so_far().await;
+            let amount = |f: fn(&Today) -> &Price| today.as_ref().map(|t| f(t).to_string());
+            budgets.push(json!({
+                "budget": budget.name,
+                "max_price": budget.max_price.to_string(),
+                "daily": amount(|t| &t.daily),
+                "spent_today": amount(|t| &t.spent),
+                "reserved": amount(|t| &t.reserved),
+            }));
+        }
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "totals": totals,
@@ -272,6 +286,11 @@ impl AdminApp {
             "origins_held": self.enforcer.store.len(),
             "queued": self.enforcer.pacer.queued(),
             "origins": origins,
+            "charges": crate::telemetry::metrics::charges_by_identity()
+                .into_iter()
+                .map(|(identity, currency, units)| json!({"identity": identity, "currency": currency, "charged": units}))
+                .collect::<Vec<_>>(),
+            "budgets": budgets,
             "fleet": self.enforcer.fleet.as_ref().map(|fleet| json!({
                 "backend_up": fleet.up(),
                 "on_unavailable": format!("{:?}", fleet.config().on_unavailable).to_lowercase(),
@@ -417,7 +436,9 @@ impl AdminApp {
         out["tokens_from"] = json!(tokens.source());
         out["mode_from"] = json!(mode.from.label());
         // The Web Bot Auth identity a forwarded request would be signed as.
-        out["identity"] = json!(self.enforcer.identity(&who).map(|i| i.name.clone()));
+        let signer = self.enforcer.signer(&who);
+        out["identity"] = json!(signer.as_ref().map(|s| s.identity.name.clone()));
+        out["budget"] = json!(signer.and_then(|s| s.budget).map(|b| b.name.clone()));
         // The verdict's details: the same judgement, of the very snapshot decided on.
         if let Some(snapshot) = snapshot {
             if let Policy::Rules(file) = &snapshot.policy {

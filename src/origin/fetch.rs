@@ -346,7 +346,7 @@ impl Fetcher {
         }
         if let Some(identity) = &self.identity {
             // robots.txt is free to read: fetches never offer to pay.
-            let signed = identity.sign(&origin.authority().to_string(), false);
+            let signed = identity.sign(&origin.authority().to_string(), None);
             signed.set_on(&mut request).map_err(internal)?;
             crate::telemetry::metrics::record_signed(&identity.name);
         }

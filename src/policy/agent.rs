@@ -20,6 +20,7 @@
 //! error unless it says `trust_client_text: true`. [`ModeChoice::from`] says which
 //! setting chose the mode.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode, UsageConfig};
@@ -39,6 +40,18 @@ pub struct AgentResolver {
     usage: UsageConfig,
     /// The identity requests are signed as when their rule names none.
     default_identity: Option<String>,
+    /// Proxy users' identities (`signing.users`), ahead of any rule's.
+    user_identities: BTreeMap<String, String>,
+}
+
+/// Which identity signs a request, and the agent rule that matched it (whose own
+/// `payment`, when it has one, pays instead of the identity's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignAs<'a> {
+    /// The identity's name (`signing.identities[].name`).
+    pub identity: &'a str,
+    /// The index of the `agent.rules` entry that matched, if one did.
+    pub rule: Option<usize>,
 }
 
 /// The tokens for one request, borrowed from configuration or from the header, and
@@ -169,6 +182,7 @@ impl AgentResolver {
         config: &AgentConfig,
         enforce: &EnforceConfig,
         usage: &UsageConfig,
+        user_identities: &BTreeMap<String, String>,
     ) -> AgentResolver {
         AgentResolver {
             rules: config.rules.clone(),
@@ -178,16 +192,25 @@ impl AgentResolver {
             enforce: enforce.clone(),
             usage: usage.clone(),
             default_identity: config.default_identity.clone(),
+            user_identities: user_identities.clone(),
         }
     }
 
-    /// The signing identity `who`'s requests carry: its agent rule's, else
-    /// `agent.default_identity`; `None`: unsigned. As for tokens and mode, an
-    /// authenticated client's own text chooses none.
-    pub fn identity_for(&self, who: &Requester<'_>) -> Option<&str> {
-        self.rule(who.client, who.trusted_text())
-            .and_then(|r| r.identity.as_deref())
-            .or(self.default_identity.as_deref())
+    /// The signing identity `who`'s requests carry: its user's (`signing.users`), else
+    /// its agent rule's, else `agent.default_identity`; `None`: unsigned. As for tokens
+    /// and mode, an authenticated client's own text chooses none.
+    pub fn signing_for(&self, who: &Requester<'_>) -> Option<SignAs<'_>> {
+        let matched = self.rule_index(who.client, who.trusted_text());
+        let rule = matched.and_then(|i| self.rules.get(i));
+        let identity = who
+            .user
+            .and_then(|u| self.user_identities.get(u))
+            .or(rule.and_then(|r| r.identity.as_ref()))
+            .or(self.default_identity.as_ref())?;
+        Some(SignAs {
+            identity,
+            rule: matched,
+        })
     }
 
     /// The usage check for `who`: its purposes (its user's, else its agent rule's, else
@@ -275,7 +298,13 @@ impl AgentResolver {
 
     /// The first agent rule matching a client address and User-Agent.
     fn rule(&self, client: Option<IpAddr>, user_agent: Option<&str>) -> Option<&AgentRule> {
-        self.rules.iter().find(|rule| {
+        self.rule_index(client, user_agent)
+            .and_then(|i| self.rules.get(i))
+    }
+
+    /// The index of the first rule matching a client address and User-Agent.
+    fn rule_index(&self, client: Option<IpAddr>, user_agent: Option<&str>) -> Option<usize> {
+        self.rules.iter().position(|rule| {
             let client_ok = rule
                 .client
                 .is_none_or(|net| client.is_some_and(|ip| net.contains(ip)));
@@ -313,7 +342,12 @@ mod tests {
 
     fn resolver(yaml: &str) -> AgentResolver {
         let config: AgentConfig = serde_yaml::from_str(yaml).expect("agent config");
-        AgentResolver::new(&config, &EnforceConfig::default(), &UsageConfig::default())
+        AgentResolver::new(
+            &config,
+            &EnforceConfig::default(),
+            &UsageConfig::default(),
+            &BTreeMap::new(),
+        )
     }
 
     #[test]
@@ -405,7 +439,7 @@ mod tests {
         )
         .expect("agent config");
         let usage: UsageConfig = serde_yaml::from_str("users: {alice: off}").expect("usage");
-        let r = AgentResolver::new(&config, &EnforceConfig::default(), &usage);
+        let r = AgentResolver::new(&config, &EnforceConfig::default(), &usage, &BTreeMap::new());
         let set = |p: &[Purpose]| p.iter().copied().collect::<Purposes>();
         let anonymous = Requester::new(None, Some("trainer/1"));
         let check = r.usage_for(&anonymous);
@@ -440,5 +474,40 @@ mod tests {
             (set(&[Purpose::AiInput]), UsageMode::Off)
         );
         assert!(!check.active());
+    }
+
+    #[test]
+    fn a_users_identity_then_its_rules_then_the_default_signs() {
+        let config: AgentConfig = serde_yaml::from_str(
+            "default_identity: main\nrules:\n  - client: 10.0.0.0/8\n    tokens: [A]\n  - user_agent_contains: research\n    tokens: [R]\n    identity: research\n",
+        )
+        .expect("agent config");
+        let users = BTreeMap::from([("alice".to_string(), "alice-id".to_string())]);
+        let r = AgentResolver::new(
+            &config,
+            &EnforceConfig::default(),
+            &UsageConfig::default(),
+            &users,
+        );
+        let sign_as = |identity, rule| Some(SignAs { identity, rule });
+        let net = Requester::new(Some("10.1.2.3".parse().expect("ip")), None);
+        assert_eq!(r.signing_for(&net), sign_as("main", Some(0)));
+        let research = Requester::new(None, Some("research/1"));
+        assert_eq!(r.signing_for(&research), sign_as("research", Some(1)));
+        assert_eq!(
+            r.signing_for(&Requester::new(None, None)),
+            sign_as("main", None)
+        );
+        // A user's own identity first; another user's text chooses no rule.
+        let alice = Requester {
+            user: Some("alice"),
+            ..research
+        };
+        assert_eq!(r.signing_for(&alice), sign_as("alice-id", None));
+        let bob = Requester {
+            user: Some("bob"),
+            ..research
+        };
+        assert_eq!(r.signing_for(&bob), sign_as("main", None));
     }
 }

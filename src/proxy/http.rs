@@ -31,7 +31,7 @@ use crate::enforce::{
     bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
 };
 use crate::identity::payment::Reservation;
-use crate::identity::Identity;
+use crate::identity::Signer;
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::policy::usage::UsageVerdict;
@@ -103,8 +103,8 @@ enum Stage {
         reported: Option<Reported>,
         /// The usage verdict for the crawler's purposes, marked on the response.
         usage: Option<UsageVerdict>,
-        /// The identity the request is signed as, if any.
-        signer: Option<Arc<Identity>>,
+        /// What the request is signed as (and whose budget pays), if anything.
+        signer: Option<Signer>,
         /// Pay per crawl: the budget held for it while it offers to pay.
         payment: Option<Reservation>,
         /// What the origin's answer said of payment, for the access log.
@@ -253,7 +253,7 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.mode_from = mode.from.label();
         let report = mode.report;
         let usage = self.enforcer.usage_check(&who);
-        let signer = self.enforcer.identity(&who);
+        let signer = self.enforcer.signer(&who);
         let (decision, _) = self
             .enforcer
             .decide_explained(&target, &tokens, report, usage, destination)
@@ -419,8 +419,13 @@ impl ProxyHttp for RobotsGateProxy {
         } = &mut ctx.stage
         {
             *upstream_status = Some(status);
-            if let Some(identity) = signer {
-                *paid = super::payment::settle(identity, payment.take(), status, upstream_response);
+            if let Some(signer) = signer {
+                *paid = super::payment::settle(
+                    &signer.identity,
+                    payment.take(),
+                    status,
+                    upstream_response,
+                );
             }
             // Report mode: the client sees what enforcing would have said.
             if let Some(reported) = reported {
@@ -482,7 +487,7 @@ impl ProxyHttp for RobotsGateProxy {
             // Signed as the fleet's identity: a client's own signature headers are
             // replaced, never forwarded beside robotsgate's.
             if let Stage::Forwarded {
-                signer: Some(identity),
+                signer: Some(signer),
                 payment,
                 ..
             } = &mut ctx.stage
@@ -490,10 +495,14 @@ impl ProxyHttp for RobotsGateProxy {
                 // Offers to pay while the day's budget covers it (once: a retried
                 // connection keeps its reservation).
                 if payment.is_none() {
-                    *payment = identity.budget.as_ref().and_then(|b| b.reserve());
+                    *payment = match &signer.budget {
+                        Some(budget) => budget.reserve().await,
+                        None => None,
+                    };
                 }
+                let identity = &signer.identity;
                 identity
-                    .sign(&authority.to_string(), payment.is_some())
+                    .sign(&authority.to_string(), payment.as_ref().map(|r| r.offer()))
                     .set_on(upstream_request)?;
                 crate::telemetry::metrics::record_signed(&identity.name);
             }
@@ -646,7 +655,7 @@ impl ProxyHttp for RobotsGateProxy {
                         why,
                         Some(rule.label()),
                         usage,
-                        signer.map(|s| (s, paid)),
+                        signer.map(|s| (s.identity, paid)),
                     )
                 }
             };

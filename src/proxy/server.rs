@@ -142,7 +142,10 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let trust = UpstreamTrust::load(&config.tls.upstream_extra_roots)?;
     // The signing keys, read once: `check-config` finds a bad one, and `run` hands them
     // to the enforcer (signing) and the directory listener.
-    let identities = Arc::new(crate::identity::Identities::load(&config.signing)?);
+    let identities = Arc::new(crate::identity::Identities::load(
+        &config.signing,
+        &config.agent,
+    )?);
     let access = AccessPolicy::new(&config.access)?;
     let admin = AdminGuard::new(&config.admin, &config.robots)?;
     let mut server_conf = ServerConf::load_from_yaml(args.config.to_string_lossy().as_ref())

@@ -244,6 +244,27 @@ pub fn record_charge(identity: &str, currency: &str, units: f64) {
         .inc_by(units);
 }
 
+/// What origins charged since start, per (identity, currency), in the currency's units.
+pub fn charges_by_identity() -> Vec<(String, String, f64)> {
+    use prometheus::core::Collector;
+    let mut out = Vec::new();
+    for family in CRAWL_CHARGES.collect() {
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map_or(String::new(), |l| l.value().to_string())
+            };
+            let value = metric.get_counter().value();
+            out.push((label("identity"), label("currency"), value));
+        }
+    }
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
 /// Counts a `402` relayed to a crawler of `identity`.
 pub fn record_payment_required(identity: &str) {
     PAYMENT_REQUIRED.with_label_values(&[identity]).inc();
