@@ -18,6 +18,7 @@ mod https;
 mod layers;
 mod limits;
 mod pacing;
+mod payment;
 mod politeness;
 mod proxy;
 mod redis_servers;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{curl, free_port, passwd_line, Netns, Proxy};
+use crate::common::{curl, free_port, Netns, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
 pub struct VerifyingOrigin {
@@ -43,7 +43,7 @@ impl VerifyingOrigin {
     }
 
     /// A pay-per-crawl origin asking `price` for every page.
-    fn start_priced(dir: &Path, keys: &str, price: &str) -> VerifyingOrigin {
+    pub fn start_priced(dir: &Path, keys: &str, price: &str) -> VerifyingOrigin {
         VerifyingOrigin::launch(dir, keys, &[], Some(price), None)
     }
 
@@ -156,10 +156,11 @@ pub fn generate(path: &Path) {
 /// address of the directory listener they configure.
 pub struct Signing {
     pub yaml: String,
+    /// What `robotsgate keys directory` printed.
     pub printed: String,
     /// `http://127.0.0.1:PORT`: where a verifying origin asks for the keys.
     pub listener: String,
-    port: u16,
+    pub port: u16,
 }
 
 /// One identity `main` (the default) signing with `key`, its directory listener on a
@@ -493,101 +494,6 @@ print("ok")
     );
 }
 
-/// Pay per crawl: the budget pays (a signed `crawler-max-price`) while the day's budget
-/// covers `max_price`, sums `crawler-charged` exactly, then stops offering, and the
-/// origin's 402 reaches the crawler; an identity without a budget never offers.
-#[test]
-fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
-    let paying = signed.yaml.replace(
-        "        expires_seconds: 60\n",
-        "        expires_seconds: 60\n        payment: {max_price: USD 0.02, daily_budget: USD 0.05}\n",
-    );
-    let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
-    let proxy = Proxy::start_for_loopback(&paying);
-    // A client's own offer is not the fleet's to pay.
-    let statuses: Vec<u16> = (0..6)
-        .map(|i| {
-            let url = format!("http://127.0.0.1:{}/page{i}", origin.port);
-            curl(&proxy, &url, &["-H", "crawler-max-price: USD 9.99"]).0
-        })
-        .collect();
-    // Each request holds USD 0.02 until its answer: after four charges of 0.01, 0.01 is
-    // left, less than max_price, so the fifth offers nothing.
-    assert_eq!(statuses, [200, 200, 200, 200, 402, 402]);
-    for i in 0..4 {
-        let v = origin.verdict(&format!("/page{i}"));
-        assert_eq!(
-            (&v["offered"], &v["price_covered"], &v["paid"]),
-            (
-                &Value::from("USD 0.02"),
-                &Value::from(true),
-                &Value::from(true)
-            ),
-            "{v}"
-        );
-    }
-    let unpaid = origin.verdict("/page4");
-    assert_eq!(
-        (&unpaid["offered"], &unpaid["verified"]),
-        (&Value::Null, &Value::from(true))
-    );
-    assert_eq!(
-        proxy.counter("robotsgate_crawl_charges_total{currency=\"USD\",identity=\"main\"}"),
-        0.04
-    );
-    assert_eq!(
-        proxy.counter("robotsgate_payment_required_total{identity=\"main\"}"),
-        2.0
-    );
-    // The access log names the identity and the charge (written by its own thread).
-    let logged = |path: &str, what: &str| {
-        proxy.log().lines().any(|l| {
-            l.contains(path) && l.contains("identity") && l.contains("main") && l.contains(what)
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(logged("/page0", "charged USD 0.01") && logged("/page4", "payment-required USD 0.01")) {
-        assert!(Instant::now() < deadline, "{}", proxy.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-
-    // The status page's budget: exact, and the charges per identity.
-    let (code, status) = crate::common::admin(&proxy, "GET", "/status.json");
-    assert_eq!(code, 200, "{status}");
-    let status: Value = serde_json::from_str(&status).expect("JSON");
-    assert_eq!(
-        status["budgets"],
-        serde_json::json!([{"budget": "main", "max_price": "USD 0.02", "daily": "USD 0.05",
-            "spent_today": "USD 0.04", "reserved": "USD 0.00"}])
-    );
-    assert_eq!(
-        status["charges"],
-        serde_json::json!([{"identity": "main", "currency": "USD", "charged": 0.04}])
-    );
-
-    // Without a budget: never an offer, the 402 passed through and counted (the same
-    // directory listener address: one proxy at a time).
-    drop(proxy);
-    let free = Proxy::start_for_loopback(&signed.yaml);
-    let url = format!("http://127.0.0.1:{}/free", origin.port);
-    let (status, head, _) = curl(&free, &url, &["-H", "crawler-max-price: USD 9.99"]);
-    assert_eq!(status, 402);
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("crawler-price: usd 0.01"),
-        "{head}"
-    );
-    assert_eq!(origin.verdict("/free")["offered"], Value::Null);
-    assert_eq!(
-        free.counter("robotsgate_payment_required_total{identity=\"main\"}"),
-        1.0
-    );
-}
-
 /// A signature is refused once it has expired: `expires_seconds` is what a verifier
 /// holds robotsgate to.
 #[test]
@@ -708,199 +614,4 @@ async fn transparent_requests_are_signed() {
         .output()
         .expect("curl");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
-}
-
-/// A proxy user's own identity (`signing.users`) signs its requests, with its own key
-/// and `Signature-Agent`; an agent rule's budget pays for every request the rule
-/// matches, whichever identity signs it, and stops at its limit.
-#[test]
-fn a_users_identity_signs_and_a_rules_budget_pays() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (main, research) = (dir.path().join("main.jwk"), dir.path().join("research.jwk"));
-    generate(&main);
-    generate(&research);
-    let users = dir.path().join("users");
-    std::fs::write(
-        &users,
-        format!(
-            "{}\n{}\n",
-            passwd_line("alice", "alice-secret", &[]),
-            passwd_line("bob", "bob-secret", &[])
-        ),
-    )
-    .expect("users");
-    let port = free_port();
-    let yaml = format!(
-        "  access:
-    credentials_file: {users}
-  signing:
-    directory_listen: 127.0.0.1:{port}
-    users: {{alice: research}}
-    identities:
-      - name: main
-        key_file: {main}
-        signature_agent: https://crawler.example
-      - name: research
-        key_file: {research}
-        signature_agent: https://research.example/bots
-  agent:
-    default_identity: main
-    rules:
-      - client: 127.0.0.1/32
-        tokens: [FleetBot]
-        payment: {{max_price: USD 0.01, daily_budget: USD 0.02}}
-",
-        users = users.display(),
-        main = main.display(),
-        research = research.display(),
-    );
-    let origin =
-        VerifyingOrigin::start_priced(dir.path(), &format!("http://127.0.0.1:{port}"), "USD 0.01");
-    let proxy = Proxy::start_for_loopback(&yaml);
-    let fetch = |user: &str, path: &str| {
-        let url = format!("http://127.0.0.1:{}{path}", origin.port);
-        curl(&proxy, &url, &["--proxy-user", user]).0
-    };
-    assert_eq!(fetch("alice:alice-secret", "/alice0"), 200);
-    assert_eq!(fetch("bob:bob-secret", "/bob0"), 200);
-    // The rule's USD 0.02 is spent: no offer, the origin's 402.
-    assert_eq!(fetch("alice:alice-secret", "/alice1"), 402);
-    let alice = origin.verdict("/alice0");
-    assert_eq!(
-        (&alice["verified"], &alice["paid"]),
-        (&Value::from(true), &Value::from(true)),
-        "{alice}"
-    );
-    assert_eq!(
-        alice["signature_agent"][0],
-        "\"https://research.example/bots\""
-    );
-    let bob = origin.verdict("/bob0");
-    assert_eq!(bob["verified"], true, "{bob}");
-    assert_eq!(bob["signature_agent"][0], "\"https://crawler.example\"");
-    let keyid = |verdict: &Value| {
-        let input = verdict["signature_input"][0].as_str().unwrap_or_default();
-        input.split("keyid=").nth(1).map(str::to_string)
-    };
-    assert_ne!(keyid(&alice), keyid(&bob));
-    let late = origin.verdict("/alice1");
-    assert_eq!(
-        (&late["verified"], &late["offered"]),
-        (&Value::from(true), &Value::Null)
-    );
-    for identity in ["main", "research"] {
-        assert_eq!(
-            proxy.counter(&format!(
-                "robotsgate_crawl_charges_total{{currency=\"USD\",identity=\"{identity}\"}}"
-            )),
-            0.01
-        );
-    }
-    let (_, status) = crate::common::admin(&proxy, "GET", "/status.json");
-    let status: Value = serde_json::from_str(&status).expect("JSON");
-    assert_eq!(status["budgets"][0]["budget"], "agent.rules[0]", "{status}");
-    assert_eq!(status["budgets"][0]["spent_today"], "USD 0.02", "{status}");
-}
-
-/// A fleet's budget is one: instances sharing the fleet backend reserve from and
-/// settle to the same day, so together they pay for exactly what the budget covers,
-/// whatever runs at once and through whichever instance; their status pages show the
-/// fleet's spend. A tally the backend cannot read pays for nothing.
-async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&str]) -> String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
-    // One directory listener per address: these instances serve none.
-    let yaml = signed
-        .yaml
-        .replace(&format!("    directory_listen: 127.0.0.1:{}\n", signed.port), "")
-        .replace(
-            "        expires_seconds: 60\n",
-            "        expires_seconds: 60\n        payment: {max_price: USD 0.01, daily_budget: USD 0.03}\n",
-        );
-    let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
-    let proxies = crate::fleet::instances(2, &format!("{fleet_yaml}{yaml}"));
-    crate::fleet::backend_up(&proxies).await;
-    // Eight requests at once, four through each instance.
-    let statuses: Vec<u16> = std::thread::scope(|scope| {
-        let running: Vec<_> = (0..8)
-            .map(|i| {
-                let (proxy, port) = (&proxies[i % 2], origin.port);
-                scope.spawn(move || curl(proxy, &format!("http://127.0.0.1:{port}/page{i}"), &[]).0)
-            })
-            .collect();
-        running
-            .into_iter()
-            .map(|r| r.join().expect("request"))
-            .collect()
-    });
-    let paid = statuses.iter().filter(|&&s| s == 200).count();
-    assert_eq!(paid, 3, "USD 0.03 pays three: {statuses:?}");
-    assert_eq!(statuses.iter().filter(|&&s| s == 402).count(), 5);
-    let offered = origin
-        .seen()
-        .iter()
-        .filter(|v| v["offered"] == "USD 0.01")
-        .count();
-    assert_eq!(offered, 3, "{:?}", origin.seen());
-    let charged: f64 = proxies
-        .iter()
-        .map(|p| p.counter("robotsgate_crawl_charges_total{currency=\"USD\",identity=\"main\"}"))
-        .sum();
-    assert!((charged - 0.03).abs() < 1e-9, "{charged}");
-    // Settled in the background: every instance's status page comes to the fleet's day.
-    for proxy in &proxies {
-        let settled = crate::common::eventually(Duration::from_secs(10), || {
-            let (_, status) = crate::common::admin(proxy, "GET", "/status.json");
-            let status: Value = serde_json::from_str(&status).unwrap_or_default();
-            status["budgets"][0]["spent_today"] == "USD 0.03"
-                && status["budgets"][0]["reserved"] == "USD 0.00"
-        })
-        .await;
-        assert!(
-            settled,
-            "{}",
-            crate::common::admin(proxy, "GET", "/status.json").1
-        );
-    }
-    // A tally that cannot answer (here: garbage where the day's count should be) is
-    // no count: no offer, the origin's 402. A new day's count pays again.
-    let day = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400);
-    let tally = format!("rg:{{budget:main}}:{day}");
-    redis_cli(&["DEL", &tally, &format!("{tally}:held")]);
-    let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
-    assert_eq!(curl(&proxies[0], &url("/new-day"), &[]).0, 200);
-    assert_eq!(origin.verdict("/new-day")["offered"], "USD 0.01");
-    redis_cli(&["SET", &tally, "not a tally"]);
-    assert_eq!(curl(&proxies[1], &url("/unchecked"), &[]).0, 402);
-    assert_eq!(origin.verdict("/unchecked")["offered"], Value::Null);
-    let logged = crate::common::eventually(Duration::from_secs(10), || {
-        proxies[1]
-            .log()
-            .contains("fleet command budget_reserve failed")
-    })
-    .await;
-    assert!(logged, "{}", proxies[1].log());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_is_shared_by_the_fleet_through_redis() {
-    let redis = crate::redis_servers::Redis::start();
-    let yaml = crate::fleet::fleet_yaml(&redis, "");
-    let cli = |args: &[&str]| crate::redis_servers::redis_cli(redis.port, args);
-    a_budget_shared_by_the_fleet(&yaml, cli).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_is_shared_by_the_fleet_through_a_redis_cluster() {
-    let cluster = crate::redis_servers::Cluster::start();
-    let yaml = cluster.yaml();
-    let cli = |args: &[&str]| {
-        let args: Vec<&str> = std::iter::once("-c").chain(args.iter().copied()).collect();
-        crate::redis_servers::redis_cli(cluster.nodes[0].port, &args)
-    };
-    a_budget_shared_by_the_fleet(&yaml, cli).await;
 }
