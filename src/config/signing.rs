@@ -160,11 +160,18 @@ impl SigningConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         for (i, identity) in self.identities.iter().enumerate() {
             let key = |k: &str| format!("key `robotsgate.signing.identities[{i}].{k}`");
+            // Names are metric labels, log fields and part of Redis keys: plain words,
+            // never an agent rule's budget name (`agent.rules[N]`).
+            let word = identity
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
             if identity.name.is_empty()
+                || !word
                 || self.identities[..i].iter().any(|o| o.name == identity.name)
             {
                 return Err(ConfigError(format!(
-                    "{}: must be set and unique",
+                    "{}: must be set, unique, and made of letters, digits, `-`, `_` and `.`",
                     key("name")
                 )));
             }
@@ -247,6 +254,12 @@ mod tests {
     fn users_budgets_and_rules_name_what_is_wrong() {
         let identity = "  signing:\n    identities:\n      - name: main\n        key_file: /k\n        signature_agent: https://crawler.example\n";
         assert_eq!(refusal(identity), "accepted");
+        let bracketed = identity.replace("name: main", "name: \"agent.rules[0]\"");
+        assert!(
+            refusal(&bracketed).contains("key `robotsgate.signing.identities[0].name`"),
+            "{}",
+            refusal(&bracketed)
+        );
         let users = format!("{identity}    users: {{alice: other}}\n");
         assert!(
             refusal(&users).contains("key `robotsgate.signing.users.alice`: no identity `other`"),
