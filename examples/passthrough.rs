@@ -17,12 +17,12 @@ use pingora::server::configuration::Opt;
 use pingora::server::Server;
 use robotsgate::config::UpstreamConfig;
 use robotsgate::policy::target::{Host, Scheme, Target};
-use robotsgate::proxy::exchange::{upstream_peer, UpstreamTimeouts};
+use robotsgate::proxy::exchange::{upstream_peer, UpstreamOptions};
 
 /// Forwards each request to the origin its target names.
 struct Passthrough {
     /// robotsgate's default upstream timeouts.
-    timeouts: UpstreamTimeouts,
+    timeouts: UpstreamOptions,
     /// The scheme of origin-form requests: HTTPS on the TLS listener.
     scheme: Scheme,
 }

@@ -13,6 +13,7 @@ command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/
 command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
 command -v redis-server >/dev/null || need+=(redis-server)  # fleet mode: tests start their own servers and a Cluster
 command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)  # an HTTP/2 origin for the upstream h2 tests
 # Transparent mode: tests redirect a crawler uid's ports 80/443 in a network namespace.
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)

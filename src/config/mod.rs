@@ -295,6 +295,20 @@ pub struct UpstreamConfig {
     pub write_timeout_seconds: Timeout,
     /// Idle upstream connections are closed after this long in the pool.
     pub idle_timeout_seconds: Seconds,
+    /// HTTP/2 to HTTPS origins: `auto` offers `h2` (then `http/1.1`) in ALPN and
+    /// carries concurrent requests to one origin on one connection; `off`: HTTP/1.1.
+    pub http2: Http2,
+}
+
+/// `upstream.http2`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http2 {
+    /// Offer h2 to HTTPS origins, fall back to HTTP/1.1 when they do not pick it.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only.
+    Off,
 }
 
 impl Default for UpstreamConfig {
@@ -304,6 +318,7 @@ impl Default for UpstreamConfig {
             read_timeout_seconds: Timeout(60.0),
             write_timeout_seconds: Timeout(60.0),
             idle_timeout_seconds: Seconds(60.0),
+            http2: Http2::Auto,
         }
     }
 }

@@ -11,24 +11,31 @@ use pingora::protocols::l4::ext::get_tcp_info;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use crate::config::UpstreamConfig;
+use crate::config::{Http2, UpstreamConfig};
 use crate::enforce::{Cut, ExchangeEnd};
 use crate::policy::target::{Scheme, Target};
 
-/// `upstream`'s timeouts as Pingora's peer options take them, converted once rather
+/// `upstream`'s settings as Pingora's peer options take them, converted once rather
 /// than on every request.
 #[derive(Clone, Copy, Debug)]
-pub struct UpstreamTimeouts {
+pub struct UpstreamOptions {
     connect: Duration,
     read: Duration,
     /// Also the client side's write timeout once the exchange has started.
     pub(super) write: Duration,
     idle: Duration,
+    /// Offer h2 to HTTPS origins.
+    http2: bool,
 }
 
-impl From<&UpstreamConfig> for UpstreamTimeouts {
+/// Streams one HTTP/2 connection to an origin carries at once. The pacing in-flight
+/// limit is what bounds an origin's concurrent requests; this only decides when a
+/// second connection opens.
+const H2_STREAMS_PER_CONNECTION: usize = 100;
+
+impl From<&UpstreamConfig> for UpstreamOptions {
     fn from(upstream: &UpstreamConfig) -> Self {
-        UpstreamTimeouts {
+        UpstreamOptions {
             connect: upstream.connect_timeout_seconds.duration(),
             read: upstream.read_timeout_seconds.duration(),
             write: upstream.write_timeout_seconds.duration(),
@@ -36,13 +43,14 @@ impl From<&UpstreamConfig> for UpstreamTimeouts {
                 .idle_timeout_seconds
                 .duration()
                 .max(Duration::from_secs(1)),
+            http2: upstream.http2 == Http2::Auto,
         }
     }
 }
 
 /// The upstream peer for a forward decision: the approved address, TLS for https, one
 /// connection pool per origin, and the configured timeouts.
-pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamTimeouts) -> HttpPeer {
+pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamOptions) -> HttpPeer {
     let tls = target.origin.scheme == Scheme::Https;
     // The SNI (and the name the certificate is verified for): only TLS has one. Plain
     // HTTP connections are pooled by `group_key`, one pool per origin, without it.
@@ -59,6 +67,12 @@ pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamTimeo
     o.read_timeout = Some(timeouts.read);
     o.write_timeout = Some(timeouts.write);
     o.idle_timeout = Some(timeouts.idle);
+    if tls && timeouts.http2 {
+        // The origin picks: h2 when it offers it, HTTP/1.1 otherwise. Each request is
+        // still one turn: the in-flight limit and the gap count streams, not connections.
+        o.alpn = pingora::protocols::ALPN::H2H1;
+        o.max_h2_streams = H2_STREAMS_PER_CONNECTION;
+    }
     peer
 }
 

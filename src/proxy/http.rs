@@ -21,7 +21,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
 use super::exchange::{
-    exchange_end, unread, upstream_failure, upstream_peer, UpstreamTimeouts, MAX_EXCHANGE,
+    exchange_end, unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE,
 };
 use super::headers::{
     has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
@@ -43,7 +43,7 @@ pub struct RobotsGateProxy {
     /// Decides and paces every request.
     pub enforcer: Arc<Enforcer>,
     /// Timeouts towards origins.
-    pub upstream: UpstreamTimeouts,
+    pub upstream: UpstreamOptions,
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
     /// those that have one).
     pub max_body_bytes: u64,

@@ -14,6 +14,7 @@ mod fleet;
 mod fleet_faults;
 mod holes;
 mod hostile;
+mod http2;
 mod https;
 mod layers;
 mod limits;
