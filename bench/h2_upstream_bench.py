@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""HTTP/2 to the origin against HTTP/1.1 to the same origin, through robotsgate.
+
+One nginx HTTPS origin on 127.0.0.1 that offers h2 (`listen … ssl http2`), and three
+robotsgates with `threads: 1`: `rg-h1` (`upstream.http2: off`, the baseline), `rg-h2`
+(`auto`: its requests to nginx are streams of one h2 connection) and `rg-h1-again` (the
+baseline's configuration twice: the A/A control, whose ratio to `rg-h1` is this host's
+noise). The load client (examples/https_load.rs) opens `--connections` CONNECT tunnels
+through one proxy and sends back-to-back GETs for `--seconds`; each proxy is loaded
+alone on CPU 1 (nginx and the client on CPU 0), in an order rotated each round. Pacing
+off (benchlib.UNPACED): the figure is what a request costs, not its queueing.
+
+Prints each proxy's CPU per request (utime+stime from /proc) and requests/s as the
+median [min-max] over rounds, then the ratios to `rg-h1` taken within each round.
+
+Usage: bench/h2_upstream_bench.py [--seconds 4] [--connections 32] [--rounds 5]
+Needs nginx (Debian `nginx-light`) and openssl; installs what is missing.
+Only processes this script started are stopped, by PID.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+
+from benchlib import POOL, ROOT, UNPACED, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+
+from https_bench import CLIENT_CPU, PROXY_CPU, run_load
+
+
+def spread(values):
+    values = sorted(values)
+    return f"{statistics.median(values):.2f} [{values[0]:.2f}-{values[-1]:.2f}]"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    ensure_packages({"nginx": "nginx-light", "openssl": "openssl"})
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
+                   cwd=ROOT, check=True)
+    rgbin = f"{ROOT}/target/release/robotsgate"
+    work = tempfile.mkdtemp(prefix="robotsgate-h2-bench-")
+    os.chmod(work, 0o755)
+    started = []
+    try:
+        for ca in ("origin-ca", "operator-ca"):
+            subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/{ca}.pem", "--key", f"{work}/{ca}.key"],
+                           check=True, capture_output=True)
+        with open(f"{work}/ext.cnf", "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
+                        "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
+                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
+        os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
+        os.makedirs(f"{work}/www")
+        with open(f"{work}/www/page", "w") as f:
+            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+        with open(f"{work}/www/robots.txt", "w") as f:
+            f.write("User-agent: *\nDisallow: /private\n")
+        nginx_port = free_port()
+        with open(f"{work}/nginx.conf", "w") as f:
+            f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{ log_format proto '$server_protocol'; access_log {work}/access.log proto buffer=64k;
+  keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{nginx_port} ssl http2; root {work}/www;
+           ssl_certificate {work}/origin.pem; ssl_certificate_key {work}/origin.key; }} }}
+""")
+        nginx = subprocess.Popen([*CLIENT_CPU, nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
+        started.append(nginx)
+        wait_port(nginx_port)
+
+        def robotsgate(name, http2):
+            port = free_port()
+            config = robotsgate_config(work, name, f"  admin_listen: null\n  upstream:\n    http2: {http2}\n"
+                                       + UNPACED, POOL)
+            proc = subprocess.Popen([*PROXY_CPU, rgbin, "run", "--config", config, "--listen", f"127.0.0.1:{port}",
+                                     "--allow-destination", "127.0.0.0/8", "--ca-cert", f"{work}/operator-ca.pem",
+                                     "--ca-key", f"{work}/operator-ca.key", "--upstream-ca", f"{work}/origin-ca.pem"],
+                                    env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/{name}.log", "w"))
+            started.append(proc)
+            wait_port(port)
+            return proc, port
+
+        proxies = {"rg-h1": robotsgate("rg-h1", "off"), "rg-h2": robotsgate("rg-h2", "auto"),
+                   "rg-h1-again": robotsgate("rg-h1-again", "off")}
+
+        def target(port):
+            return ["--target", f"127.0.0.1:{nginx_port}", "--ca", f"{work}/operator-ca.pem",
+                    "--proxy", f"127.0.0.1:{port}"]
+
+        for _, port in proxies.values():  # robots.txt fetched, leaf minted, pools filled
+            run_load([*target(port), "--connections", "2", "--seconds", "0.5", "--path", "/page"])
+        load = ["--connections", str(args.connections), "--seconds", str(args.seconds), "--path", "/page"]
+        names = list(proxies)
+        results = {name: [] for name in names}
+        for round_number in range(args.rounds):
+            order = names[round_number % len(names):] + names[:round_number % len(names)]
+            for name in order:
+                proc, port = proxies[name]
+                results[name].append(run_load([*target(port), *load], proc.pid))
+        for name, rounds in results.items():
+            errors = [r["errors"] for r in rounds]
+            if any(errors):
+                print(f"errors: {name} {errors} (see {work}/{name}.log)")
+
+        def cpu_us(r):
+            return r["cpu_s"] / max(1, r["requests"]) * 1e6
+
+        print(f"\n{args.connections} CONNECT tunnels, keep-alive GETs, {args.seconds:g} s x {args.rounds} rounds, "
+              "each proxy alone on CPU 1; median [min-max] over rounds\n")
+        print(f"{'proxy':<14} {'upstream':<10} {'req/s':>22} {'CPU µs/req':>24}")
+        for name in names:
+            upstream = "h2" if name == "rg-h2" else "HTTP/1.1"
+            print(f"{name:<14} {upstream:<10} {spread([r['rps'] for r in results[name]]):>22} "
+                  f"{spread([cpu_us(r) for r in results[name]]):>24}")
+        stop([nginx])  # flushes its log: what protocol each request arrived in
+        started.remove(nginx)
+        with open(f"{work}/access.log") as f:
+            protocols = [line.strip() for line in f]
+        h2_served = sum(r["requests"] for r in results["rg-h2"])
+        print(f"\nnginx saw {protocols.count('HTTP/2.0')} requests over HTTP/2.0 "
+              f"(rg-h2 sent {h2_served} in the rounds, plus its warm-up) and "
+              f"{protocols.count('HTTP/1.1')} over HTTP/1.1")
+        print("\nCPU per request, ratio to rg-h1 within each round, median [min-max]:")
+        for name, what in (("rg-h2", "h2 upstream"), ("rg-h1-again", "the same configuration twice: this host's noise")):
+            ratios = [cpu_us(a) / cpu_us(b) for a, b in zip(results[name], results["rg-h1"])]
+            print(f"  {name:<12} {spread(ratios)}x  ({what})")
+    finally:
+        stop(started)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
