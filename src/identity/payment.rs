@@ -48,7 +48,8 @@ pub struct Budget {
     pub name: String,
     /// The most it pays for one request, as `crawler-max-price` says.
     pub max_price: Price,
-    daily: Price,
+    /// What may be charged in a day.
+    pub daily: Price,
     /// This process's count of the day (when no tally is shared).
     day: Mutex<Day>,
     /// The fleet's count, set once at start in fleet mode.
@@ -57,8 +58,6 @@ pub struct Budget {
 
 /// A budget's day so far, for the status page.
 pub struct Today {
-    /// What may be charged in a day.
-    pub daily: Price,
     /// Charged so far today.
     pub spent: Price,
     /// Held by requests still waiting for their answer.
@@ -166,7 +165,6 @@ impl Budget {
             micros,
         };
         Some(Today {
-            daily: self.daily.clone(),
             spent: amount(spent),
             reserved: amount(reserved),
         })

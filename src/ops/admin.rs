@@ -270,7 +270,7 @@ impl AdminApp {
             budgets.push(json!({
                 "budget": budget.name,
                 "max_price": budget.max_price.to_string(),
-                "daily": amount(|t| &t.daily),
+                "daily": budget.daily.to_string(),
                 "spent_today": amount(|t| &t.spent),
                 "reserved": amount(|t| &t.reserved),
             }));

@@ -85,6 +85,16 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
         status["charges"],
         serde_json::json!([{"identity": "main", "currency": "USD", "charged": 0.04}])
     );
+    // And in a browser, as the status page draws it.
+    let profile = tempfile::tempdir().expect("tempdir");
+    let page = format!("http://{}/", proxy.admin);
+    let dom = crate::status_page::chromium(profile.path(), &["--dump-dom"], &page);
+    assert!(
+        dom.contains(
+            "main: USD 0.04 of USD 0.05 spent today (USD 0.00 held; at most USD 0.02 a request)"
+        ) && dom.contains("charged to main since start: USD 0.04"),
+        "{dom}"
+    );
 
     // Without a budget: never an offer, the 402 passed through and counted (the same
     // directory listener address: one proxy at a time).

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use crate::common::{curl, Behaviour, Proxy, TestOrigin};
 
-fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
+pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
     let out = Command::new("chromium")
         .args([
             "--headless",
