@@ -134,6 +134,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# A listen backlog for a burst of concurrent requests (socketserver's default is 5).
+http.server.ThreadingHTTPServer.request_queue_size = 128
 server = http.server.ThreadingHTTPServer((ADDRESS, PORT), Handler)
 if len(sys.argv) > 5:
     import ssl
