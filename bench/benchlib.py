@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -86,6 +87,24 @@ def stop(processes):
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def leaf_certificate(work, name, ca):
+    """{work}/{name}.pem and .key: a P-256 server certificate for 127.0.0.1, 127.0.0.2 and
+    localhost, signed by {work}/{ca}.pem (made by `robotsgate ca init`), for two days."""
+    with open(f"{work}/{name}.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", f"{work}/{name}.key", "-out", f"{work}/{name}.csr", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/{name}.csr", "-CA", f"{work}/{ca}.pem",
+                    "-CAkey", f"{work}/{ca}.key", "-CAcreateserial", "-days", "2",
+                    "-extfile", f"{work}/{name}.cnf", "-out", f"{work}/{name}.pem"], check=True, capture_output=True)
+
+
+def spread(values, unit=""):
+    """`median [min-max]` of `values`, two decimals, `unit` after the median."""
+    return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def ms(value):

@@ -21,18 +21,13 @@ Only processes this script started are stopped, by PID.
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 
-from benchlib import POOL, ROOT, UNPACED, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, leaf_certificate, nginx_binary, robotsgate_config,
+                      spread, stop, wait_port)
 
 from https_bench import CLIENT_CPU, PROXY_CPU, run_load
-
-
-def spread(values):
-    values = sorted(values)
-    return f"{statistics.median(values):.2f} [{values[0]:.2f}-{values[-1]:.2f}]"
 
 
 def main():
@@ -52,14 +47,7 @@ def main():
         for ca in ("origin-ca", "operator-ca"):
             subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/{ca}.pem", "--key", f"{work}/{ca}.key"],
                            check=True, capture_output=True)
-        with open(f"{work}/ext.cnf", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                        "-keyout", f"{work}/origin.key", "-out", f"{work}/origin.csr", "-subj", "/CN=127.0.0.1"],
-                       check=True, capture_output=True)
-        subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/origin.csr", "-CA", f"{work}/origin-ca.pem",
-                        "-CAkey", f"{work}/origin-ca.key", "-CAcreateserial", "-days", "2",
-                        "-extfile", f"{work}/ext.cnf", "-out", f"{work}/origin.pem"], check=True, capture_output=True)
+        leaf_certificate(work, "origin", "origin-ca")
         os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
         os.makedirs(f"{work}/www")
         with open(f"{work}/www/page", "w") as f:
@@ -134,7 +122,7 @@ http {{ log_format proto '$server_protocol'; access_log {work}/access.log proto 
         print("\nCPU per request, ratio to rg-h1 within each round, median [min-max]:")
         for name, what in (("rg-h2", "h2 upstream"), ("rg-h1-again", "the same configuration twice: this host's noise")):
             ratios = [cpu_us(a) / cpu_us(b) for a, b in zip(results[name], results["rg-h1"])]
-            print(f"  {name:<12} {spread(ratios)}x  ({what})")
+            print(f"  {name:<12} {spread(ratios, 'x')}  ({what})")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

@@ -53,7 +53,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import POOL, ROOT, UNPACED, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import (POOL, ROOT, UNPACED, cpu_seconds, ensure_packages, free_port, leaf_certificate, nginx_binary,
+                      robotsgate_config, spread, stop, wait_port)
 
 LOAD = f"{ROOT}/target/release/examples/https_load"
 PASSTHROUGH = f"{ROOT}/target/release/examples/passthrough"
@@ -147,28 +148,15 @@ def main():
     os.chmod(work, 0o755)
     started = []
     try:
-        with open(f"{work}/ext.cnf", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-
-        def leaf(name, ca):
-            """{name}.pem and {name}.key: a server certificate for 127.0.0.1, 127.0.0.2 and
-            localhost, signed by {ca}.pem."""
-            subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                            "-keyout", f"{work}/{name}.key", "-out", f"{work}/{name}.csr", "-subj", "/CN=127.0.0.1"],
-                           check=True, capture_output=True)
-            subprocess.run(["openssl", "x509", "-req", "-in", f"{work}/{name}.csr", "-CA", f"{work}/{ca}.pem",
-                            "-CAkey", f"{work}/{ca}.key", "-CAcreateserial", "-days", "2",
-                            "-extfile", f"{work}/ext.cnf", "-out", f"{work}/{name}.pem"], check=True, capture_output=True)
-
         # Origin CA and nginx's certificate (IP SAN: the load client addresses 127.0.0.1).
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/origin-ca.pem", "--key", f"{work}/origin-ca.key",
                         "--name", "bench origin CA"], check=True, capture_output=True)
-        leaf("origin", "origin-ca")
+        leaf_certificate(work, "origin", "origin-ca")
         os.chmod(f"{work}/origin.key", 0o644)  # nginx workers run unprivileged
         subprocess.run([rgbin, "ca", "init", "--cert", f"{work}/operator-ca.pem", "--key", f"{work}/operator-ca.key"],
                        check=True, capture_output=True)
         # The passthrough's TLS listener: from the operator CA, which the load client trusts.
-        leaf("pt", "operator-ca")
+        leaf_certificate(work, "pt", "operator-ca")
 
         nginx_port, plain_port, rg_port, tls_port = free_port(), free_port(), free_port(), free_port()
         os.makedirs(f"{work}/www")
@@ -300,9 +288,6 @@ http {{ access_log off; keepalive_requests 1000000; ssl_session_tickets off; ssl
               f"({hs_fresh['p50_ms'] / hs_cached['p50_ms']:.2f}x the cached handshake)")
 
         cpu = lambda r: r["cpu_s"] / max(r["requests"], 1) * 1e6
-
-        def spread(values, unit=""):
-            return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}-{max(values):.2f}]"
 
         print(f"\nKeep-alive load, {args.connections} connections, {args.seconds:g} s x {args.rounds} rounds, "
               f"robotsgate threads: 1; median [min-max] over rounds:")

@@ -167,23 +167,15 @@ impl Cli {
             }
             Command::Keys(KeysCommand::Directory { config, identity }) => {
                 let config = crate::config::Config::load(&config)?;
-                let names: Vec<&str> = config
-                    .signing
-                    .identities
-                    .iter()
-                    .map(|i| i.name.as_str())
-                    .collect();
-                let name = match (identity.as_deref(), names.as_slice()) {
-                    (Some(name), _) => name,
-                    (None, [only]) => only,
-                    (None, _) => anyhow::bail!(
-                        "--identity: one of {names:?} (signing.identities has {})",
-                        names.len()
-                    ),
-                };
                 let identities = crate::identity::Identities::load(&config.signing, &config.agent)?;
-                let Some(found) = identities.get(name) else {
-                    anyhow::bail!("--identity: no identity `{name}` in signing.identities");
+                let found = match identity.as_deref() {
+                    Some(name) => identities.get(name),
+                    None => identities.only(),
+                };
+                let Some(found) = found else {
+                    let mut names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
+                    names.sort_unstable();
+                    anyhow::bail!("--identity: one of {names:?} (signing.identities)");
                 };
                 println!("{}", found.directory());
                 Ok(ExitCode::SUCCESS)

@@ -556,7 +556,13 @@ impl Config {
             .map(|n| ("agent.default_identity".to_string(), n))
             .chain(self.agent.rules.iter().enumerate().filter_map(|(i, r)| {
                 Some((format!("agent.rules[{i}].identity"), r.identity.as_ref()?))
-            }));
+            }))
+            .chain(
+                self.signing
+                    .users
+                    .iter()
+                    .map(|(user, name)| (format!("signing.users.{user}"), name)),
+            );
         for (key, name) in named {
             if !self.signing.has(name) {
                 return Err(ConfigError(format!(

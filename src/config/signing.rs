@@ -156,7 +156,8 @@ fn default_expires() -> Seconds {
 
 impl SigningConfig {
     /// Names unique and set, directory URLs that are URLs a header can carry, validity
-    /// within the draft's day, budgets that can pay, users' identities that exist.
+    /// within the draft's day, budgets that can pay (the identities `agent` and `users`
+    /// name are checked with `agent`'s, in `Config::validate`).
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         for (i, identity) in self.identities.iter().enumerate() {
             let key = |k: &str| format!("key `robotsgate.signing.identities[{i}].{k}`");
@@ -193,13 +194,6 @@ impl SigningConfig {
                 return Err(ConfigError(format!(
                     "{}: {expires} s; between 1 and 86400 (the draft's 24 hours)",
                     key("expires_seconds")
-                )));
-            }
-        }
-        for (user, name) in &self.users {
-            if !self.has(name) {
-                return Err(ConfigError(format!(
-                    "key `robotsgate.signing.users.{user}`: no identity `{name}` in signing.identities"
                 )));
             }
         }

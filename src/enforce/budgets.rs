@@ -116,6 +116,8 @@ impl SharedTally for FleetTally {
             .run("budget_read", &mut READ.key(&tally))
             .await
             .ok()?;
-        Some((spent.max(0).unsigned_abs(), reserved.max(0).unsigned_abs()))
+        // Negative only if someone wrote to the keys by hand: read as nothing.
+        let amount = |v: i64| u64::try_from(v).unwrap_or(0);
+        Some((amount(spent), amount(reserved)))
     }
 }

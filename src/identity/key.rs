@@ -123,13 +123,8 @@ pub(crate) fn generate_jwk() -> Result<(String, String), KeyError> {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
         .map_err(|_| KeyError("no randomness available for a new key".into()))?;
     let key = SigningKey::from_seed(&seed)?;
-    let jwk = serde_json::json!({
-        "kty": "OKP",
-        "crv": "Ed25519",
-        "x": key.x,
-        "d": URL_SAFE_NO_PAD.encode(seed),
-        "kid": key.thumbprint,
-    });
+    let mut jwk = key.public_jwk();
+    jwk["d"] = serde_json::Value::from(URL_SAFE_NO_PAD.encode(seed));
     Ok((jwk.to_string(), key.thumbprint))
 }
 

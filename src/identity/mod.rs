@@ -93,6 +93,16 @@ impl Identities {
         self.by_name.get(name)
     }
 
+    /// The identity, when there is exactly one (what a directory request or
+    /// `keys directory` without a name means).
+    pub fn only(&self) -> Option<&Arc<Identity>> {
+        let mut all = self.by_name.values();
+        match (all.next(), all.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
     /// The identity called `name`, with the budget that pays for a request matched by
     /// agent rule `rule`: the rule's own when it has one, else the identity's.
     pub fn signer(&self, name: &str, rule: Option<usize>) -> Option<Signer> {

@@ -28,13 +28,10 @@ impl DirectoryApp {
     /// The identity a request's `Host` asks for: the one it names, else the only one.
     fn identity(&self, host: &str) -> Option<&Arc<Identity>> {
         let host = host.trim();
-        self.identities.iter().find(|i| i.serves(host)).or_else(|| {
-            let mut all = self.identities.iter();
-            match (all.next(), all.next()) {
-                (Some(only), None) => Some(only),
-                _ => None,
-            }
-        })
+        self.identities
+            .iter()
+            .find(|i| i.serves(host))
+            .or_else(|| self.identities.only())
     }
 }
 

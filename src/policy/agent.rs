@@ -42,6 +42,10 @@ pub struct AgentResolver {
     default_identity: Option<String>,
     /// Proxy users' identities (`signing.users`), ahead of any rule's.
     user_identities: BTreeMap<String, String>,
+    /// Does any rule name an identity? Without one (and without a default or a user's),
+    /// nothing is signed and [`AgentResolver::signing_for`] skips matching the rules
+    /// (which lowercases the User-Agent per rule) on every request.
+    rules_sign: bool,
 }
 
 /// Which identity signs a request, and the agent rule that matched it (whose own
@@ -193,6 +197,7 @@ impl AgentResolver {
             usage: usage.clone(),
             default_identity: config.default_identity.clone(),
             user_identities: user_identities.clone(),
+            rules_sign: config.rules.iter().any(|r| r.identity.is_some()),
         }
     }
 
@@ -200,11 +205,13 @@ impl AgentResolver {
     /// its agent rule's, else `agent.default_identity`; `None`: unsigned. As for tokens
     /// and mode, an authenticated client's own text chooses none.
     pub fn signing_for(&self, who: &Requester<'_>) -> Option<SignAs<'_>> {
+        let user = who.user.and_then(|u| self.user_identities.get(u));
+        if user.is_none() && self.default_identity.is_none() && !self.rules_sign {
+            return None;
+        }
         let matched = self.rule_index(who.client, who.trusted_text());
         let rule = matched.and_then(|i| self.rules.get(i));
-        let identity = who
-            .user
-            .and_then(|u| self.user_identities.get(u))
+        let identity = user
             .or(rule.and_then(|r| r.identity.as_ref()))
             .or(self.default_identity.as_ref())?;
         Some(SignAs {

@@ -501,9 +501,18 @@ impl ProxyHttp for RobotsGateProxy {
                     };
                 }
                 let identity = &signer.identity;
-                identity
-                    .sign(&authority.to_string(), payment.as_ref().map(|r| r.offer()))
-                    .set_on(upstream_request)?;
+                let offer = payment.as_ref().map(|r| r.offer());
+                // `Host` is now exactly the canonical authority (checked or set above):
+                // signed from the header, with no string built per request.
+                let signed = match upstream_request
+                    .headers
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                {
+                    Some(host) => identity.sign(host, offer),
+                    None => identity.sign(&authority.to_string(), offer),
+                };
+                signed.set_on(upstream_request)?;
                 crate::telemetry::metrics::record_signed(&identity.name);
             }
         }

@@ -669,6 +669,34 @@ impl Proxy {
     }
 }
 
+/// Starts a server process the test does not otherwise control: `spawn(port)` starts
+/// it on the port `pick()` chose, and it is ready once it listens there itself (a port
+/// picked free can be taken by another test meanwhile; such a process exits and is
+/// started again on another port). Panics naming `what` after five attempts.
+pub fn start_listening(
+    what: &str,
+    mut pick: impl FnMut() -> u16,
+    mut spawn: impl FnMut(u16) -> Child,
+) -> (Child, u16) {
+    for _attempt in 0..5 {
+        let port = pick();
+        let mut child = spawn(port);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if listens_on(child.id(), port) {
+                return (child, port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("{what} did not start");
+}
+
 /// Does process `pid` hold a listening TCP socket on `port` (the sockets of its
 /// network namespace's /proc/PID/net/tcp{,6} in LISTEN state, matched to its fds)?
 pub fn listens_on(pid: u32, port: u16) -> bool {

@@ -7,12 +7,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::{
-    curl, free_port, listens_on, operator_ca, servfail_dns, Proxy, TestCa, TestOrigin,
-};
+use crate::common::{free_port, start_listening, TestCa};
 use crate::fleet::slow_origin;
+use crate::https::Setup;
 
 /// An nginx origin on a loopback port, TLS with a certificate from `ca`; stopped (by
 /// its PID) when dropped.
@@ -48,9 +46,14 @@ impl Nginx {
         std::fs::write(dir.path().join("cert.pem"), cert).expect("cert");
         std::fs::write(dir.path().join("key.pem"), key).expect("key");
         let log = dir.path().join("access.log");
-        for _attempt in 0..5 {
-            let port = free_port();
-            let d = dir.path().display();
+        let d = dir.path().display();
+        // Debian installs it in /usr/sbin, which a user's PATH may not hold.
+        let nginx = if Path::new("/usr/sbin/nginx").exists() {
+            "/usr/sbin/nginx"
+        } else {
+            "nginx"
+        };
+        let (child, port) = start_listening("nginx", free_port, |port| {
             let conf = format!(
                 "daemon off;
 master_process off;
@@ -80,39 +83,21 @@ http {{
             );
             let conf_file = dir.path().join("nginx.conf");
             std::fs::write(&conf_file, conf).expect("nginx.conf");
-            // Debian installs it in /usr/sbin, which a user's PATH may not hold.
-            let nginx = if Path::new("/usr/sbin/nginx").exists() {
-                "/usr/sbin/nginx"
-            } else {
-                "nginx"
-            };
-            let mut child = Command::new(nginx)
+            Command::new(nginx)
                 .args(["-e", "stderr", "-p"])
                 .arg(dir.path())
                 .arg("-c")
                 .arg(&conf_file)
                 .stderr(Stdio::inherit())
                 .spawn()
-                .expect("nginx (Debian package nginx-light)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if listens_on(child.id(), port) {
-                    return Nginx {
-                        child,
-                        port,
-                        log,
-                        _dir: dir,
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+                .expect("nginx (Debian package nginx-light)")
+        });
+        Nginx {
+            child,
+            port,
+            log,
+            _dir: dir,
         }
-        panic!("nginx did not start");
     }
 
     fn url(&self, path: &str) -> String {
@@ -151,73 +136,18 @@ impl Drop for Nginx {
     }
 }
 
-/// robotsgate intercepting CONNECT with an operator CA, trusting `origin_ca`.
-struct Gate {
-    proxy: Proxy,
-    operator_ca: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Gate {
-    async fn start(origin_ca: &TestCa, extra_yaml: &str) -> Gate {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ca_cert, ca_key) = operator_ca(dir.path());
-        let origin_ca_file = dir.path().join("origin-ca.pem");
-        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
-        let dns = servfail_dns().await;
-        let path = |p: &Path| p.to_string_lossy().into_owned();
-        let proxy = Proxy::start(
-            &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
-            &[
-                "--allow-destination",
-                "127.0.0.0/8",
-                "--allow-destination",
-                "::1/128",
-                "--ca-cert",
-                &path(&ca_cert),
-                "--ca-key",
-                &path(&ca_key),
-                "--upstream-ca",
-                &path(&origin_ca_file),
-            ],
-        );
-        Gate {
-            proxy,
-            operator_ca: ca_cert,
-            _dir: dir,
-        }
-    }
-
-    /// GETs `urls` through the proxy, all at once; their statuses.
-    fn get_all(&self, urls: &[String]) -> Vec<u16> {
-        let ca = self.operator_ca.to_string_lossy().into_owned();
-        std::thread::scope(|scope| {
-            let running: Vec<_> = urls
-                .iter()
-                .map(|url| {
-                    let ca = ca.clone();
-                    scope.spawn(move || {
-                        let extra = ["--suppress-connect-headers", "--cacert", &ca];
-                        curl(&self.proxy, url, &extra).0
-                    })
-                })
-                .collect();
-            running
-                .into_iter()
-                .map(|r| r.join().expect("curl"))
-                .collect()
-        })
-    }
-}
-
-/// The port of a loopback test origin.
-fn port(origin: &TestOrigin) -> u16 {
-    origin
-        .url("/")
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .expect("port")
+/// GETs `urls` through `gate`, all at once; their statuses.
+fn get_all(gate: &Setup, urls: &[String]) -> Vec<u16> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = urls
+            .iter()
+            .map(|url| scope.spawn(move || gate.curl(url).0))
+            .collect();
+        running
+            .into_iter()
+            .map(|r| r.join().expect("curl"))
+            .collect()
+    })
 }
 
 /// Most requests of `logged` at the origin at once (a request ending as another
@@ -237,24 +167,15 @@ fn most_at_once(logged: &[Logged]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_share_one_h2_connection_within_the_in_flight_limit() {
-    let ca = TestCa::new("h2 origins CA");
+    let gate = Setup::start("  pacing:\n    max_in_flight: 2\n").await;
     let backend = slow_origin("/slow/", 8).await;
-    let nginx = Nginx::start(
-        &ca,
-        "User-agent: *\nDisallow: /private\n",
-        true,
-        port(&backend),
-    );
-    let gate = Gate::start(&ca, "  pacing:\n    max_in_flight: 2\n").await;
+    let robots = "User-agent: *\nDisallow: /private\n";
+    let nginx = Nginx::start(&gate.origin_ca, robots, true, backend.addr.port());
     let urls: Vec<String> = (0..8).map(|i| nginx.url(&format!("/slow/{i}"))).collect();
-    let statuses = gate.get_all(&urls);
+    let statuses = get_all(&gate, &urls);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
-    assert_eq!(
-        gate.get_all(&[nginx.url("/private/x")]),
-        [403],
-        "{}",
-        gate.proxy.log()
-    );
+    let refused = gate.curl(&nginx.url("/private/x"));
+    assert_eq!(refused.0, 403, "{}", gate.proxy.log());
     let slow = nginx.logged("/slow/");
     assert_eq!(slow.len(), 8, "{slow:?}");
     assert!(
@@ -275,17 +196,12 @@ async fn concurrent_requests_share_one_h2_connection_within_the_in_flight_limit(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crawl_delay_is_kept_between_h2_streams() {
-    let ca = TestCa::new("h2 origins CA");
+    let gate = Setup::start("").await;
     let backend = slow_origin("/slow/", 4).await;
-    let nginx = Nginx::start(
-        &ca,
-        "User-agent: *\nCrawl-delay: 0.4\n",
-        true,
-        port(&backend),
-    );
-    let gate = Gate::start(&ca, "").await;
+    let robots = "User-agent: *\nCrawl-delay: 0.4\n";
+    let nginx = Nginx::start(&gate.origin_ca, robots, true, backend.addr.port());
     let urls: Vec<String> = (0..4).map(|i| nginx.url(&format!("/slow/{i}"))).collect();
-    let statuses = gate.get_all(&urls);
+    let statuses = get_all(&gate, &urls);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let slow = nginx.logged("/slow/");
     assert_eq!(slow.len(), 4, "{slow:?}");
@@ -300,14 +216,14 @@ async fn a_crawl_delay_is_kept_between_h2_streams() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_only_origin_is_reached_over_http1_and_off_means_off() {
-    let ca = TestCa::new("h1 origins CA");
-    let h1 = Nginx::start(&ca, "User-agent: *\nAllow: /\n", false, 9);
-    let gate = Gate::start(&ca, "").await;
-    assert_eq!(gate.get_all(&[h1.url("/page")]), [200]);
+    let allow = "User-agent: *\nAllow: /\n";
+    let gate = Setup::start("").await;
+    let h1 = Nginx::start(&gate.origin_ca, allow, false, 9);
+    assert_eq!(gate.curl(&h1.url("/page")).0, 200);
     assert_eq!(h1.logged("/page")[0].protocol, "HTTP/1.1");
     // An h2 origin with `upstream.http2: off`: HTTP/1.1.
-    let h2 = Nginx::start(&ca, "User-agent: *\nAllow: /\n", true, 9);
-    let off = Gate::start(&ca, "  upstream:\n    http2: off\n").await;
-    assert_eq!(off.get_all(&[h2.url("/page")]), [200]);
+    let off = Setup::start("  upstream:\n    http2: off\n").await;
+    let h2 = Nginx::start(&off.origin_ca, allow, true, 9);
+    assert_eq!(off.curl(&h2.url("/page")).0, 200);
     assert_eq!(h2.logged("/page")[0].protocol, "HTTP/1.1");
 }

@@ -15,15 +15,15 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n";
 
 /// An operator CA, a test CA for origins, and a robotsgate that trusts the latter.
-struct Setup {
+pub(crate) struct Setup {
     dir: tempfile::TempDir,
     operator_ca: PathBuf,
-    origin_ca: TestCa,
-    proxy: Proxy,
+    pub(crate) origin_ca: TestCa,
+    pub(crate) proxy: Proxy,
 }
 
 impl Setup {
-    async fn start(extra_yaml: &str) -> Setup {
+    pub(crate) async fn start(extra_yaml: &str) -> Setup {
         Setup::start_with_dns(crate::common::servfail_dns().await, extra_yaml).await
     }
 
@@ -70,7 +70,7 @@ impl Setup {
     }
 
     /// curl through the proxy, trusting the operator CA.
-    fn curl(&self, url: &str) -> (u16, String, String) {
+    pub(crate) fn curl(&self, url: &str) -> (u16, String, String) {
         curl(
             &self.proxy,
             url,
@@ -688,11 +688,8 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
 /// independent verifier checks (see `signing.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_an_intercepted_tunnel_are_signed() {
-    use crate::signing::{generate, signing, VerifyingOrigin};
-    let keys = tempfile::tempdir().expect("tempdir");
-    let key = keys.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(keys.path(), &key, None, "string");
+    use crate::signing::{one_key, VerifyingOrigin};
+    let (keys, signed) = one_key("string");
     let s = Setup::start(&signed.yaml).await;
     let (cert, private) = s.origin_ca.leaf_pem(&["localhost", "127.0.0.1"]);
     let (cert_file, key_file) = (keys.path().join("leaf.pem"), keys.path().join("leaf.key"));
@@ -707,10 +704,7 @@ async fn requests_in_an_intercepted_tunnel_are_signed() {
         "{}",
         s.proxy.log()
     );
-    for path in ["/robots.txt", "/page"] {
-        let verdict = origin.verdict(path);
-        assert_eq!(verdict["verified"], true, "{verdict}");
-    }
+    origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
         s.metric(
             "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",scheme=\"https\"}"

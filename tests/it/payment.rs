@@ -8,17 +8,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{curl, free_port, passwd_line, Proxy};
-use crate::signing::{generate, signing, VerifyingOrigin};
+use crate::signing::{generate, one_key, VerifyingOrigin};
 
 /// Pay per crawl: the budget pays (a signed `crawler-max-price`) while the day's budget
 /// covers `max_price`, sums `crawler-charged` exactly, then stops offering, and the
 /// origin's 402 reaches the crawler; an identity without a budget never offers.
 #[test]
 fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
+    let (dir, signed) = one_key("string");
     let paying = signed.yaml.replace(
         "        expires_seconds: 60\n",
         "        expires_seconds: 60\n        payment: {max_price: USD 0.02, daily_budget: USD 0.05}\n",
@@ -212,10 +209,7 @@ fn a_users_identity_signs_and_a_rules_budget_pays() {
 /// whatever runs at once and through whichever instance; their status pages show the
 /// fleet's spend. A tally the backend cannot read pays for nothing.
 async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&str]) -> String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
+    let (dir, signed) = one_key("string");
     // One directory listener per address: these instances serve none.
     let yaml = signed
         .yaml

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{curl, free_port, Netns, Proxy};
+use crate::common::{curl, free_port, start_listening, Netns, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
 pub struct VerifyingOrigin {
@@ -65,43 +65,30 @@ impl VerifyingOrigin {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/helpers/verifying_origin.py"
         );
-        for _attempt in 0..5 {
-            let (mut command, address, port) = match netns {
-                Some((ns, address)) => {
-                    let port = address.rsplit(':').next().and_then(|p| p.parse().ok());
-                    (
-                        ns.command("python3"),
-                        address.to_string(),
-                        port.unwrap_or(80),
-                    )
-                }
-                None => {
-                    let port = free_port();
-                    (Command::new("python3"), port.to_string(), port)
-                }
-            };
-            let mut child = command
-                .args([helper, &address, &keys])
-                .arg(&log)
-                .args(tls)
-                .envs(price.map(|p| ("PRICE", p)))
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("python3");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if crate::common::listens_on(child.id(), port) {
-                    return VerifyingOrigin { child, port, log };
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("the verifying origin did not start");
+        // In a namespace, on the address given; else on a free loopback port.
+        let fixed = netns.map(|(_, address)| {
+            let port = address.rsplit(':').next().and_then(|p| p.parse().ok());
+            port.unwrap_or(80)
+        });
+        let (child, port) = start_listening(
+            "the verifying origin",
+            || fixed.unwrap_or_else(free_port),
+            |port| {
+                let (mut command, address) = match netns {
+                    Some((ns, address)) => (ns.command("python3"), address.to_string()),
+                    None => (Command::new("python3"), port.to_string()),
+                };
+                command
+                    .args([helper, &address, &keys])
+                    .arg(&log)
+                    .args(tls)
+                    .envs(price.map(|p| ("PRICE", p)))
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("python3")
+            },
+        );
+        VerifyingOrigin { child, port, log }
     }
 
     /// The origin's verdicts so far, one per request.
@@ -111,6 +98,14 @@ impl VerifyingOrigin {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
+    }
+
+    /// Every request for `paths` arrived signed, and the signature verified.
+    pub fn assert_verified(&self, paths: &[&str]) {
+        for path in paths {
+            let verdict = self.verdict(path);
+            assert_eq!(verdict["verified"], true, "{verdict}");
+        }
     }
 
     /// The verdict of the first request for `path`.
@@ -161,6 +156,16 @@ pub struct Signing {
     /// `http://127.0.0.1:PORT`: where a verifying origin asks for the keys.
     pub listener: String,
     pub port: u16,
+}
+
+/// A new key `main.jwk` in a new directory, and one identity signing with it (see
+/// [`signing`]).
+pub fn one_key(form: &str) -> (tempfile::TempDir, Signing) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    let signed = signing(dir.path(), &key, None, form);
+    (dir, signed)
 }
 
 /// One identity `main` (the default) signing with `key`, its directory listener on a
@@ -291,10 +296,7 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
 
 #[test]
 fn the_drafts_dictionary_form_is_covered_by_key() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "dictionary");
+    let (dir, signed) = one_key("dictionary");
     let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
     let proxy = Proxy::start_for_loopback(&signed.yaml);
     let (status, _, body) = curl(
@@ -498,10 +500,7 @@ print("ok")
 /// holds robotsgate to.
 #[test]
 fn an_expired_signature_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
+    let (dir, signed) = one_key("string");
     let yaml = signed
         .yaml
         .replace("expires_seconds: 60", "expires_seconds: 2");
@@ -544,10 +543,7 @@ async fn transparent_requests_are_signed() {
     let names = [("site.test", "127.0.0.2")];
     let ns = Netns::new(&names);
     crate::common::zone_dns(ns.udp("127.0.0.1:53"), &names);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("main.jwk");
-    generate(&key);
-    let signed = signing(dir.path(), &key, None, "string");
+    let (dir, signed) = one_key("string");
     let origin = VerifyingOrigin::start_in(&ns, "127.0.0.2:80", dir.path(), &signed.listener);
     let http_port = free_port();
     let proxy = Proxy::start_in(
@@ -579,10 +575,7 @@ async fn transparent_requests_are_signed() {
         "{}",
         proxy.log()
     );
-    for path in ["/robots.txt", "/page"] {
-        let verdict = origin.verdict(path);
-        assert_eq!(verdict["verified"], true, "{verdict}");
-    }
+    origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
         proxy.counter(
             "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",scheme=\"http\"}"
