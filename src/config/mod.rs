@@ -300,11 +300,11 @@ pub struct UpstreamConfig {
     pub http2: Http2,
 }
 
-/// `upstream.http2`.
+/// `upstream.http2` and `tls.http2`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Http2 {
-    /// Offer h2 to HTTPS origins, fall back to HTTP/1.1 when they do not pick it.
+    /// Offer h2, fall back to HTTP/1.1 when the other side does not pick it.
     #[default]
     Auto,
     /// HTTP/1.1 only.
@@ -348,6 +348,10 @@ pub struct TlsConfig {
     /// Longest wait for the client's TLS handshake inside a CONNECT tunnel (the CONNECT
     /// head itself is read within `limits`).
     pub handshake_timeout_seconds: Timeout,
+    /// HTTP/2 from crawlers inside intercepted tunnels and on the transparent TLS
+    /// listener: `auto` offers `h2` and `http/1.1` in ALPN (the client picks); `off`:
+    /// `http/1.1` only. Plain-HTTP `h2c` is always refused.
+    pub http2: Http2,
 }
 
 impl Default for TlsConfig {
@@ -361,6 +365,7 @@ impl Default for TlsConfig {
             leaf_cache_size: 10_000,
             leaf_validity_days: 7,
             handshake_timeout_seconds: Timeout(10.0),
+            http2: Http2::Auto,
         }
     }
 }
@@ -421,6 +426,10 @@ pub struct LimitsConfig {
     pub header_read_timeout_seconds: Timeout,
     /// A kept-alive connection waiting for its next request is closed after this long.
     pub idle_timeout_seconds: Timeout,
+    /// HTTP/2: requests (streams) one client connection may have in progress at once
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot
+    /// of `max_connections` and `max_connections_per_client`.
+    pub max_streams_per_connection: usize,
 }
 
 impl Default for LimitsConfig {
@@ -435,6 +444,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 16 * 1024 * 1024,
             header_read_timeout_seconds: Timeout(10.0),
             idle_timeout_seconds: Timeout(60.0),
+            max_streams_per_connection: 100,
         }
     }
 }
@@ -649,6 +659,12 @@ impl Config {
                 PINGORA_MAX_HEADER_BYTES,
             ),
             ("max_headers", l.max_headers, 1, PINGORA_MAX_HEADERS),
+            (
+                "max_streams_per_connection",
+                l.max_streams_per_connection,
+                1,
+                10_000,
+            ),
         ];
         for (key, value, low, high) in sizes {
             if !(low..=high).contains(&value) {

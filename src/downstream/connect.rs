@@ -67,6 +67,8 @@ struct ConnectPolicy {
     connect_timeout: Duration,
     /// `transparent.upstream_mark`, for blind relays' upstream sockets.
     mark: Option<u32>,
+    /// The ALPN protocols intercepted TLS speaks (`tls.http2`).
+    protocols: &'static [&'static [u8]],
 }
 
 /// Opens tunnels for CONNECT requests the front (`front.rs`) has read.
@@ -96,6 +98,7 @@ impl Tunnels {
                 first_byte_timeout,
                 connect_timeout,
                 mark,
+                protocols: crate::downstream::intercept::protocols(tls.http2),
             },
         }
     }
@@ -337,9 +340,9 @@ impl Tunnels {
         // Configuration validation requires the CA with a TLS listener.
         let interceptor = self.interceptor.as_ref()?;
         let handshake = self.handshake(l4, interceptor, &origin).await;
-        if hello.refuses_http1() {
+        if hello.offers_none_of(self.policy.protocols) {
             log::info!(
-                "transparent TLS to {origin}: the client offers ALPN {:?} without http/1.1; refused",
+                "transparent TLS to {origin}: the client offers ALPN {:?}, none of which robotsgate speaks; refused",
                 hello.alpn.iter().flatten().map(|p| String::from_utf8_lossy(p)).collect::<Vec<_>>()
             );
             metrics::record_transparent(true, "alpn_refused");

@@ -25,8 +25,7 @@
 //! Refusals are written here as complete responses, counted in
 //! `robotsgate_downstream_refusals_total{reason}` and logged, and the connection closes.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,32 +36,17 @@ use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::AsyncWrite;
-use tokio::sync::Semaphore;
 
-use crate::downstream::access::{AccessPolicy, Identity};
+use crate::downstream::access::AccessPolicy;
 use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
+use crate::downstream::context::ClientContext;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
-use crate::downstream::reply::write_answer;
+use crate::downstream::http2::{self, Http2Limits};
+use crate::downstream::reply::{refuse, Refusal};
+use crate::downstream::slots::{Held, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
-use crate::policy::answer::{Answer, Outcome};
-use crate::policy::target::Origin;
 use crate::telemetry::metrics;
-
-/// What the front knows about a request that Pingora's session does not: handed to the
-/// proxy pipeline with each request (Pingora's per-connection user context).
-#[derive(Clone, Debug, Default)]
-pub struct ClientContext {
-    /// Inside an intercepted CONNECT tunnel: the origin every request there is for
-    /// (shared: every request in the tunnel gets it).
-    pub tunnel: Option<Arc<Origin>>,
-    /// The authenticated user, when `access.credentials_file` is set.
-    pub identity: Option<Arc<Identity>>,
-    /// On a redirected connection (transparent mode): where it was going, which is where
-    /// every request on it goes.
-    pub destination: Option<SocketAddr>,
-}
 
 /// Which listener a connection arrived on.
 #[derive(Clone)]
@@ -82,56 +66,15 @@ pub enum Door {
 /// client connection.
 pub struct ProxyFront<A> {
     /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
-    http: Arc<A>,
+    pub(super) http: Arc<A>,
     tunnels: Arc<Tunnels>,
     access: Arc<AccessPolicy>,
-    limits: HeadLimits,
-    /// Shared by every listener: `limits.max_connections` counts them all.
-    connections: Arc<Semaphore>,
-    per_client: Arc<PerClient>,
+    pub(super) limits: HeadLimits,
+    /// Shared by every listener: the limits count them all.
+    pub(super) slots: Arc<Slots>,
+    /// HTTP/2 connections' settings.
+    pub(super) http2: Http2Limits,
     door: Door,
-}
-
-/// Open connections per client, bounded by `limits.max_connections_per_client`. A client
-/// is an IPv4 address or an IPv6 /64 (one host's share of addresses: counting single
-/// IPv6 addresses would let one host take as many slots as it has addresses).
-struct PerClient {
-    max: usize,
-    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// The key a client's connections are counted under.
-fn client_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
-            u128::from(v6) & !(u64::MAX as u128),
-        )),
-        v4 => v4,
-    }
-}
-
-impl PerClient {
-    /// Counts one more connection from `client`; false when it already has its share.
-    fn take(&self, client: IpAddr) -> bool {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(client_key(client)).or_insert(0);
-        if *count >= self.max {
-            return false;
-        }
-        *count += 1;
-        true
-    }
-
-    fn give_back(&self, client: IpAddr) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let key = client_key(client);
-        if let Some(count) = open.get_mut(&key) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&key);
-            }
-        }
-    }
 }
 
 impl<A> ProxyFront<A> {
@@ -141,19 +84,16 @@ impl<A> ProxyFront<A> {
         tunnels: Tunnels,
         access: Arc<AccessPolicy>,
         limits: HeadLimits,
-        max_connections: usize,
-        max_connections_per_client: usize,
+        slots: Arc<Slots>,
+        http2: Http2Limits,
     ) -> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
             tunnels: Arc::new(tunnels),
             access,
             limits,
-            connections: Arc::new(Semaphore::new(max_connections)),
-            per_client: Arc::new(PerClient {
-                max: max_connections_per_client,
-                open: Default::default(),
-            }),
+            slots,
+            http2,
             door: Door::Proxy,
         }
     }
@@ -165,38 +105,9 @@ impl<A> ProxyFront<A> {
             tunnels: self.tunnels.clone(),
             access: self.access.clone(),
             limits: self.limits.clone(),
-            connections: self.connections.clone(),
-            per_client: self.per_client.clone(),
+            slots: self.slots.clone(),
+            http2: self.http2,
             door,
-        }
-    }
-}
-
-/// An open client connection: holds its slots (global and its client's) and is counted
-/// for as long as it lives.
-struct OpenConnection {
-    _slot: tokio::sync::OwnedSemaphorePermit,
-    client: Option<(IpAddr, Arc<PerClient>)>,
-}
-
-impl OpenConnection {
-    fn new(
-        slot: tokio::sync::OwnedSemaphorePermit,
-        client: Option<(IpAddr, Arc<PerClient>)>,
-    ) -> OpenConnection {
-        metrics::DOWNSTREAM_CONNECTIONS.inc();
-        OpenConnection {
-            _slot: slot,
-            client,
-        }
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        metrics::DOWNSTREAM_CONNECTIONS.dec();
-        if let Some((ip, per_client)) = &self.client {
-            per_client.give_back(*ip);
         }
     }
 }
@@ -217,25 +128,14 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
             self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
-        if client.is_some_and(|ip| !self.per_client.take(ip)) {
-            let why =
-                "too many open connections from this client (limits.max_connections_per_client)";
-            let refusal =
-                Refusal::new(503, metrics::Refusal::ClientConnectionLimit, why).retry_after(1);
-            self.turn_away(&mut stream, client, refusal).await;
-            return None;
-        }
-        let per_client = client.map(|ip| (ip, self.per_client.clone()));
-        let Ok(permit) = self.connections.clone().try_acquire_owned() else {
-            if let Some((ip, per_client)) = per_client {
-                per_client.give_back(ip);
+        let _open = match self.slots.take(client, Held::Connection) {
+            Ok(slot) => slot,
+            Err(full) => {
+                let refusal = Refusal::new(503, full.reason(), full.why()).retry_after(1);
+                self.turn_away(&mut stream, client, refusal).await;
+                return None;
             }
-            let why = "too many open connections (limits.max_connections)";
-            let refusal = Refusal::new(503, metrics::Refusal::ConnectionLimit, why).retry_after(1);
-            self.turn_away(&mut stream, client, refusal).await;
-            return None;
         };
-        let _open = OpenConnection::new(permit, per_client);
         match &self.door {
             Door::Proxy => {
                 self.serve(stream, client, ClientContext::default(), shutdown)
@@ -316,14 +216,18 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         };
         let context = ClientContext {
             tunnel,
-            identity: None,
             destination: Some(destination),
+            ..ClientContext::default()
         };
+        if http2::negotiated(&stream) {
+            return self.serve_h2(stream, client, context, shutdown).await;
+        }
         self.serve(stream, client, context, shutdown).await;
     }
 
-    /// The request loop of one client connection (and of the tunnels opened on it),
-    /// starting with what is known of it (`context`).
+    /// The HTTP/1.1 request loop of one client connection (and of the tunnels opened on
+    /// it; an HTTP/2 tunnel goes to [`ProxyFront::serve_h2`]), starting with what is
+    /// known of it (`context`).
     async fn serve(
         &self,
         stream: Stream,
@@ -414,8 +318,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 else {
                     return;
                 };
-                stream = Box::new(ClientStream::new(tls));
                 context.tunnel = Some(Arc::new(origin));
+                if http2::negotiated(&tls) {
+                    return Box::pin(self.serve_h2(tls, client, context, shutdown)).await;
+                }
+                stream = Box::new(ClientStream::new(tls));
                 wait = self.limits.first_byte_timeout;
                 fresh = true;
                 continue;
@@ -461,8 +368,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             session.set_ignore_info_resp(true);
             let idle = self.limits.idle_timeout.as_secs().max(1);
             session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
-            session.set_connection_user_context(Some(Box::new(context.clone())));
-            let Some(reused) = Box::pin(self.http.process_new_http(session, shutdown)).await else {
+            let request = context
+                .clone()
+                .scope(self.http.process_new_http(session, shutdown));
+            let Some(reused) = Box::pin(request).await else {
                 return;
             };
             let Ok(reused) = reused.consume().0.into_any().downcast::<ClientStream>() else {
@@ -488,73 +397,4 @@ async fn shutting_down(mut shutdown: ShutdownWatch) {
             std::future::pending::<()>().await;
         }
     }
-}
-
-/// A refusal by the front: its status, `reason` (the counter label), why (for the
-/// client), and what the answer adds (`Retry-After`, a `Proxy-Authenticate` challenge).
-struct Refusal<'a> {
-    status: u16,
-    reason: metrics::Refusal,
-    why: &'a str,
-    retry_after: Option<u64>,
-    challenge: Option<String>,
-}
-
-impl<'a> Refusal<'a> {
-    fn new(status: u16, reason: metrics::Refusal, why: &'a str) -> Refusal<'a> {
-        Refusal {
-            status,
-            reason,
-            why,
-            retry_after: None,
-            challenge: None,
-        }
-    }
-
-    fn retry_after(self, seconds: u64) -> Self {
-        Refusal {
-            retry_after: Some(seconds),
-            ..self
-        }
-    }
-
-    fn challenge(self, challenge: String) -> Self {
-        Refusal {
-            challenge: Some(challenge),
-            ..self
-        }
-    }
-}
-
-/// Counts, logs and answers a refusal, then closes.
-async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
-    stream: &mut S,
-    client: Option<IpAddr>,
-    refusal: Refusal<'_>,
-) {
-    let Refusal {
-        status,
-        reason,
-        why,
-        retry_after,
-        challenge,
-    } = refusal;
-    metrics::record_refusal(reason);
-    let reason = reason.label();
-    tracing::info!(
-        target: "access",
-        client = client.map(|c| c.to_string()),
-        decision = "refused",
-        reason,
-        status,
-    );
-    let mut answer = Answer::text(
-        status,
-        Outcome::BadRequest,
-        format!("refused; reason=\"{reason}\""),
-        format!("robotsgate: {why}"),
-    );
-    answer.retry_after = retry_after;
-    answer.challenge = challenge;
-    write_answer(stream, &answer).await;
 }

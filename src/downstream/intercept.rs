@@ -30,8 +30,16 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
-use crate::config::TlsConfig;
+use crate::config::{Http2, TlsConfig};
 use crate::downstream::ca::{random_serial, OperatorCa};
+
+/// The ALPN protocols intercepted TLS offers with `tls.http2`, in order of preference.
+pub fn protocols(http2: Http2) -> &'static [&'static [u8]] {
+    match http2 {
+        Http2::Auto => &[b"h2", b"http/1.1"],
+        Http2::Off => &[b"http/1.1"],
+    }
+}
 
 /// Mints and caches the leaf certificates of intercepted tunnels.
 pub struct Interceptor {
@@ -69,8 +77,8 @@ impl Interceptor {
             .context("TLS versions")?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(NoCertificate));
-        // One protocol inside the tunnel: the proxy pipeline speaks HTTP/1.1.
-        base.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The protocols inside the tunnel, h2 first: a client offering both gets it.
+        base.alpn_protocols = protocols(config.http2).iter().map(|p| p.to_vec()).collect();
         let capacity = NonZeroUsize::new(config.leaf_cache_size).unwrap_or(NonZeroUsize::MIN);
         Ok(Interceptor {
             ca,

@@ -118,12 +118,12 @@ pub struct ClientHello {
 }
 
 impl ClientHello {
-    /// Does the client refuse HTTP/1.1 (it offers ALPN without `http/1.1`, e.g. `h2`
-    /// alone)? robotsgate speaks HTTP/1.1 only inside TLS.
-    pub fn refuses_http1(&self) -> bool {
+    /// Does the client offer ALPN with none of `ours` (e.g. `h2` alone with
+    /// `tls.http2: off`)? Without ALPN it speaks HTTP/1.1.
+    pub fn offers_none_of(&self, ours: &[&[u8]]) -> bool {
         self.alpn
             .as_ref()
-            .is_some_and(|offered| !offered.iter().any(|p| p == b"http/1.1"))
+            .is_some_and(|offered| !offered.iter().any(|p| ours.contains(&p.as_slice())))
     }
 }
 
@@ -221,13 +221,17 @@ mod tests {
     }
 
     #[test]
-    fn alpn_without_http1_is_refused() {
+    fn alpn_without_a_protocol_of_ours_is_refused() {
         let hello = |alpn: Option<&[&[u8]]>| ClientHello {
             sni: None,
             alpn: alpn.map(|a| a.iter().map(|p| p.to_vec()).collect()),
         };
-        assert!(!hello(None).refuses_http1());
-        assert!(!hello(Some(&[b"h2", b"http/1.1"])).refuses_http1());
-        assert!(hello(Some(&[b"h2"])).refuses_http1());
+        let both: &[&[u8]] = &[b"h2", b"http/1.1"];
+        let http1: &[&[u8]] = &[b"http/1.1"];
+        assert!(!hello(None).offers_none_of(http1));
+        assert!(!hello(Some(&[b"h2", b"http/1.1"])).offers_none_of(http1));
+        assert!(hello(Some(&[b"h2"])).offers_none_of(http1));
+        assert!(!hello(Some(&[b"h2"])).offers_none_of(both));
+        assert!(hello(Some(&[b"h3", b"spdy/3"])).offers_none_of(both));
     }
 }

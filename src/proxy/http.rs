@@ -26,7 +26,7 @@ use super::exchange::{
 use super::headers::{
     has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
 };
-use crate::downstream::front::ClientContext;
+use crate::downstream::context::ClientContext;
 use crate::enforce::{
     bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
 };
@@ -58,8 +58,8 @@ pub struct RobotsGateProxy {
 pub struct RequestContext {
     /// From the front: the tunnel and user the request arrived with.
     client: ClientContext,
-    /// The front's context came in a form this proxy cannot read: the request is refused
-    /// rather than judged without its tunnel (as if it were plain `http://`).
+    /// The request came without the front's context: it is refused rather than judged
+    /// without its tunnel (as if it were plain `http://`).
     client_unknown: bool,
     started: Option<Instant>,
     /// Where the request's robots.txt tokens came from (for the access log).
@@ -168,20 +168,17 @@ fn client_ip(session: &Session) -> Option<IpAddr> {
 impl ProxyHttp for RobotsGateProxy {
     type CTX = RequestContext;
 
+    /// The front (`front.rs`) serves every request with its tunnel origin and user.
     fn new_ctx(&self) -> RequestContext {
-        RequestContext::default()
-    }
-
-    /// The front (`front.rs`) hands every request its tunnel origin and user.
-    fn on_connection_reuse(
-        &self,
-        _session: &mut Session,
-        ctx: &mut RequestContext,
-        connection: Box<dyn std::any::Any + Send + Sync>,
-    ) {
-        match connection.downcast::<ClientContext>() {
-            Ok(client) => ctx.client = *client,
-            Err(_) => ctx.client_unknown = true,
+        match ClientContext::current() {
+            Some(client) => RequestContext {
+                client,
+                ..RequestContext::default()
+            },
+            None => RequestContext {
+                client_unknown: true,
+                ..RequestContext::default()
+            },
         }
     }
 
@@ -621,7 +618,8 @@ impl ProxyHttp for RobotsGateProxy {
             .target
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
-        crate::telemetry::metrics::record_request(outcome, mode, https, elapsed);
+        let protocol = client.protocol;
+        crate::telemetry::metrics::record_request(outcome, mode, protocol, https, elapsed);
         // The exchange is over: its turns end as it did (held a while more when cut).
         let (pacing_wait, upstream_status, line, why, delay_rule, usage, signed) =
             match std::mem::take(&mut ctx.stage) {
@@ -686,6 +684,7 @@ impl ProxyHttp for RobotsGateProxy {
             tokens_from: ctx.tokens_from,
             mode_from: ctx.mode_from,
             mode: mode.label(),
+            protocol: protocol.label(),
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
             upstream_status,

@@ -14,7 +14,9 @@ use crate::downstream::ca::OperatorCa;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::front::{Door, ProxyFront};
 use crate::downstream::head::HeadLimits;
+use crate::downstream::http2::Http2Limits;
 use crate::downstream::intercept::Interceptor;
+use crate::downstream::slots::Slots;
 use crate::downstream::transparent::Redirection;
 use crate::enforce::Enforcer;
 use crate::ops::admin::{AdminApp, AdminGuard};
@@ -259,8 +261,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         tunnels,
         Arc::new(access),
         HeadLimits::new(&config.limits),
-        config.limits.max_connections,
-        config.limits.max_connections_per_client,
+        Slots::new(
+            config.limits.max_connections,
+            config.limits.max_connections_per_client,
+        ),
+        Http2Limits::new(&config.limits),
     );
     let redirection = Arc::new(Redirection::new(
         config.transparent.mode,

@@ -84,6 +84,8 @@ pub struct AccessRecord<'a> {
     pub mode_from: &'a str,
     /// How it arrived: explicit, transparent, tunnel.
     pub mode: &'a str,
+    /// The client's protocol: `http/1.1` or `h2`.
+    pub protocol: &'a str,
     pub decision: &'a str,
     /// The status sent to the client (0: none, the client left).
     pub status: u16,
@@ -151,6 +153,7 @@ impl AccessRecord<'_> {
             f.text("mode_from", self.mode_from);
         }
         f.text("mode", self.mode);
+        f.text("protocol", self.protocol);
         f.text("decision", self.decision);
         f.number("status", self.status.into());
         if let Some(status) = self.upstream_status {
@@ -371,6 +374,7 @@ mod tests {
             agent,
             tokens_from: "default",
             mode_from: "config",
+            protocol: "http/1.1",
             mode: "explicit",
             decision: "allowed",
             status: 200,
@@ -401,7 +405,7 @@ mod tests {
         assert_eq!(
             line,
             "origin=\"http://example.com\" path=\"/a b\" agent=\"Bot/1\" tokens_from=\"default\" mode_from=\"config\" \
-             mode=\"explicit\" decision=\"allowed\" status=200 line=3 why=\"no matching rule\" \
+             mode=\"explicit\" protocol=\"http/1.1\" decision=\"allowed\" status=200 line=3 why=\"no matching rule\" \
              pacing_wait_seconds=2.5e-6 delay_rule=\"none\" duration_seconds=0.25"
         );
         let hostile = "/\"x\\\n\u{7f}é";

@@ -42,31 +42,58 @@ impl Mode {
     }
 }
 
+/// The client's HTTP version: the `protocol` label of the request metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 (or 1.0).
+    #[default]
+    Http1,
+    /// HTTP/2, inside TLS (ALPN `h2`).
+    Http2,
+}
+
+impl Protocol {
+    const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
+
+    /// Its label: the ALPN name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http/1.1",
+            Protocol::Http2 => "h2",
+        }
+    }
+}
+
 const SCHEMES: [&str; 2] = ["http", "https"];
 
-/// Counter and histogram handles for every (decision, mode, scheme), resolved once: no
-/// label hashing per request.
+/// Counter and histogram handles for every (decision, mode, protocol, scheme), resolved
+/// once: no label hashing per request.
 type Handles = Vec<(prometheus::IntCounter, prometheus::Histogram)>;
 
 static REQUEST_HANDLES: LazyLock<Handles> = LazyLock::new(|| {
     let mut handles = Vec::new();
     for outcome in Outcome::ALL {
         for mode in Mode::ALL {
-            for scheme in SCHEMES {
-                let labels = [outcome.label(), mode.label(), scheme];
-                handles.push((
-                    REQUESTS.with_label_values(&labels),
-                    REQUEST_DURATION.with_label_values(&labels),
-                ));
+            for protocol in Protocol::ALL {
+                for scheme in SCHEMES {
+                    let labels = [outcome.label(), mode.label(), protocol.label(), scheme];
+                    handles.push((
+                        REQUESTS.with_label_values(&labels),
+                        REQUEST_DURATION.with_label_values(&labels),
+                    ));
+                }
             }
         }
     }
     handles
 });
 
-pub fn record_request(outcome: Outcome, mode: Mode, https: bool, seconds: f64) {
-    let index =
-        (outcome as usize * Mode::ALL.len() + mode as usize) * SCHEMES.len() + usize::from(https);
+/// Counts one request and its duration.
+pub fn record_request(outcome: Outcome, mode: Mode, protocol: Protocol, https: bool, seconds: f64) {
+    let index = ((outcome as usize * Mode::ALL.len() + mode as usize) * Protocol::ALL.len()
+        + protocol as usize)
+        * SCHEMES.len()
+        + usize::from(https);
     if let Some((count, duration)) = REQUEST_HANDLES.get(index) {
         count.inc();
         duration.observe(seconds);
@@ -75,7 +102,7 @@ pub fn record_request(outcome: Outcome, mode: Mode, https: bool, seconds: f64) {
 
 /// Requests so far per decision label, summed over modes and schemes (the status page).
 pub fn requests_by_decision() -> Vec<(&'static str, u64)> {
-    let per_outcome = Mode::ALL.len() * SCHEMES.len();
+    let per_outcome = Mode::ALL.len() * Protocol::ALL.len() * SCHEMES.len();
     Outcome::ALL
         .iter()
         .enumerate()
@@ -89,12 +116,12 @@ pub fn requests_by_decision() -> Vec<(&'static str, u64)> {
         .collect()
 }
 
-/// Requests by decision (see [`Outcome`]), mode and scheme.
+/// Requests by decision (see [`Outcome`]), mode, protocol and scheme.
 static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_requests_total",
-        "Requests by robotsgate's decision, how they arrived (explicit, transparent, tunnel) and scheme.",
-        &["decision", "mode", "scheme"]
+        "Requests by robotsgate's decision, how they arrived (explicit, transparent, tunnel), the client's protocol (http/1.1, h2) and scheme.",
+        &["decision", "mode", "protocol", "scheme"]
     )
     .expect("metric registers once")
 });
@@ -102,8 +129,8 @@ static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_request_duration_seconds",
-        "Time from request to last response byte, by decision, mode and scheme.",
-        &["decision", "mode", "scheme"],
+        "Time from request to last response byte, by decision, mode, protocol and scheme.",
+        &["decision", "mode", "protocol", "scheme"],
         vec![
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             30.0
@@ -651,6 +678,16 @@ pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_downstream_connections",
         "Client connections open now (tunnels included), against limits.max_connections."
+    )
+    .expect("metric registers once")
+});
+
+/// HTTP/2 streams whose requests are in progress now; each also holds a slot of
+/// `limits.max_connections`.
+pub static DOWNSTREAM_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_downstream_h2_streams",
+        "HTTP/2 requests (streams) from clients in progress now; each also holds a slot of limits.max_connections."
     )
     .expect("metric registers once")
 });

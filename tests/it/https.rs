@@ -17,7 +17,7 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n";
 /// An operator CA, a test CA for origins, and a robotsgate that trusts the latter.
 pub(crate) struct Setup {
     dir: tempfile::TempDir,
-    operator_ca: PathBuf,
+    pub(crate) operator_ca: PathBuf,
     pub(crate) origin_ca: TestCa,
     pub(crate) proxy: Proxy,
 }
@@ -60,7 +60,7 @@ impl Setup {
     }
 
     /// An HTTPS-only origin serving `ROBOTS`, its certificate from the test CA.
-    async fn origin(&self, robots: &str) -> TestOrigin {
+    pub(crate) async fn origin(&self, robots: &str) -> TestOrigin {
         TestOrigin::start_tls(
             vec![("/robots.txt", Behaviour::ok(robots))],
             self.origin_ca.server_config(&["localhost", "127.0.0.1"]),
@@ -123,13 +123,13 @@ async fn curl_https_is_enforced_like_http() {
     assert!(s.metric("robotsgate_tls_leaf_mints_total") >= 1.0);
     assert_eq!(
         s.metric(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",scheme=\"https\"}"
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
         ),
         1.0
     );
     assert_eq!(
         s.metric(
-            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",scheme=\"https\"}"
+            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
         ),
         1.0
     );
@@ -677,7 +677,7 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
     assert_eq!(seen, ["/robots.txt", "/ai-ok/test"]);
     assert_eq!(
         s.metric(
-            "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",scheme=\"https\"}"
+            "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
         ),
         1.0
     );
@@ -707,7 +707,7 @@ async fn requests_in_an_intercepted_tunnel_are_signed() {
     origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
         s.metric(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",scheme=\"https\"}"
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
         ),
         1.0
     );

@@ -39,7 +39,7 @@ async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
     );
     assert_eq!(
         proxy.metric(
-            "robotsgate_requests_total{decision=\"would_disallow\",mode=\"explicit\",scheme=\"http\"}"
+            "robotsgate_requests_total{decision=\"would_disallow\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"
         ),
         Some(1.0)
     );

@@ -578,7 +578,7 @@ async fn transparent_requests_are_signed() {
     origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
         proxy.counter(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",scheme=\"http\"}"
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",protocol=\"http/1.1\",scheme=\"http\"}"
         ),
         1.0
     );

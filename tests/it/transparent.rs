@@ -213,7 +213,7 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
 
     let requests = |decision: &str, mode: &str, scheme: &str| {
         w.metric(&format!(
-            "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",scheme=\"{scheme}\"}}"
+            "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",protocol=\"http/1.1\",scheme=\"{scheme}\"}}"
         ))
     };
     assert_eq!(requests("allowed", "transparent", "http"), 1.0);

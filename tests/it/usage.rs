@@ -87,7 +87,7 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
         ]
     );
     let refused =
-        "robotsgate_requests_total{decision=\"usage_refused\",mode=\"explicit\",scheme=\"http\"}";
+        "robotsgate_requests_total{decision=\"usage_refused\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}";
     assert_eq!(proxy.counter(refused), 1.0);
     let verdict = |purpose: &str, result: &str, source: &str| {
         proxy.counter(&format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"{source}\"}}"),
@@ -245,7 +245,7 @@ async fn report_mode_forwards_marks_counts_and_logs() {
     assert_eq!(header(&head, "X-Robots-Decision"), None, "{head}");
     assert_eq!((origin.count("/test"), origin.count("/test?off")), (1, 1));
     assert_eq!(
-        proxy.counter("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",scheme=\"http\"}"
+        proxy.counter("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"
         ),
         1.0
     );

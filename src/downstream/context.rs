@@ -1,0 +1,49 @@
+//! What the front knows about a request that Pingora's session does not, and how the
+//! proxy pipeline gets it.
+//!
+//! The front serves every request — an HTTP/1.1 request or an HTTP/2 stream — by
+//! running the proxy's future inside [`ClientContext::scope`]; the proxy reads it back
+//! with [`ClientContext::current`]. A task-local rather than Pingora's per-connection
+//! user context: that one is HTTP/1-only and typed `dyn Any`; this is typed, costs one
+//! clone per request (two `Arc`s and an address), and reaches every phase of the
+//! request, which runs in that one future.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::downstream::access::Identity;
+use crate::policy::target::Origin;
+pub use crate::telemetry::metrics::Protocol;
+
+/// Which tunnel, user and original destination a request came with.
+#[derive(Clone, Debug, Default)]
+pub struct ClientContext {
+    /// Inside an intercepted CONNECT tunnel: the origin every request there is for
+    /// (shared: every request in the tunnel gets it).
+    pub tunnel: Option<Arc<Origin>>,
+    /// The authenticated user, when `access.credentials_file` is set.
+    pub identity: Option<Arc<Identity>>,
+    /// On a redirected connection (transparent mode): where it was going, which is where
+    /// every request on it goes.
+    pub destination: Option<SocketAddr>,
+    /// The protocol the request arrived in.
+    pub protocol: Protocol,
+}
+
+tokio::task_local! {
+    static CURRENT: ClientContext;
+}
+
+impl ClientContext {
+    /// Runs `request` (the proxy's future for one request) with this context.
+    pub async fn scope<F: Future>(self, request: F) -> F::Output {
+        CURRENT.scope(self, request).await
+    }
+
+    /// The context of the request being served; `None` outside [`ClientContext::scope`]
+    /// (a request that did not come through the front).
+    pub fn current() -> Option<ClientContext> {
+        CURRENT.try_with(ClientContext::clone).ok()
+    }
+}
