@@ -37,8 +37,12 @@ client examples/https_load.rs (wrk cannot CONNECT). It measures:
 
 The whole run happens in a network namespace the script makes (`ip netns`; root), so the
 redirection rule touches nothing outside it.
+6. With `--h2`: HTTP/2 rows instead (bench/h2_bench.py): h2 clients (32 streams on 4
+   connections) against HTTP/1.1 keep-alive clients, and h2 against HTTP/1.1 to the same
+   nginx, each proxy loaded alone on its core, order rotated each round.
 
 Usage: bench/https_bench.py [--seconds 5] [--connections 32] [--handshakes 300] [--rounds 3]
+       bench/https_bench.py --h2 [--seconds 4] [--connections 32] [--h2-connections 4] [--rounds 5]
 Needs nginx (Debian `nginx-light`), openssl, iproute2, iptables and squid
 (`squid-openssl`); installs what is missing.
 Only processes this script started are stopped, by PID.
@@ -129,6 +133,10 @@ def in_own_netns():
 
 
 def main():
+    if "--h2" in sys.argv:
+        sys.argv.remove("--h2")
+        import h2_bench
+        return h2_bench.main()
     if "RG_BENCH_NETNS" not in os.environ:
         ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "ip": "iproute2", "iptables": "iptables",
                          "squid": "squid-openssl"})

@@ -15,12 +15,17 @@
 //! target (TLS for the target's name, origin-form requests with its `Host`): a
 //! TLS-terminating proxy with no CONNECT, such as `examples/passthrough.rs --tls`.
 //!
+//! With `--h2 --streams S`, `load` speaks HTTP/2 inside the TLS (ALPN `h2` alone): each
+//! connection carries `S` streams at once, each sending its next GET as soon as its
+//! last response has been read.
+//!
 //! With `--plain`, `load` speaks plain HTTP instead (absolute-form requests through
 //! `--proxy`, as a crawler with `HTTP_PROXY` does), so the cost TLS adds is measured with
 //! the same client, the same origin server and the same request in one run.
 //!
 //! Usage: https_load --target 127.0.0.1:8443 --ca CA.pem [--proxy 127.0.0.1:8080 | --gateway ADDR]
-//!        (--connections 16 --seconds 5 --path /page [--plain] | --handshakes 200 [--distinct])
+//!        (--connections 16 --seconds 5 --path /page [--plain | --h2 --streams 8]
+//!         | --handshakes 200 [--distinct])
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +54,8 @@ struct Args {
     name: Option<String>,
     /// `load` over plain HTTP, no CONNECT and no TLS.
     plain: bool,
+    /// `load` over HTTP/2: streams at once on each connection (0: HTTP/1.1).
+    h2_streams: usize,
 }
 
 fn args() -> Result<Args, Error> {
@@ -71,10 +78,15 @@ fn args() -> Result<Args, Error> {
         distinct: argv.iter().any(|a| a == "--distinct"),
         name: flag("--name"),
         plain: argv.iter().any(|a| a == "--plain"),
+        h2_streams: if argv.iter().any(|a| a == "--h2") {
+            flag("--streams").map_or(Ok(8), |v| v.parse())?
+        } else {
+            0
+        },
     })
 }
 
-fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, Error> {
+fn tls_config(ca_file: &str, h2: bool) -> Result<Arc<rustls::ClientConfig>, Error> {
     let mut roots = rustls::RootCertStore::empty();
     for block in pem::parse_many(std::fs::read_to_string(ca_file)?)? {
         roots.add(rustls::pki_types::CertificateDer::from(
@@ -87,7 +99,11 @@ fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, Error> {
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![if h2 {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
     // Every handshake measured is a full one, as a crawler meeting a host for the first time.
     config.resumption = rustls::client::Resumption::disabled();
     Ok(Arc::new(config))
@@ -175,11 +191,85 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// One HTTP/2 connection's `streams` request loops until `deadline`: latencies (ms) of
+/// the 200s and the count of errors.
+async fn h2_connection(
+    tls: TlsStream<TcpStream>,
+    streams: usize,
+    uri: http::Uri,
+    deadline: Instant,
+) -> (Vec<f64>, u64) {
+    let (sender, connection) = match h2::client::handshake(tls).await {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("h2 handshake: {e}");
+            return (Vec::new(), 1);
+        }
+    };
+    tokio::spawn(connection);
+    let mut loops = Vec::new();
+    for _ in 0..streams {
+        let (mut sender, uri) = (sender.clone(), uri.clone());
+        loops.push(tokio::spawn(async move {
+            let (mut latencies, mut errors) = (Vec::new(), 0u64);
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                let request = http::Request::get(uri.clone())
+                    .header("user-agent", "https-load")
+                    .body(())
+                    .expect("a GET");
+                // Waits for a stream the connection's limit allows.
+                let Ok(ready) = sender.clone().ready().await else {
+                    errors += 1;
+                    break;
+                };
+                sender = ready;
+                let Ok((response, _)) = sender.send_request(request, true) else {
+                    errors += 1;
+                    break;
+                };
+                let Ok(response) = response.await else {
+                    errors += 1;
+                    break;
+                };
+                let status = response.status();
+                let mut body = response.into_body();
+                let mut failed = false;
+                while let Some(chunk) = body.data().await {
+                    match chunk {
+                        Ok(chunk) => {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                        }
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if status == 200 && !failed {
+                    latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+                } else {
+                    errors += 1;
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for task in loops {
+        if let Ok((latencies, e)) = task.await {
+            all.extend(latencies);
+            errors += e;
+        }
+    }
+    (all, errors)
+}
+
 async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
     for _ in 0..args.connections {
-        let (connector, proxy, gateway, target, path, name, plain) = (
+        let (connector, proxy, gateway, target, path, name, plain, h2_streams) = (
             connector.clone(),
             args.proxy,
             args.gateway,
@@ -187,10 +277,24 @@ async fn load(args: &Args, connector: TlsConnector) -> Result<(), Error> {
             args.path.clone(),
             args.name.clone(),
             args.plain,
+            args.h2_streams,
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut errors = 0u64;
+            if h2_streams > 0 {
+                let host = authority(target, name.as_deref());
+                let Ok(uri) = format!("https://{host}{path}").parse::<http::Uri>() else {
+                    return (latencies, 1);
+                };
+                return match open(&connector, (proxy, gateway), target, name.as_deref()).await {
+                    Ok(tls) => h2_connection(tls, h2_streams, uri, deadline).await,
+                    Err(e) => {
+                        eprintln!("open: {e}");
+                        (latencies, 1)
+                    }
+                };
+            }
             let opened: Result<Box<dyn Conn>, Error> = if plain {
                 open_plain(proxy, target).await.map(|c| Box::new(c) as _)
             } else {
@@ -295,7 +399,7 @@ async fn handshakes(args: &Args, connector: TlsConnector) -> Result<(), Error> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let args = args()?;
-    let connector = TlsConnector::from(tls_config(&args.ca)?);
+    let connector = TlsConnector::from(tls_config(&args.ca, args.h2_streams > 0)?);
     if args.handshakes > 0 {
         handshakes(&args, connector).await
     } else {

@@ -21,6 +21,8 @@ command -v nft >/dev/null || need+=(nftables)
 command -v setpriv >/dev/null || need+=(util-linux)
 # The unprivileged crawler uid runs Debian's python3 with Debian's requests.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' 2>/dev/null || need+=(python3-requests)
+# The h2-only client and the HTTP/2 attacks (tests/helpers/h2_client.py): hyper-h2.
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import h2' 2>/dev/null || need+=(python3-h2)
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -1,18 +1,19 @@
 //! The proxy listener's front door: every client connection starts here.
 //!
 //! [`ProxyFront`] is the Pingora `ServerApp` on the proxy listener. Per connection it
-//! 1. admits the client's network (`access.allow_clients`, 403) and takes a slot, its
-//!    client's (`limits.max_connections_per_client`) and the listener's
+//! 1. admits the client's network (`access.allow_clients`, 403) and takes a slot
+//!    ([`Slots`]), its client's (`limits.max_connections_per_client`) and the listeners'
 //!    (`limits.max_connections`); 503 when none is free. A new connection must send its
 //!    first octet within `limits.first_byte_timeout_seconds` or is closed;
 //! 2. reads each request head itself, within `limits` ([`read_head`]: 408/413/414/431/400);
 //! 3. when a credentials file is set, checks `Proxy-Authorization` (407) — once per plain
 //!    request, once per CONNECT for everything inside the tunnel;
 //! 4. hands a CONNECT to [`Tunnels`], and serves an intercepted tunnel's decrypted stream
-//!    with this same loop;
+//!    with this same loop, or, when the client picked `h2`, as an HTTP/2 connection
+//!    (`http2.rs`) whose every stream is a request;
 //! 5. hands every other request to the HTTP application (robotsgate's Pingora proxy) with the bytes
-//!    already read as a prefix and a [`ClientContext`] saying which tunnel and user it
-//!    belongs to.
+//!    already read as a prefix, run within a [`ClientContext`] saying which tunnel and
+//!    user it belongs to.
 //!
 //! The transparent listeners ([`Door::Transparent`]) use the same front: a redirected
 //! connection gets the same admission, then its original destination
@@ -42,7 +43,7 @@ use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::context::ClientContext;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
-use crate::downstream::http2::{self, Http2Limits};
+use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::reply::{refuse, Refusal};
 use crate::downstream::slots::{Held, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
@@ -66,14 +67,14 @@ pub enum Door {
 /// client connection.
 pub struct ProxyFront<A> {
     /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
-    pub(super) http: Arc<A>,
+    http: Arc<A>,
     tunnels: Arc<Tunnels>,
     access: Arc<AccessPolicy>,
-    pub(super) limits: HeadLimits,
+    limits: HeadLimits,
     /// Shared by every listener: the limits count them all.
-    pub(super) slots: Arc<Slots>,
+    slots: Arc<Slots>,
     /// HTTP/2 connections' settings.
-    pub(super) http2: Http2Limits,
+    http2: Http2Limits,
     door: Door,
 }
 
@@ -155,6 +156,16 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
 }
 
 impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
+    /// What an HTTP/2 connection is served with.
+    fn multiplexer(&self) -> Multiplexer<'_, A> {
+        Multiplexer {
+            http: &self.http,
+            limits: &self.limits,
+            slots: &self.slots,
+            settings: self.http2,
+        }
+    }
+
     /// Refuses a connection before serving it. Its request is read first (briefly), so
     /// the client sees the answer rather than a reset; one that sends nothing is closed
     /// unanswered, as everywhere in the front.
@@ -220,13 +231,16 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             ..ClientContext::default()
         };
         if http2::negotiated(&stream) {
-            return self.serve_h2(stream, client, context, shutdown).await;
+            return self
+                .multiplexer()
+                .serve(stream, client, context, shutdown)
+                .await;
         }
         self.serve(stream, client, context, shutdown).await;
     }
 
     /// The HTTP/1.1 request loop of one client connection (and of the tunnels opened on
-    /// it; an HTTP/2 tunnel goes to [`ProxyFront::serve_h2`]), starting with what is
+    /// it; an HTTP/2 tunnel goes to [`Multiplexer`]), starting with what is
     /// known of it (`context`).
     async fn serve(
         &self,
@@ -320,7 +334,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 };
                 context.tunnel = Some(Arc::new(origin));
                 if http2::negotiated(&tls) {
-                    return Box::pin(self.serve_h2(tls, client, context, shutdown)).await;
+                    return Box::pin(self.multiplexer().serve(tls, client, context, shutdown))
+                        .await;
                 }
                 stream = Box::new(ClientStream::new(tls));
                 wait = self.limits.first_byte_timeout;

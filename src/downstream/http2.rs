@@ -55,10 +55,9 @@ use tokio::sync::Notify;
 
 use crate::config::LimitsConfig;
 use crate::downstream::context::{ClientContext, Protocol};
-use crate::downstream::front::ProxyFront;
 use crate::downstream::head::{HeadError, HeadLimits};
 use crate::downstream::reply::Refusal;
-use crate::downstream::slots::{Held, Slot};
+use crate::downstream::slots::{Held, Slot, Slots};
 use crate::policy::answer::Answer;
 use crate::telemetry::metrics;
 
@@ -182,9 +181,22 @@ impl Drop for Serving {
     }
 }
 
-impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
+/// What serving an HTTP/2 connection takes from the front: the HTTP application each
+/// stream goes to, the limits, and the slots every listener shares.
+pub struct Multiplexer<'a, A> {
+    /// The HTTP application (robotsgate's Pingora proxy).
+    pub http: &'a Arc<A>,
+    /// The limits a request head is read within.
+    pub limits: &'a HeadLimits,
+    /// The connection and stream slots.
+    pub slots: &'a Arc<Slots>,
+    /// The HTTP/2 settings.
+    pub settings: Http2Limits,
+}
+
+impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
     /// Serves an HTTP/2 connection: every stream a request with `context`.
-    pub(super) async fn serve_h2(
+    pub async fn serve(
         &self,
         stream: Stream,
         client: Option<IpAddr>,
@@ -198,7 +210,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             proxy_digest: stream.get_proxy_digest(),
             socket_digest: stream.get_socket_digest(),
         });
-        let handshake = v2::handshake(stream, Some(self.http2.options()));
+        let handshake = v2::handshake(stream, Some(self.settings.options()));
         let mut connection =
             match tokio::time::timeout(self.limits.first_byte_timeout, handshake).await {
                 Ok(Ok(connection)) => connection,
@@ -263,7 +275,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         // Nothing written to this stream waits longer for the client's window.
         session.set_write_timeout(Some(self.limits.idle_timeout));
         let serving = in_progress.start();
-        if let Err(e) = check(session.req_header(), session.is_body_empty(), &self.limits) {
+        if let Err(e) = check(session.req_header(), session.is_body_empty(), self.limits) {
             let why = e.to_string();
             let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
             let answer = refusal.record(client);

@@ -1,10 +1,12 @@
 //! The client side: the [`front`] door every connection starts at, request [`head`]s
-//! read within limits, [`access`] control, CONNECT tunnels ([`connect`]), TLS
-//! interception ([`intercept`]) with the operator CA ([`ca`]), connections the kernel
-//! redirected ([`transparent`]), answers written on raw client streams ([`reply`]), the
-//! client's side of each exchange ([`client_stream`]) with response heads sent together
-//! with their bodies ([`coalesce`]). Uses [`crate::enforce`]
-//! and the layers below it; never the Pingora proxy that serves the requests.
+//! read within limits, HTTP/2 connections whose streams are requests ([`http2`]), what
+//! a client may hold open ([`slots`]), what the front tells the proxy about each request
+//! ([`context`]), [`access`] control, CONNECT tunnels ([`connect`]), TLS interception
+//! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
+//! ([`transparent`]), refusals and answers written on raw client streams ([`reply`]),
+//! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
+//! sent together with their bodies ([`coalesce`]). Uses [`crate::enforce`] and the
+//! layers below it; never the Pingora proxy that serves the requests.
 
 pub mod access;
 pub mod ca;

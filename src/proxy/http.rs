@@ -214,7 +214,13 @@ impl ProxyHttp for RobotsGateProxy {
             respond(session, &answer).await?;
             return Ok(true);
         }
-        let host = req.headers.get(http::header::HOST).map(|h| h.as_bytes());
+        // HTTP/2 names the authority in `:authority`, which replaces `Host` (RFC 9113
+        // §8.3.1); Pingora has checked that a `Host` sent beside it agrees.
+        let host = req
+            .headers
+            .get(http::header::HOST)
+            .map(|h| h.as_bytes())
+            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
         let destination = ctx.client.destination;
         let target = match (&ctx.client.tunnel, destination) {
             (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),

@@ -67,6 +67,26 @@ fn curl_h2(s: &Setup, url: &str, extra: &[&str]) -> (u16, String, String) {
     curl(&s.proxy, url, &args)
 }
 
+/// curl fetching `urls` at once over h2 through the proxy (`--parallel`: streams of
+/// as few connections as robotsgate's stream limit allows): how many came back `200`
+/// over HTTP/2, and what curl said.
+fn curl_parallel(s: &Setup, urls: &[String]) -> (usize, String) {
+    let ca = s.operator_ca.to_string_lossy().into_owned();
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "30", "--http2", "--parallel"])
+        .args(["--parallel-max", "6", "-x", &s.proxy.url(), "--cacert", &ca])
+        .args(["-o", "/dev/null", "-w", "%{http_version} %{http_code}\\n"])
+        .args(urls)
+        .output()
+        .expect("curl");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let fetched = printed.lines().filter(|l| *l == "2 200").count();
+    (
+        fetched,
+        format!("{printed}{}", String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
     let s = Setup::start("").await;
@@ -80,24 +100,19 @@ async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
     assert_eq!(status, 403);
     assert!(body.contains("robots.txt"), "{body}");
     assert_eq!(origin.count("/private/x"), 0);
+    // `:authority` names the origin as `Host` does: another one is misdirected.
+    let (status, head, _) = curl_h2(
+        &s,
+        &origin.url("/page/b"),
+        &["--http2", "-H", "Host: elsewhere.example"],
+    );
+    assert_eq!(status, 421, "{head}");
+    assert_eq!(origin.count("/page/b"), 0);
 
     // Six requests multiplexed on one connection (`--parallel`): each one paced.
     let urls: Vec<String> = (0..6).map(|i| origin.url(&format!("/many/{i}"))).collect();
-    let ca = s.operator_ca.to_string_lossy().into_owned();
-    let out = Command::new("curl")
-        .args(["-s", "-S", "--max-time", "30", "--http2", "--parallel"])
-        .args(["--parallel-max", "6", "-x", &s.proxy.url(), "--cacert", &ca])
-        .args(["-o", "/dev/null", "-w", "%{http_version} %{http_code}\\n"])
-        .args(&urls)
-        .output()
-        .expect("curl");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        printed.lines().filter(|l| *l == "2 200").count(),
-        6,
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (fetched, said) = curl_parallel(&s, &urls);
+    assert_eq!(fetched, 6, "{said}");
     let seen = pages(&origin, "/many/");
     assert_eq!(seen.len(), 6);
     assert!(most_at_once(&seen) <= 1, "{seen:?}");
@@ -217,22 +232,8 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     let report = h2_client(&s, &target, &["get", "/slow/0"]).expect("h2 client");
     assert_eq!(report["max_concurrent_streams"], 2);
     let urls: Vec<String> = (0..6).map(|i| origin.url(&format!("/slow/{i}"))).collect();
-    let ca = s.operator_ca.to_string_lossy().into_owned();
-    let out = Command::new("curl")
-        .args(["-s", "-S", "--max-time", "30", "--http2", "--parallel"])
-        .args(["--parallel-max", "6", "-x", &s.proxy.url(), "--cacert", &ca])
-        .args(["-o", "/dev/null", "-w", "%{http_version} %{http_code}\\n"])
-        .args(&urls)
-        .output()
-        .expect("curl");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        printed.lines().filter(|l| *l == "2 200").count(),
-        6,
-        "{printed}{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        s.proxy.log()
-    );
+    let (fetched, said) = curl_parallel(&s, &urls);
+    assert_eq!(fetched, 6, "{said}\n{}", s.proxy.log());
     let tunnels = s
         .proxy
         .counter("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"established\"}");

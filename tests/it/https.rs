@@ -69,7 +69,8 @@ impl Setup {
         .await
     }
 
-    /// curl through the proxy, trusting the operator CA.
+    /// curl through the proxy, trusting the operator CA, in HTTP/1.1 inside the tunnel
+    /// (h2 from crawlers is `h2_clients.rs`'s).
     pub(crate) fn curl(&self, url: &str) -> (u16, String, String) {
         curl(
             &self.proxy,
@@ -78,6 +79,7 @@ impl Setup {
                 "--cacert",
                 path(&self.operator_ca),
                 "--suppress-connect-headers",
+                "--http1.1",
             ],
         )
     }

@@ -211,15 +211,22 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
         assert_eq!(origin.count("/robots.txt"), 1, "{scheme}");
     }
 
-    let requests = |decision: &str, mode: &str, scheme: &str| {
+    let requests = |decision: &str, mode: &str, protocol: &str, scheme: &str| {
         w.metric(&format!(
-            "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",protocol=\"http/1.1\",scheme=\"{scheme}\"}}"
+            "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",protocol=\"{protocol}\",scheme=\"{scheme}\"}}"
         ))
     };
-    assert_eq!(requests("allowed", "transparent", "http"), 1.0);
-    assert_eq!(requests("disallowed", "transparent", "http"), 1.0);
-    assert_eq!(requests("allowed", "transparent_tls", "https"), 1.0);
-    assert_eq!(requests("disallowed", "transparent_tls", "https"), 1.0);
+    assert_eq!(requests("allowed", "transparent", "http/1.1", "http"), 1.0);
+    assert_eq!(
+        requests("disallowed", "transparent", "http/1.1", "http"),
+        1.0
+    );
+    // curl offers h2 inside TLS, and gets it.
+    assert_eq!(requests("allowed", "transparent_tls", "h2", "https"), 1.0);
+    assert_eq!(
+        requests("disallowed", "transparent_tls", "h2", "https"),
+        1.0
+    );
     assert_eq!(
         w.metric(
             "robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"intercepted\"}"
@@ -360,6 +367,52 @@ print(r.status_code, r.headers.get("X-Robots-Decision", ""))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirected_h2_is_served_stream_by_stream() {
+    let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n";
+    let w = World::new(robots, Rules::Iptables, "").await;
+    // curl offers h2 and gets it.
+    let (status, head, _) = w.crawl("https://site.test/page/curl", &["--http2"]);
+    assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    // A client offering h2 alone, its streams on one connection: each judged and paced.
+    let client = w._dir.path().join("h2_client.py");
+    std::fs::copy(crate::h2_clients::H2_CLIENT, &client).expect("copy the client");
+    readable_by_all(&client);
+    let out =
+        w.ns.crawler("/usr/bin/python3")
+            .arg(&client)
+            .args(["get", "/page/1", "/private/z", "/page/2", "/page/3"])
+            .args(["--target", "site.test:443", "--cafile"])
+            .arg(&w.ca)
+            .output()
+            .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.proxy.log()
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report");
+    assert_eq!(report["alpn"], "h2");
+    let statuses: Vec<u64> = crate::h2_clients::statuses(&report)
+        .iter()
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(statuses, [200, 403, 200, 200], "{report}");
+    let seen = pages(&w.site_tls, "/page/");
+    assert_eq!(seen.len(), 4);
+    let gap = min_gap(&seen);
+    assert!(gap >= Duration::from_millis(300), "gap {gap:?}");
+    assert_eq!(w.site_tls.count("/private/z"), 0);
+    assert_eq!(
+        w.metric(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent_tls\",protocol=\"h2\",scheme=\"https\"}"
+        ),
+        4.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_connections_get_their_documented_answers() {
     let w = World::new(ROBOTS, Rules::Iptables, "").await;
 
@@ -367,7 +420,8 @@ async fn odd_connections_get_their_documented_answers() {
     let (status, head, _) = w.crawl("https://127.0.0.2/public", &[]);
     assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
 
-    // An h2-only client: the handshake fails with no_application_protocol, counted.
+    // A client offering only protocols robotsgate does not speak: the handshake fails
+    // with no_application_protocol, counted.
     let out =
         w.ns.crawler("openssl")
             .args([
@@ -377,7 +431,7 @@ async fn odd_connections_get_their_documented_answers() {
                 "-servername",
                 "site.test",
                 "-alpn",
-                "h2",
+                "spdy/3.1",
             ])
             .stdin(std::process::Stdio::null())
             .output()
