@@ -45,6 +45,7 @@ use crate::downstream::context::ClientContext;
 use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::reply::{refuse, Refusal};
+use crate::downstream::shutting_down;
 use crate::downstream::slots::{Held, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
 use crate::telemetry::metrics;
@@ -401,15 +402,6 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             }
             wait = self.limits.idle_timeout;
             fresh = false;
-        }
-    }
-}
-
-/// Resolves once the server begins shutting down.
-async fn shutting_down(mut shutdown: ShutdownWatch) {
-    while !*shutdown.borrow() {
-        if shutdown.changed().await.is_err() {
-            std::future::pending::<()>().await;
         }
     }
 }

@@ -21,3 +21,13 @@ pub mod intercept;
 pub mod reply;
 pub mod slots;
 pub mod transparent;
+
+/// Resolves once the server begins shutting down (at once if it has): what every
+/// client connection watches to close when idle, or to send its GOAWAY.
+pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch) {
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

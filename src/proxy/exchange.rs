@@ -49,8 +49,8 @@ impl From<&UpstreamConfig> for UpstreamOptions {
 }
 
 /// The upstream peer for a forward decision: the approved address, TLS for https, one
-/// connection pool per origin, and the configured timeouts.
-pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamOptions) -> HttpPeer {
+/// connection pool per origin, and the configured timeouts (and h2, when on).
+pub fn upstream_peer(target: &Target, addr: SocketAddr, options: &UpstreamOptions) -> HttpPeer {
     let tls = target.origin.scheme == Scheme::Https;
     // The SNI (and the name the certificate is verified for): only TLS has one. Plain
     // HTTP connections are pooled by `group_key`, one pool per origin, without it.
@@ -62,12 +62,12 @@ pub fn upstream_peer(target: &Target, addr: SocketAddr, timeouts: &UpstreamOptio
     let mut peer = HttpPeer::new(addr, tls, sni);
     peer.group_key = group_key(target);
     let o = &mut peer.options;
-    o.connection_timeout = Some(timeouts.connect);
-    o.total_connection_timeout = Some(timeouts.connect * 2);
-    o.read_timeout = Some(timeouts.read);
-    o.write_timeout = Some(timeouts.write);
-    o.idle_timeout = Some(timeouts.idle);
-    if tls && timeouts.http2 {
+    o.connection_timeout = Some(options.connect);
+    o.total_connection_timeout = Some(options.connect * 2);
+    o.read_timeout = Some(options.read);
+    o.write_timeout = Some(options.write);
+    o.idle_timeout = Some(options.idle);
+    if tls && options.http2 {
         // The origin picks: h2 when it offers it, HTTP/1.1 otherwise. Each request is
         // still one turn: the in-flight limit and the gap count streams, not connections.
         o.alpn = pingora::protocols::ALPN::H2H1;

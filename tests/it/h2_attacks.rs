@@ -103,14 +103,16 @@ impl Arena {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_is_bounded() {
     let a = Arena::new("").await;
-    let bystander = a.bystander_served();
+    // Streams reset right behind their HEADERS: `h2` counts them and ends the
+    // connection long before the 20,000 are sent.
     let report = a.attack(&["rapid-reset", "20000", "--hold", "3"]);
     eprintln!("rapid reset: {report}");
-    assert_eq!(bystander, 200);
-    // The origin saw at most the requests robotsgate started before their resets were
-    // read, never one per stream opened.
-    let reached = a.target.count("/page");
-    assert!(reached < 20000, "{reached}");
+    assert_eq!(report["closed"], true, "{report}");
+    let sent = report["sent"].as_u64().unwrap_or(u64::MAX);
+    assert!(sent < 20000, "{report}");
+    // No amplification: at most one request at the origin per stream opened.
+    let reached = a.target.count("/page") as u64;
+    assert!(reached <= sent, "{reached} requests from {sent} streams");
     a.assert_unharmed("rapid reset").await;
 
     // Resets that come once robotsgate has accepted the streams (and queued them for
@@ -195,6 +197,5 @@ async fn a_settings_flood_waits_on_the_flooder() {
     eprintln!("settings flood: {report}");
     // robotsgate stopped reading once its ACKs filled the socket: the flooder blocked.
     assert!(report["sent"].as_u64().unwrap_or(0) < 3_000_000, "{report}");
-    assert_eq!(a.bystander_served(), 200);
     a.assert_unharmed("settings flood").await;
 }

@@ -234,6 +234,7 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     let urls: Vec<String> = (0..6).map(|i| origin.url(&format!("/slow/{i}"))).collect();
     let (fetched, said) = curl_parallel(&s, &urls);
     assert_eq!(fetched, 6, "{said}\n{}", s.proxy.log());
+    assert_eq!(pages(&origin, "/slow/").len(), 7, "one stream, then six");
     let tunnels = s
         .proxy
         .counter("robotsgate_connect_tunnels_total{mode=\"intercepted\",outcome=\"established\"}");

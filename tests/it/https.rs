@@ -670,7 +670,7 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
         "{head}"
     );
     let (status, head, _) = s.curl(&origin.url("/ai-ok/test"));
-    assert_eq!(status, 200, "{head}");
+    assert_eq!(status, 200, "{head}\n{}", s.proxy.log());
     assert!(
         head.contains("X-Robots-Usage: train-ai=y;line=5;source=content-usage"),
         "{head}"
