@@ -2,6 +2,7 @@
 # Installs what a fresh Debian/Ubuntu machine lacks to build, run and test robotsgate.
 # Idempotent: installs nothing when everything is present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need=()
 command -v cc >/dev/null || need+=(build-essential)
@@ -23,6 +24,8 @@ command -v setpriv >/dev/null || need+=(util-linux)
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' 2>/dev/null || need+=(python3-requests)
 # The h2-only client and the HTTP/2 attacks (tests/helpers/h2_client.py): hyper-h2.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import h2' 2>/dev/null || need+=(python3-h2)
+# The package (scripts/package.sh) is judged by lintian and listed with dpkg-deb.
+command -v lintian >/dev/null || need+=(lintian)
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -49,4 +52,26 @@ fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install a Rust toolchain (rustup) first" >&2
   exit 1
+fi
+# scripts/package.sh builds the Debian package with cargo-deb.
+if ! cargo deb --version >/dev/null 2>&1; then
+  echo "installing: cargo-deb" >&2
+  cargo install --locked --quiet cargo-deb --version '^3'
+fi
+# Debian's Prometheus (prometheus, promtool) for the alert-rule and dashboard tests,
+# unpacked into target/test-tools/ rather than installed: installing the package would
+# start a Prometheus service on this machine's :9090.
+tools="target/test-tools/prometheus"
+if ! command -v promtool >/dev/null && [ ! -x "$tools/usr/bin/promtool" ]; then
+  echo "unpacking: Debian's prometheus into $tools" >&2
+  download="$(mktemp -d)"
+  if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    (cd "$download" && apt-get download -qq prometheus)
+  fi
+  mkdir -p "$tools"
+  dpkg-deb -x "$download"/prometheus_*.deb "$tools"
+  rm -rf "$download"
 fi

@@ -48,6 +48,8 @@ use crate::robots::{Purposes, Reason, RobotsTxt};
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
     pub guard: AdminGuard,
+    /// The last minutes, sampled in the background (the status page's charts).
+    pub history: Arc<crate::ops::history::History>,
 }
 
 /// Who may use the admin API, and how often an origin may be refreshed through it.
@@ -278,6 +280,7 @@ impl AdminApp {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "totals": totals,
+            "history": self.history.to_json(),
             "usage": crate::telemetry::usage::refused_share()
                 .into_iter()
                 .map(|(purpose, judged, refused)| json!({"purpose": purpose, "judged": judged, "refused": refused}))

@@ -1,6 +1,7 @@
-//! Operations: the [`admin`] listener (status page, `/check`, per-origin views,
-//! `/metrics`) and the key [`directory`] listener. Uses [`crate::enforce`] and the
+//! Operations: the [`admin`] listener (status page with the [`history`] of the last
+//! minutes, `/check`, per-origin views, `/metrics`) and the key [`directory`] listener. Uses [`crate::enforce`] and the
 //! layers below it.
 
 pub mod admin;
 pub mod directory;
+pub mod history;

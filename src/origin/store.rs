@@ -314,6 +314,23 @@ impl OriginStore {
         all
     }
 
+    /// The `n` origins with the most requests waiting for or holding a pacing turn
+    /// (none with an empty queue), longest first. One pass over the store, a lock per
+    /// origin's schedules.
+    pub fn longest_queues(&self, n: usize) -> Vec<(Origin, usize)> {
+        let mut queues: Vec<(Origin, usize)> = Vec::new();
+        for shard in &self.shards {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            queues.extend(map.iter().filter_map(|(_, entry)| {
+                let queued = entry.schedules.queued();
+                (queued > 0).then(|| (entry.origin.clone(), queued))
+            }));
+        }
+        queues.sort_by_key(|(_, queued)| std::cmp::Reverse(*queued));
+        queues.truncate(n);
+        queues
+    }
+
     /// Forgets `origin` (fleet-wide in fleet mode): the next request fetches its
     /// robots.txt again. True if it was held here.
     pub fn purge(&self, origin: &Origin) -> bool {

@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::config::FleetConfig;
+use crate::pacing::down::{Cause, Down};
 use crate::pacing::memory::{memory_fit, texts};
 use crate::pacing::outage::{Outages, Standing, MEMBER_FOR, MEMBER_KEY};
 use crate::telemetry::metrics;
@@ -128,8 +129,8 @@ pub struct Fleet {
     pub(crate) lease: Duration,
     conn: ArcSwapOption<Conn>,
     up: AtomicBool,
-    /// Why the backend is down (empty while up).
-    down_reason: ArcSwap<String>,
+    /// Why the backend is down (stale while up).
+    down: ArcSwap<Down>,
     /// Has the health been checked once (the first result is logged either way)?
     checked: AtomicBool,
     generation: AtomicU64,
@@ -184,7 +185,7 @@ impl Fleet {
             lease,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
-            down_reason: ArcSwap::from_pointee("not connected yet".into()),
+            down: ArcSwap::from_pointee(Down::new(Cause::Connecting, "not connected yet")),
             checked: AtomicBool::new(false),
             generation: AtomicU64::new(1),
             instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
@@ -216,6 +217,7 @@ impl Fleet {
         if self.runtime.set(runtime.handle().clone()).is_err() {
             return Ok(());
         }
+        metrics::init_fleet();
         let background = self.clone();
         std::thread::Builder::new()
             .name("robotsgate-fleet".into())
@@ -249,7 +251,7 @@ impl Fleet {
         if self.up() {
             String::new()
         } else {
-            self.down_reason.load().to_string()
+            self.down.load().to_string()
         }
     }
 
@@ -322,14 +324,17 @@ impl Fleet {
         (offset != i64::MIN).then(|| ms(instant.saturating_duration_since(self.epoch)) + offset)
     }
 
-    fn set_up(self: &Arc<Self>, up: bool, why: &str) {
+    /// Marks the backend up (`Ok`) or down, and why.
+    fn set_up(self: &Arc<Self>, health: Result<(), Down>) {
         let first = !self.checked.swap(true, Ordering::AcqRel);
-        if !up {
-            self.down_reason.store(Arc::new(why.to_string()));
-        }
-        if self.up.swap(up, Ordering::AcqRel) != up || first {
+        let up = health.is_ok();
+        let changed = self.up.swap(up, Ordering::AcqRel) != up || first;
+        if changed {
             metrics::FLEET_BACKEND_UP.set(i64::from(up));
-            if up {
+        }
+        match health {
+            Ok(()) if changed => {
+                Down::publish_up();
                 // Another instance sees the same return up to a health check and a
                 // command timeout later (twice over: its next check may time out too);
                 // the owners of the outage write back their turns meanwhile.
@@ -339,9 +344,17 @@ impl Fleet {
                 // Whatever Redis lost while away (or in a restart, a failover) that this
                 // instance knows is written again.
                 self.returns.send_modify(|n| *n += 1);
-            } else {
-                self.outages.down(Instant::now());
-                log::warn!("fleet backend unavailable: {why}");
+            }
+            Ok(()) => {}
+            Err(down) => {
+                if changed || self.down.load().cause != down.cause {
+                    down.publish();
+                }
+                if changed {
+                    self.outages.down(Instant::now());
+                    log::warn!("fleet backend unavailable: {down}");
+                }
+                self.down.store(Arc::new(down));
             }
         }
     }
@@ -396,22 +409,18 @@ impl Fleet {
             if self.conn.load().is_none() {
                 match tokio::time::timeout(Duration::from_secs(5), self.connect()).await {
                     Ok(Ok(conn)) => self.conn.store(Some(Arc::new(conn))),
-                    Ok(Err(e)) => self.set_up(false, &e.to_string()),
-                    Err(_) => self.set_up(false, "connect timed out"),
+                    Ok(Err(e)) => self.set_up(Err(Down::of(&e))),
+                    Err(_) => self.set_up(Err(Down::timed_out("connect"))),
                 }
             }
             if let Some(conn) = self.conn.load_full() {
                 let mut conn = (*conn).clone();
                 let health = self.check(&mut conn).await;
-                match health {
-                    Ok(()) => self.set_up(true, ""),
-                    Err(why) => {
-                        self.set_up(false, &why);
-                        if self.config.redis_sentinel.is_some() {
-                            // Ask the sentinels again: the master may have moved.
-                            self.conn.store(None);
-                        }
-                    }
+                let down = health.is_err();
+                self.set_up(health);
+                if down && self.config.redis_sentinel.is_some() {
+                    // Ask the sentinels again: the master may have moved.
+                    self.conn.store(None);
                 }
             }
             tokio::time::sleep(HEALTH_EVERY).await;
@@ -421,7 +430,7 @@ impl Fleet {
     /// One health check: `TIME` (Redis' clock), the eviction policy and whether Redis
     /// is out of memory (a script that has begun to write is let finish past
     /// `maxmemory`, so the scripts' own errors cannot be relied on to say so).
-    async fn check(&self, conn: &mut Conn) -> Result<(), String> {
+    async fn check(&self, conn: &mut Conn) -> Result<(), Down> {
         let timeout = self.config.command_timeout_seconds.duration();
         let started = Instant::now();
         let time =
@@ -429,8 +438,8 @@ impl Fleet {
         metrics::observe_fleet_command("time", started.elapsed().as_secs_f64());
         match time {
             Ok(Ok((seconds, micros))) => self.saw_redis_time(seconds * 1000 + micros / 1000),
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("TIME timed out".into()),
+            Ok(Err(e)) => return Err(Down::of(&e)),
+            Err(_) => return Err(Down::timed_out("TIME")),
         }
         // A Cluster answers per node (a map): every master is checked.
         let info = tokio::time::timeout(
@@ -440,8 +449,8 @@ impl Fleet {
         .await;
         let info = match info {
             Ok(Ok(info)) => info,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("INFO timed out".into()),
+            Ok(Err(e)) => return Err(Down::of(&e)),
+            Err(_) => return Err(Down::timed_out("INFO")),
         };
         for node in texts(info) {
             memory_fit(&node, self.config.allow_eviction)?;
@@ -450,7 +459,7 @@ impl Fleet {
     }
 
     /// Says this instance is a member, and reads the membership (see `outage`).
-    async fn heartbeat(&self, conn: &mut Conn) -> Result<(), String> {
+    async fn heartbeat(&self, conn: &mut Conn) -> Result<(), Down> {
         let now = self.redis_time_of(Instant::now()).unwrap_or(0);
         let gone = ms(MEMBER_FOR * 20);
         let mut pipe = redis::pipe();
@@ -479,8 +488,8 @@ impl Fleet {
                 self.outages.saw_members(members);
                 Ok(())
             }
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("membership timed out".into()),
+            Ok(Err(e)) => Err(Down::of(&e)),
+            Err(_) => Err(Down::timed_out("membership")),
         }
     }
 
@@ -642,25 +651,21 @@ impl Fleet {
         match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
-                let oom = e.code() == Some("OOM");
-                if oom {
-                    self.set_up(false, &format!("Redis out of memory: {e}"));
-                } else if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-                    || e.code() == Some("READONLY")
-                {
-                    self.set_up(false, &e.to_string());
-                    if self.config.redis_sentinel.is_some() {
-                        self.conn.store(None);
+                let down = Down::of(&e);
+                match down.cause {
+                    Cause::OutOfMemory => self.set_up(Err(down)),
+                    Cause::Unreachable | Cause::Timeout | Cause::ReadOnly => {
+                        self.set_up(Err(down));
+                        if self.config.redis_sentinel.is_some() {
+                            self.conn.store(None);
+                        }
                     }
-                } else {
-                    log::error!("fleet command {name} failed: {e}");
+                    _ => log::error!("fleet command {name} failed: {e}"),
                 }
                 Err(Unavailable)
             }
             Err(_) => {
-                self.set_up(false, &format!("{name} timed out"));
+                self.set_up(Err(Down::timed_out(name)));
                 Err(Unavailable)
             }
         }

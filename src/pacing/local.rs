@@ -173,6 +173,15 @@ impl Schedules {
             .any(|s| s.pending.load(Ordering::Acquire) > 0)
     }
 
+    /// Requests waiting for or holding a turn here, over all groups.
+    pub fn queued(&self) -> usize {
+        lock(&self.list)
+            .schedules
+            .iter()
+            .map(|s| s.pending.load(Ordering::Acquire))
+            .sum()
+    }
+
     /// The pauses and backoffs in force, per group (for the state file).
     pub fn pauses(&self) -> Vec<(String, Option<Instant>, Duration)> {
         let now = Instant::now();

@@ -5,6 +5,8 @@
 
 use redis::Value;
 
+use super::down::{Cause, Down};
+
 /// A `maxmemory-policy` under which Redis may evict keys robotsgate wrote (its keys all
 /// carry a TTL, so `volatile-*` policies reach them too).
 fn evicts(policy: &str) -> bool {
@@ -25,18 +27,21 @@ pub(super) fn texts(value: Value) -> Vec<String> {
 
 /// Can this Redis (its `INFO memory`) hold the schedules? `Err` names why not: a
 /// policy that evicts them (unless `allow_eviction`), or no memory left.
-pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), String> {
+pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), Down> {
     let policy = info_field(info, "maxmemory_policy").unwrap_or("noeviction");
     if evicts(policy) && !allow_eviction {
-        return Err(format!(
+        return Err(Down::new(Cause::EvictionPolicy, format!(
             "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
-        ));
+        )));
     }
     let number = |field| info_field(info, field).and_then(|v| v.parse::<u64>().ok());
     if let (Some(used), Some(max)) = (number("used_memory"), number("maxmemory")) {
         if max > 0 && used >= max && !evicts(policy) {
-            return Err(format!(
-                "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
+            return Err(Down::new(
+                Cause::OutOfMemory,
+                format!(
+                    "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
+                ),
             ));
         }
     }
@@ -62,7 +67,8 @@ mod tests {
         assert!(memory_fit(&info("noeviction", 10, 0), false).is_ok());
         assert!(memory_fit(&info("noeviction", 10, 100), false).is_ok());
         let full = memory_fit(&info("noeviction", 100, 100), false).unwrap_err();
-        assert!(full.contains("out of memory"), "{full}");
+        assert_eq!(full.cause, Cause::OutOfMemory);
+        assert!(full.detail.contains("out of memory"), "{full}");
         for policy in [
             "allkeys-lru",
             "volatile-ttl",
@@ -70,7 +76,8 @@ mod tests {
             "allkeys-random",
         ] {
             let why = memory_fit(&info(policy, 1, 100), false).unwrap_err();
-            assert!(why.contains(policy), "{why}");
+            assert_eq!(why.cause, Cause::EvictionPolicy);
+            assert!(why.detail.contains(policy), "{why}");
             assert!(memory_fit(&info(policy, 1, 100), true).is_ok());
         }
         let cluster = Value::Map(vec![

@@ -75,6 +75,7 @@ use crate::policy::target::Origin;
 use crate::telemetry::metrics;
 
 pub mod backend;
+mod down;
 mod fetch_turns;
 mod local;
 mod memory;

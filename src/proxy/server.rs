@@ -204,7 +204,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         upgrade: args.upgrade,
         ..Opt::default()
     };
-    crate::telemetry::metrics::record_build_info();
+    crate::telemetry::metrics::init();
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
@@ -216,10 +216,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Threads start in a background service: after a daemon's fork, which they would
     // not survive.
+    let history = Arc::new(crate::ops::history::History::default());
     let background = server.add_service(pingora::services::background::background_service(
         "robotsgate background",
         Background {
             enforcer: enforcer.clone(),
+            history: history.clone(),
             state: config
                 .robots
                 .state_file
@@ -317,6 +319,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             AdminApp {
                 enforcer: enforcer.clone(),
                 guard,
+                history,
             },
         );
         service.add_tcp(&admin.to_string());
@@ -370,10 +373,11 @@ fn client_listener(
 }
 
 /// What runs beside requests, started once the process is what it will stay (after a
-/// daemon's fork): the fleet backend, the state file's writer, and (TPROXY) the
-/// transparent listeners' `IP_TRANSPARENT`.
+/// daemon's fork): the fleet backend, the state file's writer, the status page's
+/// sampler, and (TPROXY) the transparent listeners' `IP_TRANSPARENT`.
 struct Background {
     enforcer: Arc<Enforcer>,
+    history: Arc<crate::ops::history::History>,
     state: Option<(PathBuf, std::time::Duration)>,
     /// TPROXY listeners, to be made transparent once bound.
     tproxy: Vec<std::net::SocketAddr>,
@@ -399,6 +403,9 @@ impl pingora::services::background::BackgroundService for Background {
                 log::error!("state file {} will not be written: {e}", path.display());
             }
         }
+        self.history
+            .clone()
+            .keep_sampling(self.enforcer.store.clone());
         for addr in self.tproxy.clone() {
             tokio::spawn(make_transparent_once_bound(addr));
         }

@@ -23,6 +23,7 @@ mod limits;
 mod pacing;
 mod payment;
 mod politeness;
+mod prometheus;
 mod proxy;
 mod redis_servers;
 mod reload;

@@ -5,8 +5,9 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use crate::common::{curl, Behaviour, Proxy, TestOrigin};
+use crate::common::{admin, concurrent, curl, eventually, pages, Behaviour, Proxy, TestOrigin};
 
 pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
     let out = Command::new("chromium")
@@ -123,4 +124,113 @@ async fn status_page_shows_the_share_refused_per_purpose_and_checks_a_purpose() 
         "{dom}"
     );
     assert_eq!(origin.count("/news/c"), 0, "the check requests nothing");
+}
+
+/// The charts of the last minutes: a paced origin under a burst (its queue grows and
+/// drains at the Crawl-delay) and a disallowed path give the decision chart its
+/// `allowed` and `disallowed` lines and the queue chart the origin's line, drawn by the
+/// page's own script from `/status.json` (no external asset) in headless Chromium.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_charts_the_last_minutes() {
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback("");
+    // 16 paced pages at once (a queue that lasts some 5 s: two samples or more see
+    // it), and disallowed paths alongside.
+    let mut urls: Vec<(String, &'static str)> = (0..16)
+        .map(|i| (origin.url(&format!("/page/{i}")), "ExampleBot/1.0"))
+        .collect();
+    urls.extend((0..6).map(|i| (origin.url(&format!("/private/{i}")), "ExampleBot/1.0")));
+    let origin_key = origin.url("");
+    let origin_key = origin_key.trim_end_matches('/').to_string();
+    let status = || {
+        let (code, body) = admin(&proxy, "GET", "/status.json");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("status.json")
+    };
+    let queued_most = |s: &serde_json::Value| {
+        s["history"]["queues"][&origin_key]
+            .as_array()
+            .map(|q| q.iter().filter_map(|v| v.as_u64()).max().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    let statuses = concurrent(&proxy, urls).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        16,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 403).count(),
+        6,
+        "{statuses:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = status();
+            let rate = |d: &str| {
+                s["history"]["decisions"][d]
+                    .as_array()
+                    .map(|r| r.iter().filter_map(|v| v.as_f64()).sum::<f64>())
+                    .unwrap_or(0.0)
+            };
+            rate("allowed") > 0.0 && rate("disallowed") > 0.0
+        })
+        .await,
+        "no rates in {}",
+        status()["history"]
+    );
+    let s = status();
+    assert!(
+        queued_most(&s) >= 2,
+        "queue not seen: {} (origin {origin_key})",
+        s["history"]
+    );
+    // What reached the origin: the 16 pages, paced; no disallowed path.
+    assert_eq!(pages(&origin, "/private").len(), 0);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = format!("http://{}/", proxy.admin);
+    let dom = tokio::task::block_in_place(|| chromium(dir.path(), &["--dump-dom"], &page));
+    for series in ["allowed", "disallowed", origin_key.as_str()] {
+        assert!(
+            dom.contains(&format!(r#"data-series="{series}""#)),
+            "no line for {series}:\n{dom}"
+        );
+    }
+    for chart in ["rates-chart", "queues-chart"] {
+        let points = dom
+            .split(&format!(r#"id="{chart}""#))
+            .nth(1)
+            .and_then(|rest| rest.split("data-points=\"").nth(1))
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        assert!(points >= 2, "{chart} has {points} points:\n{dom}");
+    }
+    // The page's own status line was filled from status.json (not its error).
+    assert!(dom.contains(" held, "), "{dom}");
+    let shot = dir.path().join("charts.png");
+    tokio::task::block_in_place(|| {
+        chromium(
+            dir.path(),
+            &[
+                "--window-size=1200,900",
+                &format!("--screenshot={}", shot.display()),
+            ],
+            &page,
+        )
+    });
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    if let Ok(keep) = std::env::var("ROBOTSGATE_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).expect("keep screenshot");
+    }
 }

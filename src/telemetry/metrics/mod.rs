@@ -2,9 +2,12 @@
 //!
 //! Registered once in the default registry; the admin listener serves them.
 
+mod fleet;
+
 use std::sync::LazyLock;
 
 pub use crate::policy::answer::Outcome;
+pub use fleet::*;
 use prometheus::{
     register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
     IntCounterVec, IntGauge,
@@ -170,11 +173,94 @@ static BUILD_INFO: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-/// Sets the build-info gauge (call once at start).
-pub fn record_build_info() {
+static START_TIME: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+    prometheus::register_gauge!(
+        "robotsgate_start_time_seconds",
+        "When this process started, in seconds since the Unix epoch (a reload starts a new process)."
+    )
+    .expect("metric registers once")
+});
+
+/// Registers every metric whose labels are known in advance, at zero, and sets the
+/// build info and start time (call once at start). A counter that first appeared with
+/// its first increment would be missed by `rate()` and `increase()` (Prometheus sees no
+/// zero before it), so dashboards and alerts would not see the first events. The CA
+/// expiry gauge and the fleet metrics are not among them: they appear when there is a
+/// CA or a fleet backend (a zero there would read as expired, or down).
+pub fn init() {
+    LazyLock::force(&REQUEST_HANDLES);
+    LazyLock::force(&UPSTREAM_CLASS_HANDLES);
+    LazyLock::force(&EXCHANGE_END_HANDLES);
+    for class in ["2xx", "3xx_exhausted", "4xx", "5xx", "network", "too_large"] {
+        ROBOTS_FETCHES.with_label_values(&[class]);
+    }
+    for cause in ["error", "latency"] {
+        SLOW_DOWNS.with_label_values(&[cause]);
+    }
+    for mode in [
+        TunnelMode::Intercepted,
+        TunnelMode::Blind,
+        TunnelMode::TransparentBlind,
+    ] {
+        for outcome in ["established", "refused", "handshake_failed"] {
+            TUNNELS.with_label_values(&[mode.label(), outcome]);
+        }
+    }
+    for listener in ["http", "tls"] {
+        for outcome in [
+            "accepted",
+            "intercepted",
+            "blind",
+            "loop",
+            "no_destination",
+            "not_tls",
+            "alpn_refused",
+            "handshake_failed",
+            "refused",
+        ] {
+            TRANSPARENT_CONNECTIONS.with_label_values(&[listener, outcome]);
+        }
+    }
+    for reason in Refusal::ALL {
+        REFUSALS.with_label_values(&[reason.label()]);
+    }
+    for counter in [
+        &ROBOTS_CHANGES,
+        &STORE_EVICTIONS,
+        &SINGLE_FLIGHT_JOINS,
+        &IN_FLIGHT_WAITS,
+        &CRAWL_DELAYS_CLAMPED,
+        &TLS_LEAF_MINTS,
+        &TLS_LEAF_CACHE_HITS,
+        &TLS_SNI_MISMATCHES,
+        &FORGED_HEADERS,
+        &CLIENTS_LEFT,
+    ] {
+        LazyLock::force(counter);
+    }
+    for histogram in [&ROBOTS_FETCH_DURATION, &PACING_WAIT] {
+        LazyLock::force(histogram);
+    }
+    for gauge in [
+        &STORE_ORIGINS,
+        &PACING_QUEUED,
+        &DOWNSTREAM_CONNECTIONS,
+        &DOWNSTREAM_STREAMS,
+    ] {
+        LazyLock::force(gauge);
+    }
+    record_build_info();
+}
+
+/// Sets the build-info gauge and the start time.
+fn record_build_info() {
     BUILD_INFO
         .with_label_values(&[env!("CARGO_PKG_VERSION")])
         .set(1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    START_TIME.set(now.as_secs_f64());
 }
 
 pub static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
@@ -530,6 +616,25 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every reason.
+    pub const ALL: [Refusal; 15] = [
+        Refusal::ConnectionLimit,
+        Refusal::ClientConnectionLimit,
+        Refusal::FirstByteTimeout,
+        Refusal::HeaderTimeout,
+        Refusal::RequestLineTooLong,
+        Refusal::HeaderTooLarge,
+        Refusal::TooManyHeaders,
+        Refusal::BodyTooLarge,
+        Refusal::BodyOnGet,
+        Refusal::Upgrade,
+        Refusal::Malformed,
+        Refusal::ClientNetwork,
+        Refusal::AuthRequired,
+        Refusal::AuthFailed,
+        Refusal::Loop,
+    ];
+
     /// The label.
     pub fn label(self) -> &'static str {
         match self {
@@ -555,57 +660,6 @@ impl Refusal {
 /// Counts one refusal.
 pub fn record_refusal(reason: Refusal) {
     REFUSALS.with_label_values(&[reason.label()]).inc();
-}
-
-/// 1 while the fleet backend (Redis) answers, 0 while it does not (fleet mode only).
-pub static FLEET_BACKEND_UP: LazyLock<IntGauge> = LazyLock::new(|| {
-    register_int_gauge!(
-        "robotsgate_fleet_backend_up",
-        "1 while the fleet backend (Redis) answers, 0 while it is down or slow (fleet mode)."
-    )
-    .expect("metric registers once")
-});
-
-/// Wake-ups this instance received on its own channel (a release made one of its
-/// tickets the next in line).
-pub static FLEET_WAKE_UPS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
-    prometheus::register_int_counter!(
-        "robotsgate_fleet_wake_ups_total",
-        "Wake-ups received on this instance's own fleet channel (one per release that made one of its tickets next)."
-    )
-    .expect("metric registers once")
-});
-
-static FLEET_COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
-    register_histogram_vec!(
-        "robotsgate_fleet_command_duration_seconds",
-        "Round-trip time of fleet backend commands (acquire, release, robots_read, ...).",
-        &["command"],
-        vec![0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
-    )
-    .expect("metric registers once")
-});
-
-/// Times one fleet backend command.
-pub fn observe_fleet_command(command: &str, seconds: f64) {
-    FLEET_COMMAND_DURATION
-        .with_label_values(&[command])
-        .observe(seconds);
-}
-
-static FLEET_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "robotsgate_fleet_fallbacks_total",
-        "Requests and robots.txt fetches handled without the fleet backend while it was \
-         unavailable, by what was done (refuse, local).",
-        &["action"]
-    )
-    .expect("metric registers once")
-});
-
-/// Counts one request or fetch handled without the fleet backend.
-pub fn record_fleet_fallback(action: &'static str) {
-    FLEET_FALLBACKS.with_label_values(&[action]).inc();
 }
 
 static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {

@@ -1,0 +1,462 @@
+//! The operator's Prometheus side, against Debian's real `prometheus` and `promtool`
+//! (scripts/deps.sh unpacks them into target/test-tools/ when they are not on PATH):
+//! the alert rules pass `promtool check rules` and their unit tests, and a Prometheus
+//! on loopback scraping two robotsgates under a short load evaluates every dashboard
+//! panel query and every alert expression through its HTTP API.
+//!
+//! Instance A is an explicit proxy: a paced origin (its Crawl-delay above the ceiling,
+//! more requests than its queue holds), a disallowed path, a slow origin held by the
+//! in-flight limit, an origin answering 503, and a malformed request. Instance B runs in
+//! fleet mode (a real `redis-server`), intercepts TLS with a CA that expires in 20 days,
+//! and has a transparent listener. Panels that need what neither load provokes are in
+//! [`NOT_UNDER_LOAD`], with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::common::{
+    admin, concurrent, curl, free_port, pages, raw_exchange, Behaviour, Proxy, TestOrigin,
+};
+use crate::redis_servers::Redis;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Panels whose queries are checked for validity only: what they show does not happen
+/// under the test's load (each is exercised by the test named).
+const NOT_UNDER_LOAD: &[(&str, &str)] = &[(
+    "Fleet: handled without Redis",
+    "needs the fleet backend down (tests/it/fleet_faults.rs)",
+)];
+
+/// `prometheus` or `promtool`: on PATH (Debian's package installed), else as
+/// scripts/deps.sh unpacked it.
+fn tool(name: &str) -> PathBuf {
+    if let Some(found) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    }) {
+        return found;
+    }
+    let unpacked = Path::new(ROOT)
+        .join("target/test-tools/prometheus/usr/bin")
+        .join(name);
+    assert!(
+        unpacked.is_file(),
+        "{name} not found on PATH nor at {}: run scripts/deps.sh",
+        unpacked.display()
+    );
+    unpacked
+}
+
+fn run(command: &mut Command) -> (bool, String) {
+    let out = command.output().expect("run");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn alert_rules_pass_promtool_and_their_unit_tests() {
+    let rules = format!("{ROOT}/conf/prometheus-alerts.yaml");
+    let (ok, text) = run(Command::new(tool("promtool")).args(["check", "rules", &rules]));
+    assert!(ok && text.contains("SUCCESS"), "{text}");
+    let (ok, text) = run(Command::new(tool("promtool")).args([
+        "test",
+        "rules",
+        &format!("{ROOT}/tests/prometheus/alerts_test.yaml"),
+    ]));
+    assert!(ok && text.contains("SUCCESS"), "{text}");
+    // Every alert of the file has a unit test.
+    let tests = std::fs::read_to_string(format!("{ROOT}/tests/prometheus/alerts_test.yaml"))
+        .expect("tests");
+    for alert in alert_rules() {
+        assert!(
+            tests.contains(&format!("alertname: {}", alert.0)),
+            "no unit test for {}",
+            alert.0
+        );
+    }
+}
+
+/// The alert rules: (name, expression).
+fn alert_rules() -> Vec<(String, String)> {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/conf/prometheus-alerts.yaml")).expect("rules");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("rules parse");
+    let mut rules = Vec::new();
+    for group in doc["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert").to_string();
+            let expr = rule["expr"].as_str().expect("expr").to_string();
+            rules.push((name, expr));
+        }
+    }
+    rules
+}
+
+/// The dashboard's panels: (title, queries), `$instance` matching every instance and
+/// `$__rate_interval` a window of several scrapes.
+fn panels() -> Vec<(String, Vec<String>)> {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/conf/grafana-dashboard.json")).expect("dashboard");
+    let doc: Value = serde_json::from_str(&text).expect("dashboard parses");
+    doc["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .filter(|p| p["type"] != "row")
+        .map(|p| {
+            let title = p["title"].as_str().expect("title").to_string();
+            let queries = p["targets"]
+                .as_array()
+                .expect("targets")
+                .iter()
+                .map(|t| {
+                    t["expr"]
+                        .as_str()
+                        .expect("expr")
+                        .replace("$instance", ".*")
+                        .replace("$__rate_interval", "1m")
+                })
+                .collect();
+            (title, queries)
+        })
+        .collect()
+}
+
+/// A Prometheus on loopback, ended (by PID) when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(targets: &[std::net::SocketAddr]) -> Prometheus {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("prometheus.yml");
+        let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [\"{ROOT}/conf/prometheus-alerts.yaml\"]\nscrape_configs:\n  - job_name: robotsgate\n    static_configs:\n      - targets: [{}]\n",
+                targets.join(", ")
+            ),
+        )
+        .expect("config");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
+        let child = Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let prometheus = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while prometheus.get("/-/ready").0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready: {}",
+                prometheus.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        prometheus
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// GET `path` (query string included): (status, body).
+    fn get(&self, path: &str) -> (u16, String) {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+            .arg(format!("http://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    /// An instant query at `at` (seconds since the epoch): the API's answer.
+    fn query(&self, expr: &str, at: f64) -> Value {
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("query", expr)
+            .append_pair("time", &format!("{at:.3}"))
+            .finish();
+        let (_, body) = self.get(&format!("/api/v1/query?{query}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Does a query's answer hold a series with a number (not NaN)?
+fn has_data(answer: &Value) -> bool {
+    answer["data"]["result"].as_array().is_some_and(|series| {
+        series.iter().any(|s| {
+            s["value"][1]
+                .as_str()
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(f64::is_finite)
+        })
+    })
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
+    // ---- Instance A: an explicit proxy under a short crawl ----
+    let paced = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n"),
+    )])
+    .await;
+    let slow = TestOrigin::start(vec![(
+        "/slow",
+        Behaviour::Delayed {
+            delay: Duration::from_millis(300),
+            body: b"slow\n".to_vec(),
+        },
+    )])
+    .await;
+    let failing = TestOrigin::start(vec![("/fail", Behaviour::status(503))]).await;
+    let a = Proxy::start_for_loopback(
+        "  pacing:\n    ceiling_seconds: 0.2\n    max_in_flight: 1\n    max_queue: 4\n",
+    );
+
+    // ---- Instance B: fleet mode, TLS interception, a transparent listener ----
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca_cert, ca_key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
+    let (ok, text) = run(Command::new(env!("CARGO_BIN_EXE_robotsgate")).args([
+        "ca",
+        "init",
+        "--cert",
+        ca_cert.to_str().expect("utf-8"),
+        "--key",
+        ca_key.to_str().expect("utf-8"),
+        "--days",
+        "20",
+    ]));
+    assert!(ok, "{text}");
+    let transparent = free_port();
+    let b = Proxy::start(
+        &format!(
+            "{}  transparent:\n    http_listen: 127.0.0.1:{transparent}\n",
+            crate::fleet::fleet_yaml(&redis, "")
+        ),
+        &[
+            "--allow-destination",
+            "127.0.0.0/8",
+            "--ca-cert",
+            ca_cert.to_str().expect("utf-8"),
+            "--ca-key",
+            ca_key.to_str().expect("utf-8"),
+        ],
+    );
+
+    let prometheus = Prometheus::start(&[a.admin, b.admin]);
+    // Both scraped once before the load: its first events are increases from zero.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while prometheus.query("sum(up{job=\"robotsgate\"})", now())["data"]["result"][0]["value"][1]
+        != "2"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "targets not up:\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A's load: 12 pages of the paced origin at once (a queue of 4: some refused for
+    // waiting too long), disallowed paths, 3 slow pages at once (in-flight limit 1),
+    // errors from an origin (adaptive slow-down), a malformed request.
+    let mut urls: Vec<(String, &'static str)> = (0..12)
+        .map(|i| (paced.url(&format!("/page/{i}")), "ExampleBot/1.0"))
+        .collect();
+    urls.extend((0..4).map(|i| (paced.url(&format!("/private/{i}")), "ExampleBot/1.0")));
+    urls.extend((0..3).map(|_| (slow.url("/slow"), "ExampleBot/1.0")));
+    urls.extend((0..2).map(|_| (failing.url("/fail"), "ExampleBot/1.0")));
+    let statuses = concurrent(&a, urls).await;
+    assert!(
+        statuses.contains(&200) && statuses.contains(&403),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.contains(&503),
+        "nothing refused or failed: {statuses:?}"
+    );
+    let answer = raw_exchange(a.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // What the origins received: no disallowed path, paced pages.
+    assert_eq!(pages(&paced, "/private").len(), 0);
+
+    // B's load: a page through the fleet, a CONNECT intercepted with the expiring CA,
+    // a direct (not redirected) connection on the transparent listener.
+    let fleet_origin = TestOrigin::start(vec![]).await;
+    assert_eq!(curl(&b, &fleet_origin.url("/fleet"), &[]).0, 200);
+    let closed = free_port();
+    let (status, head, _) = curl(
+        &b,
+        &format!("https://127.0.0.1:{closed}/x"),
+        &[
+            "--cacert",
+            ca_cert.to_str().expect("utf-8"),
+            "--http1.1",
+            "--suppress-connect-headers",
+        ],
+    );
+    assert!(status >= 500, "the intercepted request: {status} {head}");
+    let _ = raw_exchange(
+        format!("127.0.0.1:{transparent}").parse().expect("addr"),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    let load_end = now();
+
+    // Prometheus has scraped both after the load: A's requests as A counts them.
+    let (_, status) = admin(&a, "GET", "/status.json");
+    let status: Value = serde_json::from_str(&status).expect("status.json");
+    let total: u64 = status["totals"]
+        .as_object()
+        .expect("totals")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = prometheus.query(
+            &format!("sum(robotsgate_requests_total{{instance=\"{}\"}})", a.admin),
+            now(),
+        );
+        let scraped = seen["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse::<f64>().ok());
+        let b_up = has_data(&prometheus.query("robotsgate_fleet_backend_up == 1", now()));
+        if scraped == Some(total as f64) && b_up {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus has {scraped:?} of {total} requests (B up: {b_up}):\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let at = now().max(load_end + 2.0);
+
+    // Every panel query is valid, and every panel shows data (but those listed).
+    let mut missing = Vec::new();
+    for (title, queries) in panels() {
+        let mut shown = false;
+        for query in &queries {
+            let answer = prometheus.query(query, at);
+            assert_eq!(answer["status"], "success", "{title}: {query}: {answer}");
+            shown |= has_data(&answer);
+        }
+        let exempt = NOT_UNDER_LOAD.iter().any(|(t, _)| *t == title);
+        if !shown && !exempt {
+            missing.push(format!("{title}: {queries:?}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "panels without data:\n{}",
+        missing.join("\n")
+    );
+    for (title, _) in NOT_UNDER_LOAD {
+        assert!(
+            panels().iter().any(|(t, _)| t == title),
+            "{title} is no longer a panel"
+        );
+    }
+
+    // Every alert expression is valid; on these instances only the CA's is true (B's
+    // CA expires in 20 days): Prometheus holds it pending for its `for: 1h`. (The
+    // backend's latency alert is left out of that: a loaded host can take 50 ms over a
+    // Redis round trip.)
+    const HOST_DEPENDENT: &str = "RobotsgateFleetBackendDegraded";
+    for (name, expr) in alert_rules() {
+        let answer = prometheus.query(&expr, at);
+        assert_eq!(answer["status"], "success", "{name}: {answer}");
+        if name != HOST_DEPENDENT {
+            let true_now = has_data(&answer);
+            assert_eq!(
+                true_now,
+                name == "RobotsgateCAExpiresWithin30Days",
+                "{name}: {answer}"
+            );
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = prometheus.get("/api/v1/alerts");
+        let alerts: Value = serde_json::from_str(&body).expect("alerts");
+        let pending: Vec<(String, String)> = alerts["data"]["alerts"]
+            .as_array()
+            .expect("alerts")
+            .iter()
+            .map(|a| {
+                (
+                    a["labels"]["alertname"].as_str().unwrap_or("").to_string(),
+                    a["labels"]["instance"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        if pending.contains(&(
+            "RobotsgateCAExpiresWithin30Days".to_string(),
+            b.admin.to_string(),
+        )) {
+            let others: Vec<_> = pending
+                .iter()
+                .filter(|(name, _)| {
+                    name != "RobotsgateCAExpiresWithin30Days" && name != HOST_DEPENDENT
+                })
+                .collect();
+            assert!(others.is_empty(), "{pending:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "alerts: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every rule evaluated without error.
+    let (_, body) = prometheus.get("/api/v1/rules");
+    let rules: Value = serde_json::from_str(&body).expect("rules");
+    for group in rules["data"]["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            assert_eq!(rule["health"], "ok", "{rule}");
+        }
+    }
+}
