@@ -13,4 +13,5 @@ if ! cargo deb --version >/dev/null 2>&1; then
   echo "installing: cargo-deb" >&2
   cargo install --locked --quiet cargo-deb --version '^3'
 fi
-cargo deb --locked "$@"
+# Stripped: the release profile keeps line tables for backtraces in development.
+cargo deb --locked --strip "$@"

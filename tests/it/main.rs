@@ -21,6 +21,7 @@ mod https;
 mod layers;
 mod limits;
 mod pacing;
+mod package;
 mod payment;
 mod politeness;
 mod prometheus;

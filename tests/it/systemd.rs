@@ -47,10 +47,9 @@ fn unit_exposure_is_at_most_2() {
 /// The unit written into `dir` as installed: the binary where `ExecStart=` names it (here,
 /// the one just built). Its path.
 fn installed_unit(dir: &std::path::Path) -> std::path::PathBuf {
-    let unit = std::fs::read_to_string(UNIT).expect("unit").replace(
-        "/usr/local/bin/robotsgate",
-        env!("CARGO_BIN_EXE_robotsgate"),
-    );
+    let unit = std::fs::read_to_string(UNIT)
+        .expect("unit")
+        .replace("/usr/bin/robotsgate", env!("CARGO_BIN_EXE_robotsgate"));
     let path = dir.join("robotsgate.service");
     std::fs::write(&path, unit).expect("write unit");
     path

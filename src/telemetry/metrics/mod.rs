@@ -753,13 +753,13 @@ mod tests {
     #[test]
     fn dashboard_uses_registered_documented_metrics() {
         let dashboard: serde_json::Value =
-            serde_json::from_str(include_str!("../../conf/grafana-dashboard.json"))
+            serde_json::from_str(include_str!("../../../conf/grafana-dashboard.json"))
                 .expect("dashboard is JSON");
         assert!(dashboard["panels"]
             .as_array()
             .is_some_and(|p| p.len() >= 10));
-        let source = include_str!("metrics.rs");
-        let readme = include_str!("../../README.md");
+        let source = [include_str!("mod.rs"), include_str!("fleet.rs")].concat();
+        let readme = include_str!("../../../README.md");
         let text = dashboard.to_string();
         let mut names: Vec<&str> = text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

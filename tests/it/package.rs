@@ -1,0 +1,182 @@
+//! The Debian package: `scripts/package.sh` (cargo-deb) builds it from the release
+//! binary the tests run; `dpkg-deb` lists its files, conffiles and maintainer scripts;
+//! `lintian` finds no error; the unit as installed (from the extracted tree) passes
+//! `systemd-analyze verify`, alone and with the net-admin drop-in, and keeps its
+//! exposure within 2.0.
+
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn run(command: &mut Command) -> (bool, String) {
+    let out = command.output().expect("run");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn the_debian_package_installs_the_service_and_passes_lintian() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    // The release binary the tests run is what gets packaged (--no-build).
+    let (ok, text) = run(Command::new(format!("{ROOT}/scripts/package.sh")).args([
+        "--no-build",
+        "--output",
+        path(&out),
+    ]));
+    assert!(ok, "{text}");
+    let deb = std::fs::read_dir(&out)
+        .expect("output dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .unwrap_or_else(|| panic!("no .deb in {}: {text}", out.display()));
+    let name = deb.file_name().and_then(|n| n.to_str()).expect("name");
+    assert_eq!(
+        name,
+        format!("robotsgate_{}-1_amd64.deb", env!("CARGO_PKG_VERSION"))
+    );
+    println!(
+        "package: {name}, {} bytes",
+        std::fs::metadata(&deb).expect("size").len()
+    );
+
+    // Its files.
+    let (ok, listing) = run(Command::new("dpkg-deb").args(["--contents", path(&deb)]));
+    assert!(ok, "{listing}");
+    for file in [
+        "./usr/bin/robotsgate",
+        "./usr/lib/systemd/system/robotsgate.service",
+        "./lib/systemd/system/robotsgate-net-admin.conf",
+        "./usr/lib/tmpfiles.d/robotsgate.conf",
+        "./etc/robotsgate/robotsgate.yaml",
+        "./usr/share/robotsgate/grafana-dashboard.json",
+        "./usr/share/robotsgate/prometheus-alerts.yaml",
+        "./usr/share/doc/robotsgate/copyright",
+        "./usr/share/doc/robotsgate/changelog.Debian.gz",
+    ] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(file)),
+            "{file} missing:\n{listing}"
+        );
+    }
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("-rwxr-xr-x 0/0") && l.ends_with("./usr/bin/robotsgate")),
+        "{listing}"
+    );
+
+    // Its control data: the conffile, dependencies, maintainer scripts.
+    let (ok, info) = run(Command::new("dpkg-deb").args(["--info", path(&deb)]));
+    assert!(ok, "{info}");
+    assert!(info.contains("Depends: adduser"), "{info}");
+    let control = dir.path().join("control");
+    let (ok, text) = run(Command::new("dpkg-deb").args(["--control", path(&deb), path(&control)]));
+    assert!(ok, "{text}");
+    let read = |name: &str| std::fs::read_to_string(control.join(name)).expect(name);
+    assert_eq!(read("conffiles").trim(), "/etc/robotsgate/robotsgate.yaml");
+    let postinst = read("postinst");
+    for step in [
+        "adduser --system",
+        "install -d -o robotsgate -g robotsgate -m 0750 \"$dir\"",
+        "robotsgate ca init",
+        "admin.token",
+        "systemd-tmpfiles --create robotsgate.conf",
+        "deb-systemd-helper enable robotsgate.service",
+        "deb-systemd-invoke reload robotsgate.service",
+    ] {
+        assert!(
+            postinst.contains(step),
+            "postinst lacks {step}:\n{postinst}"
+        );
+    }
+    let postrm = read("postrm");
+    let purge = postrm
+        .split("purge)")
+        .nth(1)
+        .and_then(|rest| rest.split(";;").next())
+        .expect("a purge branch");
+    for step in [
+        "rm -rf /var/lib/robotsgate",
+        "deluser",
+        "ca.key",
+        "admin.token",
+    ] {
+        assert!(purge.contains(step), "purge lacks {step}:\n{postrm}");
+    }
+    // Nothing is removed but on purge; an upgrade does not stop the service.
+    assert_eq!(
+        postrm.matches("rm -").count(),
+        purge.matches("rm -").count()
+    );
+    assert!(!read("prerm").contains("upgrade"), "{}", read("prerm"));
+    for script in ["postinst", "postrm", "prerm"] {
+        let (ok, text) = run(Command::new("sh").args(["-n", path(&control.join(script))]));
+        assert!(ok, "{script}: {text}");
+    }
+
+    // lintian: no error (the two warnings kept are explained in the README).
+    let (_, lint) = run(Command::new("lintian").args(["--tag-display-limit", "0", path(&deb)]));
+    let errors: Vec<&str> = lint.lines().filter(|l| l.starts_with("E:")).collect();
+    assert!(errors.is_empty(), "{lint}");
+    println!("lintian:\n{lint}");
+
+    // The unit as installed, its binary the extracted one.
+    let tree = dir.path().join("tree");
+    let (ok, text) = run(Command::new("dpkg-deb").args(["--extract", path(&deb), path(&tree)]));
+    assert!(ok, "{text}");
+    let binary = tree.join("usr/bin/robotsgate");
+    let (ok, version) = run(Command::new(&binary).arg("--version"));
+    assert!(
+        ok && version.contains(env!("CARGO_PKG_VERSION")),
+        "{version}"
+    );
+    let units = dir.path().join("units");
+    std::fs::create_dir(&units).expect("units");
+    let unit = std::fs::read_to_string(tree.join("usr/lib/systemd/system/robotsgate.service"))
+        .expect("unit")
+        .replace("/usr/bin/robotsgate", path(&binary));
+    assert!(unit.contains("User=robotsgate") && unit.contains("StateDirectory=robotsgate"));
+    let unit_path = units.join("robotsgate.service");
+    std::fs::write(&unit_path, unit).expect("write unit");
+    let verify = || {
+        let (ok, text) = run(Command::new("systemd-analyze").args(["verify", path(&unit_path)]));
+        let ours: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("robotsgate.service"))
+            .collect();
+        assert!(ok && ours.is_empty(), "{text}");
+    };
+    verify();
+    let drop_ins = units.join("robotsgate.service.d");
+    std::fs::create_dir(&drop_ins).expect("drop-in dir");
+    std::fs::copy(
+        tree.join("lib/systemd/system/robotsgate-net-admin.conf"),
+        drop_ins.join("net-admin.conf"),
+    )
+    .expect("drop-in");
+    verify();
+    let (_, security) =
+        run(Command::new("systemd-analyze").args(["security", "--offline=true", path(&unit_path)]));
+    let exposure: f64 = security
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for robotsgate.service: "))
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure in:\n{security}"));
+    assert!(exposure <= 2.0, "{security}");
+
+    // The packaged configuration is the production one, which check-config accepts.
+    assert_eq!(
+        std::fs::read_to_string(tree.join("etc/robotsgate/robotsgate.yaml")).expect("conf"),
+        std::fs::read_to_string(format!("{ROOT}/conf/production.yaml")).expect("production")
+    );
+}
