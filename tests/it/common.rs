@@ -542,6 +542,17 @@ pub fn in_netns<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> T 
     })
 }
 
+/// Runs `command`: whether it succeeded, and its stdout followed by its stderr.
+pub fn run_output(command: &mut Command) -> (bool, String) {
+    let out = command.output().expect("run command");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// Runs `command`; panics with its output when it fails.
 pub fn run_ok(command: &mut Command) -> String {
     let out = command.output().expect("run command");

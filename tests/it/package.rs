@@ -7,17 +7,9 @@
 use std::path::Path;
 use std::process::Command;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+use crate::common::run_output;
 
-fn run(command: &mut Command) -> (bool, String) {
-    let out = command.output().expect("run");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -28,7 +20,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     // The release binary the tests run is what gets packaged (--no-build).
-    let (ok, text) = run(Command::new(format!("{ROOT}/scripts/package.sh")).args([
+    let (ok, text) = run_output(Command::new(format!("{ROOT}/scripts/package.sh")).args([
         "--no-build",
         "--output",
         path(&out),
@@ -50,7 +42,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     );
 
     // Its files.
-    let (ok, listing) = run(Command::new("dpkg-deb").args(["--contents", path(&deb)]));
+    let (ok, listing) = run_output(Command::new("dpkg-deb").args(["--contents", path(&deb)]));
     assert!(ok, "{listing}");
     for file in [
         "./usr/bin/robotsgate",
@@ -76,11 +68,12 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     );
 
     // Its control data: the conffile, dependencies, maintainer scripts.
-    let (ok, info) = run(Command::new("dpkg-deb").args(["--info", path(&deb)]));
+    let (ok, info) = run_output(Command::new("dpkg-deb").args(["--info", path(&deb)]));
     assert!(ok, "{info}");
     assert!(info.contains("Depends: adduser"), "{info}");
     let control = dir.path().join("control");
-    let (ok, text) = run(Command::new("dpkg-deb").args(["--control", path(&deb), path(&control)]));
+    let (ok, text) =
+        run_output(Command::new("dpkg-deb").args(["--control", path(&deb), path(&control)]));
     assert!(ok, "{text}");
     let read = |name: &str| std::fs::read_to_string(control.join(name)).expect(name);
     assert_eq!(read("conffiles").trim(), "/etc/robotsgate/robotsgate.yaml");
@@ -120,22 +113,24 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     );
     assert!(!read("prerm").contains("upgrade"), "{}", read("prerm"));
     for script in ["postinst", "postrm", "prerm"] {
-        let (ok, text) = run(Command::new("sh").args(["-n", path(&control.join(script))]));
+        let (ok, text) = run_output(Command::new("sh").args(["-n", path(&control.join(script))]));
         assert!(ok, "{script}: {text}");
     }
 
     // lintian: no error (the two warnings kept are explained in the README).
-    let (_, lint) = run(Command::new("lintian").args(["--tag-display-limit", "0", path(&deb)]));
+    let (_, lint) =
+        run_output(Command::new("lintian").args(["--tag-display-limit", "0", path(&deb)]));
     let errors: Vec<&str> = lint.lines().filter(|l| l.starts_with("E:")).collect();
     assert!(errors.is_empty(), "{lint}");
     println!("lintian:\n{lint}");
 
     // The unit as installed, its binary the extracted one.
     let tree = dir.path().join("tree");
-    let (ok, text) = run(Command::new("dpkg-deb").args(["--extract", path(&deb), path(&tree)]));
+    let (ok, text) =
+        run_output(Command::new("dpkg-deb").args(["--extract", path(&deb), path(&tree)]));
     assert!(ok, "{text}");
     let binary = tree.join("usr/bin/robotsgate");
-    let (ok, version) = run(Command::new(&binary).arg("--version"));
+    let (ok, version) = run_output(Command::new(&binary).arg("--version"));
     assert!(
         ok && version.contains(env!("CARGO_PKG_VERSION")),
         "{version}"
@@ -149,7 +144,8 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     let unit_path = units.join("robotsgate.service");
     std::fs::write(&unit_path, unit).expect("write unit");
     let verify = || {
-        let (ok, text) = run(Command::new("systemd-analyze").args(["verify", path(&unit_path)]));
+        let (ok, text) =
+            run_output(Command::new("systemd-analyze").args(["verify", path(&unit_path)]));
         let ours: Vec<&str> = text
             .lines()
             .filter(|l| l.contains("robotsgate.service"))
@@ -165,8 +161,11 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     )
     .expect("drop-in");
     verify();
-    let (_, security) =
-        run(Command::new("systemd-analyze").args(["security", "--offline=true", path(&unit_path)]));
+    let (_, security) = run_output(Command::new("systemd-analyze").args([
+        "security",
+        "--offline=true",
+        path(&unit_path),
+    ]));
     let exposure: f64 = security
         .lines()
         .find_map(|l| l.split_once("Overall exposure level for robotsgate.service: "))

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::common::{
-    admin, concurrent, curl, free_port, pages, raw_exchange, Behaviour, Proxy, TestOrigin,
+    admin, concurrent, curl, free_port, pages, raw_exchange, run_output, Behaviour, Proxy,
+    TestOrigin,
 };
 use crate::redis_servers::Redis;
 
@@ -52,22 +53,12 @@ fn tool(name: &str) -> PathBuf {
     unpacked
 }
 
-fn run(command: &mut Command) -> (bool, String) {
-    let out = command.output().expect("run");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[test]
 fn alert_rules_pass_promtool_and_their_unit_tests() {
     let rules = format!("{ROOT}/conf/prometheus-alerts.yaml");
-    let (ok, text) = run(Command::new(tool("promtool")).args(["check", "rules", &rules]));
+    let (ok, text) = run_output(Command::new(tool("promtool")).args(["check", "rules", &rules]));
     assert!(ok && text.contains("SUCCESS"), "{text}");
-    let (ok, text) = run(Command::new(tool("promtool")).args([
+    let (ok, text) = run_output(Command::new(tool("promtool")).args([
         "test",
         "rules",
         &format!("{ROOT}/tests/prometheus/alerts_test.yaml"),
@@ -135,7 +126,7 @@ fn panels() -> Vec<(String, Vec<String>)> {
 struct Prometheus {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
@@ -164,11 +155,7 @@ impl Prometheus {
             .stderr(log)
             .spawn()
             .expect("start prometheus");
-        let prometheus = Prometheus {
-            child,
-            port,
-            _dir: dir,
-        };
+        let prometheus = Prometheus { child, port, dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         while prometheus.get("/-/ready").0 != 200 {
             assert!(
@@ -182,7 +169,7 @@ impl Prometheus {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// GET `path` (query string included): (status, body).
@@ -259,7 +246,7 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     let redis = Redis::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let (ca_cert, ca_key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-    let (ok, text) = run(Command::new(env!("CARGO_BIN_EXE_robotsgate")).args([
+    let (ok, text) = run_output(Command::new(env!("CARGO_BIN_EXE_robotsgate")).args([
         "ca",
         "init",
         "--cert",

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{admin, concurrent, curl, eventually, pages, Behaviour, Proxy, TestOrigin};
+use crate::common::{
+    admin, assert_gaps_at_least, concurrent, curl, eventually, pages, Behaviour, Proxy, TestOrigin,
+};
 
 pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
     let out = Command::new("chromium")
@@ -33,6 +35,29 @@ pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A screenshot of `page` at `size` ("width,height"), checked to be a PNG with content:
+/// its path.
+fn screenshot(dir: &Path, page: &str, size: &str) -> std::path::PathBuf {
+    let shot = dir.join("status.png");
+    tokio::task::block_in_place(|| {
+        chromium(
+            dir,
+            &[
+                &format!("--window-size={size}"),
+                &format!("--screenshot={}", shot.display()),
+            ],
+            page,
+        )
+    });
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    shot
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,23 +97,7 @@ async fn status_page_checks_a_url_in_a_browser() {
     // The check did not request the URL.
     assert_eq!(origin.count("/private/report"), 0);
 
-    let shot = dir.path().join("status.png");
-    tokio::task::block_in_place(|| {
-        chromium(
-            dir.path(),
-            &[
-                "--window-size=1200,800",
-                &format!("--screenshot={}", shot.display()),
-            ],
-            &page,
-        )
-    });
-    let png = std::fs::read(&shot).expect("screenshot written");
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 10_000,
-        "{} bytes",
-        png.len()
-    );
+    screenshot(dir.path(), &page, "1200,800");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,6 +199,9 @@ async fn status_page_charts_the_last_minutes() {
         s["history"]
     );
     // What reached the origin: the 16 pages, paced; no disallowed path.
+    let seen = pages(&origin, "/page/");
+    assert_eq!(seen.len(), 16);
+    assert_gaps_at_least(&seen, Duration::from_millis(300));
     assert_eq!(pages(&origin, "/private").len(), 0);
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -213,23 +225,7 @@ async fn status_page_charts_the_last_minutes() {
     }
     // The page's own status line was filled from status.json (not its error).
     assert!(dom.contains(" held, "), "{dom}");
-    let shot = dir.path().join("charts.png");
-    tokio::task::block_in_place(|| {
-        chromium(
-            dir.path(),
-            &[
-                "--window-size=1200,900",
-                &format!("--screenshot={}", shot.display()),
-            ],
-            &page,
-        )
-    });
-    let png = std::fs::read(&shot).expect("screenshot written");
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 10_000,
-        "{} bytes",
-        png.len()
-    );
+    let shot = screenshot(dir.path(), &page, "1200,900");
     if let Ok(keep) = std::env::var("ROBOTSGATE_KEEP_SCREENSHOT") {
         std::fs::copy(&shot, keep).expect("keep screenshot");
     }
