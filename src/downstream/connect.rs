@@ -151,13 +151,19 @@ impl Tunnels {
                 }
                 match self.handshake(l4, interceptor, &origin).await {
                     Ok(tls) => {
-                        metrics::record_tunnel(TunnelMode::Intercepted, "established");
+                        metrics::record_tunnel(
+                            TunnelMode::Intercepted,
+                            metrics::TunnelOutcome::Established,
+                        );
                         Some((tls, origin))
                     }
                     Err(why) => {
                         // Usually a crawler host that does not trust the operator CA yet.
                         log::warn!("CONNECT {origin}: TLS handshake with the client failed: {why}");
-                        metrics::record_tunnel(TunnelMode::Intercepted, "handshake_failed");
+                        metrics::record_tunnel(
+                            TunnelMode::Intercepted,
+                            metrics::TunnelOutcome::HandshakeFailed,
+                        );
                         None
                     }
                 }
@@ -292,12 +298,12 @@ impl Tunnels {
             Ok(Ok(hello)) => hello,
             Ok(Err(why)) => {
                 log::info!("transparent TLS to {destination}: no usable ClientHello: {why}");
-                metrics::record_transparent(true, "not_tls");
+                metrics::record_transparent(true, metrics::TransparentOutcome::NotTls);
                 return None;
             }
             Err(_) => {
                 log::info!("transparent TLS to {destination}: no ClientHello in time");
-                metrics::record_transparent(true, "handshake_failed");
+                metrics::record_transparent(true, metrics::TransparentOutcome::HandshakeFailed);
                 return None;
             }
         };
@@ -309,7 +315,7 @@ impl Tunnels {
                 },
                 Err(e) => {
                     log::info!("transparent TLS to {destination}: unusable SNI: {e}");
-                    metrics::record_transparent(true, "not_tls");
+                    metrics::record_transparent(true, metrics::TransparentOutcome::NotTls);
                     return None;
                 }
             },
@@ -325,7 +331,7 @@ impl Tunnels {
             .iter()
             .any(|r| r.matches(&origin.host, &[destination.ip()]))
         {
-            metrics::record_transparent(true, "blind");
+            metrics::record_transparent(true, metrics::TransparentOutcome::Blind);
             let who = Requester {
                 client,
                 user_agent: None,
@@ -345,17 +351,17 @@ impl Tunnels {
                 "transparent TLS to {origin}: the client offers ALPN {:?}, none of which robotsgate speaks; refused",
                 hello.alpn.iter().flatten().map(|p| String::from_utf8_lossy(p)).collect::<Vec<_>>()
             );
-            metrics::record_transparent(true, "alpn_refused");
+            metrics::record_transparent(true, metrics::TransparentOutcome::AlpnRefused);
             return None;
         }
         match handshake {
             Ok(tls) => {
-                metrics::record_transparent(true, "intercepted");
+                metrics::record_transparent(true, metrics::TransparentOutcome::Intercepted);
                 Some((tls, origin))
             }
             Err(why) => {
                 log::warn!("transparent TLS to {origin}: handshake with the client failed: {why}");
-                metrics::record_transparent(true, "handshake_failed");
+                metrics::record_transparent(true, metrics::TransparentOutcome::HandshakeFailed);
                 None
             }
         }
@@ -418,7 +424,7 @@ impl Tunnels {
         if destination.is_none() && !established(&mut l4).await {
             return;
         }
-        metrics::record_tunnel(mode, "established");
+        metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
         tracing::info!(
             target: "access",
             connect = shown.as_str(),
@@ -440,7 +446,7 @@ impl Tunnels {
         answer: &Answer,
         started: Instant,
     ) {
-        metrics::record_tunnel(mode, "refused");
+        metrics::record_tunnel(mode, metrics::TunnelOutcome::Refused);
         tracing::info!(
             target: "access",
             connect = shown,

@@ -2,12 +2,14 @@
 //! proxy pipeline gets it.
 //!
 //! The front serves every request — an HTTP/1.1 request or an HTTP/2 stream — by
-//! running the proxy's future inside [`ClientContext::scope`]; the proxy reads it back
-//! with [`ClientContext::current`]. A task-local rather than Pingora's per-connection
-//! user context: that one is HTTP/1-only and typed `dyn Any`; this is typed, costs one
-//! clone per request (two `Arc`s and an address), and reaches every phase of the
+//! running the proxy's future inside [`ClientContext::scope`]; the proxy takes it back
+//! with [`ClientContext::take`] when it makes the request's context. A task-local
+//! rather than Pingora's per-connection user context: that one is HTTP/1-only and typed
+//! `dyn Any`; this is typed, moves rather than copies (the front's one clone per
+//! request, two `Arc`s and an address, is all it costs), and reaches every phase of the
 //! request, which runs in that one future.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,18 +34,19 @@ pub struct ClientContext {
 }
 
 tokio::task_local! {
-    static CURRENT: ClientContext;
+    static CURRENT: Cell<Option<ClientContext>>;
 }
 
 impl ClientContext {
     /// Runs `request` (the proxy's future for one request) with this context.
     pub async fn scope<F: Future>(self, request: F) -> F::Output {
-        CURRENT.scope(self, request).await
+        CURRENT.scope(Cell::new(Some(self)), request).await
     }
 
-    /// The context of the request being served; `None` outside [`ClientContext::scope`]
-    /// (a request that did not come through the front).
-    pub fn current() -> Option<ClientContext> {
-        CURRENT.try_with(ClientContext::clone).ok()
+    /// The context of the request being served, handed over once (Pingora makes a
+    /// request's context once); `None` outside [`ClientContext::scope`] (a request that
+    /// did not come through the front) or when already taken.
+    pub fn take() -> Option<ClientContext> {
+        CURRENT.try_with(Cell::take).ok().flatten()
     }
 }

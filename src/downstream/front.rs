@@ -196,7 +196,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let destination = match redirection.destination(&l4) {
             Ok(destination) => destination,
             Err(NoDestination::Loop(to)) => {
-                metrics::record_transparent(tls, "loop");
+                metrics::record_transparent(tls, metrics::TransparentOutcome::Loop);
                 log::warn!("transparent: a connection from {client:?} was going to {to}, robotsgate's own listener: refused (the redirection rule must exclude robotsgate's own connections, and clients must not dial the transparent ports)");
                 let mut stream: Stream = l4;
                 if tls {
@@ -209,7 +209,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 return;
             }
             Err(NoDestination::Unknown(why)) => {
-                metrics::record_transparent(tls, "no_destination");
+                metrics::record_transparent(tls, metrics::TransparentOutcome::NoDestination);
                 log::warn!(
                     "transparent: no original destination for a connection from {client:?}: {why}"
                 );
@@ -223,7 +223,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             };
             (stream, Some(Arc::new(origin)))
         } else {
-            metrics::record_transparent(false, "accepted");
+            metrics::record_transparent(false, metrics::TransparentOutcome::Accepted);
             (l4 as Stream, None)
         };
         let context = ClientContext {

@@ -21,6 +21,7 @@ use crate::origin::dns::Resolver;
 use crate::policy::egress::EgressPolicy;
 use crate::policy::target::{parse_authority, Origin, Scheme};
 use crate::robots::MAX_ROBOTS_BYTES;
+use crate::telemetry::metrics::RobotsFetch;
 
 /// What one fetch came to.
 #[derive(Clone, Debug)]
@@ -106,19 +107,21 @@ impl Failure {
 }
 
 impl FetchOutcome {
-    /// Metric label for the outcome (base classes of SPEC §2).
-    pub fn class(&self) -> &'static str {
+    /// The outcome's class (base classes of SPEC §2), as the metrics count it.
+    pub fn class(&self) -> RobotsFetch {
         match self {
-            FetchOutcome::Body { body, .. } if body.len() > MAX_ROBOTS_BYTES => "too_large",
-            FetchOutcome::Body { .. } => "2xx",
+            FetchOutcome::Body { body, .. } if body.len() > MAX_ROBOTS_BYTES => {
+                RobotsFetch::TooLarge
+            }
+            FetchOutcome::Body { .. } => RobotsFetch::Ok,
             FetchOutcome::NoRobots {
                 status: Some(_), ..
-            } => "4xx",
-            FetchOutcome::NoRobots { status: None, .. } => "3xx_exhausted",
+            } => RobotsFetch::ClientError,
+            FetchOutcome::NoRobots { status: None, .. } => RobotsFetch::RedirectsExhausted,
             FetchOutcome::Unreachable {
                 status: Some(_), ..
-            } => "5xx",
-            FetchOutcome::Unreachable { status: None, .. } => "network",
+            } => RobotsFetch::ServerError,
+            FetchOutcome::Unreachable { status: None, .. } => RobotsFetch::Network,
         }
     }
 }

@@ -37,10 +37,11 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::config::FleetConfig;
-use crate::pacing::down::{Cause, Down};
+use crate::pacing::down::Down;
 use crate::pacing::memory::{memory_fit, texts};
 use crate::pacing::outage::{Outages, Standing, MEMBER_FOR, MEMBER_KEY};
 use crate::telemetry::metrics;
+use crate::telemetry::metrics::DownCause;
 
 /// The Pub/Sub channel every instance listens on.
 pub(crate) const CHANNEL: &str = "robotsgate:fleet";
@@ -185,7 +186,7 @@ impl Fleet {
             lease,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
-            down: ArcSwap::from_pointee(Down::new(Cause::Connecting, "not connected yet")),
+            down: ArcSwap::from_pointee(Down::new(DownCause::Connecting, "not connected yet")),
             checked: AtomicBool::new(false),
             generation: AtomicU64::new(1),
             instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
@@ -334,7 +335,7 @@ impl Fleet {
         }
         match health {
             Ok(()) if changed => {
-                Down::publish_up();
+                metrics::set_fleet_backend_unavailable(None);
                 // Another instance sees the same return up to a health check and a
                 // command timeout later (twice over: its next check may time out too);
                 // the owners of the outage write back their turns meanwhile.
@@ -348,7 +349,7 @@ impl Fleet {
             Ok(()) => {}
             Err(down) => {
                 if changed || self.down.load().cause != down.cause {
-                    down.publish();
+                    metrics::set_fleet_backend_unavailable(Some(down.cause));
                 }
                 if changed {
                     self.outages.down(Instant::now());
@@ -653,8 +654,8 @@ impl Fleet {
             Ok(Err(e)) => {
                 let down = Down::of(&e);
                 match down.cause {
-                    Cause::OutOfMemory => self.set_up(Err(down)),
-                    Cause::Unreachable | Cause::Timeout | Cause::ReadOnly => {
+                    DownCause::OutOfMemory => self.set_up(Err(down)),
+                    DownCause::Unreachable | DownCause::Timeout | DownCause::ReadOnly => {
                         self.set_up(Err(down));
                         if self.config.redis_sentinel.is_some() {
                             self.conn.store(None);

@@ -5,7 +5,8 @@
 
 use redis::Value;
 
-use super::down::{Cause, Down};
+use super::down::Down;
+use crate::telemetry::metrics::DownCause;
 
 /// A `maxmemory-policy` under which Redis may evict keys robotsgate wrote (its keys all
 /// carry a TTL, so `volatile-*` policies reach them too).
@@ -30,7 +31,7 @@ pub(super) fn texts(value: Value) -> Vec<String> {
 pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), Down> {
     let policy = info_field(info, "maxmemory_policy").unwrap_or("noeviction");
     if evicts(policy) && !allow_eviction {
-        return Err(Down::new(Cause::EvictionPolicy, format!(
+        return Err(Down::new(DownCause::EvictionPolicy, format!(
             "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
         )));
     }
@@ -38,7 +39,7 @@ pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), Down> {
     if let (Some(used), Some(max)) = (number("used_memory"), number("maxmemory")) {
         if max > 0 && used >= max && !evicts(policy) {
             return Err(Down::new(
-                Cause::OutOfMemory,
+                DownCause::OutOfMemory,
                 format!(
                     "Redis out of memory (used_memory {used} >= maxmemory {max}, policy {policy})"
                 ),
@@ -67,7 +68,7 @@ mod tests {
         assert!(memory_fit(&info("noeviction", 10, 0), false).is_ok());
         assert!(memory_fit(&info("noeviction", 10, 100), false).is_ok());
         let full = memory_fit(&info("noeviction", 100, 100), false).unwrap_err();
-        assert_eq!(full.cause, Cause::OutOfMemory);
+        assert_eq!(full.cause, DownCause::OutOfMemory);
         assert!(full.detail.contains("out of memory"), "{full}");
         for policy in [
             "allkeys-lru",
@@ -76,7 +77,7 @@ mod tests {
             "allkeys-random",
         ] {
             let why = memory_fit(&info(policy, 1, 100), false).unwrap_err();
-            assert_eq!(why.cause, Cause::EvictionPolicy);
+            assert_eq!(why.cause, DownCause::EvictionPolicy);
             assert!(why.detail.contains(policy), "{why}");
             assert!(memory_fit(&info(policy, 1, 100), true).is_ok());
         }

@@ -160,7 +160,7 @@ impl Timing {
             (true, _) => {
                 let base = self.delay.max(Duration::from_secs(1));
                 self.backoff = (self.backoff * 2).max(base).min(ceiling);
-                metrics::record_slow_down("error");
+                metrics::record_slow_down(metrics::SlowDown::Error);
             }
             _ => self.backoff /= 2,
         }
@@ -172,7 +172,7 @@ impl Timing {
         });
         if slow {
             self.slow_down = (self.slow_down * 2).max(took).min(took * 2).min(ceiling);
-            metrics::record_slow_down("latency");
+            metrics::record_slow_down(metrics::SlowDown::Latency);
         } else {
             self.slow_down /= 2;
             if self.slow_down < Duration::from_millis(1) {

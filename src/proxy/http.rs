@@ -170,7 +170,7 @@ impl ProxyHttp for RobotsGateProxy {
 
     /// The front (`front.rs`) serves every request with its tunnel origin and user.
     fn new_ctx(&self) -> RequestContext {
-        match ClientContext::current() {
+        match ClientContext::take() {
             Some(client) => RequestContext {
                 client,
                 ..RequestContext::default()

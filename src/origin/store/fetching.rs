@@ -265,17 +265,14 @@ impl OriginStore {
         drop(turns);
         let duration = started.elapsed();
         let class = outcome.class();
-        crate::telemetry::metrics::ROBOTS_FETCH_DURATION.observe(duration.as_secs_f64());
-        crate::telemetry::metrics::ROBOTS_FETCHES
-            .with_label_values(&[class])
-            .inc();
+        crate::telemetry::metrics::record_robots_fetch(class, duration);
         let previous = entry.state.load_full();
         let next = self.next_snapshot(previous.as_deref(), outcome, Instant::now());
         self.fetches.push(
             origin,
             FetchRecord {
                 at: started,
-                class,
+                class: class.label(),
                 outcome: next.last_outcome.to_string(),
                 duration,
             },

@@ -2,6 +2,7 @@
 
 use std::sync::LazyLock;
 
+use super::DownCause;
 use prometheus::{
     register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
     IntCounterVec, IntGauge,
@@ -26,12 +27,12 @@ static FLEET_BACKEND_UNAVAILABLE: LazyLock<prometheus::IntGaugeVec> = LazyLock::
 });
 
 /// Sets `robotsgate_fleet_backend_unavailable`: 1 on `cause` (none while up), 0 on the
-/// rest of `all`.
-pub fn set_fleet_backend_unavailable<const N: usize>(cause: Option<&str>, all: [&str; N]) {
-    for label in all {
+/// others.
+pub fn set_fleet_backend_unavailable(cause: Option<DownCause>) {
+    for each in DownCause::ALL {
         FLEET_BACKEND_UNAVAILABLE
-            .with_label_values(&[label])
-            .set(i64::from(Some(label) == cause));
+            .with_label_values(&[each.label()])
+            .set(i64::from(Some(*each) == cause));
     }
 }
 

@@ -3,69 +3,17 @@
 //! Registered once in the default registry; the admin listener serves them.
 
 mod fleet;
+mod labels;
 
 use std::sync::LazyLock;
 
 pub use crate::policy::answer::Outcome;
 pub use fleet::*;
+pub use labels::*;
 use prometheus::{
     register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
     IntCounterVec, IntGauge,
 };
-
-/// How a request reached robotsgate: the `mode` label of the request metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Absolute-form target (`HTTP_PROXY`).
-    Explicit,
-    /// Plain HTTP the kernel redirected to robotsgate (or an origin-form target with
-    /// `Host` on the proxy listener).
-    Transparent,
-    /// Inside an intercepted CONNECT tunnel (`HTTPS_PROXY`).
-    Tunnel,
-    /// Inside a redirected TLS connection, intercepted.
-    TransparentTls,
-}
-
-impl Mode {
-    const ALL: [Mode; 4] = [
-        Mode::Explicit,
-        Mode::Transparent,
-        Mode::Tunnel,
-        Mode::TransparentTls,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Mode::Explicit => "explicit",
-            Mode::Transparent => "transparent",
-            Mode::Tunnel => "tunnel",
-            Mode::TransparentTls => "transparent_tls",
-        }
-    }
-}
-
-/// The client's HTTP version: the `protocol` label of the request metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Protocol {
-    /// HTTP/1.1 (or 1.0).
-    #[default]
-    Http1,
-    /// HTTP/2, inside TLS (ALPN `h2`).
-    Http2,
-}
-
-impl Protocol {
-    const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
-
-    /// Its label: the ALPN name.
-    pub fn label(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http/1.1",
-            Protocol::Http2 => "h2",
-        }
-    }
-}
 
 const SCHEMES: [&str; 2] = ["http", "https"];
 
@@ -191,34 +139,21 @@ pub fn init() {
     LazyLock::force(&REQUEST_HANDLES);
     LazyLock::force(&UPSTREAM_CLASS_HANDLES);
     LazyLock::force(&EXCHANGE_END_HANDLES);
-    for class in ["2xx", "3xx_exhausted", "4xx", "5xx", "network", "too_large"] {
-        ROBOTS_FETCHES.with_label_values(&[class]);
+    for class in RobotsFetch::ALL {
+        ROBOTS_FETCHES.with_label_values(&[class.label()]);
     }
-    for cause in ["error", "latency"] {
-        SLOW_DOWNS.with_label_values(&[cause]);
+    for cause in SlowDown::ALL {
+        SLOW_DOWNS.with_label_values(&[cause.label()]);
     }
-    for mode in [
-        TunnelMode::Intercepted,
-        TunnelMode::Blind,
-        TunnelMode::TransparentBlind,
-    ] {
-        for outcome in ["established", "refused", "handshake_failed"] {
-            TUNNELS.with_label_values(&[mode.label(), outcome]);
+    for mode in TunnelMode::ALL {
+        for outcome in TunnelOutcome::ALL {
+            TUNNELS.with_label_values(&[mode.label(), outcome.label()]);
         }
     }
-    for listener in ["http", "tls"] {
-        for outcome in [
-            "accepted",
-            "intercepted",
-            "blind",
-            "loop",
-            "no_destination",
-            "not_tls",
-            "alpn_refused",
-            "handshake_failed",
-            "refused",
-        ] {
-            TRANSPARENT_CONNECTIONS.with_label_values(&[listener, outcome]);
+    for tls in [false, true] {
+        for outcome in TransparentOutcome::ALL {
+            TRANSPARENT_CONNECTIONS
+                .with_label_values(&[transparent_listener(tls), outcome.label()]);
         }
     }
     for reason in Refusal::ALL {
@@ -263,7 +198,7 @@ fn record_build_info() {
     START_TIME.set(now.as_secs_f64());
 }
 
-pub static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     prometheus::register_histogram!(
         "robotsgate_robots_fetch_duration_seconds",
         "Time to fetch a robots.txt, redirects included, whatever the outcome.",
@@ -272,7 +207,7 @@ pub static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::ne
     .expect("metric registers once")
 });
 
-pub static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_robots_fetches_total",
         "robots.txt fetches by outcome (2xx, 3xx_exhausted, 4xx, 5xx, network, too_large).",
@@ -280,6 +215,12 @@ pub static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric registers once")
 });
+
+/// Counts one robots.txt fetch of `class` that took `took`.
+pub fn record_robots_fetch(class: RobotsFetch, took: std::time::Duration) {
+    ROBOTS_FETCH_DURATION.observe(took.as_secs_f64());
+    ROBOTS_FETCHES.with_label_values(&[class.label()]).inc();
+}
 
 static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
@@ -469,8 +410,8 @@ static SLOW_DOWNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 /// Counts one adaptive slow-down (`error` or `latency`).
-pub fn record_slow_down(cause: &'static str) {
-    SLOW_DOWNS.with_label_values(&[cause]).inc();
+pub fn record_slow_down(cause: SlowDown) {
+    SLOW_DOWNS.with_label_values(&[cause.label()]).inc();
 }
 
 static WOULD_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
@@ -495,27 +436,6 @@ pub fn update_pacing_gauge(queued: usize) {
     PACING_QUEUED.set(queued as i64);
 }
 
-/// How a CONNECT was handled: the `mode` label of the tunnel metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TunnelMode {
-    /// TLS terminated with a minted leaf; every request inside is decided.
-    Intercepted,
-    /// `tls.blind_tunnel`: host-level checks only.
-    Blind,
-    /// A redirected TLS connection to a `tls.blind_tunnel` origin: relayed as `Blind`.
-    TransparentBlind,
-}
-
-impl TunnelMode {
-    pub fn label(self) -> &'static str {
-        match self {
-            TunnelMode::Intercepted => "intercepted",
-            TunnelMode::Blind => "blind",
-            TunnelMode::TransparentBlind => "transparent_blind",
-        }
-    }
-}
-
 static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_connect_tunnels_total",
@@ -525,8 +445,10 @@ static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-pub fn record_tunnel(mode: TunnelMode, outcome: &'static str) {
-    TUNNELS.with_label_values(&[mode.label(), outcome]).inc();
+pub fn record_tunnel(mode: TunnelMode, outcome: TunnelOutcome) {
+    TUNNELS
+        .with_label_values(&[mode.label(), outcome.label()])
+        .inc();
 }
 
 static TRANSPARENT_CONNECTIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -534,18 +456,26 @@ static TRANSPARENT_CONNECTIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         "robotsgate_transparent_connections_total",
         "Connections on the transparent listeners by listener (http, tls) and outcome \
          (accepted, intercepted, blind, loop, no_destination, not_tls, alpn_refused, \
-         handshake_failed, refused).",
+         handshake_failed).",
         &["listener", "outcome"]
     )
     .expect("metric registers once")
 });
 
 /// Counts one connection on a transparent listener (`tls`: the TLS one).
-pub fn record_transparent(tls: bool, outcome: &'static str) {
-    let listener = if tls { "tls" } else { "http" };
+pub fn record_transparent(tls: bool, outcome: TransparentOutcome) {
     TRANSPARENT_CONNECTIONS
-        .with_label_values(&[listener, outcome])
+        .with_label_values(&[transparent_listener(tls), outcome.label()])
         .inc();
+}
+
+/// The `listener` label: the TLS listener or the plain HTTP one.
+fn transparent_listener(tls: bool) -> &'static str {
+    if tls {
+        "tls"
+    } else {
+        "http"
+    }
 }
 
 pub static TLS_LEAF_MINTS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
@@ -592,70 +522,6 @@ static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric registers once")
 });
-
-/// Why a request or connection was refused before the robots decision: the `reason`
-/// label of `robotsgate_downstream_refusals_total` (and of the front's `X-Robots-Decision`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    ConnectionLimit,
-    ClientConnectionLimit,
-    FirstByteTimeout,
-    HeaderTimeout,
-    RequestLineTooLong,
-    HeaderTooLarge,
-    TooManyHeaders,
-    BodyTooLarge,
-    BodyOnGet,
-    Upgrade,
-    Malformed,
-    ClientNetwork,
-    AuthRequired,
-    AuthFailed,
-    /// A redirected connection going to robotsgate itself.
-    Loop,
-}
-
-impl Refusal {
-    /// Every reason.
-    pub const ALL: [Refusal; 15] = [
-        Refusal::ConnectionLimit,
-        Refusal::ClientConnectionLimit,
-        Refusal::FirstByteTimeout,
-        Refusal::HeaderTimeout,
-        Refusal::RequestLineTooLong,
-        Refusal::HeaderTooLarge,
-        Refusal::TooManyHeaders,
-        Refusal::BodyTooLarge,
-        Refusal::BodyOnGet,
-        Refusal::Upgrade,
-        Refusal::Malformed,
-        Refusal::ClientNetwork,
-        Refusal::AuthRequired,
-        Refusal::AuthFailed,
-        Refusal::Loop,
-    ];
-
-    /// The label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Refusal::ConnectionLimit => "connection_limit",
-            Refusal::ClientConnectionLimit => "client_connection_limit",
-            Refusal::FirstByteTimeout => "first_byte_timeout",
-            Refusal::HeaderTimeout => "header_timeout",
-            Refusal::RequestLineTooLong => "request_line_too_long",
-            Refusal::HeaderTooLarge => "header_too_large",
-            Refusal::TooManyHeaders => "too_many_headers",
-            Refusal::BodyTooLarge => "body_too_large",
-            Refusal::BodyOnGet => "body-on-get",
-            Refusal::Upgrade => "upgrade",
-            Refusal::Malformed => "malformed",
-            Refusal::ClientNetwork => "client_network",
-            Refusal::AuthRequired => "auth_required",
-            Refusal::AuthFailed => "auth_failed",
-            Refusal::Loop => "loop",
-        }
-    }
-}
 
 /// Counts one refusal.
 pub fn record_refusal(reason: Refusal) {
