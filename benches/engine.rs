@@ -77,12 +77,13 @@ fn with_usage_rules() -> String {
 /// `X-Robots-Usage` rendered: the work `agent.default_purposes` adds per request.
 fn verdicts_and_usage(robots: &RobotsTxt, check: &UsageCheck, urls: &[String]) -> usize {
     let group = robots.group_for(&["UsageBot"]);
+    let usage_group = robots.usage_group_for(&["UsageBot"]);
     urls.iter()
         .filter(|u| {
             let path = CanonicalPath::from_url(u);
             let allowed = robots.decide(group, &path).allowed;
             allowed && {
-                let verdict = check.judge(&robots.usage(group, &path));
+                let verdict = check.judge(&robots.usage(usage_group, &path));
                 !black_box(verdict.header()).is_empty()
             }
         })

@@ -22,8 +22,6 @@ command -v nft >/dev/null || need+=(nftables)
 command -v setpriv >/dev/null || need+=(util-linux)
 # The unprivileged crawler uid runs Debian's python3 with Debian's requests.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' 2>/dev/null || need+=(python3-requests)
-# The h2-only client and the HTTP/2 attacks (tests/helpers/h2_client.py): hyper-h2.
-[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import h2' 2>/dev/null || need+=(python3-h2)
 # The package (scripts/package.sh) is judged by lintian and listed with dpkg-deb.
 command -v lintian >/dev/null || need+=(lintian)
 if ((${#need[@]})); then
@@ -33,22 +31,22 @@ if ((${#need[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-# The HTTPS tests drive robotsgate with Python `requests` too.
-if ! python3 -c 'import requests' 2>/dev/null; then
-  echo "installing: python requests" >&2
-  python3 -m pip install --quiet requests 2>/dev/null \
-    || python3 -m pip install --quiet --break-system-packages requests 2>/dev/null \
-    || { sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-         $sudo apt-get update -qq
-         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-requests; }
+# The tests' Python (tests/helpers/*.py and the inline scripts) runs on the `python3`
+# first on PATH, which need not be Debian's (a pyenv or a venv): its packages
+# (tests/helpers/requirements.txt) are installed for that interpreter.
+if ! python3 tests/helpers/check_python.py 2>/dev/null; then
+  echo "installing for $(command -v python3): tests/helpers/requirements.txt" >&2
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m ensurepip --upgrade >/dev/null 2>&1 || {
+      sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+      $sudo apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip; }
+  fi
+  python3 -m pip install --quiet -r tests/helpers/requirements.txt 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages -r tests/helpers/requirements.txt
+  python3 tests/helpers/check_python.py
 fi
-# The signing tests verify robotsgate's signatures with an independent implementation
-# of RFC 9421 (PyPI `http-message-signatures`, on `cryptography`).
-if ! python3 -c 'import http_message_signatures, cryptography' 2>/dev/null; then
-  echo "installing: python http-message-signatures" >&2
-  python3 -m pip install --quiet 'http-message-signatures>=3,<4' 2>/dev/null \
-    || python3 -m pip install --quiet --break-system-packages 'http-message-signatures>=3,<4'
-fi
+/usr/bin/python3 tests/helpers/check_python.py --crawler
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install a Rust toolchain (rustup) first" >&2
   exit 1

@@ -8,4 +8,8 @@ cargo fmt --all --check
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --all-targets --locked -- -D warnings
 fi
+# Every Python module the tests import, for the interpreters they run (names the
+# interpreter and the module when one is missing).
+python3 tests/helpers/check_python.py
+/usr/bin/python3 tests/helpers/check_python.py --crawler
 cargo test --release --locked

@@ -89,7 +89,7 @@ fn check_line(line: &str) -> Result<(), String> {
         if let Some(label) = &case.purpose {
             let purpose = Purpose::from_label(label)
                 .ok_or(format!("{}: `{label}` is not a purpose", case.id))?;
-            let group = robots.group_for(&tokens);
+            let group = robots.usage_group_for(&tokens);
             let usage = robots.usage(group, &CanonicalPath::from_url(url));
             let check = UsageCheck::new(
                 Purposes::NONE.with(purpose),

@@ -5,7 +5,7 @@
 use crate::policy::agent::Tokens;
 use crate::policy::target::Target;
 use crate::policy::usage::{UsageCheck, UsageVerdict};
-use crate::robots::{CanonicalPath, GroupId, RobotsTxt, Usage, Verdict};
+use crate::robots::{CanonicalPath, GroupId, RobotsTxt, Usage, UsageGroupId, Verdict};
 
 /// A path judged against a held robots.txt (pure): the verdict, the group it came from,
 /// and the lenient reading that decided, when one did.
@@ -14,6 +14,9 @@ pub struct Judgement<'r> {
     pub verdict: Verdict<'r>,
     /// The group the crawler's tokens chose, if any.
     pub group: Option<GroupId>,
+    /// The usage group they chose (usage rules are grouped as the attach draft groups
+    /// them, apart from Allow/Disallow: `robots::usage_groups`).
+    pub usage_group: Option<UsageGroupId>,
     /// The lenient origin's reading, when that one decided.
     pub read_as: Option<CanonicalPath<'static>>,
     /// The lenient reading of an allowed path, when it has one (judged allowed too):
@@ -24,24 +27,29 @@ pub struct Judgement<'r> {
 /// Judges `target` against `robots` for a crawler with `tokens`: the one computation the
 /// proxy and `/check` share.
 pub fn judge<'r>(robots: &'r RobotsTxt, target: &Target, tokens: &Tokens<'_>) -> Judgement<'r> {
-    let group = group_for(robots, tokens);
+    let (group, usage_group) = groups_for(robots, tokens);
     let (verdict, read_as, lenient) = verdict_for(robots, group, target);
     Judgement {
         verdict,
         group,
+        usage_group,
         read_as,
         lenient,
     }
 }
 
-/// The group a crawler's tokens select in one robots.txt.
-fn group_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> Option<GroupId> {
+/// The group and the usage group a crawler's tokens select in one robots.txt.
+fn groups_for(robots: &RobotsTxt, tokens: &Tokens<'_>) -> (Option<GroupId>, Option<UsageGroupId>) {
+    fn both<S: AsRef<str>>(
+        robots: &RobotsTxt,
+        list: &[S],
+    ) -> (Option<GroupId>, Option<UsageGroupId>) {
+        (robots.group_for(list), robots.usage_group_for(list))
+    }
     match tokens {
-        Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
-            robots.group_for(list)
-        }
-        Tokens::FromHeader(one) => robots.group_for(one),
-        Tokens::None => robots.group_for::<&str>(&[]),
+        Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => both(robots, list),
+        Tokens::FromHeader(one) => both(robots, one),
+        Tokens::None => both::<&str>(robots, &[]),
     }
 }
 
@@ -94,10 +102,10 @@ pub fn judge_usage<'r>(
     target: &Target,
     check: &UsageCheck,
 ) -> UsageJudgement<'r> {
-    let usage = robots.usage(judged.group, &target.path);
+    let usage = robots.usage(judged.usage_group, &target.path);
     let verdict = check.judge(&usage);
     if let Some(lenient) = &judged.lenient {
-        let other = robots.usage(judged.group, lenient);
+        let other = robots.usage(judged.usage_group, lenient);
         let judged = check.judge(&other);
         if judged.refused && !verdict.refused {
             return UsageJudgement {

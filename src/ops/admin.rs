@@ -626,10 +626,15 @@ fn usage_explained(
                 "line": v.line,
                 "source": v.source.map(|s| s.label()),
                 "rule": rule.map(ToString::to_string),
+                "group_line": rule.map(|r| r.group_line),
             })
         })
         .collect();
     json!({
+        // Usage rules are grouped as the attach draft groups them: the crawler's usage
+        // group may start on another line than its Allow/Disallow group.
+        "group_line": judged.usage_group.and_then(|g| robots.usage_group_line(g)),
+        "too_many_rules": usage.overflowed(),
         "mode": match check.mode {
             UsageMode::Enforce => "enforce",
             UsageMode::Report => "report",

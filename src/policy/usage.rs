@@ -82,7 +82,13 @@ impl UsageCheck {
                 preference,
                 refused: refuses,
                 line: rule.map(|r| r.line),
-                source: rule.map(|r| r.source),
+                source: match rule {
+                    Some(rule) => Some(rule.source),
+                    None if usage.overflowed() && preference == Preference::Refuse => {
+                        Some(UsageSource::TooManyRules)
+                    }
+                    None => None,
+                },
             });
         }
         verdict.refused = judged > 0
@@ -117,9 +123,11 @@ impl UsageVerdict {
             out.push_str(v.purpose.label());
             out.push('=');
             out.push_str(v.preference.token());
-            if let (Some(line), Some(source)) = (v.line, v.source) {
+            if let Some(line) = v.line {
                 out.push_str(";line=");
                 out.push_str(itoa::Buffer::new().format(line));
+            }
+            if let Some(source) = v.source {
                 out.push_str(";source=");
                 out.push_str(source.label());
             }
@@ -168,7 +176,10 @@ mod tests {
     fn verdict(robots: &str, path: &str, purposes: &[Purpose], config: &str) -> UsageVerdict {
         let config: UsageConfig = serde_yaml::from_str(config).expect("usage config");
         let robots = RobotsTxt::parse(robots.as_bytes());
-        let usage = robots.usage(robots.group_for(&["x"]), &CanonicalPath::from_url(path));
+        let usage = robots.usage(
+            robots.usage_group_for(&["x"]),
+            &CanonicalPath::from_url(path),
+        );
         let check = UsageCheck::new(
             purposes.iter().copied().collect(),
             UsageMode::Enforce,

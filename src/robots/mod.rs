@@ -39,6 +39,7 @@ mod lexer;
 mod normalize;
 mod pattern;
 mod usage;
+mod usage_groups;
 
 use std::collections::HashMap;
 
@@ -48,7 +49,10 @@ pub use diff::RulesChange;
 pub use extensions::CleanParam;
 pub use lexer::MAX_LINE_BYTES;
 pub use normalize::{normalize_path, path_of_url, CanonicalPath};
-pub use usage::{Preference, Purpose, Purposes, Statement, Usage, UsageRule, UsageSource};
+pub use usage::{
+    Preference, Purpose, Purposes, Statement, Usage, UsageRule, UsageSource, MAX_USAGE_RULES,
+};
+pub use usage_groups::UsageGroupId;
 
 use index::{IndexedRule, RuleIndex};
 use lexer::Field;
@@ -201,8 +205,6 @@ struct Parsed {
     clean_params: Vec<CleanParam>,
     truncated: bool,
     usage_rules: Vec<UsageRule>,
-    /// Parallel to `groups`: each merged group's usage rules.
-    usage_by_group: Vec<Box<[u32]>>,
 }
 
 /// A group while parsing, before merging.
@@ -211,12 +213,24 @@ struct SourceGroup {
     line: u32,
     rules: Vec<u32>,
     crawl_delay: Option<f64>,
-    usage: Vec<u32>,
 }
 
+/// What one `User-agent` value names.
 enum Agent {
+    /// `*`: every crawler without a group of its own.
     Global,
+    /// One product token, as written.
     Named(String),
+}
+
+impl Agent {
+    /// The name groups are merged and chosen by: lower-cased, `*` for global.
+    fn key(&self) -> String {
+        match self {
+            Agent::Global => "*".to_string(),
+            Agent::Named(name) => name.to_ascii_lowercase(),
+        }
+    }
 }
 
 /// The agent a `User-agent` value names (SPEC §4): `*` (alone or followed by white
@@ -289,6 +303,8 @@ impl RobotsTxt {
         let mut patterns: Vec<Pattern> = Vec::new();
         // A `User-agent` after a group member (rule or Crawl-delay) starts a new group.
         let mut after_rule = true;
+        // Usage rules are grouped apart, as the attach draft groups them.
+        let mut usage_groups = usage_groups::UsageGrouper::default();
 
         for record in lexer::records(text) {
             if Some(record.line) == cut_line && record.field != Field::Disallow {
@@ -302,12 +318,12 @@ impl RobotsTxt {
                             line: record.line,
                             rules: Vec::new(),
                             crawl_delay: None,
-                            usage: Vec::new(),
                         });
                         after_rule = false;
                     }
-                    if let (Some(group), Some(agent)) = (groups.last_mut(), agent_of(record.value))
-                    {
+                    let agent = agent_of(record.value);
+                    usage_groups.user_agent(agent.as_ref().map(Agent::key), record.line);
+                    if let (Some(group), Some(agent)) = (groups.last_mut(), agent) {
                         group.agents.push(agent);
                     }
                 }
@@ -316,6 +332,7 @@ impl RobotsTxt {
                         continue; // rules before any user-agent are ignored
                     };
                     after_rule = true;
+                    usage_groups.member();
                     if record.value.is_empty() {
                         continue; // `Disallow:` allows everything (SPEC §3)
                     }
@@ -347,6 +364,7 @@ impl RobotsTxt {
                         continue;
                     };
                     after_rule = true;
+                    usage_groups.member();
                     if let Some(delay) = extensions::parse_crawl_delay(record.value) {
                         group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
                     }
@@ -372,12 +390,11 @@ impl RobotsTxt {
                         .extend(extensions::parse_clean_param(record.value, record.line));
                 }
                 Field::ContentUsage | Field::ContentSignal => {
-                    // A member of the group it is in (aipref attach §3), but unlike the
-                    // Allow/Disallow rules it does not end the group's user-agent list:
-                    // `User-agent: a / Content-Usage: … / User-agent: b / Disallow: /`
-                    // keeps `a` under the Disallow, so adding a usage rule can never
-                    // change what robots.txt allows (README, "Usage preferences").
-                    let Some(group) = groups.last_mut() else {
+                    // A rule of the group it follows, grouped as the attach draft groups
+                    // usage rules (`usage_groups`); Allow/Disallow groups ignore it, so
+                    // adding a usage rule never changes what robots.txt allows.
+                    let id = robots.usage_rules.len() as u32;
+                    let Some(group_line) = usage_groups.rule(id) else {
                         continue;
                     };
                     let source = if record.field == Field::ContentUsage {
@@ -385,22 +402,24 @@ impl RobotsTxt {
                     } else {
                         UsageSource::ContentSignal
                     };
-                    group.usage.push(robots.usage_rules.len() as u32);
-                    robots
-                        .usage_rules
-                        .push(usage::parse_rule(source, record.value, record.line));
+                    robots.usage_rules.push(usage::parse_rule(
+                        source,
+                        record.value,
+                        record.line,
+                        group_line,
+                    ));
                 }
                 Field::Unknown => {}
             }
         }
         robots.merge(groups, &patterns);
-        robots.lay_out()
+        robots.lay_out(usage_groups.finish())
     }
 }
 
 impl Parsed {
     /// The finished file, every part exactly as large as it is.
-    fn lay_out(self) -> RobotsTxt {
+    fn lay_out(self, usage_groups: usage_groups::UsageGroups) -> RobotsTxt {
         let Parsed {
             rules,
             groups,
@@ -411,18 +430,8 @@ impl Parsed {
             clean_params,
             truncated,
             usage_rules,
-            usage_by_group,
         } = self;
-        // More usage rules than any real file has: a hostile or broken file, whose every
-        // request would scan them all. Its preferences are unreadable, so every purpose
-        // is unknown (as for a statement that does not parse).
-        let readable = !usage_rules.is_empty() && usage_rules.len() <= usage::MAX_USAGE_RULES;
-        let usage = readable.then(|| {
-            Box::new(usage::UsageRules {
-                rules: usage_rules.into_boxed_slice(),
-                by_group: usage_by_group.into_boxed_slice(),
-            })
-        });
+        let usage = usage::UsageRules::new(usage_rules, usage_groups).map(Box::new);
         let rare = !sitemaps.is_empty()
             || host.is_some()
             || !clean_params.is_empty()
@@ -484,12 +493,6 @@ impl Parsed {
                     let id = GroupId(self.groups.len() as u32);
                     self.groups
                         .push(self.build_group(written, &sources, &groups, patterns));
-                    self.usage_by_group.push(
-                        sources
-                            .iter()
-                            .flat_map(|&g| groups[g].usage.iter().copied())
-                            .collect(),
-                    );
                     merged.insert(sources, id);
                     id
                 }
@@ -650,15 +653,40 @@ impl RobotsTxt {
         self.extras.as_ref().map_or(&[], |e| &e.clean_params)
     }
 
-    /// The usage preferences that apply to a path (canonical) for the crawler of
-    /// `group` (see [`usage`]): only meaningful for a path the group allows.
-    pub fn usage(&self, group: Option<GroupId>, path: &CanonicalPath<'_>) -> Usage<'_> {
-        match (group, self.extras.as_ref().and_then(|e| e.usage.as_ref())) {
-            (Some(group), Some(rules)) => {
-                rules.decide(group.index(), &normalize::match_form(path.as_str()))
-            }
-            _ => Usage::NONE,
+    /// The usage group for a crawler's ordered tokens: chosen as [`RobotsTxt::group_for`]
+    /// chooses, among the groups usage rules form (`usage_groups`: the attach draft's
+    /// grouping, not RFC 9309's).
+    pub fn usage_group_for<S: AsRef<str>>(&self, tokens: &[S]) -> Option<UsageGroupId> {
+        self.extras
+            .as_ref()?
+            .usage
+            .as_ref()?
+            .groups
+            .group_for(tokens)
+    }
+
+    /// The line of the first `User-agent` of a usage group.
+    pub fn usage_group_line(&self, group: UsageGroupId) -> Option<u32> {
+        self.extras.as_ref()?.usage.as_ref()?.groups.line(group)
+    }
+
+    /// The usage preferences that apply to a path (canonical) for the crawler of usage
+    /// `group` ([`RobotsTxt::usage_group_for`]): only meaningful for a path the crawler
+    /// may fetch.
+    pub fn usage(&self, group: Option<UsageGroupId>, path: &CanonicalPath<'_>) -> Usage<'_> {
+        match self.extras.as_ref().and_then(|e| e.usage.as_ref()) {
+            Some(rules) => rules.decide(group, &normalize::match_form(path.as_str())),
+            None => Usage::NONE,
         }
+    }
+
+    /// True when the file has more usage rules than robotsgate reads one by one: every
+    /// purpose any of them refuses is then refused everywhere ([`Usage::overflowed`]).
+    pub fn usage_overflowed(&self) -> bool {
+        self.extras
+            .as_ref()
+            .and_then(|e| e.usage.as_ref())
+            .is_some_and(|u| u.overflowed())
     }
 
     /// Every `Content-Usage` and `Content-Signal` rule, in file order.

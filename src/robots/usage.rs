@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dictionary::{self, Value};
 use super::pattern::{Pattern, Priority};
+use super::usage_groups::{UsageGroupId, UsageGroups};
 
 /// A use a crawler's operator declares for what it fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -166,6 +167,10 @@ pub enum UsageSource {
     /// The origin's `Content-Usage` or `Content-Signal` response header.
     #[serde(rename = "header")]
     Header,
+    /// A robots.txt with more usage rules than robotsgate reads ([`MAX_USAGE_RULES`]):
+    /// a purpose refused anywhere in it is refused everywhere.
+    #[serde(rename = "too-many-rules")]
+    TooManyRules,
 }
 
 impl UsageSource {
@@ -175,6 +180,7 @@ impl UsageSource {
             UsageSource::ContentUsage => "content-usage",
             UsageSource::ContentSignal => "content-signal",
             UsageSource::Header => "header",
+            UsageSource::TooManyRules => "too-many-rules",
         }
     }
 
@@ -184,6 +190,7 @@ impl UsageSource {
             UsageSource::ContentUsage => "Content-Usage",
             UsageSource::ContentSignal => "Content-Signal",
             UsageSource::Header => "header",
+            UsageSource::TooManyRules => "too many usage rules",
         }
     }
 }
@@ -218,7 +225,7 @@ impl Statement {
         statement
     }
 
-    fn set(self, purpose: Purpose, preference: Preference) -> Statement {
+    pub(crate) fn set(self, purpose: Purpose, preference: Preference) -> Statement {
         let bits = match preference {
             Preference::Unknown => 0,
             Preference::Allow => 1,
@@ -249,6 +256,9 @@ pub struct UsageRule {
     pub statement: Box<str>,
     /// Its 1-based line.
     pub line: u32,
+    /// The line of the first `User-agent` of the group it is a rule of (grouped as
+    /// the attach draft groups usage rules: [`super::usage_groups`]).
+    pub group_line: u32,
     #[serde(skip)]
     pub(crate) prefs: Statement,
     /// The compiled `path`.
@@ -267,16 +277,23 @@ impl std::fmt::Display for UsageRule {
     }
 }
 
-/// A file with more `Content-Usage`/`Content-Signal` rules than this states nothing
-/// readable: each request scans its group's usage rules, so their number is bounded.
-pub(crate) const MAX_USAGE_RULES: usize = 512;
+/// A file with more `Content-Usage`/`Content-Signal` rules than this is not read rule by
+/// rule (each request scans its group's usage rules, so their number is bounded): it
+/// fails closed instead, every purpose one of its statements refuses being refused
+/// everywhere ([`UsageRules::new`]).
+pub const MAX_USAGE_RULES: usize = 512;
 
 /// A statement's text is kept for explanations up to this many octets.
 const MAX_STATEMENT_TEXT: usize = 256;
 
 /// Parses a `Content-Usage` or `Content-Signal` value (already trimmed, comment
 /// removed) into its rule.
-pub(crate) fn parse_rule(source: UsageSource, value: &[u8], line: u32) -> UsageRule {
+pub(crate) fn parse_rule(
+    source: UsageSource,
+    value: &[u8],
+    line: u32,
+    group_line: u32,
+) -> UsageRule {
     let (path, dict) = match (source, value.first()) {
         (UsageSource::ContentUsage, Some(b'/')) => {
             let end = value
@@ -299,17 +316,21 @@ pub(crate) fn parse_rule(source: UsageSource, value: &[u8], line: u32) -> UsageR
         path: compiled.as_ref().map(|c| c.text.clone().into_boxed_str()),
         statement: statement.into(),
         line,
+        group_line,
         prefs: Statement::parse(source, dict),
         pattern: compiled.map(|c| c.pattern),
     }
 }
 
-/// The usage rules of a robots.txt and, per merged group, which of them it holds.
+/// The usage rules of a robots.txt and their groups ([`super::usage_groups`]), or,
+/// for a file with more than [`MAX_USAGE_RULES`], what fails closed instead.
 #[derive(Debug, Default)]
 pub(crate) struct UsageRules {
     pub(crate) rules: Box<[UsageRule]>,
-    /// Parallel to the file's groups: ids into `rules`.
-    pub(crate) by_group: Box<[Box<[u32]>]>,
+    pub(crate) groups: UsageGroups,
+    /// Too many rules to read: every purpose some statement of the file refuses is
+    /// refused for every path and crawler (the others are unknown).
+    overflow: Option<Statement>,
 }
 
 /// What applies to one path for one crawler: per purpose, the combined preference and
@@ -317,12 +338,15 @@ pub(crate) struct UsageRules {
 #[derive(Clone, Copy, Debug)]
 pub struct Usage<'a> {
     applied: [(Preference, Option<&'a UsageRule>); 3],
+    /// Decided by a file with too many usage rules to read ([`MAX_USAGE_RULES`]).
+    overflow: bool,
 }
 
 impl<'a> Usage<'a> {
     /// Nothing stated: every purpose unknown.
     pub const NONE: Usage<'static> = Usage {
         applied: [(Preference::Unknown, None); 3],
+        overflow: false,
     };
 
     /// The preference for `purpose`, and the statement it comes from (`None`: no
@@ -330,14 +354,62 @@ impl<'a> Usage<'a> {
     pub fn preference(&self, purpose: Purpose) -> (Preference, Option<&'a UsageRule>) {
         self.applied[index(purpose)]
     }
+
+    /// True when the file had more usage rules than robotsgate reads
+    /// ([`MAX_USAGE_RULES`]): what it refuses anywhere is refused everywhere.
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
 }
 
 impl UsageRules {
-    /// The usage that applies to `path` (in match form) among `group`'s rules.
-    pub(crate) fn decide(&self, group: usize, path: &[u8]) -> Usage<'_> {
-        let Some(ids) = self.by_group.get(group) else {
+    /// The file's usage rules grouped by `groups`; past [`MAX_USAGE_RULES`], only which
+    /// purposes any of them refuses is kept (`None`: the file has no usage rule).
+    pub(crate) fn new(rules: Vec<UsageRule>, groups: UsageGroups) -> Option<UsageRules> {
+        if rules.is_empty() {
+            return None;
+        }
+        if rules.len() > MAX_USAGE_RULES {
+            let refused = rules.iter().fold(Statement::default(), |acc, rule| {
+                Purpose::ALL.into_iter().fold(acc, |acc, p| {
+                    if rule.prefs.preference(p) == Preference::Refuse {
+                        acc.set(p, Preference::Refuse)
+                    } else {
+                        acc
+                    }
+                })
+            });
+            return Some(UsageRules {
+                overflow: Some(refused),
+                ..UsageRules::default()
+            });
+        }
+        Some(UsageRules {
+            rules: rules.into_boxed_slice(),
+            groups,
+            overflow: None,
+        })
+    }
+
+    /// True for a file with too many usage rules to read.
+    pub(crate) fn overflowed(&self) -> bool {
+        self.overflow.is_some()
+    }
+
+    /// The usage that applies to `path` (in match form) for the crawler of `group`.
+    pub(crate) fn decide(&self, group: Option<UsageGroupId>, path: &[u8]) -> Usage<'_> {
+        if let Some(refused) = self.overflow {
+            let mut usage = Usage::NONE;
+            usage.overflow = true;
+            for purpose in Purpose::ALL {
+                usage.applied[index(purpose)].0 = refused.preference(purpose);
+            }
+            return usage;
+        }
+        let Some(group) = group else {
             return Usage::NONE;
         };
+        let ids = self.groups.rules(group);
         let mut best: Option<Priority> = None;
         let mut usage = Usage::NONE;
         for &id in ids.iter() {
@@ -416,7 +488,7 @@ mod tests {
 
     #[test]
     fn a_rule_splits_path_and_statement() {
-        let rule = parse_rule(UsageSource::ContentUsage, b"/ai-ok/ train-ai=y", 5);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/ai-ok/ train-ai=y", 5, 1);
         assert_eq!(rule.path.as_deref(), Some("/ai-ok/"));
         assert_eq!(&*rule.statement, "train-ai=y");
         assert!(rule.pattern.is_some());
@@ -424,15 +496,15 @@ mod tests {
             rule.to_string(),
             "Content-Usage: /ai-ok/ train-ai=y (line 5)"
         );
-        let rule = parse_rule(UsageSource::ContentUsage, b"train-ai=n", 2);
+        let rule = parse_rule(UsageSource::ContentUsage, b"train-ai=n", 2, 1);
         assert_eq!((rule.path, rule.pattern.is_none()), (None, true));
         // Tab separates too; a path alone states nothing.
-        let rule = parse_rule(UsageSource::ContentUsage, b"/x\t\ttrain-ai=n", 1);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/x\t\ttrain-ai=n", 1, 1);
         assert_eq!(rule.prefs.preference(Purpose::TrainAi), Preference::Refuse);
-        let rule = parse_rule(UsageSource::ContentUsage, b"/x", 1);
+        let rule = parse_rule(UsageSource::ContentUsage, b"/x", 1, 1);
         assert_eq!(rule.prefs, Statement::default());
         // Content-Signal has no path: a leading `/` makes the Dictionary invalid.
-        let rule = parse_rule(UsageSource::ContentSignal, b"/x search=no", 1);
+        let rule = parse_rule(UsageSource::ContentSignal, b"/x search=no", 1, 1);
         assert_eq!((rule.path, rule.pattern.is_none()), (None, true));
         assert_eq!(rule.prefs, Statement::default());
     }
@@ -452,7 +524,7 @@ mod tests {
 
     fn applied(robots: &str, agent: &str, path: &str) -> Vec<(Preference, Option<u32>)> {
         let robots = crate::robots::RobotsTxt::parse(robots.as_bytes());
-        let group = robots.group_for(&[agent]);
+        let group = robots.usage_group_for(&[agent]);
         let usage = robots.usage(group, &crate::robots::CanonicalPath::from_url(path));
         Purpose::ALL
             .iter()
@@ -501,7 +573,7 @@ mod tests {
     }
 
     #[test]
-    fn groups_merge_and_end_as_with_other_rules() {
+    fn groups_merge_and_end_as_the_attach_draft_says() {
         // Cloudflare's managed block, then the site's own `*` group: merged (RFC 9309).
         let robots = "User-agent: *\nContent-Signal: search=yes,ai-train=no\nAllow: /\n\nUser-agent: GPTBot\nDisallow: /\n\nUser-agent: *\nDisallow: /admin\n";
         assert_eq!(
@@ -512,26 +584,24 @@ mod tests {
             applied(robots, "GPTBot", "/page"),
             [(U, None), (U, None), (U, None)]
         );
-        // A usage rule does not end a group's user-agent list (a Disallow does): `a`
-        // keeps the Disallow below, and both names share the usage rule.
+        // A usage rule ends a group's user-agent list for usage (the draft's ABNF), but
+        // not for Allow/Disallow: `a` keeps the Disallow below, and `b` does not get
+        // `a`'s usage rule.
         let robots = "User-agent: a\nContent-Usage: train-ai=n\nUser-agent: b\nDisallow: /x\n";
         assert_eq!(applied(robots, "a", "/p")[1], (N, Some(2)));
-        assert_eq!(applied(robots, "b", "/p")[1], (N, Some(2)));
+        assert_eq!(applied(robots, "b", "/p")[1], (U, None));
         let parsed = crate::robots::RobotsTxt::parse(robots.as_bytes());
         assert!(!parsed.check(&["a"], "/x").allowed);
+        assert_eq!(parsed.usage_rules()[0].group_line, 1);
+        // A crawler with a group of its own never inherits the `*` group's statements.
+        let robots = "User-agent: *\nContent-Usage: train-ai=n\nUser-agent: a\nDisallow: /x\n";
+        assert_eq!(applied(robots, "a", "/p")[1], (U, None));
+        assert_eq!(applied(robots, "zzz", "/p")[1], (N, Some(2)));
         // Before any group: ignored; no group for the crawler: nothing applies.
         assert_eq!(
             applied("Content-Usage: train-ai=n\n", "a", "/p")[1],
             (U, None)
         );
-        // Past the bound on usage rules, the file's preferences are unreadable.
-        let mut many = String::from("User-agent: *\n");
-        for _ in 0..=MAX_USAGE_RULES {
-            many.push_str("Content-Usage: /x train-ai=n\n");
-        }
-        assert_eq!(applied(&many, "a", "/x")[1], (U, None));
-        let parsed = crate::robots::RobotsTxt::parse(many.as_bytes());
-        assert!(parsed.usage_rules().is_empty());
         // Comments end the value.
         assert_eq!(
             applied(
@@ -541,5 +611,23 @@ mod tests {
             )[1],
             (N, Some(2))
         );
+    }
+
+    #[test]
+    fn too_many_usage_rules_fail_closed() {
+        // Past the bound, what any statement refuses is refused everywhere, for every
+        // crawler; what none refuses is unknown.
+        let mut many =
+            String::from("User-agent: other\nContent-Usage: / train-ai=n\nUser-agent: *\n");
+        for _ in 0..=MAX_USAGE_RULES {
+            many.push_str("Content-Usage: /x search=y\n");
+        }
+        assert_eq!(applied(&many, "a", "/y"), [(U, None), (N, None), (U, None)]);
+        let parsed = crate::robots::RobotsTxt::parse(many.as_bytes());
+        assert!(parsed.usage_rules().is_empty());
+        assert!(parsed.usage_overflowed());
+        let usage = parsed.usage(None, &crate::robots::CanonicalPath::from_url("/z"));
+        assert!(usage.overflowed());
+        assert_eq!(usage.preference(Purpose::TrainAi).0, N);
     }
 }

@@ -15,16 +15,17 @@ static VERDICTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_usage_verdicts_total",
         "Usage preferences met, per declared purpose: where they were stated (content-usage, \
-         content-signal, header, none) and what they said (allow, refuse, unknown).",
+         content-signal, header, too-many-rules, none) and what they said (allow, refuse, unknown).",
         &["purpose", "source", "result"]
     )
     .expect("metric registers once")
 });
 
-const SOURCES: [Option<UsageSource>; 4] = [
+const SOURCES: [Option<UsageSource>; 5] = [
     Some(UsageSource::ContentUsage),
     Some(UsageSource::ContentSignal),
     Some(UsageSource::Header),
+    Some(UsageSource::TooManyRules),
     None,
 ];
 const RESULTS: [Preference; 3] = [Preference::Allow, Preference::Refuse, Preference::Unknown];

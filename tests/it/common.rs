@@ -846,6 +846,15 @@ impl Proxy {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// The log once a line satisfies `line` (access log lines are written by a thread
+    /// of their own, a few milliseconds after their request), or after 10 s without one.
+    pub async fn log_with(&self, line: impl Fn(&str) -> bool) -> String {
+        let found = eventually(Duration::from_secs(10), || self.log().lines().any(&line)).await;
+        let log = self.log();
+        assert!(found, "no such line in the log:\n{log}");
+        log
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

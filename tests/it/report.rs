@@ -43,14 +43,13 @@ async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
         ),
         Some(1.0)
     );
-    let log = proxy.log();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("\"decision\":\"would_disallow\"")
+    proxy
+        .log_with(|l| {
+            l.contains("\"decision\":\"would_disallow\"")
                 && l.contains("\"line\":3")
-                && l.contains("would-disallow")),
-        "{log}"
-    );
+                && l.contains("would-disallow")
+        })
+        .await;
     // Egress refusals are never report-only.
     let (status, _, _) = curl(&proxy, "http://10.255.255.1/x", &[]);
     assert_eq!(status, 403);

@@ -96,14 +96,13 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     assert_eq!(verdict("train-ai", "refuse", "content-usage"), 2.0);
     assert_eq!(verdict("train-ai", "allow", "content-usage"), 1.0);
     assert_eq!(verdict("search", "unknown", "none"), 2.0);
-    let log = proxy.log();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("\"decision\":\"usage_refused\"")
+    let log = proxy
+        .log_with(|l| {
+            l.contains("\"decision\":\"usage_refused\"")
                 && l.contains("\"line\":4")
-                && l.contains("\"path\":\"/test\"")),
-        "{log}"
-    );
+                && l.contains("\"path\":\"/test\"")
+        })
+        .await;
     assert!(
         log.lines()
             .any(|l| l
@@ -249,14 +248,13 @@ async fn report_mode_forwards_marks_counts_and_logs() {
         ),
         1.0
     );
-    let log = proxy.log();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("\"decision\":\"would_usage_refuse\"")
+    proxy
+        .log_with(|l| {
+            l.contains("\"decision\":\"would_usage_refuse\"")
                 && l.contains("would-usage-refuse")
-                && l.contains("\"line\":4")),
-        "{log}"
-    );
+                && l.contains("\"line\":4")
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,4 +373,76 @@ async fn without_a_robots_txt_every_purpose_is_unknown() {
         .filter(|t| t != "/robots.txt")
         .collect();
     assert_eq!(arrived, ["/b", "/c"]);
+}
+
+/// A robots.txt with more usage rules than robotsgate reads one by one fails closed: a
+/// purpose any of its statements refuses is refused everywhere (the origin sees nothing),
+/// the fetch logs why, and `/check` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
+    let mut robots = String::from("User-agent: *\nContent-Usage: train-ai=n\n");
+    for n in 0..600 {
+        robots.push_str(&format!("Content-Usage: /p{n} search=y\n"));
+    }
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await;
+    let yaml = "  agent:\n    default_tokens: [Bot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n      - user_agent_contains: indexer\n        tokens: [Bot]\n        purposes: [search]\n";
+    let proxy = Proxy::start_for_loopback(yaml);
+    let (status, head, _) = curl(&proxy, &origin.url("/p1/x"), &["-A", "trainer/1"]);
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        header(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("usage-refused;")),
+        "{head}"
+    );
+    // Nothing refuses search: unknown, allowed (`usage.unknown: allow`).
+    let (status, head, _) = curl(&proxy, &origin.url("/p1/y"), &["-A", "indexer/1"]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header(&head, "X-Robots-Usage"), Some("search=unknown"));
+    assert_eq!(
+        origin.count("/p1/x"),
+        0,
+        "the refused request never reached the origin"
+    );
+    assert_eq!(origin.count("/p1/y"), 1);
+    let v: serde_json::Value = serde_json::from_str(
+        &admin(
+            &proxy,
+            "GET",
+            &format!("/check?url={}&purpose=train-ai", origin.url("/p2")),
+        )
+        .1,
+    )
+    .expect("json");
+    assert_eq!(v["decision"], "usage_refused", "{v}");
+    assert_eq!(v["usage"]["too_many_rules"], true, "{v}");
+    assert_eq!(v["usage"]["purposes"][0]["source"], "too-many-rules", "{v}");
+    proxy
+        .log_with(|l| l.contains("usage rules: every purpose one of them refuses"))
+        .await;
+}
+
+/// Usage rules are grouped as the attach draft groups them: `/check` names the group
+/// each statement belongs to, which is not the Allow/Disallow group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_the_usage_group_a_statement_came_from() {
+    let robots = "User-agent: a\nContent-Usage: train-ai=n\nUser-agent: b\nDisallow: /x\n\nUser-agent: *\nContent-Usage: train-ai=n\n";
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let proxy = Proxy::start_for_loopback(
+        "  agent:\n    default_tokens: [b]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: first\n        tokens: [a]\n",
+    );
+    let check = |query: &str| -> serde_json::Value {
+        serde_json::from_str(&admin(&proxy, "GET", &format!("/check?{query}")).1).expect("json")
+    };
+    // `b` shares `a`'s Disallow group (line 1) but not its usage rule: unknown, allowed.
+    let v = check(&format!("url={}&purpose=train-ai", origin.url("/p")));
+    assert_eq!(v["decision"], "allowed", "{v}");
+    assert_eq!(v["group_line"], 1, "{v}");
+    assert_eq!(v["usage"]["purposes"][0]["preference"], "unknown", "{v}");
+    assert_eq!(v["usage"]["group_line"], 3, "{v}");
+    assert_eq!(v["decision"], "allowed");
+    // `a`'s own statement, in the usage group of line 1.
+    let (status, head, _) = curl(&proxy, &origin.url("/p"), &["-A", "first/1"]);
+    assert_eq!(status, 403, "{head}");
+    let (status, _, _) = curl(&proxy, &origin.url("/p"), &["-A", "other/1"]);
+    assert_eq!(status, 200);
+    assert_eq!(origin.count("/p"), 1, "only b's request reached the origin");
 }

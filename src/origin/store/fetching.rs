@@ -300,6 +300,13 @@ impl OriginStore {
                     snapshot.last_outcome
                 )
             }
+            Policy::Rules(file) if file.robots.usage_overflowed() => {
+                log::warn!(
+                    "robots.txt {} has more than {} usage rules: every purpose one of them refuses is refused on every path",
+                    origin.robots_url(),
+                    crate::robots::MAX_USAGE_RULES
+                )
+            }
             _ => {}
         }
         entry.state.store(Some(snapshot.clone()));
