@@ -298,6 +298,11 @@ pub struct UpstreamConfig {
     /// HTTP/2 to HTTPS origins: `auto` offers `h2` (then `http/1.1`) in ALPN and
     /// carries concurrent requests to one origin on one connection; `off`: HTTP/1.1.
     pub http2: Http2,
+    /// How many times a request the origin never worked on (an HTTP/2 stream refused,
+    /// a GOAWAY that did not cover it, a pooled connection closed under it, a failed
+    /// connect) is sent again: each attempt takes a turn of its own, after the delay and
+    /// the backoff the refusal adds (0: never).
+    pub max_retries: u8,
 }
 
 /// `upstream.http2` and `tls.http2`.
@@ -319,6 +324,7 @@ impl Default for UpstreamConfig {
             write_timeout_seconds: Timeout(60.0),
             idle_timeout_seconds: Seconds(60.0),
             http2: Http2::Auto,
+            max_retries: 1,
         }
     }
 }

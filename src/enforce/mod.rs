@@ -311,7 +311,8 @@ impl Enforcer {
                 config.robots.user_agent.clone(),
                 crate::origin::loops::OwnTraffic::new(&config.transparent),
             )
-            .signed_as(fetches_signed_as),
+            .signed_as(fetches_signed_as)
+            .http2(config.upstream.http2 == crate::config::Http2::Auto),
         );
         let fleet = config
             .fleet

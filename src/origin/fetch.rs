@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
+use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 
 use crate::origin::dns::Resolver;
@@ -140,6 +141,9 @@ pub struct Fetcher {
     via: Option<&'static str>,
     /// The identity fetches are signed as (`agent.default_identity`), if any.
     identity: Option<Arc<crate::identity::Identity>>,
+    /// Offer h2 to HTTPS origins (`upstream.http2: auto`), as page requests do: an
+    /// origin that speaks only HTTP/2 has a readable robots.txt too.
+    http2: bool,
 }
 
 fn unreachable(failure: Failure) -> FetchOutcome {
@@ -200,6 +204,7 @@ impl Fetcher {
             socket_hook: crate::origin::loops::hook(own.mark),
             via: own.via(),
             identity: None,
+            http2: false,
         }
     }
 
@@ -207,6 +212,12 @@ impl Fetcher {
     /// like any other: an origin that asks crawlers to sign asks it of these too).
     pub fn signed_as(mut self, identity: Option<Arc<crate::identity::Identity>>) -> Fetcher {
         self.identity = identity;
+        self
+    }
+
+    /// Offers h2 (then HTTP/1.1) to HTTPS origins when `http2`.
+    pub fn http2(mut self, http2: bool) -> Fetcher {
+        self.http2 = http2;
         self
     }
 
@@ -327,6 +338,9 @@ impl Fetcher {
         peer.options.read_timeout = Some(self.timeout);
         peer.options.write_timeout = Some(self.timeout);
         peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
+        if self.http2 && origin.scheme == Scheme::Https {
+            peer.options.alpn = pingora::protocols::ALPN::H2H1;
+        }
 
         let (mut session, _reused) = self
             .connector
@@ -334,10 +348,28 @@ impl Fetcher {
             .await
             .map_err(|e| Failure::network(&format!("connect {addr}"), &e))?;
         let internal = |e: Box<pingora::Error>| Failure::new("internal-error", e.to_string());
-        let mut request = RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
-        request
-            .insert_header("Host", origin.authority().to_string())
-            .map_err(internal)?;
+        let authority = origin.authority().to_string();
+        // HTTP/2 names the authority in `:authority` alone (an h2 server may refuse a
+        // `Host` beside it, as nginx does); HTTP/1.1 in `Host`.
+        let mut request = if matches!(session, HttpSession::H2(_)) {
+            let mut request =
+                RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
+            let uri = http::Uri::builder()
+                .scheme("https")
+                .authority(authority.as_str())
+                .path_and_query(path)
+                .build()
+                .map_err(|e| Failure::new("internal-error", e.to_string()))?;
+            request.set_uri(uri);
+            request
+        } else {
+            let mut request =
+                RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
+            request
+                .insert_header("Host", &authority)
+                .map_err(internal)?;
+            request
+        };
         request
             .insert_header("User-Agent", self.user_agent.as_str())
             .map_err(internal)?;
@@ -349,7 +381,7 @@ impl Fetcher {
         }
         if let Some(identity) = &self.identity {
             // robots.txt is free to read: fetches never offer to pay.
-            let signed = identity.sign(&origin.authority().to_string(), None);
+            let signed = identity.sign(&authority, None);
             signed.set_on(&mut request).map_err(internal)?;
             crate::telemetry::metrics::record_signed(&identity.name);
         }

@@ -156,6 +156,13 @@ impl Permit {
         self.origin_answered_read_late(status, retry_after, || Duration::ZERO);
     }
 
+    /// The origin refused the request without working on it (an HTTP/2 stream refused,
+    /// a GOAWAY that did not cover it): it backs the origin off as a 503 without
+    /// `Retry-After` does, so a refusal slows robotsgate down, never the reverse.
+    pub fn origin_refused(&self) {
+        self.origin_answered(503, None);
+    }
+
     /// [`Permit::origin_answered`] for a caller that can tell how long the response
     /// head sat received but unread (`unread`, asked only of a response slow enough to
     /// count as strain). That time is the proxy's, not the origin's: a busy proxy slow

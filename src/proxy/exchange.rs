@@ -14,6 +14,7 @@ use pingora::ErrorSource;
 use crate::config::{Http2, UpstreamConfig};
 use crate::enforce::{Cut, ExchangeEnd};
 use crate::policy::target::{Scheme, Target};
+use crate::telemetry::metrics::Retry;
 
 /// `upstream`'s settings as Pingora's peer options take them, converted once rather
 /// than on every request.
@@ -26,6 +27,8 @@ pub struct UpstreamOptions {
     idle: Duration,
     /// Offer h2 to HTTPS origins.
     http2: bool,
+    /// `upstream.max_retries`.
+    pub(super) max_retries: u8,
 }
 
 /// Streams one HTTP/2 connection to an origin carries at once. The pacing in-flight
@@ -44,6 +47,7 @@ impl From<&UpstreamConfig> for UpstreamOptions {
                 .duration()
                 .max(Duration::from_secs(1)),
             http2: upstream.http2 == Http2::Auto,
+            max_retries: upstream.max_retries,
         }
     }
 }
@@ -118,7 +122,12 @@ pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
             | ErrorType::InvalidCert
             | ErrorType::ConnectionClosed
             | ErrorType::ReadError
-            | ErrorType::WriteError,
+            | ErrorType::WriteError
+            // The origin reset or refused the HTTP/2 stream, asked for HTTP/1.1, or did
+            // not speak HTTP/2: it is not working on the request.
+            | ErrorType::H2Error
+            | ErrorType::H2Downgrade
+            | ErrorType::InvalidH2,
         ) => ExchangeEnd::OriginFailed,
         _ => ExchangeEnd::Cut(Cut::Other),
     }
@@ -135,4 +144,24 @@ pub(super) fn upstream_failure(kind: &ErrorType) -> &'static str {
         ErrorType::ReadTimedout | ErrorType::WriteTimedout => "timeout",
         _ => "upstream-error",
     }
+}
+
+/// Why Pingora would send a request again after `e`, as robotsgate counts it; `None`
+/// when it would not (or the origin may still be working on the request: a retry then
+/// would be a second request in one turn).
+pub(super) fn retry_reason(e: &pingora::Error) -> Option<Retry> {
+    if !e.retry() || matches!(exchange_end(Some(e)), ExchangeEnd::Cut(_)) {
+        return None;
+    }
+    Some(match e.etype() {
+        ErrorType::H2Error => Retry::Refused,
+        ErrorType::H2Downgrade | ErrorType::InvalidH2 => Retry::Downgrade,
+        ErrorType::ConnectTimedout
+        | ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::TLSHandshakeFailure
+        | ErrorType::TLSHandshakeTimedout => Retry::Connect,
+        _ => Retry::Closed,
+    })
 }

@@ -21,14 +21,16 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
 use super::exchange::{
-    exchange_end, unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE,
+    exchange_end, retry_reason, unread, upstream_failure, upstream_peer, UpstreamOptions,
+    MAX_EXCHANGE,
 };
 use super::headers::{
     has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
 };
 use crate::downstream::context::ClientContext;
 use crate::enforce::{
-    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, Permit, Reply, Reported,
+    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, ExchangeEnd, Pace, Permit, Reply,
+    Reported,
 };
 use crate::identity::payment::Reservation;
 use crate::identity::Signer;
@@ -36,7 +38,7 @@ use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
 use crate::policy::usage::UsageVerdict;
 use crate::telemetry::logging::AccessRecord;
-use crate::telemetry::metrics::{Mode, Outcome};
+use crate::telemetry::metrics::{Mode, Outcome, Retry};
 
 /// robotsgate's Pingora `ProxyHttp`: wires each request to the [`Enforcer`].
 pub struct RobotsGateProxy {
@@ -74,6 +76,8 @@ pub struct RequestContext {
     /// ends), to ask the kernel how long a slow response sat unread
     /// ([`Permit::origin_answered_read_late`]).
     upstream_fd: Option<RawFd>,
+    /// robotsgate's own answer to write when an attempt sent again found no turn.
+    unsent: Option<Answer>,
 }
 
 /// Where a request stands: undecided, answered by robotsgate, or forwarded.
@@ -109,8 +113,16 @@ enum Stage {
         payment: Option<Reservation>,
         /// What the origin's answer said of payment, for the access log.
         paid: Option<String>,
-        /// The pacing turn, held until the origin's exchange has ended.
-        permit: Permit,
+        /// Where it queues: an attempt sent again takes a turn of its own there.
+        pace: Pace,
+        /// The pacing turn, held until the origin's exchange has ended (`None` only
+        /// between a failed attempt and the next one's turn).
+        permit: Option<Permit>,
+        /// Attempts sent to the origin so far (Pingora sends again what the origin
+        /// never worked on, within `upstream.max_retries`).
+        attempts: u8,
+        /// How the last failed attempt ended, for its turn to end so before the next.
+        retried: Option<ExchangeEnd>,
         upstream_status: Option<u16>,
         /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
         failed: Option<String>,
@@ -140,6 +152,74 @@ impl RequestContext {
             why: answer.header.clone(),
             line: answer.rule_line,
         };
+    }
+}
+
+impl RobotsGateProxy {
+    /// Whether the attempt that failed with `e` is sent again: within
+    /// `upstream.max_retries`, only where the origin never worked on it. A refusal
+    /// backs the origin off either way.
+    fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
+        let Stage::Forwarded {
+            permit,
+            attempts,
+            retried,
+            ..
+        } = &mut ctx.stage
+        else {
+            e.set_retry(false);
+            return;
+        };
+        let reason = retry_reason(e);
+        if reason == Some(Retry::Refused) {
+            if let Some(permit) = permit {
+                permit.origin_refused();
+            }
+        }
+        match reason {
+            Some(reason) if *attempts <= self.upstream.max_retries => {
+                crate::telemetry::metrics::record_retry(reason);
+                *retried = Some(exchange_end(Some(e)));
+            }
+            _ => e.set_retry(false),
+        }
+    }
+
+    /// Before an attempt goes upstream: the first holds the turn `request_filter` took;
+    /// one sent again ends the last attempt's turn as it ended, then waits for a turn
+    /// of its own (`Err`: none within the pacing bounds, answered as such).
+    async fn next_attempt(&self, ctx: &mut RequestContext) -> Result<()> {
+        let Stage::Forwarded {
+            pace,
+            permit,
+            attempts,
+            retried,
+            ..
+        } = &mut ctx.stage
+        else {
+            return Ok(());
+        };
+        *attempts += 1;
+        let Some(end) = retried.take() else {
+            return Ok(());
+        };
+        if let Some(last) = permit.take() {
+            last.end(end);
+        }
+        match self.enforcer.pace(pace).await {
+            Ok(turn) => {
+                *permit = Some(turn);
+                Ok(())
+            }
+            Err(answer) => {
+                ctx.answered(&answer);
+                ctx.unsent = Some(answer);
+                Error::e_explain(
+                    ErrorType::HTTPStatus(503),
+                    "no pacing turn for the attempt sent again",
+                )
+            }
+        }
     }
 }
 
@@ -314,7 +394,10 @@ impl ProxyHttp for RobotsGateProxy {
                             signer,
                             payment: None,
                             paid: None,
-                            permit,
+                            pace,
+                            permit: Some(permit),
+                            attempts: 0,
+                            retried: None,
                             upstream_status: None,
                             failed: None,
                         };
@@ -357,22 +440,61 @@ impl ProxyHttp for RobotsGateProxy {
         Ok(())
     }
 
+    /// The approved address; an attempt sent again (see `error_while_proxy`) first
+    /// ends the last attempt's turn, then takes a turn of its own.
     async fn upstream_peer(
         &self,
         _session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<Box<HttpPeer>> {
-        match (&ctx.target, &ctx.stage) {
-            (Some(target), Stage::Forwarded { addr, .. }) => {
-                let mut peer = upstream_peer(target, *addr, &self.upstream);
-                peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
-                Ok(Box::new(peer))
-            }
-            _ => Err(Error::explain(
+        let (Some(target), Stage::Forwarded { addr, .. }) = (&ctx.target, &ctx.stage) else {
+            return Err(Error::explain(
                 ErrorType::InternalError,
                 "no forward decision",
-            )),
+            ));
+        };
+        let mut peer = upstream_peer(target, *addr, &self.upstream);
+        peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
+        self.next_attempt(ctx).await?;
+        Ok(Box::new(peer))
+    }
+
+    /// Pingora's own policy (idempotent requests with their body still buffered;
+    /// errors on reused connections only where it says so), bounded by
+    /// `upstream.max_retries`, and never for an attempt the origin may still be working
+    /// on. An origin's refusal backs it off, sent again or not.
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestContext,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        if !session.req_header().method.is_idempotent() || session.as_ref().retry_buffer_truncated()
+        {
+            e.set_retry(false);
+        } else {
+            e.retry.decide_reuse(client_reused);
         }
+        self.decide_retry(&mut e, ctx);
+        e
+    }
+
+    /// As `error_while_proxy`, for a connection that could not be made.
+    fn fail_to_connect(
+        &self,
+        session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestContext,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if !session.req_header().method.is_idempotent() {
+            e.set_retry(false);
+        }
+        self.decide_retry(&mut e, ctx);
+        e
     }
 
     async fn connected_to_upstream(
@@ -443,7 +565,9 @@ impl ProxyHttp for RobotsGateProxy {
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
             let fd = ctx.upstream_fd;
-            permit.origin_answered_read_late(status, retry_after, || unread(fd));
+            if let Some(permit) = permit {
+                permit.origin_answered_read_late(status, retry_after, || unread(fd));
+            }
         }
         Ok(())
     }
@@ -457,7 +581,11 @@ impl ProxyHttp for RobotsGateProxy {
         end_of_stream: bool,
         ctx: &mut RequestContext,
     ) -> Result<Option<Duration>> {
-        if let Stage::Forwarded { permit, .. } = &ctx.stage {
+        if let Stage::Forwarded {
+            permit: Some(permit),
+            ..
+        } = &ctx.stage
+        {
             if !end_of_stream && tokio::time::Instant::now() >= permit.deadline() {
                 return Error::e_explain(
                     ErrorType::Custom(MAX_EXCHANGE),
@@ -538,6 +666,14 @@ impl ProxyHttp for RobotsGateProxy {
         e: &pingora::Error,
         ctx: &mut RequestContext,
     ) -> FailToProxy {
+        if let Some(answer) = ctx.unsent.take() {
+            session.set_keepalive(None);
+            let _ = respond(session, &answer).await;
+            return FailToProxy {
+                error_code: answer.status,
+                can_reuse_downstream: false,
+            };
+        }
         let code = match e.etype() {
             ErrorType::HTTPStatus(code) => *code,
             _ => match e.esource() {
@@ -659,8 +795,10 @@ impl ProxyHttp for RobotsGateProxy {
                         (None, _) => (None, Why::Allowed(allowed)),
                     };
                     let why = failed.map_or(why, Why::Answer);
-                    let waited = permit.waited.as_secs_f64();
-                    permit.end(exchange_end(error));
+                    let waited = permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
+                    if let Some(permit) = permit {
+                        permit.end(exchange_end(error));
+                    }
                     (
                         waited,
                         upstream_status,

@@ -227,3 +227,121 @@ async fn an_http1_only_origin_is_reached_over_http1_and_off_means_off() {
     assert_eq!(off.curl(&h2.url("/page")).0, 200);
     assert_eq!(h2.logged("/page")[0].protocol, "HTTP/1.1");
 }
+
+/// An HTTP/2-only origin that refuses streams on purpose (`tests/helpers/h2_origin.py`,
+/// hyper-h2), logging each request's arrival and end.
+struct RefusingOrigin {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// One request as the refusing origin logged it (wall-clock seconds).
+#[derive(Debug, serde::Deserialize)]
+struct Refused {
+    path: String,
+    arrived: f64,
+    ended: f64,
+}
+
+impl RefusingOrigin {
+    fn start(ca: &TestCa, robots: &str) -> RefusingOrigin {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = ca.leaf_pem(&["localhost", "127.0.0.1"]);
+        let (cert_file, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert_file, cert).expect("cert");
+        std::fs::write(&key_file, key).expect("key");
+        let log = dir.path().join("origin.log");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers/h2_origin.py");
+        let (child, port) = start_listening("h2_origin.py", free_port, |port| {
+            Command::new("python3")
+                .arg(script)
+                .args(["--port", &port.to_string(), "--robots", robots])
+                .arg("--cert")
+                .arg(&cert_file)
+                .arg("--key")
+                .arg(&key_file)
+                .arg("--log")
+                .arg(&log)
+                .spawn()
+                .expect("python3 tests/helpers/h2_origin.py")
+        });
+        RefusingOrigin {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    /// Every request but robots.txt's, in arrival order.
+    fn logged(&self) -> Vec<Refused> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut out: Vec<Refused> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|r: &Refused| r.path != "/robots.txt")
+            .collect();
+        out.sort_by(|a, b| a.arrived.total_cmp(&b.arrived));
+        out
+    }
+}
+
+impl Drop for RefusingOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An origin that refuses a stream (RST_STREAM REFUSED_STREAM, or a GOAWAY below it)
+/// gets it again at most `upstream.max_retries` times, each attempt in a turn of its
+/// own: after the Crawl-delay and the backoff the refusal adds, never at once. The
+/// turn ends with the refusal (the origin is not working on it), not a read timeout
+/// later: the next page follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_h2_stream_is_sent_again_once_in_a_turn_of_its_own() {
+    let gate = Setup::start("").await;
+    let origin = RefusingOrigin::start(&gate.origin_ca, "User-agent: *\nCrawl-delay: 0.5\n");
+    for (path, reason) in [("/refuse/1", "refused"), ("/goaway/1", "refused")] {
+        let before = origin.logged().len();
+        let (status, head, _) = gate.curl(&origin.url(path));
+        assert_eq!(status, 502, "{head}\n{}", gate.proxy.log());
+        let (status, _, _) = gate.curl(&origin.url("/page"));
+        assert_eq!(status, 200, "{}", gate.proxy.log());
+        let seen = origin.logged();
+        let attempts = seen[before..].iter().filter(|r| r.path == path).count();
+        assert_eq!(attempts, 2, "one attempt and one retry: {seen:?}");
+        assert_eq!(
+            gate.proxy.counter(&format!(
+                "robotsgate_upstream_retries_total{{reason=\"{reason}\"}}"
+            )),
+            if path.starts_with("/refuse") {
+                1.0
+            } else {
+                2.0
+            }
+        );
+    }
+    // Every request, refused or not, one Crawl-delay after the previous one ended; after
+    // a refusal at least the backoff (1 s) too.
+    let seen = origin.logged();
+    for pair in seen.windows(2) {
+        let gap = pair[1].arrived - pair[0].ended;
+        assert!(gap >= 0.5 - 0.002, "gap {gap:.3} s: {seen:?}");
+        if pair[0].path != "/page" {
+            assert!(gap >= 1.0 - 0.002, "no backoff after a refusal: {seen:?}");
+        }
+    }
+    assert_eq!(
+        gate.proxy
+            .counter("robotsgate_upstream_exchange_ends_total{end=\"cut_other\"}"),
+        0.0,
+        "a refusal ends the turn, it is not held as a cut"
+    );
+}

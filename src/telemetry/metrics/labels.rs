@@ -209,3 +209,19 @@ labels!(
         Error => "error",
     }
 );
+
+labels!(
+    /// Why a request was sent to its origin again: the `reason` label of
+    /// `robotsgate_upstream_retries_total`.
+    Retry {
+        /// The origin refused the HTTP/2 stream (`RST_STREAM(REFUSED_STREAM)`, or a
+        /// `GOAWAY` whose last stream id is below it): a refusal, which backs off.
+        Refused => "refused",
+        /// The origin asked for HTTP/1.1 instead of HTTP/2, or spoke invalid HTTP/2.
+        Downgrade => "downgrade",
+        /// A pooled connection was closed under the request before the origin read it.
+        Closed => "closed",
+        /// The connection could not be made.
+        Connect => "connect",
+    }
+);

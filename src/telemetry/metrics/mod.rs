@@ -159,6 +159,9 @@ pub fn init() {
     for reason in Refusal::ALL {
         REFUSALS.with_label_values(&[reason.label()]);
     }
+    for reason in Retry::ALL {
+        RETRIES.with_label_values(&[reason.label()]);
+    }
     for counter in [
         &ROBOTS_CHANGES,
         &STORE_EVICTIONS,
@@ -558,6 +561,23 @@ static EXCHANGE_END_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock::n
         .map(|label| EXCHANGE_ENDS.with_label_values(&[label]))
         .collect()
 });
+
+static RETRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "robotsgate_upstream_retries_total",
+        "Requests sent to their origin again (upstream.max_retries), each attempt in a turn \
+         of its own: refused (an HTTP/2 stream refused or not covered by a GOAWAY; it backs \
+         the origin off), downgrade (the origin asked for HTTP/1.1), closed (a pooled \
+         connection closed before the origin read the request), connect (no connection).",
+        &["reason"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one retry.
+pub fn record_retry(reason: Retry) {
+    RETRIES.with_label_values(&[reason.label()]).inc();
+}
 
 /// Counts how one upstream exchange ended (an index into [`EXCHANGE_END_LABELS`]).
 pub fn record_exchange_end(end: usize) {
