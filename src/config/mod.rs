@@ -139,8 +139,9 @@ pub enum EnforceMode {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// A file holding a bearer token; when set, `POST` and `DELETE` need
-    /// `Authorization: Bearer <token>` (401 otherwise). Reads stay open to
-    /// `allow_clients`, for Prometheus.
+    /// `Authorization: Bearer <token>` (401 otherwise), and so does every request from
+    /// beyond loopback but `/healthz` and `/readyz`. Required when `admin_listen` is not
+    /// on loopback; on loopback, reads stay open to local clients (Prometheus on the host).
     pub token_file: Option<PathBuf>,
     /// Clients allowed to reach the admin listener at all; others get 403.
     pub allow_clients: Vec<Cidr>,
@@ -605,6 +606,13 @@ impl Config {
                     "key `robotsgate.fleet.lease_seconds`: {} s is shorter than the longest a turn can be held ({:.1} s: pacing.max_exchange_seconds, then the larger upstream read/write timeout, then the read timeout again); a live holder would lose its turn mid-exchange. Raise it or leave it unset",
                     lease.get(),
                     longest.as_secs_f64()
+                )));
+            }
+        }
+        if let Some(admin) = self.admin_listen {
+            if !admin.ip().is_loopback() && self.admin.token_file.is_none() {
+                return Err(ConfigError(format!(
+                    "key `robotsgate.admin.token_file`: the admin listener {admin} is reachable from beyond loopback, and the admin API (refresh, purge, /check, /metrics) must never be used there unauthenticated; set a token file (clients beyond loopback then send `Authorization: Bearer <token>` for everything but /healthz and /readyz) or listen on loopback"
                 )));
             }
         }

@@ -295,7 +295,8 @@ impl Enforcer {
         identities: Arc<Identities>,
     ) -> anyhow::Result<Enforcer> {
         let resolver = Arc::new(Resolver::new(&config.dns));
-        let egress = Arc::new(EgressPolicy::new(&config.egress));
+        let egress =
+            Arc::new(EgressPolicy::new(&config.egress).refusing_own(own_listeners(config)));
         let fetches_signed_as = config
             .agent
             .default_identity
@@ -617,6 +618,19 @@ impl Enforcer {
             }
         }
     }
+}
+
+/// Every address robotsgate listens on (proxy, admin, key directory, transparent), as
+/// the egress check refuses them.
+fn own_listeners(config: &Config) -> crate::policy::egress::OwnListeners {
+    let listeners = [config.listen]
+        .into_iter()
+        .chain(config.admin_listen)
+        .chain(config.signing.directory_listen)
+        .chain(config.transparent.http_listen)
+        .chain(config.transparent.tls_listen)
+        .collect();
+    crate::policy::egress::OwnListeners::new(listeners, crate::origin::loops::local_addresses())
 }
 
 /// What the operator set for one request: the host's override, report mode, and the

@@ -20,7 +20,10 @@
 //!
 //! Only clients in `admin.allow_clients` (loopback by default) are served (403 otherwise;
 //! `/healthz` and `/readyz` excepted); with `admin.token_file` set, `POST` and `DELETE`
-//! need `Authorization: Bearer <token>` (401). See [`AdminGuard`].
+//! need `Authorization: Bearer <token>` (401), and so does everything asked from beyond
+//! loopback. A listener beyond loopback without a token is a configuration error, and
+//! robotsgate never proxies to its own listeners: the API is never served
+//! unauthenticated but to this host. See [`AdminGuard`].
 //!
 //! `{origin}` is `https://example.com`, `http://example.com:8080`, or the same
 //! percent-encoded. Answers are JSON.
@@ -124,8 +127,20 @@ impl AdminGuard {
         if !allowed {
             return Some(error(403, "this client is not in admin.allow_clients"));
         }
-        let (Some(token), "POST" | "DELETE") = (&self.token, method) else {
+        // From beyond loopback everything needs the token; on loopback, changes do.
+        let local = client.is_some_and(|ip| ip.to_canonical().is_loopback());
+        let needs_token = !local || matches!(method, "POST" | "DELETE");
+        if !needs_token {
             return None;
+        }
+        let Some(token) = &self.token else {
+            if local {
+                return None;
+            }
+            return Some(error(
+                403,
+                "the admin API is served beyond loopback only with admin.token_file",
+            ));
         };
         let offered = authorization
             .and_then(|v| v.strip_prefix(b"Bearer "))

@@ -150,7 +150,7 @@ pub async fn allowed_destination(
     let resolved = resolver.resolve(&origin.host).await;
     if let Ok(addrs) = &resolved {
         for ip in addrs {
-            egress.check_address(*ip)?;
+            egress.check_destination(*ip, origin.port)?;
         }
     }
     Ok(resolved)

@@ -91,3 +91,48 @@ pub async fn connect(addr: SocketAddr, mark: Option<u32>) -> std::io::Result<Tcp
     }
     socket.connect(addr).await
 }
+
+/// This host's interface addresses (`getifaddrs`), with which a listener on an
+/// unspecified address is reached as well as through loopback. Empty when the kernel
+/// does not say (then loopback alone counts).
+pub fn local_addresses() -> Vec<std::net::IpAddr> {
+    let mut found = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list that freeifaddrs releases; the
+    // entries are only read in between, each address by its own family's layout.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return found;
+        }
+        let mut at = list;
+        while !at.is_null() {
+            let addr = (*at).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*(addr as *const libc::sockaddr_in);
+                        let octets = v4.sin_addr.s_addr.to_ne_bytes();
+                        found.push(std::net::IpAddr::from(octets));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*(addr as *const libc::sockaddr_in6);
+                        found.push(std::net::IpAddr::from(v6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            at = (*at).ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_is_a_local_address() {
+        let local = super::local_addresses();
+        assert!(local.iter().any(|ip| ip.is_loopback()), "{local:?}");
+    }
+}

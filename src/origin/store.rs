@@ -6,7 +6,8 @@
 //! entry's robots.txt state is an `ArcSwap<Snapshot>`: a read is an atomic load, and a
 //! refresh swaps in a new snapshot without ever blocking a reader. Entries live in a map
 //! sharded by origin hash, each shard an LRU bounded to its share of `max_origins`; an
-//! entry a request is using (in flight, waiting for a fetch or for its pacing turn) is
+//! entry a request is using (in flight, waiting for a fetch or for its pacing turn), or
+//! whose pacing is still in force (a delay since the last end, a pause, a backoff), is
 //! never evicted, so no origin's pacing can be reset by churn elsewhere.
 //!
 //! What a fetch outcome means (SPEC §2):
@@ -211,7 +212,11 @@ impl OriginStore {
             let Some((_, lru)) = map.peek_lru() else {
                 break;
             };
-            let idle = Arc::strong_count(lru) == 1 && !lru.schedules.busy();
+            // Nor one whose schedules still hold pacing (a delay not yet over since the
+            // last end, a pause, a backoff): forgetting it would let the next request
+            // start early.
+            let idle =
+                Arc::strong_count(lru) == 1 && !lru.schedules.busy() && !lru.schedules.in_force();
             if idle {
                 map.pop_lru();
                 self.stats.evictions.fetch_add(1, Ordering::Relaxed);
@@ -331,8 +336,8 @@ impl OriginStore {
         queues
     }
 
-    /// Forgets `origin` (fleet-wide in fleet mode): the next request fetches its
-    /// robots.txt again. True if it was held here.
+    /// Forgets `origin`'s robots.txt copy (fleet-wide in fleet mode), never its pacing:
+    /// the next request fetches it again, in its turn. True if a copy was held here.
     pub fn purge(&self, origin: &Origin) -> bool {
         // Here first: this instance's own purge message must not find it gone already.
         let held = self.forget(origin);
@@ -345,10 +350,16 @@ impl OriginStore {
         held
     }
 
-    /// Forgets `origin` here only.
+    /// Forgets `origin`'s robots.txt copy here only: the next request fetches it again.
+    /// Its pacing schedules stay (turns in flight and queued, the last end, pauses and
+    /// backoff): the refetch takes its turn on them like any request, so a purge never
+    /// lets a request start early.
     fn forget(&self, origin: &Origin) -> bool {
-        let (key, mut map) = self.shard(origin);
-        map.peek(&key).is_some_and(|e| e.origin == *origin) && map.pop(&key).is_some()
+        let Some(entry) = self.peek(origin) else {
+            return false;
+        };
+        entry.version.store(0, Ordering::Release);
+        entry.state.swap(None).is_some()
     }
 
     /// Starts what runs beside requests: in fleet mode, the backend's thread and the

@@ -173,6 +173,17 @@ impl Schedules {
             .any(|s| s.pending.load(Ordering::Acquire) > 0)
     }
 
+    /// Does a schedule here still hold pacing in force (a delay since the last end not
+    /// yet over, a pause, a backoff)? Forgetting such an origin would let its next
+    /// request start early.
+    pub fn in_force(&self) -> bool {
+        let now = Instant::now();
+        lock(&self.list)
+            .schedules
+            .iter()
+            .any(|s| !lock(&s.timing).forgettable(now))
+    }
+
     /// Requests waiting for or holding a turn here, over all groups.
     pub fn queued(&self) -> usize {
         lock(&self.list)

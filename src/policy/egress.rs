@@ -5,9 +5,11 @@
 //! public name can resolve to `10.0.0.5`. So the check runs on the *resolved* address (the
 //! one the connection then uses, so a second lookup cannot swap it), and refuses loopback,
 //! private, link-local, CGNAT, multicast, reserved and cloud-metadata ranges unless the
-//! operator opens a network with `allow_destinations`.
+//! operator opens a network with `allow_destinations`. robotsgate's own listeners (proxy,
+//! admin, key directory, transparent) are refused whatever it opens: the admin API
+//! reached through the proxy would be the admin API for every client.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::{Cidr, EgressConfig, PortRange};
 
@@ -16,6 +18,39 @@ use crate::config::{Cidr, EgressConfig, PortRange};
 pub struct EgressPolicy {
     allow: Vec<Cidr>,
     ports: Vec<PortRange>,
+    own: OwnListeners,
+}
+
+/// Where robotsgate itself listens, as seen from this host: never a destination.
+#[derive(Clone, Debug, Default)]
+pub struct OwnListeners {
+    /// The listening addresses (an unspecified address listens on every local one).
+    listeners: Vec<SocketAddr>,
+    /// This host's own addresses, which reach a listener on an unspecified address.
+    local: Vec<IpAddr>,
+}
+
+impl OwnListeners {
+    /// `listeners` on a host whose interfaces have the addresses `local`.
+    pub fn new(listeners: Vec<SocketAddr>, local: Vec<IpAddr>) -> OwnListeners {
+        OwnListeners { listeners, local }
+    }
+
+    /// The listener a connection to `ip`:`port` would reach, if it is one of these.
+    pub fn reached_by(&self, ip: IpAddr, port: u16) -> Option<SocketAddr> {
+        let ip = match ip.to_canonical() {
+            // A connection to the unspecified address reaches this host's loopback.
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        self.listeners.iter().copied().find(|listener| {
+            let at = listener.ip().to_canonical();
+            listener.port() == port
+                && (at == ip
+                    || (at.is_unspecified() && (ip.is_loopback() || self.local.contains(&ip))))
+        })
+    }
 }
 
 /// Why a destination was refused; shown to the client in the 403.
@@ -30,6 +65,8 @@ pub enum Refusal {
         /// Which range (`loopback`, `private`, …).
         range: &'static str,
     },
+    /// The destination is one of robotsgate's own listeners.
+    Own(SocketAddr),
 }
 
 impl std::fmt::Display for Refusal {
@@ -42,6 +79,10 @@ impl std::fmt::Display for Refusal {
                     "destination {ip} is in a {range} range (open it with allow_destinations)"
                 )
             }
+            Refusal::Own(listener) => write!(
+                f,
+                "destination is robotsgate's own listener {listener}, never a destination"
+            ),
         }
     }
 }
@@ -115,7 +156,14 @@ impl EgressPolicy {
         EgressPolicy {
             allow: config.allow_destinations.clone(),
             ports: config.allowed_ports.clone(),
+            own: OwnListeners::default(),
         }
+    }
+
+    /// The same policy, refusing robotsgate's own listeners `own` too.
+    pub fn refusing_own(mut self, own: OwnListeners) -> EgressPolicy {
+        self.own = own;
+        self
     }
 
     /// Is the destination port allowed?
@@ -134,6 +182,16 @@ impl EgressPolicy {
                 Err(Refusal::Address { ip, range })
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Is a connection to `ip`:`port` allowed: the address ([`EgressPolicy::check_address`]),
+    /// and not one of robotsgate's own listeners whatever `allow_destinations` opens?
+    pub fn check_destination(&self, ip: IpAddr, port: u16) -> Result<(), Refusal> {
+        self.check_address(ip)?;
+        match self.own.reached_by(ip, port) {
+            Some(listener) => Err(Refusal::Own(listener)),
+            None => Ok(()),
         }
     }
 }
@@ -205,6 +263,29 @@ mod tests {
         let p = policy(&["127.0.0.0/8"]);
         assert!(p.check_address("127.0.0.1".parse().expect("ip")).is_ok());
         assert!(p.check_address("10.0.0.1".parse().expect("ip")).is_err());
+    }
+
+    #[test]
+    fn own_listeners_are_never_destinations() {
+        let addr = |s: &str| s.parse::<SocketAddr>().expect("addr");
+        let own = OwnListeners::new(
+            vec![
+                addr("127.0.0.1:9090"),
+                addr("0.0.0.0:8080"),
+                addr("[::]:7070"),
+            ],
+            vec!["192.0.2.7".parse().expect("ip")],
+        );
+        let p = policy(&["0.0.0.0/0", "::/0"]).refusing_own(own);
+        let refused = |ip: &str, port| p.check_destination(ip.parse().expect("ip"), port).is_err();
+        assert!(refused("127.0.0.1", 9090));
+        assert!(refused("::ffff:127.0.0.1", 9090));
+        assert!(refused("0.0.0.0", 9090), "0.0.0.0 reaches loopback");
+        assert!(!refused("127.0.0.2", 9090), "bound to 127.0.0.1 alone");
+        assert!(refused("127.0.0.9", 8080) && refused("192.0.2.7", 8080));
+        assert!(!refused("192.0.2.8", 8080));
+        assert!(refused("::1", 7070) && refused("192.0.2.7", 7070));
+        assert!(!refused("127.0.0.1", 9091));
     }
 
     #[test]

@@ -338,3 +338,111 @@ async fn robots_txt_changes_are_tracked() {
     crate::common::eventually(std::time::Duration::from_secs(5), || logged() > 0).await;
     assert_eq!(logged(), 1, "{}", proxy.log());
 }
+
+/// A purge forgets the robots.txt copy, never the pacing: with requests in flight and
+/// queued, the refetch takes its turn like a page, and every request at the origin
+/// (robots.txt included) starts a Crawl-delay after the previous one ended, one at a
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_mid_crawl_keeps_the_pace() {
+    use crate::common::{assert_gaps_at_least, eventually, most_at_once};
+    use std::time::Duration;
+    let origin = TestOrigin::start(vec![
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nCrawl-delay: 1\n"),
+        ),
+        (
+            "/page",
+            Behaviour::Delayed {
+                delay: Duration::from_millis(300),
+                body: b"page\n".to_vec(),
+            },
+        ),
+    ])
+    .await;
+    let proxy = Proxy::start_for_loopback("  pacing:\n    max_in_flight: 1\n");
+    let path = format!("/origins/{}", encode(&origin.url("")));
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(proxy.url()).expect("proxy"))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let send = |n: usize| {
+        (0..n)
+            .map(|i| tokio::spawn(client.get(origin.url(&format!("/page?{i}"))).send()))
+            .collect::<Vec<_>>()
+    };
+    // Three pages queue; the purge comes while the first is at the origin; two more
+    // pages then need the robots.txt again, whose fetch queues for its turn.
+    let mut sent = send(3);
+    let pages = || {
+        origin
+            .seen()
+            .iter()
+            .filter(|s| s.target.starts_with("/page"))
+            .count()
+    };
+    assert!(eventually(Duration::from_secs(10), || pages() == 1).await);
+    let (status, v) = admin(&proxy, "DELETE", &path).await;
+    assert_eq!((status, v["purged"].as_bool()), (200, Some(true)), "{v}");
+    sent.extend(send(2));
+    let mut statuses = Vec::new();
+    for s in sent {
+        statuses.push(s.await.expect("task").expect("request").status().as_u16());
+    }
+    assert_eq!(statuses, [200; 5]);
+    let seen = origin.seen();
+    assert_eq!(
+        origin.count("/robots.txt"),
+        2,
+        "fetched again after the purge"
+    );
+    assert_eq!(most_at_once(&seen), 1, "{seen:?}");
+    assert_gaps_at_least(&seen, Duration::from_secs(1));
+}
+
+/// robotsgate never proxies to its own listeners, whatever `allow_destinations` opens:
+/// the admin API is not reachable through the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_never_reached_through_the_proxy() {
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let proxy = Proxy::start_for_loopback("");
+    assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
+    let path = format!("/origins/{}", encode(&origin.url("")));
+    for (method, url) in [
+        ("DELETE", format!("http://{}{path}", proxy.admin)),
+        ("GET", format!("http://{}/metrics", proxy.admin)),
+        (
+            "GET",
+            format!("http://localhost:{}/status.json", proxy.admin.port()),
+        ),
+        ("GET", format!("http://0.0.0.0:{}/", proxy.admin.port())),
+        ("GET", format!("{}/", proxy.url())),
+    ] {
+        let (status, head, _) = crate::common::curl(&proxy, &url, &["-X", method]);
+        assert_eq!(status, 403, "{method} {url}: {head}");
+        // 0.0.0.0 is refused by its range first (`allow_destinations` does not open it).
+        assert!(
+            head.contains("own listener") || url.contains("0.0.0.0"),
+            "{head}"
+        );
+    }
+    let (status, v) = admin(&proxy, "GET", &path).await;
+    assert_eq!(status, 200, "the copy is still held: {v}");
+}
+
+/// An admin listener beyond loopback without a token does not start; with one, a client
+/// beyond loopback needs it for every read too.
+#[test]
+fn an_admin_listener_beyond_loopback_needs_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("robotsgate.yaml");
+    std::fs::write(
+        &config,
+        "version: 1\nrobotsgate:\n  admin_listen: 0.0.0.0:9091\n",
+    )
+    .expect("config");
+    let said = crate::common::config_refusal(&config);
+    assert!(said.contains("robotsgate.admin.token_file"), "{said}");
+}
