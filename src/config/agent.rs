@@ -52,10 +52,12 @@ pub struct AgentRule {
     /// `report`: requests this rule matches are in report mode (see `enforce`).
     #[serde(default)]
     pub mode: Option<EnforceMode>,
-    /// Accept `mode: report` chosen by `user_agent_contains`, text any client controls:
-    /// without it such a rule is a configuration error (a client could send the text and
-    /// have disallowed paths forwarded). Authenticated clients never get a mode or tokens
-    /// from their own text, whatever this says.
+    /// Accept a rule chosen by `user_agent_contains`, text any client controls, as
+    /// deciding more than tokens: without it, such a rule setting `mode: report`,
+    /// `usage_mode: report|off`, `purposes`, `identity` or `payment` is a configuration
+    /// error, and its tokens give way to a rule that identifies the client by address.
+    /// Authenticated clients never get a mode or tokens from their own text, whatever
+    /// this says.
     #[serde(default)]
     pub trust_client_text: bool,
     /// What the requests this rule matches fetch for (`search`, `train-ai`,

@@ -554,6 +554,26 @@ impl Config {
                     "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
                 )));
             }
+            if rule.user_agent_contains.is_some() && !rule.trust_client_text {
+                let chosen = [
+                    (
+                        "purposes",
+                        rule.purposes.is_some(),
+                        "what the fetched content may be used for",
+                    ),
+                    (
+                        "identity",
+                        rule.identity.is_some(),
+                        "whom requests are signed as",
+                    ),
+                    ("payment", rule.payment.is_some(), "what the fleet pays"),
+                ];
+                if let Some((key, _, what)) = chosen.into_iter().find(|c| c.1) {
+                    return Err(ConfigError(format!(
+                        "key `robotsgate.agent.rules[{i}].{key}`: {what} chosen by user_agent_contains, text any client can send; match on `client` (an address), use a proxy user's credentials, or set trust_client_text: true on this rule to accept it"
+                    )));
+                }
+            }
             if matches!(rule.usage_mode, Some(UsageMode::Report | UsageMode::Off))
                 && rule.user_agent_contains.is_some()
                 && !rule.trust_client_text

@@ -309,9 +309,13 @@ impl AgentResolver {
             .and_then(|i| self.rules.get(i))
     }
 
-    /// The index of the first rule matching a client address and User-Agent.
+    /// The index of the rule for a client address and User-Agent: the first that
+    /// matches, unless it is chosen by the client's own text (`user_agent_contains`
+    /// without `trust_client_text`) while a rule that needs no text identifies the
+    /// client by its address: then that one. Text any client can send never
+    /// overrides who the operator says a client is.
     fn rule_index(&self, client: Option<IpAddr>, user_agent: Option<&str>) -> Option<usize> {
-        self.rules.iter().position(|rule| {
+        let matches = |rule: &AgentRule| {
             let client_ok = rule
                 .client
                 .is_none_or(|net| client.is_some_and(|ip| net.contains(ip)));
@@ -322,7 +326,18 @@ impl AgentResolver {
                 })
             });
             client_ok && ua_ok
-        })
+        };
+        let by_text =
+            |rule: &AgentRule| rule.user_agent_contains.is_some() && !rule.trust_client_text;
+        let first = self.rules.iter().position(matches)?;
+        if !by_text(&self.rules[first]) {
+            return Some(first);
+        }
+        let by_address = self
+            .rules
+            .iter()
+            .position(|rule| rule.client.is_some() && !by_text(rule) && matches(rule));
+        Some(by_address.unwrap_or(first))
     }
 
     /// The tokens for a client address and User-Agent, by rule, default or header.

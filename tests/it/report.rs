@@ -207,3 +207,45 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
         Some(4.0)
     );
 }
+
+/// A rule chosen by User-Agent text gives way to a rule that identifies the client by
+/// address: text never chooses another crawler's tokens for that client; and such a
+/// rule may set no purposes, identity or payment without `trust_client_text: true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_text_never_chooses_tokens_purposes_identity_or_payment() {
+    let robots = "User-agent: AcmeAI\nDisallow: /private\nContent-Usage: /news train-ai=n\n\nUser-agent: ExampleBot\nAllow: /\n";
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let rules = "  agent:\n    default_tokens: [Other]\n    rules:\n      - user_agent_contains: ExampleBot\n        tokens: [ExampleBot]\n      - client: 127.0.0.0/8\n        tokens: [AcmeAI]\n        purposes: [train-ai]\n";
+    let proxy = Proxy::start_for_loopback(rules);
+    for path in ["/private/x", "/news/1"] {
+        let (status, head, _) = curl(&proxy, &origin.url(path), &["-A", "ExampleBot/2.1"]);
+        assert_eq!(status, 403, "{path}: {head}");
+    }
+    assert_eq!(origin.count("/private/x") + origin.count("/news/1"), 0);
+    // The text rule still names clients no address rule identifies (here none: its
+    // tokens would apply to others), and a client without the text gets the address rule.
+    let (status, _, _) = curl(&proxy, &origin.url("/public"), &["-A", "curl/8"]);
+    assert_eq!(status, 200);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("robotsgate.yaml");
+    for (key, line) in [
+        ("purposes", "        purposes: [search]\n"),
+        ("identity", "        identity: main\n"),
+        (
+            "payment",
+            "        payment: {max_price: USD 0.01, daily_budget: USD 1.00}\n",
+        ),
+    ] {
+        std::fs::write(
+            &config,
+            format!("robotsgate:\n  agent:\n    rules:\n      - user_agent_contains: NewsBot\n        tokens: [NewsBot]\n{line}"),
+        )
+        .expect("config");
+        let err = crate::common::config_refusal(&config);
+        assert!(
+            err.contains(&format!("agent.rules[0].{key}")) && err.contains("trust_client_text"),
+            "{key}: {err}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use crate::common::{admin, curl, Behaviour, Proxy, TestOrigin};
 const ATTACH: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: / train-ai=y\n";
 
 /// Crawlers told apart by their User-Agent, each with its operator-declared purposes.
-const PURPOSES: &str = "  log_format: json\n  agent:\n    default_tokens: [OtherBot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [OtherBot]\n        purposes: [train-ai]\n      - user_agent_contains: indexer\n        tokens: [OtherBot]\n        purposes: [search]\n      - user_agent_contains: both\n        tokens: [OtherBot]\n        purposes: [search, train-ai]\n";
+const PURPOSES: &str = "  log_format: json\n  agent:\n    default_tokens: [OtherBot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        trust_client_text: true\n      - user_agent_contains: indexer\n        tokens: [OtherBot]\n        purposes: [search]\n        trust_client_text: true\n      - user_agent_contains: both\n        tokens: [OtherBot]\n        purposes: [search, train-ai]\n        trust_client_text: true\n";
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
@@ -116,7 +116,7 @@ async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
     let robots = "# BEGIN Cloudflare Managed content\nUser-agent: *\nContent-Signal: search=yes,ai-train=no\nAllow: /\n\nUser-agent: CCBot\nDisallow: /\n# END Cloudflare Managed Content\n\nUser-agent: *\nDisallow: /admin/\nContent-Usage: /rag/ train-ai=y\n\nUser-agent: RagBot\nContent-Signal: ai-input=no\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: indexer\n        tokens: [ExampleBot]\n        purposes: [search]\n      - user_agent_contains: rag\n        tokens: [RagBot, ExampleBot]\n        purposes: [ai-input]\n      - user_agent_contains: grounding\n        tokens: [ExampleBot]\n        purposes: [ai-input]\n",
+        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: indexer\n        tokens: [ExampleBot]\n        purposes: [search]\n        trust_client_text: true\n      - user_agent_contains: rag\n        tokens: [RagBot, ExampleBot]\n        purposes: [ai-input]\n        trust_client_text: true\n      - user_agent_contains: grounding\n        tokens: [ExampleBot]\n        purposes: [ai-input]\n        trust_client_text: true\n",
     );
     // The managed `ai-train=no` applies to the merged `*` group.
     let (status, head, _) = curl(&proxy, &origin.url("/page"), &[]);
@@ -176,7 +176,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
     ])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n",
+        "  agent:\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n        trust_client_text: true\n",
     );
     // No purpose declared: relayed unchanged and marked; the fetch has happened, so a
     // response header never turns into an error.
@@ -219,7 +219,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
 async fn report_mode_forwards_marks_counts_and_logs() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
     let proxy = Proxy::start_for_loopback(&format!(
-        "{PURPOSES}      - client: 127.0.0.0/8\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        usage_mode: off\n  usage:\n    mode: report\n"
+        "{PURPOSES}      - client: 127.0.0.0/8\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        trust_client_text: true\n        usage_mode: off\n  usage:\n    mode: report\n"
     ));
     let (status, head, _) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 200, "{head}");
@@ -385,7 +385,7 @@ async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
         robots.push_str(&format!("Content-Usage: /p{n} search=y\n"));
     }
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await;
-    let yaml = "  agent:\n    default_tokens: [Bot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n      - user_agent_contains: indexer\n        tokens: [Bot]\n        purposes: [search]\n";
+    let yaml = "  agent:\n    default_tokens: [Bot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n        trust_client_text: true\n      - user_agent_contains: indexer\n        tokens: [Bot]\n        purposes: [search]\n        trust_client_text: true\n";
     let proxy = Proxy::start_for_loopback(yaml);
     let (status, head, _) = curl(&proxy, &origin.url("/p1/x"), &["-A", "trainer/1"]);
     assert_eq!(status, 403, "{head}");
