@@ -31,6 +31,9 @@ pub struct ClientContext {
     pub destination: Option<SocketAddr>,
     /// The protocol the request arrived in.
     pub protocol: Protocol,
+    /// An HTTP/2 stream's flag, set when its exchange with the origin starts: from then
+    /// on a reset of the stream does not end the exchange (`h2_stream`).
+    pub started: Option<Arc<crate::downstream::h2_stream::Started>>,
 }
 
 tokio::task_local! {
@@ -48,5 +51,14 @@ impl ClientContext {
     /// did not come through the front) or when already taken.
     pub fn take() -> Option<ClientContext> {
         CURRENT.try_with(Cell::take).ok().flatten()
+    }
+
+    /// The request holds its turn: its exchange with the origin has started, and only
+    /// the origin's end ends it (HTTP/1.1's client stream needs no word: it is a sink
+    /// once the client has gone, and Pingora is told to tolerate its hang-up).
+    pub fn exchange_started(&self) {
+        if let Some(started) = &self.started {
+            started.set();
+        }
     }
 }

@@ -33,9 +33,10 @@
 //!   `limits.idle_timeout_seconds`; its preface must come within
 //!   `limits.first_byte_timeout_seconds`.
 //!
-//! A client that resets a stream mid-exchange ends it for Pingora (the response has
-//! nowhere to go): the exchange is cut and its turn held for the linger, so the origin
-//! never sees the next request while it may still be answering this one.
+//! A client that resets a stream once its request holds its turn does not end the
+//! exchange: the stream becomes a sink and the origin's response is read to its end
+//! ([`H2Stream`]), as for an HTTP/1.1 client that hangs up; the turn ends with the
+//! origin's answer, not a read timeout later.
 //!
 //! Costs per stream: one task, one [`ClientContext`] clone, a slot; the connection
 //! itself is `h2`'s state plus [`SEND_BUFFER`] per stream at most.
@@ -55,6 +56,7 @@ use tokio::sync::Notify;
 
 use crate::config::LimitsConfig;
 use crate::downstream::context::{ClientContext, Protocol};
+use crate::downstream::h2_stream::{H2Stream, Started};
 use crate::downstream::head::{HeadError, HeadLimits};
 use crate::downstream::reply::Refusal;
 use crate::downstream::shutting_down;
@@ -289,9 +291,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
                 return;
             }
         };
-        let (http, context, shutdown) = (self.http.clone(), context.clone(), shutdown.clone());
+        let (http, mut context, shutdown) = (self.http.clone(), context.clone(), shutdown.clone());
+        let started = Arc::new(Started::default());
+        context.started = Some(started.clone());
         tokio::spawn(async move {
-            let session = ServerSession::new_http2(session);
+            let session = ServerSession::new_custom(Box::new(H2Stream::new(session, started)));
             context
                 .scope(http.process_new_http(session, &shutdown))
                 .await;

@@ -15,6 +15,7 @@ pub mod coalesce;
 pub mod connect;
 pub mod context;
 pub mod front;
+pub mod h2_stream;
 pub mod head;
 pub mod http2;
 pub mod intercept;

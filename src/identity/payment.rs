@@ -177,17 +177,35 @@ impl Reservation {
         &self.budget.max_price
     }
 
-    /// The answer came: `charged` (a `crawler-charged` in the budget's currency) is
-    /// spent, the rest of the reservation returns to the day. What is counted as spent
-    /// is returned.
-    pub fn settle(mut self, charged: Option<&Price>) -> u64 {
-        let spent = charged
-            .filter(|c| c.currency == self.budget.max_price.currency)
-            .map_or(0, |c| c.micros);
-        // An origin charging more than offered is counted as charged: the budget is
-        // what was paid, and the overcharge is the origin's to explain.
+    /// The answer came, saying `charge`: what is counted as spent is at most the price
+    /// offered, the rest of the reservation returns to the day. What cannot be read —
+    /// an unreadable `crawler-charged`, one in another currency — counts as the price
+    /// offered (fail closed: the budget is never under-counted). What was counted, and
+    /// what the origin asked beyond the offer (its to explain), are returned.
+    pub fn settle(mut self, charge: &Charge) -> Settled {
+        let offered = self.budget.max_price.clone();
+        let (spent, over) = match charge {
+            Charge::Nothing => (0, None),
+            Charge::Price(price) if price.currency != offered.currency => {
+                (offered.micros, Some(Overcharge::OtherCurrency))
+            }
+            Charge::Price(price) if price.micros > offered.micros => (
+                offered.micros,
+                Some(Overcharge::AboveOffer {
+                    charged: price.micros,
+                }),
+            ),
+            Charge::Price(price) => (price.micros, None),
+            Charge::Unreadable => (offered.micros, Some(Overcharge::Unreadable)),
+        };
         self.give_back(spent);
-        spent
+        Settled {
+            spent: Price {
+                currency: offered.currency,
+                micros: spent,
+            },
+            over,
+        }
     }
 
     /// Returns the held amount to the day, counting `spent`; once.
@@ -208,10 +226,70 @@ impl Reservation {
 }
 
 impl Drop for Reservation {
-    /// An exchange that ended with no answer: nothing was charged.
+    /// An exchange that ended with no answer: the request was sent with its offer, and
+    /// whether the origin charged cannot be read, so the offer counts as spent.
     fn drop(&mut self) {
         if self.amount > 0 {
-            self.give_back(0);
+            let offered = self.amount;
+            self.give_back(offered);
+        }
+    }
+}
+
+/// What an origin's `crawler-charged` said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Charge {
+    /// No `crawler-charged`: nothing charged.
+    Nothing,
+    /// A price (in any currency, as written).
+    Price(Price),
+    /// A `crawler-charged` robotsgate cannot read.
+    Unreadable,
+}
+
+impl Charge {
+    /// The charge a `crawler-charged` header value (or its absence) states.
+    pub fn of(header: Option<&str>) -> Charge {
+        match header {
+            None => Charge::Nothing,
+            Some(text) => Price::parse(text).map_or(Charge::Unreadable, Charge::Price),
+        }
+    }
+}
+
+/// A settled reservation: what the budget counted, and how the origin overcharged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// Counted as spent, in the budget's currency.
+    pub spent: Price,
+    /// The origin asked for more than was offered, or something unreadable.
+    pub over: Option<Overcharge>,
+}
+
+/// How an origin charged beyond what robotsgate offered; the budget counted the offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overcharge {
+    /// More than `crawler-max-price` (`charged`, in millionths).
+    AboveOffer {
+        /// What the origin said it charged.
+        charged: u64,
+    },
+    /// In a currency robotsgate did not offer.
+    OtherCurrency,
+    /// Unreadable.
+    Unreadable,
+    /// A charge for a request that offered nothing.
+    Unoffered,
+}
+
+impl Overcharge {
+    /// `above_offer`, `other_currency`, `unreadable` or `unoffered`: the metric's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Overcharge::AboveOffer { .. } => "above_offer",
+            Overcharge::OtherCurrency => "other_currency",
+            Overcharge::Unreadable => "unreadable",
+            Overcharge::Unoffered => "unoffered",
         }
     }
 }
@@ -237,13 +315,55 @@ mod tests {
         }
         assert_eq!(held.len(), 3, "all of today's budget is reserved");
         let mut held = held.into_iter();
-        let charged = price("USD 0.005");
-        assert_eq!(held.next().map(|r| r.settle(Some(&charged))), Some(5_000));
-        // No answer: nothing charged.
-        drop(held.next());
-        // 0.005 spent, 0.01 still reserved: 0.015 left, one more request.
+        let charged = Charge::Price(price("USD 0.005"));
+        let settled = held.next().map(|r| r.settle(&charged)).expect("held");
+        assert_eq!((settled.spent.micros, settled.over), (5_000, None));
+        // No charge stated: nothing spent.
+        let settled = held
+            .next()
+            .map(|r| r.settle(&Charge::Nothing))
+            .expect("held");
+        assert_eq!(settled.spent.micros, 0);
+        // 0.005 spent, 0.01 still reserved: 0.015 left, one more request (dropped
+        // unanswered: its offer counts as spent).
         assert!(budget.reserve().await.is_some());
         let today = budget.today_so_far().await.expect("local");
-        assert_eq!((today.spent.micros, today.reserved.micros), (5_000, 10_000));
+        assert_eq!(
+            (today.spent.micros, today.reserved.micros),
+            (15_000, 10_000)
+        );
+    }
+
+    #[tokio::test]
+    async fn what_cannot_be_read_or_exceeds_the_offer_counts_as_the_offer() {
+        let budget = Arc::new(Budget::new(
+            "main".into(),
+            price("USD 0.01"),
+            price("USD 1.00"),
+        ));
+        let settle = |charge: Charge| {
+            let budget = budget.clone();
+            async move { budget.reserve().await.expect("budget").settle(&charge) }
+        };
+        let over = settle(Charge::Price(price("USD 1.50"))).await;
+        assert_eq!(over.spent.micros, 10_000, "at most what was offered");
+        assert_eq!(
+            over.over,
+            Some(Overcharge::AboveOffer { charged: 1_500_000 })
+        );
+        let other = settle(Charge::Price(price("XYZ 0.001"))).await;
+        assert_eq!(
+            (other.spent.to_string(), other.over),
+            ("USD 0.01".into(), Some(Overcharge::OtherCurrency))
+        );
+        let unreadable = settle(Charge::of(Some("lots"))).await;
+        assert_eq!(
+            (unreadable.spent.micros, unreadable.over),
+            (10_000, Some(Overcharge::Unreadable))
+        );
+        // An answer that never came: the offer is spent.
+        drop(budget.reserve().await.expect("budget"));
+        let today = budget.today_so_far().await.expect("local");
+        assert_eq!((today.spent.micros, today.reserved.micros), (40_000, 0));
     }
 }

@@ -309,6 +309,10 @@ impl AdminApp {
                 .map(|(identity, currency, units)| json!({"identity": identity, "currency": currency, "charged": units}))
                 .collect::<Vec<_>>(),
             "budgets": budgets,
+            "overcharges": crate::telemetry::overcharges::by_origin()
+                .into_iter()
+                .map(|o| json!({"origin": o.origin, "identity": o.identity, "count": o.count, "kind": o.kind}))
+                .collect::<Vec<_>>(),
             "fleet": self.enforcer.fleet.as_ref().map(|fleet| json!({
                 "backend_up": fleet.up(),
                 "on_unavailable": format!("{:?}", fleet.config().on_unavailable).to_lowercase(),

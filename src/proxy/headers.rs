@@ -68,7 +68,7 @@ pub(super) fn strip_own_headers(response: &mut ResponseHeader, target: Option<&T
 /// that some servers and frameworks (IIS URL Rewrite, Symfony, Laravel, Zend, nginx
 /// setups, Envoy) read as the path or the site to serve, which would let a client fetch
 /// a path the robots decision never saw. Method overrides go too: a crawler's GET stays
-/// a GET.
+/// a GET. Removed before robotsgate signs, so only its own signature headers go.
 pub(super) const NEVER_FORWARDED: &[&str] = &[
     "proxy-authorization",
     "proxy-connection",
@@ -92,6 +92,14 @@ pub(super) const NEVER_FORWARDED: &[&str] = &[
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    // A request's signature and its offer to pay are the fleet's to make (an identity's
+    // signature, a budget's offer), never a client's: a client's own would sign or pay
+    // in the fleet's name, signed or not.
+    "signature",
+    "signature-input",
+    "signature-agent",
+    "crawler-max-price",
+    "crawler-exact-price",
 ];
 
 /// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer

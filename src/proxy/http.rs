@@ -384,6 +384,7 @@ impl ProxyHttp for RobotsGateProxy {
                         // timeout is cut like a silent origin.
                         let downstream = &mut session.downstream_session;
                         downstream.set_abort_on_close(false);
+                        ctx.client.exchange_started();
                         downstream.set_write_timeout(Some(self.upstream.write));
                         ctx.stage = Stage::Forwarded {
                             addr,
@@ -544,8 +545,9 @@ impl ProxyHttp for RobotsGateProxy {
         } = &mut ctx.stage
         {
             *upstream_status = Some(status);
-            if let Some(signer) = signer {
+            if let (Some(signer), Some(target)) = (signer, &ctx.target) {
                 *paid = super::payment::settle(
+                    &target.origin,
                     &signer.identity,
                     payment.take(),
                     status,
@@ -602,6 +604,11 @@ impl ProxyHttp for RobotsGateProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestContext,
     ) -> Result<()> {
+        if has_any(&upstream_request.headers, NEVER_FORWARDED) {
+            for name in NEVER_FORWARDED {
+                upstream_request.remove_header(*name);
+            }
+        }
         if let Some(target) = &ctx.target {
             // Origin-form, exactly the canonical path the verdict was made on.
             let uri = http::Uri::try_from(target.path.as_str()).map_err(|e| {
@@ -615,8 +622,8 @@ impl ProxyHttp for RobotsGateProxy {
             if !host.is_some_and(|h| authority.is(h.as_bytes())) {
                 upstream_request.insert_header(http::header::HOST, authority.to_string())?;
             }
-            // Signed as the fleet's identity: a client's own signature headers are
-            // replaced, never forwarded beside robotsgate's.
+            // Signed as the fleet's identity (a client's own signature headers are
+            // gone already, with the other never-forwarded ones).
             if let Stage::Forwarded {
                 signer: Some(signer),
                 payment,
@@ -645,11 +652,6 @@ impl ProxyHttp for RobotsGateProxy {
                 };
                 signed.set_on(upstream_request)?;
                 crate::telemetry::metrics::record_signed(&identity.name);
-            }
-        }
-        if has_any(&upstream_request.headers, NEVER_FORWARDED) {
-            for name in NEVER_FORWARDED {
-                upstream_request.remove_header(*name);
             }
         }
         if let Some(via) = self.via {

@@ -4,5 +4,6 @@
 
 pub mod logging;
 pub mod metrics;
+pub mod overcharges;
 pub mod sink;
 pub mod usage;

@@ -9,8 +9,9 @@ Modes (each prints one JSON object on stdout):
   get PATH...            all paths as concurrent streams on one connection:
                          {"alpn", "max_concurrent_streams" (robotsgate's setting),
                           "responses": [{"path", "status", "length", "headers"}]}
-  rapid-reset N          N streams, each reset (CANCEL) right after its HEADERS, or with
-                         --gap, a --batch of streams reset once robotsgate serves them
+  rapid-reset N          N streams for --path, each reset (CANCEL) right after its
+                         HEADERS, or with --gap, a --batch of streams reset once
+                         robotsgate serves them
   continuation N         one HEADERS without END_HEADERS, then N CONTINUATION frames
   hpack-bomb N           one header block: a 4 KiB field into the dynamic table, then
                          N one-octet references to it (decoded: N x 4 KiB)
@@ -175,7 +176,7 @@ def rapid_reset(args):
             batch = []
             for _ in range(min(args.batch, args.count - sent)):
                 sid = conn.get_next_available_stream_id()
-                conn.send_headers(sid, request_headers(host, port, "/page"), end_stream=True)
+                conn.send_headers(sid, request_headers(host, port, args.path), end_stream=True)
                 if args.gap:
                     batch.append(sid)
                 else:
@@ -287,6 +288,7 @@ def main():
     p.add_argument("--hold", type=float, default=2)
     p.add_argument("--batch", type=int, default=50, help="rapid-reset: streams per batch")
     p.add_argument("--gap", type=float, default=0, help="rapid-reset: seconds before the resets")
+    p.add_argument("--path", default="/page", help="rapid-reset: the path each stream asks for")
     args = p.parse_args()
     if args.mode == "get":
         return get(args)

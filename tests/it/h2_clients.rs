@@ -305,3 +305,87 @@ async fn chromium_negotiates_h2_and_its_subresources_are_judged_and_paced() {
     seen.retain(|r| r.target != "/robots.txt");
     assert!(min_gap(&seen) >= Duration::from_millis(300), "{seen:?}");
 }
+
+/// A client that resets its streams once their exchanges have started does not end
+/// them: each stream becomes a sink, the origin's responses are read to their end, the
+/// turns end with them (not a read timeout later), and the resets are counted as the
+/// client leaving, not as upstream errors. Another client is then served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_streams_are_read_out_and_the_origin_is_not_frozen() {
+    use crate::common::Behaviour;
+    let s = Setup::start("  pacing:\n    max_in_flight: 2\n").await;
+    let origin = s.origin("User-agent: *\nAllow: /\n").await;
+    origin.set(
+        "/slow",
+        Behaviour::Delayed {
+            delay: std::time::Duration::from_secs(1),
+            body: b"slow\n".to_vec(),
+        },
+    );
+    let target = origin
+        .url("")
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_string();
+    let report = h2_client(
+        &s,
+        &target,
+        &[
+            "rapid-reset",
+            "2",
+            "--batch",
+            "2",
+            "--gap",
+            "0.3",
+            "--path",
+            "/slow",
+            "--hold",
+            "0.2",
+        ],
+    )
+    .expect("h2 client");
+    assert_eq!(report["sent"], 2, "{report}");
+    // The bystander queues behind the two turns and is served once they end.
+    let (status, _, _) = curl(
+        &s.proxy,
+        &origin.url("/after"),
+        &[
+            "--cacert",
+            &s.operator_ca.to_string_lossy(),
+            "--suppress-connect-headers",
+            "--http2",
+        ],
+    );
+    assert_eq!(status, 200, "{}", s.proxy.log());
+    let slow: Vec<_> = origin
+        .seen()
+        .into_iter()
+        .filter(|r| r.target == "/slow")
+        .collect();
+    assert_eq!(slow.len(), 2, "{slow:?}");
+    assert!(
+        slow.iter().all(|r| r.done.is_some()),
+        "both answered to their end: {slow:?}"
+    );
+    let after = origin
+        .seen()
+        .into_iter()
+        .find(|r| r.target == "/after")
+        .expect("after");
+    assert!(
+        slow.iter().all(|r| r
+            .done
+            .is_some_and(|d| d <= after.arrived + crate::common::JITTER)),
+        "the bystander came after both ends: {slow:?} {after:?}"
+    );
+    let metric = |name: &str| s.proxy.counter(name);
+    assert_eq!(
+        metric("robotsgate_upstream_exchange_ends_total{end=\"cut_other\"}"),
+        0.0
+    );
+    assert_eq!(metric("robotsgate_downstream_clients_left_total"), 2.0);
+    assert_eq!(
+        metric("robotsgate_requests_total{decision=\"upstream_error\",mode=\"tunnel\",protocol=\"h2\",scheme=\"https\"}"),
+        0.0
+    );
+}

@@ -321,3 +321,126 @@ async fn a_budget_is_shared_by_the_fleet_through_a_redis_cluster() {
     };
     a_budget_shared_by_the_fleet(&yaml, cli).await;
 }
+
+/// An origin's charge counts against the budget at most as the offer: above it, in
+/// another currency, or unreadable, the offer is what the budget counts (fail closed),
+/// and the overcharge is logged and counted by origin. Only the configured currency is
+/// ever a metric label, whatever currencies origins make up. A client's own signature
+/// and price headers never reach the origin, signed or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overcharges_count_as_the_offer_and_origins_name_no_labels() {
+    use crate::common::{Behaviour, TestOrigin};
+    let (_dir, signed) = one_key("string");
+    let paying = signed.yaml.replace(
+        "        expires_seconds: 60\n",
+        "        expires_seconds: 60\n        payment: {max_price: USD 0.01, daily_budget: USD 0.03}\n",
+    );
+    let charging =
+        |charged: &str| Behaviour::with_headers(200, &[("crawler-charged", charged)], "page\n");
+    let mut routes = vec![
+        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
+        ("/over", charging("USD 1.50")),
+        ("/garbage", charging("lots of money")),
+        ("/other", charging("XYZ 0.001")),
+    ];
+    // Made-up currency codes (`QAA`, `QAB`, …), one per request.
+    let made_up: Vec<String> = (0..40u8)
+        .map(|n| {
+            format!(
+                "Q{}{} 0.000001",
+                (b'A' + n / 26) as char,
+                (b'A' + n % 26) as char
+            )
+        })
+        .collect();
+    let made_up_routes: Vec<(String, Behaviour)> = made_up
+        .iter()
+        .enumerate()
+        .map(|(n, c)| (format!("/made-up/{n}"), charging(c)))
+        .collect();
+    for (path, behaviour) in &made_up_routes {
+        routes.push((path.as_str(), behaviour.clone()));
+    }
+    let origin = TestOrigin::start(routes).await;
+    let proxy = Proxy::start_for_loopback(&paying);
+    let forged = [
+        "-H",
+        "Signature: sig1=:AAAA:",
+        "-H",
+        "Signature-Input: sig1=(\"@authority\")",
+        "-H",
+        "Signature-Agent: \"https://evil.example\"",
+        "-H",
+        "crawler-exact-price: USD 9.99",
+    ];
+    for path in ["/over", "/garbage", "/other"] {
+        assert_eq!(curl(&proxy, &origin.url(path), &forged).0, 200);
+    }
+    // The day's USD 0.03 is spent (three offers counted in full): no more offers.
+    for n in 0..made_up.len() {
+        assert_eq!(
+            curl(&proxy, &origin.url(&format!("/made-up/{n}")), &forged).0,
+            200
+        );
+    }
+    let seen = origin.seen();
+    let offered: Vec<Option<&str>> = seen
+        .iter()
+        .filter(|s| s.target != "/robots.txt")
+        .map(|s| s.header("crawler-max-price"))
+        .collect();
+    assert_eq!(&offered[..3], [Some("USD 0.01"); 3], "{seen:?}");
+    assert!(offered[3..].iter().all(Option::is_none), "{offered:?}");
+    for s in seen.iter().filter(|s| s.target != "/robots.txt") {
+        assert_eq!(s.header("crawler-exact-price"), None, "{s:?}");
+        assert_ne!(
+            s.header("Signature-Agent"),
+            Some("\"https://evil.example\""),
+            "{s:?}"
+        );
+        assert!(
+            s.header("Signature").is_none_or(|v| v != "sig1=:AAAA:"),
+            "{s:?}"
+        );
+    }
+    // Counted: USD 0.03, in USD alone; the overcharges by kind and by origin.
+    assert_eq!(
+        proxy.counter("robotsgate_crawl_charges_total{currency=\"USD\",identity=\"main\"}"),
+        0.03
+    );
+    let page = reqwest::get(format!("http://{}/metrics", proxy.admin))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let charge_series = page
+        .lines()
+        .filter(|l| l.starts_with("robotsgate_crawl_charges_total{"))
+        .count();
+    assert_eq!(charge_series, 1, "only the configured currency is a label");
+    for (kind, n) in [
+        ("above_offer", 1.0),
+        ("unreadable", 1.0),
+        ("other_currency", 1.0),
+        ("unoffered", 40.0),
+    ] {
+        assert_eq!(
+            proxy.counter(&format!(
+                "robotsgate_crawl_overcharges_total{{identity=\"main\",kind=\"{kind}\"}}"
+            )),
+            n,
+            "{kind}"
+        );
+    }
+    let (_, status) = crate::common::admin(&proxy, "GET", "/status.json");
+    let status: Value = serde_json::from_str(&status).expect("JSON");
+    let by_origin = status["overcharges"].as_array().expect("overcharges");
+    assert_eq!(by_origin.len(), 1, "{status}");
+    assert_eq!(by_origin[0]["count"], 43, "{status}");
+    assert_eq!(
+        status["charges"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+}
