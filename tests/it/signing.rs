@@ -494,6 +494,28 @@ print("ok")
         "{}",
         String::from_utf8_lossy(&verified.stderr)
     );
+    // Only for the hosts the identities name: no signature over another authority, none
+    // without a Host, none for a Host that is not an authority; and a bounded head.
+    let status_for = |extra: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(extra)
+            .arg(format!(
+                "http://127.0.0.1:{port}/.well-known/http-message-signatures-directory"
+            ))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(status_for(&["-H", "Host: crawler.example:443"]), "200");
+    assert_eq!(status_for(&["-H", "Host: evil.example"]), "404");
+    assert_eq!(status_for(&["-H", "Host:"]), "404");
+    assert_ne!(status_for(&["-H", "Host: x y \"z\""]), "200");
+    let big = format!("X-Big: {}", "a".repeat(64 * 1024));
+    assert_eq!(
+        status_for(&["-H", "Host: crawler.example", "-H", &big]),
+        "431"
+    );
 }
 
 /// A signature is refused once it has expired: `expires_seconds` is what a verifier
