@@ -37,9 +37,14 @@ enum Command {
         /// The state file.
         file: PathBuf,
         /// The configuration whose limits apply (robots.max_ttl_seconds,
-        /// robots.retry_max_seconds, pacing.ceiling_seconds); default: the defaults.
+        /// robots.retry_max_seconds, pacing.ceiling_seconds) and whose
+        /// robots.state_key_file authenticates the file; default: the defaults.
         #[arg(long, short = 'c')]
         config: Option<PathBuf>,
+        /// The key file that authenticates the state file (instead of the
+        /// configuration's robots.state_key_file).
+        #[arg(long)]
+        key: Option<PathBuf>,
     },
     /// Run SPEC §7 conformance cases from a JSON-lines file.
     Conformance {
@@ -200,13 +205,21 @@ impl Cli {
                 );
                 Ok(ExitCode::SUCCESS)
             }
-            Command::CheckState { file, config } => {
+            Command::CheckState { file, config, key } => {
                 let config = match config {
                     Some(path) => crate::config::Config::load(&path)?,
                     None => crate::config::Config::default(),
                 };
                 let limits = crate::origin::state::Limits::of(&config);
-                match crate::origin::state::inspect(&file, limits) {
+                let Some(key) = key.or(config.robots.state_key_file) else {
+                    anyhow::bail!(
+                        "no key to authenticate {}: pass --key FILE, or --config with robots.state_key_file",
+                        file.display()
+                    );
+                };
+                let key = crate::origin::state::StateKey::load(&key)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                match crate::origin::state::inspect(&file, limits, &key) {
                     Ok(Some(found)) => {
                         let clamped = match found.clamped {
                             0 => String::new(),
@@ -250,12 +263,25 @@ impl Cli {
     }
 }
 
-/// Checks a state file's octets as a start with the default configuration would (every
-/// part, before using any): the number of origins it holds, or why it would be refused.
-/// The file itself (owner, mode, kind) is [`crate::origin::state::inspect`]'s to check.
+/// The key [`check_state_file`] authenticates with (the fuzz target's).
+const FUZZ_STATE_KEY: &[u8] = b"robotsgate fuzz state key";
+
+/// Checks a state file's octets as a start with the default configuration and
+/// [`FUZZ_STATE_KEY`] would (every part, before using any): the number of origins it
+/// holds, or why it would be refused. The file itself (owner, mode, kind) is
+/// [`crate::origin::state::inspect`]'s to check.
 pub fn check_state_file(data: &[u8]) -> Result<usize, String> {
     let limits = crate::origin::state::Limits::of(&crate::config::Config::default());
-    crate::origin::state::inspect_bytes(data, limits).map_err(|e| e.to_string())
+    let key = crate::origin::state::StateKey::new(FUZZ_STATE_KEY).map_err(|e| e.to_string())?;
+    crate::origin::state::inspect_bytes(data, limits, &key).map_err(|e| e.to_string())
+}
+
+/// `body` sealed with [`FUZZ_STATE_KEY`]: lets a fuzzer past the HMAC to the records.
+pub fn seal_state_file(body: &[u8]) -> Vec<u8> {
+    match crate::origin::state::StateKey::new(FUZZ_STATE_KEY) {
+        Ok(key) => crate::origin::state::seal(body, &key),
+        Err(_) => body.to_vec(),
+    }
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

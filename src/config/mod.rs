@@ -257,6 +257,10 @@ pub struct RobotsConfig {
     /// Where the held robots.txt copies, their fetch state and the origins' pauses are
     /// kept across restarts (see `origin::state`); unset: nothing is kept.
     pub state_file: Option<PathBuf>,
+    /// The key that authenticates the state file (an HMAC-SHA256 key: at least 16
+    /// octets, e.g. `head -c 32 /dev/urandom | base64`), kept apart from it: a file
+    /// robotsgate did not write with this key is refused. Required with `state_file`.
+    pub state_key_file: Option<PathBuf>,
     /// How often the state file is written (also at every stop and upgrade).
     pub state_save_seconds: Timeout,
 }
@@ -279,6 +283,7 @@ impl Default for RobotsConfig {
             max_redirects: 5,
             user_agent: DEFAULT_USER_AGENT.into(),
             state_file: None,
+            state_key_file: None,
             state_save_seconds: Timeout(300.0),
         }
     }
@@ -437,6 +442,11 @@ pub struct LimitsConfig {
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot
     /// of `max_connections` and `max_connections_per_client`.
     pub max_streams_per_connection: usize,
+    /// A response its client takes nothing of for this long (a full window, a client
+    /// that stopped reading): the client is treated as gone, and the origin's response
+    /// is read to its end without it, so an unread response holds the origin's turn no
+    /// longer than a read one (and no memory).
+    pub unread_timeout_seconds: Timeout,
 }
 
 impl Default for LimitsConfig {
@@ -452,6 +462,7 @@ impl Default for LimitsConfig {
             header_read_timeout_seconds: Timeout(10.0),
             idle_timeout_seconds: Timeout(60.0),
             max_streams_per_connection: 100,
+            unread_timeout_seconds: Timeout(10.0),
         }
     }
 }
@@ -637,6 +648,11 @@ impl Config {
             }
         }
         let r = &self.robots;
+        if r.state_file.is_some() && r.state_key_file.is_none() {
+            return Err(ConfigError(
+                "key `robotsgate.robots.state_key_file`: robots.state_file is set, and the state file must be authenticated: set a key file (at least 16 octets, e.g. `head -c 32 /dev/urandom | base64 > FILE`, mode 0600) kept apart from it".into(),
+            ));
+        }
         if r.min_ttl_seconds > r.max_ttl_seconds {
             return Err(ConfigError(
                 "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds"

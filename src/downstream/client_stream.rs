@@ -25,10 +25,14 @@
 //!   reads then end the stream, writes are accepted and dropped. Pingora reads the
 //!   origin's response to its end (bounded by the upstream timeouts and
 //!   `pacing.max_exchange_seconds`) and the turn ends when the origin's answer does.
+//! * **A client that stops reading has left.** A write that takes no octet for
+//!   `limits.unread_timeout_seconds` marks the client gone too: an unread response
+//!   holds the origin's turn no longer than a read one, and no octet is buffered for it.
 //! * **A response head and its first body octets leave together** ([`Coalescer`]).
 //!
 //! Cost: one branch per read and write; a request's remaining length is a counter.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,20 +66,48 @@ pub struct ClientStream {
     request_left: Option<u64>,
     /// The next request's first octets, read while the current exchange was pending.
     next_request: BytesMut,
-    /// The client's end failed (reset, broken pipe): reads end, writes are dropped.
+    /// The client's end failed (reset, broken pipe, no octet taken for `unread`):
+    /// reads end, writes are dropped.
     gone: bool,
+    /// How long a write may take no octet before the client counts as gone.
+    unread: Duration,
+    /// Since when the pending write has taken nothing (armed on its first `Pending`).
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl ClientStream {
-    /// Wraps `inner`, between requests.
-    pub fn new(inner: Stream) -> ClientStream {
+    /// Wraps `inner`, between requests; a client taking no octet for `unread` is gone.
+    pub fn new(inner: Stream, unread: Duration) -> ClientStream {
         ClientStream {
             inner,
             coalescer: Coalescer::new(),
             request_left: None,
             next_request: BytesMut::new(),
             gone: false,
+            unread,
+            stalled: None,
         }
+    }
+
+    /// A write's outcome, a sink's way: progress disarms the stall timer, an error
+    /// marks the client gone, and a write still pending once the client has taken
+    /// nothing for `unread` does too. `Pending` only while the client may still read.
+    fn settle_write<T>(&mut self, cx: &mut Context<'_>, written: Poll<io::Result<T>>) -> Poll<()> {
+        match written {
+            Poll::Ready(Ok(_)) => self.stalled = None,
+            Poll::Ready(Err(_)) => self.left(),
+            Poll::Pending => {
+                let unread = self.unread;
+                let stalled = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(unread)));
+                if stalled.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.left();
+            }
+        }
+        Poll::Ready(())
     }
 
     /// The client stream again, once whatever is still held has been sent.
@@ -141,17 +173,17 @@ impl ClientStream {
     /// failure makes the stream a sink, never an error.
     fn poll_finish(&mut self, cx: &mut Context<'_>, shutdown: bool) -> Poll<io::Result<()>> {
         if !self.gone {
-            let sent = ready!(self.coalescer.poll_send_held(&mut self.inner, cx));
+            let sent = self.coalescer.poll_send_held(&mut self.inner, cx);
+            ready!(self.settle_write(cx, sent));
+        }
+        if !self.gone {
             let inner = Pin::new(&mut self.inner);
-            let failed = sent.is_err()
-                || if shutdown {
-                    ready!(inner.poll_shutdown(cx)).is_err()
-                } else {
-                    ready!(inner.poll_flush(cx)).is_err()
-                };
-            if failed {
-                self.left();
-            }
+            let done = if shutdown {
+                inner.poll_shutdown(cx)
+            } else {
+                inner.poll_flush(cx)
+            };
+            ready!(self.settle_write(cx, done));
         }
         Poll::Ready(Ok(()))
     }
@@ -164,10 +196,17 @@ impl AsyncWrite for ClientStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if !this.gone && ready!(this.coalescer.poll_write(&mut this.inner, cx, buf)).is_err() {
-            this.left();
+        if this.gone {
+            return Poll::Ready(Ok(buf.len()));
         }
-        Poll::Ready(Ok(buf.len()))
+        let written = this.coalescer.poll_write(&mut this.inner, cx, buf);
+        // What the socket took: a partial write is the caller's to continue.
+        let took = match &written {
+            Poll::Ready(Ok(n)) => Some(*n),
+            _ => None,
+        };
+        ready!(this.settle_write(cx, written));
+        Poll::Ready(Ok(took.unwrap_or(buf.len())))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -292,7 +331,10 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         let l4: pingora::protocols::l4::stream::Stream = server.into();
-        (ClientStream::new(Box::new(l4)), client)
+        (
+            ClientStream::new(Box::new(l4), Duration::from_secs(10)),
+            client,
+        )
     }
 
     #[tokio::test]

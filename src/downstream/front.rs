@@ -251,7 +251,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         shutdown: &ShutdownWatch,
     ) {
         // Wrapped once: every exchange on the connection sees the client through it.
-        let mut stream = Box::new(ClientStream::new(stream));
+        let mut stream = Box::new(ClientStream::new(stream, self.limits.unread_timeout));
         // A new connection (or tunnel) must start its request promptly; a kept-alive one
         // may sit idle between requests for longer.
         let mut wait = self.limits.first_byte_timeout;
@@ -338,7 +338,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                     return Box::pin(self.multiplexer().serve(tls, client, context, shutdown))
                         .await;
                 }
-                stream = Box::new(ClientStream::new(tls));
+                stream = Box::new(ClientStream::new(tls, self.limits.unread_timeout));
                 wait = self.limits.first_byte_timeout;
                 fresh = true;
                 continue;

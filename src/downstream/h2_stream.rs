@@ -10,7 +10,8 @@
 //! resets to a slow page would freeze the origin for everyone.
 //!
 //! [`H2Stream`] wraps Pingora's session (as a custom session) and changes two things:
-//! * **A client that left is a sink.** A failed write marks the client gone (counted in
+//! * **A client that left is a sink.** A failed write — the stream reset, or no octet
+//!   taken for `limits.unread_timeout_seconds` — marks the client gone (counted in
 //!   `robotsgate_downstream_clients_left_total`); the write and every later one succeed
 //!   and drop their octets. Pingora reads the origin's response to its end, bounded by
 //!   the upstream timeouts and `pacing.max_exchange_seconds`, and the turn ends when the
@@ -61,17 +62,24 @@ impl Started {
 pub struct H2Stream {
     inner: HttpSession,
     started: Arc<Started>,
-    /// The client reset the stream (or its connection failed): writes are dropped.
+    /// The client reset the stream, its connection failed, or it took nothing for
+    /// `unread`: writes are dropped.
     gone: bool,
+    /// `limits.unread_timeout_seconds`: the longest one write may wait for the client.
+    unread: Duration,
 }
 
 impl H2Stream {
-    /// Wraps `inner`; `started` is set when its request's exchange begins.
-    pub fn new(inner: HttpSession, started: Arc<Started>) -> H2Stream {
+    /// Wraps `inner`; `started` is set when its request's exchange begins; a write that
+    /// waits longer than `unread` for the client's window leaves the client gone.
+    pub fn new(mut inner: HttpSession, started: Arc<Started>, unread: Duration) -> H2Stream {
+        let timeout = inner.get_write_timeout().map_or(unread, |t| t.min(unread));
+        inner.set_write_timeout(Some(timeout));
         H2Stream {
             inner,
             started,
             gone: false,
+            unread,
         }
     }
 
@@ -158,8 +166,10 @@ impl CustomSession for H2Stream {
         None
     }
 
+    /// At most `unread`: a client that takes nothing longer has left.
     fn set_write_timeout(&mut self, timeout: Option<Duration>) {
-        self.inner.set_write_timeout(timeout);
+        let timeout = timeout.map_or(self.unread, |t| t.min(self.unread));
+        self.inner.set_write_timeout(Some(timeout));
     }
 
     fn get_write_timeout(&self) -> Option<Duration> {

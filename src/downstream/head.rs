@@ -47,6 +47,9 @@ pub struct HeadLimits {
     pub idle_timeout: Duration,
     /// A new connection's (or tunnel's) wait for its first octet.
     pub first_byte_timeout: Duration,
+    /// `limits.unread_timeout_seconds`: a client taking no response octets this long is
+    /// treated as gone.
+    pub unread_timeout: Duration,
 }
 
 impl HeadLimits {
@@ -60,6 +63,7 @@ impl HeadLimits {
             header_timeout: config.header_read_timeout_seconds.duration(),
             idle_timeout: config.idle_timeout_seconds.duration(),
             first_byte_timeout: config.first_byte_timeout_seconds.duration(),
+            unread_timeout: config.unread_timeout_seconds.duration(),
         }
     }
 }
@@ -387,6 +391,7 @@ mod tests {
             header_timeout: Duration::from_millis(200),
             idle_timeout: Duration::from_millis(200),
             first_byte_timeout: Duration::from_millis(200),
+            unread_timeout: Duration::from_millis(200),
         }
     }
 

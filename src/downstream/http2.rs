@@ -293,9 +293,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
         };
         let (http, mut context, shutdown) = (self.http.clone(), context.clone(), shutdown.clone());
         let started = Arc::new(Started::default());
+        let unread = self.limits.unread_timeout;
         context.started = Some(started.clone());
         tokio::spawn(async move {
-            let session = ServerSession::new_custom(Box::new(H2Stream::new(session, started)));
+            let stream = H2Stream::new(session, started, unread);
+            let session = ServerSession::new_custom(Box::new(stream));
             context
                 .scope(http.process_new_http(session, &shutdown))
                 .await;

@@ -3,9 +3,9 @@
 //! holding 100,000 origins does not refetch them all in its first minutes, nor forget
 //! which origins asked it to back off.
 //!
-//! **Format** (version 1, little-endian): the magic `RGSTATE\0`, the version (u32), the
-//! number of origins (u64), the origins, then `RGEND\0\0\0` and an FNV-1a 64 hash of
-//! everything before it. An origin: its URL, the policy (0 rules, 1 allow all, 2
+//! **Format** (version 2, little-endian): the magic `RGSTATE\0`, the version (u32), the
+//! number of origins (u64), the origins, then `RGEND\0\0\0` and an HMAC-SHA256 of
+//! everything before it, keyed by `robots.state_key_file` ([`StateKey`]). An origin: its URL, the policy (0 rules, 1 allow all, 2
 //! disallow all) with the file's octets or the reason, the wall-clock times (ms since
 //! the Unix epoch; `i64::MIN` for none) of freshness, last confirmation, unreachable
 //! since and next retry, the failure count, the last outcome and cause, then its
@@ -20,9 +20,12 @@
 //! foreign file is a WARN naming it and an empty start — never a crash, never a partial
 //! load taken as complete.
 //!
-//! **Trust.** The checksum catches damage, not forgery, so a load trusts the file no
-//! further than this: only a regular file owned by robotsgate's own user and writable by
-//! no one else is read — opened without blocking and without following a symbolic link,
+//! **Trust.** The HMAC authenticates the file: only one written by a robotsgate holding
+//! the same key (kept apart from the file, a systemd credential in production) is
+//! loaded; a file anyone else wrote — forged, copied from another installation, or
+//! damaged — is refused whole before any of it is used. Beyond that, a load trusts the
+//! file no further than this: only a regular file owned by robotsgate's own user and
+//! writable by no one else is read — opened without blocking and without following a symbolic link,
 //! so a FIFO, a device or a link planted at the path is refused (a WARN naming it), never
 //! waited on — and every lifetime in it is clamped to the configuration's limits
 //! ([`Limits`]): freshness to `robots.max_ttl_seconds`, retries to
@@ -50,7 +53,47 @@ use crate::policy::target::Origin;
 
 const MAGIC: &[u8; 8] = b"RGSTATE\0";
 const END: &[u8; 8] = b"RGEND\0\0\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The HMAC-SHA256 tag's length.
+const TAG: usize = 32;
+/// The shortest key accepted.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// The key that authenticates the state file: an HMAC-SHA256 key read from
+/// `robots.state_key_file`, never logged.
+pub struct StateKey(ring::hmac::Key);
+
+impl StateKey {
+    /// A key from its octets (at least [`MIN_KEY_BYTES`]).
+    pub fn new(octets: &[u8]) -> Result<StateKey, StateError> {
+        if octets.len() < MIN_KEY_BYTES {
+            return Err(StateError(format!(
+                "the key has {} octets, fewer than {MIN_KEY_BYTES}",
+                octets.len()
+            )));
+        }
+        Ok(StateKey(ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            octets,
+        )))
+    }
+
+    /// The key in `path` (its octets, surrounding white space removed).
+    pub fn load(path: &Path) -> Result<StateKey, StateError> {
+        let octets = std::fs::read(path)
+            .map_err(|e| StateError(format!("key {}: cannot read: {e}", path.display())))?;
+        StateKey::new(octets.trim_ascii())
+            .map_err(|e| StateError(format!("key {}: {e}", path.display())))
+    }
+
+    fn tag(&self, data: &[u8]) -> ring::hmac::Tag {
+        ring::hmac::sign(&self.0, data)
+    }
+
+    fn verifies(&self, data: &[u8], tag: &[u8]) -> bool {
+        ring::hmac::verify(&self.0, data, tag).is_ok()
+    }
+}
 /// No time.
 const NONE: i64 = i64::MIN;
 
@@ -64,13 +107,59 @@ impl std::fmt::Display for StateError {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+/// The state file robotsgate keeps: where it is, and the key that authenticates it.
+pub struct StateFile {
+    path: PathBuf,
+    key: StateKey,
+}
+
+impl StateFile {
+    /// The state file of `robots` (`state_file` and `state_key_file`), if one is kept;
+    /// an error names the key file that cannot be read.
+    pub fn of(robots: &crate::config::RobotsConfig) -> Result<Option<StateFile>, StateError> {
+        let Some(path) = &robots.state_file else {
+            return Ok(None);
+        };
+        let Some(key) = &robots.state_key_file else {
+            return Err(StateError(
+                "robots.state_file is set without robots.state_key_file".into(),
+            ));
+        };
+        Ok(Some(StateFile {
+            path: path.clone(),
+            key: StateKey::load(key)?,
+        }))
     }
-    hash
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Loads it at start (see [`load_at_start`]).
+    pub fn load_at_start(&self, store: &OriginStore, limits: Limits, upgrade: bool) {
+        load_at_start(store, &self.path, limits, &self.key, upgrade);
+    }
+
+    /// Writes it now (see [`write`]).
+    pub fn write(&self, store: &OriginStore, why: &str) {
+        write(store, &self.path, &self.key, why);
+    }
+
+    /// Keeps it written every `every`, on a thread of its own.
+    pub fn keep_writing(
+        self: Arc<Self>,
+        store: Arc<OriginStore>,
+        every: Duration,
+    ) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("robotsgate-state".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                self.write(&store, "periodic");
+            })?;
+        Ok(())
+    }
 }
 
 /// Converts between the monotonic clock of this process and wall-clock milliseconds.
@@ -178,8 +267,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Encodes `kept` (the store's export) as a state file.
-fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
+/// Encodes `kept` (the store's export) as a state file sealed with `key`.
+fn encode(kept: &[Kept], clock: Clock, key: &StateKey) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(64 + kept.len() * 256));
     w.0.extend_from_slice(MAGIC);
     w.u32(VERSION);
@@ -216,8 +305,8 @@ fn encode(kept: &[Kept], clock: Clock) -> Vec<u8> {
         }
     }
     w.0.extend_from_slice(END);
-    let hash = fnv1a(&w.0);
-    w.u64(hash);
+    let tag = key.tag(&w.0);
+    w.0.extend_from_slice(tag.as_ref());
     w.0
 }
 
@@ -268,12 +357,18 @@ fn clamp(
     }
 }
 
-/// Decodes a whole state file; nothing is returned unless every part checks.
-fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateError> {
+/// Decodes a whole state file; nothing is returned unless every part checks, the
+/// HMAC with `key` first.
+fn decode(
+    data: &[u8],
+    clock: Clock,
+    limits: Limits,
+    key: &StateKey,
+) -> Result<Decoded, StateError> {
     let mut clamped = 0;
     let body_len = data
         .len()
-        .checked_sub(8)
+        .checked_sub(TAG)
         .ok_or_else(|| StateError("truncated".into()))?;
     let mut r = Reader { rest: data };
     if &r.array::<8>()? != MAGIC {
@@ -285,10 +380,10 @@ fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateErr
             "format version {version}, this robotsgate reads {VERSION}"
         )));
     }
-    let (body, hash) = data.split_at(body_len);
-    if fnv1a(body).to_le_bytes() != hash {
+    let (body, tag) = data.split_at(body_len);
+    if !key.verifies(body, tag) {
         return Err(StateError(
-            "checksum mismatch (truncated or damaged)".into(),
+            "its HMAC does not verify with robots.state_key_file: not written by this robotsgate, or damaged".into(),
         ));
     }
     let count = r.u64()?;
@@ -356,7 +451,7 @@ fn decode(data: &[u8], clock: Clock, limits: Limits) -> Result<Decoded, StateErr
             pauses,
         });
     }
-    if &r.array::<8>()? != END || r.rest.len() != 8 {
+    if &r.array::<8>()? != END || r.rest.len() != TAG {
         return Err(StateError("the count does not match the contents".into()));
     }
     Ok(Decoded { kept, clamped })
@@ -375,22 +470,38 @@ pub struct Inspected {
 
 /// Checks a state file as a load would (the file itself, then everything in it) and
 /// stores nothing; `Ok(None)` when there is none.
-pub fn inspect(path: &Path, limits: Limits) -> Result<Option<Inspected>, StateError> {
-    Ok(read(path, limits)?.map(|(_, found)| found))
+pub fn inspect(
+    path: &Path,
+    limits: Limits,
+    key: &StateKey,
+) -> Result<Option<Inspected>, StateError> {
+    Ok(read(path, limits, key)?.map(|(_, found)| found))
 }
 
 /// Decodes a state file's octets as a load would, with `limits`: the number of origins,
 /// or why it would be refused (the fuzz target's entry).
-pub fn inspect_bytes(data: &[u8], limits: Limits) -> Result<usize, StateError> {
-    decode(data, Clock::now(), limits).map(|d| d.kept.len())
+pub fn inspect_bytes(data: &[u8], limits: Limits, key: &StateKey) -> Result<usize, StateError> {
+    decode(data, Clock::now(), limits, key).map(|d| d.kept.len())
+}
+
+/// Seals `body` (a state file without its tag) with `key`: lets a fuzzer past the HMAC
+/// to the records themselves.
+pub fn seal(body: &[u8], key: &StateKey) -> Vec<u8> {
+    let mut sealed = body.to_vec();
+    sealed.extend_from_slice(key.tag(body).as_ref());
+    sealed
 }
 
 /// The trusted file at `path`, decoded, and what it holds; `Ok(None)`: no file.
-fn read(path: &Path, limits: Limits) -> Result<Option<(Vec<Kept>, Inspected)>, StateError> {
+fn read(
+    path: &Path,
+    limits: Limits,
+    key: &StateKey,
+) -> Result<Option<(Vec<Kept>, Inspected)>, StateError> {
     let Some(data) = read_trusted(path)? else {
         return Ok(None);
     };
-    let Decoded { kept, clamped } = decode(&data, Clock::now(), limits)?;
+    let Decoded { kept, clamped } = decode(&data, Clock::now(), limits, key)?;
     let found = Inspected {
         origins: kept.len(),
         bytes: data.len(),
@@ -448,10 +559,10 @@ fn read_trusted(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
 
 /// Writes the store's state to `path` atomically (temporary file, flush, rename).
 /// Returns the number of origins and bytes written.
-pub fn save(store: &OriginStore, path: &Path) -> std::io::Result<(usize, usize)> {
+pub fn save(store: &OriginStore, path: &Path, key: &StateKey) -> std::io::Result<(usize, usize)> {
     use std::io::Write;
     let kept = store.export();
-    let data = encode(&kept, Clock::now());
+    let data = encode(&kept, Clock::now(), key);
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let mut file = tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new(".")))?;
     file.write_all(&data)?;
@@ -462,8 +573,13 @@ pub fn save(store: &OriginStore, path: &Path) -> std::io::Result<(usize, usize)>
 
 /// Loads `path` into the store (see the module's **Trust**); a missing file is an empty
 /// start.
-pub fn load(store: &OriginStore, path: &Path, limits: Limits) -> Result<Inspected, StateError> {
-    let Some((kept, found)) = read(path, limits)? else {
+pub fn load(
+    store: &OriginStore,
+    path: &Path,
+    limits: Limits,
+    key: &StateKey,
+) -> Result<Inspected, StateError> {
+    let Some((kept, found)) = read(path, limits, key)? else {
         return Ok(Inspected::default());
     };
     for k in kept {
@@ -475,12 +591,12 @@ pub fn load(store: &OriginStore, path: &Path, limits: Limits) -> Result<Inspecte
 /// Loads the state file at start, logging what it found (origins, size, load time,
 /// lifetimes clamped) or why it was not loaded. `upgrade`: first wait for the file the
 /// predecessor writes on SIGQUIT.
-pub fn load_at_start(store: &OriginStore, path: &Path, limits: Limits, upgrade: bool) {
+fn load_at_start(store: &OriginStore, path: &Path, limits: Limits, key: &StateKey, upgrade: bool) {
     if upgrade {
         wait_for_handover(path);
     }
     let started = std::time::Instant::now();
-    match load(store, path, limits) {
+    match load(store, path, limits, key) {
         Ok(found) => {
             log::info!(
                 "state file {}: {} origins, {} bytes, loaded in {:.0} ms",
@@ -504,26 +620,10 @@ pub fn load_at_start(store: &OriginStore, path: &Path, limits: Limits, upgrade: 
     }
 }
 
-/// Keeps the state file written every `every`, on a thread of its own (the writes at a
-/// stop and an upgrade are the server's: see [`write`]).
-pub fn keep_writing(
-    store: Arc<OriginStore>,
-    path: PathBuf,
-    every: Duration,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("robotsgate-state".into())
-        .spawn(move || loop {
-            std::thread::sleep(every);
-            write(&store, &path, "periodic");
-        })?;
-    Ok(())
-}
-
 /// Writes the state file now, logging the outcome (`why`: periodic, upgrade, stop).
-pub fn write(store: &OriginStore, path: &Path, why: &str) {
+fn write(store: &OriginStore, path: &Path, key: &StateKey, why: &str) {
     let started = std::time::Instant::now();
-    match save(store, path) {
+    match save(store, path, key) {
         Ok((origins, bytes)) => log::info!(
             "state file {} written ({why}): {origins} origins, {bytes} bytes in {:.0} ms",
             path.display(),
@@ -559,6 +659,10 @@ mod tests {
         pause: Duration::from_secs(120),
     };
 
+    fn key() -> StateKey {
+        StateKey::new(b"a test key of some length").expect("key")
+    }
+
     fn kept(origin: &str, body: &str, fresh_in: Duration, clock: Clock) -> Kept {
         let body = Bytes::copy_from_slice(body.as_bytes());
         Kept {
@@ -589,8 +693,9 @@ mod tests {
                 clock,
             )],
             clock,
+            &key(),
         );
-        let back = decode(&data, clock, LIMITS).expect("decodes").kept;
+        let back = decode(&data, clock, LIMITS, &key()).expect("decodes").kept;
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].origin.to_string(), "https://example.com");
         let fresh = back[0].snapshot.fresh_until.duration_since(clock.instant);
@@ -618,25 +723,37 @@ mod tests {
                 kept("http://b.test:8080", "", Duration::from_secs(5), clock),
             ],
             clock,
+            &key(),
         );
         for cut in 0..data.len() {
             assert!(
-                decode(&data[..cut], clock, LIMITS).is_err(),
+                decode(&data[..cut], clock, LIMITS, &key()).is_err(),
                 "truncated at {cut}"
             );
         }
         for at in (0..data.len()).step_by(7) {
             let mut bad = data.clone();
             bad[at] ^= 0x55;
-            assert!(decode(&bad, clock, LIMITS).is_err(), "flipped at {at}");
+            assert!(
+                decode(&bad, clock, LIMITS, &key()).is_err(),
+                "flipped at {at}"
+            );
         }
         let mut future = data.clone();
         future[8] = 9;
-        let err = decode(&future, clock, LIMITS)
+        let err = decode(&future, clock, LIMITS, &key())
             .map(|d| d.kept.len())
             .expect_err("future version")
             .to_string();
         assert!(err.contains("version 9"), "{err}");
+        // Written with another key: refused whole, however well formed.
+        let other = StateKey::new(b"another key, another robotsgate").expect("key");
+        let err = decode(&data, clock, LIMITS, &other)
+            .map(|d| d.kept.len())
+            .expect_err("another key")
+            .to_string();
+        assert!(err.contains("HMAC"), "{err}");
+        assert!(StateKey::new(b"short").is_err());
     }
 
     /// 100,000 origins with a five-line robots.txt: the size and the load time are
@@ -656,10 +773,10 @@ mod tests {
             })
             .collect();
         let started = std::time::Instant::now();
-        let data = encode(&kept, clock);
+        let data = encode(&kept, clock, &key());
         let encoded = started.elapsed();
         let started = std::time::Instant::now();
-        let back = decode(&data, clock, LIMITS).expect("decodes").kept;
+        let back = decode(&data, clock, LIMITS, &key()).expect("decodes").kept;
         let decoded = started.elapsed();
         assert_eq!(back.len(), 100_000);
         println!(
@@ -676,11 +793,11 @@ mod tests {
         #[test]
         fn any_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let clock = Clock::now();
-            let _ = decode(&data, clock, LIMITS);
+            let _ = decode(&data, clock, LIMITS, &key());
             let mut framed = MAGIC.to_vec();
             framed.extend_from_slice(&VERSION.to_le_bytes());
             framed.extend_from_slice(&data);
-            let _ = decode(&framed, clock, LIMITS);
+            let _ = decode(&framed, clock, LIMITS, &key());
         }
     }
 }

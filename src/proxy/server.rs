@@ -210,9 +210,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let enforcer = Arc::new(Enforcer::with_trust(&config, &trust, identities.clone())?);
     // Before the listeners accept: the held robots.txt copies of the last run.
-    if let Some(path) = &config.robots.state_file {
+    let state_file = crate::origin::state::StateFile::of(&config.robots)
+        .map_err(|e| anyhow::anyhow!("key `robotsgate.robots.state_key_file`: {e}"))?
+        .map(Arc::new);
+    if let Some(state) = &state_file {
         let limits = crate::origin::state::Limits::of(&config);
-        crate::origin::state::load_at_start(&enforcer.store, path, limits, args.upgrade);
+        state.load_at_start(&enforcer.store, limits, args.upgrade);
     }
     // Threads start in a background service: after a daemon's fork, which they would
     // not survive.
@@ -222,11 +225,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         Background {
             enforcer: enforcer.clone(),
             history: history.clone(),
-            state: config
-                .robots
-                .state_file
+            state: state_file
                 .clone()
-                .map(|path| (path, config.robots.state_save_seconds.duration())),
+                .map(|state| (state, config.robots.state_save_seconds.duration())),
             tproxy: match config.transparent.mode {
                 crate::config::TransparentMode::Tproxy => config
                     .transparent
@@ -340,11 +341,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.admin_listen
     );
     let signals = Signals {
-        state: config
-            .robots
-            .state_file
-            .clone()
-            .map(|path| (enforcer.store.clone(), path)),
+        state: state_file.map(|state| (enforcer.store.clone(), state)),
     };
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
@@ -378,7 +375,7 @@ fn client_listener(
 struct Background {
     enforcer: Arc<Enforcer>,
     history: Arc<crate::ops::history::History>,
-    state: Option<(PathBuf, std::time::Duration)>,
+    state: Option<(Arc<crate::origin::state::StateFile>, std::time::Duration)>,
     /// TPROXY listeners, to be made transparent once bound.
     tproxy: Vec<std::net::SocketAddr>,
 }
@@ -397,10 +394,13 @@ impl pingora::services::background::BackgroundService for Background {
         if let Err(e) = self.enforcer.run_in_background() {
             log::error!("fleet backend not started: {e}");
         }
-        if let Some((path, every)) = &self.state {
+        if let Some((state, every)) = &self.state {
             let store = self.enforcer.store.clone();
-            if let Err(e) = crate::origin::state::keep_writing(store, path.clone(), *every) {
-                log::error!("state file {} will not be written: {e}", path.display());
+            if let Err(e) = state.clone().keep_writing(store, *every) {
+                log::error!(
+                    "state file {} will not be written: {e}",
+                    state.path().display()
+                );
             }
         }
         self.history
@@ -444,7 +444,10 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// upgrade), writing the state file first when there is one: before the shutdown
 /// starts, and before the listeners are handed to the successor, which loads it.
 struct Signals {
-    state: Option<(Arc<crate::origin::store::OriginStore>, PathBuf)>,
+    state: Option<(
+        Arc<crate::origin::store::OriginStore>,
+        Arc<crate::origin::state::StateFile>,
+    )>,
 }
 
 #[async_trait::async_trait]
@@ -465,8 +468,8 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
             _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
         };
-        if let Some((store, path)) = &self.state {
-            crate::origin::state::write(store, path, why);
+        if let Some((store, state)) = &self.state {
+            state.write(store, why);
         }
         signal
     }

@@ -83,6 +83,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         "install -d -o robotsgate -g robotsgate -m 0750 \"$dir\"",
         "robotsgate ca init",
         "admin.token",
+        "state.key",
         "systemd-tmpfiles --create robotsgate.conf",
         "deb-systemd-helper enable robotsgate.service",
         "deb-systemd-invoke reload robotsgate.service",
@@ -103,6 +104,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         "deluser",
         "ca.key",
         "admin.token",
+        "state.key",
     ] {
         assert!(purge.contains(step), "purge lacks {step}:\n{postrm}");
     }

@@ -27,15 +27,24 @@ struct Setup {
     yaml: String,
 }
 
+/// The state file's HMAC key the tests' robotsgates share.
+const KEY: &[u8] = b"state key of the state tests";
+
 impl Setup {
     async fn new(extra: &str) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
+        std::fs::write(dir.path().join("state.key"), KEY).expect("key");
         let yaml = format!(
-            "  dns:\n    nameservers: [\"{dns}\"]\n  robots:\n    state_file: {}\n    min_ttl_seconds: 1\n    retry_initial_seconds: 120\n{extra}",
-            dir.path().join("state.bin").display()
+            "  dns:\n    nameservers: [\"{dns}\"]\n  robots:\n    state_file: {}\n    state_key_file: {}\n    min_ttl_seconds: 1\n    retry_initial_seconds: 120\n{extra}",
+            dir.path().join("state.bin").display(),
+            dir.path().join("state.key").display()
         );
         Setup { dir, yaml }
+    }
+
+    fn key(&self) -> std::path::PathBuf {
+        self.dir.path().join("state.key")
     }
 
     fn start(&self) -> Proxy {
@@ -115,6 +124,8 @@ async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
             .arg("check-state")
             .arg(path)
+            .arg("--key")
+            .arg(setup.key())
             .output()
             .expect("check-state");
         (
@@ -186,16 +197,11 @@ async fn a_graceful_upgrade_hands_the_state_over_without_a_refetch() {
     drop(proxy);
 }
 
-/// FNV-1a 64, the state file's trailer (a checksum against damage, not forgery).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// A well-formed state file, written by hand as a forger would: `origin` allowed
-/// everything, fresh for ten years, paused for ten years.
-fn forged_allow_all(origin: &str) -> Vec<u8> {
+/// A well-formed state file, written by hand: `origin` allowed everything, fresh for
+/// ten years, paused for ten years, sealed with `key` (HMAC-SHA256, the file's trailer):
+/// robotsgate's own key for a file an earlier, looser configuration wrote; any other for
+/// a forgery.
+fn forged_allow_all(origin: &str, key: &[u8]) -> Vec<u8> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -206,7 +212,7 @@ fn forged_allow_all(origin: &str) -> Vec<u8> {
         out.extend_from_slice(s);
     };
     let mut out = b"RGSTATE\0".to_vec();
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&2u32.to_le_bytes());
     out.extend_from_slice(&1u64.to_le_bytes());
     string(&mut out, origin.as_bytes());
     out.push(1); // allow all
@@ -223,8 +229,8 @@ fn forged_allow_all(origin: &str) -> Vec<u8> {
     out.extend_from_slice(&(now_ms + ten_years).to_le_bytes()); // paused until
     out.extend_from_slice(&(ten_years as u64).to_le_bytes()); // backoff ms
     out.extend_from_slice(b"RGEND\0\0\0");
-    let hash = fnv1a(&out);
-    out.extend_from_slice(&hash.to_le_bytes());
+    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), &out);
+    out.extend_from_slice(tag.as_ref());
     out
 }
 
@@ -234,6 +240,10 @@ type MakeFile = dyn Fn(&std::path::Path);
 fn check_state(path: &std::path::Path, config: Option<&std::path::Path>) -> (bool, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"));
     command.arg("check-state").arg(path);
+    if config.is_none() {
+        let key = path.with_file_name("state.key");
+        command.arg("--key").arg(key);
+    }
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }
@@ -244,10 +254,12 @@ fn check_state(path: &std::path::Path, config: Option<&std::path::Path>) -> (boo
     )
 }
 
-/// The checksum is not authentication: a forged file's lifetimes are clamped to the
-/// configuration's limits, and only a regular file of robotsgate's own user, writable by
-/// no one else, is read at all — a FIFO, a symbolic link, another owner or a
-/// group-writable file is refused with a WARN naming it, never waited on.
+/// Only a file robotsgate wrote with its key is loaded: a forged one (well formed, owned
+/// by robotsgate's user, mode 0600) is refused by its HMAC; a file of its own written
+/// under looser limits has its lifetimes clamped to this configuration's; and only a
+/// regular file of robotsgate's own user, writable by no one else, is read at all — a
+/// FIFO, a symbolic link, another owner or a group-writable file is refused with a WARN
+/// naming it, never waited on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
     use std::os::unix::fs::PermissionsExt;
@@ -260,11 +272,38 @@ async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
     let config = setup.dir.path().join("limits.yaml");
     std::fs::write(
         &config,
-        "robotsgate:\n  robots:\n    max_ttl_seconds: 3600\n  pacing:\n    ceiling_seconds: 30\n",
+        format!(
+            "robotsgate:\n  robots:\n    max_ttl_seconds: 3600\n    state_file: {}\n    state_key_file: {}\n  pacing:\n    ceiling_seconds: 30\n",
+            setup.state().display(),
+            setup.key().display()
+        ),
     )
     .expect("config");
     let site = origin.url("");
-    std::fs::write(setup.state(), forged_allow_all(site.trim_end_matches('/'))).expect("forge");
+    // A forger without the key: refused whole, however well formed and owned.
+    std::fs::write(
+        setup.state(),
+        forged_allow_all(site.trim_end_matches('/'), b"the forger's own key"),
+    )
+    .expect("forge");
+    std::fs::set_permissions(setup.state(), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (ok, said) = check_state(&setup.state(), Some(&config));
+    assert!(!ok && said.contains("HMAC"), "{said}");
+    {
+        let proxy = setup.start();
+        let log = proxy.log();
+        assert!(
+            log.contains("state.bin not loaded") && log.contains("HMAC"),
+            "{log}"
+        );
+        assert_eq!(curl(&proxy, &origin.url("/private/x"), &[]).0, 403);
+    }
+    // Written with robotsgate's key under looser limits: loaded, lifetimes clamped.
+    std::fs::write(
+        setup.state(),
+        forged_allow_all(site.trim_end_matches('/'), KEY),
+    )
+    .expect("write");
     let (ok, said) = check_state(&setup.state(), Some(&config));
     assert!(
         ok && said.contains("OK, 1 origins") && said.contains("4 lifetimes"),
@@ -308,15 +347,15 @@ async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
         }),
         ("symbolic link", &|p| {
             let target = p.with_extension("target");
-            std::fs::write(&target, forged_allow_all("http://a.test")).expect("target");
+            std::fs::write(&target, forged_allow_all("http://a.test", KEY)).expect("target");
             std::os::unix::fs::symlink(&target, p).expect("symlink");
         }),
         ("writable by group or others", &|p| {
-            std::fs::write(p, forged_allow_all("http://a.test")).expect("write");
+            std::fs::write(p, forged_allow_all("http://a.test", KEY)).expect("write");
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).expect("chmod");
         }),
         ("owned by uid 65534", &|p| {
-            std::fs::write(p, forged_allow_all("http://a.test")).expect("write");
+            std::fs::write(p, forged_allow_all("http://a.test", KEY)).expect("write");
             std::os::unix::fs::chown(p, Some(65534), Some(65534)).expect("chown");
         }),
     ];
