@@ -15,7 +15,7 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::Server;
 use robotsgate::config::Config;
-use robotsgate::enforce::Permit;
+use robotsgate::enforce::Turn;
 use robotsgate::enforce::{Decision, Enforcer};
 use robotsgate::policy::agent::Requester;
 use robotsgate::policy::target::{parse_authority, Origin, Scheme, Target};
@@ -26,7 +26,7 @@ use robotsgate::robots::CanonicalPath;
 #[derive(Default)]
 struct Ctx {
     addr: Option<std::net::SocketAddr>,
-    permit: Option<Permit>,
+    permit: Option<Turn>,
 }
 
 struct Guarded {

@@ -91,9 +91,8 @@ impl FleetConfig {
             + usize::from(!f.redis_cluster.is_empty())
             + usize::from(f.redis_sentinel.is_some());
         if backends > 1 {
-            return Err(ConfigError(
-                "key `robotsgate.fleet.redis`/`redis_cluster`/`redis_sentinel`: set only one"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.fleet.redis`/`redis_cluster`/`redis_sentinel`: set only one",
             ));
         }
         let sentinels = f.redis_sentinel.iter().flat_map(|s| {
@@ -104,9 +103,8 @@ impl FleetConfig {
         });
         if let Some(s) = &f.redis_sentinel {
             if s.master.is_empty() || s.sentinels.is_empty() {
-                return Err(ConfigError(
-                    "key `robotsgate.fleet.redis_sentinel`: needs `master` and at least one of `sentinels`"
-                        .into(),
+                return Err(ConfigError::invalid(
+                    "key `robotsgate.fleet.redis_sentinel`: needs `master` and at least one of `sentinels`",
                 ));
             }
         }
@@ -123,7 +121,7 @@ impl FleetConfig {
             .chain(sentinels)
         {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.fleet.{key}`: `{url}` is not a redis:// or rediss:// URL"
                 )));
             }

@@ -17,12 +17,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod agent;
+mod error;
 mod fleet;
 mod pacing;
 mod signing;
 mod usage;
 mod values;
 pub use agent::{AgentConfig, AgentRule};
+pub use error::{ConfigError, ConfigErrorKind};
 pub use fleet::{FleetConfig, OnUnavailable, SentinelConfig};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
 pub use signing::{AgentForm, IdentityConfig, PaymentConfig, Price, SigningConfig};
@@ -484,24 +486,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// A config error: which file, which key, which line, and what is wrong.
-#[derive(Debug)]
-pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 impl Config {
     /// Reads `robotsgate:` from a YAML file (a missing section means all defaults).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
-        Self::from_yaml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::read(path.to_path_buf(), e))?;
+        Self::from_yaml(&text).map_err(|e| e.in_file(path.to_path_buf()))
     }
 
     /// Reads `robotsgate:` from YAML text (a missing section means all defaults) and validates it.
@@ -510,10 +500,7 @@ impl Config {
         let file: File = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
-            let line = inner
-                .location()
-                .map(|l| format!(" (line {})", l.line()))
-                .unwrap_or_default();
+            let line = inner.location().map(|l| l.line());
             // serde_yaml appends its own " at line L column C"; we say it once, up front.
             let message = inner.to_string();
             let message = message
@@ -521,10 +508,10 @@ impl Config {
                 .next()
                 .unwrap_or(&message)
                 .to_string();
-            ConfigError(format!("key `{key}`{line}: {message}"))
+            ConfigError::syntax(key, line, message, inner)
         })?;
         let config = file.robotsgate.unwrap_or_default();
-        config.validate()?;
+        config.validate().map_err(|e| e.located(text))?;
         Ok(config)
     }
 
@@ -561,7 +548,7 @@ impl Config {
                 && rule.user_agent_contains.is_some()
                 && !rule.trust_client_text
             {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
                 )));
             }
@@ -580,7 +567,7 @@ impl Config {
                     ("payment", rule.payment.is_some(), "what the fleet pays"),
                 ];
                 if let Some((key, _, what)) = chosen.into_iter().find(|c| c.1) {
-                    return Err(ConfigError(format!(
+                    return Err(ConfigError::invalid(format!(
                         "key `robotsgate.agent.rules[{i}].{key}`: {what} chosen by user_agent_contains, text any client can send; match on `client` (an address), use a proxy user's credentials, or set trust_client_text: true on this rule to accept it"
                     )));
                 }
@@ -589,7 +576,7 @@ impl Config {
                 && rule.user_agent_contains.is_some()
                 && !rule.trust_client_text
             {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.agent.rules[{i}].usage_mode`: usage checks relaxed by user_agent_contains, text any client can send to have refused content forwarded; match on `client` (an address), use usage.users, or set trust_client_text: true on this rule to accept it"
                 )));
             }
@@ -613,7 +600,7 @@ impl Config {
             );
         for (key, name) in named {
             if !self.signing.has(name) {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.{key}`: no identity `{name}` in signing.identities"
                 )));
             }
@@ -625,7 +612,7 @@ impl Config {
             let key = format!("robotsgate.agent.rules[{i}].payment");
             payment.validate(&key)?;
             if rule.identity.is_none() && self.agent.default_identity.is_none() {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `{key}`: only signed requests can pay; set this rule's identity or agent.default_identity"
                 )));
             }
@@ -633,7 +620,7 @@ impl Config {
         if let Some(lease) = self.fleet.lease_seconds {
             let longest = self.exchange_bounds().longest_hold();
             if lease.duration() < longest {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.fleet.lease_seconds`: {} s is shorter than the longest a turn can be held ({:.1} s: pacing.max_exchange_seconds, then the larger upstream read/write timeout, then the read timeout again); a live holder would lose its turn mid-exchange. Raise it or leave it unset",
                     lease.get(),
                     longest.as_secs_f64()
@@ -642,49 +629,46 @@ impl Config {
         }
         if let Some(admin) = self.admin_listen {
             if !admin.ip().is_loopback() && self.admin.token_file.is_none() {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.admin.token_file`: the admin listener {admin} is reachable from beyond loopback, and the admin API (refresh, purge, /check, /metrics) must never be used there unauthenticated; set a token file (clients beyond loopback then send `Authorization: Bearer <token>` for everything but /healthz and /readyz) or listen on loopback"
                 )));
             }
         }
         let r = &self.robots;
         if r.state_file.is_some() && r.state_key_file.is_none() {
-            return Err(ConfigError(
-                "key `robotsgate.robots.state_key_file`: robots.state_file is set, and the state file must be authenticated: set a key file (at least 16 octets, e.g. `head -c 32 /dev/urandom | base64 > FILE`, mode 0600) kept apart from it".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.robots.state_key_file`: robots.state_file is set, and the state file must be authenticated: set a key file (at least 16 octets, e.g. `head -c 32 /dev/urandom | base64 > FILE`, mode 0600) kept apart from it",
             ));
         }
         if r.min_ttl_seconds > r.max_ttl_seconds {
-            return Err(ConfigError(
-                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds",
             ));
         }
         if r.max_origins == 0 {
-            return Err(ConfigError(
-                "key `robotsgate.robots.max_origins`: must be at least 1".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.robots.max_origins`: must be at least 1",
             ));
         }
         if r.max_redirects < 5 {
-            return Err(ConfigError(
-                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops",
             ));
         }
         let t = &self.tls;
         if t.ca_cert.is_some() != t.ca_key.is_some() {
-            return Err(ConfigError(
-                "key `robotsgate.tls.ca_cert`/`ca_key`: set both or neither".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.tls.ca_cert`/`ca_key`: set both or neither",
             ));
         }
         if t.leaf_cache_size == 0 || t.leaf_validity_days == 0 {
-            return Err(ConfigError(
-                "key `robotsgate.tls.leaf_cache_size`/`leaf_validity_days`: must be at least 1"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.tls.leaf_cache_size`/`leaf_validity_days`: must be at least 1",
             ));
         }
         if self.transparent.tls_listen.is_some() && t.ca_cert.is_none() {
-            return Err(ConfigError(
-                "key `robotsgate.transparent.tls_listen`: needs tls.ca_cert and tls.ca_key (redirected TLS is intercepted with the operator CA)".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.transparent.tls_listen`: needs tls.ca_cert and tls.ca_key (redirected TLS is intercepted with the operator CA)",
             ));
         }
         let l = &self.limits;
@@ -718,36 +702,34 @@ impl Config {
         ];
         for (key, value, low, high) in sizes {
             if !(low..=high).contains(&value) {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.limits.{key}`: must be between {low} and {high}, got {value}"
                 )));
             }
         }
         if self.admin.allow_clients.is_empty() {
-            return Err(ConfigError(
-                "key `robotsgate.admin.allow_clients`: empty, so nobody could reach the admin listener"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.admin.allow_clients`: empty, so nobody could reach the admin listener",
             ));
         }
         if self.access.allow_clients.is_empty() {
-            return Err(ConfigError(
-                "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy",
             ));
         }
         if !self.agent.from_user_agent && self.agent.default_tokens.is_empty() {
-            return Err(ConfigError(
-                "key `robotsgate.agent.default_tokens`: must name the fleet's token(s) when agent.from_user_agent is off".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.agent.default_tokens`: must name the fleet's token(s) when agent.from_user_agent is off",
             ));
         }
         for (i, rule) in self.agent.rules.iter().enumerate() {
             if rule.tokens.is_empty() {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.agent.rules[{i}].tokens`: must name at least one token"
                 )));
             }
             if rule.client.is_none() && rule.user_agent_contains.is_none() {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.agent.rules[{i}]`: needs `client` or `user_agent_contains`"
                 )));
             }

@@ -155,43 +155,41 @@ impl PacingConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let p = self;
         if p.floor_seconds > p.ceiling_seconds {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.pacing.floor_seconds`: must be between 0 and pacing.ceiling_seconds",
             ));
         }
         if p.margin_seconds.get() >= 1.0 {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.margin_seconds`: must be between 0 and 1".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.pacing.margin_seconds`: must be between 0 and 1",
             ));
         }
         if p.max_queue == 0 {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.max_queue`: must be at least 1".into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.pacing.max_queue`: must be at least 1",
             ));
         }
         let a = &p.adaptive;
         if !(0.0..=100.0).contains(&a.response_time_factor) {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.adaptive.response_time_factor`: must be between 0 and 100"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.pacing.adaptive.response_time_factor`: must be between 0 and 100",
             ));
         }
         if !(a.latency_factor >= 1.5 && a.latency_factor <= 1000.0) {
-            return Err(ConfigError(
-                "key `robotsgate.pacing.adaptive.latency_factor`: must be between 1.5 and 1000"
-                    .into(),
+            return Err(ConfigError::invalid(
+                "key `robotsgate.pacing.adaptive.latency_factor`: must be between 1.5 and 1000",
             ));
         }
         for (i, o) in p.overrides.iter().enumerate() {
             let name = o.host.strip_prefix("*.").unwrap_or(&o.host);
             if name.is_empty() || name.contains(['*', '/', ':', ' ']) {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.pacing.overrides[{i}].host`: `{}` is not a host name or `*.domain` pattern",
                     o.host
                 )));
             }
             if !o.block && o.delay_seconds.is_none() && o.max_in_flight.is_none() {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "key `robotsgate.pacing.overrides[{i}]`: set delay_seconds, max_in_flight or block"
                 )));
             }

@@ -142,7 +142,7 @@ impl PaymentConfig {
             || self.max_price.micros == 0
             || self.max_price.micros > self.daily_budget.micros
         {
-            return Err(ConfigError(format!(
+            return Err(ConfigError::invalid(format!(
                 "key `{key}`: max_price must be more than zero and at most daily_budget, in the same currency"
             )));
         }
@@ -171,7 +171,7 @@ impl SigningConfig {
                 || !word
                 || self.identities[..i].iter().any(|o| o.name == identity.name)
             {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "{}: must be set, unique, and made of letters, digits, `-`, `_` and `.`",
                     key("name")
                 )));
@@ -181,7 +181,7 @@ impl SigningConfig {
                 .bytes()
                 .all(|b| (0x21..0x7f).contains(&b) && b != b'"' && b != b'\\');
             if !(url.starts_with("https://") || url.starts_with("http://")) || !printable {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "{}: `{url}` is not an http(s) URL (no spaces, quotes or backslashes)",
                     key("signature_agent")
                 )));
@@ -191,7 +191,7 @@ impl SigningConfig {
             }
             let expires = identity.expires_seconds.get();
             if !(1.0..=86_400.0).contains(&expires) {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::invalid(format!(
                     "{}: {expires} s; between 1 and 86400 (the draft's 24 hours)",
                     key("expires_seconds")
                 )));
@@ -240,7 +240,7 @@ mod tests {
     fn refusal(body: &str) -> String {
         match super::super::Config::from_yaml(&format!("robotsgate:\n{body}")) {
             Ok(_) => String::from("accepted"),
-            Err(e) => e.0,
+            Err(e) => e.to_string(),
         }
     }
 
@@ -256,7 +256,8 @@ mod tests {
         );
         let users = format!("{identity}    users: {{alice: other}}\n");
         assert!(
-            refusal(&users).contains("key `robotsgate.signing.users.alice`: no identity `other`"),
+            refusal(&users)
+                .contains("key `robotsgate.signing.users.alice` (line 7): no identity `other`"),
             "{}",
             refusal(&users)
         );
@@ -270,8 +271,9 @@ mod tests {
         );
         let unsigned = refusal(&paying(ok, ""));
         assert!(
-            unsigned
-                .contains("key `robotsgate.agent.rules[0].payment`: only signed requests can pay"),
+            unsigned.contains(
+                "key `robotsgate.agent.rules[0].payment` (line 11): only signed requests can pay"
+            ),
             "{unsigned}"
         );
         let currencies = refusal(&paying(
@@ -279,7 +281,8 @@ mod tests {
             "    default_identity: main\n",
         ));
         assert!(
-            currencies.contains("key `robotsgate.agent.rules[0].payment`: max_price must"),
+            currencies
+                .contains("key `robotsgate.agent.rules[0].payment` (line 12): max_price must"),
             "{currencies}"
         );
     }

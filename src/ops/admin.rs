@@ -39,10 +39,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::config::{OnUnavailable, Purpose, UsageMode};
+use crate::enforce::OriginView;
 use crate::enforce::{judge, judge_usage, Decision, Enforcer, Judgement, UsageJudgement};
 use crate::identity::payment::{Price, Today};
-use crate::origin::store::{OriginStore, Policy, Snapshot};
-use crate::pacing::shared::ScheduleKeys;
+use crate::origin::store::{Policy, Snapshot};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Origin, Scheme, Target};
 use crate::policy::usage::UsageCheck;
@@ -262,16 +262,15 @@ impl AdminApp {
                 .collect();
         let origins: Vec<Value> = self
             .enforcer
-            .store
             .busiest(BUSIEST)
             .into_iter()
-            .map(|(origin, entry)| {
-                let schedules = entry.schedules().states();
+            .map(|view| {
+                let schedules = view.schedules();
                 let slowest = schedules.iter().max_by_key(|s| s.delay);
                 json!({
-                    "origin": origin.to_string(),
-                    "requests": entry.requests(),
-                    "robots": entry.snapshot().map(|s| robots_state(&self.enforcer.store, &origin, &s)),
+                    "origin": view.origin().to_string(),
+                    "requests": view.requests(),
+                    "robots": view.snapshot().map(|s| robots_state(&view, s)),
                     "delay_seconds": slowest.map(|s| s.delay.as_secs_f64()),
                     "delay_rule": slowest.map(|s| s.rule.label()),
                     "queued": schedules.iter().map(|s| s.queued).sum::<usize>(),
@@ -300,9 +299,9 @@ impl AdminApp {
                 .into_iter()
                 .map(|(purpose, judged, refused)| json!({"purpose": purpose, "judged": judged, "refused": refused}))
                 .collect::<Vec<_>>(),
-            "mode": self.enforcer.agents.mode_label(),
-            "origins_held": self.enforcer.store.len(),
-            "queued": self.enforcer.pacer.queued(),
+            "mode": self.enforcer.mode_label(),
+            "origins_held": self.enforcer.origins_held(),
+            "queued": self.enforcer.queued(),
             "origins": origins,
             "charges": crate::telemetry::metrics::charges_by_identity()
                 .into_iter()
@@ -313,9 +312,9 @@ impl AdminApp {
                 .into_iter()
                 .map(|o| json!({"origin": o.origin, "identity": o.identity, "count": o.count, "kind": o.kind}))
                 .collect::<Vec<_>>(),
-            "fleet": self.enforcer.fleet.as_ref().map(|fleet| json!({
-                "backend_up": fleet.up(),
-                "on_unavailable": format!("{:?}", fleet.config().on_unavailable).to_lowercase(),
+            "fleet": self.enforcer.fleet_view().map(|fleet| json!({
+                "backend_up": fleet.up,
+                "on_unavailable": format!("{:?}", fleet.on_unavailable).to_lowercase(),
             })),
         })
     }
@@ -324,17 +323,17 @@ impl AdminApp {
     /// `on_unavailable: refuse`, 503 while Redis is unavailable (a load balancer then
     /// sends crawlers elsewhere); with `local`, 200 saying the instance paces alone.
     fn readiness(&self) -> Response<Vec<u8>> {
-        match &self.enforcer.fleet {
+        match self.enforcer.fleet_view() {
             None => reply(200, "text/plain", b"ok\n".to_vec()),
-            Some(fleet) if fleet.up() => {
+            Some(fleet) if fleet.up => {
                 reply(200, "text/plain", b"ok: fleet backend up\n".to_vec())
             }
-            Some(fleet) if fleet.config().on_unavailable == OnUnavailable::Local => reply(
+            Some(fleet) if fleet.on_unavailable == OnUnavailable::Local => reply(
                 200,
                 "text/plain",
                 format!(
                     "degraded: fleet backend unavailable ({}), each origin paced by its owner alone\n",
-                    fleet.down_reason()
+                    fleet.down_reason
                 )
                 .into_bytes(),
             ),
@@ -343,7 +342,7 @@ impl AdminApp {
                 "text/plain",
                 format!(
                     "not ready: fleet backend unavailable ({}) (fleet.on_unavailable: refuse)\n",
-                    fleet.down_reason()
+                    fleet.down_reason
                 )
                 .into_bytes(),
             ),
@@ -351,8 +350,8 @@ impl AdminApp {
     }
 
     fn metrics(&self) -> Response<Vec<u8>> {
-        crate::telemetry::metrics::update_store_gauges(self.enforcer.store.len());
-        crate::telemetry::metrics::update_pacing_gauge(self.enforcer.pacer.queued());
+        crate::telemetry::metrics::update_store_gauges(self.enforcer.origins_held());
+        crate::telemetry::metrics::update_pacing_gauge(self.enforcer.queued());
         let mut out = Vec::new();
         let encoder = prometheus::TextEncoder::new();
         match prometheus::Encoder::encode(&encoder, &prometheus::gather(), &mut out) {
@@ -481,7 +480,9 @@ impl AdminApp {
                     out["usage"] = usage_explained(robots, &judged, &target, &usage);
                 }
             }
-            out["robots"] = robots_state(&self.enforcer.store, &target.origin, &snapshot);
+            if let Some(view) = self.enforcer.origin_view(&target.origin) {
+                out["robots"] = robots_state(&view, &snapshot);
+            }
         }
         json_reply(200, &out)
     }
@@ -495,17 +496,16 @@ impl AdminApp {
             Ok(origin) => origin,
             Err(e) => return error(400, e),
         };
-        let store = &self.enforcer.store;
         match (method, action) {
             ("GET", "") => {}
             ("POST", "refresh") => {
                 if let Some(answer) = self.guard.refresh_refusal(&origin) {
                     return answer;
                 }
-                store.refresh(&origin).await;
+                self.enforcer.refresh(&origin).await;
             }
             ("DELETE", "") => {
-                let held = store.purge(&origin);
+                let held = self.enforcer.purge(&origin);
                 return json_reply(
                     if held { 200 } else { 404 },
                     &json!({ "origin": origin.to_string(), "purged": held }),
@@ -513,21 +513,22 @@ impl AdminApp {
             }
             _ => return error(405, format!("{method} not allowed here")),
         }
-        let Some((entry, snapshot)) = store
-            .peek(&origin)
-            .and_then(|entry| entry.snapshot().map(|snapshot| (entry, snapshot)))
+        let Some((view, snapshot)) = self
+            .enforcer
+            .origin_view(&origin)
+            .and_then(|view| view.snapshot().cloned().map(|snapshot| (view, snapshot)))
         else {
             return error(404, format!("{origin}: no robots.txt held"));
         };
         let mut out = json!({
             "origin": origin.to_string(),
-            "robots": robots_state(&self.enforcer.store, &origin, &snapshot),
+            "robots": robots_state(&view, &snapshot),
         });
         if let Policy::Rules(file) = &snapshot.policy {
             out["parsed"] = parsed(&file.robots);
         }
         let mut pacing = Vec::new();
-        for s in entry.schedules().states() {
+        for s in view.schedules() {
             let mut schedule = json!({
                 "group": s.group,
                 "delay_seconds": s.delay.as_secs_f64(),
@@ -537,15 +538,14 @@ impl AdminApp {
                 "queued": s.queued,
                 "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
             });
-            if let Some(fleet) = &self.enforcer.fleet {
-                let keys = ScheduleKeys::new(&origin.to_string(), &s.group);
-                schedule["fleet"] = match fleet.schedule(&keys).await {
+            if let Some(shared) = self.enforcer.fleet_schedule(&origin, &s.group).await {
+                schedule["fleet"] = match shared {
                     Ok(shared) => json!({
                         "holder": shared.holder,
                         "holding": shared.holding,
                         "queued": shared.queued,
                     }),
-                    Err(_) => json!({ "error": "fleet backend unavailable" }),
+                    Err(()) => json!({ "error": "fleet backend unavailable" }),
                 };
             }
             pacing.push(schedule);
@@ -568,8 +568,10 @@ fn seconds_until(at: Instant) -> f64 {
     at.saturating_duration_since(Instant::now()).as_secs_f64()
 }
 
-/// The fetch state of one origin's robots.txt.
-fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Value {
+/// The fetch state of one origin's robots.txt (`snapshot`: the copy a decision was
+/// made from, which may be newer than the view's).
+fn robots_state(view: &OriginView, snapshot: &Snapshot) -> Value {
+    let origin = view.origin();
     let (policy, why) = match &snapshot.policy {
         Policy::Rules(_) => ("rules", None),
         Policy::AllowAll { why } => ("allow_all", Some(&**why)),
@@ -586,13 +588,13 @@ fn robots_state(store: &OriginStore, origin: &Origin, snapshot: &Snapshot) -> Va
         "unreachable_for_seconds": seconds_ago(snapshot.unreachable_since()),
         "retry_in_seconds": snapshot.retry_at().map(seconds_until),
         "consecutive_failures": snapshot.failures(),
-        "history": store.history(origin).iter().map(|f| json!({
+        "history": view.history().iter().map(|f| json!({
             "seconds_ago": Instant::now().saturating_duration_since(f.at).as_secs_f64(),
             "class": f.class,
             "outcome": f.outcome,
             "duration_seconds": f.duration.as_secs_f64(),
         })).collect::<Vec<_>>(),
-        "changes": store.changes(origin).iter().map(|c| json!({
+        "changes": view.changes().iter().map(|c| json!({
             "seconds_ago": Instant::now().saturating_duration_since(c.at).as_secs_f64(),
             "summary": c.summary,
         })).collect::<Vec<_>>(),

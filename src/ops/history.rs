@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::origin::store::OriginStore;
+use crate::enforce::Enforcer;
 use crate::telemetry::metrics;
 
 /// How often a sample is taken.
@@ -49,8 +49,8 @@ pub struct History {
 }
 
 impl History {
-    /// Takes one sample of the counters and of `store`'s queues.
-    pub fn sample(&self, store: &OriginStore) {
+    /// Takes one sample of the counters and of `enforcer`'s queues.
+    pub fn sample(&self, enforcer: &Enforcer) {
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -58,7 +58,7 @@ impl History {
         let sample = Sample {
             at,
             totals: metrics::requests_by_decision(),
-            queues: store
+            queues: enforcer
                 .longest_queues(QUEUES)
                 .into_iter()
                 .map(|(origin, queued)| (origin.to_string(), queued))
@@ -75,14 +75,14 @@ impl History {
         samples.push_back(sample);
     }
 
-    /// Samples `store` every [`EVERY`], for as long as the runtime runs.
-    pub fn keep_sampling(self: Arc<Self>, store: Arc<OriginStore>) {
+    /// Samples `enforcer` every [`EVERY`], for as long as the runtime runs.
+    pub fn keep_sampling(self: Arc<Self>, enforcer: Arc<Enforcer>) {
         tokio::spawn(async move {
             let mut every = tokio::time::interval(EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                self.sample(&store);
+                self.sample(&enforcer);
             }
         });
     }

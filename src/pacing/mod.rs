@@ -13,7 +13,7 @@
 //!    turns out in arrival order (FIFO) and a waiter that is dropped — its client went
 //!    away — leaves the queue without a trace.
 //! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
-//!    origin asked for), then goes upstream. The turn is held in a [`Permit`] until the
+//!    origin asked for), then goes upstream. The turn is held in a [`Turns`] until the
 //!    exchange with the origin has ended; dropping the permit records the end time.
 //!
 //! **In flight.** Every origin also has an *in-flight* schedule: `max_in_flight` turns
@@ -84,7 +84,7 @@ mod refusal;
 mod rules;
 pub mod shared;
 
-pub use local::{Place, Schedules};
+pub use local::{Place, ScheduleState, Schedules};
 pub use refusal::{RefusalReason, Refused};
 pub use rules::DelayRule;
 
@@ -135,7 +135,7 @@ fn record_owned(fleet: &Arc<Fleet>, held: &mut [Held]) {
 /// (the group's when a delay is, the in-flight one, the address's), local or
 /// fleet-wide. With nothing in force it holds nothing but still carries the origin's
 /// answer back to the schedule.
-pub struct Permit {
+pub struct Turns {
     /// The origin's group schedule: answers and response times go there.
     schedule: Arc<Schedule>,
     held: Vec<Held>,
@@ -149,7 +149,7 @@ pub struct Permit {
     ceiling: Duration,
 }
 
-impl Permit {
+impl Turns {
     /// Tells the schedule how the origin answered (429/5xx back off, success decays,
     /// response times feed the adaptive delay).
     pub fn origin_answered(&self, status: u16, retry_after: Option<Duration>) {
@@ -163,7 +163,7 @@ impl Permit {
         self.origin_answered(503, None);
     }
 
-    /// [`Permit::origin_answered`] for a caller that can tell how long the response
+    /// [`Turns::origin_answered`] for a caller that can tell how long the response
     /// head sat received but unread (`unread`, asked only of a response slow enough to
     /// count as strain). That time is the proxy's, not the origin's: a busy proxy slow
     /// to read its sockets must not take every fast origin for a struggling one.
@@ -202,7 +202,7 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Turns {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
     }
@@ -434,7 +434,7 @@ impl Pacer {
     /// Report mode: the wait `request` would have had for its group's turn (an estimate:
     /// until the next slot, plus one delay per request queued ahead), and a permit that
     /// holds no turn but still carries the origin's answers to the schedule.
-    pub fn report(&self, request: PaceRequest<'_>) -> (Permit, Duration) {
+    pub fn report(&self, request: PaceRequest<'_>) -> (Turns, Duration) {
         let schedule = self.schedule(request.place, request.group, 1);
         let now = Instant::now();
         let would_wait = {
@@ -447,13 +447,13 @@ impl Pacer {
                 Duration::ZERO
             }
         };
-        (self.permit(schedule, Vec::new(), now), would_wait)
+        (self.turns(schedule, Vec::new(), now), would_wait)
     }
 
     /// Waits for every turn in force for `request` (its group's when a delay is, then
     /// the in-flight one; then the address's); `Err` when a wait would be too long or a
     /// queue is full.
-    pub async fn pace(&self, request: PaceRequest<'_>) -> Result<Permit, Refused> {
+    pub async fn pace(&self, request: PaceRequest<'_>) -> Result<Turns, Refused> {
         let started = Instant::now();
         let schedule = self.schedule(request.place, request.group, 1);
         let mut held = Vec::new();
@@ -496,7 +496,7 @@ impl Pacer {
             self.local_turns(place, &group, request.max_in_flight, &mut held)
                 .await?;
         }
-        Ok(self.permit(schedule, held, started))
+        Ok(self.turns(schedule, held, started))
     }
 
     /// Fleet mode: every turn `group`'s request needs at its place, in one call to the
@@ -636,9 +636,9 @@ impl Pacer {
     }
 
     /// The permit for a request to `schedule` holding `held`, asked for at `started`.
-    fn permit(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Permit {
+    fn turns(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Turns {
         let granted = Instant::now();
-        Permit {
+        Turns {
             schedule,
             held,
             fleet: self.fleet.clone(),

@@ -20,7 +20,7 @@ impl Pacer {
         group: &str,
         delay: Duration,
         robots_fetched_at: Option<Instant>,
-    ) -> Result<Permit, Refused> {
+    ) -> Result<Turns, Refused> {
         self.pace(PaceRequest {
             place: Place {
                 schedules,

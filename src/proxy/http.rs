@@ -29,8 +29,7 @@ use super::headers::{
 };
 use crate::downstream::context::ClientContext;
 use crate::enforce::{
-    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, ExchangeEnd, Pace, Permit, Reply,
-    Reported,
+    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, ExchangeEnd, Pace, Reported, Turn,
 };
 use crate::identity::payment::Reservation;
 use crate::identity::Signer;
@@ -74,7 +73,7 @@ pub struct RequestContext {
     stage: Stage,
     /// The upstream connection's socket (held by this request until its response
     /// ends), to ask the kernel how long a slow response sat unread
-    /// ([`Permit::origin_answered_read_late`]).
+    /// ([`Turn::origin_answered_read_late`]).
     upstream_fd: Option<RawFd>,
     /// robotsgate's own answer to write when an attempt sent again found no turn.
     unsent: Option<Answer>,
@@ -117,7 +116,7 @@ enum Stage {
         pace: Pace,
         /// The pacing turn, held until the origin's exchange has ended (`None` only
         /// between a failed attempt and the next one's turn).
-        permit: Option<Permit>,
+        permit: Option<Turn>,
         /// Attempts sent to the origin so far (Pingora sends again what the origin
         /// never worked on, within `upstream.max_retries`).
         attempts: u8,
@@ -156,6 +155,65 @@ impl RequestContext {
 }
 
 impl RobotsGateProxy {
+    /// robotsgate's answer to a request refused before it is understood: one that came
+    /// without the front's context, or one that came back through this process.
+    fn refused_at_once(&self, session: &Session, ctx: &RequestContext) -> Option<Answer> {
+        if ctx.client_unknown {
+            return Some(Answer::text(
+                500,
+                Outcome::BadRequest,
+                "internal-error; reason=\"connection context lost\"".into(),
+                "robotsgate: this connection's context was lost; the request is refused".into(),
+            ));
+        }
+        // Only requests robotsgate sends carry its `Via`, and only while it sends one.
+        let via = session
+            .req_header()
+            .headers
+            .get_all(http::header::VIA)
+            .iter()
+            .map(|v| v.as_bytes());
+        if self.via.is_some() && crate::origin::loops::came_through(via) {
+            crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
+            return Some(crate::policy::answer::forwarding_loop(
+                &crate::origin::loops::VIA,
+            ));
+        }
+        None
+    }
+
+    /// Queues for the request's turn; a client that hangs up meanwhile gives up its
+    /// place (watching the connection is only safe without a body). `Ok(Err)`: the 503
+    /// pacing answers instead.
+    async fn wait_for_turn(
+        &self,
+        session: &mut Session,
+        pace: &Pace,
+    ) -> Result<std::result::Result<Turn, Answer>> {
+        if !request_has_no_body(session.req_header()) {
+            return Ok(self.enforcer.pace(pace).await);
+        }
+        tokio::select! {
+            // Pace first: an immediate turn (nothing in force) never touches the client
+            // socket; only real waits watch it for a hang-up.
+            biased;
+            paced = self.enforcer.pace(pace) => Ok(paced),
+            _ = session.downstream_session.read_body_or_idle(true) => {
+                Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"))
+            }
+        }
+    }
+
+    /// From here the turn follows the origin's exchange: a client that half-closes or
+    /// leaves no longer aborts it (its end is the origin's), and one that takes no
+    /// bytes for the write timeout is cut like a silent origin.
+    fn exchange_starts(&self, session: &mut Session, ctx: &RequestContext) {
+        let downstream = &mut session.downstream_session;
+        downstream.set_abort_on_close(false);
+        downstream.set_write_timeout(Some(self.upstream.write));
+        ctx.client.exchange_started();
+    }
+
     /// Whether the attempt that failed with `e` is sent again: within
     /// `upstream.max_retries`, only where the origin never worked on it. A refusal
     /// backs the origin off either way.
@@ -223,6 +281,57 @@ impl RobotsGateProxy {
     }
 }
 
+/// The request's target: its origin and canonical path, from the tunnel, the
+/// redirected destination or the request line; `Err` is the 400 or 421 to answer.
+fn target_of(req: &RequestHeader, client: &ClientContext) -> std::result::Result<Target, Answer> {
+    // HTTP/2 names the authority in `:authority`, which replaces `Host` (RFC 9113
+    // §8.3.1); Pingora has checked that a `Host` sent beside it agrees.
+    let host = req
+        .headers
+        .get(http::header::HOST)
+        .map(|h| h.as_bytes())
+        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
+    let target = match (&client.tunnel, client.destination) {
+        (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
+        (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
+        (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
+    };
+    target.map_err(|e| {
+        let status = match e {
+            TargetError::Misdirected { .. } => 421,
+            _ => 400,
+        };
+        bad_request(status, e)
+    })
+}
+
+/// Who sends the request, as the agent rules see it.
+fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'a> {
+    let user = client.identity.as_ref();
+    Requester {
+        client: client_ip(session),
+        user_agent: session
+            .req_header()
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+        tokens: user.map(|u| u.tokens.as_slice()),
+        user: user.map(|u| u.user.as_str()),
+        purposes: user.map(|u| u.purposes),
+    }
+}
+
+/// Answers the request with `answer`, robotsgate's own: the request ends there.
+async fn answered(
+    session: &mut Session,
+    ctx: &mut RequestContext,
+    answer: &Answer,
+) -> Result<bool> {
+    ctx.answered(answer);
+    respond(session, answer).await?;
+    Ok(true)
+}
+
 /// Writes an [`Answer`] as the complete response.
 pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     let mut header = ResponseHeader::build(answer.status, Some(5))?;
@@ -262,162 +371,63 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
+    /// The request's phases: refused before it is understood (a lost context, a loop),
+    /// its target, the enforcer's judgement, then its turn — or robotsgate's answer.
     async fn request_filter(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<bool> {
         ctx.started = Some(Instant::now());
-        if ctx.client_unknown {
-            let answer = Answer::text(
-                500,
-                Outcome::BadRequest,
-                "internal-error; reason=\"connection context lost\"".into(),
-                "robotsgate: this connection's context was lost; the request is refused".into(),
-            );
-            ctx.answered(&answer);
-            respond(session, &answer).await?;
-            return Ok(true);
+        if let Some(answer) = self.refused_at_once(session, ctx) {
+            return answered(session, ctx, &answer).await;
         }
-        let req = session.req_header();
-        // Only requests robotsgate sends carry its `Via`, and only while it sends one.
-        let via = || {
-            req.headers
-                .get_all(http::header::VIA)
-                .iter()
-                .map(|v| v.as_bytes())
-        };
-        if self.via.is_some() && crate::origin::loops::came_through(via()) {
-            crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
-            let answer = crate::policy::answer::forwarding_loop(&crate::origin::loops::VIA);
-            ctx.answered(&answer);
-            respond(session, &answer).await?;
-            return Ok(true);
-        }
-        // HTTP/2 names the authority in `:authority`, which replaces `Host` (RFC 9113
-        // §8.3.1); Pingora has checked that a `Host` sent beside it agrees.
-        let host = req
-            .headers
-            .get(http::header::HOST)
-            .map(|h| h.as_bytes())
-            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
-        let destination = ctx.client.destination;
-        let target = match (&ctx.client.tunnel, destination) {
-            (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
-            (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
-            (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
-        };
-        let target = match target {
+        let target = match target_of(session.req_header(), &ctx.client) {
             Ok(target) => target,
-            Err(e) => {
-                let status = match e {
-                    TargetError::Misdirected { .. } => 421,
-                    _ => 400,
-                };
-                let answer = bad_request(status, e);
-                ctx.answered(&answer);
-                respond(session, &answer).await?;
-                return Ok(true);
-            }
+            Err(answer) => return answered(session, ctx, &answer).await,
         };
-        let who = Requester {
-            client: client_ip(session),
-            user_agent: req
-                .headers
-                .get(http::header::USER_AGENT)
-                .and_then(|v| v.to_str().ok()),
-            tokens: ctx.client.identity.as_ref().map(|u| u.tokens.as_slice()),
-            user: ctx.client.identity.as_ref().map(|u| u.user.as_str()),
-            purposes: ctx.client.identity.as_ref().map(|u| u.purposes),
+        let judged = {
+            let who = requester(session, &ctx.client);
+            let destination = ctx.client.destination;
+            self.enforcer
+                .judge_request(&target, &who, destination)
+                .await
         };
-        let tokens = self.enforcer.tokens(&who);
-        ctx.tokens_from = tokens.source();
-        let mode = self.enforcer.reports(&who);
-        ctx.mode_from = mode.from.label();
-        let report = mode.report;
-        let usage = self.enforcer.usage_check(&who);
-        let signer = self.enforcer.signer(&who);
-        let (decision, _) = self
-            .enforcer
-            .decide_explained(&target, &tokens, report, usage, destination)
-            .await;
+        ctx.tokens_from = judged.tokens_from;
+        ctx.mode_from = judged.mode_from;
         ctx.target = Some(target);
-        // Usage verdicts are counted for requests (not for `/check`), once decided.
-        match &decision {
-            Decision::Forward {
-                usage: Some(verdict),
-                ..
-            }
-            | Decision::Respond(Reply::UsageRefused { verdict, .. }) => {
-                crate::telemetry::usage::record_verdict(verdict);
-            }
-            _ => {}
-        }
-        match decision {
+        let (addr, why, pace, reported, usage) = match judged.decision {
+            Decision::Respond(reply) => return answered(session, ctx, &reply.answer()).await,
             Decision::Forward {
                 addr,
                 why,
                 pace,
                 reported,
                 usage,
-            } => {
-                // Queue for the pacing slot; a client that hangs up meanwhile gives up
-                // its place (watching the connection is only safe without a body).
-                let paced = if request_has_no_body(session.req_header()) {
-                    tokio::select! {
-                        // Pace first: an immediate permit (no delay in force) never touches
-                        // the client socket; only real waits watch it for a hang-up.
-                        biased;
-                        paced = self.enforcer.pace(&pace) => paced,
-                        _ = session.downstream_session.read_body_or_idle(true) => {
-                            return Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"));
-                        }
-                    }
-                } else {
-                    self.enforcer.pace(&pace).await
-                };
-                match paced {
-                    Ok(permit) => {
-                        // From here the turn follows the origin's exchange: a client
-                        // that half-closes or leaves no longer aborts it (its end is
-                        // the origin's), and one that takes no bytes for the write
-                        // timeout is cut like a silent origin.
-                        let downstream = &mut session.downstream_session;
-                        downstream.set_abort_on_close(false);
-                        ctx.client.exchange_started();
-                        downstream.set_write_timeout(Some(self.upstream.write));
-                        ctx.stage = Stage::Forwarded {
-                            addr,
-                            allowed: why,
-                            rule: pace.rule,
-                            reported: reported.map(|r| r.reported()),
-                            usage,
-                            signer,
-                            payment: None,
-                            paid: None,
-                            pace,
-                            permit: Some(permit),
-                            attempts: 0,
-                            retried: None,
-                            upstream_status: None,
-                            failed: None,
-                        };
-                        Ok(false)
-                    }
-                    Err(answer) => {
-                        ctx.answered(&answer);
-                        respond(session, &answer).await?;
-                        Ok(true)
-                    }
-                }
-            }
-            Decision::Respond(reply) => {
-                let answer = reply.answer();
-                ctx.answered(&answer);
-                respond(session, &answer).await?;
-                Ok(true)
-            }
-        }
+            } => (addr, why, pace, reported, usage),
+        };
+        let turn = match self.wait_for_turn(session, &pace).await? {
+            Ok(turn) => turn,
+            Err(answer) => return answered(session, ctx, &answer).await,
+        };
+        self.exchange_starts(session, ctx);
+        ctx.stage = Stage::Forwarded {
+            addr,
+            allowed: why,
+            rule: pace.rule,
+            reported: reported.map(|r| r.reported()),
+            usage,
+            signer: judged.signer,
+            payment: None,
+            paid: None,
+            pace,
+            permit: Some(turn),
+            attempts: 0,
+            retried: None,
+            upstream_status: None,
+            failed: None,
+        };
+        Ok(false)
     }
 
     /// Bodies without a `Content-Length` are counted as they stream: 413 past the limit.
@@ -568,7 +578,7 @@ impl ProxyHttp for RobotsGateProxy {
                 .and_then(crate::origin::fetch::retry_after);
             let fd = ctx.upstream_fd;
             if let Some(permit) = permit {
-                permit.origin_answered_read_late(status, retry_after, || unread(fd));
+                permit.origin_answered(status, retry_after, || unread(fd));
             }
         }
         Ok(())
@@ -797,7 +807,7 @@ impl ProxyHttp for RobotsGateProxy {
                         (None, _) => (None, Why::Allowed(allowed)),
                     };
                     let why = failed.map_or(why, Why::Answer);
-                    let waited = permit.as_ref().map_or(0.0, |p| p.waited.as_secs_f64());
+                    let waited = permit.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
                     if let Some(permit) = permit {
                         permit.end(exchange_end(error));
                     }

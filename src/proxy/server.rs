@@ -215,7 +215,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(Arc::new);
     if let Some(state) = &state_file {
         let limits = crate::origin::state::Limits::of(&config);
-        state.load_at_start(&enforcer.store, limits, args.upgrade);
+        enforcer.load_state(state, limits, args.upgrade);
     }
     // Threads start in a background service: after a daemon's fork, which they would
     // not survive.
@@ -341,7 +341,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.admin_listen
     );
     let signals = Signals {
-        state: state_file.map(|state| (enforcer.store.clone(), state)),
+        state: state_file.map(|state| (enforcer.clone(), state)),
     };
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
@@ -395,17 +395,14 @@ impl pingora::services::background::BackgroundService for Background {
             log::error!("fleet backend not started: {e}");
         }
         if let Some((state, every)) = &self.state {
-            let store = self.enforcer.store.clone();
-            if let Err(e) = state.clone().keep_writing(store, *every) {
+            if let Err(e) = self.enforcer.keep_state_written(state.clone(), *every) {
                 log::error!(
                     "state file {} will not be written: {e}",
                     state.path().display()
                 );
             }
         }
-        self.history
-            .clone()
-            .keep_sampling(self.enforcer.store.clone());
+        self.history.clone().keep_sampling(self.enforcer.clone());
         for addr in self.tproxy.clone() {
             tokio::spawn(make_transparent_once_bound(addr));
         }
@@ -444,10 +441,7 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// upgrade), writing the state file first when there is one: before the shutdown
 /// starts, and before the listeners are handed to the successor, which loads it.
 struct Signals {
-    state: Option<(
-        Arc<crate::origin::store::OriginStore>,
-        Arc<crate::origin::state::StateFile>,
-    )>,
+    state: Option<(Arc<Enforcer>, Arc<crate::origin::state::StateFile>)>,
 }
 
 #[async_trait::async_trait]
@@ -468,8 +462,8 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
             _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
         };
-        if let Some((store, state)) = &self.state {
-            state.write(store, why);
+        if let Some((enforcer, state)) = &self.state {
+            enforcer.save_state(state, why);
         }
         signal
     }

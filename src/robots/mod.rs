@@ -247,6 +247,26 @@ fn agent_of(value: &[u8]) -> Option<Agent> {
     (len > 0).then(|| Agent::Named(String::from_utf8_lossy(&value[..len]).into_owned()))
 }
 
+/// The group an ordered token list selects (SPEC §4) among `named` (lower-cased agent
+/// names) and `global`: the first token naming a group, else `global`. Shared by the
+/// Allow/Disallow groups and the usage groups, which differ only in how they are formed.
+pub(crate) fn pick_group<I: Copy, S: AsRef<str>>(
+    named: &[(Box<str>, I)],
+    global: Option<I>,
+    tokens: &[S],
+) -> Option<I> {
+    tokens
+        .iter()
+        .find_map(|token| {
+            let token = token.as_ref();
+            named
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(token))
+                .map(|&(_, id)| id)
+        })
+        .or(global)
+}
+
 /// Groups of at most this many rules, none with a wildcard, are decided by a scan of
 /// their rules' canonical text instead of a trie: for a handful of prefixes a scan is as
 /// fast, and the trie (some hundreds of octets) would be most of what a small file costs
@@ -543,16 +563,7 @@ impl RobotsTxt {
     /// the first token that names a group picks it; otherwise the `*` group; otherwise
     /// `None` (no restrictions). Tokens compare case-insensitively and whole.
     pub fn group_for<S: AsRef<str>>(&self, tokens: &[S]) -> Option<GroupId> {
-        tokens
-            .iter()
-            .find_map(|token| {
-                let token = token.as_ref();
-                self.named
-                    .iter()
-                    .find(|(name, _)| name.eq_ignore_ascii_case(token))
-                    .map(|&(_, id)| id)
-            })
-            .or(self.global)
+        pick_group(&self.named, self.global, tokens)
     }
 
     /// The verdict for a path in canonical form under the given group.

@@ -136,16 +136,7 @@ impl UsageGroups {
     /// The group for an ordered token list (SPEC §4): the first token that names a
     /// group, else `*`, else none.
     pub(crate) fn group_for<S: AsRef<str>>(&self, tokens: &[S]) -> Option<UsageGroupId> {
-        tokens
-            .iter()
-            .find_map(|token| {
-                let token = token.as_ref();
-                self.named
-                    .iter()
-                    .find(|(name, _)| name.eq_ignore_ascii_case(token))
-                    .map(|&(_, id)| id)
-            })
-            .or(self.global)
+        super::pick_group(&self.named, self.global, tokens)
     }
 
     /// The rule ids of `group`.

@@ -1,0 +1,167 @@
+//! A request's turn as the proxy holds it: the pacing turns it was granted, and how the
+//! origin's exchange ended, which decides when they end (see the README, "A turn: what
+//! the origin sees").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::ExchangeBounds;
+use crate::origin::store::OriginEntry;
+use crate::pacing::Turns;
+
+/// A request's turn, from [`Enforcer::pace`](super::Enforcer::pace): its place on its
+/// origin's pacing schedules, held for as long as the origin's exchange lasts. Tell it
+/// how the origin answered ([`Turn::origin_answered`]) and how the exchange ended
+/// ([`Turn::end`]); the turn ends then, and the next delay counts from there.
+///
+/// A turn dropped without [`Turn::end`] — a request future dropped mid-exchange, an
+/// error path that never said — counts as [`ExchangeEnd::Cut`]: robotsgate closed the
+/// connection while the origin may still be answering, so its turns are held
+/// [`ExchangeBounds::linger`] more. Ending turns also forgets the schedules left with
+/// nothing in force, so an idle origin holds no pacing state.
+pub struct Turn {
+    /// What the schedules granted (taken when the turn ends).
+    turns: Option<Turns>,
+    /// The origin's entry, whose idle schedules are forgotten when the turn ends.
+    entry: Arc<OriginEntry>,
+    /// With `pacing.key: address`, the address's entry too.
+    address: Option<Arc<OriginEntry>>,
+    /// When the exchange must have ended (past it, it is cut).
+    deadline: Instant,
+    /// How long turns are held after a cut.
+    linger: Duration,
+}
+
+/// How an upstream exchange ended, as the origin saw it: what decides when its turns end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExchangeEnd {
+    /// The response was read to its end.
+    Complete,
+    /// The origin closed, reset or refused the connection, or never answered the
+    /// connect: it is not working on the request.
+    OriginFailed,
+    /// robotsgate closed the connection before the response's end: the origin may still
+    /// be working on the request, so the turns are held [`ExchangeBounds::linger`] more.
+    Cut(Cut),
+}
+
+/// Why robotsgate cut an exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The origin or the client was silent past its timeout.
+    Timeout,
+    /// Longer than `pacing.max_exchange_seconds`.
+    MaxExchange,
+    /// Anything else (an error on either side, a request dropped mid-exchange).
+    Other,
+}
+
+impl ExchangeEnd {
+    /// Its index among `robotsgate_upstream_exchange_ends_total`'s `end` labels
+    /// (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`, `cut_other`).
+    fn index(self) -> usize {
+        match self {
+            ExchangeEnd::Complete => 0,
+            ExchangeEnd::OriginFailed => 1,
+            ExchangeEnd::Cut(Cut::Timeout) => 2,
+            ExchangeEnd::Cut(Cut::MaxExchange) => 3,
+            ExchangeEnd::Cut(Cut::Other) => 4,
+        }
+    }
+}
+
+impl Turn {
+    /// A turn of `turns` on `entry` (and `address`), its exchange bounded by `bounds`.
+    pub(super) fn new(
+        turns: Turns,
+        entry: Arc<OriginEntry>,
+        address: Option<Arc<OriginEntry>>,
+        bounds: &ExchangeBounds,
+    ) -> Turn {
+        Turn {
+            turns: Some(turns),
+            entry,
+            address,
+            deadline: Instant::now() + bounds.max_exchange,
+            linger: bounds.linger,
+        }
+    }
+
+    /// When the exchange must have ended: a response still running then is cut.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// How long the request waited for its turn.
+    pub fn waited(&self) -> Duration {
+        self.turns.as_ref().map_or(Duration::ZERO, |t| t.waited)
+    }
+
+    /// Tells the schedules how the origin answered (see
+    /// [`Turns::origin_answered_read_late`]): `unread` is asked only of a response slow
+    /// enough to count as strain.
+    pub fn origin_answered(
+        &self,
+        status: u16,
+        retry_after: Option<Duration>,
+        unread: impl FnOnce() -> Duration,
+    ) {
+        if let Some(turns) = &self.turns {
+            turns.origin_answered_read_late(status, retry_after, unread);
+        }
+    }
+
+    /// The origin refused the request without working on it: it is backed off.
+    pub fn origin_refused(&self) {
+        if let Some(turns) = &self.turns {
+            turns.origin_refused();
+        }
+    }
+
+    /// The exchange ended so: the turns end now, or after the linger when cut.
+    pub fn end(mut self, end: ExchangeEnd) {
+        crate::telemetry::metrics::record_exchange_end(end.index());
+        if !matches!(end, ExchangeEnd::Cut(_)) {
+            self.release();
+        }
+        // A cut: `Drop` holds the turns for the linger.
+    }
+
+    /// Ends the turns now.
+    fn release(&mut self) {
+        if let Some(turns) = self.turns.take() {
+            end_turns(turns, &self.entry, self.address.as_ref());
+        }
+    }
+}
+
+/// Ends a request's turns on its schedules (the next delay counts from now) and forgets
+/// the schedules left with nothing in force.
+fn end_turns(turns: Turns, entry: &OriginEntry, address: Option<&Arc<OriginEntry>>) {
+    drop(turns);
+    entry.schedules().forget_idle();
+    if let Some(address) = address {
+        address.schedules().forget_idle();
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let Some(turns) = self.turns.take() else {
+            return;
+        };
+        // Cut (or never told): held for the linger, on the runtime it was dropped on.
+        let (linger, entry, address) = (self.linger, self.entry.clone(), self.address.take());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !linger.is_zero() => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    end_turns(turns, &entry, address.as_ref());
+                });
+            }
+            _ => end_turns(turns, &entry, address.as_ref()),
+        }
+    }
+}
