@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::{Cidr, EnforceMode, Purpose, UsageMode};
+use super::{Cidr, ConfigError, EnforceMode, Purpose, UsageMode};
 
 /// Which crawler a request is (see `agent.rs`).
 #[derive(Clone, Debug, Deserialize)]
@@ -73,4 +73,69 @@ pub struct AgentRule {
     /// Their own pay-per-crawl budget, instead of their identity's.
     #[serde(default)]
     pub payment: Option<super::PaymentConfig>,
+}
+
+impl AgentConfig {
+    /// Its checks: the defaults name the fleet's tokens when the User-Agent may not;
+    /// each rule names a token and what it matches; and one chosen by client text
+    /// (`user_agent_contains`) decides no more than tokens unless it says
+    /// `trust_client_text: true`.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !self.from_user_agent && self.default_tokens.is_empty() {
+            return Err(ConfigError::invalid(
+                "key `robotsgate.agent.default_tokens`: must name the fleet's token(s) when agent.from_user_agent is off",
+            ));
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.tokens.is_empty() {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.agent.rules[{i}].tokens`: must name at least one token"
+                )));
+            }
+            if rule.client.is_none() && rule.user_agent_contains.is_none() {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.agent.rules[{i}]`: needs `client` or `user_agent_contains`"
+                )));
+            }
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.mode == Some(EnforceMode::Report)
+                && rule.user_agent_contains.is_some()
+                && !rule.trust_client_text
+            {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
+                )));
+            }
+            if rule.user_agent_contains.is_some() && !rule.trust_client_text {
+                let chosen = [
+                    (
+                        "purposes",
+                        rule.purposes.is_some(),
+                        "what the fetched content may be used for",
+                    ),
+                    (
+                        "identity",
+                        rule.identity.is_some(),
+                        "whom requests are signed as",
+                    ),
+                    ("payment", rule.payment.is_some(), "what the fleet pays"),
+                ];
+                if let Some((key, _, what)) = chosen.into_iter().find(|c| c.1) {
+                    return Err(ConfigError::invalid(format!(
+                        "key `robotsgate.agent.rules[{i}].{key}`: {what} chosen by user_agent_contains, text any client can send; match on `client` (an address), use a proxy user's credentials, or set trust_client_text: true on this rule to accept it"
+                    )));
+                }
+            }
+            if matches!(rule.usage_mode, Some(UsageMode::Report | UsageMode::Off))
+                && rule.user_agent_contains.is_some()
+                && !rule.trust_client_text
+            {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.agent.rules[{i}].usage_mode`: usage checks relaxed by user_agent_contains, text any client can send to have refused content forwarded; match on `client` (an address), use usage.users, or set trust_client_text: true on this rule to accept it"
+                )));
+            }
+        }
+        Ok(())
+    }
 }

@@ -19,14 +19,18 @@ use serde::Deserialize;
 mod agent;
 mod error;
 mod fleet;
+mod limits;
 mod pacing;
+mod robots;
 mod signing;
 mod usage;
 mod values;
 pub use agent::{AgentConfig, AgentRule};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use fleet::{FleetConfig, OnUnavailable, SentinelConfig};
+pub use limits::{LimitsConfig, PINGORA_MAX_HEADERS, PINGORA_MAX_HEADER_BYTES};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
+pub use robots::{RobotsConfig, DEFAULT_USER_AGENT};
 pub use signing::{AgentForm, IdentityConfig, PaymentConfig, Price, SigningConfig};
 pub use usage::{Purpose, RefuseWhen, UnknownUsage, UsageConfig, UsageMode};
 pub use values::{seconds, BlindTunnelRule, Cidr, PortRange, Seconds, Timeout, MAX_DURATION};
@@ -231,68 +235,6 @@ impl Default for EgressConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-/// Fetching and caching robots.txt (see `origin::store`, `origin::fetch`).
-pub struct RobotsConfig {
-    /// Most origins whose robots.txt is kept; the least recently used is evicted.
-    pub max_origins: usize,
-    /// Whole robots.txt fetch, redirects included.
-    pub fetch_timeout_seconds: Timeout,
-    /// Freshness when the answer has no usable `Cache-Control: max-age` (SPEC §2: 24 h).
-    pub ttl_seconds: Timeout,
-    /// Bounds for `max-age`.
-    pub min_ttl_seconds: Seconds,
-    /// Upper bound for `max-age`.
-    pub max_ttl_seconds: Seconds,
-    /// A fresh entry this close to expiry is refreshed in the background.
-    pub refresh_ahead_seconds: Seconds,
-    /// First retry after a 5xx/network failure; doubles up to `retry_max_seconds`.
-    pub retry_initial_seconds: Timeout,
-    /// Longest wait between retries of an unreachable robots.txt.
-    pub retry_max_seconds: Timeout,
-    /// Continuous unreachability after which an origin with no copy is allowed (SPEC §2).
-    pub unreachable_allow_after_seconds: Seconds,
-    /// Redirect hops followed (SPEC §2: at least 5).
-    pub max_redirects: u32,
-    /// The User-Agent robots.txt is fetched with: one identity for every fetch, never a
-    /// client's (the copy serves every crawler). Set it to the fleet's bot identity.
-    pub user_agent: String,
-    /// Where the held robots.txt copies, their fetch state and the origins' pauses are
-    /// kept across restarts (see `origin::state`); unset: nothing is kept.
-    pub state_file: Option<PathBuf>,
-    /// The key that authenticates the state file (an HMAC-SHA256 key: at least 16
-    /// octets, e.g. `head -c 32 /dev/urandom | base64`), kept apart from it: a file
-    /// robotsgate did not write with this key is refused. Required with `state_file`.
-    pub state_key_file: Option<PathBuf>,
-    /// How often the state file is written (also at every stop and upgrade).
-    pub state_save_seconds: Timeout,
-}
-
-/// robotsgate's own User-Agent (the default `robots.user_agent`).
-pub const DEFAULT_USER_AGENT: &str = concat!("robotsgate/", env!("CARGO_PKG_VERSION"));
-
-impl Default for RobotsConfig {
-    fn default() -> Self {
-        RobotsConfig {
-            max_origins: 100_000,
-            fetch_timeout_seconds: Timeout(10.0),
-            ttl_seconds: Timeout(86_400.0),
-            min_ttl_seconds: Seconds(60.0),
-            max_ttl_seconds: Seconds(7.0 * 86_400.0),
-            refresh_ahead_seconds: Seconds(300.0),
-            retry_initial_seconds: Timeout(5.0),
-            retry_max_seconds: Timeout(600.0),
-            unreachable_allow_after_seconds: Seconds(30.0 * 86_400.0),
-            max_redirects: 5,
-            user_agent: DEFAULT_USER_AGENT.into(),
-            state_file: None,
-            state_key_file: None,
-            state_save_seconds: Timeout(300.0),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 /// Timeouts towards origins, for proxied requests.
 pub struct UpstreamConfig {
     /// Longest wait for a TCP (and TLS) connection to an origin.
@@ -416,64 +358,6 @@ impl Default for AccessConfig {
     }
 }
 
-/// Bounds on what one client can make robotsgate hold (see `head.rs`, `front.rs`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Open client connections (tunnels included); more are answered 503 and closed.
-    pub max_connections: usize,
-    /// Open connections from one client address: one client cannot take every slot.
-    /// Behind a NAT or an egress gateway all crawlers share one address: raise it there.
-    pub max_connections_per_client: usize,
-    /// A new connection (or a new CONNECT tunnel) must send its first octet this soon,
-    /// or it is closed: silent sockets cannot hold slots for `header_read_timeout`.
-    pub first_byte_timeout_seconds: Timeout,
-    /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
-    pub max_request_line_bytes: usize,
-    /// Whole request head, request line and headers: 431 beyond it.
-    pub max_header_bytes: usize,
-    /// Header fields in one request: 431 beyond it.
-    pub max_headers: usize,
-    /// Request bodies (crawlers mostly send none): 413 beyond it.
-    pub max_body_bytes: u64,
-    /// From a request's first octet to its complete head (slowloris): 408 after it.
-    pub header_read_timeout_seconds: Timeout,
-    /// A kept-alive connection waiting for its next request is closed after this long.
-    pub idle_timeout_seconds: Timeout,
-    /// HTTP/2: requests (streams) one client connection may have in progress at once
-    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot
-    /// of `max_connections` and `max_connections_per_client`.
-    pub max_streams_per_connection: usize,
-    /// A response its client takes nothing of for this long (a full window, a client
-    /// that stopped reading): the client is treated as gone, and the origin's response
-    /// is read to its end without it, so an unread response holds the origin's turn no
-    /// longer than a read one (and no memory).
-    pub unread_timeout_seconds: Timeout,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            max_connections: 10_000,
-            max_connections_per_client: 1024,
-            first_byte_timeout_seconds: Timeout(5.0),
-            max_request_line_bytes: 16 * 1024,
-            max_header_bytes: 64 * 1024,
-            max_headers: 100,
-            max_body_bytes: 16 * 1024 * 1024,
-            header_read_timeout_seconds: Timeout(10.0),
-            idle_timeout_seconds: Timeout(60.0),
-            max_streams_per_connection: 100,
-            unread_timeout_seconds: Timeout(10.0),
-        }
-    }
-}
-
-/// Pingora's own ceilings on a request head (its HTTP/1 parser refuses more).
-pub const PINGORA_MAX_HEADERS: usize = 256;
-/// Pingora's own ceiling on a request head's size, in bytes.
-pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
-
 /// How logs are written (`robotsgate.log_format`): `text` (key=value) or `json` (one
 /// object per line).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -541,49 +425,24 @@ impl Config {
             .map_or(self.exchange_bounds().default_lease(), Timeout::duration)
     }
 
-    /// Checks that cannot be expressed as types.
+    /// Checks that cannot be expressed as types: each section's own, then those across
+    /// sections.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        for (i, rule) in self.agent.rules.iter().enumerate() {
-            if rule.mode == Some(EnforceMode::Report)
-                && rule.user_agent_contains.is_some()
-                && !rule.trust_client_text
-            {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.agent.rules[{i}].mode`: report mode chosen by user_agent_contains, text any client can send to have disallowed paths forwarded; match on `client` (an address), use enforce.report_users, or set trust_client_text: true on this rule to accept it"
-                )));
-            }
-            if rule.user_agent_contains.is_some() && !rule.trust_client_text {
-                let chosen = [
-                    (
-                        "purposes",
-                        rule.purposes.is_some(),
-                        "what the fetched content may be used for",
-                    ),
-                    (
-                        "identity",
-                        rule.identity.is_some(),
-                        "whom requests are signed as",
-                    ),
-                    ("payment", rule.payment.is_some(), "what the fleet pays"),
-                ];
-                if let Some((key, _, what)) = chosen.into_iter().find(|c| c.1) {
-                    return Err(ConfigError::invalid(format!(
-                        "key `robotsgate.agent.rules[{i}].{key}`: {what} chosen by user_agent_contains, text any client can send; match on `client` (an address), use a proxy user's credentials, or set trust_client_text: true on this rule to accept it"
-                    )));
-                }
-            }
-            if matches!(rule.usage_mode, Some(UsageMode::Report | UsageMode::Off))
-                && rule.user_agent_contains.is_some()
-                && !rule.trust_client_text
-            {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.agent.rules[{i}].usage_mode`: usage checks relaxed by user_agent_contains, text any client can send to have refused content forwarded; match on `client` (an address), use usage.users, or set trust_client_text: true on this rule to accept it"
-                )));
-            }
-        }
+        self.agent.validate()?;
         self.pacing.validate()?;
         self.fleet.validate()?;
         self.signing.validate()?;
+        self.robots.validate()?;
+        self.limits.validate()?;
+        self.validate_identities()?;
+        self.validate_lease()?;
+        self.validate_listeners()?;
+        self.validate_tls()
+    }
+
+    /// Every identity named (the default, a rule's, a user's) exists, and a rule that
+    /// pays has one.
+    fn validate_identities(&self) -> Result<(), ConfigError> {
         let named = self
             .agent
             .default_identity
@@ -617,6 +476,11 @@ impl Config {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// `fleet.lease_seconds` outlasts the longest hold.
+    fn validate_lease(&self) -> Result<(), ConfigError> {
         if let Some(lease) = self.fleet.lease_seconds {
             let longest = self.exchange_bounds().longest_hold();
             if lease.duration() < longest {
@@ -627,6 +491,12 @@ impl Config {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The admin listener is never reachable unauthenticated beyond loopback, and the
+    /// admin and proxy listeners admit someone.
+    fn validate_listeners(&self) -> Result<(), ConfigError> {
         if let Some(admin) = self.admin_listen {
             if !admin.ip().is_loopback() && self.admin.token_file.is_none() {
                 return Err(ConfigError::invalid(format!(
@@ -634,27 +504,21 @@ impl Config {
                 )));
             }
         }
-        let r = &self.robots;
-        if r.state_file.is_some() && r.state_key_file.is_none() {
+        if self.admin.allow_clients.is_empty() {
             return Err(ConfigError::invalid(
-                "key `robotsgate.robots.state_key_file`: robots.state_file is set, and the state file must be authenticated: set a key file (at least 16 octets, e.g. `head -c 32 /dev/urandom | base64 > FILE`, mode 0600) kept apart from it",
+                "key `robotsgate.admin.allow_clients`: empty, so nobody could reach the admin listener",
             ));
         }
-        if r.min_ttl_seconds > r.max_ttl_seconds {
+        if self.access.allow_clients.is_empty() {
             return Err(ConfigError::invalid(
-                "key `robotsgate.robots.min_ttl_seconds`: must be between 0 and max_ttl_seconds",
+                "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy",
             ));
         }
-        if r.max_origins == 0 {
-            return Err(ConfigError::invalid(
-                "key `robotsgate.robots.max_origins`: must be at least 1",
-            ));
-        }
-        if r.max_redirects < 5 {
-            return Err(ConfigError::invalid(
-                "key `robotsgate.robots.max_redirects`: SPEC §2 requires following at least 5 hops",
-            ));
-        }
+        Ok(())
+    }
+
+    /// The interception CA comes whole, and redirected TLS has one.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
         let t = &self.tls;
         if t.ca_cert.is_some() != t.ca_key.is_some() {
             return Err(ConfigError::invalid(
@@ -670,69 +534,6 @@ impl Config {
             return Err(ConfigError::invalid(
                 "key `robotsgate.transparent.tls_listen`: needs tls.ca_cert and tls.ca_key (redirected TLS is intercepted with the operator CA)",
             ));
-        }
-        let l = &self.limits;
-        let sizes = [
-            ("max_connections", l.max_connections, 1, usize::MAX),
-            (
-                "max_connections_per_client",
-                l.max_connections_per_client,
-                1,
-                usize::MAX,
-            ),
-            (
-                "max_request_line_bytes",
-                l.max_request_line_bytes,
-                64,
-                PINGORA_MAX_HEADER_BYTES,
-            ),
-            (
-                "max_header_bytes",
-                l.max_header_bytes,
-                256,
-                PINGORA_MAX_HEADER_BYTES,
-            ),
-            ("max_headers", l.max_headers, 1, PINGORA_MAX_HEADERS),
-            (
-                "max_streams_per_connection",
-                l.max_streams_per_connection,
-                1,
-                10_000,
-            ),
-        ];
-        for (key, value, low, high) in sizes {
-            if !(low..=high).contains(&value) {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.limits.{key}`: must be between {low} and {high}, got {value}"
-                )));
-            }
-        }
-        if self.admin.allow_clients.is_empty() {
-            return Err(ConfigError::invalid(
-                "key `robotsgate.admin.allow_clients`: empty, so nobody could reach the admin listener",
-            ));
-        }
-        if self.access.allow_clients.is_empty() {
-            return Err(ConfigError::invalid(
-                "key `robotsgate.access.allow_clients`: empty, so no client could use the proxy",
-            ));
-        }
-        if !self.agent.from_user_agent && self.agent.default_tokens.is_empty() {
-            return Err(ConfigError::invalid(
-                "key `robotsgate.agent.default_tokens`: must name the fleet's token(s) when agent.from_user_agent is off",
-            ));
-        }
-        for (i, rule) in self.agent.rules.iter().enumerate() {
-            if rule.tokens.is_empty() {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.agent.rules[{i}].tokens`: must name at least one token"
-                )));
-            }
-            if rule.client.is_none() && rule.user_agent_contains.is_none() {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.agent.rules[{i}]`: needs `client` or `user_agent_contains`"
-                )));
-            }
         }
         Ok(())
     }

@@ -1,0 +1,107 @@
+//! `limits`: what one client can make robotsgate hold (see `downstream::head`,
+//! `downstream::front`), within Pingora's own ceilings.
+
+use serde::Deserialize;
+
+use super::{ConfigError, Timeout};
+
+/// Bounds on what one client can make robotsgate hold (see `head.rs`, `front.rs`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Open client connections (tunnels included); more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Open connections from one client address: one client cannot take every slot.
+    /// Behind a NAT or an egress gateway all crawlers share one address: raise it there.
+    pub max_connections_per_client: usize,
+    /// A new connection (or a new CONNECT tunnel) must send its first octet this soon,
+    /// or it is closed: silent sockets cannot hold slots for `header_read_timeout`.
+    pub first_byte_timeout_seconds: Timeout,
+    /// Longest request line (`GET http://… HTTP/1.1`): 414 beyond it.
+    pub max_request_line_bytes: usize,
+    /// Whole request head, request line and headers: 431 beyond it.
+    pub max_header_bytes: usize,
+    /// Header fields in one request: 431 beyond it.
+    pub max_headers: usize,
+    /// Request bodies (crawlers mostly send none): 413 beyond it.
+    pub max_body_bytes: u64,
+    /// From a request's first octet to its complete head (slowloris): 408 after it.
+    pub header_read_timeout_seconds: Timeout,
+    /// A kept-alive connection waiting for its next request is closed after this long.
+    pub idle_timeout_seconds: Timeout,
+    /// HTTP/2: requests (streams) one client connection may have in progress at once
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot
+    /// of `max_connections` and `max_connections_per_client`.
+    pub max_streams_per_connection: usize,
+    /// A response its client takes nothing of for this long (a full window, a client
+    /// that stopped reading): the client is treated as gone, and the origin's response
+    /// is read to its end without it, so an unread response holds the origin's turn no
+    /// longer than a read one (and no memory).
+    pub unread_timeout_seconds: Timeout,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_connections: 10_000,
+            max_connections_per_client: 1024,
+            first_byte_timeout_seconds: Timeout(5.0),
+            max_request_line_bytes: 16 * 1024,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_body_bytes: 16 * 1024 * 1024,
+            header_read_timeout_seconds: Timeout(10.0),
+            idle_timeout_seconds: Timeout(60.0),
+            max_streams_per_connection: 100,
+            unread_timeout_seconds: Timeout(10.0),
+        }
+    }
+}
+
+/// Pingora's own ceilings on a request head (its HTTP/1 parser refuses more).
+pub const PINGORA_MAX_HEADERS: usize = 256;
+/// Pingora's own ceiling on a request head's size, in bytes.
+pub const PINGORA_MAX_HEADER_BYTES: usize = 1_048_575;
+
+impl LimitsConfig {
+    /// Its checks: every size within what robotsgate and Pingora can honour.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let l = self;
+        let sizes = [
+            ("max_connections", l.max_connections, 1, usize::MAX),
+            (
+                "max_connections_per_client",
+                l.max_connections_per_client,
+                1,
+                usize::MAX,
+            ),
+            (
+                "max_request_line_bytes",
+                l.max_request_line_bytes,
+                64,
+                PINGORA_MAX_HEADER_BYTES,
+            ),
+            (
+                "max_header_bytes",
+                l.max_header_bytes,
+                256,
+                PINGORA_MAX_HEADER_BYTES,
+            ),
+            ("max_headers", l.max_headers, 1, PINGORA_MAX_HEADERS),
+            (
+                "max_streams_per_connection",
+                l.max_streams_per_connection,
+                1,
+                10_000,
+            ),
+        ];
+        for (key, value, low, high) in sizes {
+            if !(low..=high).contains(&value) {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.limits.{key}`: must be between {low} and {high}, got {value}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
