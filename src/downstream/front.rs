@@ -42,7 +42,7 @@ use crate::downstream::access::AccessPolicy;
 use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::context::ClientContext;
-use crate::downstream::head::{read_head, read_head_after, Body, HeadError, HeadLimits};
+use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::reply::{refuse, Refusal};
 use crate::downstream::shutting_down;
@@ -242,7 +242,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
 
     /// The HTTP/1.1 request loop of one client connection (and of the tunnels opened on
     /// it; an HTTP/2 tunnel goes to [`Multiplexer`]), starting with what is
-    /// known of it (`context`).
+    /// known of it (`context`): a head within the limits, the client admitted, then a
+    /// tunnel opened or the request served.
     async fn serve(
         &self,
         stream: Stream,
@@ -250,158 +251,245 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         mut context: ClientContext,
         shutdown: &ShutdownWatch,
     ) {
-        // Wrapped once: every exchange on the connection sees the client through it.
-        let mut stream = Box::new(ClientStream::new(stream, self.limits.unread_timeout));
-        // A new connection (or tunnel) must start its request promptly; a kept-alive one
-        // may sit idle between requests for longer.
-        let mut wait = self.limits.first_byte_timeout;
-        let mut fresh = true;
-        // Octets of the next request read along with the previous one (pipelining).
-        let mut pipelined = BytesMut::new();
+        let mut conn = Connection::new(stream, self.limits.first_byte_timeout, &self.limits);
         // One watch for the connection's life (a new one per request would register and
         // unregister a waiter, under the watch's lock, every time).
         let shutdown_begins = shutting_down(shutdown.clone());
         tokio::pin!(shutdown_begins);
         loop {
-            let already = std::mem::take(&mut pipelined);
+            let already = std::mem::take(&mut conn.pipelined);
             let head = tokio::select! {
                 biased;
-                head = read_head_after(&mut *stream, already, &self.limits, wait) => head,
+                head = read_head_after(&mut *conn.stream, already, &self.limits, conn.wait) => head,
                 // Shutting down: idle connections close (as Pingora's own loop does).
                 () = &mut shutdown_begins => return,
             };
-            let head = match head {
-                Ok(head) => head,
-                Err(HeadError::Gone) => return,
-                // A socket opened and left silent: closed, and counted (an idle
-                // kept-alive connection closing is ordinary).
-                Err(HeadError::FirstByteTimeout) => {
-                    if fresh {
-                        metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
-                    }
-                    return;
-                }
-                Err(e) => {
-                    let why = e.to_string();
-                    let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
-                    return refuse(&mut *stream, client, refusal).await;
-                }
+            let Some(head) = self.usable(head, &mut conn, client).await else {
+                return;
             };
-            // Inside a tunnel the CONNECT's credentials stand for every request; a
-            // redirected connection has none to give.
-            let redirected = context.destination.is_some();
-            if context.tunnel.is_none() && !redirected {
-                match self
-                    .access
-                    .authenticate(head.proxy_authorization.as_deref())
-                    .await
-                {
-                    Ok(identity) => context.identity = identity,
-                    Err(denied) => {
-                        let why = "proxy credentials required (Proxy-Authorization: Basic)";
-                        let challenge = format!("Basic realm=\"{}\"", self.access.realm);
-                        let refusal = Refusal::new(denied.status(), denied.reason(), why)
-                            .challenge(challenge);
-                        return refuse(&mut *stream, client, refusal).await;
-                    }
-                }
+            if !self.admit(&head, &mut conn, client, &mut context).await {
+                return;
             }
             if head.is_connect {
-                if context.tunnel.is_some() || redirected {
-                    let why = "CONNECT inside a tunnel or a redirected connection";
-                    let refusal = Refusal::new(400, metrics::Refusal::Malformed, why);
-                    return refuse(&mut *stream, client, refusal).await;
-                }
-                let Ok(inner) = stream.into_inner().await else {
+                let Some(tls) = self.tunnel(head, conn, client, &mut context).await else {
                     return;
                 };
-                let Some(mut l4) = inner.into_any().downcast::<L4Stream>().ok() else {
-                    log::error!("CONNECT on a listener that is not plain TCP");
-                    return;
-                };
-                l4.rewind(&head.bytes[head.len..]);
-                let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
-                // Boxed, like the proxy's future below: an idle connection's task then
-                // holds only this loop's small state, not room for the largest future
-                // it might await (Pingora's is tens of KiB).
-                let Some((tls, origin)) =
-                    Box::pin(
-                        self.tunnels
-                            .open(*l4, &head.bytes[..head.len], client, tokens),
-                    )
-                    .await
-                else {
-                    return;
-                };
-                context.tunnel = Some(Arc::new(origin));
                 if http2::negotiated(&tls) {
                     return Box::pin(self.multiplexer().serve(tls, client, context, shutdown))
                         .await;
                 }
-                stream = Box::new(ClientStream::new(tls, self.limits.unread_timeout));
-                wait = self.limits.first_byte_timeout;
-                fresh = true;
+                conn = Connection::new(tls, self.limits.first_byte_timeout, &self.limits);
                 continue;
             }
-            // Octets past this request (its head, and its body when the length is known)
-            // begin the next, pipelined request: kept for this loop, which answers it
-            // after this one, in order, with every check of the front.
-            let mut bytes = head.bytes;
-            let end = match head.body {
-                Body::None => head.len,
-                Body::Length(n) => {
-                    usize::try_from(n).map_or(usize::MAX, |n| head.len.saturating_add(n))
+            let Some(next) = self.exchange(head, conn, &context, shutdown).await else {
+                return;
+            };
+            conn = next;
+        }
+    }
+
+    /// The head read, or `None` when the connection ends here (gone, silent, or refused
+    /// for a head beyond the limits, answered).
+    async fn usable(
+        &self,
+        head: Result<Head, HeadError>,
+        conn: &mut Connection,
+        client: Option<IpAddr>,
+    ) -> Option<Head> {
+        match head {
+            Ok(head) => Some(head),
+            Err(HeadError::Gone) => None,
+            // A socket opened and left silent: closed, and counted (an idle kept-alive
+            // connection closing is ordinary).
+            Err(HeadError::FirstByteTimeout) => {
+                if conn.fresh {
+                    metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
                 }
-                Body::Chunked => bytes.len(),
-            };
-            if end < bytes.len() {
-                pipelined = bytes.split_off(end);
+                None
             }
-            // What of the request is still in the socket: Pingora reads that much and no
-            // further, so a next request sent early waits for this exchange's end.
-            stream.expect_request(match head.body {
-                Body::None => Some(0),
-                Body::Length(n) => Some(n.saturating_sub((bytes.len() - head.len) as u64)),
-                Body::Chunked => None,
-            });
-            let mut session = ServerSession::new_http1(stream);
-            if let ServerSession::H1(h1) = &mut session {
-                // Pingora parses the head from these octets without reading again.
-                h1.set_pipelined_prefix(bytes);
+            Err(e) => {
+                let why = e.to_string();
+                let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
+                refuse(&mut *conn.stream, client, refusal).await;
+                None
             }
-            // Inside a tunnel a client may close its sending side (TLS close_notify, FIN)
-            // once its request is out: the response is still delivered. Plain
-            // connections keep Pingora's default (a FIN aborts, as in Squid and nginx)
-            // while queued for pacing, so a client that hangs up gives up its place; once
-            // its turn is granted the proxy tolerates it (the exchange runs to its end).
-            if context.tunnel.is_some() {
-                session.set_abort_on_close(false);
+        }
+    }
+
+    /// Admits the request's client: inside a tunnel the CONNECT's credentials stand for
+    /// every request, and a redirected connection has none to give; elsewhere its
+    /// credentials are checked (the user is kept in `context`). `false`: refused and
+    /// answered.
+    async fn admit(
+        &self,
+        head: &Head,
+        conn: &mut Connection,
+        client: Option<IpAddr>,
+        context: &mut ClientContext,
+    ) -> bool {
+        if context.tunnel.is_some() || context.destination.is_some() {
+            return true;
+        }
+        match self
+            .access
+            .authenticate(head.proxy_authorization.as_deref())
+            .await
+        {
+            Ok(user) => {
+                context.identity = user;
+                true
             }
-            // Informational answers are not relayed, but for the `100 Continue` an
-            // HTTP/1.1 client asked for (RFC 9110 §10.1.1): crawlers have no use for
-            // `103 Early Hints` or `102 Processing`, and common clients (Python's
-            // http.client, so python-requests) take them for the final answer.
-            session.set_ignore_info_resp(true);
-            let idle = self.limits.idle_timeout.as_secs().max(1);
-            session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
-            let request = context
-                .clone()
-                .scope(self.http.process_new_http(session, shutdown));
-            let Some(reused) = Box::pin(request).await else {
-                return;
-            };
-            let Ok(reused) = reused.consume().0.into_any().downcast::<ClientStream>() else {
-                log::error!("Pingora gave back another stream than the client's");
-                return;
-            };
-            stream = reused;
-            match stream.end_exchange().await {
-                // Octets that arrived during the exchange follow those read with its head.
-                Ok(early) => pipelined.unsplit(early),
-                Err(_) => return,
+            Err(denied) => {
+                let why = "proxy credentials required (Proxy-Authorization: Basic)";
+                let challenge = format!("Basic realm=\"{}\"", self.access.realm);
+                let refusal =
+                    Refusal::new(denied.status(), denied.reason(), why).challenge(challenge);
+                refuse(&mut *conn.stream, client, refusal).await;
+                false
             }
-            wait = self.limits.idle_timeout;
-            fresh = false;
+        }
+    }
+
+    /// Opens the tunnel a CONNECT asks for: its TLS stream (the origin kept in
+    /// `context`), or `None` when refused (answered) or failed.
+    async fn tunnel(
+        &self,
+        head: Head,
+        mut conn: Connection,
+        client: Option<IpAddr>,
+        context: &mut ClientContext,
+    ) -> Option<Stream> {
+        if context.tunnel.is_some() || context.destination.is_some() {
+            let why = "CONNECT inside a tunnel or a redirected connection";
+            let refusal = Refusal::new(400, metrics::Refusal::Malformed, why);
+            refuse(&mut *conn.stream, client, refusal).await;
+            return None;
+        }
+        let inner = conn.stream.into_inner().await.ok()?;
+        let Some(mut l4) = inner.into_any().downcast::<L4Stream>().ok() else {
+            log::error!("CONNECT on a listener that is not plain TCP");
+            return None;
+        };
+        l4.rewind(&head.bytes[head.len..]);
+        let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
+        // Boxed, like the proxy's future: an idle connection's task then holds only the
+        // loop's small state, not room for the largest future it might await (Pingora's
+        // is tens of KiB).
+        let (tls, origin) =
+            Box::pin(
+                self.tunnels
+                    .open(*l4, &head.bytes[..head.len], client, tokens),
+            )
+            .await?;
+        context.tunnel = Some(Arc::new(origin));
+        Some(tls)
+    }
+
+    /// Serves one request through the proxy: the connection back, with the octets of
+    /// the next request read meanwhile, or `None` when it ends.
+    async fn exchange(
+        &self,
+        head: Head,
+        mut conn: Connection,
+        context: &ClientContext,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Connection> {
+        // Octets past this request (its head, and its body when the length is known)
+        // begin the next, pipelined request: kept for this loop, which answers it after
+        // this one, in order, with every check of the front.
+        let mut bytes = head.bytes;
+        let end = match head.body {
+            Body::None => head.len,
+            Body::Length(n) => {
+                usize::try_from(n).map_or(usize::MAX, |n| head.len.saturating_add(n))
+            }
+            Body::Chunked => bytes.len(),
+        };
+        if end < bytes.len() {
+            conn.pipelined = bytes.split_off(end);
+        }
+        // What of the request is still in the socket: Pingora reads that much and no
+        // further, so a next request sent early waits for this exchange's end.
+        conn.stream.expect_request(match head.body {
+            Body::None => Some(0),
+            Body::Length(n) => Some(n.saturating_sub((bytes.len() - head.len) as u64)),
+            Body::Chunked => None,
+        });
+        let session = self.session(conn.stream, bytes, context, shutdown);
+        let request = context
+            .clone()
+            .scope(self.http.process_new_http(session, shutdown));
+        let reused = Box::pin(request).await?;
+        let Ok(mut stream) = reused.consume().0.into_any().downcast::<ClientStream>() else {
+            log::error!("Pingora gave back another stream than the client's");
+            return None;
+        };
+        // Octets that arrived during the exchange follow those read with its head.
+        let early = stream.end_exchange().await.ok()?;
+        conn.pipelined.unsplit(early);
+        Some(Connection {
+            stream,
+            wait: self.limits.idle_timeout,
+            fresh: false,
+            pipelined: conn.pipelined,
+        })
+    }
+
+    /// Pingora's session for one request whose head is `bytes` (parsed from them without
+    /// reading again).
+    fn session(
+        &self,
+        stream: Box<ClientStream>,
+        bytes: BytesMut,
+        context: &ClientContext,
+        shutdown: &ShutdownWatch,
+    ) -> ServerSession {
+        let mut session = ServerSession::new_http1(stream);
+        if let ServerSession::H1(h1) = &mut session {
+            h1.set_pipelined_prefix(bytes);
+        }
+        // Inside a tunnel a client may close its sending side (TLS close_notify, FIN)
+        // once its request is out: the response is still delivered. Plain connections
+        // keep Pingora's default (a FIN aborts, as in Squid and nginx) while queued for
+        // pacing, so a client that hangs up gives up its place; once its turn is granted
+        // the proxy tolerates it (the exchange runs to its end).
+        if context.tunnel.is_some() {
+            session.set_abort_on_close(false);
+        }
+        // Informational answers are not relayed, but for the `100 Continue` an HTTP/1.1
+        // client asked for (RFC 9110 §10.1.1): crawlers have no use for `103 Early
+        // Hints` or `102 Processing`, and common clients (Python's http.client, so
+        // python-requests) take them for the final answer.
+        session.set_ignore_info_resp(true);
+        let idle = self.limits.idle_timeout.as_secs().max(1);
+        session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
+        session
+    }
+}
+
+/// One client connection (or tunnel) between requests: the client's stream, how long
+/// the next head may take to start, and the next request's octets read already.
+struct Connection {
+    /// The client's stream, wrapped once for every exchange on it.
+    stream: Box<ClientStream>,
+    /// How long the next request may take to start: promptly on a new connection or
+    /// tunnel, an idle timeout on a kept-alive one.
+    wait: Duration,
+    /// No request served on it yet (a silent one is counted).
+    fresh: bool,
+    /// Octets of the next request read along with the previous one (pipelining).
+    pipelined: BytesMut,
+}
+
+impl Connection {
+    /// A new connection (or tunnel) over `stream`, whose first request must start
+    /// within `first_byte`.
+    fn new(stream: Stream, first_byte: Duration, limits: &HeadLimits) -> Connection {
+        Connection {
+            stream: Box::new(ClientStream::new(stream, limits.unread_timeout)),
+            wait: first_byte,
+            fresh: true,
+            pipelined: BytesMut::new(),
         }
     }
 }
