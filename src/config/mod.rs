@@ -425,6 +425,18 @@ impl Config {
             .map_or(self.exchange_bounds().default_lease(), Timeout::duration)
     }
 
+    /// Every address robotsgate listens on (proxy, admin, key directory, transparent):
+    /// never a destination, never a redirected connection's.
+    pub fn own_listeners(&self) -> Vec<SocketAddr> {
+        [self.listen]
+            .into_iter()
+            .chain(self.admin_listen)
+            .chain(self.signing.directory_listen)
+            .chain(self.transparent.http_listen)
+            .chain(self.transparent.tls_listen)
+            .collect()
+    }
+
     /// Checks that cannot be expressed as types: each section's own, then those across
     /// sections.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {

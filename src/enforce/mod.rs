@@ -306,17 +306,12 @@ impl Enforcer {
     }
 }
 
-/// Every address robotsgate listens on (proxy, admin, key directory, transparent), as
-/// the egress check refuses them.
+/// Every address robotsgate listens on, as the egress check refuses them.
 fn own_listeners(config: &Config) -> crate::policy::egress::OwnListeners {
-    let listeners = [config.listen]
-        .into_iter()
-        .chain(config.admin_listen)
-        .chain(config.signing.directory_listen)
-        .chain(config.transparent.http_listen)
-        .chain(config.transparent.tls_listen)
-        .collect();
-    crate::policy::egress::OwnListeners::new(listeners, crate::origin::loops::local_addresses())
+    crate::policy::egress::OwnListeners::new(
+        config.own_listeners(),
+        crate::origin::loops::local_addresses(),
+    )
 }
 
 impl Enforcer {

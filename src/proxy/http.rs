@@ -283,7 +283,10 @@ impl RobotsGateProxy {
 
 /// The request's target: its origin and canonical path, from the tunnel, the
 /// redirected destination or the request line; `Err` is the 400 or 421 to answer.
-fn target_of(req: &RequestHeader, client: &ClientContext) -> std::result::Result<Target, Answer> {
+fn target_of(
+    req: &RequestHeader,
+    client: &ClientContext,
+) -> std::result::Result<Target, TargetError> {
     // HTTP/2 names the authority in `:authority`, which replaces `Host` (RFC 9113
     // §8.3.1); Pingora has checked that a `Host` sent beside it agrees.
     let host = req
@@ -296,13 +299,17 @@ fn target_of(req: &RequestHeader, client: &ClientContext) -> std::result::Result
         (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
         (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
     };
-    target.map_err(|e| {
-        let status = match e {
-            TargetError::Misdirected { .. } => 421,
-            _ => 400,
-        };
-        bad_request(status, e)
-    })
+    target
+}
+
+/// The answer to a request whose target cannot be understood: 421 for another origin
+/// than its tunnel's or connection's, 400 otherwise.
+fn target_refused(e: TargetError) -> Answer {
+    let status = match e {
+        TargetError::Misdirected { .. } => 421,
+        _ => 400,
+    };
+    bad_request(status, e)
 }
 
 /// Who sends the request, as the agent rules see it.
@@ -384,7 +391,7 @@ impl ProxyHttp for RobotsGateProxy {
         }
         let target = match target_of(session.req_header(), &ctx.client) {
             Ok(target) => target,
-            Err(answer) => return answered(session, ctx, &answer).await,
+            Err(e) => return answered(session, ctx, &target_refused(e)).await,
         };
         let judged = {
             let who = requester(session, &ctx.client);

@@ -85,40 +85,7 @@ struct Loaded {
 fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let mut config = Config::load(&args.config)?;
     crate::telemetry::logging::init(config.log_format);
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if let Some(admin) = args.admin_listen {
-        config.admin_listen = Some(admin);
-    }
-    if !args.agents.is_empty() {
-        config.agent.default_tokens = args.agents.clone();
-    }
-    config
-        .egress
-        .allow_destinations
-        .extend(args.allow_destinations.iter().copied());
-    if let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) {
-        config.tls.ca_cert = Some(cert.clone());
-        config.tls.ca_key = Some(key.clone());
-    }
-    config
-        .tls
-        .upstream_extra_roots
-        .extend(args.upstream_ca.iter().cloned());
-    if let Some(token) = &args.admin_token {
-        config.admin.token_file = Some(token.clone());
-    }
-    if let Some(url) = &args.redis {
-        config.fleet.redis = Some(url.clone());
-        config.fleet.redis_cluster.clear();
-    }
-    if let Some(addr) = args.transparent_http {
-        config.transparent.http_listen = Some(addr);
-    }
-    if let Some(addr) = args.transparent_tls {
-        config.transparent.tls_listen = Some(addr);
-    }
+    args.apply(&mut config);
     // The command line may have made a valid file invalid (a TLS listener with no CA).
     config.validate()?;
 
@@ -239,6 +206,55 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         },
     ));
+    let front = proxy_front(&server, &config, &enforcer, interceptor, access, trust);
+    let listening = Listening {
+        bootstrap: &bootstrap,
+        background: &background,
+    };
+    add_client_listeners(&mut server, &config, front, &listening);
+    add_ops_listeners(
+        &mut server,
+        &config,
+        &listening,
+        guard,
+        history,
+        enforcer.clone(),
+        identities,
+    );
+    log::info!(
+        "robotsgate listening on {} (admin {:?})",
+        config.listen,
+        config.admin_listen
+    );
+    let signals = Signals {
+        state: state_file.map(|state| (enforcer.clone(), state)),
+    };
+    server.run(pingora::server::RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    crate::telemetry::sink::flush();
+    std::process::exit(0)
+}
+
+/// The services every listener waits for: Pingora's bootstrap (the listeners handed
+/// over by an upgrade) and robotsgate's background (the state loaded, threads started).
+struct Listening<'a> {
+    /// Pingora's bootstrap service.
+    bootstrap: &'a pingora::services::ServiceHandle,
+    /// robotsgate's background service.
+    background: &'a pingora::services::ServiceHandle,
+}
+
+/// The front door every client listener shares: robotsgate's Pingora proxy, the
+/// tunnels, access control and the limits.
+fn proxy_front(
+    server: &Server,
+    config: &Config,
+    enforcer: &Arc<Enforcer>,
+    interceptor: Option<Arc<Interceptor>>,
+    access: AccessPolicy,
+    trust: UpstreamTrust,
+) -> ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>> {
     let http = pingora::proxy::http_proxy(
         &server.configuration,
         RobotsGateProxy {
@@ -259,7 +275,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.limits.first_byte_timeout_seconds.duration(),
         config.transparent.upstream_mark,
     );
-    let front = ProxyFront::new(
+    ProxyFront::new(
         http,
         tunnels,
         Arc::new(access),
@@ -269,18 +285,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             config.limits.max_connections_per_client,
         ),
         Http2Limits::new(&config.limits),
-    );
+    )
+}
+
+/// The proxy listener, and the transparent listeners when configured.
+fn add_client_listeners(
+    server: &mut Server,
+    config: &Config,
+    front: ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>,
+    listening: &Listening<'_>,
+) {
     let redirection = Arc::new(Redirection::new(
         config.transparent.mode,
-        config
-            .transparent
-            .http_listen
-            .into_iter()
-            .chain(config.transparent.tls_listen)
-            .chain(config.admin_listen)
-            .chain(config.signing.directory_listen)
-            .chain([config.listen])
-            .collect(),
+        config.own_listeners(),
     ));
     let doors = [
         (
@@ -300,10 +317,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             redirection: redirection.clone(),
             tls,
         };
-        let service = client_listener(name, front.at(door), listen);
-        let service = server.add_service(service);
-        service.add_dependency(&bootstrap);
-        service.add_dependency(&background);
+        let service = server.add_service(client_listener(name, front.at(door), listen));
+        service.add_dependency(listening.bootstrap);
+        service.add_dependency(listening.background);
         log::info!(
             "transparent {} listener on {listen} ({:?} mode)",
             if tls { "TLS" } else { "HTTP" },
@@ -311,20 +327,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let proxy = server.add_service(client_listener("robotsgate proxy", front, config.listen));
-    proxy.add_dependency(&bootstrap);
-    proxy.add_dependency(&background);
+    proxy.add_dependency(listening.bootstrap);
+    proxy.add_dependency(listening.background);
+}
 
+/// The admin listener and the key directory listener, when configured.
+fn add_ops_listeners(
+    server: &mut Server,
+    config: &Config,
+    listening: &Listening<'_>,
+    guard: AdminGuard,
+    history: Arc<crate::ops::history::History>,
+    enforcer: Arc<Enforcer>,
+    identities: Arc<crate::identity::Identities>,
+) {
     if let Some(admin) = config.admin_listen {
-        let mut service = Service::new(
-            "robotsgate admin".to_string(),
-            AdminApp {
-                enforcer: enforcer.clone(),
-                guard,
-                history,
-            },
-        );
+        let app = AdminApp {
+            enforcer,
+            guard,
+            history,
+        };
+        let mut service = Service::new("robotsgate admin".to_string(), app);
         service.add_tcp(&admin.to_string());
-        server.add_service(service).add_dependency(&bootstrap);
+        server
+            .add_service(service)
+            .add_dependency(listening.bootstrap);
     }
     if let Some(listen) = config.signing.directory_listen {
         let mut service = Service::new(
@@ -335,19 +362,47 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         server.add_service(service);
         log::info!("key directory on {listen}");
     }
-    log::info!(
-        "robotsgate listening on {} (admin {:?})",
-        config.listen,
-        config.admin_listen
-    );
-    let signals = Signals {
-        state: state_file.map(|state| (enforcer.clone(), state)),
-    };
-    server.run(pingora::server::RunArgs {
-        shutdown_signal: Box::new(signals),
-    });
-    crate::telemetry::sink::flush();
-    std::process::exit(0)
+}
+
+impl RunArgs {
+    /// Applies the command line's overrides to `config`.
+    fn apply(&self, config: &mut Config) {
+        let args = self;
+        if let Some(listen) = args.listen {
+            config.listen = listen;
+        }
+        if let Some(admin) = args.admin_listen {
+            config.admin_listen = Some(admin);
+        }
+        if !args.agents.is_empty() {
+            config.agent.default_tokens = args.agents.clone();
+        }
+        config
+            .egress
+            .allow_destinations
+            .extend(args.allow_destinations.iter().copied());
+        if let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) {
+            config.tls.ca_cert = Some(cert.clone());
+            config.tls.ca_key = Some(key.clone());
+        }
+        config
+            .tls
+            .upstream_extra_roots
+            .extend(args.upstream_ca.iter().cloned());
+        if let Some(token) = &args.admin_token {
+            config.admin.token_file = Some(token.clone());
+        }
+        if let Some(url) = &args.redis {
+            config.fleet.redis = Some(url.clone());
+            config.fleet.redis_cluster.clear();
+        }
+        if let Some(addr) = args.transparent_http {
+            config.transparent.http_listen = Some(addr);
+        }
+        if let Some(addr) = args.transparent_tls {
+            config.transparent.tls_listen = Some(addr);
+        }
+    }
 }
 
 /// A Pingora service for one of robotsgate's client listeners.

@@ -37,11 +37,10 @@ mod extensions;
 mod index;
 mod lexer;
 mod normalize;
+mod parse;
 mod pattern;
 mod usage;
 mod usage_groups;
-
-use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -54,9 +53,7 @@ pub use usage::{
 };
 pub use usage_groups::UsageGroupId;
 
-use index::{IndexedRule, RuleIndex};
-use lexer::Field;
-use pattern::Pattern;
+use index::RuleIndex;
 
 /// Octets of a robots.txt that are parsed; the rest is ignored (SPEC §2: 500 KiB).
 pub const MAX_ROBOTS_BYTES: usize = 512_000;
@@ -106,7 +103,7 @@ pub struct Group {
     /// Ids of the rules (see [`RobotsTxt::rules`]), in file order.
     pub rules: Box<[u32]>,
     #[serde(skip)]
-    /// The trie; `None` for a group small enough to scan (see [`SCANNED_RULES`]).
+    /// The trie; `None` for a group small enough to scan (see `parse::SCANNED_RULES`).
     index: Option<Box<RuleIndex>>,
 }
 
@@ -193,60 +190,6 @@ struct Extras {
     usage: Option<Box<usage::UsageRules>>,
 }
 
-/// What [`RobotsTxt::parse`] collects before the file is laid out.
-#[derive(Default)]
-struct Parsed {
-    rules: Vec<Rule>,
-    groups: Vec<Group>,
-    named: Vec<(Box<str>, GroupId)>,
-    global: Option<GroupId>,
-    sitemaps: String,
-    host: Option<String>,
-    clean_params: Vec<CleanParam>,
-    truncated: bool,
-    usage_rules: Vec<UsageRule>,
-}
-
-/// A group while parsing, before merging.
-struct SourceGroup {
-    agents: Vec<Agent>,
-    line: u32,
-    rules: Vec<u32>,
-    crawl_delay: Option<f64>,
-}
-
-/// What one `User-agent` value names.
-enum Agent {
-    /// `*`: every crawler without a group of its own.
-    Global,
-    /// One product token, as written.
-    Named(String),
-}
-
-impl Agent {
-    /// The name groups are merged and chosen by: lower-cased, `*` for global.
-    fn key(&self) -> String {
-        match self {
-            Agent::Global => "*".to_string(),
-            Agent::Named(name) => name.to_ascii_lowercase(),
-        }
-    }
-}
-
-/// The agent a `User-agent` value names (SPEC §4): `*` (alone or followed by white
-/// space) is global; otherwise only the leading `[A-Za-z_-]` octets count.
-fn agent_of(value: &[u8]) -> Option<Agent> {
-    if value.first() == Some(&b'*') && value.get(1).is_none_or(|b| b.is_ascii_whitespace()) {
-        return Some(Agent::Global);
-    }
-    let len = value
-        .iter()
-        .take_while(|b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_'))
-        .count();
-    // ASCII by construction.
-    (len > 0).then(|| Agent::Named(String::from_utf8_lossy(&value[..len]).into_owned()))
-}
-
 /// The group an ordered token list selects (SPEC §4) among `named` (lower-cased agent
 /// names) and `global`: the first token naming a group, else `global`. Shared by the
 /// Allow/Disallow groups and the usage groups, which differ only in how they are formed.
@@ -265,297 +208,6 @@ pub(crate) fn pick_group<I: Copy, S: AsRef<str>>(
                 .map(|&(_, id)| id)
         })
         .or(global)
-}
-
-/// Groups of at most this many rules, none with a wildcard, are decided by a scan of
-/// their rules' canonical text instead of a trie: for a handful of prefixes a scan is as
-/// fast, and the trie (some hundreds of octets) would be most of what a small file costs
-/// to hold — for every origin held.
-const SCANNED_RULES: usize = 8;
-
-/// Can `rules` be scanned: few, and each one's canonical text exactly what the trie
-/// would compare (its literal octets, then `$` when anchored), its length its priority?
-/// (`%2A` and `%24` are literal octets in the compiled pattern but escapes in the text:
-/// such a group keeps its trie.)
-fn scannable(rules: &[IndexedRule<'_>], all: &[Rule]) -> bool {
-    rules.len() <= SCANNED_RULES
-        && rules.iter().all(|r| {
-            let text = all[r.id as usize].pattern.as_bytes();
-            let literal = if r.pattern.anchored {
-                text.strip_suffix(b"$")
-            } else {
-                Some(text)
-            };
-            !r.pattern.has_wildcard()
-                && literal == Some(r.pattern.prefix())
-                && r.pattern.priority as usize == text.len()
-        })
-}
-
-/// Google's reference parser also allows the directory of an allowed `index.htm(l)`:
-/// `Allow: /d/index.html` implies `Allow: /d/$`.
-fn index_html_directory(value: &[u8]) -> Option<Vec<u8>> {
-    let slash = memchr::memrchr(b'/', value)?;
-    value[slash..].starts_with(b"/index.htm").then(|| {
-        let mut dir = value[..=slash].to_vec();
-        dir.push(b'$');
-        dir
-    })
-}
-
-impl RobotsTxt {
-    /// Parses any bytes; never fails (invalid lines are skipped, SPEC §3).
-    pub fn parse(body: &[u8]) -> RobotsTxt {
-        let truncated = body.len() > MAX_ROBOTS_BYTES;
-        let text = &body[..body.len().min(MAX_ROBOTS_BYTES)];
-        let cut_line = (truncated
-            && !matches!(body[MAX_ROBOTS_BYTES], b'\n' | b'\r')
-            && !matches!(text.last(), Some(b'\n' | b'\r')))
-        .then(|| lexer::line_count(text));
-
-        let mut robots = Parsed {
-            truncated,
-            ..Parsed::default()
-        };
-        let mut groups: Vec<SourceGroup> = Vec::new();
-        // Compiled patterns, parallel to `robots.rules`; only the group indexes keep what
-        // they need of them.
-        let mut patterns: Vec<Pattern> = Vec::new();
-        // A `User-agent` after a group member (rule or Crawl-delay) starts a new group.
-        let mut after_rule = true;
-        // Usage rules are grouped apart, as the attach draft groups them.
-        let mut usage_groups = usage_groups::UsageGrouper::default();
-
-        for record in lexer::records(text) {
-            if Some(record.line) == cut_line && record.field != Field::Disallow {
-                continue;
-            }
-            match record.field {
-                Field::UserAgent => {
-                    if after_rule {
-                        groups.push(SourceGroup {
-                            agents: Vec::new(),
-                            line: record.line,
-                            rules: Vec::new(),
-                            crawl_delay: None,
-                        });
-                        after_rule = false;
-                    }
-                    let agent = agent_of(record.value);
-                    usage_groups.user_agent(agent.as_ref().map(Agent::key), record.line);
-                    if let (Some(group), Some(agent)) = (groups.last_mut(), agent) {
-                        group.agents.push(agent);
-                    }
-                }
-                Field::Allow | Field::Disallow => {
-                    let Some(group) = groups.last_mut() else {
-                        continue; // rules before any user-agent are ignored
-                    };
-                    after_rule = true;
-                    usage_groups.member();
-                    if record.value.is_empty() {
-                        continue; // `Disallow:` allows everything (SPEC §3)
-                    }
-                    let kind = if record.field == Field::Allow {
-                        RuleKind::Allow
-                    } else {
-                        RuleKind::Disallow
-                    };
-                    let extra = (kind == RuleKind::Allow)
-                        .then(|| index_html_directory(record.value))
-                        .flatten();
-                    for value in std::iter::once(record.value).chain(extra.as_deref()) {
-                        let compiled = pattern::compile(value);
-                        group.rules.push(robots.rules.len() as u32);
-                        robots.rules.push(Rule {
-                            kind,
-                            pattern: compiled.text.into_boxed_str(),
-                            line: record.line,
-                            group_line: group.line,
-                        });
-                        patterns.push(compiled.pattern);
-                    }
-                }
-                Field::CrawlDelay => {
-                    // A group member like the rules (SPEC §6), so it ends the group's
-                    // user-agent list too: `User-agent: a / Crawl-delay: 2 / User-agent: *`
-                    // gives `a` its own group (Yandex's example).
-                    let Some(group) = groups.last_mut() else {
-                        continue;
-                    };
-                    after_rule = true;
-                    usage_groups.member();
-                    if let Some(delay) = extensions::parse_crawl_delay(record.value) {
-                        group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
-                    }
-                }
-                Field::Sitemap => {
-                    if !record.value.is_empty() {
-                        if !robots.sitemaps.is_empty() {
-                            robots.sitemaps.push('\n');
-                        }
-                        robots
-                            .sitemaps
-                            .push_str(&String::from_utf8_lossy(record.value));
-                    }
-                }
-                Field::Host => {
-                    if robots.host.is_none() {
-                        robots.host = extensions::parse_host(record.value);
-                    }
-                }
-                Field::CleanParam => {
-                    robots
-                        .clean_params
-                        .extend(extensions::parse_clean_param(record.value, record.line));
-                }
-                Field::ContentUsage | Field::ContentSignal => {
-                    // A rule of the group it follows, grouped as the attach draft groups
-                    // usage rules (`usage_groups`); Allow/Disallow groups ignore it, so
-                    // adding a usage rule never changes what robots.txt allows.
-                    let id = robots.usage_rules.len() as u32;
-                    let Some(group_line) = usage_groups.rule(id) else {
-                        continue;
-                    };
-                    let source = if record.field == Field::ContentUsage {
-                        UsageSource::ContentUsage
-                    } else {
-                        UsageSource::ContentSignal
-                    };
-                    robots.usage_rules.push(usage::parse_rule(
-                        source,
-                        record.value,
-                        record.line,
-                        group_line,
-                    ));
-                }
-                Field::Unknown => {}
-            }
-        }
-        robots.merge(groups, &patterns);
-        robots.lay_out(usage_groups.finish())
-    }
-}
-
-impl Parsed {
-    /// The finished file, every part exactly as large as it is.
-    fn lay_out(self, usage_groups: usage_groups::UsageGroups) -> RobotsTxt {
-        let Parsed {
-            rules,
-            groups,
-            named,
-            global,
-            sitemaps,
-            host,
-            clean_params,
-            truncated,
-            usage_rules,
-        } = self;
-        let usage = usage::UsageRules::new(usage_rules, usage_groups).map(Box::new);
-        let rare = !sitemaps.is_empty()
-            || host.is_some()
-            || !clean_params.is_empty()
-            || truncated
-            || usage.is_some();
-        let extras = rare.then(|| {
-            Box::new(Extras {
-                sitemaps: sitemaps.into_boxed_str(),
-                host: host.map(String::into_boxed_str),
-                clean_params: clean_params.into_boxed_slice(),
-                truncated,
-                usage,
-            })
-        });
-        RobotsTxt {
-            rules: rules.into_boxed_slice(),
-            groups: groups.into_boxed_slice(),
-            named: named.into_boxed_slice(),
-            global,
-            extras,
-        }
-    }
-
-    /// Merges source groups by agent name (SPEC §4) and compiles each merged group.
-    fn merge(&mut self, groups: Vec<SourceGroup>, patterns: &[Pattern]) {
-        // Agent name (lower-cased; "*" for global) → the source groups naming it.
-        let mut by_name: Vec<(String, String, Vec<usize>)> = Vec::new();
-        let mut position: HashMap<String, usize> = HashMap::new();
-        for (g, group) in groups.iter().enumerate() {
-            for agent in &group.agents {
-                let written = match agent {
-                    Agent::Global => "*".to_string(),
-                    Agent::Named(name) => name.clone(),
-                };
-                let key = written.to_ascii_lowercase();
-                let slot = *position.entry(key.clone()).or_insert_with(|| {
-                    by_name.push((key, written, Vec::new()));
-                    by_name.len() - 1
-                });
-                let sources = &mut by_name[slot].2;
-                if sources.last() != Some(&g) {
-                    sources.push(g);
-                }
-            }
-        }
-        // Names with the same source groups share one merged group (`e` and `f` in
-        // `User-agent: e` / `User-agent: f` / rules).
-        let mut merged: HashMap<Vec<usize>, GroupId> = HashMap::new();
-        for (key, written, sources) in by_name {
-            let id = match merged.get(&sources) {
-                Some(&id) => {
-                    let group = &mut self.groups[id.index()];
-                    let mut agents = std::mem::take(&mut group.agents).into_vec();
-                    agents.push(written.into_boxed_str());
-                    group.agents = agents.into_boxed_slice();
-                    id
-                }
-                None => {
-                    let id = GroupId(self.groups.len() as u32);
-                    self.groups
-                        .push(self.build_group(written, &sources, &groups, patterns));
-                    merged.insert(sources, id);
-                    id
-                }
-            };
-            if key == "*" {
-                self.global = Some(id);
-            } else {
-                self.named.push((key.into_boxed_str(), id));
-            }
-        }
-    }
-
-    fn build_group(
-        &self,
-        name: String,
-        sources: &[usize],
-        groups: &[SourceGroup],
-        patterns: &[Pattern],
-    ) -> Group {
-        let rules: Vec<u32> = sources
-            .iter()
-            .flat_map(|&g| groups[g].rules.iter().copied())
-            .collect();
-        let indexed: Vec<IndexedRule<'_>> = rules
-            .iter()
-            .map(|&id| IndexedRule {
-                id,
-                allow: self.rules[id as usize].kind == RuleKind::Allow,
-                pattern: &patterns[id as usize],
-            })
-            .collect();
-        Group {
-            agents: Box::new([name.into_boxed_str()]),
-            lines: sources.iter().map(|&g| groups[g].line).collect(),
-            crawl_delay: sources
-                .iter()
-                .filter_map(|&g| groups[g].crawl_delay)
-                .reduce(f64::max),
-            index: (!scannable(&indexed, &self.rules))
-                .then(|| Box::new(RuleIndex::build(&indexed))),
-            rules: rules.into_boxed_slice(),
-        }
-    }
 }
 
 impl RobotsTxt {
@@ -597,7 +249,7 @@ impl RobotsTxt {
         }
     }
 
-    /// The deciding rule of a scanned group (see [`SCANNED_RULES`]): the longest match,
+    /// The deciding rule of a scanned group (see `parse::SCANNED_RULES`): the longest match,
     /// `Allow` on a tie, the first in file order among equals — as the trie decides.
     fn scan(&self, group: &Group, path: &[u8]) -> Option<&Rule> {
         let mut best: Option<(u32, &Rule)> = None;
