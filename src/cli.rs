@@ -2,7 +2,7 @@
 //! the proxy. Parsing of arguments lives here so `main.rs` stays a one-liner.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -171,83 +171,15 @@ impl Cli {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Keys(KeysCommand::Directory { config, identity }) => {
-                let config = crate::config::Config::load(&config)?;
-                let identities = crate::identity::Identities::load(&config.signing, &config.agent)?;
-                let found = match identity.as_deref() {
-                    Some(name) => identities.get(name),
-                    None => identities.only(),
-                };
-                let Some(found) = found else {
-                    let mut names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
-                    names.sort_unstable();
-                    anyhow::bail!("--identity: one of {names:?} (signing.identities)");
-                };
-                println!("{}", found.directory());
-                Ok(ExitCode::SUCCESS)
+                keys_directory(&config, identity.as_deref())
             }
             Command::Passwd {
                 user,
                 tokens,
                 purposes,
                 cost,
-            } => {
-                let mut password = String::new();
-                std::io::stdin().read_line(&mut password)?;
-                let password = password.trim_end_matches(['\n', '\r']);
-                if password.is_empty() {
-                    anyhow::bail!("no password on stdin");
-                }
-                println!(
-                    "{}",
-                    crate::downstream::access::credentials_line(
-                        &user, password, &tokens, &purposes, cost
-                    )?
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Command::CheckState { file, config, key } => {
-                let config = match config {
-                    Some(path) => crate::config::Config::load(&path)?,
-                    None => crate::config::Config::default(),
-                };
-                let limits = crate::origin::state::Limits::of(&config);
-                let Some(key) = key.or(config.robots.state_key_file) else {
-                    anyhow::bail!(
-                        "no key to authenticate {}: pass --key FILE, or --config with robots.state_key_file",
-                        file.display()
-                    );
-                };
-                let key = crate::origin::state::StateKey::load(&key)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                match crate::origin::state::inspect(&file, limits, &key) {
-                    Ok(Some(found)) => {
-                        let clamped = match found.clamped {
-                            0 => String::new(),
-                            n => format!(
-                                "; {n} lifetimes beyond the configuration's limits would be clamped"
-                            ),
-                        };
-                        println!(
-                            "{}: OK, {} origins, {} bytes{clamped}",
-                            file.display(),
-                            found.origins,
-                            found.bytes
-                        );
-                        Ok(ExitCode::SUCCESS)
-                    }
-                    Ok(None) => {
-                        println!(
-                            "{}: no such file (a start would begin empty)",
-                            file.display()
-                        );
-                        Ok(ExitCode::FAILURE)
-                    }
-                    Err(e) => {
-                        println!("{}: would not be loaded: {e}", file.display());
-                        Ok(ExitCode::FAILURE)
-                    }
-                }
-            }
+            } => passwd(&user, &tokens, &purposes, cost),
+            Command::CheckState { file, config, key } => check_state(&file, config, key),
             Command::Conformance { file } => {
                 let input = std::fs::File::open(&file)
                     .with_context(|| format!("cannot open {}", file.display()))?;
@@ -259,6 +191,89 @@ impl Cli {
                     ExitCode::FAILURE
                 })
             }
+        }
+    }
+}
+
+/// `keys directory`: the JWKS of an identity (the only one, or `--identity`).
+fn keys_directory(config: &Path, identity: Option<&str>) -> anyhow::Result<ExitCode> {
+    let config = crate::config::Config::load(config)?;
+    let identities = crate::identity::Identities::load(&config.signing, &config.agent)?;
+    let found = match identity {
+        Some(name) => identities.get(name),
+        None => identities.only(),
+    };
+    let Some(found) = found else {
+        let mut names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
+        anyhow::bail!("--identity: one of {names:?} (signing.identities)");
+    };
+    println!("{}", found.directory());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `passwd`: a credentials line for `user`, its password read from stdin.
+fn passwd(
+    user: &str,
+    tokens: &[String],
+    purposes: &[String],
+    cost: u32,
+) -> anyhow::Result<ExitCode> {
+    let mut password = String::new();
+    std::io::stdin().read_line(&mut password)?;
+    let password = password.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        anyhow::bail!("no password on stdin");
+    }
+    println!(
+        "{}",
+        crate::downstream::access::credentials_line(user, password, tokens, purposes, cost)?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `check-state`: whether a start would load `file`, and what it holds.
+fn check_state(
+    file: &Path,
+    config: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let config = match config {
+        Some(path) => crate::config::Config::load(&path)?,
+        None => crate::config::Config::default(),
+    };
+    let limits = crate::origin::state::Limits::of(&config);
+    let Some(key) = key.or(config.robots.state_key_file) else {
+        anyhow::bail!(
+            "no key to authenticate {}: pass --key FILE, or --config with robots.state_key_file",
+            file.display()
+        );
+    };
+    let key = crate::origin::state::StateKey::load(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match crate::origin::state::inspect(file, limits, &key) {
+        Ok(Some(found)) => {
+            let clamped = match found.clamped {
+                0 => String::new(),
+                n => format!("; {n} lifetimes beyond the configuration's limits would be clamped"),
+            };
+            println!(
+                "{}: OK, {} origins, {} bytes{clamped}",
+                file.display(),
+                found.origins,
+                found.bytes
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(None) => {
+            println!(
+                "{}: no such file (a start would begin empty)",
+                file.display()
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            println!("{}: would not be loaded: {e}", file.display());
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -38,15 +38,13 @@ use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::config::{OnUnavailable, Purpose, UsageMode};
+use crate::config::OnUnavailable;
+use crate::enforce::Enforcer;
 use crate::enforce::OriginView;
-use crate::enforce::{judge, judge_usage, Decision, Enforcer, Judgement, UsageJudgement};
 use crate::identity::payment::{Price, Today};
 use crate::origin::store::{Policy, Snapshot};
-use crate::policy::agent::Requester;
-use crate::policy::target::{Origin, Scheme, Target};
-use crate::policy::usage::UsageCheck;
-use crate::robots::{Purposes, Reason, RobotsTxt};
+use crate::policy::target::Origin;
+use crate::robots::RobotsTxt;
 
 pub struct AdminApp {
     pub enforcer: Arc<Enforcer>,
@@ -195,13 +193,13 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
         .unwrap_or_default()
 }
 
-fn json_reply(status: u16, value: &Value) -> Response<Vec<u8>> {
+pub(super) fn json_reply(status: u16, value: &Value) -> Response<Vec<u8>> {
     let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
     body.push(b'\n');
     reply(status, "application/json", body)
 }
 
-fn error(status: u16, message: impl Into<String>) -> Response<Vec<u8>> {
+pub(super) fn error(status: u16, message: impl Into<String>) -> Response<Vec<u8>> {
     json_reply(status, &json!({ "error": message.into() }))
 }
 
@@ -360,133 +358,6 @@ impl AdminApp {
         }
     }
 
-    async fn check(&self, query: &str) -> Response<Vec<u8>> {
-        let (mut url, mut agent, mut client) = (None, None, None);
-        let mut purposes: Option<Purposes> = None;
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            match key.as_ref() {
-                "url" => url = Some(value.into_owned()),
-                "agent" => agent = Some(value.into_owned()),
-                "client" => client = Some(value.into_owned()),
-                "purpose" => {
-                    for label in value.split(',').filter(|l| !l.is_empty()) {
-                        let Some(purpose) = Purpose::from_label(label) else {
-                            return error(
-                                400,
-                                format!("purpose: `{label}` is not search, train-ai or ai-input"),
-                            );
-                        };
-                        purposes = Some(purposes.unwrap_or_default().with(purpose));
-                    }
-                }
-                _ => {}
-            }
-        }
-        let Some(url) = url else {
-            return error(400, "missing ?url=");
-        };
-        let target = match Target::from_request(url.as_bytes(), None, Scheme::Http) {
-            Ok(target) => target,
-            Err(e) => return error(400, format!("url: {e}")),
-        };
-        let client: Option<IpAddr> = match client.map(|c| c.parse()) {
-            Some(Ok(ip)) => Some(ip),
-            Some(Err(_)) => return error(400, "client: not an IP address"),
-            None => None,
-        };
-        let who = Requester::new(client, agent.as_deref());
-        let tokens = self.enforcer.tokens(&who);
-        let mode = self.enforcer.reports(&who);
-        let report = mode.report;
-        // `purpose=` judges for those purposes, in the client's usage mode (enforce when
-        // that is off, so the check says what enforcing would do).
-        let mut usage = self.enforcer.usage_check(&who);
-        if let Some(purposes) = purposes {
-            usage.purposes = purposes;
-            if usage.mode == UsageMode::Off {
-                usage.mode = UsageMode::Enforce;
-            }
-        }
-        let (decision, snapshot) = self
-            .enforcer
-            .decide_explained(&target, &tokens, report, usage, None)
-            .await;
-        let mut out = json!({
-            "url": url,
-            "origin": target.origin.to_string(),
-            "path": target.path.as_str(),
-            "agent": agent,
-        });
-        match &decision {
-            Decision::Forward {
-                addr,
-                why,
-                pace,
-                reported,
-                usage: verdict,
-            } => {
-                if let Some(verdict) = verdict {
-                    out["usage_header"] = json!(verdict.header());
-                }
-                match reported {
-                    Some(reply) => {
-                        let reported = reply.reported();
-                        out["decision"] = json!(reported.outcome.label());
-                        out["why"] = json!(reported.header);
-                    }
-                    None => {
-                        out["decision"] = json!("allowed");
-                        out["why"] = json!(why.to_string());
-                    }
-                }
-                out["mode"] = json!(if report { "report" } else { "enforce" });
-                out["status"] = json!(200);
-                out["address"] = json!(addr.to_string());
-                out["crawl_delay_seconds"] = json!(pace.delay.as_secs_f64());
-                out["delay_rule"] = json!(pace.rule.label());
-                out["max_in_flight"] = json!(pace.max_in_flight);
-            }
-            Decision::Respond(reply) => {
-                let answer = reply.answer();
-                out["decision"] = json!(answer.decision.label());
-                out["status"] = json!(answer.status);
-                out["why"] = json!(answer.header);
-            }
-        }
-        out["tokens"] = json!(tokens.list());
-        out["tokens_from"] = json!(tokens.source());
-        out["mode_from"] = json!(mode.from.label());
-        // The Web Bot Auth identity a forwarded request would be signed as.
-        let signer = self.enforcer.signer(&who);
-        out["identity"] = json!(signer.as_ref().map(|s| s.identity.name.clone()));
-        out["budget"] = json!(signer.and_then(|s| s.budget).map(|b| b.name.clone()));
-        // The verdict's details: the same judgement, of the very snapshot decided on.
-        if let Some(snapshot) = snapshot {
-            if let Policy::Rules(file) = &snapshot.policy {
-                let robots = &file.robots;
-                let judged = judge(robots, &target, &tokens);
-                let (verdict, group) = (&judged.verdict, judged.group);
-                out["read_as"] = json!(judged.read_as.as_ref().map(ToString::to_string));
-                out["group_line"] = json!(group
-                    .and_then(|g| robots.group(g))
-                    .and_then(|g| g.lines.first()));
-                out["group_agents"] = json!(group.and_then(|g| robots.group(g)).map(|g| &g.agents));
-                if let Reason::Rule(rule) = verdict.reason {
-                    out["rule"] = json!(format!("{rule}"));
-                    out["pattern"] = json!(rule.pattern);
-                    out["line"] = json!(rule.line);
-                }
-                if usage.active() && verdict.allowed {
-                    out["usage"] = usage_explained(robots, &judged, &target, &usage);
-                }
-            }
-            if let Some(view) = self.enforcer.origin_view(&target.origin) {
-                out["robots"] = robots_state(&view, &snapshot);
-            }
-        }
-        json_reply(200, &out)
-    }
-
     async fn origin(&self, method: &str, rest: &str) -> Response<Vec<u8>> {
         let (spec, action) = match rest.strip_suffix("/refresh") {
             Some(spec) => (spec, "refresh"),
@@ -570,7 +441,7 @@ fn seconds_until(at: Instant) -> f64 {
 
 /// The fetch state of one origin's robots.txt (`snapshot`: the copy a decision was
 /// made from, which may be newer than the view's).
-fn robots_state(view: &OriginView, snapshot: &Snapshot) -> Value {
+pub(super) fn robots_state(view: &OriginView, snapshot: &Snapshot) -> Value {
     let origin = view.origin();
     let (policy, why) = match &snapshot.policy {
         Policy::Rules(_) => ("rules", None),
@@ -623,46 +494,6 @@ fn parsed(robots: &RobotsTxt) -> Value {
             "line": c.line,
         })).collect::<Vec<_>>(),
         "truncated": robots.truncated(),
-    })
-}
-
-/// `/check`'s usage details, judged as the proxy judges them ([`judge_usage`]): per
-/// declared purpose, the statement that applied (its line, text and rule), what it says
-/// and the result, and whether the request is refused.
-fn usage_explained(
-    robots: &RobotsTxt,
-    judged: &Judgement<'_>,
-    target: &Target,
-    check: &UsageCheck,
-) -> Value {
-    let UsageJudgement { verdict, usage } = judge_usage(robots, judged, target, check);
-    let purposes: Vec<_> = verdict
-        .purposes()
-        .map(|v| {
-            let rule = usage.preference(v.purpose).1;
-            json!({
-                "purpose": v.purpose.label(),
-                "preference": v.preference.token(),
-                "result": if v.refused { "refused" } else { "allowed" },
-                "line": v.line,
-                "source": v.source.map(|s| s.label()),
-                "rule": rule.map(ToString::to_string),
-                "group_line": rule.map(|r| r.group_line),
-            })
-        })
-        .collect();
-    json!({
-        // Usage rules are grouped as the attach draft groups them: the crawler's usage
-        // group may start on another line than its Allow/Disallow group.
-        "group_line": judged.usage_group.and_then(|g| robots.usage_group_line(g)),
-        "too_many_rules": usage.overflowed(),
-        "mode": match check.mode {
-            UsageMode::Enforce => "enforce",
-            UsageMode::Report => "report",
-            UsageMode::Off => "off",
-        },
-        "refused": verdict.refused,
-        "purposes": purposes,
     })
 }
 

@@ -3,5 +3,6 @@
 //! layers below it.
 
 pub mod admin;
+mod check;
 pub mod directory;
 pub mod history;

@@ -347,10 +347,65 @@ impl Fetcher {
             .get_http_session(&peer)
             .await
             .map_err(|e| Failure::network(&format!("connect {addr}"), &e))?;
+        let request = self.request(&session, origin, path)?;
+        session
+            .write_request_header(Box::new(request))
+            .await
+            .map_err(|e| Failure::network("sending request", &e))?;
+        session
+            .finish_request_body()
+            .await
+            .map_err(|e| Failure::network("sending request", &e))?;
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| Failure::network("reading response", &e))?;
+        let head = session
+            .response_header()
+            .ok_or_else(|| Failure::new("network-error", "no response header"))?;
+        let status = head.status.as_u16();
+        let text = |name: &str| {
+            head.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let location = text("location");
+        let max_age = text("cache-control").as_deref().and_then(max_age);
+        let retry = text("retry-after").as_deref().and_then(retry_after);
+
+        let (body, complete) = if (200..300).contains(&status) {
+            read_body(&mut session).await?
+        } else {
+            (BytesMut::new(), false)
+        };
+        // Only a fully read answer leaves the connection reusable.
+        if complete || !(200..300).contains(&status) && session.response_done() {
+            self.connector
+                .release_http_session(session, &peer, None)
+                .await;
+        }
+        Ok(Response {
+            status,
+            location,
+            body: body.freeze(),
+            max_age,
+            retry_after: retry,
+        })
+    }
+
+    /// The `GET` for `path` on `origin` over `session`: the authority in `:authority`
+    /// for HTTP/2 (an h2 server may refuse a `Host` beside it, as nginx does), in `Host`
+    /// for HTTP/1.1; robotsgate's User-Agent, its `Via` when it sends one, and the
+    /// default identity's signature.
+    fn request(
+        &self,
+        session: &HttpSession,
+        origin: &Origin,
+        path: &str,
+    ) -> Result<RequestHeader, Failure> {
         let internal = |e: Box<pingora::Error>| Failure::new("internal-error", e.to_string());
         let authority = origin.authority().to_string();
-        // HTTP/2 names the authority in `:authority` alone (an h2 server may refuse a
-        // `Host` beside it, as nginx does); HTTP/1.1 in `Host`.
         let mut request = if matches!(session, HttpSession::H2(_)) {
             let mut request =
                 RequestHeader::build("GET", path.as_bytes(), None).map_err(internal)?;
@@ -385,66 +440,28 @@ impl Fetcher {
             signed.set_on(&mut request).map_err(internal)?;
             crate::telemetry::metrics::record_signed(&identity.name);
         }
-        session
-            .write_request_header(Box::new(request))
-            .await
-            .map_err(|e| Failure::network("sending request", &e))?;
-        session
-            .finish_request_body()
-            .await
-            .map_err(|e| Failure::network("sending request", &e))?;
-        session
-            .read_response_header()
-            .await
-            .map_err(|e| Failure::network("reading response", &e))?;
-        let head = session
-            .response_header()
-            .ok_or_else(|| Failure::new("network-error", "no response header"))?;
-        let status = head.status.as_u16();
-        let text = |name: &str| {
-            head.headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let location = text("location");
-        let max_age = text("cache-control").as_deref().and_then(max_age);
-        let retry = text("retry-after").as_deref().and_then(retry_after);
+        Ok(request)
+    }
+}
 
-        let mut body = BytesMut::new();
-        let mut complete = false;
-        if (200..300).contains(&status) {
-            while body.len() <= MAX_ROBOTS_BYTES {
-                match session.read_response_body().await {
-                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                    Ok(None) => {
-                        complete = true;
-                        break;
-                    }
-                    Err(e) => {
-                        let cause = match e.etype() {
-                            pingora::ErrorType::ReadTimedout => "timeout",
-                            _ => "truncated-body",
-                        };
-                        return Err(Failure::new(cause, format!("reading body: {e}")));
-                    }
-                }
+/// A 2xx answer's body, read to its end or just past [`MAX_ROBOTS_BYTES`]; whether it
+/// was read to its end.
+async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), Failure> {
+    let mut body = BytesMut::new();
+    while body.len() <= MAX_ROBOTS_BYTES {
+        match session.read_response_body().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => return Ok((body, true)),
+            Err(e) => {
+                let cause = match e.etype() {
+                    pingora::ErrorType::ReadTimedout => "timeout",
+                    _ => "truncated-body",
+                };
+                return Err(Failure::new(cause, format!("reading body: {e}")));
             }
         }
-        // Only a fully read answer leaves the connection reusable.
-        if complete || !(200..300).contains(&status) && session.response_done() {
-            self.connector
-                .release_http_session(session, &peer, None)
-                .await;
-        }
-        Ok(Response {
-            status,
-            location,
-            body: body.freeze(),
-            max_age,
-            retry_after: retry,
-        })
     }
+    Ok((body, false))
 }
 
 struct Response {

@@ -7,7 +7,7 @@
 //! the canonical origin-form path the decision was made on. `logging` writes the access
 //! log line and the request metrics.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
+use super::context::{RequestContext, Stage};
 use super::exchange::{
     exchange_end, retry_reason, unread, upstream_failure, upstream_peer, UpstreamOptions,
     MAX_EXCHANGE,
@@ -28,16 +29,11 @@ use super::headers::{
     has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
 };
 use crate::downstream::context::ClientContext;
-use crate::enforce::{
-    bad_request, Allowed, Answer, Decision, DelayRule, Enforcer, ExchangeEnd, Pace, Reported, Turn,
-};
-use crate::identity::payment::Reservation;
-use crate::identity::Signer;
+use crate::enforce::{bad_request, Answer, Decision, Enforcer, Pace, Turn};
 use crate::policy::agent::Requester;
 use crate::policy::target::{Scheme, Target, TargetError};
-use crate::policy::usage::UsageVerdict;
 use crate::telemetry::logging::AccessRecord;
-use crate::telemetry::metrics::{Mode, Outcome, Retry};
+use crate::telemetry::metrics::{Outcome, Retry};
 
 /// robotsgate's Pingora `ProxyHttp`: wires each request to the [`Enforcer`].
 pub struct RobotsGateProxy {
@@ -52,106 +48,6 @@ pub struct RobotsGateProxy {
     pub socket_hook: Option<crate::origin::loops::SocketHook>,
     /// The `Via` entry requests carry upstream (transparent listeners configured).
     pub via: Option<&'static str>,
-}
-
-/// What robotsgate knows of one request as it goes through Pingora's phases.
-#[derive(Default)]
-pub struct RequestContext {
-    /// From the front: the tunnel and user the request arrived with.
-    client: ClientContext,
-    /// The request came without the front's context: it is refused rather than judged
-    /// without its tunnel (as if it were plain `http://`).
-    client_unknown: bool,
-    started: Option<Instant>,
-    /// Where the request's robots.txt tokens came from (for the access log).
-    tokens_from: &'static str,
-    /// Which setting chose enforce or report mode (for the access log).
-    mode_from: &'static str,
-    body_bytes: u64,
-    /// Where the request goes, once understood.
-    target: Option<Target>,
-    stage: Stage,
-    /// The upstream connection's socket (held by this request until its response
-    /// ends), to ask the kernel how long a slow response sat unread
-    /// ([`Turn::origin_answered_read_late`]).
-    upstream_fd: Option<RawFd>,
-    /// robotsgate's own answer to write when an attempt sent again found no turn.
-    unsent: Option<Answer>,
-}
-
-/// Where a request stands: undecided, answered by robotsgate, or forwarded.
-// The context lives inside the request's one boxed future whichever stage it is in:
-// boxing the large variant would only add an allocation per forwarded request.
-#[allow(clippy::large_enum_variant)]
-#[derive(Default)]
-enum Stage {
-    #[default]
-    Received,
-    /// robotsgate answered instead of the origin.
-    Answered {
-        outcome: Outcome,
-        /// The answer's `X-Robots-Decision`.
-        why: String,
-        /// The robots.txt line that decided, when a rule did.
-        line: Option<u32>,
-    },
-    /// Allowed and paced: sent to `addr`.
-    Forwarded {
-        addr: SocketAddr,
-        allowed: Allowed,
-        /// What set its delay.
-        rule: DelayRule,
-        /// Report mode: the refusal it replaces (its `X-Robots-Decision`, line and
-        /// outcome).
-        reported: Option<Reported>,
-        /// The usage verdict for the crawler's purposes, marked on the response.
-        usage: Option<UsageVerdict>,
-        /// What the request is signed as (and whose budget pays), if anything.
-        signer: Option<Signer>,
-        /// Pay per crawl: the budget held for it while it offers to pay.
-        payment: Option<Reservation>,
-        /// What the origin's answer said of payment, for the access log.
-        paid: Option<String>,
-        /// Where it queues: an attempt sent again takes a turn of its own there.
-        pace: Pace,
-        /// The pacing turn, held until the origin's exchange has ended (`None` only
-        /// between a failed attempt and the next one's turn).
-        permit: Option<Turn>,
-        /// Attempts sent to the origin so far (Pingora sends again what the origin
-        /// never worked on, within `upstream.max_retries`).
-        attempts: u8,
-        /// How the last failed attempt ended, for its turn to end so before the next.
-        retried: Option<ExchangeEnd>,
-        upstream_status: Option<u16>,
-        /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
-        failed: Option<String>,
-    },
-}
-
-/// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
-/// robotsgate's own answer, or why it was allowed (written only when the line is).
-enum Why {
-    Answer(String),
-    Allowed(Allowed),
-}
-
-impl std::fmt::Display for Why {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Why::Answer(header) => f.write_str(header),
-            Why::Allowed(allowed) => allowed.fmt(f),
-        }
-    }
-}
-
-impl RequestContext {
-    fn answered(&mut self, answer: &Answer) {
-        self.stage = Stage::Answered {
-            outcome: answer.decision,
-            why: answer.header.clone(),
-            line: answer.rule_line,
-        };
-    }
 }
 
 impl RobotsGateProxy {
@@ -743,6 +639,8 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
+    /// The request is over: counted, its turn ended as its exchange did (held a while
+    /// more when cut), and its access log line written.
     async fn logging(
         &self,
         session: &mut Session,
@@ -750,85 +648,15 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
     ) {
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        let outcome = match (&ctx.stage, error) {
-            (Stage::Received, _) => Outcome::BadRequest,
-            (Stage::Answered { outcome, .. }, _) => *outcome,
-            (
-                Stage::Forwarded {
-                    failed: None,
-                    reported: Some(reported),
-                    ..
-                },
-                None,
-            ) => reported.outcome,
-            (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
-            (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
-        };
-        let client = &ctx.client;
-        let mode = match (client.destination.is_some(), client.tunnel.is_some()) {
-            (true, true) => Mode::TransparentTls,
-            (true, false) => Mode::Transparent,
-            (false, true) => Mode::Tunnel,
-            // Origin-form on the proxy listener: a client that treats it as the origin.
-            (false, false) if session.req_header().raw_path().first() == Some(&b'/') => {
-                Mode::Transparent
-            }
-            (false, false) => Mode::Explicit,
-        };
+        let outcome = ctx.outcome(error);
+        let mode = ctx.mode(session.req_header().raw_path());
         let https = ctx
             .target
             .as_ref()
             .is_some_and(|t| t.origin.scheme == Scheme::Https);
-        let protocol = client.protocol;
+        let protocol = ctx.client.protocol;
         crate::telemetry::metrics::record_request(outcome, mode, protocol, https, elapsed);
-        // The exchange is over: its turns end as it did (held a while more when cut).
-        let (pacing_wait, upstream_status, line, why, delay_rule, usage, signed) =
-            match std::mem::take(&mut ctx.stage) {
-                Stage::Received => (
-                    0.0,
-                    None,
-                    None,
-                    Why::Answer(String::new()),
-                    None,
-                    None,
-                    None,
-                ),
-                Stage::Answered { why, line, .. } => {
-                    (0.0, None, line, Why::Answer(why), None, None, None)
-                }
-                Stage::Forwarded {
-                    allowed,
-                    rule,
-                    reported,
-                    permit,
-                    upstream_status,
-                    failed,
-                    usage,
-                    signer,
-                    paid,
-                    ..
-                } => {
-                    let (line, why) = match (reported, allowed) {
-                        (Some(reported), _) => (reported.line, Why::Answer(reported.header)),
-                        (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
-                        (None, _) => (None, Why::Allowed(allowed)),
-                    };
-                    let why = failed.map_or(why, Why::Answer);
-                    let waited = permit.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
-                    if let Some(permit) = permit {
-                        permit.end(exchange_end(error));
-                    }
-                    (
-                        waited,
-                        upstream_status,
-                        line,
-                        why,
-                        Some(rule.label()),
-                        usage,
-                        signer.map(|s| (s.identity, paid)),
-                    )
-                }
-            };
+        let ended = ctx.end(error);
         if !crate::telemetry::logging::access_enabled() {
             return;
         }
@@ -850,14 +678,14 @@ impl ProxyHttp for RobotsGateProxy {
             protocol: protocol.label(),
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
-            upstream_status,
-            line,
-            why: &why,
-            pacing_wait_seconds: pacing_wait,
-            delay_rule,
-            usage: usage.map(|u| u.header()).as_deref(),
-            identity: signed.as_ref().map(|(s, _)| s.name.as_str()),
-            payment: signed.as_ref().and_then(|(_, paid)| paid.as_deref()),
+            upstream_status: ended.upstream_status,
+            line: ended.line,
+            why: &ended.why,
+            pacing_wait_seconds: ended.pacing_wait,
+            delay_rule: ended.delay_rule,
+            usage: ended.usage.map(|u| u.header()).as_deref(),
+            identity: ended.signed.as_ref().map(|(s, _)| s.name.as_str()),
+            payment: ended.signed.as_ref().and_then(|(_, paid)| paid.as_deref()),
             duration_seconds: elapsed,
             error: error.map(|e| e as &dyn std::fmt::Display),
         }

@@ -3,6 +3,7 @@
 //! changed on the way through (`headers`), and the server that puts the front door, the
 //! proxy and the admin listener together ([`server`]). Uses every layer below it.
 
+mod context;
 pub mod exchange;
 mod headers;
 pub mod http;

@@ -1,0 +1,219 @@
+//! What robotsgate knows of one request as it goes through Pingora's phases (the
+//! typed context of its `ProxyHttp`), and how a request's stage comes to an end: its
+//! outcome, and for a forwarded one its turn ended as its exchange did.
+
+use std::net::SocketAddr;
+use std::os::unix::io::RawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::exchange::exchange_end;
+use crate::downstream::context::ClientContext;
+use crate::enforce::{Allowed, Answer, DelayRule, ExchangeEnd, Pace, Reported, Turn};
+use crate::identity::payment::Reservation;
+use crate::identity::{Identity, Signer};
+use crate::policy::target::Target;
+use crate::policy::usage::UsageVerdict;
+use crate::telemetry::metrics::{Mode, Outcome};
+
+/// What robotsgate knows of one request as it goes through Pingora's phases.
+#[derive(Default)]
+pub struct RequestContext {
+    /// From the front: the tunnel and user the request arrived with.
+    pub(super) client: ClientContext,
+    /// The request came without the front's context: it is refused rather than judged
+    /// without its tunnel (as if it were plain `http://`).
+    pub(super) client_unknown: bool,
+    pub(super) started: Option<Instant>,
+    /// Where the request's robots.txt tokens came from (for the access log).
+    pub(super) tokens_from: &'static str,
+    /// Which setting chose enforce or report mode (for the access log).
+    pub(super) mode_from: &'static str,
+    pub(super) body_bytes: u64,
+    /// Where the request goes, once understood.
+    pub(super) target: Option<Target>,
+    pub(super) stage: Stage,
+    /// The upstream connection's socket (held by this request until its response
+    /// ends), to ask the kernel how long a slow response sat unread
+    /// ([`Turn::origin_answered_read_late`]).
+    pub(super) upstream_fd: Option<RawFd>,
+    /// robotsgate's own answer to write when an attempt sent again found no turn.
+    pub(super) unsent: Option<Answer>,
+}
+
+/// Where a request stands: undecided, answered by robotsgate, or forwarded.
+// The context lives inside the request's one boxed future whichever stage it is in:
+// boxing the large variant would only add an allocation per forwarded request.
+#[allow(clippy::large_enum_variant)]
+#[derive(Default)]
+pub(super) enum Stage {
+    #[default]
+    Received,
+    /// robotsgate answered instead of the origin.
+    Answered {
+        outcome: Outcome,
+        /// The answer's `X-Robots-Decision`.
+        why: String,
+        /// The robots.txt line that decided, when a rule did.
+        line: Option<u32>,
+    },
+    /// Allowed and paced: sent to `addr`.
+    Forwarded {
+        addr: SocketAddr,
+        allowed: Allowed,
+        /// What set its delay.
+        rule: DelayRule,
+        /// Report mode: the refusal it replaces (its `X-Robots-Decision`, line and
+        /// outcome).
+        reported: Option<Reported>,
+        /// The usage verdict for the crawler's purposes, marked on the response.
+        usage: Option<UsageVerdict>,
+        /// What the request is signed as (and whose budget pays), if anything.
+        signer: Option<Signer>,
+        /// Pay per crawl: the budget held for it while it offers to pay.
+        payment: Option<Reservation>,
+        /// What the origin's answer said of payment, for the access log.
+        paid: Option<String>,
+        /// Where it queues: an attempt sent again takes a turn of its own there.
+        pace: Pace,
+        /// The pacing turn, held until the origin's exchange has ended (`None` only
+        /// between a failed attempt and the next one's turn).
+        permit: Option<Turn>,
+        /// Attempts sent to the origin so far (Pingora sends again what the origin
+        /// never worked on, within `upstream.max_retries`).
+        attempts: u8,
+        /// How the last failed attempt ended, for its turn to end so before the next.
+        retried: Option<ExchangeEnd>,
+        upstream_status: Option<u16>,
+        /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
+        failed: Option<String>,
+    },
+}
+
+/// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
+/// robotsgate's own answer, or why it was allowed (written only when the line is).
+pub(super) enum Why {
+    Answer(String),
+    Allowed(Allowed),
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Why::Answer(header) => f.write_str(header),
+            Why::Allowed(allowed) => allowed.fmt(f),
+        }
+    }
+}
+
+impl RequestContext {
+    pub(super) fn answered(&mut self, answer: &Answer) {
+        self.stage = Stage::Answered {
+            outcome: answer.decision,
+            why: answer.header.clone(),
+            line: answer.rule_line,
+        };
+    }
+}
+
+/// What a request's end leaves for its access log line.
+pub(super) struct Ended {
+    /// How long it waited for its turn, in seconds.
+    pub(super) pacing_wait: f64,
+    /// The origin's status, when it answered.
+    pub(super) upstream_status: Option<u16>,
+    /// The robots.txt line that decided, when a rule did.
+    pub(super) line: Option<u32>,
+    /// Why it ended as it did.
+    pub(super) why: Why,
+    /// What set its delay.
+    pub(super) delay_rule: Option<&'static str>,
+    /// Its usage verdict.
+    pub(super) usage: Option<UsageVerdict>,
+    /// The identity it was signed as, and what its answer said of payment.
+    pub(super) signed: Option<(Arc<Identity>, Option<String>)>,
+}
+
+impl RequestContext {
+    /// The request's outcome, for the metrics and the log.
+    pub(super) fn outcome(&self, error: Option<&pingora::Error>) -> Outcome {
+        match (&self.stage, error) {
+            (Stage::Received, _) => Outcome::BadRequest,
+            (Stage::Answered { outcome, .. }, _) => *outcome,
+            (
+                Stage::Forwarded {
+                    failed: None,
+                    reported: Some(reported),
+                    ..
+                },
+                None,
+            ) => reported.outcome,
+            (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
+            (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
+        }
+    }
+
+    /// How the request reached robotsgate (`raw_path`: its request target).
+    pub(super) fn mode(&self, raw_path: &[u8]) -> Mode {
+        match (
+            self.client.destination.is_some(),
+            self.client.tunnel.is_some(),
+        ) {
+            (true, true) => Mode::TransparentTls,
+            (true, false) => Mode::Transparent,
+            (false, true) => Mode::Tunnel,
+            // Origin-form on the proxy listener: a client that treats it as the origin.
+            (false, false) if raw_path.first() == Some(&b'/') => Mode::Transparent,
+            (false, false) => Mode::Explicit,
+        }
+    }
+
+    /// Ends the request's stage: a forwarded one's turn ends as its exchange did
+    /// (`error`), held a while more when cut. What the log needs of it is returned.
+    pub(super) fn end(&mut self, error: Option<&pingora::Error>) -> Ended {
+        let answered = |why, line| Ended {
+            pacing_wait: 0.0,
+            upstream_status: None,
+            line,
+            why: Why::Answer(why),
+            delay_rule: None,
+            usage: None,
+            signed: None,
+        };
+        match std::mem::take(&mut self.stage) {
+            Stage::Received => answered(String::new(), None),
+            Stage::Answered { why, line, .. } => answered(why, line),
+            Stage::Forwarded {
+                allowed,
+                rule,
+                reported,
+                permit,
+                upstream_status,
+                failed,
+                usage,
+                signer,
+                paid,
+                ..
+            } => {
+                let (line, why) = match (reported, allowed) {
+                    (Some(reported), _) => (reported.line, Why::Answer(reported.header)),
+                    (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
+                    (None, _) => (None, Why::Allowed(allowed)),
+                };
+                let pacing_wait = permit.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
+                if let Some(permit) = permit {
+                    permit.end(exchange_end(error));
+                }
+                Ended {
+                    pacing_wait,
+                    upstream_status,
+                    line,
+                    why: failed.map_or(why, Why::Answer),
+                    delay_rule: Some(rule.label()),
+                    usage,
+                    signed: signer.map(|s| (s.identity, paid)),
+                }
+            }
+        }
+    }
+}
