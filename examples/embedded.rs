@@ -84,7 +84,7 @@ impl ProxyHttp for Guarded {
                 );
                 Ok(false)
             }
-            Decision::Respond(reply) => {
+            Decision::Refuse(reply) => {
                 robotsgate::proxy::http::respond(session, &reply.answer()).await?;
                 Ok(true)
             }

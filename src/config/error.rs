@@ -171,7 +171,7 @@ fn steps(key: &str) -> Vec<Step<'_>> {
 
 /// A block YAML line: its indentation, whether it opens a list item (`- `), and the
 /// mapping key it writes (after the dash), if any.
-struct Line<'a> {
+struct YamlLine<'a> {
     /// Columns before the first character.
     indent: usize,
     /// `- …`: a list item at `indent`.
@@ -180,7 +180,7 @@ struct Line<'a> {
     key: Option<(&'a str, usize)>,
 }
 
-fn line(text: &str) -> Option<Line<'_>> {
+fn line(text: &str) -> Option<YamlLine<'_>> {
     let trimmed = text.trim_start();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;
@@ -195,13 +195,13 @@ fn line(text: &str) -> Option<Line<'_>> {
         .map(|(k, _)| k.trim().trim_matches('"').trim_matches('\''))
         .filter(|k| !k.is_empty() && !k.contains(' '))
         .map(|k| (k, column));
-    Some(Line { indent, item, key })
+    Some(YamlLine { indent, item, key })
 }
 
 /// The 1-based line of `key` in the YAML `text`, followed down the block indentation;
 /// the nearest enclosing key's line when the rest is not written as blocks.
 pub(crate) fn line_of(text: &str, key: &str) -> Option<usize> {
-    let lines: Vec<Option<Line<'_>>> = text.lines().map(line).collect();
+    let lines: Vec<Option<YamlLine<'_>>> = text.lines().map(line).collect();
     // Where the enclosing block's lines start, and the column its keys are deeper than.
     let (mut from, mut deeper_than, mut found) = (0usize, None::<usize>, None);
     for step in steps(key) {
@@ -226,7 +226,7 @@ pub(crate) fn line_of(text: &str, key: &str) -> Option<usize> {
 /// The line and column of key `name` in the block that starts at `from` and whose keys
 /// are deeper than `deeper_than`; `None` when the block does not write it.
 fn find_key(
-    lines: &[Option<Line<'_>>],
+    lines: &[Option<YamlLine<'_>>],
     from: usize,
     deeper_than: Option<usize>,
     name: &str,
@@ -248,7 +248,7 @@ fn find_key(
 }
 
 /// The lines that open the items of the list under the key at `column`, from `from`.
-fn items(lines: &[Option<Line<'_>>], from: usize, column: usize) -> Vec<usize> {
+fn items(lines: &[Option<YamlLine<'_>>], from: usize, column: usize) -> Vec<usize> {
     let mut found = Vec::new();
     let mut item_indent = None;
     for (j, l) in lines.iter().enumerate().skip(from) {

@@ -27,11 +27,11 @@ use tokio::sync::Semaphore;
 
 use crate::config::{AccessConfig, Cidr};
 
-/// A user from the credentials file.
+/// A proxy user: one line of the credentials file.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Identity {
+pub struct User {
     /// The user name from the credentials file.
-    pub user: String,
+    pub name: String,
     /// robots.txt product tokens this user is judged as, most specific first; empty means
     /// the usual agent rules apply.
     pub tokens: Vec<String>,
@@ -60,19 +60,22 @@ impl Denied {
     }
 
     /// The `reason` this refusal is counted under.
-    pub fn reason(self) -> crate::telemetry::metrics::Refusal {
-        use crate::telemetry::metrics::Refusal;
+    pub fn reason(self) -> crate::telemetry::metrics::RefusalReason {
+        use crate::telemetry::metrics::RefusalReason;
         match self {
-            Denied::ClientNetwork => Refusal::ClientNetwork,
-            Denied::AuthRequired => Refusal::AuthRequired,
-            Denied::AuthFailed => Refusal::AuthFailed,
+            Denied::ClientNetwork => RefusalReason::ClientNetwork,
+            Denied::AuthRequired => RefusalReason::AuthRequired,
+            Denied::AuthFailed => RefusalReason::AuthFailed,
         }
     }
 }
 
-struct User {
+/// One credentials line as checked: its bcrypt hash, and the user it admits.
+struct Credential {
+    /// The password's bcrypt hash.
     hash: String,
-    identity: Arc<Identity>,
+    /// The user it admits.
+    user: Arc<User>,
 }
 
 /// Verified `Proxy-Authorization` values kept (by digest) before the cache starts over.
@@ -81,10 +84,10 @@ const VERIFIED_CACHE: usize = 4096;
 /// Who may use the proxy: client networks and, optionally, Basic proxy credentials.
 pub struct AccessPolicy {
     clients: Vec<Cidr>,
-    users: Option<HashMap<String, User>>,
+    users: Option<HashMap<String, Credential>>,
     /// The realm named in `Proxy-Authenticate`.
     pub realm: String,
-    verified: Mutex<HashMap<[u8; 32], Arc<Identity>>>,
+    verified: Mutex<HashMap<[u8; 32], Arc<User>>>,
     verifying: Semaphore,
 }
 
@@ -128,10 +131,7 @@ impl AccessPolicy {
 
     /// Checks a request's `Proxy-Authorization` value. `Ok(None)`: no credentials file,
     /// anyone admitted by network may proceed.
-    pub async fn authenticate(
-        &self,
-        header: Option<&[u8]>,
-    ) -> Result<Option<Arc<Identity>>, Denied> {
+    pub async fn authenticate(&self, header: Option<&[u8]>) -> Result<Option<Arc<User>>, Denied> {
         let Some(users) = &self.users else {
             return Ok(None);
         };
@@ -149,7 +149,7 @@ impl AccessPolicy {
         else {
             return Err(Denied::AuthFailed);
         };
-        let _turn = self
+        let _verifying = self
             .verifying
             .acquire()
             .await
@@ -160,19 +160,19 @@ impl AccessPolicy {
             .and_then(Result::ok)
             .unwrap_or(false);
         match known {
-            Some(user) if matched => {
+            Some(credential) if matched => {
                 let mut verified = self.lock();
                 if verified.len() >= VERIFIED_CACHE {
                     verified.clear();
                 }
-                verified.insert(digest, user.identity.clone());
-                Ok(Some(user.identity.clone()))
+                verified.insert(digest, credential.user.clone());
+                Ok(Some(credential.user.clone()))
             }
             _ => Err(Denied::AuthFailed),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<Identity>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<User>>> {
         self.verified.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -200,7 +200,7 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
 
 /// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2[:purposes]]` per line,
 /// `#` comments.
-fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
+fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, String> {
     let mut users = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -245,14 +245,13 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, User>, String> {
             })?;
             purposes = purposes.with(purpose);
         }
-        let identity = Arc::new(Identity {
-            user: user.to_string(),
-            tokens,
-            purposes,
-        });
-        let entry = User {
+        let entry = Credential {
             hash: hash.to_string(),
-            identity,
+            user: Arc::new(User {
+                name: user.to_string(),
+                tokens,
+                purposes,
+            }),
         };
         if users.insert(user.to_string(), entry).is_some() {
             return Err(format!("{}: user `{user}` appears twice", at()));

@@ -254,7 +254,7 @@ impl Tunnels {
         .await;
         let sent = matches!(sent, Ok(Ok(true)));
         if !sent {
-            metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
+            metrics::record_refusal(metrics::RefusalReason::FirstByteTimeout);
         }
         sent
     }
@@ -391,7 +391,7 @@ impl Tunnels {
         };
         let decision = self.enforcer.decide_to(&root, who, destination).await;
         let (addr, pace) = match decision {
-            Decision::Respond(reply) => {
+            Decision::Refuse(reply) => {
                 return self
                     .refuse(&mut l4, &shown, mode, &reply.answer(), started)
                     .await
@@ -457,7 +457,7 @@ impl Tunnels {
             why = answer.header.as_str(),
         );
         if mode != TunnelMode::TransparentBlind {
-            crate::downstream::reply::write_answer(l4, answer).await;
+            crate::downstream::refuse::write_answer(l4, answer).await;
         }
     }
 }

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::downstream::access::Identity;
+use crate::downstream::access::User;
 use crate::policy::target::Origin;
 pub use crate::telemetry::metrics::Protocol;
 
@@ -25,7 +25,7 @@ pub struct ClientContext {
     /// (shared: every request in the tunnel gets it).
     pub tunnel: Option<Arc<Origin>>,
     /// The authenticated user, when `access.credentials_file` is set.
-    pub identity: Option<Arc<Identity>>,
+    pub user: Option<Arc<User>>,
     /// On a redirected connection (transparent mode): where it was going, which is where
     /// every request on it goes.
     pub destination: Option<SocketAddr>,

@@ -44,9 +44,9 @@ use crate::downstream::connect::Tunnels;
 use crate::downstream::context::ClientContext;
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
-use crate::downstream::reply::{refuse, Refusal};
+use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::shutting_down;
-use crate::downstream::slots::{Held, Slots};
+use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
 use crate::telemetry::metrics;
 
@@ -126,14 +126,14 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
         if !self.access.client_allowed(client) {
             let why = "this client's address is not in access.allow_clients";
-            let refusal = Refusal::new(403, metrics::Refusal::ClientNetwork, why);
+            let refusal = FrontRefusal::new(403, metrics::RefusalReason::ClientNetwork, why);
             self.turn_away(&mut stream, client, refusal).await;
             return None;
         }
-        let _open = match self.slots.take(client, Held::Connection) {
+        let _open = match self.slots.take(client, SlotKind::Connection) {
             Ok(slot) => slot,
             Err(full) => {
-                let refusal = Refusal::new(503, full.reason(), full.why()).retry_after(1);
+                let refusal = FrontRefusal::new(503, full.reason(), full.why()).retry_after(1);
                 self.turn_away(&mut stream, client, refusal).await;
                 return None;
             }
@@ -170,7 +170,12 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     /// Refuses a connection before serving it. Its request is read first (briefly), so
     /// the client sees the answer rather than a reset; one that sends nothing is closed
     /// unanswered, as everywhere in the front.
-    async fn turn_away(&self, stream: &mut Stream, client: Option<IpAddr>, refusal: Refusal<'_>) {
+    async fn turn_away(
+        &self,
+        stream: &mut Stream,
+        client: Option<IpAddr>,
+        refusal: FrontRefusal<'_>,
+    ) {
         let wait = self.limits.first_byte_timeout.min(Duration::from_secs(1));
         let head = read_head(stream, &self.limits, wait).await;
         if !matches!(head, Err(HeadError::Gone | HeadError::FirstByteTimeout)) {
@@ -200,10 +205,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 log::warn!("transparent: a connection from {client:?} was going to {to}, robotsgate's own listener: refused (the redirection rule must exclude robotsgate's own connections, and clients must not dial the transparent ports)");
                 let mut stream: Stream = l4;
                 if tls {
-                    metrics::record_refusal(metrics::Refusal::Loop);
+                    metrics::record_refusal(metrics::RefusalReason::Loop);
                 } else {
                     let why = "this connection was going to robotsgate itself (a redirection loop)";
-                    let refusal = Refusal::new(508, metrics::Refusal::Loop, why);
+                    let refusal = FrontRefusal::new(508, metrics::RefusalReason::Loop, why);
                     self.turn_away(&mut stream, client, refusal).await;
                 }
                 return;
@@ -303,13 +308,13 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             // connection closing is ordinary).
             Err(HeadError::FirstByteTimeout) => {
                 if conn.fresh {
-                    metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
+                    metrics::record_refusal(metrics::RefusalReason::FirstByteTimeout);
                 }
                 None
             }
             Err(e) => {
                 let why = e.to_string();
-                let refusal = Refusal::new(e.status().unwrap_or(400), e.reason(), &why);
+                let refusal = FrontRefusal::new(e.status().unwrap_or(400), e.reason(), &why);
                 refuse(&mut *conn.stream, client, refusal).await;
                 None
             }
@@ -336,14 +341,14 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             .await
         {
             Ok(user) => {
-                context.identity = user;
+                context.user = user;
                 true
             }
             Err(denied) => {
                 let why = "proxy credentials required (Proxy-Authorization: Basic)";
                 let challenge = format!("Basic realm=\"{}\"", self.access.realm);
                 let refusal =
-                    Refusal::new(denied.status(), denied.reason(), why).challenge(challenge);
+                    FrontRefusal::new(denied.status(), denied.reason(), why).challenge(challenge);
                 refuse(&mut *conn.stream, client, refusal).await;
                 false
             }
@@ -361,7 +366,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     ) -> Option<Stream> {
         if context.tunnel.is_some() || context.destination.is_some() {
             let why = "CONNECT inside a tunnel or a redirected connection";
-            let refusal = Refusal::new(400, metrics::Refusal::Malformed, why);
+            let refusal = FrontRefusal::new(400, metrics::RefusalReason::Malformed, why);
             refuse(&mut *conn.stream, client, refusal).await;
             return None;
         }
@@ -371,7 +376,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             return None;
         };
         l4.rewind(&head.bytes[head.len..]);
-        let tokens = context.identity.as_ref().map(|i| i.tokens.as_slice());
+        let tokens = context.user.as_ref().map(|i| i.tokens.as_slice());
         // Boxed, like the proxy's future: an idle connection's task then holds only the
         // loop's small state, not room for the largest future it might await (Pingora's
         // is tens of KiB).

@@ -28,7 +28,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncRead;
 
 use crate::config::LimitsConfig;
-use crate::telemetry::metrics::Refusal;
+use crate::telemetry::metrics::RefusalReason;
 
 /// The limits [`read_head`] applies (from `robotsgate.limits`).
 #[derive(Clone, Debug)]
@@ -135,17 +135,17 @@ impl HeadError {
     }
 
     /// The `reason` label of `robotsgate_downstream_refusals_total`.
-    pub fn reason(&self) -> Refusal {
+    pub fn reason(&self) -> RefusalReason {
         match self {
-            HeadError::Gone | HeadError::Malformed(_) => Refusal::Malformed,
-            HeadError::FirstByteTimeout => Refusal::FirstByteTimeout,
-            HeadError::Timeout => Refusal::HeaderTimeout,
-            HeadError::RequestLineTooLong => Refusal::RequestLineTooLong,
-            HeadError::HeadTooLarge => Refusal::HeaderTooLarge,
-            HeadError::TooManyHeaders => Refusal::TooManyHeaders,
-            HeadError::BodyTooLarge => Refusal::BodyTooLarge,
-            HeadError::BodyOnGet => Refusal::BodyOnGet,
-            HeadError::Upgrade => Refusal::Upgrade,
+            HeadError::Gone | HeadError::Malformed(_) => RefusalReason::Malformed,
+            HeadError::FirstByteTimeout => RefusalReason::FirstByteTimeout,
+            HeadError::Timeout => RefusalReason::HeaderTimeout,
+            HeadError::RequestLineTooLong => RefusalReason::RequestLineTooLong,
+            HeadError::HeadTooLarge => RefusalReason::HeaderTooLarge,
+            HeadError::TooManyHeaders => RefusalReason::TooManyHeaders,
+            HeadError::BodyTooLarge => RefusalReason::BodyTooLarge,
+            HeadError::BodyOnGet => RefusalReason::BodyOnGet,
+            HeadError::Upgrade => RefusalReason::Upgrade,
         }
     }
 }

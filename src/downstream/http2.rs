@@ -58,9 +58,9 @@ use crate::config::LimitsConfig;
 use crate::downstream::context::{ClientContext, Protocol};
 use crate::downstream::h2_stream::{H2Stream, Started};
 use crate::downstream::head::{HeadError, HeadLimits};
-use crate::downstream::reply::Refusal;
+use crate::downstream::refuse::FrontRefusal;
 use crate::downstream::shutting_down;
-use crate::downstream::slots::{Held, Slots};
+use crate::downstream::slots::{SlotKind, Slots};
 use crate::policy::answer::Answer;
 use crate::telemetry::metrics;
 
@@ -218,7 +218,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
                     return;
                 }
                 Err(_) => {
-                    metrics::record_refusal(metrics::Refusal::FirstByteTimeout);
+                    metrics::record_refusal(metrics::RefusalReason::FirstByteTimeout);
                     return;
                 }
             };
@@ -244,7 +244,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
                 Ok(Some(H2Accept::Session(session))) => session,
                 Ok(Some(H2Accept::Rejected)) => {
                     malformed += 1;
-                    metrics::record_refusal(metrics::Refusal::Malformed);
+                    metrics::record_refusal(metrics::RefusalReason::Malformed);
                     if malformed >= MALFORMED_STREAMS {
                         log::info!("HTTP/2 from {client:?}: {malformed} malformed streams; connection closed");
                         return;
@@ -271,14 +271,14 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
         session.set_write_timeout(Some(self.limits.idle_timeout));
         let serving = in_progress.start();
         let admitted = match check(session.req_header(), session.is_body_empty(), self.limits) {
-            Ok(()) => self.slots.take(client, Held::Stream).map_err(|full| {
-                Refusal::new(503, full.reason(), full.why())
+            Ok(()) => self.slots.take(client, SlotKind::Stream).map_err(|full| {
+                FrontRefusal::new(503, full.reason(), full.why())
                     .retry_after(1)
                     .record(client)
             }),
             Err(e) => {
                 let why = e.to_string();
-                Err(Refusal::new(e.status().unwrap_or(400), e.reason(), &why).record(client))
+                Err(FrontRefusal::new(e.status().unwrap_or(400), e.reason(), &why).record(client))
             }
         };
         let slot = match admitted {

@@ -19,7 +19,7 @@ pub mod h2_stream;
 pub mod head;
 pub mod http2;
 pub mod intercept;
-pub mod reply;
+pub mod refuse;
 pub mod slots;
 pub mod transparent;
 

@@ -29,7 +29,7 @@ pub struct Slots {
 
 /// What a slot is held for (which gauge counts it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Held {
+pub enum SlotKind {
     /// An open client connection (tunnels included).
     Connection,
     /// An HTTP/2 stream whose request is in progress.
@@ -47,10 +47,10 @@ pub enum Full {
 
 impl Full {
     /// The `reason` label of `robotsgate_downstream_refusals_total`.
-    pub fn reason(self) -> metrics::Refusal {
+    pub fn reason(self) -> metrics::RefusalReason {
         match self {
-            Full::Client => metrics::Refusal::ClientConnectionLimit,
-            Full::All => metrics::Refusal::ConnectionLimit,
+            Full::Client => metrics::RefusalReason::ClientConnectionLimit,
+            Full::All => metrics::RefusalReason::ConnectionLimit,
         }
     }
 
@@ -71,7 +71,7 @@ pub struct Slot {
     _all: OwnedSemaphorePermit,
     client: Option<IpAddr>,
     slots: Arc<Slots>,
-    held: Held,
+    held: SlotKind,
 }
 
 /// The key a client's slots are counted under.
@@ -95,7 +95,7 @@ impl Slots {
     }
 
     /// A slot for `client` (`None`: a client with no address, counted only in all).
-    pub fn take(self: &Arc<Self>, client: Option<IpAddr>, held: Held) -> Result<Slot, Full> {
+    pub fn take(self: &Arc<Self>, client: Option<IpAddr>, held: SlotKind) -> Result<Slot, Full> {
         if let Some(ip) = client {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
             let count = open.entry(client_key(ip)).or_insert(0);
@@ -130,10 +130,10 @@ impl Slots {
     }
 }
 
-fn gauge(held: Held) -> &'static prometheus::IntGauge {
+fn gauge(held: SlotKind) -> &'static prometheus::IntGauge {
     match held {
-        Held::Connection => &metrics::DOWNSTREAM_CONNECTIONS,
-        Held::Stream => &metrics::DOWNSTREAM_STREAMS,
+        SlotKind::Connection => &metrics::DOWNSTREAM_CONNECTIONS,
+        SlotKind::Stream => &metrics::DOWNSTREAM_STREAMS,
     }
 }
 
@@ -153,14 +153,20 @@ mod tests {
         let slots = Slots::new(3, 2);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        let conn = slots.take(Some(a), Held::Connection).expect("first");
-        let stream = slots.take(Some(a), Held::Stream).expect("second");
-        assert_eq!(slots.take(Some(a), Held::Stream).unwrap_err(), Full::Client);
-        let other = slots.take(Some(b), Held::Connection).expect("b");
-        assert_eq!(slots.take(Some(b), Held::Stream).unwrap_err(), Full::All);
+        let conn = slots.take(Some(a), SlotKind::Connection).expect("first");
+        let stream = slots.take(Some(a), SlotKind::Stream).expect("second");
+        assert_eq!(
+            slots.take(Some(a), SlotKind::Stream).unwrap_err(),
+            Full::Client
+        );
+        let other = slots.take(Some(b), SlotKind::Connection).expect("b");
+        assert_eq!(
+            slots.take(Some(b), SlotKind::Stream).unwrap_err(),
+            Full::All
+        );
         drop(stream);
         // The refused take gave b's count back: b has one slot, and one is free.
-        let again = slots.take(Some(b), Held::Stream).expect("b again");
+        let again = slots.take(Some(b), SlotKind::Stream).expect("b again");
         drop((conn, other, again));
         assert!(slots.open.lock().unwrap().is_empty());
     }
@@ -170,9 +176,9 @@ mod tests {
         let slots = Slots::new(10, 1);
         let one: IpAddr = "2001:db8::1".parse().unwrap();
         let same: IpAddr = "2001:db8::2".parse().unwrap();
-        let _held = slots.take(Some(one), Held::Connection).expect("one");
+        let _held = slots.take(Some(one), SlotKind::Connection).expect("one");
         assert_eq!(
-            slots.take(Some(same), Held::Connection).unwrap_err(),
+            slots.take(Some(same), SlotKind::Connection).unwrap_err(),
             Full::Client
         );
     }

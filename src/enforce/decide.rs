@@ -16,7 +16,7 @@ use crate::policy::target::Target;
 use crate::policy::usage::{UsageCheck, UsageVerdict};
 use crate::robots::{Reason, RobotsTxt, Usage};
 
-use super::{judge, judge_usage, Allowed, Decision, Enforcer, Pace, Reply, UsageJudgement};
+use super::{judge, judge_usage, Allowed, Decision, Enforcer, Pace, Refusal, UsageJudgement};
 
 /// What the operator set for one request: the host's override, report mode, and the
 /// usage check.
@@ -55,7 +55,7 @@ struct Forward {
     /// The group's Crawl-delay, if any.
     crawl_delay: Option<f64>,
     /// Report mode: the refusal it replaces.
-    reported: Option<Reply>,
+    reported: Option<Refusal>,
     /// The usage verdict to mark the response with.
     usage: Option<UsageVerdict>,
 }
@@ -66,7 +66,7 @@ impl Enforcer {
         // A client's `/robots.txt` is answered from the store, never fetched again on its
         // own: it would reach the origin unpaced (and, when unreadable, over and over).
         if facts.target.path.is_robots_txt() {
-            return Decision::Respond(Reply::RobotsTxt {
+            return Decision::Refuse(Refusal::RobotsTxt {
                 robots_url: facts.target.origin.robots_url(),
                 snapshot: facts.snapshot.clone(),
             });
@@ -104,7 +104,7 @@ impl Enforcer {
             usage,
         };
         if !verdict.allowed {
-            let refusal = Reply::Disallowed {
+            let refusal = Refusal::Disallowed {
                 robots_url: target.origin.robots_url(),
                 path: target.path.to_string(),
                 rule: verdict.rule().map(ToString::to_string).unwrap_or_default(),
@@ -118,7 +118,7 @@ impl Enforcer {
             if facts.operator.report {
                 return self.forward(facts, forward(Some(refusal), None));
             }
-            return Decision::Respond(refusal);
+            return Decision::Refuse(refusal);
         }
         if !check.active() {
             return self.forward(facts, forward(None, None));
@@ -128,7 +128,7 @@ impl Enforcer {
             usage,
         } = judge_usage(robots, &judged, target, check);
         match usage_refusal(facts, judged, &usage) {
-            Some(refusal) if check.mode == UsageMode::Enforce => Decision::Respond(refusal),
+            Some(refusal) if check.mode == UsageMode::Enforce => Decision::Refuse(refusal),
             refusal => self.forward(facts, forward(refusal, Some(judged))),
         }
     }
@@ -147,7 +147,7 @@ impl Enforcer {
             usage: judged,
         };
         match refusal {
-            Some(refusal) if check.mode == UsageMode::Enforce => Decision::Respond(refusal),
+            Some(refusal) if check.mode == UsageMode::Enforce => Decision::Refuse(refusal),
             refusal => self.forward(facts, forward(refusal)),
         }
     }
@@ -155,12 +155,12 @@ impl Enforcer {
     /// robots.txt unreachable and no usable copy: disallow all (report mode forwards,
     /// marked).
     fn on_disallow_all(&self, facts: &Facts<'_>) -> Decision {
-        let refusal = Reply::RobotsUnreachable {
+        let refusal = Refusal::RobotsUnreachable {
             robots_url: facts.target.origin.robots_url(),
             snapshot: facts.snapshot.clone(),
         };
         if !facts.operator.report {
-            return Decision::Respond(refusal);
+            return Decision::Refuse(refusal);
         }
         let forward = Forward {
             why: Allowed::NoRobotsTxt,
@@ -179,7 +179,7 @@ impl Enforcer {
         let addrs = match facts.resolved {
             Ok(addrs) => addrs,
             Err(e) => {
-                return Decision::Respond(Reply::DnsFailure {
+                return Decision::Refuse(Refusal::DnsFailure {
                     origin: origin.to_string(),
                     error: e.clone(),
                 })
@@ -219,9 +219,9 @@ impl Enforcer {
 
 /// The usage refusal `judged` comes to, naming the statement that refused (none when
 /// the request is not refused).
-fn usage_refusal(facts: &Facts<'_>, judged: UsageVerdict, usage: &Usage<'_>) -> Option<Reply> {
+fn usage_refusal(facts: &Facts<'_>, judged: UsageVerdict, usage: &Usage<'_>) -> Option<Refusal> {
     let refused = judged.refusal()?;
-    Some(Reply::UsageRefused {
+    Some(Refusal::UsageRefused {
         robots_url: facts.target.origin.robots_url(),
         path: facts.target.path.to_string(),
         purpose: refused.purpose,

@@ -11,7 +11,7 @@ use crate::origin::store::OriginEntry;
 use crate::pacing::{DelayRule, Place};
 use crate::policy::usage::UsageVerdict;
 
-use super::Reply;
+use super::Refusal;
 
 /// Why a request may go through; small and `Copy`, formatted only when logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl std::fmt::Debug for Pace {
 }
 
 /// What to do with a request: data. Everything but [`Decision::Forward`] is answered by
-/// robotsgate itself, rendered into the client's answer in one place ([`Reply::answer`]).
+/// robotsgate itself, rendered into the client's answer in one place ([`Refusal::answer`]).
 #[derive(Debug)]
 pub enum Decision {
     /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
@@ -102,11 +102,11 @@ pub enum Decision {
         pace: Pace,
         /// Report mode: what enforcing would have answered instead (a robots.txt or a
         /// usage refusal).
-        reported: Option<Box<Reply>>,
+        reported: Option<Box<Refusal>>,
         /// The usage verdict for the crawler's declared purposes (none declared, or
         /// `usage.mode: off`: `None`), to mark the response with (`X-Robots-Usage`).
         usage: Option<UsageVerdict>,
     },
     /// Answer the client with this; the origin is not contacted.
-    Respond(Reply),
+    Refuse(Refusal),
 }

@@ -23,7 +23,7 @@ pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 use crate::pacing::backend::Fleet;
 pub use crate::pacing::DelayRule;
-use crate::pacing::{PaceRequest, Pacer, RefusalReason};
+use crate::pacing::{PaceRequest, Pacer, TurnRefusal};
 use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::EgressPolicy;
@@ -36,12 +36,12 @@ mod decide;
 use decide::{Facts, Operator};
 mod decision;
 mod judge;
-mod reply;
+mod refusal;
 mod turn;
 mod views;
 pub use decision::{Allowed, Decision, Pace};
 pub use judge::{judge, judge_usage, Judgement, UsageJudgement};
-pub use reply::{Reply, Reported};
+pub use refusal::{Refusal, Reported};
 pub use turn::{Cut, ExchangeEnd, Turn};
 pub use views::{FleetView, OriginView};
 
@@ -203,15 +203,15 @@ impl Enforcer {
             .await;
         let verdict = match &decision {
             Decision::Forward { usage, .. } => usage.as_ref(),
-            Decision::Respond(Reply::UsageRefused { verdict, .. }) => Some(verdict),
-            Decision::Respond(_) => None,
+            Decision::Refuse(Refusal::UsageRefused { verdict, .. }) => Some(verdict),
+            Decision::Refuse(_) => None,
         };
         if let Some(verdict) = verdict {
             crate::telemetry::usage::record_verdict(verdict);
         }
         let signer = match &decision {
             Decision::Forward { .. } => self.signer(who),
-            Decision::Respond(_) => None,
+            Decision::Refuse(_) => None,
         };
         Judged {
             decision,
@@ -255,7 +255,7 @@ impl Enforcer {
     /// answered first), so `/check` can explain exactly it. A `destination` (a
     /// redirected connection's original destination) is where an allowed request goes,
     /// when it is one of the origin's addresses; otherwise the answer is a
-    /// [`Reply::HostMismatch`].
+    /// [`Refusal::HostMismatch`].
     pub async fn decide_explained(
         &self,
         target: &Target,
@@ -267,16 +267,16 @@ impl Enforcer {
         let origin = &target.origin;
         let resolved = match self.check_egress(origin).await {
             Ok(resolved) => resolved,
-            Err(refusal) => return (Decision::Respond(Reply::EgressDenied(refusal)), None),
+            Err(refusal) => return (Decision::Refuse(Refusal::EgressDenied(refusal)), None),
         };
         let resolved = match (destination, resolved) {
             (Some(d), Ok(addrs)) => {
                 if d.port() != origin.port || !addrs.contains(&d.ip()) {
-                    let reply = Reply::HostMismatch {
+                    let reply = Refusal::HostMismatch {
                         origin: origin.to_string(),
                         destination: d,
                     };
-                    return (Decision::Respond(reply), None);
+                    return (Decision::Refuse(reply), None);
                 }
                 Ok(vec![d.ip()])
             }
@@ -284,11 +284,11 @@ impl Enforcer {
         };
         let applied = self.overrides.find(origin);
         if let Some(blocked) = applied.filter(|a| a.entry.block) {
-            let reply = Reply::Blocked {
+            let reply = Refusal::Blocked {
                 pattern: blocked.entry.host.clone(),
                 reason: blocked.entry.reason.clone(),
             };
-            return (Decision::Respond(reply), None);
+            return (Decision::Refuse(reply), None);
         }
         let (entry, snapshot) = self.store.get(origin).await;
         let facts = Facts {
@@ -361,9 +361,9 @@ impl Enforcer {
             Err(refused) => {
                 let retry = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;
                 let reason = match refused.reason {
-                    RefusalReason::QueueFull => "queue-full",
-                    RefusalReason::WaitTooLong => "wait-too-long",
-                    RefusalReason::FleetUnavailable => "fleet-backend-unavailable",
+                    TurnRefusal::QueueFull => "queue-full",
+                    TurnRefusal::WaitTooLong => "wait-too-long",
+                    TurnRefusal::FleetUnavailable => "fleet-backend-unavailable",
                 };
                 let backoff = refused
                     .backed_off_for

@@ -157,7 +157,7 @@ fn describe_decision(out: &mut Value, decision: &Decision, report: bool) {
             out["delay_rule"] = json!(pace.rule.label());
             out["max_in_flight"] = json!(pace.max_in_flight);
         }
-        Decision::Respond(reply) => {
+        Decision::Refuse(reply) => {
             let answer = reply.answer();
             out["decision"] = json!(answer.decision.label());
             out["status"] = json!(answer.status);

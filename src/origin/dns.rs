@@ -145,7 +145,7 @@ pub async fn allowed_destination(
     resolver: &Resolver,
     egress: &crate::policy::egress::EgressPolicy,
     origin: &crate::policy::target::Origin,
-) -> Result<Result<Vec<IpAddr>, ResolveError>, crate::policy::egress::Refusal> {
+) -> Result<Result<Vec<IpAddr>, ResolveError>, crate::policy::egress::Forbidden> {
     egress.check_port(origin.port)?;
     let resolved = resolver.resolve(&origin.host).await;
     if let Ok(addrs) = &resolved {

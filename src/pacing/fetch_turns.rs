@@ -11,14 +11,14 @@ use tokio::time::Instant;
 use crate::config::OnUnavailable;
 use crate::pacing::backend::{self, Fleet};
 use crate::pacing::local::{Schedule, IN_FLIGHT};
-use crate::pacing::{record_owned, Held, Pacer, Place, Turn};
+use crate::pacing::{record_owned, HeldTurn, Pacer, Place, TurnKind};
 use crate::telemetry::metrics;
 
 /// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
 /// arrival order like a page's and released when the fetch ends (which starts each
 /// schedule's next delay).
 pub struct FetchTurns {
-    _held: Vec<Held>,
+    _held: Vec<HeldTurn>,
 }
 
 impl Pacer {
@@ -65,7 +65,7 @@ impl Pacer {
         let mut held = Vec::new();
         for schedule in list {
             let turn = self.local_turn(&schedule, 1, deadline).await.ok()?;
-            held.push(self.held(schedule, Turn::Local(turn)));
+            held.push(self.held(schedule, TurnKind::Local(turn)));
         }
         Some(FetchTurns { _held: held })
     }
@@ -124,7 +124,7 @@ impl Pacer {
             let Ok(turn) = self.shared_turn(fleet, &schedule, capacity, None).await? else {
                 return Ok(None);
             };
-            held.push(self.held(schedule, Turn::Shared(Box::new(turn))));
+            held.push(self.held(schedule, TurnKind::Shared(Box::new(turn))));
         }
         Ok(Some(FetchTurns { _held: held }))
     }

@@ -79,17 +79,17 @@ mod down;
 mod fetch_turns;
 mod local;
 mod memory;
+mod no_turn;
 pub mod outage;
-mod refusal;
 mod rules;
 pub mod shared;
 
 pub use local::{Place, ScheduleState, Schedules};
-pub use refusal::{RefusalReason, Refused};
+pub use no_turn::{Refused, TurnRefusal};
 pub use rules::DelayRule;
 
 /// A turn held on one schedule.
-enum Turn {
+enum TurnKind {
     /// The local schedule's turn.
     Local(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
     /// The shared schedule's turn (fleet mode).
@@ -104,16 +104,16 @@ enum Turn {
 
 /// A turn and its schedule; dropping it ends the request there (the end starts the
 /// schedule's next delay) and hands the turn on.
-struct Held {
+struct HeldTurn {
     schedule: Arc<Schedule>,
-    turn: Option<Turn>,
+    turn: Option<TurnKind>,
     ceiling: Duration,
 }
 
-impl Drop for Held {
+impl Drop for HeldTurn {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        if let Some(Turn::Shared(turn) | Turn::Owned(_, turn)) = self.turn.take() {
+        if let Some(TurnKind::Shared(turn) | TurnKind::Owned(_, turn)) = self.turn.take() {
             turn.release(self.ceiling);
         }
         self.schedule.dequeue();
@@ -122,11 +122,11 @@ impl Drop for Held {
 
 /// Records the local turns in `held` as taken by the place's owner during an outage
 /// (`outage`), for the shared backend's return.
-fn record_owned(fleet: &Arc<Fleet>, held: &mut [Held]) {
+fn record_owned(fleet: &Arc<Fleet>, held: &mut [HeldTurn]) {
     for h in held {
-        if let Some(Turn::Local(turn)) = h.turn.take() {
+        if let Some(TurnKind::Local(turn)) = h.turn.take() {
             let record = fleet.record_local_turn(h.schedule.keys(), h.schedule.group != IN_FLIGHT);
-            h.turn = Some(Turn::Owned(turn, Box::new(record)));
+            h.turn = Some(TurnKind::Owned(turn, Box::new(record)));
         }
     }
 }
@@ -138,7 +138,7 @@ fn record_owned(fleet: &Arc<Fleet>, held: &mut [Held]) {
 pub struct Turns {
     /// The origin's group schedule: answers and response times go there.
     schedule: Arc<Schedule>,
-    held: Vec<Held>,
+    held: Vec<HeldTurn>,
     /// In fleet mode, where an unpaced request's 429/503 is reported.
     fleet: Option<Arc<Fleet>>,
     adaptive: AdaptiveConfig,
@@ -185,7 +185,7 @@ impl Turns {
             self.adaptive.enabled.then_some(t.slow_down)
         };
         let shared = self.held.iter().find_map(|h| match &h.turn {
-            Some(Turn::Shared(turn) | Turn::Owned(_, turn))
+            Some(TurnKind::Shared(turn) | TurnKind::Owned(_, turn))
                 if Arc::ptr_eq(&h.schedule, &self.schedule) =>
             {
                 Some(turn)
@@ -286,8 +286,8 @@ impl Pacer {
         Schedules::get(place, group, capacity, &self.total, self.fleet.is_some())
     }
 
-    fn held(&self, schedule: Arc<Schedule>, turn: Turn) -> Held {
-        Held {
+    fn held(&self, schedule: Arc<Schedule>, turn: TurnKind) -> HeldTurn {
+        HeldTurn {
             schedule,
             turn: Some(turn),
             ceiling: self.config.ceiling_seconds.duration(),
@@ -481,7 +481,7 @@ impl Pacer {
                     }
                     Err(OnUnavailable::Refuse) => {
                         return Err(Refused {
-                            reason: RefusalReason::FleetUnavailable,
+                            reason: TurnRefusal::FleetUnavailable,
                             retry_after: Duration::from_secs(2),
                             backed_off_for: lock(&group.timing).backed_off_for(Instant::now()),
                         })
@@ -507,7 +507,7 @@ impl Pacer {
         fleet: &Arc<Fleet>,
         group: &Arc<Schedule>,
         max_in_flight: usize,
-    ) -> Result<Result<Option<Held>, Refused>, OnUnavailable> {
+    ) -> Result<Result<Option<HeldTurn>, Refused>, OnUnavailable> {
         let now = Instant::now();
         let (limited, backed_off_for, delay) = {
             let t = lock(&group.timing);
@@ -533,11 +533,11 @@ impl Pacer {
             backed_off_for,
         };
         Ok(match result {
-            Ok(turn) => Ok(Some(self.held(group.clone(), Turn::Shared(Box::new(turn))))),
-            Err(NoTurn::QueueFull(estimate)) => Err(refused(RefusalReason::QueueFull, estimate)),
-            Err(NoTurn::WaitTooLong(estimate)) => {
-                Err(refused(RefusalReason::WaitTooLong, estimate))
-            }
+            Ok(turn) => Ok(Some(
+                self.held(group.clone(), TurnKind::Shared(Box::new(turn))),
+            )),
+            Err(NoTurn::QueueFull(estimate)) => Err(refused(TurnRefusal::QueueFull, estimate)),
+            Err(NoTurn::WaitTooLong(estimate)) => Err(refused(TurnRefusal::WaitTooLong, estimate)),
         })
     }
 
@@ -551,11 +551,11 @@ impl Pacer {
         place: Place<'_>,
         group: &Arc<Schedule>,
         max_in_flight: usize,
-        held: &mut Vec<Held>,
+        held: &mut Vec<HeldTurn>,
     ) -> Result<(), Refused> {
         let backed_off_for = lock(&group.timing).backed_off_for(Instant::now());
         let not_before = self.owned_start(fleet, group).map_err(|wait| Refused {
-            reason: RefusalReason::FleetUnavailable,
+            reason: TurnRefusal::FleetUnavailable,
             retry_after: wait
                 .unwrap_or(Duration::from_secs(2))
                 .max(Duration::from_secs(1)),
@@ -593,7 +593,7 @@ impl Pacer {
         place: Place<'_>,
         group: &Arc<Schedule>,
         max_in_flight: usize,
-        held: &mut Vec<Held>,
+        held: &mut Vec<HeldTurn>,
     ) -> Result<(), Refused> {
         // Set once the request gave an in-flight turn back: it was admitted, so it
         // queues again without a new estimate, within its first deadline.
@@ -626,7 +626,7 @@ impl Pacer {
             let deadline = now + self.config.max_wait_seconds.duration();
             let free = self.free_local_turn(group, deadline).await;
             if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
-                held.push(self.held(group.clone(), Turn::Local(turn)));
+                held.push(self.held(group.clone(), TurnKind::Local(turn)));
                 held.push(in_flight_turn);
                 return Ok(());
             }
@@ -636,7 +636,7 @@ impl Pacer {
     }
 
     /// The permit for a request to `schedule` holding `held`, asked for at `started`.
-    fn turns(&self, schedule: Arc<Schedule>, held: Vec<Held>, started: Instant) -> Turns {
+    fn turns(&self, schedule: Arc<Schedule>, held: Vec<HeldTurn>, started: Instant) -> Turns {
         let granted = Instant::now();
         Turns {
             schedule,
@@ -659,7 +659,7 @@ impl Pacer {
         capacity: usize,
         in_flight: bool,
         admitted: Option<Instant>,
-    ) -> Result<Option<Turn>, Refused> {
+    ) -> Result<Option<TurnKind>, Refused> {
         let now = Instant::now();
         let (limited, backed_off_for) = {
             let t = lock(&schedule.timing);
@@ -670,7 +670,7 @@ impl Pacer {
         }
         self.local(schedule, capacity, now, backed_off_for, admitted)
             .await
-            .map(|turn| Some(Turn::Local(turn)))
+            .map(|turn| Some(TurnKind::Local(turn)))
     }
 
     /// A local turn of `schedule` (at most `capacity` out at once), within the queue and
@@ -711,14 +711,14 @@ impl Pacer {
         let retry_after = estimate.max(Duration::from_secs(1));
         if pending >= self.config.max_queue + capacity - 1 {
             return Err(Refused {
-                reason: RefusalReason::QueueFull,
+                reason: TurnRefusal::QueueFull,
                 retry_after,
                 backed_off_for,
             });
         }
         if estimate > self.config.max_wait_seconds.duration() {
             return Err(Refused {
-                reason: RefusalReason::WaitTooLong,
+                reason: TurnRefusal::WaitTooLong,
                 retry_after,
                 backed_off_for,
             });

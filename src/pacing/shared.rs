@@ -184,7 +184,7 @@ pub struct SharedSchedule {
 
 /// The origin's answer, given to the schedule at release.
 #[derive(Clone, Copy, Debug, Default)]
-struct Answer {
+struct Acquired {
     status: u16,
     retry_after: Option<Duration>,
     slow_down: Option<Duration>,
@@ -197,7 +197,7 @@ struct Owed {
     keys: Arc<ScheduleKeys>,
     ticket: String,
     /// `None`: abandon.
-    answer: Option<Answer>,
+    answer: Option<Acquired>,
     ceiling: Duration,
     at: Instant,
     acknowledged: bool,
@@ -227,7 +227,7 @@ impl Owed {
     fn new(
         keys: Arc<ScheduleKeys>,
         ticket: &str,
-        answer: Option<Answer>,
+        answer: Option<Acquired>,
         ceiling: Duration,
     ) -> Owed {
         Owed {
@@ -293,9 +293,13 @@ impl Ledger {
             // the end and the turns count. One never acknowledged applies it now (a
             // pause from now, later than the real one).
             let replay = Owed {
-                answer: o
-                    .answer
-                    .map(|a| if o.acknowledged { Answer::default() } else { a }),
+                answer: o.answer.map(|a| {
+                    if o.acknowledged {
+                        Acquired::default()
+                    } else {
+                        a
+                    }
+                }),
                 ..o
             };
             let _ = fleet.send(&replay).await;
@@ -333,7 +337,7 @@ pub struct SharedTurn {
     fleet: Arc<Fleet>,
     keys: Arc<ScheduleKeys>,
     ticket: String,
-    answered: Mutex<Option<Answer>>,
+    answered: Mutex<Option<Acquired>>,
 }
 
 impl SharedTurn {
@@ -345,7 +349,7 @@ impl SharedTurn {
         retry_after: Option<Duration>,
         slow_down: Option<Duration>,
     ) {
-        *lock(&self.answered) = Some(Answer {
+        *lock(&self.answered) = Some(Acquired {
             status,
             retry_after,
             slow_down,
@@ -514,7 +518,7 @@ impl Fleet {
         retry_after: Option<Duration>,
         ceiling: Duration,
     ) {
-        let answer = Answer {
+        let answer = Acquired {
             status,
             retry_after,
             slow_down: None,

@@ -205,7 +205,7 @@ async fn queue_and_wait_bounds_refuse_with_retry_after() {
         .await
         .err()
         .expect("too long");
-    assert_eq!(refused.reason, RefusalReason::WaitTooLong);
+    assert_eq!(refused.reason, TurnRefusal::WaitTooLong);
     assert_eq!(refused.retry_after, Duration::from_secs(20));
     drop(held);
 }
@@ -262,7 +262,7 @@ async fn the_wait_bound_holds_when_backoff_grows_meanwhile() {
     let start = Instant::now();
     drop(first);
     let refused = second.await.expect("task").err().expect("refused");
-    assert_eq!(refused.reason, RefusalReason::WaitTooLong);
+    assert_eq!(refused.reason, TurnRefusal::WaitTooLong);
     assert_eq!(
         start.elapsed(),
         Duration::ZERO,

@@ -108,7 +108,7 @@ impl Answer {
 
     /// The response's header fields: the one rendering of an answer, whichever way it is
     /// then written (Pingora's session in `proxy::http`, a raw stream in
-    /// `downstream::reply`).
+    /// `downstream::refuse`).
     pub fn fields(&self) -> impl Iterator<Item = (&'static str, std::borrow::Cow<'_, str>)> {
         use std::borrow::Cow;
         [

@@ -55,7 +55,7 @@ impl OwnListeners {
 
 /// Why a destination was refused; shown to the client in the 403.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub enum Forbidden {
     /// The port is not in `egress.allowed_ports`.
     Port(u16),
     /// The address is in a special-purpose range not opened by `allow_destinations`.
@@ -69,17 +69,19 @@ pub enum Refusal {
     Own(SocketAddr),
 }
 
-impl std::fmt::Display for Refusal {
+impl std::fmt::Display for Forbidden {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Port(port) => write!(f, "destination port {port} is not in the allowed ports"),
-            Refusal::Address { ip, range } => {
+            Forbidden::Port(port) => {
+                write!(f, "destination port {port} is not in the allowed ports")
+            }
+            Forbidden::Address { ip, range } => {
                 write!(
                     f,
                     "destination {ip} is in a {range} range (open it with allow_destinations)"
                 )
             }
-            Refusal::Own(listener) => write!(
+            Forbidden::Own(listener) => write!(
                 f,
                 "destination is robotsgate's own listener {listener}, never a destination"
             ),
@@ -167,19 +169,19 @@ impl EgressPolicy {
     }
 
     /// Is the destination port allowed?
-    pub fn check_port(&self, port: u16) -> Result<(), Refusal> {
+    pub fn check_port(&self, port: u16) -> Result<(), Forbidden> {
         if self.ports.iter().any(|r| r.contains(port)) {
             Ok(())
         } else {
-            Err(Refusal::Port(port))
+            Err(Forbidden::Port(port))
         }
     }
 
     /// Is the resolved address allowed (not in a special range, or opened)?
-    pub fn check_address(&self, ip: IpAddr) -> Result<(), Refusal> {
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), Forbidden> {
         match special_range(ip) {
             Some(range) if !self.allow.iter().any(|net| net.contains(ip)) => {
-                Err(Refusal::Address { ip, range })
+                Err(Forbidden::Address { ip, range })
             }
             _ => Ok(()),
         }
@@ -187,10 +189,10 @@ impl EgressPolicy {
 
     /// Is a connection to `ip`:`port` allowed: the address ([`EgressPolicy::check_address`]),
     /// and not one of robotsgate's own listeners whatever `allow_destinations` opens?
-    pub fn check_destination(&self, ip: IpAddr, port: u16) -> Result<(), Refusal> {
+    pub fn check_destination(&self, ip: IpAddr, port: u16) -> Result<(), Forbidden> {
         self.check_address(ip)?;
         match self.own.reached_by(ip, port) {
-            Some(listener) => Err(Refusal::Own(listener)),
+            Some(listener) => Err(Forbidden::Own(listener)),
             None => Ok(()),
         }
     }
@@ -294,7 +296,7 @@ mod tests {
         assert!(p.check_port(80).is_ok());
         assert!(p.check_port(443).is_ok());
         assert!(p.check_port(8080).is_ok());
-        assert_eq!(p.check_port(25), Err(Refusal::Port(25)));
-        assert_eq!(p.check_port(1024), Err(Refusal::Port(1024)));
+        assert_eq!(p.check_port(25), Err(Forbidden::Port(25)));
+        assert_eq!(p.check_port(1024), Err(Forbidden::Port(1024)));
     }
 }

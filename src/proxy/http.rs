@@ -70,7 +70,9 @@ impl RobotsGateProxy {
             .iter()
             .map(|v| v.as_bytes());
         if self.via.is_some() && crate::origin::loops::came_through(via) {
-            crate::telemetry::metrics::record_refusal(crate::telemetry::metrics::Refusal::Loop);
+            crate::telemetry::metrics::record_refusal(
+                crate::telemetry::metrics::RefusalReason::Loop,
+            );
             return Some(crate::policy::answer::forwarding_loop(
                 &crate::origin::loops::VIA,
             ));
@@ -210,7 +212,7 @@ fn target_refused(e: TargetError) -> Answer {
 
 /// Who sends the request, as the agent rules see it.
 fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'a> {
-    let user = client.identity.as_ref();
+    let user = client.user.as_ref();
     Requester {
         client: client_ip(session),
         user_agent: session
@@ -219,7 +221,7 @@ fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok()),
         tokens: user.map(|u| u.tokens.as_slice()),
-        user: user.map(|u| u.user.as_str()),
+        user: user.map(|u| u.name.as_str()),
         purposes: user.map(|u| u.purposes),
     }
 }
@@ -300,7 +302,7 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.mode_from = judged.mode_from;
         ctx.target = Some(target);
         let (addr, why, pace, reported, usage) = match judged.decision {
-            Decision::Respond(reply) => return answered(session, ctx, &reply.answer()).await,
+            Decision::Refuse(reply) => return answered(session, ctx, &reply.answer()).await,
             Decision::Forward {
                 addr,
                 why,
@@ -344,7 +346,7 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
         if ctx.body_bytes > self.max_body_bytes {
             crate::telemetry::metrics::record_refusal(
-                crate::telemetry::metrics::Refusal::BodyTooLarge,
+                crate::telemetry::metrics::RefusalReason::BodyTooLarge,
             );
             return Error::e_explain(
                 ErrorType::HTTPStatus(413),

@@ -23,7 +23,7 @@ pub(crate) enum Value<'a> {
 /// Parses `input` as a Dictionary: its members in order of first appearance, each with
 /// its last value; `None` when the input is not a valid Dictionary.
 pub(crate) fn parse(input: &[u8]) -> Option<Vec<(&[u8], Value<'_>)>> {
-    let mut p = Parser { s: input, i: 0 };
+    let mut p = DictionaryParser { s: input, i: 0 };
     p.skip(|b| b == b' ');
     let mut members: Vec<(&[u8], Value<'_>)> = Vec::new();
     // Trailing spaces are not part of a field value (RFC 9651 §4.2).
@@ -63,12 +63,12 @@ pub(crate) fn parse(input: &[u8]) -> Option<Vec<(&[u8], Value<'_>)>> {
     Some(members)
 }
 
-struct Parser<'a> {
+struct DictionaryParser<'a> {
     s: &'a [u8],
     i: usize,
 }
 
-impl<'a> Parser<'a> {
+impl<'a> DictionaryParser<'a> {
     fn done(&self) -> bool {
         self.i >= self.s.len()
     }

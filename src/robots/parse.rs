@@ -26,7 +26,7 @@ impl RobotsTxt {
             && !matches!(body[MAX_ROBOTS_BYTES], b'\n' | b'\r')
             && !matches!(text.last(), Some(b'\n' | b'\r')))
         .then(|| lexer::line_count(text));
-        let mut parser = Parser::new(truncated);
+        let mut parser = FileParser::new(truncated);
         for record in lexer::records(text) {
             if Some(record.line) != cut_line || record.field == Field::Disallow {
                 parser.record(&record);
@@ -37,7 +37,7 @@ impl RobotsTxt {
 }
 
 /// The parse in progress: what has been collected, and the groups being formed.
-struct Parser {
+struct FileParser {
     /// What the file says, so far.
     robots: Parsed,
     /// The source groups, before merging.
@@ -51,10 +51,10 @@ struct Parser {
     usage_groups: UsageGrouper,
 }
 
-impl Parser {
+impl FileParser {
     /// A parse of a file (`truncated`: longer than [`MAX_ROBOTS_BYTES`]).
-    fn new(truncated: bool) -> Parser {
-        Parser {
+    fn new(truncated: bool) -> FileParser {
+        FileParser {
             robots: Parsed {
                 truncated,
                 ..Parsed::default()
@@ -175,7 +175,7 @@ impl Parser {
 
     /// The file, its groups merged and laid out.
     fn finish(self) -> RobotsTxt {
-        let Parser {
+        let FileParser {
             mut robots,
             groups,
             patterns,

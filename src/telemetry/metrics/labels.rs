@@ -113,7 +113,7 @@ labels!(
     /// Why a request or connection was refused before the robots decision: the `reason`
     /// label of `robotsgate_downstream_refusals_total` (and of the front's
     /// `X-Robots-Decision`).
-    Refusal {
+    RefusalReason {
         ConnectionLimit => "connection_limit",
         ClientConnectionLimit => "client_connection_limit",
         FirstByteTimeout => "first_byte_timeout",

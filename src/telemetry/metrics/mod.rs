@@ -156,7 +156,7 @@ pub fn init() {
                 .with_label_values(&[transparent_listener(tls), outcome.label()]);
         }
     }
-    for reason in Refusal::ALL {
+    for reason in RefusalReason::ALL {
         REFUSALS.with_label_values(&[reason.label()]);
     }
     for reason in Retry::ALL {
@@ -527,7 +527,7 @@ static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 /// Counts one refusal.
-pub fn record_refusal(reason: Refusal) {
+pub fn record_refusal(reason: RefusalReason) {
     REFUSALS.with_label_values(&[reason.label()]).inc();
 }
 

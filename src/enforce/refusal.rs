@@ -1,6 +1,6 @@
-//! What robotsgate answers instead of the origin ([`Reply`]), rendered once into the
-//! client's [`Answer`] ([`Reply::answer`]), and what report mode marks a forwarded
-//! response with instead ([`Reply::reported`]).
+//! What robotsgate answers instead of the origin ([`Refusal`]), rendered once into the
+//! client's [`Answer`] ([`Refusal::answer`]), and what report mode marks a forwarded
+//! response with instead ([`Refusal::reported`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::policy::usage::UsageVerdict;
 
 /// What robotsgate answers instead of the origin, and why.
 #[derive(Debug)]
-pub enum Reply {
+pub enum Refusal {
     /// A robots.txt rule disallows the path (or the spelling a lenient origin may read).
     Disallowed {
         /// The robots.txt that decided.
@@ -88,14 +88,14 @@ pub enum Reply {
     },
 }
 
-impl Reply {
+impl Refusal {
     /// In report mode, what the forwarded response is marked with instead of this
     /// answer: `would-disallow; …` (a robots.txt refusal, or the unreadable robots.txt's
     /// reason) or `would-usage-refuse; …`, and what it is counted as.
     pub fn reported(&self) -> Reported {
         let answer = self.answer();
         let (prefix, outcome) = match self {
-            Reply::UsageRefused { .. } => ("would-usage-refuse", Outcome::WouldUsageRefuse),
+            Refusal::UsageRefused { .. } => ("would-usage-refuse", Outcome::WouldUsageRefuse),
             _ => ("would-disallow", Outcome::WouldDisallow),
         };
         let rest = answer
@@ -112,7 +112,7 @@ impl Reply {
     /// The answer the client gets: the one rendering of a decision robotsgate answers.
     pub fn answer(&self) -> Answer {
         match self {
-            Reply::Disallowed {
+            Refusal::Disallowed {
                 robots_url,
                 path,
                 rule,
@@ -133,7 +133,7 @@ impl Reply {
                 answer.rule_line = Some(*line);
                 answer
             }
-            Reply::UsageRefused {
+            Refusal::UsageRefused {
                 robots_url,
                 path,
                 purpose,
@@ -159,16 +159,16 @@ impl Reply {
                 answer.rule_line = *line;
                 answer
             }
-            Reply::RobotsTxt {
+            Refusal::RobotsTxt {
                 robots_url,
                 snapshot,
             } => robots_txt_answer(snapshot, robots_url),
-            Reply::RobotsUnreachable {
+            Refusal::RobotsUnreachable {
                 robots_url,
                 snapshot,
             } => unreachable_answer(snapshot, robots_url),
-            Reply::EgressDenied(why) => egress_denied(why.clone()),
-            Reply::Blocked { pattern, reason } => {
+            Refusal::EgressDenied(why) => egress_denied(why.clone()),
+            Refusal::Blocked { pattern, reason } => {
                 let reason = reason.as_deref().unwrap_or("blocked by the operator");
                 Answer::text(
                     403,
@@ -177,7 +177,7 @@ impl Reply {
                     format!("robotsgate: {pattern} is blocked by the operator (pacing.overrides): {reason}"),
                 )
             }
-            Reply::HostMismatch {
+            Refusal::HostMismatch {
                 origin,
                 destination,
             } => Answer::text(
@@ -188,7 +188,7 @@ impl Reply {
                 ),
                 format!("robotsgate: the connection was going to {destination}, which is not an address of {origin} (as robotsgate resolves it); its robots.txt cannot vouch for that server"),
             ),
-            Reply::DnsFailure { origin, error } => Answer::text(
+            Refusal::DnsFailure { origin, error } => Answer::text(
                 502,
                 Outcome::UpstreamError,
                 format!(

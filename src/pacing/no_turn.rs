@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RefusalReason {
+pub enum TurnRefusal {
     QueueFull,
     WaitTooLong,
     /// Fleet mode, Redis unavailable, `fleet.on_unavailable: refuse`.
@@ -16,7 +16,7 @@ pub enum RefusalReason {
 /// 429/503 is what slowed the schedule down.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Refused {
-    pub reason: RefusalReason,
+    pub reason: TurnRefusal,
     pub retry_after: Duration,
     /// Remaining pause the origin asked for (or backoff in force), if any.
     pub backed_off_for: Option<Duration>,
@@ -26,7 +26,7 @@ impl Refused {
     /// A wait that would end at `at`, past the request's deadline (asked at `now`).
     pub(super) fn comes_at(at: Instant, now: Instant, backed_off_for: Option<Duration>) -> Refused {
         Refused {
-            reason: RefusalReason::WaitTooLong,
+            reason: TurnRefusal::WaitTooLong,
             retry_after: at
                 .saturating_duration_since(now)
                 .max(Duration::from_secs(1)),
@@ -38,13 +38,13 @@ impl Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.reason {
-            RefusalReason::QueueFull => f.write_str("pacing queue full")?,
-            RefusalReason::WaitTooLong => write!(
+            TurnRefusal::QueueFull => f.write_str("pacing queue full")?,
+            TurnRefusal::WaitTooLong => write!(
                 f,
                 "pacing wait of {:.1} s would exceed the limit",
                 self.retry_after.as_secs_f64()
             )?,
-            RefusalReason::FleetUnavailable => {
+            TurnRefusal::FleetUnavailable => {
                 f.write_str("the fleet backend (Redis) is unavailable")?
             }
         }

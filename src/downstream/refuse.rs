@@ -1,4 +1,4 @@
-//! The front's own answers: a [`Refusal`] (counted, logged, answered), and an
+//! The front's own answers: a [`FrontRefusal`] (counted, logged, answered), and an
 //! [`Answer`] written on a client stream Pingora's session does not own (refusals and
 //! CONNECT answers). The header fields are the answer's own ([`Answer::fields`]); on a
 //! raw stream this adds only the status line and `Connection: close`.
@@ -13,18 +13,18 @@ use crate::telemetry::metrics;
 /// A refusal by the front: its status, `reason` (the counter label), why (for the
 /// client), and what the answer adds (`Retry-After`, a `Proxy-Authenticate` challenge).
 #[derive(Debug)]
-pub struct Refusal<'a> {
+pub struct FrontRefusal<'a> {
     status: u16,
-    reason: metrics::Refusal,
+    reason: metrics::RefusalReason,
     why: &'a str,
     retry_after: Option<u64>,
     challenge: Option<String>,
 }
 
-impl<'a> Refusal<'a> {
+impl<'a> FrontRefusal<'a> {
     /// Refuses with `status`, counted under `reason`, telling the client `why`.
-    pub fn new(status: u16, reason: metrics::Refusal, why: &'a str) -> Refusal<'a> {
-        Refusal {
+    pub fn new(status: u16, reason: metrics::RefusalReason, why: &'a str) -> FrontRefusal<'a> {
+        FrontRefusal {
             status,
             reason,
             why,
@@ -35,7 +35,7 @@ impl<'a> Refusal<'a> {
 
     /// Adds `Retry-After: seconds`.
     pub fn retry_after(self, seconds: u64) -> Self {
-        Refusal {
+        FrontRefusal {
             retry_after: Some(seconds),
             ..self
         }
@@ -43,7 +43,7 @@ impl<'a> Refusal<'a> {
 
     /// Adds a `Proxy-Authenticate` challenge.
     pub fn challenge(self, challenge: String) -> Self {
-        Refusal {
+        FrontRefusal {
             challenge: Some(challenge),
             ..self
         }
@@ -51,7 +51,7 @@ impl<'a> Refusal<'a> {
 
     /// Counts and logs the refusal of `client`'s request; the answer to send.
     pub fn record(self, client: Option<IpAddr>) -> Answer {
-        let Refusal {
+        let FrontRefusal {
             status,
             reason,
             why,
@@ -83,7 +83,7 @@ impl<'a> Refusal<'a> {
 pub async fn refuse<S: AsyncWrite + Unpin + ?Sized>(
     stream: &mut S,
     client: Option<IpAddr>,
-    refusal: Refusal<'_>,
+    refusal: FrontRefusal<'_>,
 ) {
     write_answer(stream, &refusal.record(client)).await;
 }
