@@ -21,12 +21,12 @@ use robotsgate::policy::agent::Requester;
 use robotsgate::policy::target::{parse_authority, Origin, Scheme, Target};
 use robotsgate::robots::CanonicalPath;
 
-/// Per request: the approved address and the pacing permit, held until the exchange
+/// Per request: the approved address and the pacing turn, held until the exchange
 /// with the origin has ended (`logging` tells it how).
 #[derive(Default)]
 struct Ctx {
     addr: Option<std::net::SocketAddr>,
-    permit: Option<Turn>,
+    turn: Option<Turn>,
 }
 
 struct Guarded {
@@ -70,7 +70,7 @@ impl ProxyHttp for Guarded {
         {
             Decision::Forward { addr, pace, .. } => {
                 match self.enforcer.pace(&pace).await {
-                    Ok(permit) => ctx.permit = Some(permit),
+                    Ok(turn) => ctx.turn = Some(turn),
                     Err(answer) => {
                         robotsgate::proxy::http::respond(session, &answer).await?;
                         return Ok(true);
@@ -108,8 +108,8 @@ impl ProxyHttp for Guarded {
 
     /// The exchange is over: its turns end as it did (a cut one is held a while more).
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
-        if let Some(permit) = ctx.permit.take() {
-            permit.end(robotsgate::proxy::exchange::exchange_end(e));
+        if let Some(turn) = ctx.turn.take() {
+            turn.end(robotsgate::proxy::exchange::exchange_end(e));
         }
     }
 }

@@ -1,9 +1,29 @@
 //! robotsgate: an egress proxy that makes a crawler fleet obey robots.txt.
 //!
+//! **Vocabulary.** One word per concept, used everywhere (code, logs, metrics, README):
+//!
+//! | word | what it is | type |
+//! |---|---|---|
+//! | origin | scheme, host and port: what one robots.txt covers (SPEC §1) | [`policy::target::Origin`] |
+//! | target | a request's origin and canonical path, the path the decision is made on and the origin receives | [`policy::target::Target`] |
+//! | tokens | the robots.txt product tokens a request is judged as | [`policy::agent::Tokens`] |
+//! | user | an authenticated proxy user (a line of `access.credentials_file`) | [`downstream::access::User`] |
+//! | identity | a Web Bot Auth signing identity (`signing.identities`) | [`identity::Identity`] |
+//! | decision | what to do with a request, as data: forward it, or refuse it | [`enforce::Decision`] |
+//! | refusal | why robotsgate answers a request itself instead of forwarding it, as data | [`enforce::Refusal`] |
+//! | answer | a response robotsgate writes itself, rendered once from a refusal | [`policy::answer::Answer`] |
+//! | turn | a request's place on its origin's pacing schedules (the in-flight limit, the delay), held for as long as the origin's exchange lasts | [`enforce::Turn`] |
+//! | schedule | an origin's pacing state for one robots.txt group (or its in-flight limit) | `pacing::Schedules` |
+//! | slot | a client's place among the connections and streams it may hold open | [`downstream::slots::Slot`] |
+//! | exchange | one request and its response between robotsgate and an origin | [`enforce::ExchangeEnd`] |
+//!
+//! `SPEC §N` in the code refers to `docs/SPEC.md`, the robots.txt rules robotsgate
+//! enforces (kept in the repository as the reference it is).
+//!
 //! Data flows one way: request → [`policy::target`] (origin + canonical path) →
 //! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
 //! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
-//! [`robots`] (the verdict) → [`pacing`] (the Crawl-delay slot) → upstream.
+//! [`robots`] (the verdict) → [`pacing`] (the request's turn) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
 //! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that

@@ -340,7 +340,7 @@ impl Enforcer {
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
-        let permit = |turns| {
+        let turn = |turns| {
             Turn::new(
                 turns,
                 pace.entry.clone(),
@@ -351,12 +351,12 @@ impl Enforcer {
         if pace.report {
             let (turns, would_wait) = self.pacer.report(request);
             crate::telemetry::metrics::record_would_wait(would_wait.as_secs_f64());
-            return Ok(permit(turns));
+            return Ok(turn(turns));
         }
         match self.pacer.pace(request).await {
             Ok(turns) => {
                 crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());
-                Ok(permit(turns))
+                Ok(turn(turns))
             }
             Err(refused) => {
                 let retry = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;

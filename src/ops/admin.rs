@@ -2,7 +2,7 @@
 //! doing to origin X?" (loopback by default).
 //!
 //! * `GET /` — the status page (`status.html`): totals by decision, the busiest origins
-//!   with their robots.txt status, crawl-delay, queue depth and next slot, and a form to
+//!   with their robots.txt status, crawl-delay, queue depth and next start, and a form to
 //!   check a URL. `GET /status.json` is what it shows.
 //! * `GET /healthz` — `ok` while the process serves; `GET /readyz` — the same, and in
 //!   fleet mode the backend's state (503 while Redis is down with `on_unavailable: refuse`).

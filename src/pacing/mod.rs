@@ -6,7 +6,7 @@
 //! minimum time from the **end** of one download to the **start** of the next, so a
 //! schedule with a delay in force lets one request through at a time:
 //!
-//! 1. An arriving request estimates its wait (time until the next slot, plus one delay
+//! 1. An arriving request estimates its wait (time until the next start, plus one delay
 //!    per request ahead of it). Past `max_wait`, or with `max_queue` requests already
 //!    waiting, it is refused at once (503 + `Retry-After`): memory never grows unbounded.
 //! 2. Otherwise it queues for the schedule's turn. A fair `tokio::sync::Semaphore` hands
@@ -14,7 +14,7 @@
 //!    away — leaves the queue without a trace.
 //! 3. Holding the turn, it sleeps until `previous end + delay` (and past any pause the
 //!    origin asked for), then goes upstream. The turn is held in a [`Turns`] until the
-//!    exchange with the origin has ended; dropping the permit records the end time.
+//!    exchange with the origin has ended; dropping the turn records the end time.
 //!
 //! **In flight.** Every origin also has an *in-flight* schedule: `max_in_flight` turns
 //! (default 2) and no delay, so at most that many requests reach one origin at once,
@@ -142,7 +142,7 @@ pub struct Turns {
     /// In fleet mode, where an unpaced request's 429/503 is reported.
     fleet: Option<Arc<Fleet>>,
     adaptive: AdaptiveConfig,
-    /// How long the request waited for its slot.
+    /// How long the request waited for its turn.
     pub waited: Duration,
     /// When it got its turns (its response time counts from here).
     granted: Instant,
@@ -432,7 +432,7 @@ impl Pacer {
     }
 
     /// Report mode: the wait `request` would have had for its group's turn (an estimate:
-    /// until the next slot, plus one delay per request queued ahead), and a permit that
+    /// until the next start, plus one delay per request queued ahead), and turns that
     /// holds no turn but still carries the origin's answers to the schedule.
     pub fn report(&self, request: PaceRequest<'_>) -> (Turns, Duration) {
         let schedule = self.schedule(request.place, request.group, 1);
@@ -635,7 +635,7 @@ impl Pacer {
         }
     }
 
-    /// The permit for a request to `schedule` holding `held`, asked for at `started`.
+    /// The turn for a request to `schedule` holding `held`, asked for at `started`.
     fn turns(&self, schedule: Arc<Schedule>, held: Vec<HeldTurn>, started: Instant) -> Turns {
         let granted = Instant::now();
         Turns {

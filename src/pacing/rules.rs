@@ -110,7 +110,7 @@ impl Timing {
     }
 
     /// The expected wait of a newcomer with `rounds` delays' worth of requests ahead of
-    /// it: until the next slot, plus one delay per round.
+    /// it: until the next start, plus one delay per round.
     pub(super) fn wait_estimate(&self, now: Instant, rounds: u32) -> Duration {
         let next_slot =
             next_start(self, now).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));

@@ -91,10 +91,10 @@ async fn idle_schedules_are_forgotten() {
 async fn baseline_outlives_a_forgotten_schedule() {
     // One request on the `*` schedule, answered 200 after `took`; then its end.
     async fn answered_after(p: &Pacer, k: &Schedules, took: Duration) {
-        let permit = p.acquire(k, "*", Duration::ZERO, None).await.expect("turn");
+        let turn = p.acquire(k, "*", Duration::ZERO, None).await.expect("turn");
         tokio::time::advance(took).await;
-        permit.origin_answered(200, None);
-        drop(permit);
+        turn.origin_answered(200, None);
+        drop(turn);
         k.forget_idle();
     }
     let p = pacer();
@@ -214,27 +214,27 @@ async fn queue_and_wait_bounds_refuse_with_retry_after() {
 async fn pause_from_retry_after_and_backoff() {
     let p = pacer();
     let k = schedules();
-    let permit = p
+    let turn = p
         .acquire(&k, "*", Duration::ZERO, None)
         .await
         .expect("first");
-    permit.origin_answered(429, Some(Duration::from_secs(3)));
-    drop(permit);
+    turn.origin_answered(429, Some(Duration::from_secs(3)));
+    drop(turn);
     let start = Instant::now();
-    let permit = p
+    let turn = p
         .acquire(&k, "*", Duration::ZERO, None)
         .await
         .expect("after pause");
     assert!(start.elapsed() >= Duration::from_secs(3) - Duration::from_millis(1));
-    permit.origin_answered(503, None);
-    drop(permit);
+    turn.origin_answered(503, None);
+    drop(turn);
     let start = Instant::now();
-    let permit = p
+    let turn = p
         .acquire(&k, "*", Duration::ZERO, None)
         .await
         .expect("after backoff");
     assert_eq!(start.elapsed(), Duration::from_secs(1));
-    permit.origin_answered(200, None);
+    turn.origin_answered(200, None);
 }
 
 #[tokio::test(start_paused = true)]

@@ -78,7 +78,7 @@ pub(super) enum Stage {
         pace: Pace,
         /// The pacing turn, held until the origin's exchange has ended (`None` only
         /// between a failed attempt and the next one's turn).
-        permit: Option<Turn>,
+        turn: Option<Turn>,
         /// Attempts sent to the origin so far (Pingora sends again what the origin
         /// never worked on, within `upstream.max_retries`).
         attempts: u8,
@@ -187,7 +187,7 @@ impl RequestContext {
                 allowed,
                 rule,
                 reported,
-                permit,
+                turn,
                 upstream_status,
                 failed,
                 usage,
@@ -200,9 +200,9 @@ impl RequestContext {
                     (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
                     (None, _) => (None, Why::Allowed(allowed)),
                 };
-                let pacing_wait = permit.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
-                if let Some(permit) = permit {
-                    permit.end(exchange_end(error));
+                let pacing_wait = turn.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
+                if let Some(turn) = turn {
+                    turn.end(exchange_end(error));
                 }
                 Ended {
                     pacing_wait,

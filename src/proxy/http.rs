@@ -117,7 +117,7 @@ impl RobotsGateProxy {
     /// backs the origin off either way.
     fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
         let Stage::Forwarded {
-            permit,
+            turn,
             attempts,
             retried,
             ..
@@ -128,8 +128,8 @@ impl RobotsGateProxy {
         };
         let reason = retry_reason(e);
         if reason == Some(Retry::Refused) {
-            if let Some(permit) = permit {
-                permit.origin_refused();
+            if let Some(turn) = turn {
+                turn.origin_refused();
             }
         }
         match reason {
@@ -147,7 +147,7 @@ impl RobotsGateProxy {
     async fn next_attempt(&self, ctx: &mut RequestContext) -> Result<()> {
         let Stage::Forwarded {
             pace,
-            permit,
+            turn,
             attempts,
             retried,
             ..
@@ -159,12 +159,12 @@ impl RobotsGateProxy {
         let Some(end) = retried.take() else {
             return Ok(());
         };
-        if let Some(last) = permit.take() {
+        if let Some(last) = turn.take() {
             last.end(end);
         }
         match self.enforcer.pace(pace).await {
-            Ok(turn) => {
-                *permit = Some(turn);
+            Ok(next) => {
+                *turn = Some(next);
                 Ok(())
             }
             Err(answer) => {
@@ -326,7 +326,7 @@ impl ProxyHttp for RobotsGateProxy {
             payment: None,
             paid: None,
             pace,
-            permit: Some(turn),
+            turn: Some(turn),
             attempts: 0,
             retried: None,
             upstream_status: None,
@@ -449,7 +449,7 @@ impl ProxyHttp for RobotsGateProxy {
         let status = upstream_response.status.as_u16();
         crate::telemetry::metrics::record_upstream_status(status);
         if let Stage::Forwarded {
-            permit,
+            turn,
             upstream_status,
             reported,
             usage,
@@ -482,8 +482,8 @@ impl ProxyHttp for RobotsGateProxy {
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::origin::fetch::retry_after);
             let fd = ctx.upstream_fd;
-            if let Some(permit) = permit {
-                permit.origin_answered(status, retry_after, || unread(fd));
+            if let Some(turn) = turn {
+                turn.origin_answered(status, retry_after, || unread(fd));
             }
         }
         Ok(())
@@ -499,11 +499,10 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
     ) -> Result<Option<Duration>> {
         if let Stage::Forwarded {
-            permit: Some(permit),
-            ..
+            turn: Some(turn), ..
         } = &ctx.stage
         {
-            if !end_of_stream && tokio::time::Instant::now() >= permit.deadline() {
+            if !end_of_stream && tokio::time::Instant::now() >= turn.deadline() {
                 return Error::e_explain(
                     ErrorType::Custom(MAX_EXCHANGE),
                     "response longer than pacing.max_exchange_seconds: cut",

@@ -370,7 +370,7 @@ pub fn update_store_gauges(origins_held: usize) {
 static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     prometheus::register_histogram!(
         "robotsgate_pacing_wait_seconds",
-        "Time allowed requests waited for their pacing slot.",
+        "Time allowed requests waited for their pacing turn.",
         vec![0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
     )
     .expect("metric registers once")
@@ -379,7 +379,7 @@ static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
 static PACING_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_pacing_queued_requests",
-        "Requests waiting for or holding a pacing slot."
+        "Requests waiting for or holding a pacing turn."
     )
     .expect("metric registers once")
 });
