@@ -285,10 +285,10 @@ const FUZZ_STATE_KEY: &[u8] = b"robotsgate fuzz state key";
 /// [`FUZZ_STATE_KEY`] would (every part, before using any): the number of origins it
 /// holds, or why it would be refused. The file itself (owner, mode, kind) is
 /// [`crate::origin::state::inspect`]'s to check.
-pub fn check_state_file(data: &[u8]) -> Result<usize, String> {
+pub fn check_state_file(data: &[u8]) -> Result<usize, crate::origin::state::StateError> {
     let limits = crate::origin::state::Limits::of(&crate::config::Config::default());
-    let key = crate::origin::state::StateKey::new(FUZZ_STATE_KEY).map_err(|e| e.to_string())?;
-    crate::origin::state::inspect_bytes(data, limits, &key).map_err(|e| e.to_string())
+    let key = crate::origin::state::StateKey::new(FUZZ_STATE_KEY)?;
+    crate::origin::state::inspect_bytes(data, limits, &key)
 }
 
 /// `body` sealed with [`FUZZ_STATE_KEY`]: lets a fuzzer past the HMAC to the records.

@@ -33,7 +33,10 @@ pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, Pacing
 pub use robots::{RobotsConfig, DEFAULT_USER_AGENT};
 pub use signing::{AgentForm, IdentityConfig, PaymentConfig, Price, SigningConfig};
 pub use usage::{Purpose, RefuseWhen, UnknownUsage, UsageConfig, UsageMode};
-pub use values::{seconds, BlindTunnelRule, Cidr, PortRange, Seconds, Timeout, MAX_DURATION};
+pub use values::{
+    seconds, BlindTunnelRule, Cidr, PortRange, Seconds, Timeout, ValueError, ValueKind,
+    MAX_DURATION,
+};
 
 /// The whole file, as far as robotsgate is concerned.
 #[derive(Debug, Default, Deserialize)]

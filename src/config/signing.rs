@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::values::{ValueError, ValueKind};
 use super::{ConfigError, Seconds};
 
 /// `signing`.
@@ -93,10 +94,15 @@ impl std::fmt::Display for Price {
 }
 
 impl TryFrom<String> for Price {
-    type Error = String;
-    fn try_from(text: String) -> Result<Price, String> {
+    type Error = ValueError;
+    fn try_from(text: String) -> Result<Price, ValueError> {
         Price::parse(&text).ok_or_else(|| {
-            format!("`{text}` is not a price: a currency code, a space and an amount (`USD 0.01`)")
+            ValueError::new(
+                ValueKind::Price,
+                format!(
+                    "`{text}` is not a price: a currency code, a space and an amount (`USD 0.01`)"
+                ),
+            )
         })
     }
 }

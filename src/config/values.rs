@@ -8,6 +8,54 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+/// A value a key cannot take: which kind of value, and why (serde puts the key and the
+/// line in front of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValueError {
+    /// The kind of value expected.
+    kind: ValueKind,
+    /// Why this one is not one, in words.
+    message: String,
+}
+
+/// The kinds of value a key may take, as a [`ValueError`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// A CIDR network.
+    Cidr,
+    /// A port or port range.
+    PortRange,
+    /// A `tls.blind_tunnel` entry.
+    BlindTunnel,
+    /// A number of seconds.
+    Seconds,
+    /// A price (`USD 0.01`).
+    Price,
+}
+
+impl ValueError {
+    /// `message`, for a value of `kind`.
+    pub(crate) fn new(kind: ValueKind, message: impl Into<String>) -> ValueError {
+        ValueError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The kind of value expected.
+    pub fn kind(&self) -> ValueKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Display for ValueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ValueError {}
+
 /// A `tls.blind_tunnel` entry, parsed (and so validated) when the configuration is read.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
@@ -21,18 +69,21 @@ pub enum BlindTunnelRule {
 }
 
 impl TryFrom<String> for BlindTunnelRule {
-    type Error = String;
-    fn try_from(entry: String) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(entry: String) -> Result<Self, ValueError> {
         BlindTunnelRule::parse(&entry)
     }
 }
 
 impl BlindTunnelRule {
     /// Parses one entry: a host name, `*.domain` or a CIDR network.
-    pub fn parse(entry: &str) -> Result<BlindTunnelRule, String> {
+    pub fn parse(entry: &str) -> Result<BlindTunnelRule, ValueError> {
         let entry = entry.trim();
         if entry.contains('/') || entry.parse::<IpAddr>().is_ok() {
-            return entry.parse().map(BlindTunnelRule::Network);
+            return entry
+                .parse()
+                .map(BlindTunnelRule::Network)
+                .map_err(|e: ValueError| ValueError::new(ValueKind::BlindTunnel, e.message));
         }
         let (subdomains, name) = match entry.strip_prefix("*.") {
             Some(rest) => (true, rest),
@@ -41,7 +92,12 @@ impl BlindTunnelRule {
         let ascii = idna::domain_to_ascii(name)
             .ok()
             .filter(|a| !a.is_empty() && !a.contains(['*', ' ', ':']))
-            .ok_or_else(|| format!("`{entry}` is not a host name, `*.domain` or a CIDR network"))?;
+            .ok_or_else(|| {
+                ValueError::new(
+                    ValueKind::BlindTunnel,
+                    format!("`{entry}` is not a host name, `*.domain` or a CIDR network"),
+                )
+            })?;
         Ok(if subdomains {
             BlindTunnelRule::Subdomains(ascii)
         } else {
@@ -56,21 +112,26 @@ impl BlindTunnelRule {
 pub struct Cidr(pub IpNet);
 
 impl TryFrom<String> for Cidr {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(s: String) -> Result<Self, ValueError> {
         s.parse::<Cidr>()
     }
 }
 
 impl std::str::FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         if let Ok(net) = s.parse::<IpNet>() {
             return Ok(Cidr(net.trunc()));
         }
         s.parse::<IpAddr>()
             .map(|ip| Cidr(IpNet::from(ip)))
-            .map_err(|_| format!("`{s}` is not a CIDR network like 10.0.0.0/8"))
+            .map_err(|_| {
+                ValueError::new(
+                    ValueKind::Cidr,
+                    format!("`{s}` is not a CIDR network like 10.0.0.0/8"),
+                )
+            })
     }
 }
 
@@ -87,9 +148,14 @@ impl Cidr {
 pub struct PortRange(pub u16, pub u16);
 
 impl TryFrom<String> for PortRange {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        let bad = || format!("`{s}` is not a port or port range like 1025-65535");
+    type Error = ValueError;
+    fn try_from(s: String) -> Result<Self, ValueError> {
+        let bad = || {
+            ValueError::new(
+                ValueKind::PortRange,
+                format!("`{s}` is not a port or port range like 1025-65535"),
+            )
+        };
         let (low, high) = s.split_once('-').unwrap_or((&s, &s));
         let low: u16 = low.trim().parse().map_err(|_| bad())?;
         let high: u16 = high.trim().parse().map_err(|_| bad())?;
@@ -115,14 +181,17 @@ impl PortRange {
 pub struct Seconds(pub(crate) f64);
 
 impl TryFrom<f64> for Seconds {
-    type Error = String;
-    fn try_from(value: f64) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(value: f64) -> Result<Self, ValueError> {
         if value.is_finite() && (0.0..=MAX_DURATION.as_secs_f64()).contains(&value) {
             Ok(Seconds(value))
         } else {
-            Err(format!(
-                "`{value}` is not a number of seconds from 0 to {} (ten years)",
-                MAX_DURATION.as_secs()
+            Err(ValueError::new(
+                ValueKind::Seconds,
+                format!(
+                    "`{value}` is not a number of seconds from 0 to {} (ten years)",
+                    MAX_DURATION.as_secs()
+                ),
             ))
         }
     }
@@ -147,11 +216,14 @@ impl Seconds {
 pub struct Timeout(pub(crate) f64);
 
 impl TryFrom<f64> for Timeout {
-    type Error = String;
-    fn try_from(value: f64) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(value: f64) -> Result<Self, ValueError> {
         match Seconds::try_from(value)? {
             Seconds(v) if v > 0.0 => Ok(Timeout(v)),
-            _ => Err(format!("`{value}` seconds: must be more than 0")),
+            _ => Err(ValueError::new(
+                ValueKind::Seconds,
+                format!("`{value}` seconds: must be more than 0"),
+            )),
         }
     }
 }

@@ -33,6 +33,7 @@ use crate::policy::agent::Requester;
 use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
+use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
@@ -234,7 +235,7 @@ impl Tunnels {
                 );
                 return Err((origin.to_string(), answer));
             }
-            Err(why) => return Err((origin.to_string(), egress_denied(why))),
+            Err(why) => return Err((origin.to_string(), egress_denied(why.to_string()))),
         };
         Ok(Admitted {
             origin,
@@ -265,13 +266,13 @@ impl Tunnels {
         l4: L4Stream,
         interceptor: &Arc<Interceptor>,
         origin: &Origin,
-    ) -> Result<Stream, String> {
+    ) -> Result<Stream, TunnelError> {
         let acceptor = interceptor.acceptor(origin.host_name());
         match tokio::time::timeout(self.policy.handshake_timeout, acceptor.tls_handshake(l4)).await
         {
             Ok(Ok(tls)) => Ok(Box::new(tls)),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("timed out".into()),
+            Ok(Err(e)) => Err(TunnelError::new(TunnelErrorKind::Handshake, e.to_string())),
+            Err(_) => Err(TunnelError::new(TunnelErrorKind::Timeout, "timed out")),
         }
     }
 
@@ -480,21 +481,24 @@ fn upstream_unreachable(origin: &str, why: &str) -> Answer {
 }
 
 /// Parses a complete CONNECT request head (pure: fuzzed in `fuzz/`).
-pub fn parse_connect_head(head: &[u8]) -> Result<ConnectRequest, String> {
+pub fn parse_connect_head(head: &[u8]) -> Result<ConnectRequest, TunnelError> {
+    let malformed = |why: String| TunnelError::new(TunnelErrorKind::Malformed, why);
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("incomplete CONNECT request".into()),
-        Err(e) => return Err(format!("malformed CONNECT request: {e}")),
+        Ok(httparse::Status::Partial) => {
+            return Err(malformed("incomplete CONNECT request".into()))
+        }
+        Err(e) => return Err(malformed(format!("malformed CONNECT request: {e}")).because(e)),
     }
     if request.method != Some("CONNECT") {
-        return Err("not a CONNECT request".into());
+        return Err(malformed("not a CONNECT request".into()));
     }
     let authority = request
         .path
         .filter(|p| !p.is_empty() && !p.starts_with('/'))
-        .ok_or("CONNECT needs an authority-form target (host:port)")?
+        .ok_or_else(|| malformed("CONNECT needs an authority-form target (host:port)".into()))?
         .to_string();
     let user_agent = request
         .headers

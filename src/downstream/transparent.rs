@@ -31,6 +31,7 @@ use socket2::SockRef;
 use tokio::io::AsyncReadExt;
 
 use crate::config::TransparentMode;
+use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
 
 /// The largest ClientHello read (post-quantum key shares make ordinary ones 1–2 KiB).
 pub const MAX_CLIENT_HELLO: usize = 32 * 1024;
@@ -130,15 +131,26 @@ impl ClientHello {
 /// Reads the connection's ClientHello, then puts every octet read back into `l4` for
 /// the real handshake (or, for a blind relay, for the origin). `Err` says why the
 /// octets are not a usable ClientHello.
-pub async fn read_client_hello(l4: &mut L4Stream) -> Result<ClientHello, String> {
+pub async fn read_client_hello(l4: &mut L4Stream) -> Result<ClientHello, TunnelError> {
     let mut acceptor = rustls::server::Acceptor::default();
     let mut seen = Vec::with_capacity(2048);
     let mut chunk = vec![0u8; 4096];
     let result = loop {
         let n = match l4.read(&mut chunk).await {
-            Ok(0) => break Err("the client closed before its ClientHello".to_string()),
+            Ok(0) => {
+                break Err(TunnelError::new(
+                    TunnelErrorKind::Io,
+                    "the client closed before its ClientHello",
+                ))
+            }
             Ok(n) => n,
-            Err(e) => break Err(format!("reading the ClientHello: {e}")),
+            Err(e) => {
+                break Err(TunnelError::new(
+                    TunnelErrorKind::Io,
+                    format!("reading the ClientHello: {e}"),
+                )
+                .because(e))
+            }
         };
         seen.extend_from_slice(&chunk[..n]);
         let mut fed = &chunk[..n];
@@ -146,12 +158,22 @@ pub async fn read_client_hello(l4: &mut L4Stream) -> Result<ClientHello, String>
             match acceptor.read_tls(&mut fed) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e) => return Err(format!("not a TLS ClientHello: {e}")),
+                Err(e) => {
+                    l4.rewind(&seen);
+                    return Err(TunnelError::new(
+                        TunnelErrorKind::NotTls,
+                        format!("not a TLS ClientHello: {e}"),
+                    )
+                    .because(e));
+                }
             }
         }
         match acceptor.accept() {
             Ok(None) if seen.len() > MAX_CLIENT_HELLO => {
-                break Err(format!("ClientHello larger than {MAX_CLIENT_HELLO} bytes"))
+                break Err(TunnelError::new(
+                    TunnelErrorKind::NotTls,
+                    format!("ClientHello larger than {MAX_CLIENT_HELLO} bytes"),
+                ))
             }
             Ok(None) => continue,
             Ok(Some(accepted)) => {
@@ -163,7 +185,13 @@ pub async fn read_client_hello(l4: &mut L4Stream) -> Result<ClientHello, String>
                         .map(|offered| offered.map(<[u8]>::to_vec).collect()),
                 });
             }
-            Err((e, _)) => break Err(format!("not a TLS ClientHello: {e}")),
+            Err((e, _)) => {
+                break Err(TunnelError::new(
+                    TunnelErrorKind::NotTls,
+                    format!("not a TLS ClientHello: {e}"),
+                )
+                .because(e))
+            }
         }
     };
     l4.rewind(&seen);

@@ -26,7 +26,7 @@ pub use crate::pacing::DelayRule;
 use crate::pacing::{PaceRequest, Pacer, TurnRefusal};
 use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
-use crate::policy::egress::EgressPolicy;
+use crate::policy::egress::{EgressPolicy, Forbidden};
 use crate::policy::overrides::Overrides;
 use crate::policy::target::{Origin, Target};
 use crate::policy::usage::UsageCheck;
@@ -321,10 +321,8 @@ impl Enforcer {
     pub(crate) async fn check_egress(
         &self,
         origin: &Origin,
-    ) -> Result<Result<Vec<IpAddr>, ResolveError>, String> {
-        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
-            .await
-            .map_err(|refusal| refusal.to_string())
+    ) -> Result<Result<Vec<IpAddr>, ResolveError>, Forbidden> {
+        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin).await
     }
 
     /// Waits for the request's turn. The returned [`Turn`] must be held until the

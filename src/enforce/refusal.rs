@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{Policy, ResolveError, Snapshot};
 use crate::config::Purpose;
 use crate::policy::answer::{egress_denied, Answer, Outcome};
+use crate::policy::egress::Forbidden;
 use crate::policy::usage::UsageVerdict;
 
 /// What robotsgate answers instead of the origin, and why.
@@ -62,7 +63,7 @@ pub enum Refusal {
         snapshot: Arc<Snapshot>,
     },
     /// The destination is refused (port, address range).
-    EgressDenied(String),
+    EgressDenied(Forbidden),
     /// An operator override (`pacing.overrides`) blocks the host.
     Blocked {
         /// The override's host pattern.
@@ -167,7 +168,7 @@ impl Refusal {
                 robots_url,
                 snapshot,
             } => unreachable_answer(snapshot, robots_url),
-            Refusal::EgressDenied(why) => egress_denied(why.clone()),
+            Refusal::EgressDenied(why) => egress_denied(why.to_string()),
             Refusal::Blocked { pattern, reason } => {
                 let reason = reason.as_deref().unwrap_or("blocked by the operator");
                 Answer::text(

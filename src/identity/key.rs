@@ -14,11 +14,42 @@ use ring::signature::{Ed25519KeyPair, KeyPair};
 
 /// Why a key file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyError(pub String);
+pub struct KeyError {
+    /// What kind of problem.
+    kind: KeyErrorKind,
+    /// What is wrong, naming the identity and the file (never key material).
+    message: String,
+}
+
+/// What kind of problem a [`KeyError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyErrorKind {
+    /// The key file cannot be read or written.
+    Io,
+    /// It is not an Ed25519 private JWK, or its parts do not match.
+    Invalid,
+    /// The system has no randomness for a new key.
+    Randomness,
+}
+
+impl KeyError {
+    /// A problem of `kind`, said in `message`.
+    fn new(kind: KeyErrorKind, message: impl Into<String>) -> KeyError {
+        KeyError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// What kind of problem it is.
+    pub fn kind(&self) -> KeyErrorKind {
+        self.kind
+    }
+}
 
 impl std::fmt::Display for KeyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -45,8 +76,12 @@ struct Jwk {
 
 impl SigningKey {
     fn from_seed(seed: &[u8]) -> Result<SigningKey, KeyError> {
-        let pair = Ed25519KeyPair::from_seed_unchecked(seed)
-            .map_err(|_| KeyError("the private key `d` is not an Ed25519 seed".into()))?;
+        let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| {
+            KeyError::new(
+                KeyErrorKind::Invalid,
+                "the private key `d` is not an Ed25519 seed",
+            )
+        })?;
         let x = URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
         let thumbprint = thumbprint(&x);
         Ok(SigningKey {
@@ -58,29 +93,43 @@ impl SigningKey {
 
     /// Reads a private JWK: the key named `what` in errors (the identity and file).
     pub fn from_jwk(text: &[u8], what: &str) -> Result<SigningKey, KeyError> {
-        let jwk: Jwk = serde_json::from_slice(text)
-            .map_err(|e| KeyError(format!("{what}: not a JSON Web Key: {e}")))?;
+        let jwk: Jwk = serde_json::from_slice(text).map_err(|e| {
+            KeyError::new(
+                KeyErrorKind::Invalid,
+                format!("{what}: not a JSON Web Key: {e}"),
+            )
+        })?;
         if jwk.kty != "OKP" || jwk.crv != "Ed25519" {
-            return Err(KeyError(format!(
+            return Err(KeyError::new(KeyErrorKind::Invalid, format!(
                 "{what}: an Ed25519 key has \"kty\": \"OKP\" and \"crv\": \"Ed25519\" (found {:?} and {:?})",
                 jwk.kty, jwk.crv
             )));
         }
         let d = jwk.d.ok_or_else(|| {
-            KeyError(format!(
+            KeyError::new(
+                KeyErrorKind::Invalid,
+                format!(
                 "{what}: a public key only (no \"d\"); robotsgate signs, it needs the private key"
-            ))
+            ),
+            )
         })?;
         let seed = URL_SAFE_NO_PAD
             .decode(d.trim_end_matches('='))
             .ok()
             .filter(|s| s.len() == 32)
-            .ok_or_else(|| KeyError(format!("{what}: \"d\" is not 32 octets of base64url")))?;
-        let key = SigningKey::from_seed(&seed).map_err(|e| KeyError(format!("{what}: {}", e.0)))?;
+            .ok_or_else(|| {
+                KeyError::new(
+                    KeyErrorKind::Invalid,
+                    format!("{what}: \"d\" is not 32 octets of base64url"),
+                )
+            })?;
+        let key = SigningKey::from_seed(&seed)
+            .map_err(|e| KeyError::new(KeyErrorKind::Invalid, format!("{what}: {e}")))?;
         if key.x != jwk.x.trim_end_matches('=') {
-            return Err(KeyError(format!(
-                "{what}: \"x\" is not the public key of \"d\""
-            )));
+            return Err(KeyError::new(
+                KeyErrorKind::Invalid,
+                format!("{what}: \"x\" is not the public key of \"d\""),
+            ));
         }
         Ok(key)
     }
@@ -88,8 +137,8 @@ impl SigningKey {
     /// Reads a private JWK file, for the identity `identity`.
     pub fn load(path: &Path, identity: &str) -> Result<SigningKey, KeyError> {
         let what = format!("identity `{identity}`, key file {}", path.display());
-        let text =
-            std::fs::read(path).map_err(|e| KeyError(format!("{what}: cannot read: {e}")))?;
+        let text = std::fs::read(path)
+            .map_err(|e| KeyError::new(KeyErrorKind::Io, format!("{what}: cannot read: {e}")))?;
         SigningKey::from_jwk(&text, &what)
     }
 
@@ -120,8 +169,12 @@ impl SigningKey {
 /// thumbprint.
 pub(crate) fn generate_jwk() -> Result<(String, String), KeyError> {
     let mut seed = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
-        .map_err(|_| KeyError("no randomness available for a new key".into()))?;
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).map_err(|_| {
+        KeyError::new(
+            KeyErrorKind::Randomness,
+            "no randomness available for a new key",
+        )
+    })?;
     let key = SigningKey::from_seed(&seed)?;
     let mut jwk = key.public_jwk();
     jwk["d"] = serde_json::Value::from(URL_SAFE_NO_PAD.encode(seed));
@@ -139,10 +192,20 @@ pub fn generate_file(path: &Path) -> Result<String, KeyError> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| KeyError(format!("{}: cannot create: {e}", path.display())))?;
+        .map_err(|e| {
+            KeyError::new(
+                KeyErrorKind::Io,
+                format!("{}: cannot create: {e}", path.display()),
+            )
+        })?;
     file.write_all(jwk.as_bytes())
         .and_then(|()| file.write_all(b"\n"))
-        .map_err(|e| KeyError(format!("{}: cannot write: {e}", path.display())))?;
+        .map_err(|e| {
+            KeyError::new(
+                KeyErrorKind::Io,
+                format!("{}: cannot write: {e}", path.display()),
+            )
+        })?;
     Ok(thumbprint)
 }
 
@@ -181,11 +244,13 @@ mod tests {
     fn bad_keys_are_named_errors_without_key_material() {
         let wrong_x = RFC8037.replace("11qY", "21qY");
         let e = SigningKey::from_jwk(wrong_x.as_bytes(), "identity `main`").err();
-        assert!(e.is_some_and(|e| e.0.contains("identity `main`") && e.0.contains("\"x\"")));
+        assert!(
+            e.is_some_and(|e| e.message.contains("identity `main`") && e.message.contains("\"x\""))
+        );
         let public_only =
             r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
         let e = SigningKey::from_jwk(public_only.as_bytes(), "k").err();
-        assert!(e.is_some_and(|e| e.0.contains("public key only")));
+        assert!(e.is_some_and(|e| e.message.contains("public key only")));
         let rsa = r#"{"kty":"RSA","crv":"x","x":"y","d":"z"}"#;
         assert!(SigningKey::from_jwk(rsa.as_bytes(), "k").is_err());
         for bad in [
@@ -195,7 +260,7 @@ mod tests {
             r#"{"kty":"OKP","crv":"Ed25519","x":"a","d":"!!"}"#,
         ] {
             let e = SigningKey::from_jwk(bad.as_bytes(), "k").err();
-            assert!(e.is_some_and(|e| !e.0.contains("nWGxne")), "{bad}");
+            assert!(e.is_some_and(|e| !e.message.contains("nWGxne")), "{bad}");
         }
     }
 

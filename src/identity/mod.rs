@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{AgentConfig, SigningConfig};
-pub use key::KeyError;
+pub use key::{KeyError, KeyErrorKind};
 use payment::Budget;
 pub use signer::{Identity, Signed};
 

@@ -365,7 +365,7 @@ impl AdminApp {
         };
         let origin = match parse_origin(spec) {
             Ok(origin) => origin,
-            Err(e) => return error(400, e),
+            Err(e) => return error(400, e.to_string()),
         };
         match (method, action) {
             ("GET", "") => {}
@@ -427,7 +427,7 @@ impl AdminApp {
 }
 
 /// `https://host[:port]`, percent-encoded or not, with or without a trailing `/`.
-fn parse_origin(spec: &str) -> Result<Origin, String> {
+fn parse_origin(spec: &str) -> Result<Origin, crate::policy::target::TargetError> {
     Origin::parse(&percent_encoding::percent_decode_str(spec).decode_utf8_lossy())
 }
 

@@ -67,10 +67,13 @@ impl StateKey {
     /// A key from its octets (at least [`MIN_KEY_BYTES`]).
     pub fn new(octets: &[u8]) -> Result<StateKey, StateError> {
         if octets.len() < MIN_KEY_BYTES {
-            return Err(StateError(format!(
-                "the key has {} octets, fewer than {MIN_KEY_BYTES}",
-                octets.len()
-            )));
+            return Err(StateError::new(
+                StateErrorKind::Key,
+                format!(
+                    "the key has {} octets, fewer than {MIN_KEY_BYTES}",
+                    octets.len()
+                ),
+            ));
         }
         Ok(StateKey(ring::hmac::Key::new(
             ring::hmac::HMAC_SHA256,
@@ -80,10 +83,15 @@ impl StateKey {
 
     /// The key in `path` (its octets, surrounding white space removed).
     pub fn load(path: &Path) -> Result<StateKey, StateError> {
-        let octets = std::fs::read(path)
-            .map_err(|e| StateError(format!("key {}: cannot read: {e}", path.display())))?;
-        StateKey::new(octets.trim_ascii())
-            .map_err(|e| StateError(format!("key {}: {e}", path.display())))
+        let octets = std::fs::read(path).map_err(|e| {
+            StateError::new(
+                StateErrorKind::Key,
+                format!("key {}: cannot read: {e}", path.display()),
+            )
+        })?;
+        StateKey::new(octets.trim_ascii()).map_err(|e| {
+            StateError::new(StateErrorKind::Key, format!("key {}: {e}", path.display()))
+        })
     }
 
     fn tag(&self, data: &[u8]) -> ring::hmac::Tag {
@@ -97,13 +105,66 @@ impl StateKey {
 /// No time.
 const NONE: i64 = i64::MIN;
 
-/// Why a state file was not loaded.
+/// Why a state file was not loaded (or its key not read): what kind of problem, in
+/// words, and the error behind it.
 #[derive(Debug)]
-pub struct StateError(String);
+pub struct StateError {
+    /// What kind of problem.
+    kind: StateErrorKind,
+    /// What is wrong, in words.
+    message: String,
+    /// The error behind it, when there is one.
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// What kind of problem a [`StateError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateErrorKind {
+    /// The key (`robots.state_key_file`) is missing, unreadable or too short.
+    Key,
+    /// The file is not one robotsgate may trust to be its own (its kind, owner, mode).
+    Untrusted,
+    /// The file cannot be opened or read.
+    Io,
+    /// The file is not a state file this robotsgate reads (magic, version, lengths).
+    Format,
+    /// Its HMAC does not verify: robotsgate did not write it with this key.
+    Forged,
+}
+
+impl StateError {
+    /// A problem of `kind`, said in `message`.
+    fn new(kind: StateErrorKind, message: impl Into<String>) -> StateError {
+        StateError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same, with the error behind it.
+    fn because(mut self, source: impl std::error::Error + Send + Sync + 'static) -> StateError {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What kind of problem it is.
+    pub fn kind(&self) -> StateErrorKind {
+        self.kind
+    }
+}
 
 impl std::fmt::Display for StateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -121,8 +182,9 @@ impl StateFile {
             return Ok(None);
         };
         let Some(key) = &robots.state_key_file else {
-            return Err(StateError(
-                "robots.state_file is set without robots.state_key_file".into(),
+            return Err(StateError::new(
+                StateErrorKind::Key,
+                "robots.state_file is set without robots.state_key_file",
             ));
         };
         Ok(Some(StateFile {
@@ -235,7 +297,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
         if self.rest.len() < n {
-            return Err(StateError("truncated".into()));
+            return Err(StateError::new(StateErrorKind::Format, "truncated"));
         }
         let (head, tail) = self.rest.split_at(n);
         self.rest = tail;
@@ -263,7 +325,8 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
     fn string(&mut self) -> Result<String, StateError> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| StateError("not UTF-8".into()))
+        String::from_utf8(self.bytes()?.to_vec())
+            .map_err(|_| StateError::new(StateErrorKind::Format, "not UTF-8"))
     }
 }
 
@@ -369,21 +432,25 @@ fn decode(
     let body_len = data
         .len()
         .checked_sub(TAG)
-        .ok_or_else(|| StateError("truncated".into()))?;
+        .ok_or_else(|| StateError::new(StateErrorKind::Format, "truncated"))?;
     let mut r = Reader { rest: data };
     if &r.array::<8>()? != MAGIC {
-        return Err(StateError("not a robotsgate state file".into()));
+        return Err(StateError::new(
+            StateErrorKind::Format,
+            "not a robotsgate state file",
+        ));
     }
     let version = r.u32()?;
     if version != VERSION {
-        return Err(StateError(format!(
-            "format version {version}, this robotsgate reads {VERSION}"
-        )));
+        return Err(StateError::new(
+            StateErrorKind::Format,
+            format!("format version {version}, this robotsgate reads {VERSION}"),
+        ));
     }
     let (body, tag) = data.split_at(body_len);
     if !key.verifies(body, tag) {
-        return Err(StateError(
-            "its HMAC does not verify with robots.state_key_file: not written by this robotsgate, or damaged".into(),
+        return Err(StateError::new(StateErrorKind::Forged,
+            "its HMAC does not verify with robots.state_key_file: not written by this robotsgate, or damaged",
         ));
     }
     let count = r.u64()?;
@@ -391,7 +458,9 @@ fn decode(
     // than the file could hold.
     let mut kept = Vec::with_capacity(count.min(data.len() as u64 / 40) as usize);
     for _ in 0..count {
-        let origin = Origin::parse(&r.string()?).map_err(StateError)?;
+        let origin = Origin::parse(&r.string()?).map_err(|e| {
+            StateError::new(StateErrorKind::Format, format!("an origin: {e}")).because(e)
+        })?;
         let kind = r.u8()?;
         let payload = r.bytes()?;
         let policy = match kind {
@@ -404,7 +473,12 @@ fn decode(
                     Policy::DisallowAll { why }
                 }
             }
-            other => return Err(StateError(format!("unknown policy kind {other}"))),
+            other => {
+                return Err(StateError::new(
+                    StateErrorKind::Format,
+                    format!("unknown policy kind {other}"),
+                ))
+            }
         };
         let now = clock.instant;
         let fresh_until = clock.to_instant(r.i64()?).unwrap_or(now);
@@ -452,7 +526,10 @@ fn decode(
         });
     }
     if &r.array::<8>()? != END || r.rest.len() != TAG {
-        return Err(StateError("the count does not match the contents".into()));
+        return Err(StateError::new(
+            StateErrorKind::Format,
+            "the count does not match the contents",
+        ));
     }
     Ok(Decoded { kept, clamped })
 }
@@ -525,35 +602,50 @@ fn read_trusted(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(StateError("a symbolic link: refused".into()))
+            return Err(StateError::new(
+                StateErrorKind::Untrusted,
+                "a symbolic link: refused",
+            ))
         }
-        Err(e) => return Err(StateError(format!("cannot open: {e}"))),
+        Err(e) => {
+            return Err(StateError::new(
+                StateErrorKind::Io,
+                format!("cannot open: {e}"),
+            ))
+        }
     };
     let meta = file
         .metadata()
-        .map_err(|e| StateError(format!("cannot stat: {e}")))?;
+        .map_err(|e| StateError::new(StateErrorKind::Io, format!("cannot stat: {e}")))?;
     if !meta.file_type().is_file() {
-        return Err(StateError(
-            "not a regular file (a FIFO, socket or device): refused".into(),
+        return Err(StateError::new(
+            StateErrorKind::Untrusted,
+            "not a regular file (a FIFO, socket or device): refused",
         ));
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let own = unsafe { libc::geteuid() };
     if meta.uid() != own {
-        return Err(StateError(format!(
-            "owned by uid {}, not robotsgate's user (uid {own}): refused",
-            meta.uid()
-        )));
+        return Err(StateError::new(
+            StateErrorKind::Untrusted,
+            format!(
+                "owned by uid {}, not robotsgate's user (uid {own}): refused",
+                meta.uid()
+            ),
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(StateError(format!(
-            "writable by group or others (mode {:o}): refused",
-            meta.mode() & 0o7777
-        )));
+        return Err(StateError::new(
+            StateErrorKind::Untrusted,
+            format!(
+                "writable by group or others (mode {:o}): refused",
+                meta.mode() & 0o7777
+            ),
+        ));
     }
     let mut data = Vec::with_capacity(meta.len().min(1 << 30) as usize);
     file.read_to_end(&mut data)
-        .map_err(|e| StateError(format!("cannot read: {e}")))?;
+        .map_err(|e| StateError::new(StateErrorKind::Io, format!("cannot read: {e}")))?;
     Ok(Some(data))
 }
 

@@ -131,14 +131,13 @@ impl Origin {
 impl Origin {
     /// Reads `scheme://host[:port]` (as `Display` writes it, a trailing `/` allowed)
     /// back into an origin.
-    pub fn parse(text: &str) -> Result<Origin, String> {
+    pub fn parse(text: &str) -> Result<Origin, TargetError> {
         let text = text.trim_end_matches('/');
-        let (scheme, authority) = text
-            .split_once("://")
-            .ok_or_else(|| format!("`{text}` is not an origin like https://example.com"))?;
-        let scheme =
-            Scheme::parse(scheme).ok_or_else(|| format!("unsupported scheme `{scheme}`"))?;
-        parse_authority(authority, scheme).map_err(|e| e.to_string())
+        let (scheme, authority) = text.split_once("://").ok_or(TargetError::Unusable(
+            "not an origin like https://example.com",
+        ))?;
+        let scheme = Scheme::parse(scheme).ok_or_else(|| TargetError::Scheme(scheme.into()))?;
+        parse_authority(authority, scheme)
     }
 }
 
