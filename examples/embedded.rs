@@ -88,6 +88,11 @@ impl ProxyHttp for Guarded {
                 robotsgate::proxy::http::respond(session, &reply.answer()).await?;
                 Ok(true)
             }
+            // Only a fleet member hands requests over; this enforcer is alone.
+            Decision::HandOver(_) => Err(Error::explain(
+                ErrorType::InternalError,
+                "a hand-over without a fleet",
+            )),
         }
     }
 

@@ -54,6 +54,25 @@ enum Command {
     /// The operator CA for HTTPS interception.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Fleet mode's peer channel: a member certificate (and key) signed by the fleet CA,
+    /// which is created first when `--ca`/`--ca-key` do not exist yet. Never overwrites.
+    FleetCert {
+        /// The fleet CA certificate (`fleet.peer_ca` on every member).
+        #[arg(long, value_name = "FILE")]
+        ca: PathBuf,
+        /// The fleet CA's key: keep it off the members.
+        #[arg(long, value_name = "FILE")]
+        ca_key: PathBuf,
+        /// Where to write this member's certificate (`fleet.peer_cert`).
+        #[arg(long, value_name = "FILE")]
+        cert: PathBuf,
+        /// Where to write its key (`fleet.peer_key`, mode 0600).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The member certificate's validity in days.
+        #[arg(long, default_value_t = 825)]
+        days: u32,
+    },
     /// Web Bot Auth signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -165,6 +184,13 @@ impl Cli {
                 );
                 Ok(ExitCode::SUCCESS)
             }
+            Command::FleetCert {
+                ca,
+                ca_key,
+                cert,
+                key,
+                days,
+            } => fleet_cert(&ca, &ca_key, &cert, &key, days),
             Command::Keys(KeysCommand::Generate { out }) => {
                 let thumbprint = crate::identity::key::generate_file(&out)?;
                 println!("wrote {} (keyid {thumbprint})", out.display());
@@ -193,6 +219,39 @@ impl Cli {
             }
         }
     }
+}
+
+/// `fleet-cert`: the fleet CA when it does not exist yet, then a member certificate.
+fn fleet_cert(
+    ca: &Path,
+    ca_key: &Path,
+    cert: &Path,
+    key: &Path,
+    days: u32,
+) -> anyhow::Result<ExitCode> {
+    use crate::downstream::ca;
+    if !ca.exists() && !ca_key.exists() {
+        ca::init(ca, ca_key, 3650, "robotsgate fleet CA")?;
+        println!(
+            "wrote fleet CA {} and key {}",
+            ca.display(),
+            ca_key.display()
+        );
+    }
+    let authority = ca::OperatorCa::load(ca, ca_key)?;
+    ca::issue(
+        &authority,
+        cert,
+        key,
+        days,
+        crate::fleet::channel::PEER_NAME,
+    )?;
+    println!(
+        "wrote member certificate {} and key {}",
+        cert.display(),
+        key.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `keys directory`: the JWKS of an identity (the only one, or `--identity`).

@@ -14,6 +14,8 @@
 //! | answer | a response robotsgate writes itself, rendered once from a refusal | [`policy::answer::Answer`] |
 //! | turn | a request's place on its origin's pacing schedules (the in-flight limit, the delay), held for as long as the origin's exchange lasts | [`enforce::Turn`] |
 //! | schedule | an origin's pacing state for one robots.txt group (or its in-flight limit) | `pacing::Schedules` |
+//! | owner | the one fleet member that paces an origin (or address) at a time; the others hand its requests over | `fleet::Owners` |
+//! | member | one running instance of a fleet, with a lease and an epoch | `fleet::Member` |
 //! | slot | a client's place among the connections and streams it may hold open | [`downstream::slots::Slot`] |
 //! | exchange | one request and its response between robotsgate and an origin | [`enforce::ExchangeEnd`] |
 //!
@@ -36,8 +38,9 @@
 //! | [`ops`] | the admin API and status page |
 //! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA, transparent (kernel-redirected) connections |
 //! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
-//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, the robots.txt a fleet shares, the state file, origin trust |
-//! | [`pacing`] | Crawl-delay and in-flight schedules: the rules, the local backend, the shared (Redis) backend and its connection |
+//! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, the state file, origin trust |
+//! | [`fleet`] | several instances as one: membership, ownership of each origin, the channel between instances, durable records in Redis, the Lua scripts |
+//! | [`pacing`] | Crawl-delay and in-flight schedules, in memory: one pacer for an instance and for a fleet |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
 //! | [`identity`] | who requests say they are: Web Bot Auth signing keys and signatures |
@@ -51,6 +54,7 @@ pub mod config;
 pub mod conformance;
 pub mod downstream;
 pub mod enforce;
+pub mod fleet;
 pub mod identity;
 pub(crate) mod ops;
 pub(crate) mod origin;

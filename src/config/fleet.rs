@@ -3,11 +3,15 @@
 
 use serde::Deserialize;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
 use super::{ConfigError, Timeout};
 
-/// Fleet mode (see `pacing::backend`): with `redis` or `redis_cluster` set, every instance
-/// pointed at the same Redis shares pacing and robots.txt, and the fleet behaves as one
-/// proxy. Unset: each instance keeps its state in memory (the embedded backend).
+/// Fleet mode (see `fleet`): with `redis`, `redis_cluster` or `redis_sentinel` set,
+/// every instance pointed at the same Redis is a member of one fleet, each origin paced
+/// in memory by one member, its owner, to which the others hand its requests over the
+/// peer channel. Unset: the instance is alone.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FleetConfig {
@@ -20,20 +24,32 @@ pub struct FleetConfig {
     pub redis_sentinel: Option<SentinelConfig>,
     /// Accept a Redis whose `maxmemory-policy` can evict robotsgate's keys (`allkeys-*`,
     /// `volatile-*`). Off: such a Redis counts as unavailable, named in `/readyz`, since
-    /// an evicted schedule forgets the turns held on it.
+    /// an evicted claim or membership record loses who owns an origin.
     pub allow_eviction: bool,
-    /// What a request that needs the backend gets while Redis is down or slow.
+    /// What an owner does while Redis cannot renew its lease (see [`OnUnavailable`]).
     pub on_unavailable: OnUnavailable,
+    /// With `on_unavailable: keep_owned`: how long past its lease an owner keeps pacing
+    /// what it owns without Redis; every member waits that much longer before taking
+    /// over a vanished owner's origins.
+    pub outage_grace_seconds: Timeout,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
-    /// How long a turn stays taken in Redis when its holder never gives it back (its
-    /// instance died or lost Redis): the longest a turn can be held
-    /// ([`ExchangeBounds::longest_hold`]) plus a second, which is the default; a shorter
-    /// value is a configuration error (a live holder would lose its turn mid-exchange).
-    pub lease_seconds: Option<Timeout>,
-    /// How often every held robots.txt is checked against the shared copy, in case an
-    /// invalidation message was missed.
-    pub resync_seconds: Timeout,
+    /// A member's lease: renewed every half second; a member that has not renewed for
+    /// this long is gone (its origins are taken over once its exchanges must be over).
+    pub lease_seconds: Timeout,
+    /// Where the peer channel listens (mutual TLS from the fleet CA): other members
+    /// hand requests for the origins this instance owns to it here.
+    pub peer_listen: Option<SocketAddr>,
+    /// How the other members reach the peer channel (`host:port`); default
+    /// `peer_listen` (which must then not be a wildcard address).
+    pub peer_address: Option<String>,
+    /// The fleet CA (PEM), the only root a member's certificate is checked against.
+    pub peer_ca: Option<PathBuf>,
+    /// This member's certificate (PEM, for the name `robotsgate-fleet`, signed by the
+    /// fleet CA: `robotsgate fleet-cert` makes one).
+    pub peer_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub peer_key: Option<PathBuf>,
 }
 
 impl Default for FleetConfig {
@@ -44,9 +60,14 @@ impl Default for FleetConfig {
             redis_sentinel: None,
             allow_eviction: false,
             on_unavailable: OnUnavailable::Refuse,
+            outage_grace_seconds: Timeout(30.0),
             command_timeout_seconds: Timeout(0.5),
-            lease_seconds: None,
-            resync_seconds: Timeout(10.0),
+            lease_seconds: Timeout(5.0),
+            peer_listen: None,
+            peer_address: None,
+            peer_ca: None,
+            peer_cert: None,
+            peer_key: None,
         }
     }
 }
@@ -68,18 +89,25 @@ pub struct SentinelConfig {
     pub sentinels: Vec<String>,
 }
 
-/// `fleet.on_unavailable`: what happens while the shared backend cannot be reached.
+/// `fleet.on_unavailable`: what an owner does while Redis cannot renew its lease (a
+/// Redis outage, or this instance cut from it: it cannot tell them apart). Either way
+/// an owner never acts on a lapsed lease, no member takes over an origin before its
+/// owner's exchanges must be over, and an origin nobody owns yet (or whose owner left
+/// during the outage) is answered 503 until Redis is back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum OnUnavailable {
-    /// 503 + `Retry-After` (`reason="fleet-backend-unavailable"`) for every request that
-    /// needs the backend (a paced one, or one whose robots.txt must be read).
+    /// Owners stop once their lease lapses (`lease_seconds` after the last renewal):
+    /// 503 + `Retry-After` (`reason="fleet-backend-unavailable"`) for their origins
+    /// until Redis is back. A vanished owner's origins wait the least.
     #[default]
     Refuse,
-    /// Each origin is paced (and its robots.txt fetched) by one instance alone, its
-    /// owner by rendezvous hashing over the last membership seen, once every turn
-    /// granted before the outage has ended; the others refuse its requests that need a
-    /// turn (see `pacing::outage`).
+    /// Owners keep pacing what they own for `outage_grace_seconds` past their lease;
+    /// every member then waits that much longer to take over a vanished owner's
+    /// origins. Outages shorter than the grace lose nothing.
+    KeepOwned,
+    /// The former mode (each origin paced by a hashed owner during an outage only):
+    /// ownership is now the normal mode; a configuration error names `keep_owned`.
     Local,
 }
 
@@ -126,6 +154,57 @@ impl FleetConfig {
                 )));
             }
         }
+        self.validate_ownership()
+    }
+}
+
+impl FleetConfig {
+    /// The ownership settings: the mode, the lease, and the peer channel, complete.
+    fn validate_ownership(&self) -> Result<(), ConfigError> {
+        if self.on_unavailable == OnUnavailable::Local {
+            return Err(ConfigError::invalid(
+                "key `robotsgate.fleet.on_unavailable`: `local` is gone: each origin now has one owner at all times; use `keep_owned` (owners keep pacing through an outage, for outage_grace_seconds) or `refuse`",
+            ));
+        }
+        let renewal = 2.0 * 0.5 + self.command_timeout_seconds.get();
+        if self.lease_seconds.get() < renewal {
+            return Err(ConfigError::invalid(format!(
+                "key `robotsgate.fleet.lease_seconds`: {} s is shorter than two renewals and a command timeout ({renewal:.1} s): members would lapse while alive",
+                self.lease_seconds.get()
+            )));
+        }
+        if !self.enabled() {
+            return Ok(());
+        }
+        let Some(listen) = self.peer_listen else {
+            return Err(ConfigError::invalid(
+                "key `robotsgate.fleet.peer_listen`: fleet mode needs the peer channel (where the other members hand requests over)",
+            ));
+        };
+        for (key, set) in [
+            ("peer_ca", self.peer_ca.is_some()),
+            ("peer_cert", self.peer_cert.is_some()),
+            ("peer_key", self.peer_key.is_some()),
+        ] {
+            if !set {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.fleet.{key}`: fleet mode needs the peer channel's credentials (`robotsgate fleet-cert` makes them)"
+                )));
+            }
+        }
+        if self.peer_address.is_none() && listen.ip().is_unspecified() {
+            return Err(ConfigError::invalid(
+                "key `robotsgate.fleet.peer_address`: peer_listen is a wildcard address; say how the other members reach this one",
+            ));
+        }
         Ok(())
+    }
+
+    /// How the other members reach this one's peer channel.
+    pub fn peer_address(&self) -> String {
+        self.peer_address
+            .clone()
+            .or_else(|| self.peer_listen.map(|a| a.to_string()))
+            .unwrap_or_default()
     }
 }

@@ -12,7 +12,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -421,13 +420,6 @@ impl Config {
         }
     }
 
-    /// The fleet lease in force: `fleet.lease_seconds`, or the longest hold.
-    pub fn fleet_lease(&self) -> Duration {
-        self.fleet
-            .lease_seconds
-            .map_or(self.exchange_bounds().default_lease(), Timeout::duration)
-    }
-
     /// Every address robotsgate listens on (proxy, admin, key directory, transparent):
     /// never a destination, never a redirected connection's.
     pub fn own_listeners(&self) -> Vec<SocketAddr> {
@@ -437,6 +429,7 @@ impl Config {
             .chain(self.signing.directory_listen)
             .chain(self.transparent.http_listen)
             .chain(self.transparent.tls_listen)
+            .chain(self.fleet.peer_listen)
             .collect()
     }
 
@@ -450,7 +443,6 @@ impl Config {
         self.robots.validate()?;
         self.limits.validate()?;
         self.validate_identities()?;
-        self.validate_lease()?;
         self.validate_listeners()?;
         self.validate_tls()
     }
@@ -488,21 +480,6 @@ impl Config {
             if rule.identity.is_none() && self.agent.default_identity.is_none() {
                 return Err(ConfigError::invalid(format!(
                     "key `{key}`: only signed requests can pay; set this rule's identity or agent.default_identity"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// `fleet.lease_seconds` outlasts the longest hold.
-    fn validate_lease(&self) -> Result<(), ConfigError> {
-        if let Some(lease) = self.fleet.lease_seconds {
-            let longest = self.exchange_bounds().longest_hold();
-            if lease.duration() < longest {
-                return Err(ConfigError::invalid(format!(
-                    "key `robotsgate.fleet.lease_seconds`: {} s is shorter than the longest a turn can be held ({:.1} s: pacing.max_exchange_seconds, then the larger upstream read/write timeout, then the read timeout again); a live holder would lose its turn mid-exchange. Raise it or leave it unset",
-                    lease.get(),
-                    longest.as_secs_f64()
                 )));
             }
         }

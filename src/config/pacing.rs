@@ -143,11 +143,6 @@ impl ExchangeBounds {
     pub fn longest_hold(&self) -> Duration {
         (self.max_exchange + self.cut_within).max(self.fetch) + self.linger
     }
-
-    /// The fleet lease: the longest hold and a second for Redis round trips.
-    pub fn default_lease(&self) -> Duration {
-        self.longest_hold() + Duration::from_secs(1)
-    }
 }
 
 impl PacingConfig {

@@ -13,7 +13,8 @@ fn shipped_config_parses() {
     let text = include_str!("../../conf/fleet.yaml");
     let config = Config::from_yaml(text).expect("fleet config is valid");
     assert!(config.fleet.enabled());
-    assert_eq!(config.fleet.on_unavailable, OnUnavailable::Local);
+    assert_eq!(config.fleet.on_unavailable, OnUnavailable::KeepOwned);
+    assert_eq!(config.fleet.peer_address(), "robotsgate-1.internal:7443");
 }
 
 #[test]
@@ -35,6 +36,22 @@ fn fleet_errors_name_the_key() {
         (
             "fleet:\n    on_unavailable: maybe\n",
             "robotsgate.fleet.on_unavailable",
+        ),
+        (
+            "fleet:\n    on_unavailable: local\n",
+            "robotsgate.fleet.on_unavailable",
+        ),
+        (
+            "fleet:\n    redis: redis://a\n",
+            "robotsgate.fleet.peer_listen",
+        ),
+        (
+            "fleet:\n    redis: redis://a\n    peer_listen: 127.0.0.1:7443\n",
+            "robotsgate.fleet.peer_ca",
+        ),
+        (
+            "fleet:\n    redis: redis://a\n    peer_listen: 0.0.0.0:7443\n    peer_ca: a\n    peer_cert: b\n    peer_key: c\n",
+            "robotsgate.fleet.peer_address",
         ),
     ] {
         let err = Config::from_yaml(&format!("robotsgate:\n  {yaml}"))

@@ -172,6 +172,20 @@ impl AccessPolicy {
         }
     }
 
+    /// The user another fleet member authenticated, by name: `Ok(None)` for none;
+    /// refused when this instance's credentials file does not know the name (the
+    /// members' files differ).
+    pub fn user_named(&self, name: Option<&str>) -> Result<Option<Arc<User>>, Denied> {
+        match (name, &self.users) {
+            (None, _) => Ok(None),
+            (Some(name), Some(users)) => users
+                .get(name)
+                .map(|c| Some(c.user.clone()))
+                .ok_or(Denied::AuthFailed),
+            (Some(_), None) => Err(Denied::AuthFailed),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<User>>> {
         self.verified.lock().unwrap_or_else(|e| e.into_inner())
     }

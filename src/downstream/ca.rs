@@ -92,6 +92,41 @@ pub fn init(cert_path: &Path, key_path: &Path, days: u32, name: &str) -> anyhow:
     Ok(())
 }
 
+/// Writes a certificate for `name` signed by `ca`, usable to serve and to connect as
+/// (the fleet's member certificates: `robotsgate fleet-cert`), and its key (mode 0600).
+/// Refuses to overwrite either file.
+pub fn issue(
+    ca: &OperatorCa,
+    cert_path: &Path,
+    key_path: &Path,
+    days: u32,
+    name: &str,
+) -> anyhow::Result<()> {
+    if days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generate key")?;
+    let mut params = CertificateParams::new(vec![name.to_string()]).context("certificate name")?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - Duration::hours(1);
+    params.not_after = (now + Duration::days(i64::from(days))).min(ca.not_after);
+    params.serial_number = Some(random_serial()?);
+    let cert = params.signed_by(&key, &ca.issuer).context("sign")?;
+    write_new(key_path, key.serialize_pem().as_bytes(), 0o600)?;
+    if let Err(e) = write_new(cert_path, cert.pem().as_bytes(), 0o644) {
+        let _ = std::fs::remove_file(key_path);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Creates `path` with `bytes` and `mode`, never overwriting.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);

@@ -398,6 +398,11 @@ impl Tunnels {
                     .await
             }
             Decision::Forward { addr, pace, .. } => (addr, pace),
+            // Blind tunnels are decided without routing (`decide_to`): never handed over.
+            Decision::HandOver(_) => {
+                let answer = bad_request(502, "a blind tunnel cannot be handed over");
+                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+            }
         };
         let permit = match self.enforcer.pace(&pace).await {
             Ok(permit) => permit,

@@ -31,9 +31,21 @@ pub struct ClientContext {
     pub destination: Option<SocketAddr>,
     /// The protocol the request arrived in.
     pub protocol: Protocol,
+    /// Handed over by another fleet member: its member id (the request is never handed
+    /// on), and the client it came from there.
+    pub handed: Option<Handed>,
     /// An HTTP/2 stream's flag, set when its exchange with the origin starts: from then
     /// on a reset of the stream does not end the exchange (`h2_stream`).
     pub started: Option<Arc<crate::downstream::h2_stream::Started>>,
+}
+
+/// Where a request handed over by another member came from.
+#[derive(Clone, Debug)]
+pub struct Handed {
+    /// The member that handed it over.
+    pub from: Arc<str>,
+    /// Its client's address there.
+    pub client: Option<std::net::IpAddr>,
 }
 
 tokio::task_local! {

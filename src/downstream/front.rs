@@ -41,13 +41,15 @@ use pingora::server::ShutdownWatch;
 use crate::downstream::access::AccessPolicy;
 use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
-use crate::downstream::context::ClientContext;
+use crate::downstream::context::{ClientContext, Handed};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
+use crate::fleet::PeerContext;
+use crate::policy::target::Origin;
 use crate::telemetry::metrics;
 
 /// Which listener a connection arrived on.
@@ -61,6 +63,12 @@ pub enum Door {
         redirection: Arc<Redirection>,
         /// The TLS listener (ClientHello, then interception) rather than plain HTTP.
         tls: bool,
+    },
+    /// The peer channel (fleet mode): requests other members hand over, over mutual TLS
+    /// from the fleet CA, each with its context in `robotsgate-peer` (`crate::fleet::channel`).
+    Peer {
+        /// The listener's TLS: a client certificate from the fleet CA required.
+        tls: Arc<rustls::ServerConfig>,
     },
 }
 
@@ -124,6 +132,12 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
         let client = stream
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        if let Door::Peer { tls } = &self.door {
+            // Members are admitted by their certificates; their clients took their
+            // slots where they connected.
+            self.serve_peer(stream, client, tls, shutdown).await;
+            return None;
+        }
         if !self.access.client_allowed(client) {
             let why = "this client's address is not in access.allow_clients";
             let refusal = FrontRefusal::new(403, metrics::RefusalReason::ClientNetwork, why);
@@ -147,6 +161,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
                 self.serve_redirected(stream, client, redirection, *tls, shutdown)
                     .await
             }
+            Door::Peer { .. } => {}
         }
         None
     }
@@ -180,6 +195,44 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let head = read_head(stream, &self.limits, wait).await;
         if !matches!(head, Err(HeadError::Gone | HeadError::FirstByteTimeout)) {
             refuse(stream, client, refusal).await;
+        }
+    }
+
+    /// A connection on the peer channel: the mutual TLS handshake (a member's
+    /// certificate from the fleet CA, or nothing is read), then the request loop, each
+    /// request with the context its head carries.
+    async fn serve_peer(
+        &self,
+        stream: Stream,
+        peer: Option<IpAddr>,
+        tls: &Arc<rustls::ServerConfig>,
+        shutdown: &ShutdownWatch,
+    ) {
+        let Some(l4) = stream.into_any().downcast::<L4Stream>().ok() else {
+            log::error!("the peer listener is not plain TCP");
+            return;
+        };
+        let acceptor = pingora::listeners::tls::Acceptor::from_server_config(tls.clone());
+        let wait = self.limits.first_byte_timeout.max(Duration::from_secs(5));
+        match tokio::time::timeout(wait, acceptor.tls_handshake(*l4)).await {
+            Ok(Ok(stream)) => {
+                let context = ClientContext {
+                    handed: Some(Handed {
+                        from: Arc::from(""),
+                        client: None,
+                    }),
+                    ..ClientContext::default()
+                };
+                self.serve(Box::new(stream), peer, context, shutdown).await;
+            }
+            Ok(Err(e)) => {
+                metrics::record_refusal(metrics::RefusalReason::PeerUnauthenticated);
+                log::warn!("peer channel: a connection from {peer:?} without the fleet's credential was refused: {e}");
+            }
+            Err(_) => {
+                metrics::record_refusal(metrics::RefusalReason::PeerUnauthenticated);
+                log::warn!("peer channel: no handshake from {peer:?} in time");
+            }
         }
     }
 
@@ -332,6 +385,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         client: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> bool {
+        if context.handed.is_some() {
+            return self.admit_handed(head, conn, client, context).await;
+        }
         if context.tunnel.is_some() || context.destination.is_some() {
             return true;
         }
@@ -353,6 +409,64 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 false
             }
         }
+    }
+
+    /// A request on the peer channel: its context is what its `robotsgate-peer` header
+    /// says (another member authenticated its client); without a readable one, or with
+    /// a user this instance does not know, or a CONNECT, it is refused. `false`:
+    /// refused and answered.
+    async fn admit_handed(
+        &self,
+        head: &Head,
+        conn: &mut Connection,
+        peer: Option<IpAddr>,
+        context: &mut ClientContext,
+    ) -> bool {
+        let handed = head
+            .peer
+            .as_deref()
+            .and_then(PeerContext::decode)
+            .filter(|_| !head.is_connect)
+            .and_then(|p| self.context_of(p).ok());
+        match handed {
+            Some(handed) => {
+                *context = handed;
+                true
+            }
+            None => {
+                let why = "a request on the peer channel needs a readable robotsgate-peer header, a user this member knows, and no CONNECT";
+                let refusal = FrontRefusal::new(400, metrics::RefusalReason::Malformed, why);
+                refuse(&mut *conn.stream, peer, refusal).await;
+                false
+            }
+        }
+    }
+
+    /// A handed-over request's context, from what the member that handed it over says.
+    fn context_of(&self, peer: PeerContext) -> Result<ClientContext, ()> {
+        let user = self
+            .access
+            .user_named(peer.user.as_deref())
+            .map_err(|_| ())?;
+        let tunnel = match &peer.tunnel {
+            Some(origin) => Some(Arc::new(Origin::parse(origin).map_err(|_| ())?)),
+            None => None,
+        };
+        Ok(ClientContext {
+            tunnel,
+            user,
+            destination: peer.destination,
+            protocol: if peer.http2 {
+                metrics::Protocol::Http2
+            } else {
+                metrics::Protocol::Http1
+            },
+            handed: Some(Handed {
+                from: Arc::from(peer.from.as_str()),
+                client: peer.client,
+            }),
+            started: None,
+        })
     }
 
     /// Opens the tunnel a CONNECT asks for: its TLS stream (the origin kept in

@@ -79,6 +79,9 @@ pub struct Head {
     pub is_connect: bool,
     /// The `Proxy-Authorization` value, if sent.
     pub proxy_authorization: Option<Vec<u8>>,
+    /// The `robotsgate-peer` value, if sent (read on the peer channel only; a client's
+    /// own is never forwarded).
+    pub peer: Option<Vec<u8>>,
     /// What follows the head before the next request can begin.
     pub body: Body,
 }
@@ -313,6 +316,7 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         Err(e) => return Err(HeadError::Malformed(e.to_string())),
     }
     let mut proxy_authorization = None;
+    let mut peer = None;
     let mut content_length = None;
     let mut chunked = false;
     let mut host = None;
@@ -327,6 +331,12 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
             }
         } else if field.name.eq_ignore_ascii_case("proxy-authorization") {
             proxy_authorization = Some(field.value.to_vec());
+        } else if field.name.eq_ignore_ascii_case(crate::fleet::PEER_HEADER) {
+            if peer.replace(field.value.to_vec()).is_some() {
+                return Err(HeadError::Malformed(
+                    "more than one robotsgate-peer header".into(),
+                ));
+            }
         } else if field.name.eq_ignore_ascii_case("content-length") {
             let length = std::str::from_utf8(field.value)
                 .ok()
@@ -374,6 +384,7 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         len,
         is_connect,
         proxy_authorization,
+        peer,
         body,
     })
 }

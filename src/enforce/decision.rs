@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::fleet::Owner;
 use crate::origin::store::OriginEntry;
 use crate::pacing::{DelayRule, Place};
 use crate::policy::usage::UsageVerdict;
@@ -87,8 +88,8 @@ impl std::fmt::Debug for Pace {
     }
 }
 
-/// What to do with a request: data. Everything but [`Decision::Forward`] is answered by
-/// robotsgate itself, rendered into the client's answer in one place ([`Refusal::answer`]).
+/// What to do with a request: data. A [`Decision::Refuse`] is answered by robotsgate
+/// itself, rendered into the client's answer in one place ([`Refusal::answer`]).
 #[derive(Debug)]
 pub enum Decision {
     /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
@@ -109,4 +110,7 @@ pub enum Decision {
     },
     /// Answer the client with this; the origin is not contacted.
     Refuse(Refusal),
+    /// Fleet mode: another member owns the origin; carry the request out through it
+    /// (it judges, paces and signs it; its answer is the client's).
+    HandOver(Owner),
 }

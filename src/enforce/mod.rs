@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use crate::config::{Config, ExchangeBounds};
+use crate::fleet::{Fleet, FleetTally, Owners, PeerTls};
 use crate::identity::payment::Budget;
 use crate::identity::{Identities, Signer};
 pub use crate::origin::dns::ResolveError;
@@ -21,7 +22,6 @@ use crate::origin::fetch::Fetcher;
 use crate::origin::store::OriginStore;
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
-use crate::pacing::backend::Fleet;
 pub use crate::pacing::DelayRule;
 use crate::pacing::{PaceRequest, Pacer, TurnRefusal};
 use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
@@ -31,11 +31,11 @@ use crate::policy::overrides::Overrides;
 use crate::policy::target::{Origin, Target};
 use crate::policy::usage::UsageCheck;
 
-pub mod budgets;
 mod decide;
 use decide::{Facts, Operator};
 mod decision;
 mod judge;
+mod owned;
 mod refusal;
 mod turn;
 mod views;
@@ -65,8 +65,10 @@ pub struct Enforcer {
     store: Arc<OriginStore>,
     /// The pacing settings and queue count.
     pacer: Arc<Pacer>,
-    /// The shared backend, in fleet mode.
+    /// The fleet backend, in fleet mode.
     fleet: Option<Arc<Fleet>>,
+    /// Who owns which origin, in fleet mode.
+    owners: Option<Arc<Owners>>,
     /// Name resolution, cached by TTL.
     resolver: Arc<Resolver>,
     /// Where traffic may go.
@@ -91,10 +93,15 @@ impl Enforcer {
         Ok(enforcer)
     }
 
-    /// Starts what runs beside requests (in fleet mode, the backend's connection and
-    /// listener). [`Enforcer::from_config`] does it; a daemon does it after its fork.
+    /// Starts what runs beside requests (in fleet mode, the backend's connection, its
+    /// listener and the membership). [`Enforcer::from_config`] does it; a daemon does it
+    /// after its fork.
     pub fn run_in_background(&self) -> std::io::Result<()> {
-        self.store.run_in_background()
+        self.store.run_in_background()?;
+        if let Some(owners) = &self.owners {
+            owners.run_in_background();
+        }
+        Ok(())
     }
 
     /// As [`Enforcer::from_config`], with the origin roots and the signing identities
@@ -127,24 +134,18 @@ impl Enforcer {
             .signed_as(fetches_signed_as)
             .http2(config.upstream.http2 == crate::config::Http2::Auto),
         );
-        let fleet = config
-            .fleet
-            .enabled()
-            .then(|| Fleet::new(&config.fleet, config.fleet_lease()));
-        let pacer = Arc::new(Pacer::with_fleet(config.pacing.clone(), fleet.clone()));
-        if let Some(fleet) = &fleet {
-            // Budgets are the fleet's: counted in its backend by every instance.
-            let hold = config.exchange_bounds().longest_hold();
-            let tally = Arc::new(budgets::FleetTally::new(fleet.clone(), hold));
-            for budget in identities.budgets() {
-                budget.share(tally.clone());
-            }
-        }
+        let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
+        let pacer = Arc::new(Pacer::new(config.pacing.clone()));
+        let owners = match &fleet {
+            Some(fleet) => Some(fleet_owners(config, fleet, &identities)?),
+            None => None,
+        };
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         Ok(Enforcer {
             store,
             pacer,
             fleet,
+            owners,
             resolver,
             egress,
             agents: AgentResolver::new(
@@ -188,30 +189,38 @@ impl Enforcer {
     /// Judges one request from `who` (on a redirected connection, on its way to
     /// `destination`): everything the proxy needs to act on it, from one call — the
     /// decision, how a forwarded request is signed, and the log's labels. Counts the
-    /// usage verdict (requests are counted; `/check` is not).
+    /// usage verdict (requests are counted; `/check` is not). In fleet mode a request
+    /// whose origin another member owns is handed over instead, unjudged (its owner
+    /// judges it); one `handed` over by another member is never handed on.
     pub async fn judge_request(
         &self,
         target: &Target,
         who: &Requester<'_>,
         destination: Option<SocketAddr>,
+        handed: bool,
     ) -> Judged {
         let tokens = self.tokens(who);
         let mode = self.reports(who);
-        let usage = self.usage_check(who);
-        let (decision, _) = self
-            .decide_explained(target, &tokens, mode.report, usage, destination)
-            .await;
+        let decision = match self.routed(target, destination, handed).await {
+            Some(decision) => decision,
+            None => {
+                let usage = self.usage_check(who);
+                self.decide_explained(target, &tokens, mode.report, usage, destination)
+                    .await
+                    .0
+            }
+        };
         let verdict = match &decision {
             Decision::Forward { usage, .. } => usage.as_ref(),
             Decision::Refuse(Refusal::UsageRefused { verdict, .. }) => Some(verdict),
-            Decision::Refuse(_) => None,
+            Decision::Refuse(_) | Decision::HandOver(_) => None,
         };
         if let Some(verdict) = verdict {
             crate::telemetry::usage::record_verdict(verdict);
         }
         let signer = match &decision {
             Decision::Forward { .. } => self.signer(who),
-            Decision::Refuse(_) => None,
+            Decision::Refuse(_) | Decision::HandOver(_) => None,
         };
         Judged {
             decision,
@@ -306,6 +315,37 @@ impl Enforcer {
     }
 }
 
+/// The fleet's door for `fleet`: the peer channel's credentials, the membership and
+/// ownership settings; budgets counted fleet-wide.
+fn fleet_owners(
+    config: &Config,
+    fleet: &Arc<Fleet>,
+    identities: &Identities,
+) -> anyhow::Result<Arc<Owners>> {
+    let f = &config.fleet;
+    let file = |path: &Option<std::path::PathBuf>| path.clone().unwrap_or_default();
+    let tls = PeerTls::load(&file(&f.peer_ca), &file(&f.peer_cert), &file(&f.peer_key))
+        .map_err(|e| anyhow::anyhow!("key `robotsgate.fleet.peer_*`: {e}"))?;
+    let hold = config.exchange_bounds().longest_hold();
+    // Budgets are the fleet's: counted in its backend by every instance.
+    let tally = Arc::new(FleetTally::new(fleet.clone(), hold));
+    for budget in identities.budgets() {
+        budget.share(tally.clone());
+    }
+    let grace = match f.on_unavailable {
+        crate::config::OnUnavailable::KeepOwned => f.outage_grace_seconds.duration(),
+        _ => std::time::Duration::ZERO,
+    };
+    Ok(Owners::new(
+        fleet.clone(),
+        tls,
+        f.peer_address(),
+        f.lease_seconds.duration(),
+        hold,
+        grace,
+    ))
+}
+
 /// Every address robotsgate listens on, as the egress check refuses them.
 fn own_listeners(config: &Config) -> crate::policy::egress::OwnListeners {
     crate::policy::egress::OwnListeners::new(
@@ -325,6 +365,28 @@ impl Enforcer {
         crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin).await
     }
 
+    /// Fleet mode: the decision when it is not this instance's to make (handed over,
+    /// or refused: no member may pace the origin now, or the egress check refused it
+    /// first); `None` to decide here.
+    async fn routed(
+        &self,
+        target: &Target,
+        destination: Option<SocketAddr>,
+        handed: bool,
+    ) -> Option<Decision> {
+        self.owners.as_ref()?;
+        let addrs = match (destination, self.check_egress(&target.origin).await) {
+            (_, Err(refusal)) => return Some(Decision::Refuse(Refusal::EgressDenied(refusal))),
+            (Some(d), _) => vec![d.ip()],
+            (None, Ok(Ok(addrs))) => addrs,
+            (None, Ok(Err(_))) => Vec::new(),
+        };
+        match self.route(&target.origin, &addrs, handed).await {
+            owned::Routed::Here => None,
+            owned::Routed::Decided(decision) => Some(decision),
+        }
+    }
+
     /// Waits for the request's turn. The returned [`Turn`] must be held until the
     /// origin's exchange has ended, then told how ([`Turn::end`]); report the origin's
     /// status to it. An `Err` is the 503 to send instead.
@@ -338,6 +400,7 @@ impl Enforcer {
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
+        let keyed = pace.address.as_ref().unwrap_or(&pace.entry);
         let turn = |turns| {
             Turn::new(
                 turns,
@@ -345,6 +408,7 @@ impl Enforcer {
                 pace.address.clone(),
                 &self.bounds,
             )
+            .recorded_by(self.owners.clone().map(|o| (o, owned::key_of(keyed))))
         };
         if pace.report {
             let (turns, would_wait) = self.pacer.report(request);
@@ -352,6 +416,12 @@ impl Enforcer {
             return Ok(turn(turns));
         }
         match self.pacer.pace(request).await {
+            // Its turn came, but this instance may no longer act for the origin (its
+            // lease lapsed by its own clock meanwhile, or it is leaving).
+            Ok(_) if !self.acts_for(keyed) => Err(Refusal::FleetUnavailable {
+                why: "this instance no longer owns the origin",
+            }
+            .answer()),
             Ok(turns) => {
                 crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());
                 Ok(turn(turns))
@@ -361,7 +431,6 @@ impl Enforcer {
                 let reason = match refused.reason {
                     TurnRefusal::QueueFull => "queue-full",
                     TurnRefusal::WaitTooLong => "wait-too-long",
-                    TurnRefusal::FleetUnavailable => "fleet-backend-unavailable",
                 };
                 let backoff = refused
                     .backed_off_for

@@ -80,6 +80,11 @@ pub enum Refusal {
         /// Where the client's connection was going.
         destination: SocketAddr,
     },
+    /// Fleet mode: no member may pace the origin now (see `enforce::owned`).
+    FleetUnavailable {
+        /// Why not.
+        why: &'static str,
+    },
     /// The origin's name does not resolve (while its robots.txt is held).
     DnsFailure {
         /// The origin whose name failed.
@@ -189,6 +194,16 @@ impl Refusal {
                 ),
                 format!("robotsgate: the connection was going to {destination}, which is not an address of {origin} (as robotsgate resolves it); its robots.txt cannot vouch for that server"),
             ),
+            Refusal::FleetUnavailable { why } => {
+                let mut answer = Answer::text(
+                    503,
+                    Outcome::FleetUnavailable,
+                    "fleet-unavailable; reason=fleet-backend-unavailable".into(),
+                    format!("robotsgate: no fleet member may pace this origin now: {why}. Retry in 1 s."),
+                );
+                answer.retry_after = Some(1);
+                answer
+            }
             Refusal::DnsFailure { origin, error } => Answer::text(
                 502,
                 Outcome::UpstreamError,

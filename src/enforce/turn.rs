@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::ExchangeBounds;
+use crate::fleet::Owners;
 use crate::origin::store::OriginEntry;
 use crate::pacing::Turns;
 
@@ -32,6 +33,9 @@ pub struct Turn {
     deadline: Instant,
     /// How long turns are held after a cut.
     linger: Duration,
+    /// Fleet mode: where a pause or backoff the origin asks for is recorded, under
+    /// which pacing key (a next owner starts from it).
+    recorder: Option<(Arc<Owners>, String)>,
 }
 
 /// How an upstream exchange ended, as the origin saw it: what decides when its turns end.
@@ -86,7 +90,14 @@ impl Turn {
             address,
             deadline: Instant::now() + bounds.max_exchange,
             linger: bounds.linger,
+            recorder: None,
         }
+    }
+
+    /// Records the pauses and backoffs the origin asks for with `recorder` (fleet mode).
+    pub(super) fn recorded_by(mut self, recorder: Option<(Arc<Owners>, String)>) -> Turn {
+        self.recorder = recorder;
+        self
     }
 
     /// When the exchange must have ended: a response still running then is cut.
@@ -110,6 +121,17 @@ impl Turn {
     ) {
         if let Some(turns) = &self.turns {
             turns.origin_answered_read_late(status, retry_after, unread);
+            self.record(turns, status);
+        }
+    }
+
+    /// Fleet mode: a 429 or a 5xx starts (or lengthens) a pause or backoff: written now,
+    /// so that a next owner starts from it.
+    fn record(&self, turns: &Turns, status: u16) {
+        if let Some((owners, key)) = &self.recorder {
+            if status == 429 || status >= 500 {
+                owners.record(key, turns.facts());
+            }
         }
     }
 
@@ -117,6 +139,7 @@ impl Turn {
     pub fn origin_refused(&self) {
         if let Some(turns) = &self.turns {
             turns.origin_refused();
+            self.record(turns, 503);
         }
     }
 

@@ -61,15 +61,18 @@ impl OriginView {
     }
 }
 
-/// The fleet backend as readiness and the status page see it.
+/// The fleet as readiness and the status page see it.
 #[derive(Clone, Debug)]
 pub struct FleetView {
     /// Redis answers.
     pub up: bool,
     /// Why not, when it does not.
     pub down_reason: String,
-    /// What the instance does meanwhile.
+    /// What an owner does meanwhile.
     pub on_unavailable: OnUnavailable,
+    /// This instance's lease is valid by its own clock (with `keep_owned`, its grace
+    /// included): it may pace what it owns.
+    pub lease_valid: bool,
 }
 
 impl Enforcer {
@@ -119,25 +122,28 @@ impl Enforcer {
         self.store.purge(origin)
     }
 
-    /// The fleet backend's state, in fleet mode.
+    /// The fleet's state, in fleet mode.
     pub fn fleet_view(&self) -> Option<FleetView> {
-        self.fleet.as_ref().map(|fleet| FleetView {
+        let (fleet, owners) = (self.fleet.as_ref()?, self.owners.as_ref()?);
+        Some(FleetView {
             up: fleet.up(),
             down_reason: fleet.down_reason(),
             on_unavailable: fleet.config().on_unavailable,
+            lease_valid: owners.lease_valid(),
         })
     }
 
-    /// `origin`'s schedule of `group` as the fleet backend holds it (fleet mode): its
-    /// holder, in-flight turns and queue. `Some(Err)`: the backend cannot say.
-    pub async fn fleet_schedule(
-        &self,
-        origin: &Origin,
-        group: &str,
-    ) -> Option<Result<crate::pacing::shared::SharedSchedule, ()>> {
-        let fleet = self.fleet.as_ref()?;
-        let keys = crate::pacing::shared::ScheduleKeys::new(&origin.to_string(), group);
-        Some(fleet.schedule(&keys).await.map_err(|_| ()))
+    /// The members, their epochs and how many origins each owns (as this instance
+    /// knows, without asking Redis), in fleet mode: the admin API's `/fleet`.
+    pub fn fleet_members(&self) -> Option<serde_json::Value> {
+        self.owners.as_ref().map(|owners| owners.view())
+    }
+
+    /// Who owns `origin`'s pacing, as this instance knows (`here`, another member's
+    /// id, or `None`: not known here), in fleet mode.
+    pub fn owner_of(&self, origin: &Origin) -> Option<Option<String>> {
+        let owners = self.owners.as_ref()?;
+        Some(owners.known_owner(&origin.to_string()))
     }
 
     /// Loads `state` into the store at start (before the listeners accept).

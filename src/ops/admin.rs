@@ -235,6 +235,10 @@ impl ServeHttp for AdminApp {
             ("GET", "/status.json") => json_reply(200, &self.status().await),
             ("GET", "/metrics") => self.metrics(),
             ("GET", "/check") => self.check(&query).await,
+            ("GET", "/fleet") => match self.enforcer.fleet_members() {
+                Some(members) => json_reply(200, &members),
+                None => reply(404, "text/plain", b"not in fleet mode\n".to_vec()),
+            },
             (method, p) if p.starts_with("/origins/") => {
                 self.origin(method, &p["/origins/".len()..]).await
             }
@@ -312,26 +316,29 @@ impl AdminApp {
                 .collect::<Vec<_>>(),
             "fleet": self.enforcer.fleet_view().map(|fleet| json!({
                 "backend_up": fleet.up,
-                "on_unavailable": format!("{:?}", fleet.on_unavailable).to_lowercase(),
+                "lease_valid": fleet.lease_valid,
+                "on_unavailable": on_unavailable_label(fleet.on_unavailable),
             })),
         })
     }
 
-    /// `/readyz`: 200 while requests can be served as configured. In fleet mode with
-    /// `on_unavailable: refuse`, 503 while Redis is unavailable (a load balancer then
-    /// sends crawlers elsewhere); with `local`, 200 saying the instance paces alone.
+    /// `/readyz`: 200 while requests can be served as configured. In fleet mode, 503
+    /// once this instance's lease has lapsed by its own clock (Redis unavailable past
+    /// the lease, and with `on_unavailable: keep_owned` past the grace too): it may pace
+    /// nothing then, and a load balancer should send crawlers elsewhere.
     fn readiness(&self) -> Response<Vec<u8>> {
         match self.enforcer.fleet_view() {
             None => reply(200, "text/plain", b"ok\n".to_vec()),
-            Some(fleet) if fleet.up => {
+            Some(fleet) if fleet.up && fleet.lease_valid => {
                 reply(200, "text/plain", b"ok: fleet backend up\n".to_vec())
             }
-            Some(fleet) if fleet.on_unavailable == OnUnavailable::Local => reply(
+            Some(fleet) if fleet.lease_valid => reply(
                 200,
                 "text/plain",
                 format!(
-                    "degraded: fleet backend unavailable ({}), each origin paced by its owner alone\n",
-                    fleet.down_reason
+                    "degraded: fleet backend unavailable ({}); owners keep pacing what they own (fleet.on_unavailable: {})\n",
+                    fleet.down_reason,
+                    on_unavailable_label(fleet.on_unavailable)
                 )
                 .into_bytes(),
             ),
@@ -339,8 +346,9 @@ impl AdminApp {
                 503,
                 "text/plain",
                 format!(
-                    "not ready: fleet backend unavailable ({}) (fleet.on_unavailable: refuse)\n",
-                    fleet.down_reason
+                    "not ready: fleet lease lapsed (backend: {}) (fleet.on_unavailable: {})\n",
+                    if fleet.up { "up, registering again".to_string() } else { fleet.down_reason },
+                    on_unavailable_label(fleet.on_unavailable)
                 )
                 .into_bytes(),
             ),
@@ -400,7 +408,7 @@ impl AdminApp {
         }
         let mut pacing = Vec::new();
         for s in view.schedules() {
-            let mut schedule = json!({
+            let schedule = json!({
                 "group": s.group,
                 "delay_seconds": s.delay.as_secs_f64(),
                 "delay_rule": s.rule.label(),
@@ -409,19 +417,12 @@ impl AdminApp {
                 "queued": s.queued,
                 "next_slot_in_seconds": s.next_slot_in.map(|d| d.as_secs_f64()),
             });
-            if let Some(shared) = self.enforcer.fleet_schedule(&origin, &s.group).await {
-                schedule["fleet"] = match shared {
-                    Ok(shared) => json!({
-                        "holder": shared.holder,
-                        "holding": shared.holding,
-                        "queued": shared.queued,
-                    }),
-                    Err(()) => json!({ "error": "fleet backend unavailable" }),
-                };
-            }
             pacing.push(schedule);
         }
         out["pacing"] = json!(pacing);
+        if let Some(owner) = self.enforcer.owner_of(&origin) {
+            out["owner"] = json!(owner);
+        }
         json_reply(200, &out)
     }
 }
@@ -495,6 +496,15 @@ fn parsed(robots: &RobotsTxt) -> Value {
         })).collect::<Vec<_>>(),
         "truncated": robots.truncated(),
     })
+}
+
+/// `fleet.on_unavailable` as the configuration spells it.
+fn on_unavailable_label(mode: OnUnavailable) -> &'static str {
+    match mode {
+        OnUnavailable::Refuse => "refuse",
+        OnUnavailable::KeepOwned => "keep_owned",
+        OnUnavailable::Local => "local",
+    }
 }
 
 #[cfg(test)]

@@ -129,6 +129,11 @@ impl CheckQuery {
 /// `/check`'s decision, status and why (and, forwarded, where and how it is paced).
 fn describe_decision(out: &mut Value, decision: &Decision, report: bool) {
     match decision {
+        // `/check` decides here, without routing.
+        Decision::HandOver(owner) => {
+            out["decision"] = json!("handed_over");
+            out["owner"] = json!(owner.member);
+        }
         Decision::Forward {
             addr,
             why,

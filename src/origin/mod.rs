@@ -1,16 +1,14 @@
 //! Per-origin state and its I/O: the robots.txt [`store`] of [`snapshot`]s (fetched by
 //! [`fetch`], parsed files shared by identical origins in [`files`], what happened lately
-//! in [`recent`]),
-//! the robots.txt cache a fleet shares ([`fleet`]), the state kept
-//! across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
+//! in [`recent`]; in a fleet, the copy kept in Redis: `crate::fleet::robots`), the state
+//! kept across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
 //! traffic from looping back to it ([`loops`]). Uses [`crate::policy`], [`crate::robots`],
-//! [`crate::telemetry`] and [`crate::config`].
+//! [`crate::fleet`], [`crate::pacing`], [`crate::telemetry`] and [`crate::config`].
 
 pub mod dns;
 pub mod fetch;
 pub mod files;
-pub mod fleet;
 pub mod loops;
 pub mod recent;
 pub mod snapshot;

@@ -25,15 +25,13 @@
 //! disconnects does not abort it. A fresh snapshot close to expiry is refreshed in the
 //! background while readers keep using it.
 //!
-//! Fleet mode (`origin::fleet`): a fetch first looks at the shared copy in Redis. A
-//! usable one (fresh, or failing and not yet due for a retry) is parsed into this
-//! instance's snapshot; otherwise the instance that takes the fleet-wide lock fetches
-//! and publishes, and the others wait for its result (or, past the lock's lifetime,
-//! fetch themselves). Other instances' changes arrive as [`FleetEvent`]s
-//! ([`OriginStore::follow`]); an entry not verified since the fleet's last resync
-//! checks its version in the background on its next use, never on the request's path.
-//! While Redis is unavailable, `fleet.on_unavailable: local` fetches here as alone;
-//! `refuse` answers a request that needs a fetch 503 (`fleet-backend-unavailable`).
+//! Fleet mode (`fleet::robots`): only an origin's owner judges its requests, so only it
+//! fetches its robots.txt. A fetch first looks at the copy kept in Redis (a new owner
+//! starts from the last one's): a usable one (fresh, or failing and not yet due for a
+//! retry) is parsed into this instance's snapshot; otherwise this instance fetches
+//! under the fleet-wide lock and writes the result back. Other instances' changes (a new
+//! copy, a purge) arrive as [`FleetEvent`]s. While Redis is unavailable the owner
+//! fetches here (it paces the origin in memory either way) and shares the copy later.
 
 mod fetching;
 mod flight;
@@ -48,8 +46,8 @@ use tokio::time::Instant;
 
 use self::flight::Flights;
 use crate::config::RobotsConfig;
+use crate::fleet::{Fleet, FleetEvent};
 use crate::origin::fetch::Fetcher;
-use crate::origin::fleet::{Fleet, FleetEvent};
 use crate::origin::recent::{
     ChangeRecord, FetchRecord, Recent, CHANGES, CHANGES_PER_ORIGIN, HISTORY, HISTORY_PER_ORIGIN,
 };
@@ -67,10 +65,8 @@ pub struct OriginEntry {
     /// "busiest origins").
     requests: AtomicU64,
     schedules: Schedules,
-    /// Fleet mode: the shared robots.txt version the snapshot is from (0: none), and the
-    /// fleet generation it was last checked in.
+    /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
-    verified: AtomicU64,
 }
 
 impl OriginEntry {
@@ -81,7 +77,6 @@ impl OriginEntry {
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
             version: AtomicU64::new(0),
-            verified: AtomicU64::new(0),
             origin,
         }
     }
@@ -101,11 +96,10 @@ impl OriginEntry {
         &self.schedules
     }
 
-    /// The origin's pacing schedules, with the origin they are for.
+    /// Where the origin's pacing schedules are made.
     pub fn place(&self) -> Place<'_> {
         Place {
             schedules: &self.schedules,
-            origin: &self.origin,
         }
     }
 
@@ -196,7 +190,7 @@ impl OriginStore {
     }
 
     /// The entry of `origin`, made (and the least recently used evicted) if there is none.
-    fn entry(&self, origin: &Origin) -> Arc<OriginEntry> {
+    pub fn entry(&self, origin: &Origin) -> Arc<OriginEntry> {
         let (key, mut map) = self.shard(origin);
         if let Some(entry) = map.get(&key).filter(|e| e.origin == *origin) {
             return entry.clone();
@@ -393,7 +387,7 @@ impl OriginStore {
                     return;
                 };
                 if entry.version.load(Ordering::Acquire) < version {
-                    self.resync(entry, Some(version));
+                    self.resync(entry, version);
                 }
             }
             FleetEvent::Purged { origin } => {
@@ -401,39 +395,19 @@ impl OriginStore {
                     self.forget(&origin);
                 }
             }
-            FleetEvent::Limit {
-                origin,
-                group,
-                pause,
-                backoff,
-            } => {
-                // Kept even for an origin this instance has not served yet: its first
-                // request must wait out the pause too (with `max_in_flight: 0` and no
-                // delay it would not ask Redis).
-                if let Some(origin) = origin_of(&origin) {
-                    let entry = self.entry(&origin);
-                    self.pacer.mirror(entry.place(), &group, pause, backoff);
-                }
-            }
         }
     }
 
-    /// In the background: takes the shared copy of `entry`'s robots.txt if it is newer
-    /// than the one held (`version`: the newest one, when a message said so).
-    fn resync(self: &Arc<Self>, entry: Arc<OriginEntry>, version: Option<u64>) {
+    /// In the background: takes the shared copy of `entry`'s robots.txt, version
+    /// `version` (a message said so), if it is newer than the one held.
+    fn resync(self: &Arc<Self>, entry: Arc<OriginEntry>, version: u64) {
         let Some(fleet) = self.fleet.clone() else {
             return;
         };
-        entry.verified.store(fleet.generation(), Ordering::Release);
         let store = self.clone();
         fleet.clone().spawn(async move {
             let key = entry.origin.to_string();
-            let held = entry.version.load(Ordering::Acquire);
-            let newest = match version {
-                Some(version) => Ok(version),
-                None => fleet.robots_version(&key).await,
-            };
-            if newest.is_ok_and(|v| v <= held) {
+            if version <= entry.version.load(Ordering::Acquire) {
                 return;
             }
             let Ok(Some(shared)) = fleet.read_robots(&key).await else {
@@ -452,11 +426,6 @@ impl OriginStore {
         let entry = self.entry(origin);
         entry.requests.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        if let Some(fleet) = &self.fleet {
-            if entry.verified.load(Ordering::Acquire) < fleet.generation() {
-                self.resync(entry.clone(), None);
-            }
-        }
         if let Some(snapshot) = entry.state.load_full() {
             if now < snapshot.fresh_until {
                 self.maybe_refresh_ahead(&entry, &snapshot, origin, now);

@@ -9,19 +9,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::pacing::rules::{next_start, DelayRule, Timing};
-use crate::pacing::shared::ScheduleKeys;
-use crate::policy::target::Origin;
 
 /// The group name of an origin's in-flight schedule (`#` never appears in a robots.txt
 /// group name: it starts a comment there).
 pub(super) const IN_FLIGHT: &str = "#in-flight";
 
+/// One schedule: a robots.txt group's turn at an origin (or the origin's in-flight
+/// limit), its timing, and who waits for it.
 pub(super) struct Schedule {
     /// The robots.txt group (or [`IN_FLIGHT`]).
     pub(super) group: String,
-    /// Its keys in Redis, made once with the schedule (fleet mode only: `None` alone,
-    /// where nothing needs them).
-    pub(super) shared: Option<Arc<ScheduleKeys>>,
     /// Turns given out at once: 1 for a group, `max_in_flight` for the in-flight one.
     pub(super) capacity: usize,
     pub(super) turn: Arc<tokio::sync::Semaphore>,
@@ -41,13 +38,6 @@ impl Schedule {
     pub(super) fn dequeue(&self) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
         self.total.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Its keys in Redis (asked for in fleet mode only).
-    pub(super) fn keys(&self) -> Arc<ScheduleKeys> {
-        self.shared
-            .clone()
-            .unwrap_or_else(|| Arc::new(ScheduleKeys::new("", &self.group)))
     }
 
     /// Holding the turn: sleeps until the next start is due (the previous end plus the
@@ -82,6 +72,10 @@ pub(super) struct ScheduleList {
     /// an idle schedule (about 300 bytes) does not forget what is normal for the origin:
     /// 4 bytes kept instead.
     pub(super) baseline: u32,
+    /// Nothing starts here before then (a fleet's new owner of a key whose previous
+    /// owner vanished: an exchange of its may still run until then). Every schedule made
+    /// here starts paused until then.
+    pub(super) not_before: Option<Instant>,
 }
 
 impl ScheduleList {
@@ -97,24 +91,20 @@ impl ScheduleList {
     }
 }
 
-/// Where a schedule is made: its origin's schedules, and (fleet mode) the origin's key.
+/// Where a schedule is made: an origin's (or an address's) schedules.
 #[derive(Clone, Copy)]
 pub struct Place<'a> {
     /// The schedules.
     pub schedules: &'a Schedules,
-    /// Whose they are.
-    pub origin: &'a Origin,
 }
 
 impl Schedules {
-    /// The schedule of `group` among `place`'s, made on first use with `capacity` turns
-    /// (knowing its origin's key when `fleet`).
+    /// The schedule of `group` among `place`'s, made on first use with `capacity` turns.
     pub(super) fn get(
         place: Place<'_>,
         group: &str,
         capacity: usize,
         total: &Arc<AtomicUsize>,
-        fleet: bool,
     ) -> Arc<Schedule> {
         let mut list = lock(&place.schedules.list);
         if let Some(found) = list.schedules.iter().find(|s| s.group == group) {
@@ -123,11 +113,12 @@ impl Schedules {
         let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let schedule = Arc::new(Schedule {
             group: group.to_string(),
-            shared: fleet.then(|| Arc::new(ScheduleKeys::new(&place.origin.to_string(), group))),
             capacity,
             turn: Arc::new(tokio::sync::Semaphore::new(capacity)),
             timing: Mutex::new(Timing {
                 baseline: list.baseline(),
+                paused_until: list.not_before.filter(|at| *at > Instant::now()),
+                last_end: list.not_before.filter(|at| *at > Instant::now()),
                 ..Timing::default()
             }),
             pending: AtomicUsize::new(0),

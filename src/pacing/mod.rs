@@ -51,13 +51,10 @@
 //! the schedules go when the entry does. [`Pacer`] holds the settings and the
 //! process-wide count of queued requests.
 //!
-//! **Backends.** Alone, an instance keeps its schedules in memory (above). In fleet mode
-//! ([`crate::origin::fleet`]) a request takes each turn that is in force from the shared
-//! schedule in Redis instead, so delays and in-flight limits hold across every instance;
-//! the local schedule still counts the request (eviction, gauges) and mirrors the
-//! origin's pauses published by the other instances. While Redis is unavailable,
-//! `fleet.on_unavailable` decides: refuse (503), or `local`: each origin paced by
-//! one instance alone, its owner ([`outage`]).
+//! **One pacer.** An instance alone and a fleet pace the same way: in fleet mode each
+//! origin (or address) has one owner at a time (`crate::fleet`), which paces it here, in
+//! memory; a new owner starts from what the previous one handed over
+//! ([`Pacer::inherit`], [`Schedules::facts`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,82 +62,48 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{seconds, AdaptiveConfig, OnUnavailable, PacingConfig};
-use crate::pacing::backend::Fleet;
+use crate::config::{seconds, AdaptiveConfig, PacingConfig};
 use crate::pacing::local::{lock, Schedule, Waiting, IN_FLIGHT};
-use crate::pacing::outage::Standing;
 use crate::pacing::rules::SLOW_AT_LEAST;
-use crate::pacing::shared::{Ask, Known, NoTurn, SharedTurn};
 use crate::policy::target::Origin;
 use crate::telemetry::metrics;
 
-pub mod backend;
-mod down;
+mod facts;
 mod fetch_turns;
 mod local;
-mod memory;
 mod no_turn;
-pub mod outage;
 mod rules;
-pub mod shared;
 
+pub use facts::ScheduleFacts;
 pub use local::{Place, ScheduleState, Schedules};
 pub use no_turn::{Refused, TurnRefusal};
 pub use rules::DelayRule;
 
-/// A turn held on one schedule.
-enum TurnKind {
-    /// The local schedule's turn.
-    Local(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
-    /// The shared schedule's turn (fleet mode).
-    Shared(Box<SharedTurn>),
-    /// A local turn taken by the origin's owner while the shared backend is down
-    /// (`outage`), recorded for the backend's return.
-    Owned(
-        #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
-        Box<SharedTurn>,
-    ),
-}
-
 /// A turn and its schedule; dropping it ends the request there (the end starts the
 /// schedule's next delay) and hands the turn on.
 struct HeldTurn {
+    /// The schedule the turn is on.
     schedule: Arc<Schedule>,
-    turn: Option<TurnKind>,
-    ceiling: Duration,
+    /// The turn: a share of the schedule's semaphore.
+    _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for HeldTurn {
     fn drop(&mut self) {
         lock(&self.schedule.timing).last_end = Some(Instant::now());
-        if let Some(TurnKind::Shared(turn) | TurnKind::Owned(_, turn)) = self.turn.take() {
-            turn.release(self.ceiling);
-        }
         self.schedule.dequeue();
     }
 }
 
-/// Records the local turns in `held` as taken by the place's owner during an outage
-/// (`outage`), for the shared backend's return.
-fn record_owned(fleet: &Arc<Fleet>, held: &mut [HeldTurn]) {
-    for h in held {
-        if let Some(TurnKind::Local(turn)) = h.turn.take() {
-            let record = fleet.record_local_turn(h.schedule.keys(), h.schedule.group != IN_FLIGHT);
-            h.turn = Some(TurnKind::Owned(turn, Box::new(record)));
-        }
-    }
-}
-
 /// Leave to go upstream, held until the exchange has ended: the turns in force
-/// (the group's when a delay is, the in-flight one, the address's), local or
-/// fleet-wide. With nothing in force it holds nothing but still carries the origin's
-/// answer back to the schedule.
+/// (the group's when a delay is, the in-flight one, the address's). With nothing in
+/// force it holds nothing but still carries the origin's answer back to the schedule.
 pub struct Turns {
     /// The origin's group schedule: answers and response times go there.
     schedule: Arc<Schedule>,
-    held: Vec<HeldTurn>,
-    /// In fleet mode, where an unpaced request's 429/503 is reported.
-    fleet: Option<Arc<Fleet>>,
+    /// The turns held, released when this is dropped.
+    _held: Vec<HeldTurn>,
+    /// The adaptive delay's settings.
     adaptive: AdaptiveConfig,
     /// How long the request waited for its turn.
     pub waited: Duration,
@@ -177,28 +140,19 @@ impl Turns {
         if self.adaptive.enabled && took > SLOW_AT_LEAST {
             took = took.saturating_sub(unread());
         }
-        let slow_down = {
-            let mut t = lock(&self.schedule.timing);
-            t.answered(status, retry_after, took, &self.adaptive, self.ceiling);
-            // The slow-down this instance now wants holds fleet-wide (the latest answer
-            // sets it, through the shared schedule's record).
-            self.adaptive.enabled.then_some(t.slow_down)
-        };
-        let shared = self.held.iter().find_map(|h| match &h.turn {
-            Some(TurnKind::Shared(turn) | TurnKind::Owned(_, turn))
-                if Arc::ptr_eq(&h.schedule, &self.schedule) =>
-            {
-                Some(turn)
-            }
-            _ => None,
-        });
-        match (shared, &self.fleet) {
-            (Some(turn), _) => turn.origin_answered(status, retry_after, slow_down),
-            (None, Some(fleet)) if matches!(status, 429 | 503) => {
-                fleet.report(self.schedule.keys(), status, retry_after, self.ceiling)
-            }
-            _ => {}
-        }
+        lock(&self.schedule.timing).answered(
+            status,
+            retry_after,
+            took,
+            &self.adaptive,
+            self.ceiling,
+        );
+    }
+
+    /// The facts of the origin's group schedule now (its pause and backoff), for a
+    /// fleet to keep when they change.
+    pub fn facts(&self) -> ScheduleFacts {
+        ScheduleFacts::of(&self.schedule)
     }
 }
 
@@ -226,36 +180,21 @@ pub struct PaceRequest<'a> {
     pub robots_fetched_at: Option<Instant>,
 }
 
-/// The pacing settings, the process-wide count of queued requests, and the fleet
-/// backend when there is one.
+/// The pacing settings and the process-wide count of queued requests.
 pub struct Pacer {
+    /// `pacing`.
     config: PacingConfig,
+    /// Requests waiting for or holding a turn, over every schedule.
     total: Arc<AtomicUsize>,
-    fleet: Option<Arc<Fleet>>,
 }
 
 impl Pacer {
-    /// Pacing in memory, for this instance alone.
-    #[cfg(test)]
+    /// Pacing in memory with `config`.
     pub fn new(config: PacingConfig) -> Pacer {
-        Pacer::with_fleet(config, None)
-    }
-
-    /// Pacing shared through `fleet` when given.
-    pub fn with_fleet(config: PacingConfig, fleet: Option<Arc<Fleet>>) -> Pacer {
         Pacer {
             config,
             total: Arc::default(),
-            fleet,
         }
-    }
-
-    /// Applies a pause or backoff another instance published for `group` (making its
-    /// schedule if this instance has none yet), so that this instance knows a limit is in
-    /// force and asks the shared schedule.
-    pub fn mirror(&self, place: Place<'_>, group: &str, pause: Duration, backoff: Duration) {
-        let schedule = self.schedule(place, group, 1);
-        lock(&schedule.timing).adopt_fleet(pause, backoff, Duration::ZERO);
     }
 
     /// Puts back a pause and backoff kept across a restart.
@@ -282,58 +221,17 @@ impl Pacer {
         &self.config
     }
 
+    /// The schedule of `group` at `place` (made with `capacity` turns when new).
     fn schedule(&self, place: Place<'_>, group: &str, capacity: usize) -> Arc<Schedule> {
-        Schedules::get(place, group, capacity, &self.total, self.fleet.is_some())
+        Schedules::get(place, group, capacity, &self.total)
     }
 
-    fn held(&self, schedule: Arc<Schedule>, turn: TurnKind) -> HeldTurn {
+    /// A turn on `schedule`, held until dropped.
+    fn held(&self, schedule: Arc<Schedule>, turn: tokio::sync::OwnedSemaphorePermit) -> HeldTurn {
         HeldTurn {
             schedule,
-            turn: Some(turn),
-            ceiling: self.config.ceiling_seconds.duration(),
+            _turn: turn,
         }
-    }
-
-    /// Asks the shared schedule of `schedule` for its turns (`delay`: the delay in
-    /// force; `None` keeps the schedule's own), counting the request locally while it
-    /// waits and mirroring what the fleet has in force into the local timing.
-    async fn shared_turn(
-        &self,
-        fleet: &Arc<Fleet>,
-        schedule: &Arc<Schedule>,
-        capacity: usize,
-        delay: Option<Duration>,
-    ) -> Result<Result<SharedTurn, NoTurn>, backend::Unavailable> {
-        let known = {
-            let t = lock(&schedule.timing);
-            Known {
-                last_end: t.last_end,
-                paused_until: t.paused_until,
-                backoff: t.backoff,
-            }
-        };
-        schedule.enqueue();
-        let mut waiting = Waiting(schedule, false);
-        if let Some(until) = fleet.handover_until() {
-            tokio::time::sleep_until(until).await;
-        }
-        let (result, in_force) = fleet
-            .acquire(Ask {
-                keys: schedule.keys(),
-                capacity,
-                delay,
-                max_queue: self.config.max_queue,
-                max_wait: self.config.max_wait_seconds.duration(),
-                known,
-            })
-            .await?;
-        lock(&schedule.timing).adopt_fleet(
-            in_force.pause_left,
-            in_force.backoff,
-            in_force.slow_down,
-        );
-        waiting.1 = result.is_ok();
-        Ok(result)
     }
 
     /// Queues for a local turn of `schedule` (`share` of its permits), then sleeps out
@@ -473,115 +371,10 @@ impl Pacer {
                 t.delay = request.delay;
                 t.rule = request.rule;
             }
-            if let Some(fleet) = &self.fleet {
-                match self.fleet_turns(fleet, &group, request.max_in_flight).await {
-                    Ok(turn) => {
-                        held.extend(turn?);
-                        continue;
-                    }
-                    Err(OnUnavailable::Refuse) => {
-                        return Err(Refused {
-                            reason: TurnRefusal::FleetUnavailable,
-                            retry_after: Duration::from_secs(2),
-                            backed_off_for: lock(&group.timing).backed_off_for(Instant::now()),
-                        })
-                    }
-                    Err(OnUnavailable::Local) => {
-                        self.owner_turns(fleet, place, &group, request.max_in_flight, &mut held)
-                            .await?;
-                        continue;
-                    }
-                }
-            }
             self.local_turns(place, &group, request.max_in_flight, &mut held)
                 .await?;
         }
         Ok(self.turns(schedule, held, started))
-    }
-
-    /// Fleet mode: every turn `group`'s request needs at its place, in one call to the
-    /// shared schedule (`Ok(Ok(None))`: nothing in force, Redis not asked); `Err` (what
-    /// `fleet.on_unavailable` says) when Redis cannot be asked.
-    async fn fleet_turns(
-        &self,
-        fleet: &Arc<Fleet>,
-        group: &Arc<Schedule>,
-        max_in_flight: usize,
-    ) -> Result<Result<Option<HeldTurn>, Refused>, OnUnavailable> {
-        let now = Instant::now();
-        let (limited, backed_off_for, delay) = {
-            let t = lock(&group.timing);
-            (t.limited(now), t.backed_off_for(now), t.delay)
-        };
-        if !limited && max_in_flight == 0 {
-            return Ok(Ok(None));
-        }
-        let result = self
-            .shared_turn(fleet, group, max_in_flight, Some(delay))
-            .await
-            .map_err(|_| {
-                let action = fleet.config().on_unavailable;
-                metrics::record_fleet_fallback(match action {
-                    OnUnavailable::Refuse => "refuse",
-                    OnUnavailable::Local => "local",
-                });
-                action
-            })?;
-        let refused = |reason, estimate: Duration| Refused {
-            reason,
-            retry_after: estimate.max(Duration::from_secs(1)),
-            backed_off_for,
-        };
-        Ok(match result {
-            Ok(turn) => Ok(Some(
-                self.held(group.clone(), TurnKind::Shared(Box::new(turn))),
-            )),
-            Err(NoTurn::QueueFull(estimate)) => Err(refused(TurnRefusal::QueueFull, estimate)),
-            Err(NoTurn::WaitTooLong(estimate)) => Err(refused(TurnRefusal::WaitTooLong, estimate)),
-        })
-    }
-
-    /// Fleet mode with the backend down and `on_unavailable: local`: the place's turns
-    /// from its local schedules when this instance owns it (once every turn granted
-    /// before the outage has ended, see `outage`), each recorded for the backend's
-    /// return; refused when another instance owns it.
-    async fn owner_turns(
-        &self,
-        fleet: &Arc<Fleet>,
-        place: Place<'_>,
-        group: &Arc<Schedule>,
-        max_in_flight: usize,
-        held: &mut Vec<HeldTurn>,
-    ) -> Result<(), Refused> {
-        let backed_off_for = lock(&group.timing).backed_off_for(Instant::now());
-        let not_before = self.owned_start(fleet, group).map_err(|wait| Refused {
-            reason: TurnRefusal::FleetUnavailable,
-            retry_after: wait
-                .unwrap_or(Duration::from_secs(2))
-                .max(Duration::from_secs(1)),
-            backed_off_for,
-        })?;
-        tokio::time::sleep_until(not_before).await;
-        let from = held.len();
-        self.local_turns(place, group, max_in_flight, held).await?;
-        record_owned(fleet, &mut held[from..]);
-        Ok(())
-    }
-
-    /// During an outage, when this instance may start on `schedule`'s place (it owns the
-    /// place, see `outage`); `Err` with the wait when that would be after
-    /// `max_wait_seconds`, `Err(None)` when another instance owns the place.
-    fn owned_start(&self, fleet: &Fleet, schedule: &Schedule) -> Result<Instant, Option<Duration>> {
-        let now = Instant::now();
-        let delay = lock(&schedule.timing).effective(now).0;
-        let Standing::Owner { not_before } = fleet.standing(schedule.keys().place(), delay) else {
-            return Err(None);
-        };
-        let wait = not_before.saturating_duration_since(now);
-        if wait > self.config.max_wait_seconds.duration() {
-            return Err(Some(wait));
-        }
-        Ok(not_before)
     }
 
     /// The local turns of one place: its group's when a delay is in force, then an
@@ -626,7 +419,7 @@ impl Pacer {
             let deadline = now + self.config.max_wait_seconds.duration();
             let free = self.free_local_turn(group, deadline).await;
             if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
-                held.push(self.held(group.clone(), TurnKind::Local(turn)));
+                held.push(self.held(group.clone(), turn));
                 held.push(in_flight_turn);
                 return Ok(());
             }
@@ -640,8 +433,7 @@ impl Pacer {
         let granted = Instant::now();
         Turns {
             schedule,
-            held,
-            fleet: self.fleet.clone(),
+            _held: held,
             adaptive: self.config.adaptive.clone(),
             waited: granted.saturating_duration_since(started),
             granted,
@@ -659,7 +451,7 @@ impl Pacer {
         capacity: usize,
         in_flight: bool,
         admitted: Option<Instant>,
-    ) -> Result<Option<TurnKind>, Refused> {
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
         let now = Instant::now();
         let (limited, backed_off_for) = {
             let t = lock(&schedule.timing);
@@ -670,7 +462,7 @@ impl Pacer {
         }
         self.local(schedule, capacity, now, backed_off_for, admitted)
             .await
-            .map(|turn| Some(TurnKind::Local(turn)))
+            .map(Some)
     }
 
     /// A local turn of `schedule` (at most `capacity` out at once), within the queue and

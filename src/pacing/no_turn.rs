@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// Why a request got no turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TurnRefusal {
+    /// `max_queue` requests wait already.
     QueueFull,
+    /// The wait would pass `max_wait_seconds`.
     WaitTooLong,
-    /// Fleet mode, Redis unavailable, `fleet.on_unavailable: refuse`.
-    FleetUnavailable,
 }
 
 /// A request refused by pacing: why, when to come back, and whether the origin's own
@@ -44,9 +45,6 @@ impl std::fmt::Display for Refused {
                 "pacing wait of {:.1} s would exceed the limit",
                 self.retry_after.as_secs_f64()
             )?,
-            TurnRefusal::FleetUnavailable => {
-                f.write_str("the fleet backend (Redis) is unavailable")?
-            }
         }
         if let Some(backoff) = self.backed_off_for {
             write!(

@@ -1,7 +1,6 @@
 //! The schedule rules: what delay is in force on a schedule and why ([`DelayRule`]),
 //! when its next request may start, and how an origin's answers move it (pauses,
-//! backoff, the adaptive slow-down). Pure arithmetic over [`Timing`]; both backends
-//! (`local`, `shared`) apply it.
+//! backoff, the adaptive slow-down). Pure arithmetic over [`Timing`].
 
 use std::time::Duration;
 
@@ -115,23 +114,6 @@ impl Timing {
         let next_slot =
             next_start(self, now).map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         next_slot + self.effective(now).0 * rounds
-    }
-
-    /// Takes what the fleet has in force (another instance's pause, backoff or
-    /// slow-down), so that this instance knows a limit is in force.
-    pub(super) fn adopt_fleet(
-        &mut self,
-        pause_left: Duration,
-        backoff: Duration,
-        slow_down: Duration,
-    ) {
-        if !pause_left.is_zero() {
-            let until = Instant::now() + pause_left;
-            self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
-        }
-        self.backoff = backoff;
-        self.slow_down = self.slow_down.max(slow_down);
-        self.adaptive = self.adaptive.max(slow_down);
     }
 
     /// The remaining pause the origin asked for, else the backoff in force.

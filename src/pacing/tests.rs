@@ -22,10 +22,7 @@ impl Pacer {
         robots_fetched_at: Option<Instant>,
     ) -> Result<Turns, Refused> {
         self.pace(PaceRequest {
-            place: Place {
-                schedules,
-                origin: &origin(),
-            },
+            place: Place { schedules },
             address: None,
             group,
             delay,

@@ -32,11 +32,17 @@ pub enum Outcome {
     UpstreamError,
     /// The request could not be understood, or was refused by a limit (4xx).
     BadRequest,
+    /// Fleet mode: carried out through the origin's owner (another member), whose
+    /// answer the client got.
+    HandedOver,
+    /// Fleet mode: no member may pace the origin now (Redis cannot say who owns it, its
+    /// owner is handing it over, this instance's lease lapsed) (503).
+    FleetUnavailable,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Allowed,
         Outcome::WouldDisallow,
         Outcome::Disallowed,
@@ -49,6 +55,8 @@ impl Outcome {
         Outcome::PacedRejected,
         Outcome::UpstreamError,
         Outcome::BadRequest,
+        Outcome::HandedOver,
+        Outcome::FleetUnavailable,
     ];
 
     /// The metric label and access-log value.
@@ -66,6 +74,8 @@ impl Outcome {
             Outcome::PacedRejected => "paced_rejected",
             Outcome::UpstreamError => "upstream_error",
             Outcome::BadRequest => "bad_request",
+            Outcome::HandedOver => "handed_over",
+            Outcome::FleetUnavailable => "fleet_unavailable",
         }
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::exchange::exchange_end;
 use crate::downstream::context::ClientContext;
 use crate::enforce::{Allowed, Answer, DelayRule, ExchangeEnd, Pace, Reported, Turn};
+use crate::fleet::Owner;
 use crate::identity::payment::Reservation;
 use crate::identity::{Identity, Signer};
 use crate::policy::target::Target;
@@ -88,6 +89,18 @@ pub(super) enum Stage {
         /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
         failed: Option<String>,
     },
+    /// Fleet mode: carried out through the origin's owner, another member.
+    HandedOver {
+        /// The owner.
+        owner: Owner,
+        /// Attempts sent to it so far (one more only where Pingora knows it never
+        /// received the request: a pooled connection found closed).
+        attempts: u8,
+        /// The status its answer carried.
+        upstream_status: Option<u16>,
+        /// robotsgate's own `X-Robots-Decision` when the owner could not be reached.
+        failed: Option<String>,
+    },
 }
 
 /// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
@@ -150,6 +163,8 @@ impl RequestContext {
             ) => reported.outcome,
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
+            (Stage::HandedOver { failed: None, .. }, None) => Outcome::HandedOver,
+            (Stage::HandedOver { .. }, _) => Outcome::FleetUnavailable,
         }
     }
 
@@ -183,6 +198,18 @@ impl RequestContext {
         match std::mem::take(&mut self.stage) {
             Stage::Received => answered(String::new(), None),
             Stage::Answered { why, line, .. } => answered(why, line),
+            Stage::HandedOver {
+                owner,
+                upstream_status,
+                failed,
+                ..
+            } => Ended {
+                upstream_status,
+                ..answered(
+                    failed.unwrap_or_else(|| format!("handed-over; owner={}", owner.member)),
+                    None,
+                )
+            },
             Stage::Forwarded {
                 allowed,
                 rule,

@@ -31,6 +31,20 @@ pub struct UpstreamOptions {
     pub(super) max_retries: u8,
 }
 
+impl UpstreamOptions {
+    /// A fleet owner's peer channel's timeouts: connect and write as to an origin; no
+    /// read timeout (the owner answers once its turn came and the origin answered, and
+    /// bounds that exchange itself); pooled connections idle half as long as the
+    /// owner keeps them, so a pooled one is never found closed by the owner's timer.
+    pub(super) fn towards_owner(&self, peer: &mut HttpPeer) {
+        peer.options.connection_timeout = Some(self.connect);
+        peer.options.total_connection_timeout = Some(self.connect * 2);
+        peer.options.read_timeout = None;
+        peer.options.write_timeout = Some(self.write);
+        peer.options.idle_timeout = Some(self.idle / 2);
+    }
+}
+
 /// Streams one HTTP/2 connection to an origin carries at once. The pacing in-flight
 /// limit is what bounds an origin's concurrent requests; this only decides when a
 /// second connection opens.

@@ -100,6 +100,8 @@ pub(super) const NEVER_FORWARDED: &[&str] = &[
     "signature-agent",
     "crawler-max-price",
     "crawler-exact-price",
+    // The fleet's peer channel context: a member's own only, never a client's.
+    "robotsgate-peer",
 ];
 
 /// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer

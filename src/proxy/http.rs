@@ -116,6 +116,9 @@ impl RobotsGateProxy {
     /// `upstream.max_retries`, only where the origin never worked on it. A refusal
     /// backs the origin off either way.
     fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
+        if let Stage::HandedOver { attempts, .. } = ctx.stage {
+            return super::handover::retry(e, attempts);
+        }
         let Stage::Forwarded {
             turn,
             attempts,
@@ -214,7 +217,10 @@ fn target_refused(e: TargetError) -> Answer {
 fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'a> {
     let user = client.user.as_ref();
     Requester {
-        client: client_ip(session),
+        client: match &client.handed {
+            Some(handed) => handed.client,
+            None => client_ip(session),
+        },
         user_agent: session
             .req_header()
             .headers
@@ -294,8 +300,9 @@ impl ProxyHttp for RobotsGateProxy {
         let judged = {
             let who = requester(session, &ctx.client);
             let destination = ctx.client.destination;
+            let handed = ctx.client.handed.is_some();
             self.enforcer
-                .judge_request(&target, &who, destination)
+                .judge_request(&target, &who, destination, handed)
                 .await
         };
         ctx.tokens_from = judged.tokens_from;
@@ -303,6 +310,15 @@ impl ProxyHttp for RobotsGateProxy {
         ctx.target = Some(target);
         let (addr, why, pace, reported, usage) = match judged.decision {
             Decision::Refuse(reply) => return answered(session, ctx, &reply.answer()).await,
+            Decision::HandOver(owner) => {
+                ctx.stage = Stage::HandedOver {
+                    owner,
+                    attempts: 0,
+                    upstream_status: None,
+                    failed: None,
+                };
+                return Ok(false);
+            }
             Decision::Forward {
                 addr,
                 why,
@@ -363,6 +379,13 @@ impl ProxyHttp for RobotsGateProxy {
         _session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<Box<HttpPeer>> {
+        if let Stage::HandedOver {
+            owner, attempts, ..
+        } = &mut ctx.stage
+        {
+            *attempts += 1;
+            return super::handover::owner_peer(&self.enforcer, owner, &self.upstream);
+        }
         let (Some(target), Stage::Forwarded { addr, .. }) = (&ctx.target, &ctx.stage) else {
             return Err(Error::explain(
                 ErrorType::InternalError,
@@ -440,6 +463,14 @@ impl ProxyHttp for RobotsGateProxy {
                 "origin answered 101 Switching Protocols; upgrades are not proxied",
             );
         }
+        if let Stage::HandedOver {
+            upstream_status, ..
+        } = &mut ctx.stage
+        {
+            // The owner's answer, as the owner gave it (its `X-Robots-*` included).
+            *upstream_status = Some(upstream_response.status.as_u16());
+            return Ok(());
+        }
         strip_own_headers(upstream_response, ctx.target.as_ref());
         // An informational answer is not the origin's answer: the final one follows
         // (and the front relays none but an expected `100 Continue`).
@@ -514,10 +545,14 @@ impl ProxyHttp for RobotsGateProxy {
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestContext,
     ) -> Result<()> {
+        if let Stage::HandedOver { .. } = ctx.stage {
+            let who = requester(session, &ctx.client).client;
+            return super::handover::to_owner(&self.enforcer, ctx, who, upstream_request);
+        }
         if has_any(&upstream_request.headers, NEVER_FORWARDED) {
             for name in NEVER_FORWARDED {
                 upstream_request.remove_header(*name);
@@ -582,6 +617,14 @@ impl ProxyHttp for RobotsGateProxy {
         e: &pingora::Error,
         ctx: &mut RequestContext,
     ) -> FailToProxy {
+        if let Some(answer) = super::handover::failed(ctx, session.response_written().is_some()) {
+            session.set_keepalive(None);
+            let _ = respond(session, &answer).await;
+            return FailToProxy {
+                error_code: answer.status,
+                can_reuse_downstream: false,
+            };
+        }
         if let Some(answer) = ctx.unsent.take() {
             session.set_keepalive(None);
             let _ = respond(session, &answer).await;

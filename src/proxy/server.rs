@@ -211,7 +211,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         bootstrap: &bootstrap,
         background: &background,
     };
-    add_client_listeners(&mut server, &config, front, &listening);
+    add_client_listeners(&mut server, &config, front, &enforcer, &listening);
     add_ops_listeners(
         &mut server,
         &config,
@@ -227,7 +227,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.admin_listen
     );
     let signals = Signals {
-        state: state_file.map(|state| (enforcer.clone(), state)),
+        enforcer: enforcer.clone(),
+        state: state_file,
     };
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
@@ -288,11 +289,13 @@ fn proxy_front(
     )
 }
 
-/// The proxy listener, and the transparent listeners when configured.
+/// The proxy listener, the transparent listeners when configured, and in fleet mode the
+/// peer channel's.
 fn add_client_listeners(
     server: &mut Server,
     config: &Config,
     front: ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>,
+    enforcer: &Enforcer,
     listening: &Listening<'_>,
 ) {
     let redirection = Arc::new(Redirection::new(
@@ -325,6 +328,19 @@ fn add_client_listeners(
             if tls { "TLS" } else { "HTTP" },
             config.transparent.mode
         );
+    }
+    if let (Some(owners), Some(listen)) = (enforcer.owners(), config.fleet.peer_listen) {
+        let door = Door::Peer {
+            tls: owners.server_tls(),
+        };
+        let peer = server.add_service(client_listener(
+            "robotsgate fleet peer",
+            front.at(door),
+            listen,
+        ));
+        peer.add_dependency(listening.bootstrap);
+        peer.add_dependency(listening.background);
+        log::info!("fleet peer channel on {listen} (mutual TLS)");
     }
     let proxy = server.add_service(client_listener("robotsgate proxy", front, config.listen));
     proxy.add_dependency(listening.bootstrap);
@@ -493,10 +509,15 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 }
 
 /// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
-/// upgrade), writing the state file first when there is one: before the shutdown
-/// starts, and before the listeners are handed to the successor, which loads it.
+/// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
+/// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
+/// fast stop); then the state file is written when there is one (before the listeners
+/// are handed to the successor, which loads it).
 struct Signals {
-    state: Option<(Arc<Enforcer>, Arc<crate::origin::state::StateFile>)>,
+    /// The enforcer, to leave the fleet and to save the state.
+    enforcer: Arc<Enforcer>,
+    /// The state file, when configured.
+    state: Option<Arc<crate::origin::state::StateFile>>,
 }
 
 #[async_trait::async_trait]
@@ -517,8 +538,11 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
             _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
         };
-        if let Some((enforcer, state)) = &self.state {
-            enforcer.save_state(state, why);
+        if !matches!(signal, ShutdownSignal::FastShutdown) {
+            self.enforcer.leave_fleet().await;
+        }
+        if let Some(state) = &self.state {
+            self.enforcer.save_state(state, why);
         }
         signal
     }

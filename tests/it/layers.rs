@@ -168,6 +168,7 @@ fn layers_form_no_cycle() {
         "downstream",
         "enforce",
         "origin",
+        "fleet",
         "pacing",
         "telemetry",
         "policy",

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{OriginEntry, OriginStore};
-use crate::config::{OnUnavailable, PacingKey};
+use crate::config::PacingKey;
+use crate::fleet::{FetchLock, Fleet, SharedRobots, Unavailable, ROBOTS_KEEP};
 use crate::origin::fetch::FetchOutcome;
 use crate::origin::files;
-use crate::origin::fleet::{FetchLock, Fleet, SharedRobots, Unavailable};
 use crate::origin::recent::{rules_change, ChangeRecord, FetchRecord};
 use crate::origin::snapshot::{Failing, Policy, Snapshot};
 use crate::policy::target::Origin;
@@ -114,32 +114,9 @@ impl OriginStore {
         };
         match self.fetch_shared(fleet, entry, origin, force).await {
             Ok(snapshot) => snapshot,
-            // Only the origin's owner during the outage fetches it (see `pacing::outage`).
-            Err(Unavailable)
-                if fleet.config().on_unavailable == OnUnavailable::Local
-                    && self.pacer.may_fetch_alone(entry.place()) =>
-            {
-                self.fetch_here(entry, origin).await
-            }
-            Err(Unavailable) => {
-                crate::telemetry::metrics::record_fleet_fallback("refuse");
-                // Not stored: the next request asks again, and finds Redis back.
-                let now = Instant::now();
-                Arc::new(Snapshot {
-                    policy: Policy::DisallowAll {
-                        why: "the fleet backend (Redis) is unavailable".into(),
-                    },
-                    fresh_until: now,
-                    fetched_at: None,
-                    last_outcome: "fleet backend unavailable".into(),
-                    failing: Failing::new(
-                        Some(now),
-                        Some(now + Duration::from_secs(2)),
-                        0,
-                        Some("fleet-backend-unavailable".into()),
-                    ),
-                })
-            }
+            // This instance owns the origin (only its owner judges its requests) and
+            // paces it in memory: the fetch needs no Redis, only its sharing does.
+            Err(Unavailable) => self.fetch_here(entry, origin).await,
         }
     }
 
@@ -178,7 +155,7 @@ impl OriginStore {
                 let keep = snapshot
                     .fresh_until
                     .saturating_duration_since(Instant::now())
-                    + crate::origin::fleet::KEEP;
+                    + ROBOTS_KEEP;
                 match fleet
                     .write_robots(&key, &token, &to_shared(&snapshot), keep)
                     .await
@@ -256,7 +233,7 @@ impl OriginStore {
             PacingKey::Origin => None,
         };
         let address_turns = match &address {
-            Some(address) => self.pacer.turns_for_fetch_at(address.place()).await,
+            Some(address) => self.pacer.turns_for_fetch(address.place()).await,
             None => None,
         };
         let started = Instant::now();

@@ -36,12 +36,29 @@ pub fn set_fleet_backend_unavailable(cause: Option<DownCause>) {
     }
 }
 
-/// Wake-ups this instance received on its own channel (a release made one of its
-/// tickets the next in line).
-pub static FLEET_WAKE_UPS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
-    prometheus::register_int_counter!(
-        "robotsgate_fleet_wake_ups_total",
-        "Wake-ups received on this instance's own fleet channel (one per release that made one of its tickets next)."
+/// Live members of the fleet, as the last renewal of this instance's lease saw them.
+pub static FLEET_MEMBERS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_members",
+        "Live members of the fleet at this instance's last lease renewal (fleet mode)."
+    )
+    .expect("metric registers once")
+});
+
+/// Pacing keys (origins, or addresses) this instance owns.
+pub static FLEET_OWNED: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_owned_keys",
+        "Pacing keys (origins, or addresses with pacing.key: address) this instance owns and paces (fleet mode)."
+    )
+    .expect("metric registers once")
+});
+
+/// 1 while this instance's lease is valid by its own clock.
+pub static FLEET_LEASE_VALID: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_lease_valid",
+        "1 while this instance's fleet lease is valid by its own clock (it may pace what it owns), 0 otherwise."
     )
     .expect("metric registers once")
 });
@@ -63,26 +80,30 @@ pub fn observe_fleet_command(command: &str, seconds: f64) {
         .observe(seconds);
 }
 
-static FLEET_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+static FLEET_OWNERSHIP: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
-        "robotsgate_fleet_fallbacks_total",
-        "Requests and robots.txt fetches handled without the fleet backend while it was \
-         unavailable, by what was done (refuse, local).",
-        &["action"]
+        "robotsgate_fleet_ownership_changes_total",
+        "Pacing keys this instance took or lost, by how: claimed (nobody held it), handed (a leaving member released it to this one), taken_over (its owner vanished; taken once its exchanges must be over), released (handed over by this one), lost (another member holds it now).",
+        &["how"]
     )
     .expect("metric registers once")
 });
 
-/// Counts one request or fetch handled without the fleet backend.
-pub fn record_fleet_fallback(action: &'static str) {
-    FLEET_FALLBACKS.with_label_values(&[action]).inc();
+/// The ways a key changes hands, as `robotsgate_fleet_ownership_changes_total` labels.
+pub const OWNERSHIP_CHANGES: [&str; 5] = ["claimed", "handed", "taken_over", "released", "lost"];
+
+/// Counts one change of a key's ownership (`how`: one of [`OWNERSHIP_CHANGES`]).
+pub fn record_ownership(how: &'static str) {
+    FLEET_OWNERSHIP.with_label_values(&[how]).inc();
 }
 
 /// Registers the fleet metrics whose labels are known, at zero (see [`super::init`]):
 /// called when the fleet backend starts.
 pub fn init_fleet() {
-    LazyLock::force(&FLEET_WAKE_UPS);
-    for action in ["refuse", "local"] {
-        FLEET_FALLBACKS.with_label_values(&[action]);
+    LazyLock::force(&FLEET_MEMBERS);
+    LazyLock::force(&FLEET_OWNED);
+    LazyLock::force(&FLEET_LEASE_VALID);
+    for how in OWNERSHIP_CHANGES {
+        FLEET_OWNERSHIP.with_label_values(&[how]);
     }
 }

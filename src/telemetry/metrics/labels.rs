@@ -130,6 +130,8 @@ labels!(
         AuthFailed => "auth_failed",
         /// A redirected connection going to robotsgate itself.
         Loop => "loop",
+        /// A connection on the fleet's peer channel without a member's certificate.
+        PeerUnauthenticated => "peer_unauthenticated",
     }
 );
 

@@ -11,20 +11,12 @@
 //! reserved, so no request offers to pay (the origin's `402` reaches the crawler): a
 //! budget is never spent on a count nobody can check.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
-
+use crate::fleet::backend::{ms, Fleet};
+use crate::fleet::scripts::script;
 use crate::identity::payment::SharedTally;
-use crate::pacing::backend::{ms, Fleet};
-
-static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/budget_reserve.lua")));
-static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/budget_settle.lua")));
-static READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/budget_read.lua")));
 
 /// How long a day's tally outlives the day's last use: past any midnight skew between
 /// instances.
@@ -32,6 +24,7 @@ const KEEP: Duration = Duration::from_secs(2 * 86_400);
 
 /// The fleet backend as the tally of budgets' days.
 pub struct FleetTally {
+    /// The backend.
     fleet: Arc<Fleet>,
     /// How long a reservation is held at most: the longest an exchange can run.
     hold: Duration,
@@ -69,7 +62,7 @@ impl SharedTally for FleetTally {
             .fleet
             .run(
                 "budget_reserve",
-                RESERVE
+                script("budget_reserve")
                     .key(&tally)
                     .key(&held)
                     .arg(ticket)
@@ -90,7 +83,7 @@ impl SharedTally for FleetTally {
             let settled: Result<i64, _> = fleet
                 .run(
                     "budget_settle",
-                    SETTLE
+                    script("budget_settle")
                         .key(&tally)
                         .key(&held_set)
                         .arg(ticket)
@@ -113,7 +106,7 @@ impl SharedTally for FleetTally {
         let (tally, _) = FleetTally::keys(budget, day);
         let (spent, reserved): (i64, i64) = self
             .fleet
-            .run("budget_read", &mut READ.key(&tally))
+            .run("budget_read", &mut script("budget_read").key(&tally))
             .await
             .ok()?;
         // Negative only if someone wrote to the keys by hand: read as nothing.

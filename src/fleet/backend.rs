@@ -1,27 +1,23 @@
-//! The fleet's shared backend: one connection to Redis (one server, a Sentinel-managed
-//! master, or a Redis Cluster), its health, Redis' clock, and the Pub/Sub listener that
-//! wakes this instance's waiters and carries the other instances' news.
+//! The fleet's backend: one connection to Redis (one server, a Sentinel-managed master,
+//! or a Redis Cluster), its health, Redis' clock, and the Pub/Sub listener that carries
+//! the other instances' news.
 //!
 //! **Health.** A background task asks Redis for `TIME` every [`HEALTH_EVERY`] (which
-//! also keeps the estimate of Redis' clock that fences late calls, see
-//! [`Fleet::fence`]) and `INFO memory`; a failed or slow command marks the backend down
-//! at once, so requests stop waiting on a dead server, and the next good answer marks it
-//! up. A `maxmemory-policy` that can evict robotsgate's keys (unless
-//! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the
-//! reason named in `/readyz` ([`Fleet::down_reason`]).
+//! also keeps the estimate of Redis' clock that converts this process's instants into
+//! the Redis times durable records use, [`Fleet::redis_time_of`]) and `INFO memory`; a
+//! failed or slow command marks the backend down at once, and the next good answer marks
+//! it up. A `maxmemory-policy` that can evict robotsgate's keys (unless
+//! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the reason
+//! named in `/readyz` ([`Fleet::down_reason`]). Every return (down → up) is counted
+//! ([`Fleet::returns`]): Redis may come back having lost writes it acknowledged, and the
+//! owners write their claims again then.
 //!
-//! **Recovery.** Redis may come back having lost writes it acknowledged: restarted
-//! empty, a replica promoted, or simply unreachable while this instance's releases
-//! could not reach it. Every return of the backend (down → up) replays what this
-//! instance knows and Redis may have lost: the turns it holds are written again, and
-//! the releases of the last [`REPLAY_FOR`] are sent again (both are idempotent, and
-//! a replayed end is never earlier than the real one): [`Fleet::returns`] tells the
-//! shared schedules' ledger when.
+//! **Pub/Sub.** One channel, [`CHANNEL`], which every instance hears: a new robots.txt
+//! copy, a purge. Rare, and never per request.
 //!
-//! **Pub/Sub.** Two channels: [`CHANNEL`], which every instance hears (a new
-//! robots.txt version, a purge, a pause or backoff: rare), and this instance's own wake
-//! channel (`robotsgate:w:<instance>`), on which a release wakes exactly the instance
-//! whose ticket is next. Deliveries per request do not grow with the fleet.
+//! **Per request: nothing.** Requests never wait on Redis here: membership, ownership
+//! and durable records (`fleet/mod.rs`) call it when the fleet changes or a fact
+//! happens.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -37,20 +33,15 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::config::FleetConfig;
-use crate::pacing::down::Down;
-use crate::pacing::memory::{memory_fit, texts};
-use crate::pacing::outage::{Outages, Standing, MEMBER_FOR, MEMBER_KEY};
+use crate::fleet::down::Down;
+use crate::fleet::memory::{memory_fit, texts};
 use crate::telemetry::metrics;
 use crate::telemetry::metrics::DownCause;
 
 /// The Pub/Sub channel every instance listens on.
 pub(crate) const CHANNEL: &str = "robotsgate:fleet";
-/// The prefix of each instance's own wake channel.
-pub(crate) const WAKE_PREFIX: &str = "robotsgate:w:";
 /// How often the backend's health is checked.
 pub const HEALTH_EVERY: Duration = Duration::from_millis(500);
-/// On the backend's return, releases this recent are sent again.
-pub(crate) const REPLAY_FOR: Duration = Duration::from_secs(10);
 
 /// The backend could not answer (down, slow, or an error): the caller falls back as
 /// `fleet.on_unavailable` says.
@@ -108,60 +99,49 @@ pub enum FleetEvent {
         /// The origin (`scheme://authority`).
         origin: String,
     },
-    /// An origin's pause or backoff changed (its 429/503, or recovery).
-    Limit {
-        /// The origin (`scheme://authority`).
-        origin: String,
-        /// The robots.txt group whose schedule it is.
-        group: String,
-        /// Remaining pause.
-        pause: Duration,
-        /// Backoff in force.
-        backoff: Duration,
-    },
 }
 
 /// The connection to the shared backend, its health, Redis' clock, and the Pub/Sub
-/// listener that wakes this instance's waiters.
+/// listener.
 pub struct Fleet {
+    /// The `fleet` settings.
     config: FleetConfig,
-    /// How long a granted turn stays taken when its holder never releases it
-    /// ([`crate::config::Config::fleet_lease`]): the longest a turn can be held.
-    pub(crate) lease: Duration,
+    /// The connection, once made.
     conn: ArcSwapOption<Conn>,
+    /// Redis answers.
     up: AtomicBool,
     /// Why the backend is down (stale while up).
     down: ArcSwap<Down>,
     /// Has the health been checked once (the first result is logged either way)?
     checked: AtomicBool,
-    generation: AtomicU64,
-    /// This instance's name in tickets and its wake channel.
+    /// This instance's member id: unique fleet-wide (also in tickets and lock tokens).
     pub(crate) instance: String,
+    /// Tickets handed out so far.
     tickets: AtomicU64,
     /// Redis' clock minus this process's (ms since `epoch`), from the last answer.
     clock_offset_ms: AtomicI64,
+    /// This process's origin for `clock_offset_ms`.
     epoch: Instant,
-    /// Waiting tickets of this instance, woken by `w` messages.
-    waiters: Mutex<HashMap<String, Arc<Wake>>>,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Counts the backend's returns (down → up), for whatever must be written again.
     returns: tokio::sync::watch::Sender<u64>,
+    /// Where the other instances' news go.
     events: mpsc::Sender<FleetEvent>,
-    /// The other end, until the origin store takes it ([`Fleet::take_events`]).
+    /// The other end, until its consumer takes it ([`Fleet::take_events`]).
     received: Mutex<Option<mpsc::Receiver<FleetEvent>>>,
     /// The backend's own runtime, once [`Fleet::run_in_background`] has started it.
     runtime: std::sync::OnceLock<tokio::runtime::Handle>,
-    /// The membership seen last, and when the backend went down and came back.
-    outages: Outages,
+    /// What runs on every health check beside it (the membership's renewal), once set.
+    beat: std::sync::OnceLock<Arc<dyn Beat>>,
 }
 
-/// A waiting ticket's wake-up: the signal, and when its turn is due (ms from the
-/// signal; the release that sends it knows), so the woken waiter asks once, when due.
-#[derive(Default)]
-pub(crate) struct Wake {
-    pub(crate) notify: Notify,
-    pub(crate) due_in_ms: AtomicI64,
+/// Something the backend's health task runs on every check while Redis answers (the
+/// membership renews its lease there).
+#[async_trait::async_trait]
+pub(crate) trait Beat: Send + Sync {
+    /// One beat; `Err` marks the backend down.
+    async fn beat(&self, fleet: &Arc<Fleet>) -> Result<(), Down>;
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -175,7 +155,7 @@ pub(crate) fn ms(d: Duration) -> i64 {
 impl Fleet {
     /// The backend, not yet connected: [`Fleet::run_in_background`] starts it (after a
     /// daemon's fork: threads do not survive one).
-    pub fn new(config: &FleetConfig, lease: Duration) -> Arc<Fleet> {
+    pub fn new(config: &FleetConfig) -> Arc<Fleet> {
         let (events, received) = mpsc::channel(4096);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -183,23 +163,20 @@ impl Fleet {
         metrics::FLEET_BACKEND_UP.set(0);
         Arc::new(Fleet {
             config: config.clone(),
-            lease,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
             down: ArcSwap::from_pointee(Down::new(DownCause::Connecting, "not connected yet")),
             checked: AtomicBool::new(false),
-            generation: AtomicU64::new(1),
             instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
             tickets: AtomicU64::new(0),
             clock_offset_ms: AtomicI64::new(i64::MIN),
             epoch: Instant::now(),
-            waiters: Mutex::default(),
             robots_waiters: Mutex::default(),
             returns: tokio::sync::watch::Sender::new(0),
             events,
             received: Mutex::new(Some(received)),
             runtime: std::sync::OnceLock::new(),
-            outages: Outages::default(),
+            beat: std::sync::OnceLock::new(),
         })
     }
 
@@ -225,7 +202,6 @@ impl Fleet {
             .spawn(move || {
                 runtime.block_on(async move {
                     tokio::spawn(background.clone().listen());
-                    tokio::spawn(background.clone().resync());
                     background.watch_health().await;
                 })
             })?;
@@ -256,10 +232,14 @@ impl Fleet {
         }
     }
 
-    /// Moves on at every resync period and Pub/Sub reconnect: an entry verified in an
-    /// older generation re-checks its robots.txt version.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+    /// Sets what runs on every health check (the membership's renewal); once.
+    pub(crate) fn set_beat(&self, beat: Arc<dyn Beat>) {
+        let _ = self.beat.set(beat);
+    }
+
+    /// This instance's member id.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// The settings.
@@ -288,17 +268,6 @@ impl Fleet {
         }
     }
 
-    /// Registers a waiting ticket for `w` messages on this instance's wake channel.
-    pub(crate) fn register_waiter(&self, ticket: &str) -> Arc<Wake> {
-        let wake = Arc::new(Wake::default());
-        lock(&self.waiters).insert(ticket.to_string(), wake.clone());
-        wake
-    }
-
-    pub(crate) fn unregister_waiter(&self, ticket: &str) {
-        lock(&self.waiters).remove(ticket);
-    }
-
     fn local_ms(&self) -> i64 {
         ms(self.epoch.elapsed())
     }
@@ -310,19 +279,21 @@ impl Fleet {
             .store(redis_now_ms - self.local_ms(), Ordering::Release);
     }
 
-    /// The fence of a call sent now: the Redis time (ms) after which it must not take
-    /// effect, because this instance will have stopped waiting for its answer. `None`
-    /// before Redis' clock is known.
-    pub(crate) fn fence(&self) -> Option<i64> {
-        let offset = self.clock_offset_ms.load(Ordering::Acquire);
-        (offset != i64::MIN)
-            .then(|| self.local_ms() + offset + ms(self.config.command_timeout_seconds.duration()))
-    }
-
     /// `instant` (in this process) in Redis time (ms), when Redis' clock is known.
     pub(crate) fn redis_time_of(&self, instant: Instant) -> Option<i64> {
         let offset = self.clock_offset_ms.load(Ordering::Acquire);
         (offset != i64::MIN).then(|| ms(instant.saturating_duration_since(self.epoch)) + offset)
+    }
+
+    /// A Redis time (ms) in this process's clock, when Redis' clock is known (a time
+    /// before this process started is its start).
+    pub(crate) fn instant_of(&self, redis_ms: i64) -> Option<Instant> {
+        let offset = self.clock_offset_ms.load(Ordering::Acquire);
+        if offset == i64::MIN {
+            return None;
+        }
+        let local = redis_ms - offset;
+        Some(self.epoch + Duration::from_millis(u64::try_from(local).unwrap_or(0)))
     }
 
     /// Marks the backend up (`Ok`) or down, and why.
@@ -336,11 +307,6 @@ impl Fleet {
         match health {
             Ok(()) if changed => {
                 metrics::set_fleet_backend_unavailable(None);
-                // Another instance sees the same return up to a health check and a
-                // command timeout later (twice over: its next check may time out too);
-                // the owners of the outage write back their turns meanwhile.
-                let settle = (HEALTH_EVERY + self.config.command_timeout_seconds.duration()) * 2;
-                self.outages.up(Instant::now(), settle);
                 log::info!("fleet backend up");
                 // Whatever Redis lost while away (or in a restart, a failover) that this
                 // instance knows is written again.
@@ -352,7 +318,6 @@ impl Fleet {
                     metrics::set_fleet_backend_unavailable(Some(down.cause));
                 }
                 if changed {
-                    self.outages.down(Instant::now());
                     log::warn!("fleet backend unavailable: {down}");
                 }
                 self.down.store(Arc::new(down));
@@ -416,7 +381,12 @@ impl Fleet {
             }
             if let Some(conn) = self.conn.load_full() {
                 let mut conn = (*conn).clone();
-                let health = self.check(&mut conn).await;
+                let mut health = self.check(&mut conn).await;
+                if let (Ok(()), Some(beat)) = (&health, self.beat.get()) {
+                    // Up for the beat's own calls; its failure marks the backend down.
+                    self.set_up(Ok(()));
+                    health = beat.beat(&self).await;
+                }
                 let down = health.is_err();
                 self.set_up(health);
                 if down && self.config.redis_sentinel.is_some() {
@@ -456,59 +426,11 @@ impl Fleet {
         for node in texts(info) {
             memory_fit(&node, self.config.allow_eviction)?;
         }
-        self.heartbeat(conn).await
+        Ok(())
     }
 
-    /// Says this instance is a member, and reads the membership (see `outage`).
-    async fn heartbeat(&self, conn: &mut Conn) -> Result<(), Down> {
-        let now = self.redis_time_of(Instant::now()).unwrap_or(0);
-        let gone = ms(MEMBER_FOR * 20);
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZADD")
-            .arg(MEMBER_KEY)
-            .arg(now)
-            .arg(&self.instance)
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(MEMBER_KEY)
-            .arg("-inf")
-            .arg(now - gone)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(MEMBER_KEY)
-            .arg(gone)
-            .ignore()
-            .cmd("ZRANGEBYSCORE")
-            .arg(MEMBER_KEY)
-            .arg(now - ms(MEMBER_FOR))
-            .arg("+inf");
-        let timeout = self.config.command_timeout_seconds.duration();
-        let answer = tokio::time::timeout(timeout, pipe.query_async::<(Vec<String>,)>(conn)).await;
-        match answer {
-            Ok(Ok((members,))) => {
-                self.outages.saw_members(members);
-                Ok(())
-            }
-            Ok(Err(e)) => Err(Down::of(&e)),
-            Err(_) => Err(Down::timed_out("membership")),
-        }
-    }
-
-    /// Where this instance stands on `place` during an outage, `delay` being in force
-    /// there (`on_unavailable: local`; see `outage`).
-    pub(crate) fn standing(&self, place: &str, delay: Duration) -> Standing {
-        self.outages
-            .standing(&self.instance, place, self.lease, delay)
-    }
-
-    /// Until when a turn must not be asked of Redis, just after the backend's return:
-    /// the owners of the outage write back their turns first.
-    pub(crate) fn handover_until(&self) -> Option<Instant> {
-        self.outages.handover_until()
-    }
-
-    /// Listens on [`CHANNEL`] and this instance's wake channel, reconnecting (to each
-    /// seed in turn, or where Sentinel says the master is) when it drops.
+    /// Listens on [`CHANNEL`], reconnecting (to each seed in turn, or where Sentinel
+    /// says the master is) when it drops.
     async fn listen(self: Arc<Self>) {
         let urls: Vec<String> = self
             .config
@@ -517,7 +439,6 @@ impl Fleet {
             .chain(self.config.redis_cluster.iter())
             .cloned()
             .collect();
-        let wake_channel = format!("{WAKE_PREFIX}{}", self.instance);
         let mut next = 0;
         loop {
             let url = urls.get(next % urls.len().max(1)).cloned();
@@ -528,13 +449,11 @@ impl Fleet {
                     None => self.sentinel_master().await?,
                 };
                 let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(&[CHANNEL, wake_channel.as_str()]).await?;
+                pubsub.subscribe(CHANNEL).await?;
                 redis::RedisResult::Ok(pubsub)
             };
             match tokio::time::timeout(Duration::from_secs(5), subscribed).await {
                 Ok(Ok(pubsub)) => {
-                    // Messages may have been missed while unsubscribed: re-check.
-                    self.generation.fetch_add(1, Ordering::AcqRel);
                     let mut messages = pubsub.into_on_message();
                     while let Some(message) = messages.next().await {
                         if let Ok(payload) = message.get_payload::<Vec<u8>>() {
@@ -550,30 +469,12 @@ impl Fleet {
         }
     }
 
-    /// Moves the generation on every `resync_seconds`.
-    async fn resync(self: Arc<Self>) {
-        loop {
-            tokio::time::sleep(self.config.resync_seconds.duration()).await;
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    /// One message: `w` wakes a ticket, `r` a new robots.txt version, `p` a purge, `l` a
-    /// pause or backoff; fields separated by newlines, the origin last.
+    /// One message: `r` a new robots.txt version, `p` a purge; fields separated by
+    /// newlines, the origin last.
     fn dispatch(&self, payload: &[u8]) {
         let text = String::from_utf8_lossy(payload);
         let fields: Vec<&str> = text.split('\n').collect();
         let event = match fields.as_slice() {
-            ["w", ticket, due_in] => {
-                metrics::FLEET_WAKE_UPS.inc();
-                if let Some(waiter) = lock(&self.waiters).get(*ticket) {
-                    waiter
-                        .due_in_ms
-                        .store(due_in.parse().unwrap_or(0), Ordering::Release);
-                    waiter.notify.notify_one();
-                }
-                return;
-            }
             ["r", version, origin] => {
                 self.wake_robots_waiters(origin);
                 FleetEvent::RobotsChanged {
@@ -587,18 +488,12 @@ impl Fleet {
                     origin: origin.to_string(),
                 }
             }
-            ["l", pause, backoff, group, origin] => FleetEvent::Limit {
-                origin: origin.to_string(),
-                group: group.to_string(),
-                pause: Duration::from_millis(pause.parse().unwrap_or(0)),
-                backoff: Duration::from_millis(backoff.parse().unwrap_or(0)),
-            },
             _ => {
                 log::debug!("fleet: unknown message {text:?}");
                 return;
             }
         };
-        // A full channel loses the event; the periodic resync catches up.
+        // A full channel loses the event; the renewal's member list catches up.
         let _ = self.events.try_send(event);
     }
 

@@ -1,38 +1,25 @@
-//! The robots.txt cache shared through the fleet backend ([`crate::pacing::backend`]):
-//! one fetch fleet-wide per origin.
+//! The robots.txt copy a fleet keeps in its backend: a new owner of an origin starts
+//! from it instead of fetching again, and a purge reaches every instance.
 //!
 //! The instance that needs a fetch takes the origin's lock (`rg:{origin}:lock`, `SET NX
 //! PX`), fetches, writes the result with a new version (`rg:{origin}:r`: the raw file
 //! and its fetch state, times relative to Redis `TIME`) and publishes it; the others
 //! wait for that message (or ask again) and parse the shared copy into their own
 //! snapshot. Each instance keeps its `arc-swap` snapshot as the hot path: reading
-//! robots.txt never touches Redis. A missed message is caught by a periodic resync
-//! ([`Fleet::generation`]). A record lives until its copy is no longer fresh, plus a
+//! robots.txt never touches Redis. A record lives until its copy is no longer fresh, plus a
 //! day; each read extends it to at least a day: a day after last use.
 //! Scripts: `scripts/robots_*.lua`.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::Script;
 
-use crate::pacing::backend::{ms, CHANNEL};
-pub use crate::pacing::backend::{Fleet, FleetEvent, Unavailable};
+use crate::fleet::backend::{ms, Fleet, Unavailable, CHANNEL};
+use crate::fleet::scripts::script;
 
 /// How long a record outlives its last use.
-pub const KEEP: Duration = Duration::from_secs(86_400);
-
-static ROBOTS_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/robots_read.lua")));
-static ROBOTS_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/robots_write.lua")));
-static PURGE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/robots_purge.lua")));
-static LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/robots_lock.lua")));
-static VERSION: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/robots_version.lua")));
+pub const ROBOTS_KEEP: Duration = Duration::from_secs(86_400);
 
 /// What [`Fleet::lock_robots`] found.
 #[derive(Debug)]
@@ -85,7 +72,10 @@ impl Fleet {
     ) -> Result<Option<SharedRobots>, Unavailable> {
         let key = robots_key(origin);
         let fields: Option<Vec<Vec<u8>>> = self
-            .run("robots_read", ROBOTS_READ.key(&key).arg(ms(KEEP)))
+            .run(
+                "robots_read",
+                script("robots_read").key(&key).arg(ms(ROBOTS_KEEP)),
+            )
             .await?;
         let Some(f) = fields else {
             return Ok(None);
@@ -110,14 +100,6 @@ impl Fleet {
         }))
     }
 
-    /// The version of `origin`'s shared robots.txt (0: none): the cheap check before a
-    /// full read.
-    pub async fn robots_version(self: &Arc<Self>, origin: &str) -> Result<u64, Unavailable> {
-        let key = robots_key(origin);
-        let version: Option<u64> = self.run("robots_version", &mut VERSION.key(&key)).await?;
-        Ok(version.unwrap_or(0))
-    }
-
     /// Takes the fleet-wide fetch lock of `origin` for `ttl`, unless a copy newer than
     /// `seen` (the version the caller read; `None`: a forced refresh) exists.
     pub async fn lock_robots(
@@ -132,7 +114,8 @@ impl Fleet {
         let taken: i64 = self
             .run(
                 "robots_lock",
-                LOCK.key(&key)
+                script("robots_lock")
+                    .key(&key)
                     .key(robots_key(origin))
                     .arg(&token)
                     .arg(ms(ttl).max(1))
@@ -160,7 +143,7 @@ impl Fleet {
         let optional = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
         self.run(
             "robots_write",
-            ROBOTS_WRITE
+            script("robots_write")
                 .key(&key)
                 .key(&lock_key)
                 .arg(token)
@@ -185,7 +168,10 @@ impl Fleet {
     pub async fn purge_robots(self: &Arc<Self>, origin: &str) -> Result<(), Unavailable> {
         let key = robots_key(origin);
         let _: i64 = self
-            .run("robots_purge", PURGE.key(&key).arg(CHANNEL).arg(origin))
+            .run(
+                "robots_purge",
+                script("robots_purge").key(&key).arg(CHANNEL).arg(origin),
+            )
             .await?;
         Ok(())
     }

@@ -1,0 +1,221 @@
+//! The channel between instances: how a request is handed to its origin's owner.
+//!
+//! **Authentication.** Mutual TLS from a fleet CA: every member has a certificate for
+//! the name [`PEER_NAME`] signed by the fleet's CA (`fleet.peer_ca`, `fleet.peer_cert`,
+//! `fleet.peer_key`; `robotsgate fleet-cert` makes one). The peer listener
+//! (`fleet.peer_listen`) completes a handshake only with a client that presents such a
+//! certificate, and a member connects to another only when the other presents one: no
+//! client can use the channel, and no client's own headers can claim to come from a
+//! peer (they are stripped at the front door; only the peer listener reads them).
+//!
+//! **What travels.** The request as the client sent it (its request target, headers and
+//! body, streamed), plus one header, [`PEER_HEADER`], carrying what the receiving member
+//! knows of it that the request does not say: the client's address, the proxy user (its
+//! name, authenticated by the sender), the tunnel's origin, the
+//! redirected connection's destination, the client's protocol, and the sender's member
+//! id ([`PeerContext`]). The owner then serves it exactly as if its client had come to
+//! it: judged once, signed once, paced once; its answer (status, headers including
+//! `X-Robots-*`, body streamed) goes back unchanged.
+//!
+//! Costs: one TLS connection per pair of members, pooled (Pingora's upstream pool); one
+//! header of a few hundred octets per request handed over.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+
+use base64::Engine;
+use pingora::utils::tls::{CertKey, WrappedX509};
+use serde::{Deserialize, Serialize};
+
+/// The name every member's certificate is for, and the SNI members connect with.
+pub const PEER_NAME: &str = "robotsgate-fleet";
+
+/// The header a request handed over carries its [`PeerContext`] in.
+pub const PEER_HEADER: &str = "robotsgate-peer";
+
+/// Why the peer channel's certificates cannot be used.
+#[derive(Debug)]
+pub struct ChannelError {
+    /// Which file, and what is wrong with it.
+    message: String,
+}
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ChannelError {}
+
+/// The fleet's TLS: the peer listener's server configuration (client certificates from
+/// the fleet CA required), and what a member presents and trusts when it connects.
+pub struct PeerTls {
+    /// The peer listener's configuration.
+    server: Arc<rustls::ServerConfig>,
+    /// This member's certificate and key, presented to the owner.
+    client_cert: Arc<CertKey>,
+    /// The fleet CA, the only root the owner's certificate is checked against.
+    ca: Arc<[WrappedX509]>,
+}
+
+impl PeerTls {
+    /// Loads the fleet CA (`ca`), this member's certificate chain (`cert`) and key
+    /// (`key`), PEM files; an error names the file.
+    pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls, ChannelError> {
+        let ca_ders = certificates(ca)?;
+        let chain = certificates(cert)?;
+        let key_der = private_key(key)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for der in &ca_ders {
+            roots.add(der.clone().into()).map_err(|e| error(ca, e))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| error(ca, e))?;
+        let chain_der: Vec<rustls::pki_types::CertificateDer<'static>> =
+            chain.iter().map(|d| d.clone().into()).collect();
+        let mut server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| error(cert, e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain_der, key_der.clone_key())
+            .map_err(|e| error(cert, e))?;
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let ca_list: Vec<WrappedX509> = ca_ders
+            .into_iter()
+            .map(|der| WrappedX509::new(der, pingora::utils::tls::parse_x509))
+            .collect();
+        Ok(PeerTls {
+            server: Arc::new(server),
+            client_cert: Arc::new(CertKey::new(chain, key_der.secret_der().to_vec())),
+            ca: ca_list.into(),
+        })
+    }
+
+    /// The peer listener's TLS configuration.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.server.clone()
+    }
+
+    /// The Pingora peer for the member listening at `addr`: TLS for [`PEER_NAME`],
+    /// checked against the fleet CA alone, this member's certificate presented.
+    pub fn peer(&self, addr: SocketAddr) -> pingora::upstreams::peer::HttpPeer {
+        let mut peer = pingora::upstreams::peer::HttpPeer::new(addr, true, PEER_NAME.to_string());
+        peer.client_cert_key = Some(self.client_cert.clone());
+        peer.options.ca = Some(self.ca.clone());
+        peer.options.alpn = pingora::protocols::ALPN::H1;
+        peer
+    }
+}
+
+/// The certificates of a PEM file, each parsed once here (so a broken one is this
+/// file's error, never a panic later), in DER.
+fn certificates(path: &Path) -> Result<Vec<Vec<u8>>, ChannelError> {
+    let text = std::fs::read(path).map_err(|e| error(path, e))?;
+    let ders: Vec<Vec<u8>> = pem::parse_many(&text)
+        .map_err(|e| error(path, e))?
+        .into_iter()
+        .filter(|p| p.tag() == "CERTIFICATE")
+        .map(|p| p.into_contents())
+        .collect();
+    if ders.is_empty() {
+        return Err(error(path, "no certificate in it"));
+    }
+    for der in &ders {
+        x509_parser::parse_x509_certificate(der).map_err(|e| error(path, e))?;
+    }
+    Ok(ders)
+}
+
+/// The private key of a PEM file.
+fn private_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, ChannelError> {
+    let text = std::fs::read(path).map_err(|e| error(path, e))?;
+    let block = pem::parse_many(&text)
+        .map_err(|e| error(path, e))?
+        .into_iter()
+        .find(|p| p.tag().ends_with("PRIVATE KEY"))
+        .ok_or_else(|| error(path, "no private key in it"))?;
+    rustls::pki_types::PrivateKeyDer::try_from(block.into_contents()).map_err(|e| error(path, e))
+}
+
+fn error(path: &Path, why: impl std::fmt::Display) -> ChannelError {
+    ChannelError {
+        message: format!("{}: {why}", path.display()),
+    }
+}
+
+/// What the receiving member knows of a request handed over that the request itself
+/// does not say.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerContext {
+    /// The client's address.
+    #[serde(rename = "c", default)]
+    pub client: Option<IpAddr>,
+    /// The proxy user's name, authenticated by the sender (the owner takes its tokens
+    /// and purposes from its own credentials file).
+    #[serde(rename = "u", default)]
+    pub user: Option<String>,
+    /// Inside an intercepted tunnel: its origin (`https://host:port`).
+    #[serde(rename = "t", default)]
+    pub tunnel: Option<String>,
+    /// On a redirected connection: where it was going.
+    #[serde(rename = "d", default)]
+    pub destination: Option<SocketAddr>,
+    /// The client spoke HTTP/2.
+    #[serde(rename = "h2", default)]
+    pub http2: bool,
+    /// The sending member.
+    #[serde(rename = "m", default)]
+    pub from: String,
+}
+
+impl PeerContext {
+    /// The header value: JSON, base64url.
+    pub fn encode(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// Reads a header value; `None` for anything unreadable (the request is refused).
+    pub fn decode(value: &[u8]) -> Option<PeerContext> {
+        if value.len() > 8192 {
+            return None;
+        }
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(value)
+            .ok()?;
+        serde_json::from_slice(&json).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_round_trips_and_garbage_is_refused() {
+        let context = PeerContext {
+            client: Some("10.0.0.7".parse().expect("ip")),
+            user: Some("ann".into()),
+            tunnel: Some("https://example.com:443".into()),
+            destination: None,
+            http2: true,
+            from: "a.1".into(),
+        };
+        let encoded = context.encode();
+        assert_eq!(PeerContext::decode(encoded.as_bytes()), Some(context));
+        for bad in [&b"!!"[..], b"e30", b"", &[b'A'; 9000]] {
+            let decoded = PeerContext::decode(bad);
+            assert!(
+                decoded.is_none() || decoded == Some(PeerContext::default()),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Fleet mode: several instances, one politeness — each origin paced in memory by one
+//! instance, its owner, and Redis off the request path.
+//!
+//! The layer, from the bottom:
+//! * [`backend`]: the connection to Redis (one server, a Sentinel-managed master, or a
+//!   Cluster), its health, Redis' clock, the Pub/Sub channel;
+//! * [`scripts`]: every Lua script, a `.lua` file each, behind one loader;
+//! * [`membership`]: each instance registered with a lease and an epoch, renewed in the
+//!   background; every instance learns of a join, a leave or a lapse within a renewal;
+//! * [`ownership`]: one owner per pacing key, claimed the first time an instance meets
+//!   the key and kept for the owner's membership; taken over only once a vanished
+//!   owner's exchanges must be over, handed over with its facts by a member leaving;
+//! * [`channel`]: how a request is handed to its owner (mutual TLS from a fleet CA);
+//! * durable records: [`robots`] (the robots.txt copy), [`budgets`] (pay-per-crawl
+//!   days), and an owned key's pause and backoff ([`ownership`]), each written when it
+//!   happens, never per request.
+//!
+//! [`Owners`] is the layer's door for the rest of robotsgate: where a request goes, may
+//! this instance act for a key, what to record, and the graceful leave.
+//!
+//! **Per request: no Redis.** An owner paces its keys in memory with the one pacer a
+//! single instance uses (`crate::pacing`); a member that is not the owner hands the
+//! request over, to an owner it knows from a cache that membership keeps right.
+
+pub mod backend;
+pub mod budgets;
+pub mod channel;
+mod down;
+pub mod membership;
+mod memory;
+pub mod ownership;
+pub mod robots;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use backend::{Fleet, FleetEvent, Unavailable};
+pub use budgets::FleetTally;
+pub use channel::{PeerContext, PeerTls, PEER_HEADER};
+pub use membership::{Member, Membership};
+pub use ownership::{Inherited, Owner, Route};
+pub use robots::{FetchLock, SharedRobots, ROBOTS_KEEP};
+
+use ownership::{Ownership, REASSERT_EVERY};
+
+use crate::pacing::ScheduleFacts;
+
+/// The fleet as the rest of robotsgate sees it: membership, ownership and the channel
+/// between instances, over one backend.
+pub struct Owners {
+    /// The backend.
+    fleet: Arc<Fleet>,
+    /// This instance's membership.
+    members: Arc<Membership>,
+    /// The keys owned, and the owners known.
+    ownership: Arc<Ownership>,
+    /// The channel's TLS.
+    tls: PeerTls,
+}
+
+impl Owners {
+    /// The fleet's ownership over `fleet`: this instance reached at `peer` by the others
+    /// through `tls`, leases of `lease`; a vanished owner's keys are taken over `hold`
+    /// (the longest an exchange can hold a turn) plus `grace` after its lease.
+    pub fn new(
+        fleet: Arc<Fleet>,
+        tls: PeerTls,
+        peer: String,
+        lease: Duration,
+        hold: Duration,
+        grace: Duration,
+    ) -> Arc<Owners> {
+        let members = Membership::new(fleet.clone(), lease, grace, peer);
+        let ownership = Ownership::new(fleet.clone(), members.clone(), hold, grace);
+        Arc::new(Owners {
+            fleet,
+            members,
+            ownership,
+            tls,
+        })
+    }
+
+    /// Starts what runs beside requests: claims written again after a loss, on the
+    /// backend's return and every [`REASSERT_EVERY`].
+    pub fn run_in_background(self: &Arc<Self>) {
+        let owners = self.clone();
+        let (mut losses, mut returns) = (self.members.losses(), self.fleet.returns());
+        self.fleet.spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = losses.changed() => if changed.is_err() { return },
+                    changed = returns.changed() => if changed.is_err() { return },
+                    () = tokio::time::sleep(REASSERT_EVERY) => {}
+                }
+                owners.ownership.reassert().await;
+            }
+        });
+    }
+
+    /// Where a request for pacing key `key` goes now.
+    pub async fn route(&self, key: &str) -> Route {
+        self.ownership.route(key).await
+    }
+
+    /// May this instance act for `key` now: its owner, its lease valid by its own clock?
+    pub fn acts_for(&self, key: &str) -> bool {
+        self.ownership.acts_for(key)
+    }
+
+    /// Writes a fact of an owned key when it happens, for a new owner to start from.
+    pub fn record(&self, key: &str, facts: ScheduleFacts) {
+        self.ownership.record(key, facts);
+    }
+
+    /// The Pingora peer for `owner`'s peer channel, `None` when its address is not one.
+    pub fn peer(&self, owner: &Owner) -> Option<pingora::upstreams::peer::HttpPeer> {
+        let addr = owner.peer.parse().ok()?;
+        Some(self.tls.peer(addr))
+    }
+
+    /// The peer listener's TLS configuration.
+    pub fn server_tls(&self) -> Arc<rustls::ServerConfig> {
+        self.tls.server_config()
+    }
+
+    /// Is this instance's lease valid by its own clock (its grace included)?
+    pub fn lease_valid(&self) -> bool {
+        self.members.lease_valid()
+    }
+
+    /// Who owns `key`, as this instance knows without asking Redis: `here`, another
+    /// member's id, or `None`.
+    pub fn known_owner(&self, key: &str) -> Option<String> {
+        self.ownership.known(key)
+    }
+
+    /// This instance's member id.
+    pub fn me(&self) -> &str {
+        self.members.me()
+    }
+
+    /// Starts the graceful leave: no new ownership, no new turns for owned keys.
+    pub fn leave(&self) {
+        self.members.leave();
+    }
+
+    /// The keys this instance owns.
+    pub fn owned(&self) -> Vec<String> {
+        self.ownership.owned()
+    }
+
+    /// Hands `key` over with its groups' facts (see [`Ownership::release`]).
+    pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
+        self.ownership.release(key, groups).await
+    }
+
+    /// Leaves the membership, once every key was handed over.
+    pub async fn deregister(&self) {
+        self.members.deregister().await;
+    }
+
+    /// The members, their epochs and how many keys each owns (as this instance knows),
+    /// for the admin API.
+    pub fn view(&self) -> serde_json::Value {
+        let members = self.members.members();
+        let (now, all) = &*members;
+        let counts = self.ownership.counts();
+        let list: Vec<serde_json::Value> = all
+            .values()
+            .map(|m| {
+                serde_json::json!({
+                    "member": m.id,
+                    "epoch": m.epoch,
+                    "peer": m.peer,
+                    "state": if m.expires_ms <= *now { "lapsed" } else if m.leaving { "leaving" } else { "up" },
+                    "lease_left_seconds": (m.expires_ms - now) as f64 / 1000.0,
+                    "owns": counts.get(&m.id).copied().unwrap_or(0),
+                    "me": m.id == self.me(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "me": self.me(),
+            "epoch": self.members.epoch(),
+            "lease_valid": self.members.lease_valid(),
+            "members": list,
+        })
+    }
+}

@@ -1,0 +1,128 @@
+//! What a schedule's state is worth keeping when its origin changes hands in a fleet:
+//! when its last exchange ended, the pause the origin asked for, the backoff in force
+//! ([`ScheduleFacts`]); read from an owner's schedules ([`Schedules::facts`]) and put
+//! back into a new owner's ([`Pacer::inherit`]), so that the next request keeps the gap
+//! from the last one, wherever it ran.
+//!
+//! Costs: one small record per schedule, read or written only when ownership changes
+//! or a pause or backoff starts; nothing per request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::pacing::local::{lock, Schedule, Schedules, IN_FLIGHT};
+use crate::pacing::{Pacer, Place};
+
+/// One schedule's durable state: what a new owner starts it from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleFacts {
+    /// The robots.txt group (`#in-flight` for the in-flight limit).
+    pub group: String,
+    /// When its last exchange ended.
+    pub last_end: Option<Instant>,
+    /// Until when the origin asked for no request.
+    pub paused_until: Option<Instant>,
+    /// The backoff in force.
+    pub backoff: Duration,
+}
+
+impl ScheduleFacts {
+    /// `schedule`'s facts now.
+    pub(super) fn of(schedule: &Schedule) -> ScheduleFacts {
+        let now = Instant::now();
+        let t = lock(&schedule.timing);
+        ScheduleFacts {
+            group: schedule.group.clone(),
+            last_end: t.last_end,
+            paused_until: t.paused_until.filter(|p| *p > now),
+            backoff: t.backoff,
+        }
+    }
+}
+
+impl Schedules {
+    /// Every schedule's facts (a graceful hand-over).
+    pub fn facts(&self) -> Vec<ScheduleFacts> {
+        let list: Vec<Arc<Schedule>> = lock(&self.list).schedules.clone();
+        list.iter().map(|s| ScheduleFacts::of(s)).collect()
+    }
+}
+
+impl Pacer {
+    /// A new owner's start at `place`: nothing before `not_before` (the previous owner
+    /// vanished without handing over, and an exchange of its may run until then: every
+    /// schedule, made now or later, starts paused until then, and its delay counts from
+    /// then), and each schedule from the facts handed over (the later end, pause and
+    /// the larger backoff win over what this instance knew).
+    pub fn inherit(&self, place: Place<'_>, not_before: Option<Instant>, facts: &[ScheduleFacts]) {
+        if let Some(at) = not_before {
+            let mut list = lock(&place.schedules.list);
+            list.not_before = Some(list.not_before.map_or(at, |n| n.max(at)));
+            for schedule in &list.schedules {
+                let mut t = lock(&schedule.timing);
+                t.last_end = Some(t.last_end.map_or(at, |e| e.max(at)));
+                t.paused_until = Some(t.paused_until.map_or(at, |p| p.max(at)));
+            }
+        }
+        for fact in facts {
+            let capacity = if fact.group == IN_FLIGHT {
+                self.config.max_in_flight
+            } else {
+                1
+            };
+            let schedule = self.schedule(place, &fact.group, capacity);
+            let mut t = lock(&schedule.timing);
+            t.last_end = later(t.last_end, fact.last_end);
+            t.paused_until = later(t.paused_until, fact.paused_until);
+            t.backoff = t
+                .backoff
+                .max(fact.backoff)
+                .min(self.config.ceiling_seconds.duration());
+        }
+    }
+}
+
+/// The later of two optional instants.
+fn later(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PacingConfig;
+
+    /// A new owner keeps the gap from the previous owner's last end, and waits out a
+    /// vanished owner's longest hold on schedules made afterwards too.
+    #[tokio::test(start_paused = true)]
+    async fn an_inherited_end_and_a_vanished_owners_hold_are_kept() {
+        let pacer = Pacer::new(PacingConfig::default());
+        let schedules = Schedules::default();
+        let place = Place {
+            schedules: &schedules,
+        };
+        let now = Instant::now();
+        let handed = ScheduleFacts {
+            group: "bot".into(),
+            last_end: Some(now),
+            paused_until: None,
+            backoff: Duration::from_secs(2),
+        };
+        pacer.inherit(place, Some(now + Duration::from_secs(5)), &[handed]);
+        let facts = schedules.facts();
+        assert_eq!(facts.len(), 1);
+        assert_eq!(facts[0].last_end, Some(now + Duration::from_secs(5)));
+        assert_eq!(facts[0].backoff, Duration::from_secs(2));
+        // A schedule made later starts paused too.
+        let later = pacer.schedule(place, IN_FLIGHT, 2);
+        assert_eq!(
+            ScheduleFacts::of(&later).paused_until,
+            Some(now + Duration::from_secs(5))
+        );
+    }
+}

@@ -1,0 +1,89 @@
+//! Handing a request to its origin's owner (fleet mode): the owner's peer channel as
+//! the upstream, the request as the client sent it plus the `robotsgate-peer` context,
+//! and the owner's answer relayed as it came (status, headers with its `X-Robots-*`,
+//! body streamed). The owner judges, paces and signs it; this instance only carries it.
+//!
+//! Pingora pools the connections to each owner (mutual TLS, see `fleet::channel`), so a
+//! hand-over costs one header and one more hop, not a handshake. An attempt is sent
+//! again only where Pingora knows the owner never received it (a pooled connection
+//! found closed), once; an owner that cannot be reached is answered 503.
+
+use std::net::IpAddr;
+
+use pingora::http::RequestHeader;
+use pingora::prelude::*;
+use pingora::upstreams::peer::HttpPeer;
+
+use super::context::{RequestContext, Stage};
+use super::exchange::UpstreamOptions;
+use crate::downstream::context::Protocol;
+use crate::enforce::{Answer, Enforcer, Refusal};
+use crate::fleet::{Owner, PeerContext, PEER_HEADER};
+
+/// The owner's peer channel, as Pingora's upstream.
+pub(super) fn owner_peer(
+    enforcer: &Enforcer,
+    owner: &Owner,
+    upstream: &UpstreamOptions,
+) -> Result<Box<HttpPeer>> {
+    let owners = enforcer.owners().ok_or_else(|| {
+        Error::explain(ErrorType::InternalError, "a hand-over outside fleet mode")
+    })?;
+    let mut peer = owners.peer(owner).ok_or_else(|| {
+        Error::explain(
+            ErrorType::ConnectNoRoute,
+            "the owner's peer address is unusable",
+        )
+    })?;
+    upstream.towards_owner(&mut peer);
+    Ok(Box::new(peer))
+}
+
+/// The request as it goes to the owner: as the client sent it (its request target and
+/// headers; the owner strips what never goes to an origin), its proxy credentials
+/// removed, and this instance's context for it (`client`: its client's address).
+pub(super) fn to_owner(
+    enforcer: &Enforcer,
+    ctx: &RequestContext,
+    client: Option<IpAddr>,
+    request: &mut RequestHeader,
+) -> Result<()> {
+    let from = enforcer.owners().map_or("", |o| o.me()).to_string();
+    let context = PeerContext {
+        client,
+        user: ctx.client.user.as_ref().map(|u| u.name.clone()),
+        tunnel: ctx.client.tunnel.as_ref().map(|t| t.to_string()),
+        destination: ctx.client.destination,
+        http2: ctx.client.protocol == Protocol::Http2,
+        from,
+    };
+    request.remove_header("proxy-authorization");
+    request.remove_header(PEER_HEADER);
+    request.insert_header(PEER_HEADER, context.encode())?;
+    Ok(())
+}
+
+/// The answer for a request the owner could not be asked (the connection failed
+/// before any answer came), recorded in its stage; `None` for any other request.
+pub(super) fn failed(ctx: &mut RequestContext, written: bool) -> Option<Answer> {
+    let Stage::HandedOver { failed, .. } = &mut ctx.stage else {
+        return None;
+    };
+    if written {
+        return None;
+    }
+    let answer = Refusal::FleetUnavailable {
+        why: "its owner could not be reached",
+    }
+    .answer();
+    *failed = Some(answer.header.clone());
+    Some(answer)
+}
+
+/// Whether a failed attempt to the owner is sent again: once, where Pingora says the
+/// owner never received it.
+pub(super) fn retry(e: &mut Error, attempts: u8) {
+    if attempts > 1 {
+        e.set_retry(false);
+    }
+}
