@@ -173,6 +173,12 @@ impl FleetConfig {
                 self.lease_seconds.get()
             )));
         }
+        Ok(())
+    }
+
+    /// The peer channel, complete in fleet mode (checked once the command line had its
+    /// say: `--peer-listen` sets it per host).
+    pub fn check_peer_channel(&self) -> Result<(), ConfigError> {
         if !self.enabled() {
             return Ok(());
         }

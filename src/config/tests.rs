@@ -41,24 +41,33 @@ fn fleet_errors_name_the_key() {
             "fleet:\n    on_unavailable: local\n",
             "robotsgate.fleet.on_unavailable",
         ),
-        (
-            "fleet:\n    redis: redis://a\n",
-            "robotsgate.fleet.peer_listen",
-        ),
-        (
-            "fleet:\n    redis: redis://a\n    peer_listen: 127.0.0.1:7443\n",
-            "robotsgate.fleet.peer_ca",
-        ),
-        (
-            "fleet:\n    redis: redis://a\n    peer_listen: 0.0.0.0:7443\n    peer_ca: a\n    peer_cert: b\n    peer_key: c\n",
-            "robotsgate.fleet.peer_address",
-        ),
     ] {
         let err = Config::from_yaml(&format!("robotsgate:\n  {yaml}"))
             .expect_err(yaml)
             .to_string();
         assert!(err.contains(key), "{yaml}: {err}");
     }
+}
+
+#[test]
+fn fleet_mode_needs_a_complete_peer_channel() {
+    for (yaml, key) in [
+        ("redis: redis://a\n", "robotsgate.fleet.peer_listen"),
+        (
+            "redis: redis://a\n    peer_listen: 127.0.0.1:7443\n",
+            "robotsgate.fleet.peer_ca",
+        ),
+        (
+            "redis: redis://a\n    peer_listen: 0.0.0.0:7443\n    peer_ca: a\n    peer_cert: b\n    peer_key: c\n",
+            "robotsgate.fleet.peer_address",
+        ),
+    ] {
+        let config = Config::from_yaml(&format!("robotsgate:\n  fleet:\n    {yaml}")).expect(yaml);
+        let err = config.fleet.check_peer_channel().expect_err(yaml).to_string();
+        assert!(err.contains(key), "{yaml}: {err}");
+    }
+    let alone = Config::from_yaml("robotsgate:\n  listen: 127.0.0.1:1\n").expect("alone");
+    assert!(alone.fleet.check_peer_channel().is_ok());
 }
 
 #[test]

@@ -62,6 +62,10 @@ pub struct RunArgs {
     /// Fleet mode: the shared Redis (`redis://host:port/db`), overriding `fleet.redis`.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// Fleet mode: the peer channel's listener, overriding `fleet.peer_listen` (and
+    /// `fleet.peer_address`, unless it is a wildcard address).
+    #[arg(long, value_name = "ADDR")]
+    pub peer_listen: Option<std::net::SocketAddr>,
     /// Listener for redirected plain-HTTP connections, overriding `transparent.http_listen`.
     #[arg(long, value_name = "ADDR")]
     pub transparent_http: Option<std::net::SocketAddr>,
@@ -88,6 +92,7 @@ fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     args.apply(&mut config);
     // The command line may have made a valid file invalid (a TLS listener with no CA).
     config.validate()?;
+    config.fleet.check_peer_channel()?;
 
     // Loaded once, at start: a reload (graceful upgrade) starts a new process that loads
     // the same files again.
@@ -411,6 +416,12 @@ impl RunArgs {
         if let Some(url) = &args.redis {
             config.fleet.redis = Some(url.clone());
             config.fleet.redis_cluster.clear();
+        }
+        if let Some(addr) = args.peer_listen {
+            config.fleet.peer_listen = Some(addr);
+            if !addr.ip().is_unspecified() {
+                config.fleet.peer_address = Some(addr.to_string());
+            }
         }
         if let Some(addr) = args.transparent_http {
             config.transparent.http_listen = Some(addr);

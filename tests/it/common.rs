@@ -572,6 +572,8 @@ pub struct Proxy {
     netns: Option<String>,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// Fleet mode: the peer channel's listener.
+    pub peer: Option<SocketAddr>,
     /// Shared with a process that took over by graceful upgrade.
     dir: Arc<tempfile::TempDir>,
     pub log_path: PathBuf,
@@ -613,6 +615,10 @@ impl Proxy {
         for _attempt in 0..5 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            // A fleet member's peer channel: its own port too.
+            let peer: Option<SocketAddr> = extra_yaml
+                .contains("  fleet:")
+                .then(|| format!("127.0.0.1:{}", free_port()).parse().expect("addr"));
             let log = std::fs::File::create(&log_path).expect("log file");
             let mut run_args: Vec<String> = vec![
                 "--config".into(),
@@ -622,6 +628,9 @@ impl Proxy {
                 "--admin-listen".into(),
                 admin.to_string(),
             ];
+            if let Some(peer) = peer {
+                run_args.extend(["--peer-listen".into(), peer.to_string()]);
+            }
             run_args.extend(args.iter().map(|a| a.to_string()));
             let mut command = match netns {
                 Some(name) => {
@@ -650,6 +659,7 @@ impl Proxy {
                 // says it is robotsgate.
                 if listens_on(child.id(), addr.port())
                     && listens_on(child.id(), admin.port())
+                    && peer.is_none_or(|p| listens_on(child.id(), p.port()))
                     && in_netns(netns, || healthz(admin))
                 {
                     return Proxy {
@@ -657,6 +667,7 @@ impl Proxy {
                         netns: netns.map(str::to_string),
                         addr,
                         admin,
+                        peer,
                         dir: Arc::new(dir),
                         log_path,
                         args: run_args,
@@ -790,6 +801,7 @@ impl Proxy {
             netns: self.netns.clone(),
             addr: self.addr,
             admin: self.admin,
+            peer: self.peer,
             dir: self.dir.clone(),
             log_path,
             args: self.args.clone(),
@@ -859,11 +871,9 @@ impl Proxy {
         self.child.id()
     }
 
-    /// The value of a metric (no labels) on the admin listener's `/metrics`.
-    /// A scrape that fails (a loaded CI machine can stall one past curl's
-    /// timeout) is retried until a deadline, so that `None` means the metric
-    /// is absent from a scrape that worked, not that the scrape failed.
-    pub fn metric(&self, name: &str) -> Option<f64> {
+    /// The `/metrics` page (retried for 30 s while the scrape fails); `None` when curl
+    /// cannot run.
+    fn scrape(&self) -> Option<String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let page = loop {
             let mut curl = match &self.netns {
@@ -888,8 +898,27 @@ impl Proxy {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
+        Some(page)
+    }
+
+    /// The value of a metric (no labels) on the admin listener's `/metrics`.
+    /// A scrape that fails (a loaded CI machine can stall one past curl's
+    /// timeout) is retried until a deadline, so that `None` means the metric
+    /// is absent from a scrape that worked, not that the scrape failed.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let page = self.scrape()?;
         page.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// The sum of metric `name` over its series whose labels contain `label` (e.g.
+    /// `decision="handed_over"`).
+    pub fn sum(&self, name: &str, label: &str) -> f64 {
+        let page = self.scrape().unwrap_or_default();
+        page.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// A counter's value, 0 when it has not been counted yet.

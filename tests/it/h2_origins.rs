@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use crate::common::{free_port, start_listening, TestCa};
-use crate::fleet::slow_origin;
+use crate::fleet_fixture::slow_origin;
 use crate::https::Setup;
 
 /// An nginx origin on a loopback port, TLS with a certificate from `ca`; stopped (by

@@ -11,7 +11,8 @@ mod embedded_example;
 mod faults;
 mod fetch_status;
 mod fleet;
-mod fleet_faults;
+
+mod fleet_fixture;
 mod h2_attacks;
 mod h2_clients;
 mod h2_origins;

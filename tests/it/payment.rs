@@ -219,8 +219,8 @@ async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&st
             "        expires_seconds: 60\n        payment: {max_price: USD 0.01, daily_budget: USD 0.03}\n",
         );
     let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
-    let proxies = crate::fleet::instances(2, &format!("{fleet_yaml}{yaml}"));
-    crate::fleet::backend_up(&proxies).await;
+    let proxies = crate::fleet_fixture::instances(2, &format!("{fleet_yaml}{yaml}"));
+    crate::fleet_fixture::backend_up(&proxies).await;
     // Eight requests at once, four through each instance. A 503 (a turn not granted in
     // time, or the backend slow to answer on a loaded host) is retried, as a crawler
     // would after its Retry-After: it never reached the origin, so it spent nothing.
@@ -306,7 +306,7 @@ async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_is_shared_by_the_fleet_through_redis() {
     let redis = crate::redis_servers::Redis::start();
-    let yaml = crate::fleet::fleet_yaml(&redis, "");
+    let yaml = crate::fleet_fixture::fleet_yaml(&redis, "");
     let cli = |args: &[&str]| crate::redis_servers::redis_cli(redis.port, args);
     a_budget_shared_by_the_fleet(&yaml, cli).await;
 }

@@ -282,7 +282,7 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     let b = Proxy::start(
         &format!(
             "{}  transparent:\n    http_listen: 127.0.0.1:{transparent}\n",
-            crate::fleet::fleet_yaml(&redis, "")
+            crate::fleet_fixture::fleet_yaml(&redis, "")
         ),
         &[
             "--allow-destination",

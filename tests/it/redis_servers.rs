@@ -183,6 +183,10 @@ impl Cluster {
             .iter()
             .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
             .collect();
-        format!("  fleet:\n    redis_cluster: [{}]\n", seeds.join(", "))
+        format!(
+            "  fleet:\n    redis_cluster: [{}]\n{}",
+            seeds.join(", "),
+            crate::fleet_fixture::certs().yaml()
+        )
     }
 }

@@ -1,0 +1,224 @@
+//! What the fleet tests share: the fleet's credentials (a fleet CA and a member
+//! certificate, made once per test process by `robotsgate fleet-cert`), each backend's
+//! `fleet:` section, instances started together, the origins they crawl, and the loads
+//! they send.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::{admin, eventually, Behaviour, Proxy, TestOrigin};
+use crate::redis_servers::Redis;
+
+/// The fleet CA and one member certificate every test instance presents.
+pub(crate) struct FleetCerts {
+    /// Keeps the files.
+    dir: tempfile::TempDir,
+}
+
+impl FleetCerts {
+    /// Makes a CA and a member certificate with `robotsgate fleet-cert` in a new directory.
+    pub(crate) fn make() -> FleetCerts {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = |name: &str| dir.path().join(name);
+        let status = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("fleet-cert")
+            .arg("--ca")
+            .arg(path("ca.pem"))
+            .arg("--ca-key")
+            .arg(path("ca.key"))
+            .arg("--cert")
+            .arg(path("member.pem"))
+            .arg("--key")
+            .arg(path("member.key"))
+            .status()
+            .expect("robotsgate fleet-cert");
+        assert!(status.success(), "fleet-cert failed");
+        FleetCerts { dir }
+    }
+
+    /// One file of the set: `ca.pem`, `member.pem`, `member.key`.
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The peer channel's keys of a `fleet:` section.
+    pub(crate) fn yaml(&self) -> String {
+        format!(
+            "    peer_ca: \"{}\"\n    peer_cert: \"{}\"\n    peer_key: \"{}\"\n",
+            self.file("ca.pem").display(),
+            self.file("member.pem").display(),
+            self.file("member.key").display()
+        )
+    }
+}
+
+/// The credentials every fleet test's members share.
+pub(crate) fn certs() -> &'static FleetCerts {
+    static CERTS: OnceLock<FleetCerts> = OnceLock::new();
+    CERTS.get_or_init(FleetCerts::make)
+}
+
+/// A `fleet:` section over one `redis-server`, the peer channel's credentials, `extra`
+/// (lines of the section, indented four spaces).
+pub(crate) fn fleet_yaml(redis: &Redis, extra: &str) -> String {
+    format!(
+        "  fleet:\n    redis: \"{}\"\n{}{extra}",
+        redis.url(),
+        certs().yaml()
+    )
+}
+
+/// `n` robotsgate processes with the same settings (each with its own ports).
+pub(crate) fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
+    (0..n).map(|_| Proxy::start_for_loopback(yaml)).collect()
+}
+
+/// Waits until every instance is ready (its lease valid) and knows every other one.
+pub(crate) async fn backend_up(proxies: &[Proxy]) {
+    for proxy in proxies {
+        let ready = eventually(Duration::from_secs(15), || {
+            admin(proxy, "GET", "/readyz").0 == 200 && members(proxy) >= proxies.len()
+        })
+        .await;
+        assert!(ready, "fleet never came up:\n{}", proxy.log());
+    }
+}
+
+/// How many live members `proxy` knows of (its `/fleet` view).
+pub(crate) fn members(proxy: &Proxy) -> usize {
+    let (_, body) = admin(proxy, "GET", "/fleet");
+    serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v["members"]
+                .as_array()
+                .map(|m| m.iter().filter(|m| m["state"] == "up").count())
+        })
+        .unwrap_or(0)
+}
+
+/// The member id that owns `origin` as `proxy` knows (`here` when it is `proxy`).
+pub(crate) fn owner_seen_by(proxy: &Proxy, origin: &TestOrigin) -> Option<String> {
+    let url = origin.url("");
+    let base = url.trim_end_matches('/');
+    let (_, body) = admin(proxy, "GET", &format!("/origins/{}", urlencode(base)));
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["owner"].as_str().map(str::to_string)
+}
+
+/// Which of `proxies` owns `origin` (asked of each: the one that says `here`).
+pub(crate) fn owner_index(proxies: &[Proxy], origin: &TestOrigin) -> Option<usize> {
+    proxies
+        .iter()
+        .position(|p| owner_seen_by(p, origin).as_deref() == Some("here"))
+}
+
+/// Percent-encodes an origin for an admin path.
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An origin whose robots.txt asks every crawler for `delay` seconds between requests.
+pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
+    let robots = format!("User-agent: *\nCrawl-delay: {delay}\nDisallow: /private\n");
+    TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await
+}
+
+/// An origin allowing everything, with no Crawl-delay, whose pages `{prefix}0` to
+/// `{prefix}{count - 1}` take 300 ms each to answer: what the in-flight limit guards.
+pub(crate) async fn slow_origin(prefix: &str, count: usize) -> TestOrigin {
+    let slow = || Behaviour::Delayed {
+        delay: Duration::from_millis(300),
+        body: b"slow\n".to_vec(),
+    };
+    let routes: Vec<(String, Behaviour)> = std::iter::once((
+        "/robots.txt".to_string(),
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    ))
+    .chain((0..count).map(|i| (format!("{prefix}{i}"), slow())))
+    .collect();
+    TestOrigin::start_owned(&routes).await
+}
+
+/// GETs `count` pages through the instances in turn, all at once; the statuses.
+pub(crate) async fn spread(
+    proxies: &[Proxy],
+    origin: &TestOrigin,
+    prefix: &str,
+    count: usize,
+) -> Vec<u16> {
+    let clients: Vec<reqwest::Client> = proxies.iter().map(|p| p.client()).collect();
+    let tasks: Vec<_> = (0..count)
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let url = origin.url(&format!("{prefix}{i}"));
+            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.expect("task").expect("request"));
+    }
+    statuses
+}
+
+/// `clients` clients, client `c` through `proxies[c % len]`, GETting `{prefix}{i}` for
+/// i from 0 until `count` are sent or `until`; each pauses 100 ms after a refusal. The
+/// statuses (0: no answer).
+pub(crate) async fn load(
+    proxies: &[Proxy],
+    origins: &[&TestOrigin],
+    prefix: &str,
+    clients: usize,
+    count: usize,
+    until: Instant,
+) -> Vec<u16> {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let bases: Vec<String> = origins.iter().map(|o| o.url(prefix)).collect();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let client = proxies[c % proxies.len()].client();
+        let (next, bases) = (next.clone(), bases.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= count || Instant::now() >= until {
+                    return statuses;
+                }
+                let base = &bases[i % bases.len()];
+                let status = match client.get(format!("{base}{i}")).send().await {
+                    Ok(r) => r.status().as_u16(),
+                    Err(_) => 0,
+                };
+                statuses.push(status);
+                if status != 200 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("client task"));
+    }
+    all
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, `-TERM`, `-KILL`) to the process `pid` started.
+pub(crate) fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
