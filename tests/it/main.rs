@@ -13,6 +13,7 @@ mod fetch_status;
 mod fleet;
 
 mod fleet_fixture;
+mod fleet_handover;
 mod h2_attacks;
 mod h2_clients;
 mod h2_origins;

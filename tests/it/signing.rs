@@ -33,7 +33,7 @@ pub fn keys_argument(dir: &Path, keys: &str) -> String {
 
 impl VerifyingOrigin {
     /// An origin on a loopback port verifying with `keys` (see [`keys_argument`]).
-    fn start(dir: &Path, keys: &str) -> VerifyingOrigin {
+    pub(crate) fn start(dir: &Path, keys: &str) -> VerifyingOrigin {
         VerifyingOrigin::launch(dir, keys, &[], None, None)
     }
 

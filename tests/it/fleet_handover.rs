@@ -1,0 +1,269 @@
+//! The channel between instances: a request that arrives at a member that does not own
+//! its origin is carried out through the owner (judged, signed and paced once), only
+//! fleet members can use the channel, a client cannot pass for one, and a forwarded
+//! request costs Redis nothing (counted by Redis itself).
+
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::Value;
+
+use crate::common::{curl, pages, Behaviour, Proxy, TestCa, TestOrigin};
+use crate::fleet_fixture::{backend_up, certs, fleet_yaml, instances, owner_index, paced_origin};
+use crate::redis_servers::{redis_cli, Redis};
+use crate::signing::{generate, signing, VerifyingOrigin};
+
+/// Through the owner and through another member: the same answer (status, the
+/// `X-Robots-*` headers, body) for a disallowed page and an allowed one; the allowed one
+/// reaches the origin once per request, signed once, by the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("main.jwk");
+    generate(&key);
+    // The same identity on both members, each with its own directory listener.
+    let signed: Vec<_> = (0..2)
+        .map(|_| signing(dir.path(), &key, None, "string"))
+        .collect();
+    let origin = VerifyingOrigin::start(dir.path(), &signed[0].listener);
+    let proxies: Vec<Proxy> = signed
+        .iter()
+        .map(|s| Proxy::start_for_loopback(&format!("{}{}", fleet_yaml(&redis, ""), s.yaml)))
+        .collect();
+    backend_up(&proxies).await;
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
+    // The first member to meet the origin owns it.
+    assert_eq!(curl(&proxies[0], &url("/first"), &[]).0, 200);
+    let (status, _, body) = curl(&proxies[1], &url("/handed"), &[]);
+    assert_eq!((status, body.as_str()), (200, "verified"));
+    let handed = origin.verdict("/handed");
+    assert_eq!(handed["verified"], true, "{handed}");
+    assert_eq!(handed["signature"].as_array().map(Vec::len), Some(1), "{handed}");
+    let at_origin = origin.seen().iter().filter(|l| l["path"] == "/handed").count();
+    assert_eq!(at_origin, 1, "one request at the origin");
+    let signed_by = |p: &Proxy| p.counter("robotsgate_signed_requests_total{identity=\"main\"}");
+    assert_eq!(signed_by(&proxies[0]), 3.0, "robots.txt, /first, /handed: by the owner");
+    assert_eq!(signed_by(&proxies[1]), 0.0, "never by the member that handed over");
+    assert_eq!(
+        proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        1.0
+    );
+
+    // A refusal reads the same through either member.
+    let refusing = paced_origin("0").await;
+    assert_eq!(curl(&proxies[0], &refusing.url("/a"), &[]).0, 200);
+    let answers: Vec<(u16, Vec<String>, String)> = proxies
+        .iter()
+        .map(|p| {
+            let (status, head, body) = curl(p, &refusing.url("/private/x"), &[]);
+            (status, robots_headers(&head), body)
+        })
+        .collect();
+    assert_eq!(answers[0].0, 403);
+    assert!(!answers[0].1.is_empty(), "{answers:?}");
+    assert_eq!(answers[0], answers[1], "the owner's answer, unchanged");
+    assert_eq!(refusing.count("/private/x"), 0);
+}
+
+/// The `X-Robots-*` lines of a response head, as sent.
+fn robots_headers(head: &str) -> Vec<String> {
+    head.lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("x-robots"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// curl to a member's peer channel (`https://robotsgate-fleet:PORT/`, the fleet CA
+/// trusted) with `extra` arguments: the HTTP status, 0 when no exchange took place.
+fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
+    let peer = proxy.peer.expect("a fleet member");
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"])
+        .arg("--resolve")
+        .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
+        .arg("--cacert")
+        .arg(certs().file("ca.pem"))
+        .args(extra)
+        .arg(format!("https://robotsgate-fleet:{}/", peer.port()))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+/// Only a member can use the peer channel: no client certificate, one from another CA,
+/// or plain HTTP get no exchange at all; a member's request without its context is
+/// refused; one with it is judged like any other (a disallowed page never leaves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_channel_admits_only_fleet_members() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let proxies = instances(1, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    let proxy = &proxies[0];
+    assert_eq!(peer_curl(proxy, &[]), 0, "no client certificate");
+    let other = TestCa::new("not the fleet CA");
+    let (pem, key) = other.leaf_pem(&["robotsgate-fleet"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert_file, key_file) = (dir.path().join("c.pem"), dir.path().join("c.key"));
+    std::fs::write(&cert_file, pem).expect("write");
+    std::fs::write(&key_file, key).expect("write");
+    let foreign = [
+        "--cert",
+        cert_file.to_str().expect("path"),
+        "--key",
+        key_file.to_str().expect("path"),
+    ];
+    assert_eq!(peer_curl(proxy, &foreign), 0, "a certificate from another CA");
+    let plain = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"])
+        .arg(format!("http://{}/", proxy.peer.expect("peer")))
+        .output()
+        .expect("curl");
+    assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "200");
+
+    let member_cert = certs().file("member.pem");
+    let member_key = certs().file("member.key");
+    let member = [
+        "--cert",
+        member_cert.to_str().expect("path"),
+        "--key",
+        member_key.to_str().expect("path"),
+    ];
+    // A member's request with no context: refused.
+    let target = origin.url("/a");
+    let absolute = ["--request-target", target.as_str()];
+    assert_eq!(peer_curl(proxy, &[&member[..], &absolute[..]].concat()), 400);
+    // With one, it is judged: a disallowed page is refused, an allowed one goes once.
+    let context = peer_context(r#"{"c":"127.0.0.1","m":"test"}"#);
+    let header = format!("robotsgate-peer: {context}");
+    for (path, want) in [("/private/x", 403), ("/ok", 200)] {
+        let target = origin.url(path);
+        let host = format!("Host: {}", target.split('/').nth(2).expect("authority"));
+        let args = [
+            &member[..],
+            &["--request-target", &target, "-H", &header, "-H", &host][..],
+        ]
+        .concat();
+        assert_eq!(peer_curl(proxy, &args), want, "{path}");
+    }
+    assert_eq!(origin.count("/private/x"), 0);
+    assert_eq!(origin.count("/ok"), 1);
+    assert_eq!(origin.count("/a"), 0);
+}
+
+/// A peer context as the channel carries it (base64url of its JSON).
+fn peer_context(json: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// A client's own `robotsgate-peer` header, sent to a member's proxy listener (owner or
+/// not): judged as the client it is, the header never forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_forged_peer_header_changes_nothing() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/claim"), &[]).0, 200);
+    let forged = format!(
+        "robotsgate-peer: {}",
+        peer_context(r#"{"c":"10.9.9.9","u":"ops","m":"forged"}"#)
+    );
+    for (i, proxy) in proxies.iter().enumerate() {
+        let private = curl(proxy, &origin.url("/private/y"), &["-H", &forged]).0;
+        assert_eq!(private, 403, "member {i}");
+        let page = format!("/page{i}");
+        assert_eq!(curl(proxy, &origin.url(&page), &["-H", &forged]).0, 200);
+        let seen = &pages(&origin, &page)[0];
+        assert_eq!(seen.header("robotsgate-peer"), None, "never forwarded");
+    }
+    assert_eq!(origin.count("/private/y"), 0);
+}
+
+/// Counted by Redis: with every origin owned, a thousand requests through two members
+/// (half of them handed over) make no Redis call at all; only the members' lease
+/// renewals reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_makes_no_redis_call() {
+    let redis = Redis::start();
+    let origins = [paced_origin("0").await, paced_origin("0").await];
+    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    // Each origin met once through each member: owned by one, known to the other.
+    for origin in &origins {
+        for proxy in &proxies {
+            assert_eq!(curl(proxy, &origin.url("/warm"), &[]).0, 200);
+        }
+    }
+    redis_cli(redis.port, &["config", "set", "slowlog-log-slower-than", "0"]);
+    redis_cli(redis.port, &["config", "set", "slowlog-max-len", "100000"]);
+    redis_cli(redis.port, &["slowlog", "reset"]);
+    let before = commandstats_calls(redis.port);
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let origin_refs: Vec<&TestOrigin> = origins.iter().collect();
+    let statuses =
+        crate::fleet_fixture::load(&proxies, &origin_refs, "/steady/", 8, 1000, until).await;
+    let answered = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(answered, statuses.len(), "every request answered");
+    assert!(answered >= 200, "only {answered} requests");
+    let calls = commandstats_calls(redis.port) - before;
+    let log = redis_cli(redis.port, &["--json", "slowlog", "get", "-1"]);
+    let entries: Vec<Value> = serde_json::from_str(&log).expect("slowlog JSON");
+    let per_request: Vec<&Value> = entries
+        .iter()
+        .filter(|e| !is_background(&e[3]))
+        .collect();
+    assert!(per_request.is_empty(), "Redis calls during the load: {per_request:?}");
+    let handed: f64 = proxies
+        .iter()
+        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
+        .sum();
+    assert!(handed > 0.0, "requests were handed over");
+    println!(
+        "{answered} requests ({handed} handed over): {calls} Redis commands, all lease renewals"
+    );
+}
+
+/// Is a slowlog entry's command line one of the fleet's background calls (a lease
+/// renewal, the health check's ping or INFO, the test's own CONFIG/SLOWLOG)?
+fn is_background(args: &Value) -> bool {
+    let words: Vec<String> = args
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_ascii_lowercase))
+        .collect();
+    match words.first().map(String::as_str) {
+        Some("ping" | "info" | "config" | "slowlog" | "hello" | "client") => true,
+        Some("evalsha" | "eval") => words.iter().any(|w| w == "{robotsgate}:members"),
+        _ => false,
+    }
+}
+
+/// Every command Redis has run, by its own counters.
+fn commandstats_calls(port: u16) -> u64 {
+    redis_cli(port, &["info", "commandstats"])
+        .lines()
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Which member owns an origin is visible in `/origins/...`: exactly one says `here`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_member_owns_an_origin() {
+    let redis = Redis::start();
+    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    backend_up(&proxies).await;
+    for proxy in proxies.iter().rev() {
+        assert_eq!(curl(proxy, &origin.url("/x"), &[]).0, 200);
+    }
+    assert_eq!(owner_index(&proxies, &origin), Some(2), "the first to meet it");
+    let owners = proxies
+        .iter()
+        .filter(|p| crate::fleet_fixture::owner_seen_by(p, &origin).as_deref() == Some("here"))
+        .count();
+    assert_eq!(owners, 1);
+}
