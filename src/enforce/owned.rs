@@ -79,6 +79,12 @@ impl Enforcer {
             .is_none_or(|owners| owners.acts_for(&key_of(entry)))
     }
 
+    /// The longest an owner can take to start answering a request handed to it: its
+    /// longest wait for a turn, then the longest an exchange can hold one.
+    pub fn owner_answers_within(&self) -> std::time::Duration {
+        self.pacer.config().max_wait_seconds.duration() + self.bounds.longest_hold()
+    }
+
     /// The fleet's door, in fleet mode.
     pub(crate) fn owners(&self) -> Option<&Arc<Owners>> {
         self.owners.as_ref()

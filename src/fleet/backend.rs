@@ -309,8 +309,10 @@ impl Fleet {
                 metrics::set_fleet_backend_unavailable(None);
                 log::info!("fleet backend up");
                 // Whatever Redis lost while away (or in a restart, a failover) that this
-                // instance knows is written again.
-                self.returns.send_modify(|n| *n += 1);
+                // instance knows is written again; the first time up is no return.
+                if !first {
+                    self.returns.send_modify(|n| *n += 1);
+                }
             }
             Ok(()) => {}
             Err(down) => {

@@ -41,7 +41,7 @@ const MEMBERS: &str = "{robotsgate}:members";
 /// The epoch counter.
 const EPOCH: &str = "{robotsgate}:epoch";
 /// The data set's boot id.
-const BOOT: &str = "{robotsgate}:boot";
+pub const BOOT: &str = "{robotsgate}:boot";
 
 /// One member as the renewal returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,6 +205,11 @@ impl Membership {
             })
     }
 
+    /// The data set's boot id as this instance last saw it.
+    pub fn boot(&self) -> Option<String> {
+        lock(&self.boot).clone()
+    }
+
     /// This instance's lease (`fleet.lease_seconds`).
     pub fn lease(&self) -> Duration {
         self.lease
@@ -218,16 +223,31 @@ impl Membership {
             .is_some_and(|(until, _)| Instant::now() < *until)
     }
 
-    /// After Redis lost claims: the latest lease end (Redis ms) of the members known
-    /// before, gone since without registering again — their keys' claims are lost, and
-    /// an exchange of theirs may still run.
+    /// Redis may have lost claims (restarted empty, or a replica promoted without the
+    /// last writes): for a while no key nobody claims is taken, and one taken later
+    /// waits for the exchanges of every member known now (see `orphans_until_ms`).
+    pub fn note_possible_loss(&self) {
+        let before = self.members.load();
+        let known: HashMap<String, i64> = before
+            .1
+            .iter()
+            .filter(|(id, _)| id.as_str() != self.me())
+            .map(|(id, m)| (id.clone(), m.expires_ms))
+            .collect();
+        // Alone, no other member's claim can have been lost.
+        *lock(&self.loss) =
+            (!known.is_empty()).then(|| (Instant::now() + self.news_within() * 2, known));
+    }
+
+    /// After Redis may have lost claims: the latest lease end (Redis ms) of the other
+    /// members known before — a key nobody claims may have been theirs (its claim lost
+    /// and not written again yet), and an exchange of theirs may still run.
     pub fn orphans_until_ms(&self) -> Option<i64> {
         let loss = lock(&self.loss);
         let (_, before) = loss.as_ref()?;
-        let members = self.members.load();
         before
             .iter()
-            .filter(|(id, _)| id.as_str() != self.me() && !members.1.contains_key(*id))
+            .filter(|(id, _)| id.as_str() != self.me())
             .map(|(_, expires)| *expires)
             .max()
     }
@@ -281,13 +301,7 @@ impl Membership {
             changed
         };
         if lost_boot {
-            let before = self.members.load();
-            let known = before
-                .1
-                .iter()
-                .map(|(id, m)| (id.clone(), m.expires_ms))
-                .collect();
-            *lock(&self.loss) = Some((Instant::now() + self.news_within() * 2, known));
+            self.note_possible_loss();
         }
         if (previous != 0 && previous != epoch) || lost_boot {
             log::warn!(

@@ -90,7 +90,13 @@ impl Owners {
             loop {
                 tokio::select! {
                     changed = losses.changed() => if changed.is_err() { return },
-                    changed = returns.changed() => if changed.is_err() { return },
+                    changed = returns.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        // A failover may have lost the last acknowledged writes.
+                        owners.members.note_possible_loss();
+                    }
                     () = tokio::time::sleep(REASSERT_EVERY) => {}
                 }
                 owners.ownership.reassert().await;

@@ -125,11 +125,22 @@ impl Ownership {
         if self.members.leaving() {
             return self.route_leaving(key).await;
         }
-        if self.owns(key).is_some() {
+        if let Some(epoch) = self.owns(key) {
+            if epoch != self.members.epoch() && self.members.may_own() {
+                // Claimed before a new registration: written again first (the
+                // background re-assertion may not have reached it, or failed).
+                return match self.reassert_key(key, self.members.epoch()).await {
+                    Ok(true) => Route::Here(None),
+                    Ok(false) => Box::pin(self.route(key)).await,
+                    Err(Unavailable) => {
+                        Route::Unavailable("the fleet backend cannot say who owns it")
+                    }
+                };
+            }
             return if self.acts_for(key) {
                 Route::Here(None)
             } else {
-                Route::Unavailable("this instance's lease lapsed, or it re-registers")
+                Route::Unavailable("this instance's lease lapsed")
             };
         }
         if let Some(owner) = self.known_owner(key) {
@@ -233,17 +244,31 @@ impl Ownership {
         let epoch = self.members.epoch();
         let claim_key = claim_key(key);
         let mut call = script("own_claim").prepare_invoke();
-        call.key(&claim_key)
-            .arg(self.members.me())
+        // Outside a Cluster the data set's boot id shares the server: a claim nobody
+        // holds is taken only while it is the one this instance knows (a Redis restarted
+        // empty since has lost claims its owners have not written again yet).
+        let boot = match self.fleet.config().redis_cluster.is_empty() {
+            true => self.members.boot(),
+            false => None,
+        };
+        call.key(&claim_key);
+        if boot.is_some() {
+            call.key(crate::fleet::membership::BOOT);
+        }
+        call.arg(self.members.me())
             .arg(epoch)
             .arg(gone.map_or("", |g| g.0))
             .arg(gone.map_or(0, |g| g.1))
             .arg(ms(KEEP))
-            .arg(1);
+            .arg(1)
+            .arg(boot.unwrap_or_default());
         let answer: Vec<String> = self.fleet.run("own_claim", &mut call).await?;
         match answer.first().map(String::as_str) {
             Some("taken") => Ok(self.taken(key, epoch, &answer[1..], gone)),
             Some("held") => self.held(key, &answer[1..], gone.is_some()).await,
+            Some("lost") => Ok(Route::Unavailable(
+                "Redis lost claims; the owners are writing theirs again",
+            )),
             _ => Err(Unavailable),
         }
     }
@@ -258,7 +283,8 @@ impl Ownership {
             .arg("")
             .arg(0)
             .arg(ms(KEEP))
-            .arg(0);
+            .arg(0)
+            .arg("");
         let answer: Vec<String> = self.fleet.run("own_claim", &mut call).await?;
         let (Some("held"), Some(member)) = (answer.first().map(String::as_str), answer.get(1))
         else {
@@ -437,24 +463,34 @@ impl Ownership {
     pub async fn reassert(&self) {
         let epoch = self.members.epoch();
         for key in self.owned() {
-            let mut call = script("own_reassert").prepare_invoke();
-            call.key(claim_key(&key))
-                .arg(self.members.me())
-                .arg(epoch)
-                .arg(ms(KEEP));
-            match self.fleet.run::<i64>("own_reassert", &mut call).await {
-                Ok(1) => {
-                    lock(&self.owned).insert(key, epoch);
-                }
-                Ok(_) => {
-                    log::warn!("fleet: {key} was taken by another member; handed over");
-                    lock(&self.owned).remove(&key);
-                    metrics::record_ownership("lost");
-                    metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-                }
-                Err(Unavailable) => return,
+            if self.reassert_key(&key, epoch).await.is_err() {
+                return;
             }
         }
+    }
+
+    /// Writes `key`'s claim again in `epoch`: `true` when it is still this instance's,
+    /// `false` when another member holds it now (it is then no longer owned here).
+    async fn reassert_key(&self, key: &str, epoch: u64) -> Result<bool, Unavailable> {
+        let mut call = script("own_reassert").prepare_invoke();
+        call.key(claim_key(key))
+            .arg(self.members.me())
+            .arg(epoch)
+            .arg(ms(KEEP));
+        let kept = self.fleet.run::<i64>("own_reassert", &mut call).await? == 1;
+        let mut owned = lock(&self.owned);
+        if !owned.contains_key(key) {
+            return Ok(false);
+        }
+        if kept {
+            owned.insert(key.to_string(), epoch);
+        } else {
+            log::warn!("fleet: {key} was taken by another member; handed over");
+            owned.remove(key);
+            metrics::record_ownership("lost");
+            metrics::FLEET_OWNED.set(owned.len() as i64);
+        }
+        Ok(kept)
     }
 }
 

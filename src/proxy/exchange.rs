@@ -32,14 +32,16 @@ pub struct UpstreamOptions {
 }
 
 impl UpstreamOptions {
-    /// A fleet owner's peer channel's timeouts: connect and write as to an origin; no
-    /// read timeout (the owner answers once its turn came and the origin answered, and
-    /// bounds that exchange itself); pooled connections idle half as long as the
-    /// owner keeps them, so a pooled one is never found closed by the owner's timer.
-    pub(super) fn towards_owner(&self, peer: &mut HttpPeer) {
+    /// A fleet owner's peer channel's timeouts: connect and write as to an origin; a read
+    /// timeout of `answers_within` (the owner answers once its turn came and the origin
+    /// answered, each bounded); pooled connections idle half as long as the owner keeps
+    /// them, so a pooled one is never found closed by the owner's timer.
+    pub(super) fn towards_owner(&self, peer: &mut HttpPeer, answers_within: Duration) {
         peer.options.connection_timeout = Some(self.connect);
         peer.options.total_connection_timeout = Some(self.connect * 2);
-        peer.options.read_timeout = None;
+        // An owner answers within its longest wait for a turn and its exchange's own
+        // bounds; one that does not (stopped, cut off) is given up on.
+        peer.options.read_timeout = Some(answers_within);
         peer.options.write_timeout = Some(self.write);
         peer.options.idle_timeout = Some(self.idle / 2);
     }

@@ -35,7 +35,7 @@ pub(super) fn owner_peer(
             "the owner's peer address is unusable",
         )
     })?;
-    upstream.towards_owner(&mut peer);
+    upstream.towards_owner(&mut peer, enforcer.owner_answers_within());
     Ok(Box::new(peer))
 }
 

@@ -34,7 +34,11 @@ async fn three_instances_keep_one_crawl_delay(yaml: &str) {
     let owner = owner_index(&proxies, &origin).expect("an owner");
     for (i, proxy) in proxies.iter().enumerate() {
         let handed = proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"");
-        assert_eq!(handed == 0.0, i == owner, "instance {i} handed over {handed}");
+        assert_eq!(
+            handed == 0.0,
+            i == owner,
+            "instance {i} handed over {handed}"
+        );
     }
 }
 

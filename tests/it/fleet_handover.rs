@@ -40,12 +40,28 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
     assert_eq!((status, body.as_str()), (200, "verified"));
     let handed = origin.verdict("/handed");
     assert_eq!(handed["verified"], true, "{handed}");
-    assert_eq!(handed["signature"].as_array().map(Vec::len), Some(1), "{handed}");
-    let at_origin = origin.seen().iter().filter(|l| l["path"] == "/handed").count();
+    assert_eq!(
+        handed["signature"].as_array().map(Vec::len),
+        Some(1),
+        "{handed}"
+    );
+    let at_origin = origin
+        .seen()
+        .iter()
+        .filter(|l| l["path"] == "/handed")
+        .count();
     assert_eq!(at_origin, 1, "one request at the origin");
     let signed_by = |p: &Proxy| p.counter("robotsgate_signed_requests_total{identity=\"main\"}");
-    assert_eq!(signed_by(&proxies[0]), 3.0, "robots.txt, /first, /handed: by the owner");
-    assert_eq!(signed_by(&proxies[1]), 0.0, "never by the member that handed over");
+    assert_eq!(
+        signed_by(&proxies[0]),
+        3.0,
+        "robots.txt, /first, /handed: by the owner"
+    );
+    assert_eq!(
+        signed_by(&proxies[1]),
+        0.0,
+        "never by the member that handed over"
+    );
     assert_eq!(
         proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
         1.0
@@ -80,7 +96,15 @@ fn robots_headers(head: &str) -> Vec<String> {
 fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
     let peer = proxy.peer.expect("a fleet member");
     let out = Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+        ])
         .arg("--resolve")
         .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
         .arg("--cacert")
@@ -89,7 +113,10 @@ fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
         .arg(format!("https://robotsgate-fleet:{}/", peer.port()))
         .output()
         .expect("curl");
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 /// Only a member can use the peer channel: no client certificate, one from another CA,
@@ -115,9 +142,21 @@ async fn the_peer_channel_admits_only_fleet_members() {
         "--key",
         key_file.to_str().expect("path"),
     ];
-    assert_eq!(peer_curl(proxy, &foreign), 0, "a certificate from another CA");
+    assert_eq!(
+        peer_curl(proxy, &foreign),
+        0,
+        "a certificate from another CA"
+    );
     let plain = Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+        ])
         .arg(format!("http://{}/", proxy.peer.expect("peer")))
         .output()
         .expect("curl");
@@ -134,7 +173,10 @@ async fn the_peer_channel_admits_only_fleet_members() {
     // A member's request with no context: refused.
     let target = origin.url("/a");
     let absolute = ["--request-target", target.as_str()];
-    assert_eq!(peer_curl(proxy, &[&member[..], &absolute[..]].concat()), 400);
+    assert_eq!(
+        peer_curl(proxy, &[&member[..], &absolute[..]].concat()),
+        400
+    );
     // With one, it is judged: a disallowed page is refused, an allowed one goes once.
     let context = peer_context(r#"{"c":"127.0.0.1","m":"test"}"#);
     let header = format!("robotsgate-peer: {context}");
@@ -197,7 +239,10 @@ async fn a_forwarded_request_makes_no_redis_call() {
             assert_eq!(curl(proxy, &origin.url("/warm"), &[]).0, 200);
         }
     }
-    redis_cli(redis.port, &["config", "set", "slowlog-log-slower-than", "0"]);
+    redis_cli(
+        redis.port,
+        &["config", "set", "slowlog-log-slower-than", "0"],
+    );
     redis_cli(redis.port, &["config", "set", "slowlog-max-len", "100000"]);
     redis_cli(redis.port, &["slowlog", "reset"]);
     let before = commandstats_calls(redis.port);
@@ -211,11 +256,11 @@ async fn a_forwarded_request_makes_no_redis_call() {
     let calls = commandstats_calls(redis.port) - before;
     let log = redis_cli(redis.port, &["--json", "slowlog", "get", "-1"]);
     let entries: Vec<Value> = serde_json::from_str(&log).expect("slowlog JSON");
-    let per_request: Vec<&Value> = entries
-        .iter()
-        .filter(|e| !is_background(&e[3]))
-        .collect();
-    assert!(per_request.is_empty(), "Redis calls during the load: {per_request:?}");
+    let per_request: Vec<&Value> = entries.iter().filter(|e| !is_background(&e[3])).collect();
+    assert!(
+        per_request.is_empty(),
+        "Redis calls during the load: {per_request:?}"
+    );
     let handed: f64 = proxies
         .iter()
         .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
@@ -246,7 +291,14 @@ fn is_background(args: &Value) -> bool {
 fn commandstats_calls(port: u16) -> u64 {
     redis_cli(port, &["info", "commandstats"])
         .lines()
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -260,7 +312,11 @@ async fn exactly_one_member_owns_an_origin() {
     for proxy in proxies.iter().rev() {
         assert_eq!(curl(proxy, &origin.url("/x"), &[]).0, 200);
     }
-    assert_eq!(owner_index(&proxies, &origin), Some(2), "the first to meet it");
+    assert_eq!(
+        owner_index(&proxies, &origin),
+        Some(2),
+        "the first to meet it"
+    );
     let owners = proxies
         .iter()
         .filter(|p| crate::fleet_fixture::owner_seen_by(p, &origin).as_deref() == Some("here"))

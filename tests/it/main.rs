@@ -12,6 +12,7 @@ mod faults;
 mod fetch_status;
 mod fleet;
 
+mod fleet_faults;
 mod fleet_fixture;
 mod fleet_handover;
 mod h2_attacks;

@@ -5,9 +5,12 @@
 -- On taking it, the durable facts another owner left are returned: when it released
 -- the key (a graceful hand-over), and per robots.txt group "last_end|paused_until|backoff"
 -- (Redis ms; last_end and paused_until 0 when none).
--- KEYS: the claim hash (rg:{<key>}:own).
+-- A claim nobody holds is taken only while the data set's boot id is the caller's
+-- (when it gives one: outside a Cluster, where the boot id shares the server); else
+-- 'lost': Redis restarted empty, and the owners have not written their claims again.
+-- KEYS: the claim hash (rg:{<key>}:own), and with an expected boot id the boot id key.
 -- ARGV: member id, epoch, expected member ('' none), expected epoch, keep ms, take (1:
--- take it when it may be taken; 0: only say who holds it, for a member leaving).
+-- take it when it may be taken; 0: only say who holds it), expected boot id ('' none).
 local m = redis.call('HGET', KEYS[1], 'm')
 local e = redis.call('HGET', KEYS[1], 'e')
 local take = (not m) or (m == ARGV[1]) or (m == ARGV[3] and e == ARGV[4])
@@ -17,6 +20,9 @@ if ARGV[6] ~= '1' then
 end
 if not take then
   return {'held', m, e or '0'}
+end
+if (not m) and ARGV[7] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[7] then
+  return {'lost'}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,0 +1,567 @@
+//! Fleet mode through every change of the fleet and every fault of its backend, kept
+//! where the promise is kept: loopback origins logging when each request arrives and
+//! ends. Real `redis-server`s (one, a Cluster with replicas, Sentinels) and robotsgate
+//! processes, signalled by their PIDs; a partition is a relay the test cuts.
+//!
+//! Under each, a paced origin (Crawl-delay 0.5, a disallowed `/private`) and a slow one
+//! (300 ms answers, `max_in_flight: 2`) are crawled through every instance; the promise:
+//! no gap under the delay, never more than two requests at once, nothing disallowed,
+//! and every origin served again afterwards.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+use crate::fleet_fixture::{
+    backend_up, certs, fleet_yaml, instances, load, paced_origin, signal, slow_origin,
+};
+use crate::redis_servers::{redis_cli, Cluster, Redis};
+
+/// Timeouts short enough for a test: the longest an exchange can hold a turn is a few
+/// seconds, the lease 1.5 s.
+const SHORT: &str = "  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n  pacing:\n    max_exchange_seconds: 1\n  robots:\n    fetch_timeout_seconds: 1\n";
+
+/// The fleet section's lines for [`SHORT`] leases, and the outage mode.
+fn short_fleet(mode: &str) -> String {
+    format!("    lease_seconds: 1.5\n    command_timeout_seconds: 0.2\n    on_unavailable: {mode}\n    outage_grace_seconds: 2\n")
+}
+
+/// The origins every scenario crawls.
+struct Crawled {
+    /// Crawl-delay 0.5, `/private` disallowed.
+    paced: TestOrigin,
+    /// No delay, 300 ms answers: the in-flight limit's.
+    slow: TestOrigin,
+}
+
+impl Crawled {
+    async fn start() -> Crawled {
+        Crawled {
+            paced: paced_origin("0.5").await,
+            slow: slow_origin("/s/", 2000).await,
+        }
+    }
+
+    /// Crawls both origins (and the disallowed pages) through `proxies` until `until`
+    /// while `event` happens; the statuses of the allowed requests.
+    async fn during(
+        &self,
+        proxies: &[Proxy],
+        until: Instant,
+        event: impl Future<Output = ()>,
+    ) -> Vec<u16> {
+        let (paced, slow) = ([&self.paced], [&self.slow]);
+        let (paced, slow, private, ()) = tokio::join!(
+            load(proxies, &paced, "/p/", 4, 2000, until),
+            load(proxies, &slow, "/s/", 6, 2000, until),
+            load(proxies, &paced, "/private/", 2, 200, until),
+            event
+        );
+        assert!(
+            private.iter().all(|&s| s != 200),
+            "a disallowed page was answered 200: {private:?}"
+        );
+        paced.into_iter().chain(slow).collect()
+    }
+
+    /// The promise, at the origins: no short gap, at most two at once, nothing
+    /// disallowed; and `proxies` serve both origins again.
+    async fn kept(&self, proxies: &[Proxy]) {
+        assert_gaps_at_least(&pages(&self.paced, "/"), Duration::from_millis(500));
+        let seen = pages(&self.slow, "/s/");
+        assert!(
+            most_at_once(&seen) <= 2,
+            "{} requests at once for max_in_flight 2",
+            most_at_once(&seen)
+        );
+        assert!(
+            pages(&self.paced, "/private").is_empty(),
+            "a disallowed page left"
+        );
+        for (i, proxy) in proxies.iter().enumerate() {
+            for (origin, prefix) in [(&self.paced, "/p/after"), (&self.slow, "/s/after")] {
+                let path = format!("{prefix}{i}");
+                let served = eventually(Duration::from_secs(30), || {
+                    curl(proxy, &origin.url(&path), &["--max-time", "8"]).0 == 200
+                })
+                .await;
+                assert!(served, "{path} not served again:\n{}", proxy.log());
+            }
+        }
+        assert_gaps_at_least(&pages(&self.paced, "/"), Duration::from_millis(500));
+    }
+}
+
+/// The fleet's members for one Redis, `n` of them, outage mode `mode`.
+fn members_of(redis: &Redis, n: usize, mode: &str) -> Vec<Proxy> {
+    instances(
+        n,
+        &format!("{}{SHORT}", fleet_yaml(redis, &short_fleet(mode))),
+    )
+}
+
+/// How many keys `proxy` took over, or had handed to it.
+fn taken(proxy: &Proxy, how: &str) -> f64 {
+    proxy.sum(
+        "robotsgate_fleet_ownership_changes_total",
+        &format!("how=\"{how}\""),
+    )
+}
+
+/// Waits until `others` took both crawled origins over, probing them (a request routed
+/// anew finds the owner gone; the load's own requests may be waiting on it).
+async fn taken_over_by(others: &[Proxy], crawled: &Crawled) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut probe = 0;
+    while Instant::now() < deadline {
+        if others.iter().map(|p| taken(p, "taken_over")).sum::<f64>() >= 2.0 {
+            return true;
+        }
+        probe += 1;
+        for origin in [&crawled.paced, &crawled.slow] {
+            let url = origin.url(&format!("/probe/{probe}"));
+            let client = others[probe % others.len()].client();
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.get(url).send()).await;
+        }
+    }
+    false
+}
+
+/// Which of `proxies` own the crawled origins (indices, deduplicated).
+fn owners(proxies: &[Proxy], crawled: &Crawled) -> Vec<usize> {
+    let mut owners: Vec<usize> = [&crawled.paced, &crawled.slow]
+        .iter()
+        .filter_map(|o| crate::fleet_fixture::owner_index(proxies, o))
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
+}
+
+/// A graceful stop (SIGTERM) of the member that owns the origins, under load: it stops
+/// taking turns, lets its exchanges end, and hands each origin with its last end to the
+/// next owner, which takes it as handed (not as a vanished owner's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_leaving_gracefully_hands_its_origins_over() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let mut proxies = members_of(&redis, 3, "refuse");
+    backend_up(&proxies).await;
+    // The first member meets both origins first: it owns them.
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(8);
+    let pid = proxies[0].pid();
+    let leave = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        signal(pid, "-TERM");
+    };
+    // Its clients keep sending through it until it stops listening.
+    let statuses = crawled.during(&proxies, until, leave).await;
+    assert!(statuses.contains(&200));
+    let mut leaver = proxies.remove(0);
+    let left = eventually(Duration::from_secs(20), || leaver.exited()).await;
+    assert!(left, "the member never stopped:\n{}", leaver.log());
+    assert!(
+        leaver.log().contains("2 origins handed over"),
+        "{}",
+        leaver.log()
+    );
+    crawled.kept(&proxies).await;
+    let handed: f64 = proxies.iter().map(|p| taken(p, "handed")).sum();
+    let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
+    assert_eq!(
+        (handed, taken_over),
+        (2.0, 0.0),
+        "both origins handed over, none taken over"
+    );
+}
+
+/// A rolling restart: each member in turn stopped gracefully and started again, under
+/// load; the promise holds throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_keeps_the_promise() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let yaml = format!("{}{SHORT}", fleet_yaml(&redis, &short_fleet("refuse")));
+    let mut proxies = instances(2, &yaml);
+    backend_up(&proxies).await;
+    for round in 0..2 {
+        let until = Instant::now() + Duration::from_secs(4);
+        let old = proxies.remove(0);
+        let restart = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            signal(old.pid(), "-TERM");
+        };
+        let statuses = crawled.during(&proxies, until, restart).await;
+        assert!(statuses.contains(&200), "round {round}");
+        drop(old);
+        proxies.push(Proxy::start_for_loopback(&yaml));
+        backend_up(&proxies).await;
+    }
+    crawled.kept(&proxies).await;
+}
+
+/// The owner SIGKILLed while serving: its origins wait for its lease and the longest
+/// hold (an exchange it left running may still go on), then another member takes them
+/// over; no gap is short at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_killed_while_serving_is_taken_over_after_the_longest_hold() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let mut proxies = members_of(&redis, 3, "refuse");
+    backend_up(&proxies).await;
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(10);
+    let pid = proxies[0].pid();
+    let kill = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        signal(pid, "-KILL");
+    };
+    let statuses = crawled.during(&proxies, until, kill).await;
+    assert!(statuses.contains(&200));
+    drop(proxies.remove(0));
+    crawled.kept(&proxies).await;
+    // Both origins taken over (a member slowed past its lease on a loaded machine may
+    // have had one taken over once more).
+    let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
+    assert!(taken_over >= 2.0, "both origins taken over: {taken_over}");
+}
+
+/// A zombie: the owner stopped (SIGSTOP) past its lease, its origins taken over, then
+/// resumed (SIGCONT) under load. By its own clock its lease lapsed: it must not act as
+/// their owner, before or after it registers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let proxies = members_of(&redis, 3, "refuse");
+    backend_up(&proxies).await;
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(14);
+    let pid = proxies[0].pid();
+    let others = &proxies[1..];
+    let zombie = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        signal(pid, "-STOP");
+        let over = taken_over_by(others, &crawled).await;
+        signal(pid, "-CONT");
+        assert!(over, "the origins were never taken over");
+    };
+    // The zombie's clients keep sending through it all along.
+    let statuses = crawled.during(&proxies, until, zombie).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+    assert_eq!(
+        taken(&proxies[0], "lost"),
+        2.0,
+        "the zombie learnt it lost both"
+    );
+}
+
+/// A TCP relay between one member and Redis, which the test cuts (every connection
+/// dropped, nothing accepted) and restores on the same port: a partition.
+struct Relay {
+    port: u16,
+    target: u16,
+    tasks: Option<tokio::task::JoinSet<()>>,
+}
+
+impl Relay {
+    async fn start(target: u16) -> Relay {
+        let mut relay = Relay {
+            port: free_port(),
+            target,
+            tasks: None,
+        };
+        relay.restore().await;
+        relay
+    }
+
+    /// Accepts again, forwarding each connection to Redis.
+    async fn restore(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("relay port");
+        let target = self.target;
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut redis) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
+                    }
+                });
+            }
+        });
+        self.tasks = Some(tasks);
+    }
+
+    /// Cuts every connection and stops accepting.
+    fn cut(&mut self) {
+        self.tasks = None;
+    }
+}
+
+/// A member cut from Redis (it still reaches its clients and the origins) while it owns
+/// the origins: in each mode it stops acting when its lease (plus the grace, with
+/// `keep_owned`) lapses by its own clock, and the others wait that long plus the longest
+/// hold before taking over; once the link is back it learns it lost them.
+async fn a_partitioned_owner(mode: &str) {
+    let redis = Redis::start();
+    let mut relay = Relay::start(redis.port).await;
+    let crawled = Crawled::start().await;
+    let extra = format!("{}{SHORT}", short_fleet(mode));
+    let through_relay = format!(
+        "  fleet:\n    redis: \"redis://127.0.0.1:{}\"\n{}{extra}",
+        relay.port,
+        certs().yaml()
+    );
+    let mut proxies = vec![Proxy::start_for_loopback(&through_relay)];
+    proxies.extend(instances(
+        2,
+        &format!("{}{SHORT}", fleet_yaml(&redis, &short_fleet(mode))),
+    ));
+    backend_up(&proxies).await;
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(16);
+    let others = &proxies[1..];
+    let partition = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        relay.cut();
+        let over = taken_over_by(others, &crawled).await;
+        relay.restore().await;
+        assert!(over, "the origins were never taken over");
+    };
+    let statuses = crawled.during(&proxies, until, partition).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+    assert_eq!(taken(&proxies[0], "lost"), 2.0, "it learnt it lost both");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_owner_with_refuse() {
+    a_partitioned_owner("refuse").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_owner_with_keep_owned() {
+    a_partitioned_owner("keep_owned").await;
+}
+
+/// Redis killed and restarted empty under load, in each mode: owners write their claims
+/// again, no key nobody claims is taken meanwhile, and the promise holds.
+async fn redis_restarted_empty(mode: &str) {
+    let port = free_port();
+    let mut redis = Some(Redis::start_on(port, &[]));
+    let crawled = Crawled::start().await;
+    let proxies = members_of(redis.as_ref().expect("redis"), 3, mode);
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(10);
+    let restart = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(redis.take());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        redis = Some(Redis::start_on(port, &[]));
+    };
+    let statuses = crawled.during(&proxies, until, restart).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+    let owners = owners(&proxies, &crawled);
+    assert!(!owners.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_with_refuse() {
+    redis_restarted_empty("refuse").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_with_keep_owned() {
+    redis_restarted_empty("keep_owned").await;
+}
+
+/// Redis stalled (SIGSTOP) past the command timeout for 3 s: owners keep what they own
+/// (with `keep_owned`) or stop at their lease (`refuse`); nothing overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_keeps_the_promise() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let proxies = members_of(&redis, 2, "keep_owned");
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(8);
+    let pid = redis.child.id();
+    let stall = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        signal(pid, "-STOP");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        signal(pid, "-CONT");
+    };
+    let statuses = crawled.during(&proxies, until, stall).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+}
+
+/// A Cluster master killed and its replica promoted (acknowledged writes may be lost),
+/// with the owner of the crawled origins killed too: the promise holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
+    let mut cluster = Cluster::start_with(1);
+    let crawled = Crawled::start().await;
+    let yaml = format!("{}{}{SHORT}", cluster.yaml(), short_fleet("refuse"));
+    let proxies = instances(3, &yaml);
+    backend_up(&proxies).await;
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    let seed = cluster.nodes[0].port;
+    let tag = format!("{{{}}}", crawled.paced.url("").trim_end_matches('/'));
+    let master = cluster
+        .master_of(seed, &tag)
+        .expect("a master serves the slot");
+    let node = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port == master)
+        .expect("the master is one of ours");
+    let other = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != master)
+        .expect("another node");
+    let until = Instant::now() + Duration::from_secs(12);
+    let failover = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        signal(cluster.nodes[node].child.id(), "-KILL");
+        let promoted = eventually(Duration::from_secs(20), || {
+            cluster.master_of(other, &tag).is_some_and(|m| m != master)
+        })
+        .await;
+        assert!(promoted, "no replica was promoted");
+    };
+    let statuses = crawled.during(&proxies, until, failover).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+    drop(cluster.nodes.remove(node));
+}
+
+/// Sentinel-managed Redis: the master SIGKILLed under load, the sentinels promote the
+/// replica, the fleet follows without a restart, and the promise holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_keeps_the_promise() {
+    let master = Redis::start();
+    let replica_port = free_port();
+    let _replica = Redis::start_on(
+        replica_port,
+        &["--replicaof", "127.0.0.1", &master.port.to_string()],
+    );
+    let synced = eventually(Duration::from_secs(10), || {
+        redis_cli(replica_port, &["info", "replication"]).contains("master_link_status:up")
+    })
+    .await;
+    assert!(synced, "the replica never synced");
+    let sentinels: Vec<Redis> = (0..3).map(|_| Redis::sentinel(master.port)).collect();
+    let met = eventually(Duration::from_secs(20), || {
+        sentinels.iter().all(|s| {
+            let info = redis_cli(s.port, &["sentinel", "master", "main"]);
+            info.contains("num-slaves\n1") && info.contains("num-other-sentinels\n2")
+        })
+    })
+    .await;
+    assert!(met, "sentinels never met");
+    let crawled = Crawled::start().await;
+    let addresses: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port))
+        .collect();
+    let yaml = format!(
+        "  fleet:\n    redis_sentinel:\n      master: main\n      sentinels: [{}]\n{}{}{SHORT}",
+        addresses.join(", "),
+        certs().yaml(),
+        short_fleet("refuse")
+    );
+    let proxies = instances(2, &yaml);
+    backend_up(&proxies).await;
+    let until = Instant::now() + Duration::from_secs(12);
+    let mut master = Some(master);
+    let failover = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(master.take());
+        let promoted = eventually(Duration::from_secs(30), || {
+            sentinels[0].sentinel_master() == Some(replica_port)
+        })
+        .await;
+        assert!(promoted, "the sentinels never promoted the replica");
+    };
+    let statuses = crawled.during(&proxies, until, failover).await;
+    assert!(statuses.contains(&200));
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+}
+
+/// An evicting Redis, then a full one, is named in `/readyz`; nothing is forwarded for
+/// an origin nobody can claim while it is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_or_full_redis_is_named_in_readyz() {
+    let redis = Redis::start_on(free_port(), &["--maxmemory-policy", "volatile-ttl"]);
+    let origin = TestOrigin::start(vec![(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nAllow: /\n"),
+    )])
+    .await;
+    let proxy = Proxy::start_for_loopback(&fleet_yaml(&redis, ""));
+    let named = |what: &'static str| {
+        let proxy = &proxy;
+        move || {
+            let (code, body) = admin(proxy, "GET", "/readyz");
+            code == 503 && body.contains(what)
+        }
+    };
+    assert!(eventually(Duration::from_secs(10), named("volatile-ttl")).await);
+    redis_cli(
+        redis.port,
+        &["config", "set", "maxmemory-policy", "noeviction"],
+    );
+    backend_up(std::slice::from_ref(&proxy)).await;
+    assert_eq!(curl(&proxy, &origin.url("/ok"), &[]).0, 200);
+    redis_cli(redis.port, &["config", "set", "maxmemory", "1"]);
+    let fresh = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    assert!(eventually(Duration::from_secs(10), named("out of memory")).await);
+    let (status, head, _) = curl(&proxy, &fresh.url("/full"), &[]);
+    assert_eq!(status, 503, "{head}");
+    redis_cli(redis.port, &["config", "set", "maxmemory", "0"]);
+    backend_up(std::slice::from_ref(&proxy)).await;
+    assert_eq!(curl(&proxy, &fresh.url("/again"), &[]).0, 200);
+    assert_eq!(
+        fresh.count("/full"),
+        0,
+        "nothing forwarded while Redis was full"
+    );
+}
