@@ -9,12 +9,13 @@ own port, logging when each request arrives and ends; fresh for each run), a ten
 32 client threads sending GETs through random instances to random origins (one in ten
 to a disallowed path) for --seconds.
 
-Printed per fleet size: requests answered per second; script calls (EVALSHA), Redis CPU
-(INFO cpu) and Pub/Sub deliveries per request forwarded; and the origins' verdict:
-requests that reached a disallowed path, gaps below a Crawl-delay, and the most
-requests in flight at once at one origin against max_in_flight (2). Pub/Sub deliveries
-are the wake-ups the instances report (each instance's own channel) plus every message
-on the shared channel times the instances that hear it.
+Printed per fleet size: requests answered per second; Redis script calls (EVALSHA) per
+request forwarded beyond the fleet's idle upkeep (each origin's first claim only: the
+design's figure is 0 in the steady state); Redis CPU per second (INFO cpu) idle (lease
+renewals and health checks, measured for a few seconds before the load) and under the
+load, and their ratio; the share of requests handed over to another member; and the
+origins' verdict: requests that reached a disallowed path, gaps below a Crawl-delay,
+and the most requests in flight at once at one origin against max_in_flight (2).
 
 Usage: bench/fleet_scale.py [--seconds 12] [--sizes 1,2,4,8] [--cluster]
 Needs redis-server (installs it if missing). Only processes this script started are
@@ -38,6 +39,7 @@ from benchlib import ROOT, ensure_packages, free_port, robotsgate_config, stop, 
 from origins import most_at_once, serve_origins
 
 ORIGINS = 50
+IDLE_SECONDS = 4
 CLIENTS = 32
 
 
@@ -82,6 +84,27 @@ def metric(admin_port, name):
         return 0.0
     found = re.search(rf"^{name} ([\d.e+]+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def metric_sum(admin_port, name, label):
+    """The sum of metric `name` over its series whose labels contain `label`."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*{re.escape(label)}[^}}]*}} ([\d.e+]+)$", text, re.M))
+
+
+def fleet_certs(work):
+    """The fleet CA and one member certificate (`robotsgate fleet-cert`): the peer
+    channel's keys of a `fleet:` section."""
+    paths = {name: f"{work}/{name}" for name in ("ca.pem", "ca.key", "member.pem", "member.key")}
+    if not os.path.exists(paths["member.pem"]):
+        subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths["ca.pem"], "--ca-key",
+                        paths["ca.key"], "--cert", paths["member.pem"], "--key", paths["member.key"]],
+                       check=True, stdout=subprocess.DEVNULL)
+    return (f"    peer_ca: {paths['ca.pem']}\n    peer_cert: {paths['member.pem']}\n"
+            f"    peer_key: {paths['member.key']}\n")
 
 
 def verdict(logs):
@@ -142,12 +165,13 @@ def run(args, size, cluster, work):
         for n in range(size):
             admin = free_port()
             path = robotsgate_config(work, f"rg{size}-{n}",
-                                     f"  admin_listen: 127.0.0.1:{admin}\n  fleet:\n{fleet}    resync_seconds: 600\n"
+                                     f"  admin_listen: 127.0.0.1:{admin}\n  fleet:\n{fleet}{fleet_certs(work)}"
                                      "  pacing:\n    max_wait_seconds: 30\n    max_queue: 1000\n"
                                      "    adaptive:\n      enabled: false\n")
             port = free_port()
             proc = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen",
-                                     f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
+                                     f"127.0.0.1:{port}", "--peer-listen", f"127.0.0.1:{free_port()}",
+                                     "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
                                     env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg{size}-{n}.log", "w"))
             started.append(proc)
             instances.append((port, admin))
@@ -173,12 +197,13 @@ def run(args, size, cluster, work):
                 except OSError:
                     pass
         time.sleep(1)
+        # Idle: the fleet's own upkeep (lease renewals, health checks), per second.
+        idle_calls0, idle_cpu0 = redis_counters(redis_ports)
+        time.sleep(IDLE_SECONDS)
+        idle_calls1, idle_cpu1 = redis_counters(redis_ports)
         calls0, cpu0 = redis_counters(redis_ports)
         detail0 = redis_detail(redis_ports)
-        wakes0 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
-        shared = subprocess.Popen(["redis-cli", "-p", str(redis_ports[0]), "subscribe", "robotsgate:fleet"],
-                                  stdout=subprocess.PIPE, text=True)
-        started.append(shared)
+        handed0 = sum(metric_sum(a, "robotsgate_requests_total", 'decision="handed_over"') for _, a in instances)
         begin = time.monotonic()
         end = begin + args.seconds
         answered = [0]
@@ -210,18 +235,20 @@ def run(args, size, cluster, work):
         elapsed = time.monotonic() - begin
         time.sleep(1)
         calls1, cpu1 = redis_counters(redis_ports)
+        loaded = time.monotonic() - begin
         detail1 = redis_detail(redis_ports)
-        wakes1 = sum(metric(a, "robotsgate_fleet_wake_ups_total") for _, a in instances)
-        shared.terminate()
-        messages = shared.communicate()[0].count("\nmessage\n")
+        handed1 = sum(metric_sum(a, "robotsgate_requests_total", 'decision="handed_over"') for _, a in instances)
         stop_origins.set()
         pages, leaks, short, most = verdict(logs_q.get(timeout=20))
         forwarded = max(pages, 1)
-        deliveries = (wakes1 - wakes0) + messages * size
+        idle_cpu = (idle_cpu1 - idle_cpu0) / IDLE_SECONDS
+        load_cpu = (cpu1 - cpu0) / loaded
         return {
             "rps": answered[0] / elapsed, "answered": answered[0], "pages": pages,
-            "calls": (calls1 - calls0) / forwarded, "cpu_us": (cpu1 - cpu0) * 1e6 / forwarded,
-            "deliveries": deliveries / forwarded, "leaks": leaks, "short": short, "most": most,
+            "calls": (calls1 - calls0 - (idle_calls1 - idle_calls0) * loaded / IDLE_SECONDS) / forwarded,
+            "idle_ms": idle_cpu * 1e3, "load_ms": load_cpu * 1e3,
+            "handed": (handed1 - handed0) / max(answered[0], 1),
+            "leaks": leaks, "short": short, "most": most,
             "detail": {k: (detail1.get(k, 0) - detail0.get(k, 0)) / forwarded for k in detail1},
         }
     finally:
@@ -251,13 +278,16 @@ def main():
     try:
         runs = [(int(s), False) for s in args.sizes.split(",")] + ([(8, True)] if args.cluster else [])
         print(f"{CLIENTS} clients, {ORIGINS} origins, {args.seconds:.0f} s per run, max_in_flight 2\n")
-        print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis µs/fwd':>12} "
-              f"{'deliveries/fwd':>14} {'leaks':>6} {'short gaps':>10} {'most at once':>12}")
+        print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis ms/s idle':>15} "
+              f"{'Redis ms/s load':>15} {'ratio':>6} {'handed over':>11} {'leaks':>6} {'short gaps':>10} "
+              f"{'most at once':>12}")
         for size, cluster in runs:
             r = run(args, size, cluster, work)
             label = f"{size}{' (Cluster)' if cluster else ''}"
-            print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.2f} {r['cpu_us']:>12.1f} "
-                  f"{r['deliveries']:>14.3f} {r['leaks']:>6} {r['short']:>10} {r['most']:>12}", flush=True)
+            ratio = r["load_ms"] / max(r["idle_ms"], 1e-9)
+            print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.3f} {r['idle_ms']:>15.2f} "
+                  f"{r['load_ms']:>15.2f} {ratio:>6.2f} {r['handed']:>11.1%} {r['leaks']:>6} {r['short']:>10} "
+                  f"{r['most']:>12}", flush=True)
             if args.detail:
                 top = sorted(r["detail"].items(), key=lambda kv: -kv[1])[:8]
                 print("    µs/fwd: " + ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)

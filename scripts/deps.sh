@@ -14,6 +14,7 @@ command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/
 command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
 command -v redis-server >/dev/null || need+=(redis-server)  # fleet mode: tests start their own servers and a Cluster
 command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)  # the fleet's routing front
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)  # an HTTP/2 origin for the upstream h2 tests
 # Transparent mode: tests redirect a crawler uid's ports 80/443 in a network namespace.
 command -v ip >/dev/null || need+=(iproute2)

@@ -135,7 +135,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
         if let Door::Peer { tls } = &self.door {
             // Members are admitted by their certificates; their clients took their
             // slots where they connected.
-            self.serve_peer(stream, client, tls, shutdown).await;
+            // Boxed: its handshake's state would otherwise widen every connection's.
+            Box::pin(self.serve_peer(stream, client, tls, shutdown)).await;
             return None;
         }
         if !self.access.client_allowed(client) {

@@ -15,6 +15,7 @@ mod fleet;
 mod fleet_faults;
 mod fleet_fixture;
 mod fleet_handover;
+mod fleet_routing;
 mod h2_attacks;
 mod h2_clients;
 mod h2_origins;

@@ -27,16 +27,10 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Panels whose queries are checked for validity only: what they show does not happen
 /// under the test's load (each is exercised by the test named).
-const NOT_UNDER_LOAD: &[(&str, &str)] = &[
-    (
-        "Fleet: handled without Redis",
-        "needs the fleet backend down (tests/it/fleet_faults.rs)",
-    ),
-    (
-        "Process starts (reloads included)",
-        "needs a restart or reload (tests/it/reload.rs; the alert's promtool test)",
-    ),
-];
+const NOT_UNDER_LOAD: &[(&str, &str)] = &[(
+    "Process starts (reloads included)",
+    "needs a restart or reload (tests/it/reload.rs; the alert's promtool test)",
+)];
 
 /// `prometheus` or `promtool`: on PATH (Debian's package installed), else as
 /// scripts/deps.sh unpacked it.

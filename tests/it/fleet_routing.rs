@@ -1,0 +1,110 @@
+//! The routing guide, tested: HAProxy (Debian's `haproxy`) in front of the fleet sends
+//! each host to one member (`balance hdr(host)`, `hash-type consistent`), which meets
+//! the host first and so owns it: almost nothing is handed over.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::{free_port, start_listening, Proxy, TestOrigin};
+use crate::fleet_fixture::{backend_up, fleet_yaml, instances, paced_origin};
+use crate::redis_servers::Redis;
+
+/// HAProxy on a free loopback port in front of `members`, stopped by its PID.
+struct Front {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Front {
+    fn start(members: &[Proxy]) -> Front {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("haproxy.cfg");
+        let servers: String = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("  server m{i} {}\n", m.addr))
+            .collect();
+        let text = |port: u16| {
+            format!(
+                "global\n  maxconn 1000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\nfrontend crawlers\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  balance hdr(host)\n  hash-type consistent\n{servers}"
+            )
+        };
+        let haproxy = if std::path::Path::new("/usr/sbin/haproxy").exists() {
+            "/usr/sbin/haproxy"
+        } else {
+            "haproxy"
+        };
+        let (child, port) = start_listening("haproxy", free_port, |port| {
+            std::fs::write(&config, text(port)).expect("haproxy.cfg");
+            Command::new(haproxy)
+                .arg("-db")
+                .arg("-f")
+                .arg(&config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("haproxy (installed by scripts/deps.sh)")
+        });
+        Front {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three members behind HAProxy routing by host, twenty origins, 600 requests: at most
+/// 1% handed over, and every origin owned by exactly the member HAProxy sends it to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
+    let redis = Redis::start();
+    let members = instances(3, &fleet_yaml(&redis, ""));
+    backend_up(&members).await;
+    let front = Front::start(&members);
+    let mut origins: Vec<TestOrigin> = Vec::new();
+    for _ in 0..20 {
+        origins.push(paced_origin("0").await);
+    }
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://127.0.0.1:{}", front.port)).expect("proxy"))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let mut answered = 0usize;
+    let until = Instant::now() + Duration::from_secs(60);
+    for round in 0..30 {
+        let sends = origins.iter().map(|o| {
+            let (client, url) = (client.clone(), o.url(&format!("/r/{round}")));
+            async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
+        });
+        for status in futures_util::future::join_all(sends).await {
+            answered += usize::from(status.ok() == Some(200));
+        }
+        if Instant::now() > until {
+            break;
+        }
+    }
+    assert!(answered >= 590, "{answered} of 600 answered");
+    let handed: f64 = members
+        .iter()
+        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
+        .sum();
+    println!("{handed} of {answered} requests handed over behind HAProxy");
+    assert!(
+        handed <= answered as f64 * 0.01,
+        "{handed} of {answered} handed over"
+    );
+    for origin in &origins {
+        assert_eq!(origin.count("/r/0"), 1);
+    }
+}
