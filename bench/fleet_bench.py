@@ -1,24 +1,26 @@
 #!/usr/bin/env python3
-"""Fleet mode's cost: robotsgate with the Redis backend vs the embedded one, in one run.
+"""Fleet mode's cost: a request its origin's owner serves itself (local) against one that
+arrives at another member and is handed over to the owner, in one run.
 
 Everything runs on 127.0.0.1: nginx serving 16 origins (one port each, robots.txt with
-no Crawl-delay), a redis-server, and two robotsgate processes (`threads: 1`): one
-embedded, one with `fleet.redis`. wrk sends GETs rotating over the 16 origins, twice per
-backend:
+no Crawl-delay), a redis-server, and two fleet members A and B (`threads: 1`,
+`max_in_flight: 0`: the cost of the path, not of waiting). Every origin is met first
+through A, so A owns them all. wrk then sends GETs rotating over the 16 origins:
 
-* unpaced — no delay and no in-flight limit in force (`max_in_flight: 0`): the fleet
-  backend must not be touched on the hot path;
-* in-flight — no delay, `max_in_flight: 2` (the default): every request takes an
-  in-flight turn, locally or from Redis;
-* paced — `pacing.floor_seconds: 0.002` makes every origin paced (one request at a time,
-  2 ms apart) with `max_in_flight: 2`: every request takes both turns.
+* local — through A, which paces and forwards them itself;
+* handed — through B, which hands each to A over the peer channel (mutual TLS, pooled);
+* local again — the A/A control: the same load as `local`, to show the noise.
 
-For each row: requests/s, p50/p99 latency, robotsgate CPU µs per request (utime+stime of
-the whole process from /proc), and for the Redis rows the Redis commands per request
-(INFO commandstats, the backend's health pings subtracted) and Redis CPU µs per request.
-Then the ratios Redis/embedded, and the bytes one origin takes in Redis (MEMORY USAGE).
+Three rounds, the order rotated each round. Per run: requests/s, p50/p99 latency, CPU µs
+per request of both members together (utime+stime from /proc) and Redis commands per
+request (INFO commandstats; the lease renewals included: the steady state makes no
+other). Then the ratios handed/local and local-again/local, median [min-max] over the
+rounds, and the p50 added by a hand-over.
 
-Usage: bench/fleet_bench.py [--seconds 8] [--connections 16]
+A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
+cannot give each proxy a core of its own and the load one more).
+
+Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3]
 Needs wrk, nginx and redis-server (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
@@ -27,8 +29,8 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -37,30 +39,23 @@ from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, ng
 ORIGINS = 16
 
 
-def redis_cli(port, *args):
-    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
+def redis_commands(port):
+    stats = subprocess.run(["redis-cli", "-p", str(port), "info", "commandstats"], capture_output=True,
+                           text=True).stdout
+    return sum(int(n) for n in re.findall(r"cmdstat_\w+:calls=(\d+)", stats))
 
 
-def commands(port):
-    """Round-trips so far (script calls: every command robotsgate sends on the request
-    path is one script; health PINGs are not counted), and commands run inside them."""
-    stats = redis_cli(port, "info", "commandstats")
-    calls = dict((name, int(n)) for name, n in re.findall(r"cmdstat_(\w+):calls=(\d+)", stats))
-    trips = calls.get("evalsha", 0) + calls.get("eval", 0)
-    return trips, sum(calls.values()) - calls.get("ping", 0) - trips
-
-
-def wrk(args, proxy_port, lua, pid, redis):
-    before = cpu_seconds(pid)
-    redis_before = cpu_seconds(redis.pid)
-    trips_before, inner_before = commands(redis.redis_port)
+def wrk(args, proxy_port, lua, pids, redis_port):
+    each_before = [cpu_seconds(p) for p in pids]
+    before = sum(each_before)
+    commands_before = redis_commands(redis_port)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", lua,
          f"http://127.0.0.1:{proxy_port}"],
         capture_output=True, text=True, check=True,
     ).stdout
-    cpu = cpu_seconds(pid) - before
-    trips_after, inner_after = commands(redis.redis_port)
+    each = [cpu_seconds(p) - b for p, b in zip(pids, each_before)]
+    cpu = sum(each)
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
@@ -68,100 +63,110 @@ def wrk(args, proxy_port, lua, pid, redis):
         "p50": ms(re.search(r"50%\s+(\S+)", out).group(1)),
         "p99": ms(re.search(r"99%\s+(\S+)", out).group(1)),
         "cpu_us": cpu / max(requests, 1) * 1e6,
-        "redis_trips": (trips_after - trips_before) / max(requests, 1),
-        "redis_inner": (inner_after - inner_before) / max(requests, 1),
-        "redis_cpu_us": (cpu_seconds(redis.pid) - redis_before) / max(requests, 1) * 1e6,
+        "each_us": [c / max(requests, 1) * 1e6 for c in each],
+        "redis": (redis_commands(redis_port) - commands_before) / max(requests, 1),
         "non2xx": int(errors.group(1)) if errors else 0,
     }
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=8)
-    parser.add_argument("--connections", type=int, default=16)
-    args = parser.parse_args()
-    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
-
-    work = tempfile.mkdtemp(prefix="robotsgate-fleet-bench-")
-    os.chmod(work, 0o755)
-    started = []
-    try:
-        ports = [free_port() for _ in range(ORIGINS)]
-        os.makedirs(f"{work}/www")
-        with open(f"{work}/www/index.html", "w") as f:
-            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
-        with open(f"{work}/www/robots.txt", "w") as f:
-            f.write("User-agent: *\nDisallow: /private\n")
-        listens = "".join(f"listen 127.0.0.1:{p}; " for p in ports)
-        with open(f"{work}/nginx.conf", "w") as f:
-            f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
+def start_origins(work, started):
+    ports = [free_port() for _ in range(ORIGINS)]
+    os.makedirs(f"{work}/www")
+    with open(f"{work}/www/index.html", "w") as f:
+        f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+    with open(f"{work}/www/robots.txt", "w") as f:
+        f.write("User-agent: *\nDisallow: /private\n")
+    listens = "".join(f"listen 127.0.0.1:{p}; " for p in ports)
+    with open(f"{work}/nginx.conf", "w") as f:
+        f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
 events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000;
   server {{ {listens} root {work}/www; }} }}
 """)
-        nginx = subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work])
-        started.append(nginx)
-        wait_port(ports[0])
+    started.append(subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
+    wait_port(ports[0])
+    return ports
 
+
+def fleet_certs(work):
+    paths = [f"{work}/{n}" for n in ("ca.pem", "ca.key", "member.pem", "member.key")]
+    subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths[0], "--ca-key", paths[1],
+                    "--cert", paths[2], "--key", paths[3]], check=True, stdout=subprocess.DEVNULL)
+    return f"    peer_ca: {paths[0]}\n    peer_cert: {paths[2]}\n    peer_key: {paths[3]}\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=6)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server"})
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    work = tempfile.mkdtemp(prefix="robotsgate-fleet-bench-")
+    os.chmod(work, 0o755)
+    started = []
+    try:
+        # Everything but A off the first CPU (children inherit it).
+        os.sched_setaffinity(0, set(cpus[1:]) or set(cpus))
+        ports = start_origins(work, started)
         redis_port = free_port()
-        redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
-        redis.redis_port = redis_port
-        started.append(redis)
+        started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save",
+                                         "", "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
         wait_port(redis_port)
-
+        certs = fleet_certs(work)
         env = {**os.environ, "RUST_LOG": "warn"}
 
-        def robotsgate(name, fleet, floor, in_flight):
-            shared = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n" if fleet else ""
+        def member(name, cpu):
             path = robotsgate_config(work, name, "  admin_listen: null\n"
-                                     f"  pacing:\n    floor_seconds: {floor}\n    margin_seconds: 0\n"
-                                     f"    max_wait_seconds: 30\n    max_queue: 1000\n    max_in_flight: {in_flight}\n"
-                                     f"{shared}", POOL)
+                                     "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
+                                     f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n{certs}", POOL)
             port = free_port()
-            proc = subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen",
-                                     f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
-                                    env=env, stderr=open(f"{work}/{name}.log", "w"))
+            command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
+                       "--peer-listen", f"127.0.0.1:{free_port()}", "--allow-destination", "127.0.0.0/8",
+                       "--agent", "ExampleBot"]
+            if cpu is not None:
+                command = ["taskset", "-c", str(cpu), *command]
+            proc = subprocess.Popen(command, env=env, stderr=open(f"{work}/{name}.log", "w"))
             started.append(proc)
             wait_port(port)
             return proc, port
 
+        (a, a_port), (b, b_port) = member("a", cpus[0]), member("b", None)
+        time.sleep(1.5)  # both registered, each knowing the other
+        for p in ports:  # A meets every origin first: it owns them all
+            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{a_port}",
+                            f"http://127.0.0.1:{p}/index.html"], check=True)
+        for p in ports:  # B learns the owner, and its pooled connection to A opens
+            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{b_port}",
+                            f"http://127.0.0.1:{p}/index.html"], check=True)
         lua = f"{work}/rotate.lua"
         with open(lua, "w") as f:
             f.write("local ports = {" + ",".join(map(str, ports)) + "}\nlocal i = 0\n"
                     "request = function()\n  i = i + 1\n  local p = ports[(i % #ports) + 1]\n"
                     "  return wrk.format('GET', 'http://127.0.0.1:' .. p .. '/index.html', {Host = '127.0.0.1:' .. p})\nend\n")
-
-        rows = {}
-        for kind, floor, in_flight in (("unpaced", 0, 0), ("in-flight", 0, 2), ("paced", 0.002, 2)):
-            for backend in ("embedded", "redis"):
-                proc, port = robotsgate(f"{backend}-{kind}", backend == "redis", floor, in_flight)
-                # Warm every origin's robots.txt: cached decisions are what is measured.
-                for p in ports:
-                    subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{port}",
-                                    f"http://127.0.0.1:{p}/index.html"], check=True)
-                time.sleep(0.2)
-                rows[(kind, backend)] = wrk(args, port, lua, proc.pid, redis)
-                stop([proc])
-                started.remove(proc)
-
-        print(f"\nwrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins on 127.0.0.1, robotsgate threads: 1\n")
-        print(f"{'requests':<9} {'backend':<9} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req':>11} "
-              f"{'Redis trips/req':>15} {'(commands)':>10} {'Redis µs/req':>13} {'non-2xx':>8}")
-        for (kind, backend), r in rows.items():
-            print(f"{kind:<9} {backend:<9} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {r['cpu_us']:>11.1f} "
-                  f"{r['redis_trips']:>15.2f} {r['redis_inner']:>10.1f} {r['redis_cpu_us']:>13.1f} {r['non2xx']:>8}")
+        kinds = {"local": a_port, "handed": b_port, "local again": a_port}
+        order = list(kinds)
+        rows = {k: [] for k in kinds}
+        print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins, members threads: 1, "
+              f"A on CPU {cpus[0]}\n")
+        print(f"{'round':<6} {'run':<12} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req A+B (A, B)':>24} "
+              f"{'Redis cmds/req':>15} {'non-2xx':>8}")
+        for n in range(args.rounds):
+            for kind in order[n % 3:] + order[:n % 3]:
+                r = wrk(args, kinds[kind], lua, [a.pid, b.pid], redis_port)
+                rows[kind].append(r)
+                print(f"{n + 1:<6} {kind:<12} {r['rps']:>8.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+                      f"{r['cpu_us']:>10.1f} ({r['each_us'][0]:.1f}, {r['each_us'][1]:.1f}){'':>2} "
+                      f"{r['redis']:>15.4f} {r['non2xx']:>8}", flush=True)
         print()
-        for kind in ("unpaced", "in-flight", "paced"):
-            e, r = rows[(kind, "embedded")], rows[(kind, "redis")]
-            print(f"{kind:<9} redis/embedded: CPU per request {r['cpu_us'] / e['cpu_us']:.2f}x, "
-                  f"p50 {r['p50'] - e['p50']:+.3f} ms, p99 {r['p99'] - e['p99']:+.3f} ms, "
-                  f"{r['redis_trips']:.2f} Redis round-trips per request")
-        origin = f"http://127.0.0.1:{ports[0]}"
-        keys = redis_cli(redis_port, "--scan", "--pattern", f"rg:{{{origin}}}*").split()
-        sizes = {k: int(redis_cli(redis_port, "memory", "usage", k).strip() or 0) for k in keys}
-        print(f"\nRedis bytes for one origin: {sum(sizes.values())} " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+        for kind in ("handed", "local again"):
+            ratios = [h["cpu_us"] / l["cpu_us"] for h, l in zip(rows[kind], rows["local"])]
+            added = [h["p50"] - l["p50"] for h, l in zip(rows[kind], rows["local"])]
+            print(f"{kind}/local: CPU per request {statistics.median(ratios):.2f}x "
+                  f"[{min(ratios):.2f}-{max(ratios):.2f}], p50 {statistics.median(added):+.3f} ms "
+                  f"[{min(added):+.3f} to {max(added):+.3f}]")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

@@ -323,3 +323,67 @@ async fn exactly_one_member_owns_an_origin() {
         .count();
     assert_eq!(owners, 1);
 }
+
+/// Intercepted HTTPS, in HTTP/1.1 and in HTTP/2 inside the tunnel: a request through a
+/// member that does not own the origin is handed over with its tunnel's origin, and the
+/// owner connects to the origin over TLS itself; a disallowed page is refused the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca_cert, ca_key) = crate::common::operator_ca(dir.path());
+    let origin_ca = TestCa::new("fleet test origins CA");
+    let origin_ca_file = dir.path().join("origin-ca.pem");
+    std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
+    let dns = crate::common::servfail_dns().await;
+    let yaml = format!(
+        "  dns:\n    nameservers: [\"{dns}\"]\n{}",
+        fleet_yaml(&redis, "")
+    );
+    let text = |p: &std::path::Path| p.to_str().expect("path").to_string();
+    let args = [
+        "--allow-destination".to_string(),
+        "127.0.0.0/8".into(),
+        "--allow-destination".into(),
+        "::1/128".into(),
+        "--ca-cert".into(),
+        text(&ca_cert),
+        "--ca-key".into(),
+        text(&ca_key),
+        "--upstream-ca".into(),
+        text(&origin_ca_file),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let proxies: Vec<Proxy> = (0..2).map(|_| Proxy::start(&yaml, &args)).collect();
+    backend_up(&proxies).await;
+    let origin = TestOrigin::start_tls(
+        vec![(
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        )],
+        origin_ca.server_config(&["localhost"]),
+        "localhost",
+    )
+    .await;
+    let tunnel = |proxy: &Proxy, path: &str, protocol: &str| {
+        let ca = text(&ca_cert);
+        curl(
+            proxy,
+            &origin.url(path),
+            &["--cacert", &ca, "--suppress-connect-headers", protocol],
+        )
+    };
+    assert_eq!(tunnel(&proxies[0], "/claim", "--http1.1").0, 200);
+    for (i, protocol) in ["--http1.1", "--http2"].into_iter().enumerate() {
+        let page = format!("/page{i}");
+        let (status, _, body) = tunnel(&proxies[1], &page, protocol);
+        assert_eq!(status, 200, "{protocol}: {body}");
+        assert_eq!(origin.count(&page), 1, "{protocol}");
+        assert_eq!(tunnel(&proxies[1], "/private/x", protocol).0, 403);
+    }
+    assert_eq!(origin.count("/private/x"), 0);
+    assert_eq!(
+        proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        4.0
+    );
+}
