@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::policy::agent::Requester;
 
@@ -34,7 +34,9 @@ use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
+use crate::downstream::tunnel_handover::TunnelHandOver;
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd};
+use crate::fleet::PeerContext;
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
 use crate::telemetry::metrics::{self, Outcome, TunnelMode};
@@ -77,6 +79,8 @@ pub struct Tunnels {
     enforcer: Arc<Enforcer>,
     interceptor: Option<Arc<Interceptor>>,
     policy: ConnectPolicy,
+    /// Fleet mode: blind tunnels to origins another member owns.
+    handover: TunnelHandOver,
 }
 
 impl Tunnels {
@@ -92,6 +96,7 @@ impl Tunnels {
         Tunnels {
             enforcer,
             interceptor,
+            handover: TunnelHandOver::new(connect_timeout),
             policy: ConnectPolicy {
                 ports: tls.connect_ports.clone(),
                 blind: tls.blind_tunnel.clone(),
@@ -142,7 +147,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, None).await;
+            self.blind(l4, origin, &who, started, None, None).await;
             return None;
         }
         match &self.interceptor {
@@ -340,7 +345,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, Some(destination))
+            self.blind(l4, origin, &who, started, Some(destination), None)
                 .await;
             return None;
         }
@@ -372,16 +377,22 @@ impl Tunnels {
     /// `destination` is a redirected connection's: the relay goes there, and nothing is
     /// written to the client before it (no `200` for a CONNECT that was never sent, no
     /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
-    async fn blind(
+    ///
+    /// In fleet mode it is routed first: to an origin another member owns, it is handed
+    /// over (`tunnel_handover.rs`); one `handed` over by another member (its context
+    /// given) is answered `200` or refused over HTTP whatever its mode, and never handed
+    /// on.
+    async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
-        mut l4: L4Stream,
+        mut l4: S,
         origin: Origin,
         who: &Requester<'_>,
         started: Instant,
         destination: Option<SocketAddr>,
+        handed: Option<&PeerContext>,
     ) {
         let shown = origin.to_string();
-        let mode = if destination.is_some() {
+        let mode = if destination.is_some() && handed.is_none() {
             TunnelMode::TransparentBlind
         } else {
             TunnelMode::Blind
@@ -390,7 +401,10 @@ impl Tunnels {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let decision = self.enforcer.decide_to(&root, who, destination).await;
+        let decision = self
+            .enforcer
+            .decide_tunnel(&root, who, destination, handed.is_some())
+            .await;
         let (addr, pace) = match decision {
             Decision::Refuse(reply) => {
                 return self
@@ -398,10 +412,33 @@ impl Tunnels {
                     .await
             }
             Decision::Forward { addr, pace, .. } => (addr, pace),
-            // Blind tunnels are decided without routing (`decide_to`): never handed over.
-            Decision::HandOver(_) => {
-                let answer = bad_request(502, "a blind tunnel cannot be handed over");
-                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+            Decision::HandOver(owner) => {
+                let context = PeerContext {
+                    client: who.client,
+                    user: None,
+                    tunnel: None,
+                    destination,
+                    http2: false,
+                    from: self.enforcer.owners().map_or("", |o| o.me()).to_string(),
+                };
+                let connect = mode != TunnelMode::TransparentBlind;
+                let relayed = self
+                    .handover
+                    .relay(
+                        &self.enforcer,
+                        &mut l4,
+                        &owner,
+                        &root.origin,
+                        context,
+                        connect,
+                    )
+                    .await;
+                if let Err(answer) = relayed {
+                    self.refuse(&mut l4, &shown, mode, &answer, started).await;
+                } else {
+                    log_tunnel(&shown, mode, "handed_over", started);
+                }
+                return;
             }
         };
         let permit = match self.enforcer.pace(&pace).await {
@@ -427,26 +464,67 @@ impl Tunnels {
                 return self.refuse(&mut l4, &shown, mode, &answer, started).await;
             }
         };
-        if destination.is_none() && !established(&mut l4).await {
+        if mode == TunnelMode::Blind && !established(&mut l4).await {
             return;
         }
         metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
-        tracing::info!(
-            target: "access",
-            connect = shown.as_str(),
-            mode = mode.label(),
-            decision = "tunnelled",
-            status = 200u16,
-            duration_seconds = started.elapsed().as_secs_f64(),
-        );
+        log_tunnel(&shown, mode, "tunnelled", started);
         let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
+    }
+
+    /// A blind tunnel another member handed over on the peer channel (`stream`, its
+    /// CONNECT `head` read, its `context`): admitted and judged as this instance's own,
+    /// answered over HTTP. Only blind tunnels are handed over (the other member
+    /// intercepts the rest itself).
+    pub async fn open_handed(&self, mut stream: Stream, head: &[u8], context: &PeerContext) {
+        let started = Instant::now();
+        let admitted = match self.admit(head).await {
+            Ok(admitted) => admitted,
+            Err((shown, answer)) => {
+                return self
+                    .refuse(&mut stream, &shown, TunnelMode::Blind, &answer, started)
+                    .await
+            }
+        };
+        let addrs: Vec<IpAddr> = match context.destination {
+            Some(d) => vec![d.ip()],
+            None => admitted.addrs.clone(),
+        };
+        if !self
+            .policy
+            .blind
+            .iter()
+            .any(|r| r.matches(&admitted.origin.host, &addrs))
+        {
+            let answer = bad_request(400, "only blind tunnels are handed over");
+            let shown = admitted.origin.to_string();
+            return self
+                .refuse(&mut stream, &shown, TunnelMode::Blind, &answer, started)
+                .await;
+        }
+        let who = Requester {
+            client: context.client,
+            user_agent: admitted.user_agent.as_deref(),
+            tokens: None,
+            user: None,
+            purposes: None,
+        };
+        self.blind(
+            stream,
+            admitted.origin,
+            &who,
+            started,
+            context.destination,
+            Some(context),
+        )
+        .await;
     }
 
     /// Answers the CONNECT with `answer` and closes (a redirected connection, which sent
     /// no CONNECT, is closed unanswered).
-    async fn refuse(
+    async fn refuse<S: AsyncWrite + Unpin + Send>(
         &self,
-        l4: &mut L4Stream,
+        l4: &mut S,
         shown: &str,
         mode: TunnelMode,
         answer: &Answer,
@@ -468,8 +546,20 @@ impl Tunnels {
     }
 }
 
+/// The access log's line for a tunnel relayed (`decision`: tunnelled, handed_over).
+fn log_tunnel(shown: &str, mode: TunnelMode, decision: &str, started: Instant) {
+    tracing::info!(
+        target: "access",
+        connect = shown,
+        mode = mode.label(),
+        decision = decision,
+        status = 200u16,
+        duration_seconds = started.elapsed().as_secs_f64(),
+    );
+}
+
 /// Answers `200 Connection Established` (flushed: Pingora's stream buffers writes).
-async fn established(l4: &mut L4Stream) -> bool {
+async fn established<S: AsyncWrite + Unpin>(l4: &mut S) -> bool {
     l4.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         .await
         .is_ok()

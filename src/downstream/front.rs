@@ -414,8 +414,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
 
     /// A request on the peer channel: its context is what its `robotsgate-peer` header
     /// says (another member authenticated its client); without a readable one, or with
-    /// a user this instance does not know, or a CONNECT, it is refused. `false`:
-    /// refused and answered.
+    /// a user this instance does not know, it is refused. `false`: refused and
+    /// answered.
     async fn admit_handed(
         &self,
         head: &Head,
@@ -427,7 +427,6 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             .peer
             .as_deref()
             .and_then(PeerContext::decode)
-            .filter(|_| !head.is_connect)
             .and_then(|p| self.context_of(p).ok());
         match handed {
             Some(handed) => {
@@ -435,7 +434,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 true
             }
             None => {
-                let why = "a request on the peer channel needs a readable robotsgate-peer header, a user this member knows, and no CONNECT";
+                let why = "a request on the peer channel needs a readable robotsgate-peer header and a user this member knows";
                 let refusal = FrontRefusal::new(400, metrics::RefusalReason::Malformed, why);
                 refuse(&mut *conn.stream, peer, refusal).await;
                 false
@@ -479,7 +478,19 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         client: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> Option<Stream> {
-        if context.tunnel.is_some() || context.destination.is_some() {
+        if let Some(peer) = head.peer.as_deref().and_then(PeerContext::decode) {
+            // On the peer channel (the only door whose heads' peer context is read): a
+            // blind tunnel another member hands over, relayed here to its end.
+            if context.handed.is_some() && head.len == head.bytes.len() {
+                let inner = conn.stream.into_inner().await.ok()?;
+                let opened = self
+                    .tunnels
+                    .open_handed(inner, &head.bytes[..head.len], &peer);
+                Box::pin(opened).await;
+                return None;
+            }
+        }
+        if context.tunnel.is_some() || context.destination.is_some() || context.handed.is_some() {
             let why = "CONNECT inside a tunnel or a redirected connection";
             let refusal = FrontRefusal::new(400, metrics::RefusalReason::Malformed, why);
             refuse(&mut *conn.stream, client, refusal).await;

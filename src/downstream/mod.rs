@@ -23,6 +23,7 @@ pub mod refuse;
 pub mod slots;
 pub mod transparent;
 pub mod tunnel_error;
+mod tunnel_handover;
 
 /// Resolves once the server begins shutting down (at once if it has): what every
 /// client connection watches to close when idle, or to send its GOAWAY.

@@ -186,6 +186,22 @@ impl Enforcer {
         .0
     }
 
+    /// A blind tunnel's decision (its origin's `/`): in fleet mode routed first (a tunnel
+    /// to an origin another member owns is handed over; one `handed` over is never
+    /// handed on), then as [`Enforcer::decide_to`].
+    pub async fn decide_tunnel(
+        &self,
+        target: &Target,
+        who: &Requester<'_>,
+        destination: Option<SocketAddr>,
+        handed: bool,
+    ) -> Decision {
+        if let Some(decision) = self.routed(target, destination, handed).await {
+            return decision;
+        }
+        self.decide_to(target, who, destination).await
+    }
+
     /// Judges one request from `who` (on a redirected connection, on its way to
     /// `destination`): everything the proxy needs to act on it, from one call — the
     /// decision, how a forwarded request is signed, and the log's labels. Counts the

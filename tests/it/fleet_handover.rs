@@ -324,66 +324,147 @@ async fn exactly_one_member_owns_an_origin() {
     assert_eq!(owners, 1);
 }
 
+/// Two fleet members that intercept HTTPS (an operator CA), trust the test's origin CA,
+/// and whose `extra` lines are added; the directory keeping the CAs.
+struct HttpsFleet {
+    dir: tempfile::TempDir,
+    origin_ca: TestCa,
+    proxies: Vec<Proxy>,
+    _redis: Redis,
+}
+
+impl HttpsFleet {
+    async fn start(extra: &str) -> HttpsFleet {
+        let redis = Redis::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ca_cert, ca_key) = crate::common::operator_ca(dir.path());
+        let origin_ca = TestCa::new("fleet test origins CA");
+        let origin_ca_file = dir.path().join("origin-ca.pem");
+        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
+        let dns = crate::common::servfail_dns().await;
+        let yaml = format!(
+            "  dns:\n    nameservers: [\"{dns}\"]\n{extra}{}",
+            fleet_yaml(&redis, "")
+        );
+        let text = |p: &std::path::Path| p.to_str().expect("path").to_string();
+        let args = [
+            "--allow-destination".to_string(),
+            "127.0.0.0/8".into(),
+            "--allow-destination".into(),
+            "::1/128".into(),
+            "--ca-cert".into(),
+            text(&ca_cert),
+            "--ca-key".into(),
+            text(&ca_key),
+            "--upstream-ca".into(),
+            text(&origin_ca_file),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxies: Vec<Proxy> = (0..2).map(|_| Proxy::start(&yaml, &args)).collect();
+        backend_up(&proxies).await;
+        HttpsFleet {
+            dir,
+            origin_ca,
+            proxies,
+            _redis: redis,
+        }
+    }
+
+    /// An HTTPS origin for `localhost` serving `robots`.
+    async fn origin(&self, robots: &str) -> TestOrigin {
+        TestOrigin::start_tls(
+            vec![("/robots.txt", Behaviour::ok(robots))],
+            self.origin_ca.server_config(&["localhost"]),
+            "localhost",
+        )
+        .await
+    }
+
+    /// curl through member `i` trusting `ca` (a file in the directory), `extra` added.
+    fn curl(&self, i: usize, url: &str, ca: &str, extra: &[&str]) -> (u16, String, String) {
+        let ca = self.dir.path().join(ca);
+        let ca = ca.to_str().expect("path");
+        let args = [&["--cacert", ca, "--suppress-connect-headers"][..], extra].concat();
+        curl(&self.proxies[i], url, &args)
+    }
+}
+
 /// Intercepted HTTPS, in HTTP/1.1 and in HTTP/2 inside the tunnel: a request through a
 /// member that does not own the origin is handed over with its tunnel's origin, and the
 /// owner connects to the origin over TLS itself; a disallowed page is refused the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
-    let redis = Redis::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (ca_cert, ca_key) = crate::common::operator_ca(dir.path());
-    let origin_ca = TestCa::new("fleet test origins CA");
-    let origin_ca_file = dir.path().join("origin-ca.pem");
-    std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
-    let dns = crate::common::servfail_dns().await;
-    let yaml = format!(
-        "  dns:\n    nameservers: [\"{dns}\"]\n{}",
-        fleet_yaml(&redis, "")
-    );
-    let text = |p: &std::path::Path| p.to_str().expect("path").to_string();
-    let args = [
-        "--allow-destination".to_string(),
-        "127.0.0.0/8".into(),
-        "--allow-destination".into(),
-        "::1/128".into(),
-        "--ca-cert".into(),
-        text(&ca_cert),
-        "--ca-key".into(),
-        text(&ca_key),
-        "--upstream-ca".into(),
-        text(&origin_ca_file),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let proxies: Vec<Proxy> = (0..2).map(|_| Proxy::start(&yaml, &args)).collect();
-    backend_up(&proxies).await;
-    let origin = TestOrigin::start_tls(
-        vec![(
-            "/robots.txt",
-            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-        )],
-        origin_ca.server_config(&["localhost"]),
-        "localhost",
-    )
-    .await;
-    let tunnel = |proxy: &Proxy, path: &str, protocol: &str| {
-        let ca = text(&ca_cert);
-        curl(
-            proxy,
-            &origin.url(path),
-            &["--cacert", &ca, "--suppress-connect-headers", protocol],
-        )
+    let fleet = HttpsFleet::start("").await;
+    let origin = fleet.origin("User-agent: *\nDisallow: /private\n").await;
+    let tunnel = |i: usize, path: &str, protocol: &str| {
+        fleet.curl(i, &origin.url(path), "operator-ca.pem", &[protocol])
     };
-    assert_eq!(tunnel(&proxies[0], "/claim", "--http1.1").0, 200);
+    assert_eq!(tunnel(0, "/claim", "--http1.1").0, 200);
     for (i, protocol) in ["--http1.1", "--http2"].into_iter().enumerate() {
         let page = format!("/page{i}");
-        let (status, _, body) = tunnel(&proxies[1], &page, protocol);
+        let (status, _, body) = tunnel(1, &page, protocol);
         assert_eq!(status, 200, "{protocol}: {body}");
         assert_eq!(origin.count(&page), 1, "{protocol}");
-        assert_eq!(tunnel(&proxies[1], "/private/x", protocol).0, 403);
+        assert_eq!(tunnel(1, "/private/x", protocol).0, 403);
     }
     assert_eq!(origin.count("/private/x"), 0);
     assert_eq!(
-        proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        fleet.proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
         4.0
+    );
+}
+
+/// A blind tunnel through a member that does not own its origin is handed to the owner,
+/// which paces its connection start: the origin's own certificate reaches the client
+/// (nothing intercepted), and connection starts keep the Crawl-delay whichever member
+/// the tunnels arrive at; an origin that disallows `/` is refused the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
+    let fleet = HttpsFleet::start("  tls:\n    blind_tunnel: [\"localhost\"]\n").await;
+    let origin = fleet
+        .origin("User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
+        .await;
+    let blocked = fleet.origin("User-agent: *\nDisallow: /\n").await;
+    let blind = |i: usize, url: &str| fleet.curl(i, url, "origin-ca.pem", &[]);
+    let (status, _, body) = blind(0, &origin.url("/first"));
+    assert_eq!((status, body.as_str()), (200, "page /first\n"));
+    for i in 0..3 {
+        let (status, _, body) = blind(1, &origin.url(&format!("/handed{i}")));
+        assert_eq!(status, 200, "{body}\n{}", fleet.proxies[1].log());
+        assert_eq!(body, format!("page /handed{i}\n"));
+    }
+    // robots.txt once, then one connection per tunnel, each start a second apart.
+    let accepted = origin.accepted();
+    assert_eq!(accepted.len(), 5, "one connection each");
+    for pair in accepted[1..].windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(gap >= Duration::from_millis(1000), "{gap:?}");
+    }
+    // Refused by the owner (the first member), through either member.
+    let ca = fleet.dir.path().join("origin-ca.pem");
+    for i in [0, 1] {
+        let refused = curl(
+            &fleet.proxies[i],
+            &blocked.url("/anything"),
+            &["--cacert", ca.to_str().expect("path")],
+        );
+        assert_eq!(refused.0, 403, "{}", refused.1);
+        assert!(
+            refused.1.contains("X-Robots-Decision: disallowed"),
+            "{}",
+            refused.1
+        );
+    }
+    assert_eq!(blocked.count("/anything"), 0);
+    let tunnels = |i: usize| {
+        fleet.proxies[i].sum(
+            "robotsgate_connect_tunnels_total",
+            "outcome=\"established\"",
+        )
+    };
+    assert_eq!(tunnels(0), 4.0, "the owner established every tunnel");
+    assert_eq!(
+        fleet.proxies[1].counter("robotsgate_tls_leaf_mints_total"),
+        0.0
     );
 }

@@ -1,0 +1,154 @@
+//! A blind tunnel handed to its origin's owner (fleet mode).
+//!
+//! A blind tunnel's only paced event is its connection start, and only the origin's
+//! owner may pace it. A member that does not own the origin opens the peer channel to
+//! the owner (mutual TLS, `fleet::channel`) and sends `CONNECT host:port` with the
+//! tunnel's [`PeerContext`] (the client's address, a redirected connection's
+//! destination). The owner judges and paces it like its own blind tunnel and answers
+//! `200` once it has connected to the origin, or its refusal; this member then relays
+//! the client's bytes to the owner and back (writing its own `200` first when the
+//! client sent a CONNECT), or passes the refusal on (a redirected client, which sent no
+//! CONNECT, is closed).
+//!
+//! Costs: one TLS connection to the owner per tunnel (a tunnel is long-lived and owns
+//! its connection: no pooling), one round trip before the client's `200`.
+
+use std::time::Duration;
+
+use pingora::connectors::TransportConnector;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::enforce::{Answer, Enforcer, Refusal};
+use crate::fleet::{Owner, PeerContext, PEER_HEADER};
+use crate::policy::target::Origin;
+
+/// The owner's answer head can be no longer than this.
+const MAX_ANSWER_HEAD: usize = 16 * 1024;
+
+/// How a blind tunnel is handed over: the connector to owners, and how long to wait.
+pub(super) struct TunnelHandOver {
+    /// Opens TLS connections to owners' peer channels.
+    connector: TransportConnector,
+    /// The longest wait to connect to the owner.
+    connect_timeout: Duration,
+}
+
+impl TunnelHandOver {
+    /// Hand-overs connecting to owners within `connect_timeout`.
+    pub(super) fn new(connect_timeout: Duration) -> TunnelHandOver {
+        TunnelHandOver {
+            connector: TransportConnector::new(None),
+            connect_timeout,
+        }
+    }
+
+    /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
+    /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
+    /// what to answer the client when the owner could not be asked.
+    pub(super) async fn relay<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        enforcer: &Enforcer,
+        client: &mut S,
+        owner: &Owner,
+        origin: &Origin,
+        context: PeerContext,
+        connect: bool,
+    ) -> Result<(), Answer> {
+        let unreachable = || {
+            Refusal::FleetUnavailable {
+                why: "its owner could not be reached",
+            }
+            .answer()
+        };
+        let peer = enforcer
+            .owners()
+            .and_then(|owners| owners.peer(owner))
+            .ok_or_else(unreachable)?;
+        let connected =
+            tokio::time::timeout(self.connect_timeout, self.connector.new_stream(&peer)).await;
+        let Ok(Ok(mut upstream)) = connected else {
+            return Err(unreachable());
+        };
+        let authority = format!("{}:{}", origin.host_name(), origin.port);
+        let head = format!(
+            "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{PEER_HEADER}: {}\r\n\r\n",
+            context.encode()
+        );
+        if upstream.write_all(head.as_bytes()).await.is_err() || upstream.flush().await.is_err() {
+            return Err(unreachable());
+        }
+        let answered =
+            tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
+        let Ok(Some((status, head))) = answered else {
+            return Err(unreachable());
+        };
+        if status != 200 {
+            if connect {
+                let _ = client.write_all(&head).await;
+                let _ = client.flush().await;
+            }
+            return Ok(());
+        }
+        if connect {
+            let sent = client
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await;
+            if sent.is_err() || client.flush().await.is_err() {
+                return Ok(());
+            }
+        }
+        let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+        Ok(())
+    }
+}
+
+/// Reads a response head (through its blank line, nothing after it: the owner sends
+/// nothing more before the tunnel's bytes): its status and the head's octets; `None`
+/// when it is unreadable or too long.
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, Vec<u8>)> {
+    let mut head = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= MAX_ANSWER_HEAD || stream.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => Some((response.code?, head)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_head_is_read_to_its_blank_line_only() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        b.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\ntunnel bytes")
+            .await
+            .expect("write");
+        let (status, head) = read_head(&mut a).await.expect("head");
+        assert_eq!(status, 200);
+        assert!(head.ends_with(b"\r\n\r\n"));
+        let mut rest = [0u8; 6];
+        a.read_exact(&mut rest).await.expect("rest");
+        assert_eq!(&rest, b"tunnel");
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_or_endless_head_is_refused() {
+        let (mut a, mut b) = tokio::io::duplex(64 * 1024);
+        b.write_all(b"garbage\r\n\r\n").await.expect("write");
+        assert!(read_head(&mut a).await.is_none());
+        let (mut a, mut b) = tokio::io::duplex(64 * 1024);
+        b.write_all(&vec![b'x'; MAX_ANSWER_HEAD + 10])
+            .await
+            .expect("write");
+        assert!(read_head(&mut a).await.is_none());
+    }
+}
