@@ -1,0 +1,83 @@
+//! Clients of the proxy: curl, reqwest, raw exchanges, and polling with a deadline.
+
+use super::*;
+
+/// Sends GETs for `urls` (with the paired User-Agent) through the proxy all at once;
+/// the statuses, in the order given.
+pub async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec<u16> {
+    let client = proxy.client();
+    let handles: Vec<_> = urls
+        .into_iter()
+        .map(|(url, ua)| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .get(url)
+                    .header("User-Agent", ua)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for handle in handles {
+        statuses.push(handle.await.expect("task").expect("request"));
+    }
+    statuses
+}
+
+/// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
+pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "20",
+            "-D",
+            "-",
+            "-x",
+            &proxy.url(),
+        ])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run curl");
+    split_response(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `curl -D -` output as (status, head, body); status 0 when no HTTP answer came.
+pub fn split_response(text: &str) -> (u16, String, String) {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// Sends raw bytes to `addr` and returns what comes back before the connection closes
+/// (or 5 s pass).
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,28 @@
+//! Test fixtures over real sockets on 127.0.0.1, split by what they provide: the test
+//! origin and what it saw (`origin`), robotsgate and other processes (`process`),
+//! network namespaces (`netns`), clients (`client`), DNS servers (`dns`), TLS (`tls`).
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+mod client;
+mod dns;
+mod netns;
+mod origin;
+mod process;
+mod tls;
+
+pub use client::*;
+pub use dns::*;
+pub use netns::*;
+pub use origin::*;
+pub use process::*;
+pub use tls::*;
