@@ -34,7 +34,8 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import POOL, ROOT, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import (POOL, ROOT, ms, cpu_seconds, ensure_packages, fleet_certs, free_port, nginx_binary,
+                      robotsgate_config, stop, wait_port)
 
 ORIGINS = 16
 
@@ -86,13 +87,6 @@ http {{ access_log off; keepalive_requests 1000000;
     started.append(subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
     wait_port(ports[0])
     return ports
-
-
-def fleet_certs(work):
-    paths = [f"{work}/{n}" for n in ("ca.pem", "ca.key", "member.pem", "member.key")]
-    subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths[0], "--ca-key", paths[1],
-                    "--cert", paths[2], "--key", paths[3]], check=True, stdout=subprocess.DEVNULL)
-    return f"    peer_ca: {paths[0]}\n    peer_cert: {paths[2]}\n    peer_key: {paths[3]}\n"
 
 
 def main():

@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.request
 
-from benchlib import ROOT, ensure_packages, free_port, robotsgate_config, stop, wait_port
+from benchlib import ROOT, ensure_packages, fleet_certs, free_port, robotsgate_config, stop, wait_port
 from origins import most_at_once, serve_origins
 
 ORIGINS = 50
@@ -93,18 +93,6 @@ def metric_sum(admin_port, name, label):
     except OSError:
         return 0.0
     return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*{re.escape(label)}[^}}]*}} ([\d.e+]+)$", text, re.M))
-
-
-def fleet_certs(work):
-    """The fleet CA and one member certificate (`robotsgate fleet-cert`): the peer
-    channel's keys of a `fleet:` section."""
-    paths = {name: f"{work}/{name}" for name in ("ca.pem", "ca.key", "member.pem", "member.key")}
-    if not os.path.exists(paths["member.pem"]):
-        subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths["ca.pem"], "--ca-key",
-                        paths["ca.key"], "--cert", paths["member.pem"], "--key", paths["member.key"]],
-                       check=True, stdout=subprocess.DEVNULL)
-    return (f"    peer_ca: {paths['ca.pem']}\n    peer_cert: {paths['member.pem']}\n"
-            f"    peer_key: {paths['member.key']}\n")
 
 
 def verdict(logs):

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, free_port
+from benchlib import ROOT, fleet_certs, free_port
 from origins import most_at_once, serve_origins
 from benchlib import stop as stop_processes
 
@@ -76,7 +76,7 @@ async def run_once(args, delays, response_s, pacing):
         started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
         await wait_for(redis_port)
-        fleet = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
+        fleet = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n{fleet_certs(work)}"
     for i in range(args.instances):
         conf = f"{work}/rg{i}.yaml"
         with open(conf, "w") as f:
@@ -85,7 +85,8 @@ async def run_once(args, delays, response_s, pacing):
                     f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{pacing}{fleet}")
         port = free_port()
         started.append(subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen",
-                                         f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8"],
+                                         f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8",
+                                         *(["--peer-listen", f"127.0.0.1:{free_port()}"] if fleet else [])],
                                         env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg{i}.log", "w")))
         ports.append(port)
     try:
