@@ -207,6 +207,36 @@ async fn a_rolling_restart_keeps_the_promise() {
     crawled.kept(&proxies).await;
 }
 
+/// A graceful upgrade (SIGQUIT, a new process taking over the listeners, as the unit's
+/// reload does) of the member that owns the origins, under load: the old process hands
+/// the origins over before it gives up its listeners, and the promise holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let mut proxies = members_of(&redis, 2, "refuse");
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0, 200);
+    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(8);
+    let old = &proxies[0];
+    let upgraded = std::sync::Mutex::new(None);
+    let upgrade = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let next = tokio::task::block_in_place(|| old.upgrade());
+        *upgraded.lock().expect("lock") = Some(next);
+    };
+    let statuses = crawled.during(&proxies, until, upgrade).await;
+    assert!(statuses.contains(&200));
+    let next = upgraded.into_inner().expect("lock").expect("upgraded");
+    let mut old = std::mem::replace(&mut proxies[0], next);
+    let left = eventually(Duration::from_secs(20), || old.exited()).await;
+    assert!(left, "the old process never stopped:\n{}", old.log());
+    assert!(old.log().contains("2 origins handed over"), "{}", old.log());
+    backend_up(&proxies).await;
+    crawled.kept(&proxies).await;
+}
+
 /// The owner SIGKILLed while serving: its origins wait for its lease and the longest
 /// hold (an exchange it left running may still go on), then another member takes them
 /// over; no gap is short at the origin.
