@@ -216,7 +216,10 @@ async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
     let crawled = Crawled::start().await;
     let mut proxies = members_of(&redis, 2, "refuse");
     backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0, 200);
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
     assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
     let until = Instant::now() + Duration::from_secs(8);
     let old = &proxies[0];

@@ -22,6 +22,7 @@ mod h2_origins;
 mod holes;
 mod hostile;
 mod https;
+mod https_blind;
 mod layers;
 mod limits;
 mod pacing;
