@@ -105,69 +105,6 @@ impl StateKey {
 /// No time.
 const NONE: i64 = i64::MIN;
 
-/// Why a state file was not loaded (or its key not read): what kind of problem, in
-/// words, and the error behind it.
-#[derive(Debug)]
-pub struct StateError {
-    /// What kind of problem.
-    kind: StateErrorKind,
-    /// What is wrong, in words.
-    message: String,
-    /// The error behind it, when there is one.
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-/// What kind of problem a [`StateError`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateErrorKind {
-    /// The key (`robots.state_key_file`) is missing, unreadable or too short.
-    Key,
-    /// The file is not one robotsgate may trust to be its own (its kind, owner, mode).
-    Untrusted,
-    /// The file cannot be opened or read.
-    Io,
-    /// The file is not a state file this robotsgate reads (magic, version, lengths).
-    Format,
-    /// Its HMAC does not verify: robotsgate did not write it with this key.
-    Forged,
-}
-
-impl StateError {
-    /// A problem of `kind`, said in `message`.
-    fn new(kind: StateErrorKind, message: impl Into<String>) -> StateError {
-        StateError {
-            kind,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same, with the error behind it.
-    fn because(mut self, source: impl std::error::Error + Send + Sync + 'static) -> StateError {
-        self.source = Some(Box::new(source));
-        self
-    }
-
-    /// What kind of problem it is.
-    pub fn kind(&self) -> StateErrorKind {
-        self.kind
-    }
-}
-
-impl std::fmt::Display for StateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for StateError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
 /// The state file robotsgate keeps: where it is, and the key that authenticates it.
 pub struct StateFile {
     path: PathBuf,
@@ -265,68 +202,6 @@ impl Clock {
         } else {
             self.instant.checked_sub(offset)
         }
-    }
-}
-
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn bytes(&mut self, v: &[u8]) {
-        self.u32(v.len().min(u32::MAX as usize) as u32);
-        self.0
-            .extend_from_slice(&v[..v.len().min(u32::MAX as usize)]);
-    }
-}
-
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
-        if self.rest.len() < n {
-            return Err(StateError::new(StateErrorKind::Format, "truncated"));
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        Ok(head)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], StateError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-    fn u8(&mut self) -> Result<u8, StateError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, StateError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    fn u64(&mut self) -> Result<u64, StateError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    fn i64(&mut self) -> Result<i64, StateError> {
-        Ok(i64::from_le_bytes(self.array()?))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], StateError> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-    fn string(&mut self) -> Result<String, StateError> {
-        String::from_utf8(self.bytes()?.to_vec())
-            .map_err(|_| StateError::new(StateErrorKind::Format, "not UTF-8"))
     }
 }
 
@@ -741,5 +616,10 @@ fn wait_for_handover(path: &Path) {
     }
 }
 
+mod error;
 #[cfg(test)]
 mod tests;
+mod wire;
+
+pub use error::{StateError, StateErrorKind};
+use wire::{Reader, Writer};

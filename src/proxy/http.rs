@@ -1,13 +1,12 @@
 //! robotsgate's Pingora `ProxyHttp`: wiring only.
 //!
-//! `request_filter` turns the request into a [`Target`] and asks the [`Enforcer`]; an
-//! [`Answer`] is written to the client and the request ends there, a forward decision is
+//! `request_filter` turns the request into a [`Target`](crate::policy::target::Target)
+//! and asks the [`Enforcer`]; an [`Answer`] is written to the client and the request ends there, a forward decision is
 //! kept in the context. `upstream_peer` connects to the exact address the egress check
 //! approved, pooled per origin; `upstream_request_filter` rewrites the request line to
 //! the canonical origin-form path the decision was made on. `logging` writes the access
 //! log line and the request metrics.
 
-use std::net::IpAddr;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,10 +27,10 @@ use super::exchange::{
 use super::headers::{
     has_any, request_has_no_body, strip_own_headers, usage_mark, NEVER_FORWARDED,
 };
+use super::request::{requester, target_of, target_refused};
 use crate::downstream::context::ClientContext;
-use crate::enforce::{bad_request, Answer, Decision, Enforcer, Pace, Turn};
-use crate::policy::agent::Requester;
-use crate::policy::target::{Scheme, Target, TargetError};
+use crate::enforce::{Answer, Decision, Enforcer, Pace, Turn};
+use crate::policy::target::Scheme;
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Outcome, Retry};
 
@@ -182,56 +181,6 @@ impl RobotsGateProxy {
     }
 }
 
-/// The request's target: its origin and canonical path, from the tunnel, the
-/// redirected destination or the request line; `Err` is the 400 or 421 to answer.
-fn target_of(
-    req: &RequestHeader,
-    client: &ClientContext,
-) -> std::result::Result<Target, TargetError> {
-    // HTTP/2 names the authority in `:authority`, which replaces `Host` (RFC 9113
-    // §8.3.1); Pingora has checked that a `Host` sent beside it agrees.
-    let host = req
-        .headers
-        .get(http::header::HOST)
-        .map(|h| h.as_bytes())
-        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
-    let target = match (&client.tunnel, client.destination) {
-        (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
-        (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
-        (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
-    };
-    target
-}
-
-/// The answer to a request whose target cannot be understood: 421 for another origin
-/// than its tunnel's or connection's, 400 otherwise.
-fn target_refused(e: TargetError) -> Answer {
-    let status = match e {
-        TargetError::Misdirected { .. } => 421,
-        _ => 400,
-    };
-    bad_request(status, e)
-}
-
-/// Who sends the request, as the agent rules see it.
-fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'a> {
-    let user = client.user.as_ref();
-    Requester {
-        client: match &client.handed {
-            Some(handed) => handed.client,
-            None => client_ip(session),
-        },
-        user_agent: session
-            .req_header()
-            .headers
-            .get(http::header::USER_AGENT)
-            .and_then(|v| v.to_str().ok()),
-        tokens: user.map(|u| u.tokens.as_slice()),
-        user: user.map(|u| u.name.as_str()),
-        purposes: user.map(|u| u.purposes),
-    }
-}
-
 /// Answers the request with `answer`, robotsgate's own: the request ends there.
 async fn answered(
     session: &mut Session,
@@ -255,13 +204,6 @@ pub async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     session
         .write_response_body(Some(answer.body.clone()), true)
         .await
-}
-
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|a| a.as_inet())
-        .map(|a| a.ip())
 }
 
 #[async_trait]

@@ -10,4 +10,5 @@ mod handover;
 mod headers;
 pub mod http;
 mod payment;
+mod request;
 pub mod server;
