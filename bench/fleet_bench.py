@@ -61,8 +61,9 @@ def wrk(args, proxy_port, lua, pids, redis_port):
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "p50": ms(re.search(r"50%\s+(\S+)", out).group(1)),
-        "p99": ms(re.search(r"99%\s+(\S+)", out).group(1)),
+        # The latency distribution's lines ("     50%  880.00us"), not a "+/- Stdev" column.
+        "p50": ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
+        "p99": ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
         "cpu_us": cpu / max(requests, 1) * 1e6,
         "each_us": [c / max(requests, 1) * 1e6 for c in each],
         "redis": (redis_commands(redis_port) - commands_before) / max(requests, 1),

@@ -76,8 +76,8 @@ def wrk_result(started):
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "p50": ms(re.search(r"50%\s+(\S+)", out).group(1)),
-        "p99": ms(re.search(r"99%\s+(\S+)", out).group(1)),
+        "p50": ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
+        "p99": ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
         "cpu_us": cpu / max(requests, 1) * 1e6,
         "non2xx": int(errors.group(1)) if errors else 0,
         "requests": requests,
