@@ -29,7 +29,58 @@ struct World {
     tls_port: u16,
     /// The operator CA certificate, readable by the crawler uid.
     ca: PathBuf,
+    /// With [`World::in_fleet`]: the namespace's Redis and the fleet section.
+    fleet: Option<(NsRedis, String)>,
     _dir: tempfile::TempDir,
+}
+
+/// A `redis-server` inside a test's namespace, stopped by its PID when dropped.
+struct NsRedis {
+    child: std::process::Child,
+}
+
+impl NsRedis {
+    /// Starts one on `port` inside `ns`; returns once it answers.
+    fn start(ns: &Netns, port: u16) -> NsRedis {
+        let child = ns
+            .command("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir", "/tmp"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server in the namespace");
+        let redis = NsRedis { child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let ping = || {
+            let out = ns
+                .command("redis-cli")
+                .args(["-p", &port.to_string(), "ping"])
+                .output();
+            out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
+        };
+        while !ping() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+}
+
+impl Drop for NsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// How the crawler uid's connections are redirected.
@@ -48,6 +99,16 @@ enum Rules {
 
 impl World {
     async fn new(robots: &str, rules: Rules, extra_yaml: &str) -> World {
+        World::build(robots, rules, extra_yaml, false).await
+    }
+
+    /// The same world, its robotsgate a fleet member over a Redis inside the namespace
+    /// (the fleet section kept for other members).
+    async fn in_fleet(robots: &str) -> World {
+        World::build(robots, Rules::Iptables, "", true).await
+    }
+
+    async fn build(robots: &str, rules: Rules, extra_yaml: &str, fleet: bool) -> World {
         let listen_ip = match rules {
             Rules::DualStack => "[::]",
             _ => "127.0.0.1",
@@ -60,7 +121,17 @@ impl World {
         // Crawlers read the namespace's /etc/hosts; robotsgate asks its DNS server.
         let ns = Netns::new(&names);
         zone_dns(ns.udp("127.0.0.1:53"), &names);
-        let extra_yaml = format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{extra_yaml}");
+        let fleet = fleet.then(|| {
+            let port = free_port();
+            let section = format!(
+                "  fleet:\n    redis: \"redis://127.0.0.1:{port}\"\n{}",
+                crate::fleet_fixture::certs().yaml()
+            );
+            (NsRedis::start(&ns, port), section)
+        });
+        let section = fleet.as_ref().map_or("", |(_, s)| s.as_str());
+        let extra_yaml =
+            format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{extra_yaml}{section}");
         let dir = tempfile::tempdir().expect("tempdir");
         readable_by_all(dir.path());
         let (ca, ca_key) = operator_ca(dir.path());
@@ -133,6 +204,7 @@ impl World {
             http_port,
             tls_port,
             ca,
+            fleet,
             _dir: dir,
         }
     }
@@ -571,4 +643,75 @@ async fn without_transparent_listeners_requests_carry_no_via() {
     let seen = origin.seen();
     assert_eq!(seen.len(), 2, "robots.txt and the page");
     assert!(seen.iter().all(|s| s.header("via").is_none()), "{seen:?}");
+}
+
+/// Transparent mode in a fleet: a redirected connection that arrives at a member which
+/// does not own its origin is handed over with its original destination (plain HTTP),
+/// and with its tunnel's origin too (intercepted TLS); the owner connects to that
+/// destination, and a disallowed page is refused the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirected_request_is_handed_to_its_origins_owner() {
+    let w = World::in_fleet(ROBOTS).await;
+    let (_, section) = w.fleet.as_ref().expect("a fleet");
+    let file = |name: &str| w._dir.path().join(name).to_string_lossy().into_owned();
+    let (ca, ca_key, origin_ca) = (
+        file("operator-ca.pem"),
+        file("operator-ca.key"),
+        file("origin-ca.pem"),
+    );
+    let owner = Proxy::start_in(
+        &w.ns,
+        &format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{section}"),
+        &[
+            "--allow-destination",
+            "127.0.0.2/31",
+            "--ca-cert",
+            &ca,
+            "--ca-key",
+            &ca_key,
+            "--upstream-ca",
+            &origin_ca,
+        ],
+    );
+    for member in [&w.proxy, &owner] {
+        let ready = eventually(Duration::from_secs(15), || {
+            crate::common::admin(member, "GET", "/readyz").0 == 200
+                && crate::fleet_fixture::members(member) >= 2
+        })
+        .await;
+        assert!(ready, "fleet never came up:\n{}", member.log());
+    }
+    // The owner meets both origins first, through its proxy listener.
+    for url in ["http://site.test/first", "https://site.test/first"] {
+        let out =
+            w.ns.command("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--cacert",
+                    &ca,
+                ])
+                .args(["-x", &format!("http://{}", owner.addr), url])
+                .output()
+                .expect("curl");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{url}");
+    }
+    for (scheme, origin) in [("http", &w.site), ("https", &w.site_tls)] {
+        let (status, head, body) = w.crawl(&format!("{scheme}://site.test/handed"), &[]);
+        assert_eq!(status, 200, "{scheme}: {head}\n{}", w.proxy.log());
+        assert_eq!(body, "page /handed\n");
+        assert_eq!(origin.count("/handed"), 1, "{scheme}");
+        let (status, head, _) = w.crawl(&format!("{scheme}://site.test/private/x"), &[]);
+        assert_eq!(status, 403, "{scheme}: {head}");
+        assert_eq!(origin.count("/private/x"), 0, "{scheme}");
+    }
+    assert_eq!(
+        w.proxy
+            .sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        4.0,
+        "the redirecting member handed every request to the owner"
+    );
 }

@@ -428,7 +428,15 @@ impl Drop for Proxy {
 
 /// An admin request: (status, body).
 pub fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
-    let out = Command::new("curl")
+    let mut curl = match &proxy.netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "curl"]);
+            c
+        }
+        None => Command::new("curl"),
+    };
+    let out = curl
         .args([
             "-s",
             "--max-time",
