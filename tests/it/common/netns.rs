@@ -102,3 +102,53 @@ pub fn in_netns<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> T 
             .expect("netns thread")
     })
 }
+
+/// A `redis-server` inside a test's namespace, stopped by its PID when dropped.
+pub struct NsRedis {
+    /// The process (`ip netns exec` execs it: one PID).
+    child: std::process::Child,
+}
+
+impl NsRedis {
+    /// Starts one on `port` inside `ns`; returns once it answers.
+    pub fn start(ns: &Netns, port: u16) -> NsRedis {
+        let child = ns
+            .command("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir", "/tmp"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server in the namespace");
+        let redis = NsRedis { child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let ping = || {
+            let out = ns
+                .command("redis-cli")
+                .args(["-p", &port.to_string(), "ping"])
+                .output();
+            out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
+        };
+        while !ping() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+}
+
+impl Drop for NsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
