@@ -66,7 +66,7 @@ pub static FLEET_LEASE_VALID: LazyLock<IntGauge> = LazyLock::new(|| {
 static FLEET_COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_fleet_command_duration_seconds",
-        "Round-trip time of fleet backend commands (acquire, release, robots_read, ...).",
+        "Round-trip time of fleet backend commands (member_renew, own_claim, robots_read, ...).",
         &["command"],
         vec![0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
     )
