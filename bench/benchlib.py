@@ -3,6 +3,7 @@
 Everything is on 127.0.0.1, and only processes a script started are stopped, by PID.
 """
 
+import json
 import os
 import re
 import shutil
@@ -124,3 +125,33 @@ def fleet_certs(work):
         subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths[0], "--ca-key", paths[1],
                         "--cert", paths[2], "--key", paths[3]], check=True, stdout=subprocess.DEVNULL)
     return f"    peer_ca: {paths[0]}\n    peer_cert: {paths[2]}\n    peer_key: {paths[3]}\n"
+
+
+# The HTTPS load client (examples/https_load), shared by https_bench.py and h2_bench.py.
+LOAD = f"{ROOT}/target/release/examples/https_load"
+
+# Proxies on one core, the origin and the client on the other (as in proxy_bench.py).
+PROXY_CPU, CLIENT_CPU = ["taskset", "-c", "1"], ["taskset", "-c", "0"]
+
+
+def start_load(args, pid=None):
+    """Starts the load client (on the client's CPU); `pid`'s CPU time counts from now."""
+    before = cpu_seconds(pid) if pid else 0.0
+    proc = subprocess.Popen([*CLIENT_CPU, LOAD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, args, pid, before
+
+
+def load_result(started):
+    """Waits for a client of `start_load`: its JSON result, with `pid`'s CPU seconds."""
+    proc, args, pid, before = started
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        sys.exit(f"https_load {' '.join(args)} failed:\n{stderr}")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    if pid:
+        result["cpu_s"] = cpu_seconds(pid) - before
+    return result
+
+
+def run_load(args, pid=None):
+    return load_result(start_load(args, pid))

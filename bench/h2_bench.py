@@ -32,10 +32,9 @@ import shutil
 import subprocess
 import tempfile
 
-from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, leaf_certificate, nginx_binary, robotsgate_config,
+from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, run_load, ensure_packages, free_port, leaf_certificate, nginx_binary, robotsgate_config,
                       spread, stop, wait_port)
 
-from https_bench import CLIENT_CPU, PROXY_CPU, run_load
 
 
 def main():

@@ -57,38 +57,11 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import (POOL, ROOT, UNPACED, cpu_seconds, ensure_packages, free_port, leaf_certificate, nginx_binary,
-                      robotsgate_config, spread, stop, wait_port)
+from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, ensure_packages, free_port,
+                      leaf_certificate, nginx_binary, robotsgate_config, run_load, spread, start_load, load_result,
+                      stop, wait_port)
 
-LOAD = f"{ROOT}/target/release/examples/https_load"
 PASSTHROUGH = f"{ROOT}/target/release/examples/passthrough"
-
-# Proxies on one core, the origin and the client on the other (as in proxy_bench.py).
-PROXY_CPU, CLIENT_CPU = ["taskset", "-c", "1"], ["taskset", "-c", "0"]
-
-
-def start_load(args, pid=None):
-    """Starts the load client (on the client's CPU); `pid`'s CPU time counts from now."""
-    before = cpu_seconds(pid) if pid else 0.0
-    proc = subprocess.Popen([*CLIENT_CPU, LOAD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, args, pid, before
-
-
-def load_result(started):
-    """Waits for a client of `start_load`: its JSON result, with `pid`'s CPU seconds."""
-    proc, args, pid, before = started
-    stdout, stderr = proc.communicate()
-    if proc.returncode != 0:
-        sys.exit(f"https_load {' '.join(args)} failed:\n{stderr}")
-    result = json.loads(stdout.strip().splitlines()[-1])
-    if pid:
-        result["cpu_s"] = cpu_seconds(pid) - before
-    return result
-
-
-def run_load(args, pid=None):
-    return load_result(start_load(args, pid))
-
 
 def start_squid(work, port):
     """Squid with ssl-bump on 127.0.0.1:`port`, leaves minted from the operator CA, the
@@ -134,9 +107,9 @@ def in_own_netns():
 
 def main():
     if "--h2" in sys.argv:
-        sys.argv.remove("--h2")
-        import h2_bench
-        return h2_bench.main()
+        # bench/h2_bench.py is its own script: run it in this process's place.
+        rest = [a for a in sys.argv[1:] if a != "--h2"]
+        os.execv(sys.executable, [sys.executable, f"{ROOT}/bench/h2_bench.py", *rest])
     if "RG_BENCH_NETNS" not in os.environ:
         ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "ip": "iproute2", "iptables": "iptables",
                          "squid": "squid-openssl"})
