@@ -147,7 +147,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, None, None).await;
+            self.blind(l4, origin, &who, started, None, false).await;
             return None;
         }
         match &self.interceptor {
@@ -345,7 +345,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, Some(destination), None)
+            self.blind(l4, origin, &who, started, Some(destination), false)
                 .await;
             return None;
         }
@@ -379,8 +379,8 @@ impl Tunnels {
     /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
     ///
     /// In fleet mode it is routed first: to an origin another member owns, it is handed
-    /// over (`tunnel_handover.rs`); one `handed` over by another member (its context
-    /// given) is answered `200` or refused over HTTP whatever its mode, and never handed
+    /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
+    /// `200` or refused over HTTP whatever its mode, and never handed
     /// on.
     async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
@@ -389,10 +389,10 @@ impl Tunnels {
         who: &Requester<'_>,
         started: Instant,
         destination: Option<SocketAddr>,
-        handed: Option<&PeerContext>,
+        handed: bool,
     ) {
         let shown = origin.to_string();
-        let mode = if destination.is_some() && handed.is_none() {
+        let mode = if destination.is_some() && !handed {
             TunnelMode::TransparentBlind
         } else {
             TunnelMode::Blind
@@ -403,7 +403,7 @@ impl Tunnels {
         };
         let decision = self
             .enforcer
-            .decide_tunnel(&root, who, destination, handed.is_some())
+            .decide_tunnel(&root, who, destination, handed)
             .await;
         let (addr, pace) = match decision {
             Decision::Refuse(reply) => {
@@ -419,7 +419,6 @@ impl Tunnels {
                     tunnel: None,
                     destination,
                     http2: false,
-                    from: self.enforcer.owners().map_or("", |o| o.me()).to_string(),
                 };
                 let connect = mode != TunnelMode::TransparentBlind;
                 let relayed = self
@@ -473,10 +472,17 @@ impl Tunnels {
     }
 
     /// A blind tunnel another member handed over on the peer channel (`stream`, its
-    /// CONNECT `head` read, its `context`): admitted and judged as this instance's own,
-    /// answered over HTTP. Only blind tunnels are handed over (the other member
+    /// CONNECT `head` read; the member's `client` and the redirected connection's
+    /// `destination`, from its peer context): admitted and judged as this instance's
+    /// own, answered over HTTP. Only blind tunnels are handed over (the other member
     /// intercepts the rest itself).
-    pub async fn open_handed(&self, mut stream: Stream, head: &[u8], context: &PeerContext) {
+    pub async fn open_handed(
+        &self,
+        mut stream: Stream,
+        head: &[u8],
+        client: Option<IpAddr>,
+        destination: Option<SocketAddr>,
+    ) {
         let started = Instant::now();
         let admitted = match self.admit(head).await {
             Ok(admitted) => admitted,
@@ -486,7 +492,7 @@ impl Tunnels {
                     .await
             }
         };
-        let addrs: Vec<IpAddr> = match context.destination {
+        let addrs: Vec<IpAddr> = match destination {
             Some(d) => vec![d.ip()],
             None => admitted.addrs.clone(),
         };
@@ -503,21 +509,14 @@ impl Tunnels {
                 .await;
         }
         let who = Requester {
-            client: context.client,
+            client,
             user_agent: admitted.user_agent.as_deref(),
             tokens: None,
             user: None,
             purposes: None,
         };
-        self.blind(
-            stream,
-            admitted.origin,
-            &who,
-            started,
-            context.destination,
-            Some(context),
-        )
-        .await;
+        self.blind(stream, admitted.origin, &who, started, destination, true)
+            .await;
     }
 
     /// Answers the CONNECT with `answer` and closes (a redirected connection, which sent

@@ -42,8 +42,6 @@ pub struct ClientContext {
 /// Where a request handed over by another member came from.
 #[derive(Clone, Debug)]
 pub struct Handed {
-    /// The member that handed it over.
-    pub from: Arc<str>,
     /// Its client's address there.
     pub client: Option<std::net::IpAddr>,
 }

@@ -218,10 +218,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         match tokio::time::timeout(wait, acceptor.tls_handshake(*l4)).await {
             Ok(Ok(stream)) => {
                 let context = ClientContext {
-                    handed: Some(Handed {
-                        from: Arc::from(""),
-                        client: None,
-                    }),
+                    handed: Some(Handed { client: None }),
                     ..ClientContext::default()
                 };
                 self.serve(Box::new(stream), peer, context, shutdown).await;
@@ -462,7 +459,6 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 metrics::Protocol::Http1
             },
             handed: Some(Handed {
-                from: Arc::from(peer.from.as_str()),
                 client: peer.client,
             }),
             started: None,
@@ -478,17 +474,20 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         client: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> Option<Stream> {
-        if let Some(peer) = head.peer.as_deref().and_then(PeerContext::decode) {
-            // On the peer channel (the only door whose heads' peer context is read): a
-            // blind tunnel another member hands over, relayed here to its end.
-            if context.handed.is_some() && head.len == head.bytes.len() {
-                let inner = conn.stream.into_inner().await.ok()?;
-                let opened = self
-                    .tunnels
-                    .open_handed(inner, &head.bytes[..head.len], &peer);
-                Box::pin(opened).await;
-                return None;
-            }
+        // On the peer channel (its context already read from the head): a blind tunnel
+        // another member hands over, relayed here to its end.
+        if let Some(handed) = context
+            .handed
+            .as_ref()
+            .filter(|_| head.len == head.bytes.len())
+        {
+            let inner = conn.stream.into_inner().await.ok()?;
+            let head = &head.bytes[..head.len];
+            let opened = self
+                .tunnels
+                .open_handed(inner, head, handed.client, context.destination);
+            Box::pin(opened).await;
+            return None;
         }
         if context.tunnel.is_some() || context.destination.is_some() || context.handed.is_some() {
             let why = "CONNECT inside a tunnel or a redirected connection";

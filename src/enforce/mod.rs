@@ -382,8 +382,10 @@ impl Enforcer {
     }
 
     /// Fleet mode: the decision when it is not this instance's to make (handed over,
-    /// or refused: no member may pace the origin now, or the egress check refused it
-    /// first); `None` to decide here.
+    /// or refused: no member may pace the origin now, or the egress check refused it);
+    /// `None` to decide here. The egress check runs once: before the route when the
+    /// destination's address is the key (`pacing.key: address`), before a hand-over
+    /// otherwise (a request this instance decides is checked as it is decided).
     async fn routed(
         &self,
         target: &Target,
@@ -391,16 +393,32 @@ impl Enforcer {
         handed: bool,
     ) -> Option<Decision> {
         self.owners.as_ref()?;
-        let addrs = match (destination, self.check_egress(&target.origin).await) {
-            (_, Err(refusal)) => return Some(Decision::Refuse(Refusal::EgressDenied(refusal))),
-            (Some(d), _) => vec![d.ip()],
-            (None, Ok(Ok(addrs))) => addrs,
-            (None, Ok(Err(_))) => Vec::new(),
+        let by_address = self.pacer.config().key == crate::config::PacingKey::Address;
+        let mut checked = false;
+        let addrs = match destination {
+            Some(d) => vec![d.ip()],
+            None if by_address => {
+                checked = true;
+                match self.check_egress(&target.origin).await {
+                    Err(refusal) => return Some(Decision::Refuse(Refusal::EgressDenied(refusal))),
+                    Ok(Ok(addrs)) => addrs,
+                    Ok(Err(_)) => Vec::new(),
+                }
+            }
+            None => Vec::new(),
         };
-        match self.route(&target.origin, &addrs, handed).await {
-            owned::Routed::Here => None,
-            owned::Routed::Decided(decision) => Some(decision),
+        let decision = match self.route(&target.origin, &addrs, handed).await {
+            owned::Routed::Here => return None,
+            owned::Routed::Decided(decision) => decision,
+        };
+        if matches!(decision, Decision::HandOver(_)) && !checked {
+            // Never carried to another member: a destination this one refuses (its own
+            // listeners among them).
+            if let Err(refusal) = self.check_egress(&target.origin).await {
+                return Some(Decision::Refuse(Refusal::EgressDenied(refusal)));
+            }
         }
+        Some(decision)
     }
 
     /// Waits for the request's turn. The returned [`Turn`] must be held until the

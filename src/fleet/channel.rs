@@ -11,9 +11,8 @@
 //! **What travels.** The request as the client sent it (its request target, headers and
 //! body, streamed), plus one header, [`PEER_HEADER`], carrying what the receiving member
 //! knows of it that the request does not say: the client's address, the proxy user (its
-//! name, authenticated by the sender), the tunnel's origin, the
-//! redirected connection's destination, the client's protocol, and the sender's member
-//! id ([`PeerContext`]). The owner then serves it exactly as if its client had come to
+//! name, authenticated by the sender), the tunnel's origin, the redirected
+//! connection's destination and the client's protocol ([`PeerContext`]). The owner then serves it exactly as if its client had come to
 //! it: judged once, signed once, paced once; its answer (status, headers including
 //! `X-Robots-*`, body streamed) goes back unchanged.
 //!
@@ -170,9 +169,6 @@ pub struct PeerContext {
     /// The client spoke HTTP/2.
     #[serde(rename = "h2", default)]
     pub http2: bool,
-    /// The sending member.
-    #[serde(rename = "m", default)]
-    pub from: String,
 }
 
 impl PeerContext {
@@ -206,7 +202,6 @@ mod tests {
             tunnel: Some("https://example.com:443".into()),
             destination: None,
             http2: true,
-            from: "a.1".into(),
         };
         let encoded = context.encode();
         assert_eq!(PeerContext::decode(encoded.as_bytes()), Some(context));

@@ -31,7 +31,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
-use crate::fleet::backend::{ms, Beat, Fleet, HEALTH_EVERY};
+use crate::fleet::backend::{lock, ms, Beat, Fleet, HEALTH_EVERY};
 use crate::fleet::down::Down;
 use crate::fleet::scripts::script;
 use crate::telemetry::metrics::DownCause;
@@ -152,10 +152,7 @@ impl Membership {
     /// Is this instance's lease valid by its own clock (its grace, with
     /// `on_unavailable: keep_owned`, included)?
     pub fn lease_valid(&self) -> bool {
-        let valid =
-            lock(&self.valid_until).is_some_and(|until| Instant::now() < until + self.grace);
-        crate::telemetry::metrics::FLEET_LEASE_VALID.set(i64::from(valid));
-        valid
+        lock(&self.valid_until).is_some_and(|until| Instant::now() < until + self.grace)
     }
 
     /// Until when this instance's lease is valid by its own clock.
@@ -324,7 +321,12 @@ impl Membership {
 #[async_trait::async_trait]
 impl Beat for Membership {
     async fn beat(&self, _fleet: &Arc<Fleet>) -> Result<(), Down> {
-        self.renew().await
+        let renewed = self.renew().await;
+        // The gauge follows the lease every beat, renewed or not (a lapse happens
+        // between renewals); requests only read the lease.
+        let valid = self.lease_valid();
+        crate::telemetry::metrics::FLEET_LEASE_VALID.set(i64::from(valid));
+        renewed
     }
 }
 
@@ -346,11 +348,6 @@ fn parse_renewal(answer: &[redis::Value]) -> Option<(i64, u64, String, HashMap<S
         }
     }
     Some((now, epoch, boot, members))
-}
-
-/// A poisoned lock is still used: the state it guards stays consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! Whether a Redis can hold the fleet's schedules, from its `INFO memory`: a
-//! `maxmemory-policy` that evicts them, or no memory left (checked at every health
-//! check: a script that has begun to write is let finish past `maxmemory`, so the
-//! scripts' own errors cannot be relied on to say so).
+//! Whether a Redis can hold the fleet's records (membership, claims, robots.txt copies,
+//! budgets), from its `INFO memory`: a `maxmemory-policy` that evicts them, or no
+//! memory left (checked at every health check: a script that has begun to write is let
+//! finish past `maxmemory`, so the scripts' own errors cannot be relied on to say so).
 
 use redis::Value;
 
@@ -26,13 +26,13 @@ pub(super) fn texts(value: Value) -> Vec<String> {
     }
 }
 
-/// Can this Redis (its `INFO memory`) hold the schedules? `Err` names why not: a
+/// Can this Redis (its `INFO memory`) hold the fleet's records? `Err` names why not: a
 /// policy that evicts them (unless `allow_eviction`), or no memory left.
 pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), Down> {
     let policy = info_field(info, "maxmemory_policy").unwrap_or("noeviction");
     if evicts(policy) && !allow_eviction {
         return Err(Down::new(DownCause::EvictionPolicy, format!(
-            "Redis maxmemory-policy {policy} can evict pacing schedules (set it to noeviction, or fleet.allow_eviction)"
+            "Redis maxmemory-policy {policy} can evict the fleet's claims and records (set it to noeviction, or fleet.allow_eviction)"
         )));
     }
     let number = |field| info_field(info, field).and_then(|v| v.parse::<u64>().ok());

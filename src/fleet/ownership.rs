@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::fleet::backend::{ms, Fleet, Unavailable};
+use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
 use crate::fleet::membership::{Member, Membership};
 use crate::fleet::scripts::script;
 use crate::pacing::ScheduleFacts;
@@ -137,7 +137,7 @@ impl Ownership {
                     }
                 };
             }
-            return if self.acts_for(key) {
+            return if self.members.may_own() {
                 Route::Here(None)
             } else {
                 Route::Unavailable("this instance's lease lapsed")
@@ -497,9 +497,4 @@ impl Ownership {
 /// The claim's key in Redis (its own hash slot).
 fn claim_key(key: &str) -> String {
     format!("rg:{{{key}}}:own")
-}
-
-/// A poisoned lock is still used: the state it guards stays consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -43,19 +43,16 @@ pub(super) fn owner_peer(
 /// headers; the owner strips what never goes to an origin), its proxy credentials
 /// removed, and this instance's context for it (`client`: its client's address).
 pub(super) fn to_owner(
-    enforcer: &Enforcer,
     ctx: &RequestContext,
     client: Option<IpAddr>,
     request: &mut RequestHeader,
 ) -> Result<()> {
-    let from = enforcer.owners().map_or("", |o| o.me()).to_string();
     let context = PeerContext {
         client,
         user: ctx.client.user.as_ref().map(|u| u.name.clone()),
         tunnel: ctx.client.tunnel.as_ref().map(|t| t.to_string()),
         destination: ctx.client.destination,
         http2: ctx.client.protocol == Protocol::Http2,
-        from,
     };
     request.remove_header("proxy-authorization");
     request.remove_header(PEER_HEADER);
