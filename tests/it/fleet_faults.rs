@@ -66,6 +66,22 @@ impl Crawled {
         paced.into_iter().chain(slow).collect()
     }
 
+    /// `proxy` meets both origins first: it owns them.
+    fn owned_by(&self, proxy: &Proxy) {
+        assert_eq!(curl(proxy, &self.paced.url("/p/first"), &[]).0, 200);
+        assert_eq!(curl(proxy, &self.slow.url("/s/first"), &[]).0, 200);
+    }
+
+    /// Returns once the load reaches both origins (a few pages each), for an event to
+    /// happen under it.
+    async fn under_load(&self) {
+        let loaded = eventually(Duration::from_secs(20), || {
+            pages(&self.paced, "/p/").len() >= 3 && pages(&self.slow, "/s/").len() >= 3
+        })
+        .await;
+        assert!(loaded, "the load never reached the origins");
+    }
+
     /// The promise, at the origins: no short gap, at most two at once, nothing
     /// disallowed; and `proxies` serve both origins again.
     async fn kept(&self, proxies: &[Proxy]) {
@@ -94,12 +110,14 @@ impl Crawled {
     }
 }
 
+/// A member's settings for one Redis, outage mode `mode`, [`SHORT`] timeouts.
+fn member_yaml(redis: &Redis, mode: &str) -> String {
+    format!("{}{SHORT}", fleet_yaml(redis, &short_fleet(mode)))
+}
+
 /// The fleet's members for one Redis, `n` of them, outage mode `mode`.
 fn members_of(redis: &Redis, n: usize, mode: &str) -> Vec<Proxy> {
-    instances(
-        n,
-        &format!("{}{SHORT}", fleet_yaml(redis, &short_fleet(mode))),
-    )
+    instances(n, &member_yaml(redis, mode))
 }
 
 /// How many keys `proxy` took over, or had handed to it.
@@ -129,15 +147,15 @@ async fn taken_over_by(others: &[Proxy], crawled: &Crawled) -> bool {
     false
 }
 
-/// Which of `proxies` own the crawled origins (indices, deduplicated).
-fn owners(proxies: &[Proxy], crawled: &Crawled) -> Vec<usize> {
-    let mut owners: Vec<usize> = [&crawled.paced, &crawled.slow]
-        .iter()
-        .filter_map(|o| crate::fleet_fixture::owner_index(proxies, o))
-        .collect();
-    owners.sort_unstable();
-    owners.dedup();
-    owners
+/// Each crawled origin has exactly one owner among `proxies`.
+fn one_owner_each(proxies: &[Proxy], crawled: &Crawled) {
+    for origin in [&crawled.paced, &crawled.slow] {
+        let owners = proxies
+            .iter()
+            .filter(|p| crate::fleet_fixture::owner_seen_by(p, origin).as_deref() == Some("here"))
+            .count();
+        assert_eq!(owners, 1, "owners of {}", origin.url(""));
+    }
 }
 
 /// A graceful stop (SIGTERM) of the member that owns the origins, under load: it stops
@@ -150,15 +168,11 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
     let mut proxies = members_of(&redis, 3, "refuse");
     backend_up(&proxies).await;
     // The first member meets both origins first: it owns them.
-    assert_eq!(
-        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
-        200
-    );
-    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    crawled.owned_by(&proxies[0]);
     let until = Instant::now() + Duration::from_secs(8);
     let pid = proxies[0].pid();
     let leave = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        crawled.under_load().await;
         signal(pid, "-TERM");
     };
     // Its clients keep sending through it until it stops listening.
@@ -173,6 +187,7 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
         leaver.log()
     );
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
     let handed: f64 = proxies.iter().map(|p| taken(p, "handed")).sum();
     let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
     assert_eq!(
@@ -188,14 +203,14 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
 async fn a_rolling_restart_keeps_the_promise() {
     let redis = Redis::start();
     let crawled = Crawled::start().await;
-    let yaml = format!("{}{SHORT}", fleet_yaml(&redis, &short_fleet("refuse")));
+    let yaml = member_yaml(&redis, "refuse");
     let mut proxies = instances(2, &yaml);
     backend_up(&proxies).await;
     for round in 0..2 {
         let until = Instant::now() + Duration::from_secs(4);
         let old = proxies.remove(0);
         let restart = async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            crawled.under_load().await;
             signal(old.pid(), "-TERM");
         };
         let statuses = crawled.during(&proxies, until, restart).await;
@@ -205,6 +220,7 @@ async fn a_rolling_restart_keeps_the_promise() {
         backend_up(&proxies).await;
     }
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
 }
 
 /// A graceful upgrade (SIGQUIT, a new process taking over the listeners, as the unit's
@@ -216,16 +232,12 @@ async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
     let crawled = Crawled::start().await;
     let mut proxies = members_of(&redis, 2, "refuse");
     backend_up(&proxies).await;
-    assert_eq!(
-        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
-        200
-    );
-    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    crawled.owned_by(&proxies[0]);
     let until = Instant::now() + Duration::from_secs(8);
     let old = &proxies[0];
     let upgraded = std::sync::Mutex::new(None);
     let upgrade = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        crawled.under_load().await;
         let next = tokio::task::block_in_place(|| old.upgrade());
         *upgraded.lock().expect("lock") = Some(next);
     };
@@ -238,6 +250,7 @@ async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
     assert!(old.log().contains("2 origins handed over"), "{}", old.log());
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
 }
 
 /// The owner SIGKILLed while serving: its origins wait for its lease and the longest
@@ -249,21 +262,18 @@ async fn an_owner_killed_while_serving_is_taken_over_after_the_longest_hold() {
     let crawled = Crawled::start().await;
     let mut proxies = members_of(&redis, 3, "refuse");
     backend_up(&proxies).await;
-    assert_eq!(
-        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
-        200
-    );
-    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    crawled.owned_by(&proxies[0]);
     let until = Instant::now() + Duration::from_secs(10);
     let pid = proxies[0].pid();
     let kill = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        crawled.under_load().await;
         signal(pid, "-KILL");
     };
     let statuses = crawled.during(&proxies, until, kill).await;
     assert!(statuses.contains(&200));
     drop(proxies.remove(0));
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
     // Both origins taken over (a member slowed past its lease on a loaded machine may
     // have had one taken over once more).
     let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
@@ -279,16 +289,12 @@ async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     let crawled = Crawled::start().await;
     let proxies = members_of(&redis, 3, "refuse");
     backend_up(&proxies).await;
-    assert_eq!(
-        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
-        200
-    );
-    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    crawled.owned_by(&proxies[0]);
     let until = Instant::now() + Duration::from_secs(14);
     let pid = proxies[0].pid();
     let others = &proxies[1..];
     let zombie = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        crawled.under_load().await;
         signal(pid, "-STOP");
         let over = taken_over_by(others, &crawled).await;
         signal(pid, "-CONT");
@@ -299,6 +305,7 @@ async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
     assert_eq!(
         taken(&proxies[0], "lost"),
         2.0,
@@ -368,20 +375,13 @@ async fn a_partitioned_owner(mode: &str) {
         certs().yaml()
     );
     let mut proxies = vec![Proxy::start_for_loopback(&through_relay)];
-    proxies.extend(instances(
-        2,
-        &format!("{}{SHORT}", fleet_yaml(&redis, &short_fleet(mode))),
-    ));
+    proxies.extend(members_of(&redis, 2, mode));
     backend_up(&proxies).await;
-    assert_eq!(
-        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
-        200
-    );
-    assert_eq!(curl(&proxies[0], &crawled.slow.url("/s/first"), &[]).0, 200);
+    crawled.owned_by(&proxies[0]);
     let until = Instant::now() + Duration::from_secs(16);
     let others = &proxies[1..];
     let partition = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        crawled.under_load().await;
         relay.cut();
         let over = taken_over_by(others, &crawled).await;
         relay.restore().await;
@@ -391,6 +391,7 @@ async fn a_partitioned_owner(mode: &str) {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
     assert_eq!(taken(&proxies[0], "lost"), 2.0, "it learnt it lost both");
 }
 
@@ -414,8 +415,9 @@ async fn redis_restarted_empty(mode: &str) {
     backend_up(&proxies).await;
     let until = Instant::now() + Duration::from_secs(10);
     let restart = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        crawled.under_load().await;
         drop(redis.take());
+        // Down for two seconds: past the lease (1.5 s), within keep_owned's grace.
         tokio::time::sleep(Duration::from_secs(2)).await;
         redis = Some(Redis::start_on(port, &[]));
     };
@@ -423,8 +425,7 @@ async fn redis_restarted_empty(mode: &str) {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
-    let owners = owners(&proxies, &crawled);
-    assert!(!owners.is_empty());
+    one_owner_each(&proxies, &crawled);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,8 +449,9 @@ async fn a_stalled_redis_keeps_the_promise() {
     let until = Instant::now() + Duration::from_secs(8);
     let pid = redis.child.id();
     let stall = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        crawled.under_load().await;
         signal(pid, "-STOP");
+        // Stalled for three seconds: past the command timeout and the lease.
         tokio::time::sleep(Duration::from_secs(3)).await;
         signal(pid, "-CONT");
     };
@@ -457,6 +459,7 @@ async fn a_stalled_redis_keeps_the_promise() {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
 }
 
 /// A Cluster master killed and its replica promoted (acknowledged writes may be lost),
@@ -490,7 +493,7 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
         .expect("another node");
     let until = Instant::now() + Duration::from_secs(12);
     let failover = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        crawled.under_load().await;
         signal(cluster.nodes[node].child.id(), "-KILL");
         let promoted = eventually(Duration::from_secs(20), || {
             cluster.master_of(other, &tag).is_some_and(|m| m != master)
@@ -502,6 +505,7 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
     drop(cluster.nodes.remove(node));
 }
 
@@ -545,7 +549,7 @@ async fn a_sentinel_failover_keeps_the_promise() {
     let until = Instant::now() + Duration::from_secs(12);
     let mut master = Some(master);
     let failover = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        crawled.under_load().await;
         drop(master.take());
         let promoted = eventually(Duration::from_secs(30), || {
             sentinels[0].sentinel_master() == Some(replica_port)
@@ -557,6 +561,7 @@ async fn a_sentinel_failover_keeps_the_promise() {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept(&proxies).await;
+    one_owner_each(&proxies, &crawled);
 }
 
 /// An evicting Redis, then a full one, is named in `/readyz`; nothing is forwarded for

@@ -79,6 +79,11 @@ pub(crate) fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
 
 /// Waits until every instance is ready (its lease valid) and knows every other one.
 pub(crate) async fn backend_up(proxies: &[Proxy]) {
+    members_up(&proxies.iter().collect::<Vec<_>>()).await;
+}
+
+/// As [`backend_up`], for members held apart.
+pub(crate) async fn members_up(proxies: &[&Proxy]) {
     for proxy in proxies {
         let ready = eventually(Duration::from_secs(15), || {
             admin(proxy, "GET", "/readyz").0 == 200 && members(proxy) >= proxies.len()

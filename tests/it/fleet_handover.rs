@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::common::{curl, pages, Behaviour, Proxy, TestCa, TestOrigin};
+use crate::common::{curl, pages, status_of, Behaviour, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{backend_up, certs, fleet_yaml, instances, owner_index, paced_origin};
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -77,7 +77,7 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
             (status, robots_headers(&head), body)
         })
         .collect();
-    assert_eq!(answers[0].0, 403);
+    assert_eq!(answers[0].0, 403, "{answers:?}\n{}", proxies[0].log());
     assert!(!answers[0].1.is_empty(), "{answers:?}");
     assert_eq!(answers[0], answers[1], "the owner's answer, unchanged");
     assert_eq!(refusing.count("/private/x"), 0);
@@ -95,28 +95,15 @@ fn robots_headers(head: &str) -> Vec<String> {
 /// trusted) with `extra` arguments: the HTTP status, 0 when no exchange took place.
 fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
     let peer = proxy.peer.expect("a fleet member");
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "5",
-        ])
-        .arg("--resolve")
-        .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
-        .arg("--cacert")
-        .arg(certs().file("ca.pem"))
-        .args(extra)
-        .arg(format!("https://robotsgate-fleet:{}/", peer.port()))
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    status_of(
+        Command::new("curl")
+            .arg("--resolve")
+            .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
+            .arg("--cacert")
+            .arg(certs().file("ca.pem"))
+            .args(extra)
+            .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
+    )
 }
 
 /// Only a member can use the peer channel: no client certificate, one from another CA,
@@ -147,20 +134,9 @@ async fn the_peer_channel_admits_only_fleet_members() {
         0,
         "a certificate from another CA"
     );
-    let plain = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "5",
-        ])
-        .arg(format!("http://{}/", proxy.peer.expect("peer")))
-        .output()
-        .expect("curl");
-    assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "200");
+    let plain =
+        status_of(Command::new("curl").arg(format!("http://{}/", proxy.peer.expect("peer"))));
+    assert_eq!(plain, 0, "plain HTTP on the peer channel");
 
     let member_cert = certs().file("member.pem");
     let member_key = certs().file("member.key");
@@ -320,6 +296,11 @@ async fn exactly_one_member_owns_an_origin() {
         assert_eq!(curl(proxy, &origin.url("/x"), &[]).0, 200);
     }
     assert_eq!(
+        origin.count("/x"),
+        3,
+        "each request reached the origin once"
+    );
+    assert_eq!(
         owner_index(&proxies, &origin),
         Some(2),
         "the first to meet it"
@@ -331,68 +312,46 @@ async fn exactly_one_member_owns_an_origin() {
     assert_eq!(owners, 1);
 }
 
-/// Two fleet members that intercept HTTPS (an operator CA), trust the test's origin CA,
-/// and whose `extra` lines are added; the directory keeping the CAs.
+/// Two fleet members that intercept HTTPS (the `https` tests' CAs and DNS), with
+/// `extra` lines added.
 struct HttpsFleet {
-    dir: tempfile::TempDir,
-    origin_ca: TestCa,
-    proxies: Vec<Proxy>,
+    /// The first member, with its CAs and their directory.
+    setup: crate::https::Setup,
+    /// The second member.
+    second: Proxy,
     _redis: Redis,
 }
 
 impl HttpsFleet {
     async fn start(extra: &str) -> HttpsFleet {
         let redis = Redis::start();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ca_cert, ca_key) = crate::common::operator_ca(dir.path());
-        let origin_ca = TestCa::new("fleet test origins CA");
-        let origin_ca_file = dir.path().join("origin-ca.pem");
-        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
-        let dns = crate::common::servfail_dns().await;
-        let yaml = format!(
-            "  dns:\n    nameservers: [\"{dns}\"]\n{extra}{}",
-            fleet_yaml(&redis, "")
-        );
-        let text = |p: &std::path::Path| p.to_str().expect("path").to_string();
-        let args = [
-            "--allow-destination".to_string(),
-            "127.0.0.0/8".into(),
-            "--allow-destination".into(),
-            "::1/128".into(),
-            "--ca-cert".into(),
-            text(&ca_cert),
-            "--ca-key".into(),
-            text(&ca_key),
-            "--upstream-ca".into(),
-            text(&origin_ca_file),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proxies: Vec<Proxy> = (0..2).map(|_| Proxy::start(&yaml, &args)).collect();
-        backend_up(&proxies).await;
+        let yaml = format!("{extra}{}", fleet_yaml(&redis, ""));
+        let setup = crate::https::Setup::start(&yaml).await;
+        let second = setup.another(&yaml);
+        crate::fleet_fixture::members_up(&[&setup.proxy, &second]).await;
         HttpsFleet {
-            dir,
-            origin_ca,
-            proxies,
+            setup,
+            second,
             _redis: redis,
         }
     }
 
+    /// Member `i` (0 or 1).
+    fn member(&self, i: usize) -> &Proxy {
+        [&self.setup.proxy, &self.second][i]
+    }
+
     /// An HTTPS origin for `localhost` serving `robots`.
     async fn origin(&self, robots: &str) -> TestOrigin {
-        TestOrigin::start_tls(
-            vec![("/robots.txt", Behaviour::ok(robots))],
-            self.origin_ca.server_config(&["localhost"]),
-            "localhost",
-        )
-        .await
+        self.setup.origin(robots).await
     }
 
     /// curl through member `i` trusting `ca` (a file in the directory), `extra` added.
     fn curl(&self, i: usize, url: &str, ca: &str, extra: &[&str]) -> (u16, String, String) {
-        let ca = self.dir.path().join(ca);
+        let ca = self.setup.dir.path().join(ca);
         let ca = ca.to_str().expect("path");
         let args = [&["--cacert", ca, "--suppress-connect-headers"][..], extra].concat();
-        curl(&self.proxies[i], url, &args)
+        curl(self.member(i), url, &args)
     }
 }
 
@@ -416,7 +375,9 @@ async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
     }
     assert_eq!(origin.count("/private/x"), 0);
     assert_eq!(
-        fleet.proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        fleet
+            .member(1)
+            .sum("robotsgate_requests_total", "decision=\"handed_over\""),
         4.0
     );
 }
@@ -437,7 +398,7 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
     assert_eq!((status, body.as_str()), (200, "page /first\n"));
     for i in 0..3 {
         let (status, _, body) = blind(1, &origin.url(&format!("/handed{i}")));
-        assert_eq!(status, 200, "{body}\n{}", fleet.proxies[1].log());
+        assert_eq!(status, 200, "{body}\n{}", fleet.member(1).log());
         assert_eq!(body, format!("page /handed{i}\n"));
     }
     // robots.txt once, then one connection per tunnel, each start a second apart.
@@ -448,10 +409,10 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
         assert!(gap >= Duration::from_millis(1000), "{gap:?}");
     }
     // Refused by the owner (the first member), through either member.
-    let ca = fleet.dir.path().join("origin-ca.pem");
+    let ca = fleet.setup.dir.path().join("origin-ca.pem");
     for i in [0, 1] {
         let refused = curl(
-            &fleet.proxies[i],
+            fleet.member(i),
             &blocked.url("/anything"),
             &["--cacert", ca.to_str().expect("path")],
         );
@@ -464,14 +425,14 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
     }
     assert_eq!(blocked.count("/anything"), 0);
     let tunnels = |i: usize| {
-        fleet.proxies[i].sum(
+        fleet.member(i).sum(
             "robotsgate_connect_tunnels_total",
             "outcome=\"established\"",
         )
     };
     assert_eq!(tunnels(0), 4.0, "the owner established every tunnel");
     assert_eq!(
-        fleet.proxies[1].counter("robotsgate_tls_leaf_mints_total"),
+        fleet.member(1).counter("robotsgate_tls_leaf_mints_total"),
         0.0
     );
 }

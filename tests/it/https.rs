@@ -20,6 +20,8 @@ pub(crate) struct Setup {
     pub(crate) operator_ca: PathBuf,
     pub(crate) origin_ca: TestCa,
     pub(crate) proxy: Proxy,
+    /// The DNS server robotsgate asks.
+    dns: std::net::SocketAddr,
 }
 
 impl Setup {
@@ -30,33 +32,22 @@ impl Setup {
     /// As [`Setup::start`], with names resolved by the test's own DNS server `dns`.
     pub(crate) async fn start_with_dns(dns: std::net::SocketAddr, extra_yaml: &str) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (ca_cert, ca_key) = operator_ca(dir.path());
+        let (ca_cert, _) = operator_ca(dir.path());
         let origin_ca = TestCa::new("robotsgate test origins CA");
-        let origin_ca_file = dir.path().join("origin-ca.pem");
-        std::fs::write(&origin_ca_file, &origin_ca.cert_pem).expect("write");
-        // Names resolve through a loopback DNS server only (`localhost` is answered by
-        // the resolver itself), so no lookup leaves the machine.
-        let proxy = Proxy::start(
-            &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
-            &[
-                "--allow-destination",
-                "127.0.0.0/8",
-                "--allow-destination",
-                "::1/128",
-                "--ca-cert",
-                path(&ca_cert),
-                "--ca-key",
-                path(&ca_key),
-                "--upstream-ca",
-                path(&origin_ca_file),
-            ],
-        );
+        std::fs::write(dir.path().join("origin-ca.pem"), &origin_ca.cert_pem).expect("write");
+        let proxy = launch(dir.path(), dns, extra_yaml);
         Setup {
             dir,
             operator_ca: ca_cert,
             origin_ca,
             proxy,
+            dns,
         }
+    }
+
+    /// One more robotsgate with the same CAs and DNS server (a fleet's second member).
+    pub(crate) fn another(&self, extra_yaml: &str) -> Proxy {
+        launch(self.dir.path(), self.dns, extra_yaml)
     }
 
     /// An HTTPS-only origin serving `ROBOTS`, its certificate from the test CA.
@@ -87,6 +78,33 @@ impl Setup {
     pub(crate) fn metric(&self, name: &str) -> f64 {
         self.proxy.counter(name)
     }
+}
+
+/// A robotsgate intercepting with the operator CA in `dir`, trusting the origins' CA
+/// there. Names resolve through a loopback DNS server only (`localhost` is answered by
+/// the resolver itself), so no lookup leaves the machine.
+fn launch(dir: &std::path::Path, dns: std::net::SocketAddr, extra_yaml: &str) -> Proxy {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let (ca_cert, ca_key, origin_ca) = (
+        file("operator-ca.pem"),
+        file("operator-ca.key"),
+        file("origin-ca.pem"),
+    );
+    Proxy::start(
+        &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
+        &[
+            "--allow-destination",
+            "127.0.0.0/8",
+            "--allow-destination",
+            "::1/128",
+            "--ca-cert",
+            &ca_cert,
+            "--ca-key",
+            &ca_key,
+            "--upstream-ca",
+            &origin_ca,
+        ],
+    )
 }
 
 pub(crate) fn path(p: &std::path::Path) -> &str {

@@ -624,31 +624,18 @@ async fn a_redirected_request_is_handed_to_its_origins_owner() {
             &origin_ca,
         ],
     );
-    for member in [&w.proxy, &owner] {
-        let ready = eventually(Duration::from_secs(15), || {
-            crate::common::admin(member, "GET", "/readyz").0 == 200
-                && crate::fleet_fixture::members(member) >= 2
-        })
-        .await;
-        assert!(ready, "fleet never came up:\n{}", member.log());
-    }
+    crate::fleet_fixture::members_up(&[&w.proxy, &owner]).await;
     // The owner meets both origins first, through its proxy listener.
     for url in ["http://site.test/first", "https://site.test/first"] {
-        let out =
-            w.ns.command("curl")
-                .args([
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "--cacert",
-                    &ca,
-                ])
-                .args(["-x", &format!("http://{}", owner.addr), url])
-                .output()
-                .expect("curl");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{url}");
+        let mut curl = w.ns.command("curl");
+        curl.args([
+            "--cacert",
+            &ca,
+            "-x",
+            &format!("http://{}", owner.addr),
+            url,
+        ]);
+        assert_eq!(crate::common::status_of(&mut curl), 200, "{url}");
     }
     for (scheme, origin) in [("http", &w.site), ("https", &w.site_tls)] {
         let (status, head, body) = w.crawl(&format!("{scheme}://site.test/handed"), &[]);

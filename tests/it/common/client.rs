@@ -81,3 +81,24 @@ pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> b
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs `curl` (a command whose remaining arguments say what to fetch) quietly for the
+/// HTTP status alone: 0 when no HTTP answer came (refused, reset, a failed handshake).
+pub fn status_of(curl: &mut Command) -> u16 {
+    let out = curl
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}

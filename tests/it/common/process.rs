@@ -354,20 +354,25 @@ impl Proxy {
         self.child.id()
     }
 
+    /// curl run where this process's listeners are reachable (its namespace, if any).
+    fn curl_here(&self) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "curl"]);
+                c
+            }
+            None => Command::new("curl"),
+        }
+    }
+
     /// The `/metrics` page (retried for 30 s while the scrape fails); `None` when curl
     /// cannot run.
     fn scrape(&self) -> Option<String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let page = loop {
-            let mut curl = match &self.netns {
-                Some(ns) => {
-                    let mut c = Command::new("ip");
-                    c.args(["netns", "exec", ns, "curl"]);
-                    c
-                }
-                None => Command::new("curl"),
-            };
-            let out = curl
+            let out = self
+                .curl_here()
                 .args([
                     "-sf",
                     "--max-time",
@@ -428,15 +433,8 @@ impl Drop for Proxy {
 
 /// An admin request: (status, body).
 pub fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
-    let mut curl = match &proxy.netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "curl"]);
-            c
-        }
-        None => Command::new("curl"),
-    };
-    let out = curl
+    let out = proxy
+        .curl_here()
         .args([
             "-s",
             "--max-time",
