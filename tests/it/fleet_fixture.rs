@@ -227,3 +227,52 @@ pub(crate) fn signal(pid: u32, signal: &str) {
         .expect("kill");
     assert!(status.success());
 }
+
+/// Two fleet members that intercept HTTPS (the `https` tests' CAs and DNS), with
+/// `extra` lines added.
+pub(crate) struct HttpsFleet {
+    /// The first member, with its CAs and their directory.
+    pub(crate) setup: crate::https::Setup,
+    /// The second member.
+    second: Proxy,
+    _redis: Redis,
+}
+
+impl HttpsFleet {
+    pub(crate) async fn start(extra: &str) -> HttpsFleet {
+        let redis = Redis::start();
+        let yaml = format!("{extra}{}", fleet_yaml(&redis, ""));
+        let setup = crate::https::Setup::start(&yaml).await;
+        let second = setup.another(&yaml);
+        crate::fleet_fixture::members_up(&[&setup.proxy, &second]).await;
+        HttpsFleet {
+            setup,
+            second,
+            _redis: redis,
+        }
+    }
+
+    /// Member `i` (0 or 1).
+    pub(crate) fn member(&self, i: usize) -> &Proxy {
+        [&self.setup.proxy, &self.second][i]
+    }
+
+    /// An HTTPS origin for `localhost` serving `robots`.
+    pub(crate) async fn origin(&self, robots: &str) -> TestOrigin {
+        self.setup.origin(robots).await
+    }
+
+    /// curl through member `i` trusting `ca` (a file in the directory), `extra` added.
+    pub(crate) fn curl(
+        &self,
+        i: usize,
+        url: &str,
+        ca: &str,
+        extra: &[&str],
+    ) -> (u16, String, String) {
+        let ca = self.setup.dir.path().join(ca);
+        let ca = ca.to_str().expect("path");
+        let args = [&["--cacert", ca, "--suppress-connect-headers"][..], extra].concat();
+        crate::common::curl(self.member(i), url, &args)
+    }
+}

@@ -10,7 +10,9 @@ use base64::Engine;
 use serde_json::Value;
 
 use crate::common::{curl, pages, status_of, Behaviour, Proxy, TestCa, TestOrigin};
-use crate::fleet_fixture::{backend_up, certs, fleet_yaml, instances, owner_index, paced_origin};
+use crate::fleet_fixture::{
+    backend_up, certs, fleet_yaml, instances, owner_index, paced_origin, HttpsFleet,
+};
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
 
@@ -310,49 +312,6 @@ async fn exactly_one_member_owns_an_origin() {
         .filter(|p| crate::fleet_fixture::owner_seen_by(p, &origin).as_deref() == Some("here"))
         .count();
     assert_eq!(owners, 1);
-}
-
-/// Two fleet members that intercept HTTPS (the `https` tests' CAs and DNS), with
-/// `extra` lines added.
-struct HttpsFleet {
-    /// The first member, with its CAs and their directory.
-    setup: crate::https::Setup,
-    /// The second member.
-    second: Proxy,
-    _redis: Redis,
-}
-
-impl HttpsFleet {
-    async fn start(extra: &str) -> HttpsFleet {
-        let redis = Redis::start();
-        let yaml = format!("{extra}{}", fleet_yaml(&redis, ""));
-        let setup = crate::https::Setup::start(&yaml).await;
-        let second = setup.another(&yaml);
-        crate::fleet_fixture::members_up(&[&setup.proxy, &second]).await;
-        HttpsFleet {
-            setup,
-            second,
-            _redis: redis,
-        }
-    }
-
-    /// Member `i` (0 or 1).
-    fn member(&self, i: usize) -> &Proxy {
-        [&self.setup.proxy, &self.second][i]
-    }
-
-    /// An HTTPS origin for `localhost` serving `robots`.
-    async fn origin(&self, robots: &str) -> TestOrigin {
-        self.setup.origin(robots).await
-    }
-
-    /// curl through member `i` trusting `ca` (a file in the directory), `extra` added.
-    fn curl(&self, i: usize, url: &str, ca: &str, extra: &[&str]) -> (u16, String, String) {
-        let ca = self.setup.dir.path().join(ca);
-        let ca = ca.to_str().expect("path");
-        let args = [&["--cacert", ca, "--suppress-connect-headers"][..], extra].concat();
-        curl(self.member(i), url, &args)
-    }
 }
 
 /// Intercepted HTTPS, in HTTP/1.1 and in HTTP/2 inside the tunnel: a request through a

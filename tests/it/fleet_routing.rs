@@ -1,14 +1,17 @@
 //! The routing guide, tested: HAProxy (Debian's `haproxy`) in front of the fleet sends
 //! each host to one member (`balance hdr(host)`, `hash-type consistent`), which meets
-//! the host first and so owns it: almost nothing is handed over.
+//! the host first and so owns it: almost nothing is handed over. A CONNECT carries its
+//! host in `Host` too, so tunnels (intercepted here) are routed the same way.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{free_port, start_listening, Proxy, TestOrigin};
-use crate::fleet_fixture::{backend_up, fleet_yaml, instances, paced_origin};
+use crate::common::{curl_via, free_port, start_listening, Proxy, TestOrigin};
+use crate::fleet_fixture::{
+    backend_up, fleet_yaml, instances, owner_seen_by, paced_origin, HttpsFleet,
+};
 use crate::redis_servers::Redis;
 
 /// HAProxy on a free loopback port in front of `members`, stopped by its PID.
@@ -19,7 +22,7 @@ struct Front {
 }
 
 impl Front {
-    fn start(members: &[Proxy]) -> Front {
+    fn start(members: &[&Proxy]) -> Front {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("haproxy.cfg");
         let servers: String = members
@@ -70,7 +73,7 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     let redis = Redis::start();
     let members = instances(3, &fleet_yaml(&redis, ""));
     backend_up(&members).await;
-    let front = Front::start(&members);
+    let front = Front::start(&members.iter().collect::<Vec<_>>());
     let mut origins: Vec<TestOrigin> = Vec::new();
     for _ in 0..20 {
         origins.push(paced_origin("0").await);
@@ -95,10 +98,7 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
         }
     }
     assert!(answered >= 590, "{answered} of 600 answered");
-    let handed: f64 = members
-        .iter()
-        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
-        .sum();
+    let handed = handed_over(&members.iter().collect::<Vec<_>>());
     println!("{handed} of {answered} requests handed over behind HAProxy");
     assert!(
         handed <= answered as f64 * 0.01,
@@ -107,4 +107,58 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     for origin in &origins {
         assert_eq!(origin.count("/r/0"), 1);
     }
+}
+
+/// The members' handed-over requests, summed.
+fn handed_over(members: &[&Proxy]) -> f64 {
+    members
+        .iter()
+        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
+        .sum()
+}
+
+/// CONNECT through HAProxy: two members intercepting HTTPS, eight HTTPS origins (one
+/// `localhost:port` each), five tunnels each, one request per tunnel: every tunnel goes
+/// to the member HAProxy picks for its `Host`, which owns the origin, so none is handed
+/// over; each request reached its origin once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_routes_connect_tunnels_by_host_too() {
+    let fleet = HttpsFleet::start("").await;
+    let members = [fleet.member(0), fleet.member(1)];
+    let front = Front::start(&members);
+    let mut origins: Vec<TestOrigin> = Vec::new();
+    for _ in 0..8 {
+        origins.push(fleet.origin("User-agent: *\nDisallow: /private\n").await);
+    }
+    let ca = fleet.setup.dir.path().join("operator-ca.pem");
+    let via = format!("http://127.0.0.1:{}", front.port);
+    let mut answered = 0usize;
+    for round in 0..5 {
+        for origin in &origins {
+            let args = ["--cacert", ca.to_str().expect("path"), "--http1.1"];
+            let (status, _, _) = curl_via(&via, &origin.url(&format!("/t/{round}")), &args);
+            answered += usize::from(status == 200);
+        }
+    }
+    assert_eq!(answered, 40, "every tunnel answered");
+    let handed = handed_over(&members);
+    println!("{handed} of {answered} tunnelled requests handed over behind HAProxy");
+    assert!(
+        handed <= answered as f64 * 0.01,
+        "{handed} of {answered} handed over"
+    );
+    let owners: Vec<usize> = origins
+        .iter()
+        .map(|o| {
+            assert_eq!(o.count("/t/0"), 1);
+            members
+                .iter()
+                .position(|m| owner_seen_by(m, o).as_deref() == Some("here"))
+                .expect("an owner")
+        })
+        .collect();
+    assert!(
+        owners.contains(&0) && owners.contains(&1),
+        "HAProxy spread the hosts over both members: {owners:?}"
+    );
 }

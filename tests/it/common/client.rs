@@ -29,17 +29,14 @@ pub async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec
 
 /// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
 pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
+    curl_via(&proxy.url(), url, extra)
+}
+
+/// Runs `curl -s -x PROXY_URL URL` through any proxy (a robotsgate, or a front before
+/// one), returning (status, headers, body).
+pub fn curl_via(proxy_url: &str, url: &str, extra: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl")
-        .args([
-            "-s",
-            "-S",
-            "--max-time",
-            "20",
-            "-D",
-            "-",
-            "-x",
-            &proxy.url(),
-        ])
+        .args(["-s", "-S", "--max-time", "20", "-D", "-", "-x", proxy_url])
         .args(extra)
         .arg(url)
         .output()
