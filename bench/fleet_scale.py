@@ -15,10 +15,16 @@ design's figure is 0 in the steady state); Redis CPU per second (INFO cpu) idle 
 renewals and health checks, measured for a few seconds before the load) and under the
 load, and their ratio; the share of requests handed over to another member; and the
 origins' verdict: requests that reached a disallowed path, gaps below a Crawl-delay,
-and the most requests in flight at once at one origin against max_in_flight (2).
+and the most requests in flight at once at one origin against max_in_flight (2); and
+robotsgate's own CPU per answered request, every instance counted (utime + stime), so a
+hand-over's cost shows against the one-instance run.
 
-Usage: bench/fleet_scale.py [--seconds 12] [--sizes 1,2,4,8] [--cluster]
-Needs redis-server (installs it if missing). Only processes this script started are
+With --front, each fleet size runs twice: clients through random instances, then through
+HAProxy routing by host (`balance hdr(host)`, `hash-type consistent`, the README's
+routing guide) in front of the same fleet.
+
+Usage: bench/fleet_scale.py [--seconds 12] [--sizes 1,2,4,8] [--cluster] [--front]
+Needs redis-server (and haproxy with --front; installs them if missing). Only processes this script started are
 stopped, by PID.
 """
 
@@ -35,7 +41,8 @@ import threading
 import time
 import urllib.request
 
-from benchlib import ROOT, ensure_packages, fleet_certs, free_port, robotsgate_config, stop, wait_port
+from benchlib import (ROOT, cpu_seconds, ensure_packages, fleet_certs, free_port, robotsgate_config, stop,
+                      wait_port)
 from origins import most_at_once, serve_origins
 
 ORIGINS = 50
@@ -134,8 +141,25 @@ def start_redis(work, cluster, pin):
     return started, ports
 
 
-def run(args, size, cluster, work):
-    """One fleet size, against fresh origins (run in a process of their own)."""
+def start_front(work, instances):
+    """HAProxy routing each host to one of `instances` (the README's routing guide): the
+    process and its port."""
+    port = free_port()
+    servers = "".join(f"  server m{i} 127.0.0.1:{p}\n" for i, (p, _) in enumerate(instances))
+    config = f"{work}/haproxy-{port}.cfg"
+    with open(config, "w") as f:
+        f.write("global\n  maxconn 2000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n"
+                f"  timeout server 60s\nfrontend crawlers\n  bind 127.0.0.1:{port}\n  default_backend fleet\n"
+                f"backend fleet\n  balance hdr(host)\n  hash-type consistent\n{servers}")
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    proc = subprocess.Popen([haproxy, "-db", "-f", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return proc, port
+
+
+def run(args, size, cluster, front, work):
+    """One fleet size, against fresh origins (run in a process of their own); clients
+    through HAProxy with `front`, else through random instances."""
     ports_q, logs_q, stop_origins = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
     origins = multiprocessing.Process(target=serve_origins, args=(ORIGINS, DELAYS, 0.005, ports_q, logs_q,
                                                                    stop_origins, "/private/"))
@@ -148,7 +172,7 @@ def run(args, size, cluster, work):
     started += redis_procs
     fleet = (f"    redis_cluster: [{', '.join(f'redis://127.0.0.1:{p}' for p in redis_ports)}]\n" if cluster
              else f"    redis: redis://127.0.0.1:{redis_ports[0]}/0\n")
-    instances = []
+    instances, members = [], []
     try:
         for n in range(size):
             admin = free_port()
@@ -163,6 +187,7 @@ def run(args, size, cluster, work):
                                     env={**os.environ, "RUST_LOG": "warn"}, stderr=open(f"{work}/rg{size}-{n}.log", "w"))
             started.append(proc)
             instances.append((port, admin))
+            members.append(proc)
         for port, admin in instances:
             wait_port(port)
             deadline = time.time() + 20
@@ -175,8 +200,14 @@ def run(args, size, cluster, work):
                 if time.time() > deadline:
                     sys.exit("fleet backend never came up")
                 time.sleep(0.1)
-        # Warm: every instance holds every origin's robots.txt.
-        for port, _ in instances:
+        # Warm: every instance holds every origin's robots.txt (through the front with
+        # one: the instance it picks for a host meets the host first, and owns it).
+        entries = [p for p, _ in instances]
+        if front:
+            haproxy, front_port = start_front(work, instances)
+            started.append(haproxy)
+            entries = [front_port]
+        for port in entries:
             proxy = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"})
             opener = urllib.request.build_opener(proxy)
             for o in origin_ports:
@@ -192,6 +223,7 @@ def run(args, size, cluster, work):
         calls0, cpu0 = redis_counters(redis_ports)
         detail0 = redis_detail(redis_ports)
         handed0 = sum(metric_sum(a, "robotsgate_requests_total", 'decision="handed_over"') for _, a in instances)
+        rg_cpu0 = sum(cpu_seconds(m.pid) for m in members)
         begin = time.monotonic()
         end = begin + args.seconds
         answered = [0]
@@ -200,7 +232,7 @@ def run(args, size, cluster, work):
         def client(seed):
             rng = random.Random(seed)
             openers = [urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{p}"}))
-                       for p, _ in instances]
+                       for p in entries]
             k = 0
             while time.monotonic() < end:
                 k += 1
@@ -221,6 +253,7 @@ def run(args, size, cluster, work):
         for t in threads:
             t.join()
         elapsed = time.monotonic() - begin
+        rg_cpu1 = sum(cpu_seconds(m.pid) for m in members)
         time.sleep(1)
         calls1, cpu1 = redis_counters(redis_ports)
         loaded = time.monotonic() - begin
@@ -236,6 +269,7 @@ def run(args, size, cluster, work):
             "calls": (calls1 - calls0 - (idle_calls1 - idle_calls0) * loaded / IDLE_SECONDS) / forwarded,
             "idle_ms": idle_cpu * 1e3, "load_ms": load_cpu * 1e3,
             "handed": (handed1 - handed0) / max(answered[0], 1),
+            "rg_us": (rg_cpu1 - rg_cpu0) / max(answered[0], 1) * 1e6,
             "leaks": leaks, "short": short, "most": most,
             "detail": {k: (detail1.get(k, 0) - detail0.get(k, 0)) / forwarded for k in detail1},
         }
@@ -250,6 +284,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--sizes", default="1,2,4,8")
     parser.add_argument("--cluster", action="store_true", help="also 8 instances on a three-master Cluster")
+    parser.add_argument("--front", action="store_true", help="each size also with HAProxy routing by host in front")
     parser.add_argument("--together", action="store_true",
                         help="Redis shares the cores with the load (by default it has the last core alone)")
     parser.add_argument("--detail", action="store_true",
@@ -260,22 +295,23 @@ def main():
         # children inherit this) on the others: Redis' CPU per request is then its own,
         # not inflated by being preempted mid-script by the load it serves.
         os.sched_setaffinity(0, set(range(os.cpu_count() - 1)))
-    ensure_packages({"redis-server": "redis-server"})
+    ensure_packages({"redis-server": "redis-server", **({"haproxy": "haproxy"} if args.front else {})})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="robotsgate-fleet-scale-")
     try:
-        runs = [(int(s), False) for s in args.sizes.split(",")] + ([(8, True)] if args.cluster else [])
+        runs = [(int(s), False, front) for s in args.sizes.split(",") for front in ([False, True] if args.front else [False])]
+        runs += [(8, True, False)] if args.cluster else []
         print(f"{CLIENTS} clients, {ORIGINS} origins, {args.seconds:.0f} s per run, max_in_flight 2\n")
         print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis ms/s idle':>15} "
               f"{'Redis ms/s load':>15} {'ratio':>6} {'handed over':>11} {'leaks':>6} {'short gaps':>10} "
-              f"{'most at once':>12}")
-        for size, cluster in runs:
-            r = run(args, size, cluster, work)
-            label = f"{size}{' (Cluster)' if cluster else ''}"
+              f"{'most at once':>12} {'rg µs/req':>9}")
+        for size, cluster, front in runs:
+            r = run(args, size, cluster, front, work)
+            label = f"{size}{' (Cluster)' if cluster else ''}{' HAProxy' if front else ''}"
             ratio = r["load_ms"] / max(r["idle_ms"], 1e-9)
             print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.3f} {r['idle_ms']:>15.2f} "
                   f"{r['load_ms']:>15.2f} {ratio:>6.2f} {r['handed']:>11.1%} {r['leaks']:>6} {r['short']:>10} "
-                  f"{r['most']:>12}", flush=True)
+                  f"{r['most']:>12} {r['rg_us']:>9.0f}", flush=True)
             if args.detail:
                 top = sorted(r["detail"].items(), key=lambda kv: -kv[1])[:8]
                 print("    µs/fwd: " + ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)

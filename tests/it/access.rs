@@ -2,7 +2,7 @@
 //! from a credentials file written by the real `robotsgate passwd`. Real sockets, curl
 //! as the crawler, a loopback origin that records what reaches it.
 
-use crate::common::{curl, passwd_line, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, passwd_line, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str =
     "User-agent: TeamBot\nDisallow: /team-only/\n\nUser-agent: *\nDisallow: /everyone/\n";
@@ -11,7 +11,7 @@ const ROBOTS: &str =
 async fn clients_outside_the_allowed_networks_are_refused() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     // Loopback is not in the list, so this test's own client is outside it.
-    let proxy = Proxy::start_for_loopback("  access:\n    allow_clients: [10.0.0.0/8]\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("access.allow_clients", ["10.0.0.0/8"]));
     let (status, head, body) = curl(&proxy, &origin.url("/page"), &[]);
     assert_eq!(status, 403, "{head}");
     assert!(
@@ -37,10 +37,11 @@ async fn basic_auth_identifies_the_team_and_never_travels_upstream() {
         passwd_line("plain", "plain-secret", &[]),
     );
     std::fs::write(&users, lines).expect("write users");
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  access:\n    credentials_file: {}\n    realm: crawl-fleet\n",
-        users.display()
-    ));
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("access.credentials_file", users.display().to_string())
+            .set("access.realm", "crawl-fleet"),
+    );
     let page = origin.url("/team-only/a");
 
     // No credentials, then wrong ones: 407 with the challenge; nothing goes upstream.
@@ -104,14 +105,8 @@ fn a_bad_credentials_file_stops_the_start_naming_the_key_and_line() {
     let users = dir.path().join("users");
     std::fs::write(&users, "alice:not-a-hash\n").expect("write");
     let config = dir.path().join("robotsgate.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "robotsgate:\n  access:\n    credentials_file: {}\n",
-            users.display()
-        ),
-    )
-    .expect("write");
+    let conf = Conf::new().set("access.credentials_file", users.display().to_string());
+    std::fs::write(&config, conf.file(&[])).expect("write");
     let stderr = crate::common::config_refusal(&config);
     assert!(
         stderr.contains("robotsgate.access.credentials_file") && stderr.contains("line 1"),

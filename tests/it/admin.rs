@@ -1,7 +1,7 @@
 //! The admin API over real sockets: "why was this URL blocked?" and "what is it doing to
 //! origin X?" answered from the live store, against a test origin that logs what it gets.
 
-use crate::common::{Behaviour, Proxy, TestOrigin};
+use crate::common::{Behaviour, Conf, Proxy, TestOrigin};
 use serde_json::Value;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n\nUser-agent: NewsBot\nDisallow: /\n\nSitemap: https://example.com/sitemap.xml\nClean-param: ref /articles/\n";
@@ -27,7 +27,7 @@ fn encode(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_a_decision_without_fetching_the_url() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
 
     let url = origin.url("/private/report?id=1");
     let (status, v) = admin(
@@ -114,7 +114,7 @@ async fn check_explains_a_decision_without_fetching_the_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_view_refresh_and_purge() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let path = format!("/origins/{}", encode(&origin.url("")));
 
     let (status, _) = admin(&proxy, "GET", &path).await;
@@ -213,7 +213,7 @@ async fn origin_view_refresh_and_purge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_access_log_has_one_structured_line_per_request() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("  log_format: json\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("log_format", "json"));
     assert_eq!(
         crate::common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
         200
@@ -306,7 +306,7 @@ async fn robots_txt_changes_are_tracked() {
     )])
     .await;
     // Admin refreshes are allowed once per min_ttl: short here.
-    let proxy = Proxy::start_for_loopback("  robots:\n    min_ttl_seconds: 0.2\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("robots.min_ttl_seconds", 0.2));
     assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
     let path = format!("/origins/{}", origin.url("").trim_end_matches('/'));
     // The same rules, respelled: no change.
@@ -361,7 +361,7 @@ async fn a_purge_mid_crawl_keeps_the_pace() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("  pacing:\n    max_in_flight: 1\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_in_flight", 1));
     let path = format!("/origins/{}", encode(&origin.url("")));
     let client = reqwest::Client::builder()
         .proxy(reqwest::Proxy::http(proxy.url()).expect("proxy"))
@@ -407,7 +407,7 @@ async fn a_purge_mid_crawl_keeps_the_pace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_is_never_reached_through_the_proxy() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
     let path = format!("/origins/{}", encode(&origin.url("")));
     for (method, url) in [
@@ -438,11 +438,8 @@ async fn the_admin_api_is_never_reached_through_the_proxy() {
 fn an_admin_listener_beyond_loopback_needs_a_token() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("robotsgate.yaml");
-    std::fs::write(
-        &config,
-        "version: 1\nrobotsgate:\n  admin_listen: 0.0.0.0:9091\n",
-    )
-    .expect("config");
+    let conf = Conf::new().set("admin_listen", "0.0.0.0:9091");
+    std::fs::write(&config, conf.file(&[("version", 1.into())])).expect("config");
     let said = crate::common::config_refusal(&config);
     assert!(said.contains("robotsgate.admin.token_file"), "{said}");
 }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{rss_bytes, servfail_dns, Behaviour, Proxy, TestOrigin};
+use crate::common::{rss_bytes, servfail_dns, Behaviour, Conf, Proxy, TestOrigin};
 
 const RULES: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -75,9 +75,13 @@ async fn origin(routes: Vec<(String, Behaviour)>) -> TestOrigin {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
     let dns = servfail_dns().await;
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  dns:\n    nameservers: [\"{dns}\"]\n  robots:\n    fetch_timeout_seconds: 2\n  upstream:\n    read_timeout_seconds: 2\n  pacing:\n    max_wait_seconds: 3\n"
-    ));
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("dns.nameservers", serde_json::json!([(dns)]))
+            .set("robots.fetch_timeout_seconds", 2)
+            .set("upstream.read_timeout_seconds", 2)
+            .set("pacing.max_wait_seconds", 3),
+    );
     let healthy = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(RULES))]).await;
     let one = |b: Behaviour| vec![("/robots.txt".to_string(), b)];
 
@@ -279,7 +283,7 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_storm_is_backed_off_not_amplified() {
-    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 3\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_wait_seconds", 3));
     let storm = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
     let healthy = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
     for i in 0..10 {

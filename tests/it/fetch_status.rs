@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::common::{curl, eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, Behaviour, Conf, Proxy, TestOrigin};
 
 const RULES: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -139,7 +139,9 @@ fn check(proxy: &Proxy, origin: &TestOrigin, expect: Expect, id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fetch_status_row() {
     let proxy = Proxy::start_for_loopback(
-        "  robots:\n    fetch_timeout_seconds: 1\n    retry_initial_seconds: 60\n",
+        &Conf::new()
+            .set("robots.fetch_timeout_seconds", 1)
+            .set("robots.retry_initial_seconds", 60),
     );
     let mut covered = BTreeSet::new();
     for id in row_ids() {
@@ -168,7 +170,10 @@ async fn every_fetch_status_row() {
 async fn unreachable_for_the_allow_after_period_allows_all() {
     // SPEC's 30 days, shortened by configuration to 1 s.
     let proxy = Proxy::start_for_loopback(
-        "  robots:\n    retry_initial_seconds: 0.2\n    retry_max_seconds: 0.2\n    unreachable_allow_after_seconds: 1\n",
+        &Conf::new()
+            .set("robots.retry_initial_seconds", 0.2)
+            .set("robots.retry_max_seconds", 0.2)
+            .set("robots.unreachable_allow_after_seconds", 1),
     );
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::status(500))]).await;
     assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 503);
@@ -183,7 +188,9 @@ async fn unreachable_for_the_allow_after_period_allows_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_copy_is_kept_while_the_origin_fails() {
     let proxy = Proxy::start_for_loopback(
-        "  robots:\n    min_ttl_seconds: 0\n    retry_initial_seconds: 60\n",
+        &Conf::new()
+            .set("robots.min_ttl_seconds", 0)
+            .set("robots.retry_initial_seconds", 60),
     );
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
@@ -210,9 +217,11 @@ async fn a_cached_copy_is_kept_while_the_origin_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_failure_means_unreachable() {
     let dns = crate::common::servfail_dns().await;
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  dns:\n    nameservers: [\"{dns}\"]\n    timeout_seconds: 1\n"
-    ));
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("dns.nameservers", serde_json::json!([(dns)]))
+            .set("dns.timeout_seconds", 1),
+    );
     let (status, head, body) = curl(&proxy, "http://robots-dns-failure.test:8080/public", &[]);
     assert_eq!(status, 503, "{head}{body}\n{}", proxy.log());
     assert!(body.contains("cannot resolve"), "{body}");
@@ -223,7 +232,9 @@ async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
     // Fresh for 3 s: a refresh ahead happens in the last tenth of that (0.3 s), not
     // within `refresh_ahead_seconds` (2.5 s) of expiry, which would be nearly always.
     let proxy = Proxy::start_for_loopback(
-        "  robots:\n    min_ttl_seconds: 0\n    refresh_ahead_seconds: 2.5\n",
+        &Conf::new()
+            .set("robots.min_ttl_seconds", 0)
+            .set("robots.refresh_ahead_seconds", 2.5),
     );
     let origin = TestOrigin::start(vec![(
         "/robots.txt",

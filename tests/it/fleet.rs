@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     admin, assert_gaps_at_least, curl, eventually, free_port, min_gap, most_at_once, pages,
-    Behaviour, Proxy, TestOrigin,
+    Behaviour, Conf, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_yaml, instances, owner_index, paced_origin, slow_origin, spread,
+    backend_up, certs, fleet_conf, instances, owner_index, paced_origin, slow_origin, spread,
 };
 use crate::redis_servers::{Cluster, Redis};
 
 /// Twelve clients over three instances, one origin with Crawl-delay 0.5: every gap at
 /// the origin is at least the delay, and nothing is lost.
-async fn three_instances_keep_one_crawl_delay(yaml: &str) {
+async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
     let origin = paced_origin("0.5").await;
-    let proxies = instances(3, yaml);
+    let proxies = instances(3, conf);
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/p/", 12).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
@@ -45,13 +45,13 @@ async fn three_instances_keep_one_crawl_delay(yaml: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_keep_one_crawl_delay_with_redis() {
     let redis = Redis::start();
-    three_instances_keep_one_crawl_delay(&fleet_yaml(&redis, "")).await;
+    three_instances_keep_one_crawl_delay(&fleet_conf(&redis)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_keep_one_crawl_delay_with_a_redis_cluster() {
     let cluster = Cluster::start();
-    three_instances_keep_one_crawl_delay(&cluster.yaml()).await;
+    three_instances_keep_one_crawl_delay(&cluster.conf()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +65,7 @@ async fn fifty_first_requests_over_three_instances_fetch_robots_txt_once() {
         },
     )])
     .await;
-    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    let proxies = instances(3, &fleet_conf(&redis));
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/page/", 50).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
@@ -85,7 +85,7 @@ async fn a_refresh_through_one_instance_reaches_the_others_within_a_second() {
         Behaviour::ok("User-agent: *\nDisallow: /old\n"),
     )])
     .await;
-    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    let proxies = instances(3, &fleet_conf(&redis));
     backend_up(&proxies).await;
     for proxy in &proxies {
         assert_eq!(curl(proxy, &origin.url("/new/a"), &[]).0, 200);
@@ -221,14 +221,13 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         _dir: tempfile::tempdir().expect("tempdir"),
     };
     let origin = paced_origin("0.3").await;
-    let yaml = format!(
-        "  fleet:\n    redis: \"rediss://127.0.0.1:{port}/0\"\n{}",
-        certs().yaml()
-    );
+    let conf = certs()
+        .conf()
+        .set("fleet.redis", format!("rediss://127.0.0.1:{port}/0"));
     let ca = path("ca.pem");
     let env = [("SSL_CERT_FILE", ca.as_str())];
     let proxies: Vec<Proxy> = (0..2)
-        .map(|_| Proxy::start_with_env(&yaml, &["--allow-destination", "127.0.0.0/8"], &env))
+        .map(|_| Proxy::start_with_env(&conf, &["--allow-destination", "127.0.0.0/8"], &env))
         .collect();
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/tls/", 4).await;
@@ -243,7 +242,7 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
 async fn two_instances_keep_one_in_flight_limit() {
     let redis = Redis::start();
     let origin = slow_origin("/f", 12).await;
-    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     let statuses = spread(&proxies, &origin, "/f", 12).await;
     assert_eq!(statuses, vec![200; 12]);
@@ -280,7 +279,7 @@ async fn a_latency_slow_down_seen_through_one_instance_spaces_requests_through_a
         ),
     ])
     .await;
-    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     // A baseline of fast answers through the first instance, then one 800 ms answer:
     // far above four times the baseline, a slow-down of at least that long.

@@ -13,19 +13,32 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::common::Conf;
 use crate::common::*;
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_yaml, instances, load, paced_origin, signal, slow_origin,
+    backend_up, certs, fleet_conf, instances, load, paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
 /// Timeouts short enough for a test: the longest an exchange can hold a turn is a few
 /// seconds, the lease 1.5 s.
-const SHORT: &str = "  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n  pacing:\n    max_exchange_seconds: 1\n  robots:\n    fetch_timeout_seconds: 1\n";
+fn short() -> Conf {
+    Conf::new()
+        .set("upstream.read_timeout_seconds", 1)
+        .set("upstream.write_timeout_seconds", 1)
+        .set("pacing.max_exchange_seconds", 1)
+        .set("robots.fetch_timeout_seconds", 1)
+}
 
-/// The fleet section's lines for [`SHORT`] leases, and the outage mode.
-fn short_fleet(mode: &str) -> String {
-    format!("    lease_seconds: 1.5\n    command_timeout_seconds: 0.2\n    on_unavailable: {mode}\n    outage_grace_seconds: 2\n")
+/// The fleet section's keys for short leases, and the outage mode; with [`short`]'s
+/// timeouts.
+fn short_fleet(mode: &str) -> Conf {
+    Conf::new()
+        .set("fleet.lease_seconds", 1.5)
+        .set("fleet.command_timeout_seconds", 0.2)
+        .set("fleet.on_unavailable", mode)
+        .set("fleet.outage_grace_seconds", 2)
+        .with(&short())
 }
 
 /// The origins every scenario crawls.
@@ -110,14 +123,14 @@ impl Crawled {
     }
 }
 
-/// A member's settings for one Redis, outage mode `mode`, [`SHORT`] timeouts.
-fn member_yaml(redis: &Redis, mode: &str) -> String {
-    format!("{}{SHORT}", fleet_yaml(redis, &short_fleet(mode)))
+/// A member's settings for one Redis, outage mode `mode`, [`short`] timeouts.
+fn member_conf(redis: &Redis, mode: &str) -> Conf {
+    fleet_conf(redis).with(&short_fleet(mode))
 }
 
 /// The fleet's members for one Redis, `n` of them, outage mode `mode`.
 fn members_of(redis: &Redis, n: usize, mode: &str) -> Vec<Proxy> {
-    instances(n, &member_yaml(redis, mode))
+    instances(n, &member_conf(redis, mode))
 }
 
 /// How many keys `proxy` took over, or had handed to it.
@@ -203,8 +216,8 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
 async fn a_rolling_restart_keeps_the_promise() {
     let redis = Redis::start();
     let crawled = Crawled::start().await;
-    let yaml = member_yaml(&redis, "refuse");
-    let mut proxies = instances(2, &yaml);
+    let conf = member_conf(&redis, "refuse");
+    let mut proxies = instances(2, &conf);
     backend_up(&proxies).await;
     for round in 0..2 {
         let until = Instant::now() + Duration::from_secs(4);
@@ -216,7 +229,7 @@ async fn a_rolling_restart_keeps_the_promise() {
         let statuses = crawled.during(&proxies, until, restart).await;
         assert!(statuses.contains(&200), "round {round}");
         drop(old);
-        proxies.push(Proxy::start_for_loopback(&yaml));
+        proxies.push(Proxy::start_for_loopback(&conf));
         backend_up(&proxies).await;
     }
     crawled.kept(&proxies).await;
@@ -368,12 +381,10 @@ async fn a_partitioned_owner(mode: &str) {
     let redis = Redis::start();
     let mut relay = Relay::start(redis.port).await;
     let crawled = Crawled::start().await;
-    let extra = format!("{}{SHORT}", short_fleet(mode));
-    let through_relay = format!(
-        "  fleet:\n    redis: \"redis://127.0.0.1:{}\"\n{}{extra}",
-        relay.port,
-        certs().yaml()
-    );
+    let through_relay = certs()
+        .conf()
+        .set("fleet.redis", format!("redis://127.0.0.1:{}", relay.port))
+        .with(&short_fleet(mode));
     let mut proxies = vec![Proxy::start_for_loopback(&through_relay)];
     proxies.extend(members_of(&redis, 2, mode));
     backend_up(&proxies).await;
@@ -468,8 +479,7 @@ async fn a_stalled_redis_keeps_the_promise() {
 async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
     let mut cluster = Cluster::start_with(1);
     let crawled = Crawled::start().await;
-    let yaml = format!("{}{}{SHORT}", cluster.yaml(), short_fleet("refuse"));
-    let proxies = instances(3, &yaml);
+    let proxies = instances(3, &cluster.conf().with(&short_fleet("refuse")));
     backend_up(&proxies).await;
     assert_eq!(
         curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
@@ -536,15 +546,14 @@ async fn a_sentinel_failover_keeps_the_promise() {
     let crawled = Crawled::start().await;
     let addresses: Vec<String> = sentinels
         .iter()
-        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port))
+        .map(|s| format!("redis://127.0.0.1:{}", s.port))
         .collect();
-    let yaml = format!(
-        "  fleet:\n    redis_sentinel:\n      master: main\n      sentinels: [{}]\n{}{}{SHORT}",
-        addresses.join(", "),
-        certs().yaml(),
-        short_fleet("refuse")
-    );
-    let proxies = instances(2, &yaml);
+    let conf = certs()
+        .conf()
+        .set("fleet.redis_sentinel.master", "main")
+        .set("fleet.redis_sentinel.sentinels", addresses)
+        .with(&short_fleet("refuse"));
+    let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     let until = Instant::now() + Duration::from_secs(12);
     let mut master = Some(master);
@@ -574,7 +583,7 @@ async fn an_evicting_or_full_redis_is_named_in_readyz() {
         Behaviour::ok("User-agent: *\nAllow: /\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback(&fleet_yaml(&redis, ""));
+    let proxy = Proxy::start_for_loopback(&fleet_conf(&redis));
     let named = |what: &'static str| {
         let proxy = &proxy;
         move || {

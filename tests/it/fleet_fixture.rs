@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{admin, eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{admin, eventually, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
 /// The fleet CA and one member certificate every test instance presents.
@@ -46,13 +46,12 @@ impl FleetCerts {
     }
 
     /// The peer channel's keys of a `fleet:` section.
-    pub(crate) fn yaml(&self) -> String {
-        format!(
-            "    peer_ca: \"{}\"\n    peer_cert: \"{}\"\n    peer_key: \"{}\"\n",
-            self.file("ca.pem").display(),
-            self.file("member.pem").display(),
-            self.file("member.key").display()
-        )
+    pub(crate) fn conf(&self) -> Conf {
+        let file = |name: &str| self.file(name).to_string_lossy().into_owned();
+        Conf::new()
+            .set("fleet.peer_ca", file("ca.pem"))
+            .set("fleet.peer_cert", file("member.pem"))
+            .set("fleet.peer_key", file("member.key"))
     }
 }
 
@@ -62,19 +61,14 @@ pub(crate) fn certs() -> &'static FleetCerts {
     CERTS.get_or_init(FleetCerts::make)
 }
 
-/// A `fleet:` section over one `redis-server`, the peer channel's credentials, `extra`
-/// (lines of the section, indented four spaces).
-pub(crate) fn fleet_yaml(redis: &Redis, extra: &str) -> String {
-    format!(
-        "  fleet:\n    redis: \"{}\"\n{}{extra}",
-        redis.url(),
-        certs().yaml()
-    )
+/// A `fleet:` section over one `redis-server`, with the peer channel's credentials.
+pub(crate) fn fleet_conf(redis: &Redis) -> Conf {
+    certs().conf().set("fleet.redis", redis.url())
 }
 
 /// `n` robotsgate processes with the same settings (each with its own ports).
-pub(crate) fn instances(n: usize, yaml: &str) -> Vec<Proxy> {
-    (0..n).map(|_| Proxy::start_for_loopback(yaml)).collect()
+pub(crate) fn instances(n: usize, conf: &Conf) -> Vec<Proxy> {
+    (0..n).map(|_| Proxy::start_for_loopback(conf)).collect()
 }
 
 /// Waits until every instance is ready (its lease valid) and knows every other one.
@@ -229,7 +223,7 @@ pub(crate) fn signal(pid: u32, signal: &str) {
 }
 
 /// Two fleet members that intercept HTTPS (the `https` tests' CAs and DNS), with
-/// `extra` lines added.
+/// `extra` settings added.
 pub(crate) struct HttpsFleet {
     /// The first member, with its CAs and their directory.
     pub(crate) setup: crate::https::Setup,
@@ -239,11 +233,11 @@ pub(crate) struct HttpsFleet {
 }
 
 impl HttpsFleet {
-    pub(crate) async fn start(extra: &str) -> HttpsFleet {
+    pub(crate) async fn start(extra: &Conf) -> HttpsFleet {
         let redis = Redis::start();
-        let yaml = format!("{extra}{}", fleet_yaml(&redis, ""));
-        let setup = crate::https::Setup::start(&yaml).await;
-        let second = setup.another(&yaml);
+        let conf = fleet_conf(&redis).with(extra);
+        let setup = crate::https::Setup::start(&conf).await;
+        let second = setup.another(&conf);
         crate::fleet_fixture::members_up(&[&setup.proxy, &second]).await;
         HttpsFleet {
             setup,

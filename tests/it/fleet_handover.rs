@@ -9,9 +9,9 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::common::{curl, pages, status_of, Behaviour, Proxy, TestCa, TestOrigin};
+use crate::common::{curl, pages, status_of, Behaviour, Conf, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_yaml, instances, owner_index, paced_origin, HttpsFleet,
+    backend_up, certs, fleet_conf, instances, owner_index, paced_origin, HttpsFleet,
 };
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -32,7 +32,7 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
     let origin = VerifyingOrigin::start(dir.path(), &signed[0].listener);
     let proxies: Vec<Proxy> = signed
         .iter()
-        .map(|s| Proxy::start_for_loopback(&format!("{}{}", fleet_yaml(&redis, ""), s.yaml)))
+        .map(|s| Proxy::start_for_loopback(&fleet_conf(&redis).with(&s.conf)))
         .collect();
     backend_up(&proxies).await;
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
@@ -115,7 +115,7 @@ fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
 async fn the_peer_channel_admits_only_fleet_members() {
     let redis = Redis::start();
     let origin = paced_origin("0").await;
-    let proxies = instances(1, &fleet_yaml(&redis, ""));
+    let proxies = instances(1, &fleet_conf(&redis));
     backend_up(&proxies).await;
     let proxy = &proxies[0];
     assert_eq!(peer_curl(proxy, &[]), 0, "no client certificate");
@@ -184,7 +184,7 @@ fn peer_context(json: &str) -> String {
 async fn a_clients_forged_peer_header_changes_nothing() {
     let redis = Redis::start();
     let origin = paced_origin("0").await;
-    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/claim"), &[]).0, 200);
     let forged = format!(
@@ -209,7 +209,7 @@ async fn a_clients_forged_peer_header_changes_nothing() {
 async fn a_forwarded_request_makes_no_redis_call() {
     let redis = Redis::start();
     let origins = [paced_origin("0").await, paced_origin("0").await];
-    let proxies = instances(2, &fleet_yaml(&redis, ""));
+    let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     // Each origin met once through each member: owned by one, known to the other.
     for origin in &origins {
@@ -292,7 +292,7 @@ fn commandstats_calls(port: u16) -> u64 {
 async fn exactly_one_member_owns_an_origin() {
     let redis = Redis::start();
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
-    let proxies = instances(3, &fleet_yaml(&redis, ""));
+    let proxies = instances(3, &fleet_conf(&redis));
     backend_up(&proxies).await;
     for proxy in proxies.iter().rev() {
         assert_eq!(curl(proxy, &origin.url("/x"), &[]).0, 200);
@@ -319,7 +319,7 @@ async fn exactly_one_member_owns_an_origin() {
 /// owner connects to the origin over TLS itself; a disallowed page is refused the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
-    let fleet = HttpsFleet::start("").await;
+    let fleet = HttpsFleet::start(&Conf::new()).await;
     let origin = fleet.origin("User-agent: *\nDisallow: /private\n").await;
     let tunnel = |i: usize, path: &str, protocol: &str| {
         fleet.curl(i, &origin.url(path), "operator-ca.pem", &[protocol])
@@ -347,7 +347,7 @@ async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
 /// the tunnels arrive at; an origin that disallows `/` is refused the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
-    let fleet = HttpsFleet::start("  tls:\n    blind_tunnel: [\"localhost\"]\n").await;
+    let fleet = HttpsFleet::start(&Conf::new().set("tls.blind_tunnel", ["localhost"])).await;
     let origin = fleet
         .origin("User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
         .await;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{curl_via, free_port, start_listening, Proxy, TestOrigin};
+use crate::common::{curl_via, free_port, start_listening, Conf, Proxy, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, fleet_yaml, instances, owner_seen_by, paced_origin, HttpsFleet,
+    backend_up, fleet_conf, instances, owner_seen_by, paced_origin, HttpsFleet,
 };
 use crate::redis_servers::Redis;
 
@@ -71,7 +71,7 @@ impl Drop for Front {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     let redis = Redis::start();
-    let members = instances(3, &fleet_yaml(&redis, ""));
+    let members = instances(3, &fleet_conf(&redis));
     backend_up(&members).await;
     let front = Front::start(&members.iter().collect::<Vec<_>>());
     let mut origins: Vec<TestOrigin> = Vec::new();
@@ -117,30 +117,30 @@ fn handed_over(members: &[&Proxy]) -> f64 {
         .sum()
 }
 
-/// CONNECT through HAProxy: two members intercepting HTTPS, eight HTTPS origins (one
-/// `localhost:port` each), five tunnels each, one request per tunnel: every tunnel goes
+/// CONNECT through HAProxy: two members intercepting HTTPS, sixteen HTTPS origins (one
+/// `localhost:port` each), three tunnels each, one request per tunnel: every tunnel goes
 /// to the member HAProxy picks for its `Host`, which owns the origin, so none is handed
 /// over; each request reached its origin once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_routes_connect_tunnels_by_host_too() {
-    let fleet = HttpsFleet::start("").await;
+    let fleet = HttpsFleet::start(&Conf::new()).await;
     let members = [fleet.member(0), fleet.member(1)];
     let front = Front::start(&members);
     let mut origins: Vec<TestOrigin> = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..16 {
         origins.push(fleet.origin("User-agent: *\nDisallow: /private\n").await);
     }
     let ca = fleet.setup.dir.path().join("operator-ca.pem");
     let via = format!("http://127.0.0.1:{}", front.port);
     let mut answered = 0usize;
-    for round in 0..5 {
+    for round in 0..3 {
         for origin in &origins {
             let args = ["--cacert", ca.to_str().expect("path"), "--http1.1"];
             let (status, _, _) = curl_via(&via, &origin.url(&format!("/t/{round}")), &args);
             answered += usize::from(status == 200);
         }
     }
-    assert_eq!(answered, 40, "every tunnel answered");
+    assert_eq!(answered, 48, "every tunnel answered");
     let handed = handed_over(&members);
     println!("{handed} of {answered} tunnelled requests handed over behind HAProxy");
     assert!(

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, rss_bytes, Behaviour, TestOrigin};
+use crate::common::{curl, eventually, rss_bytes, Behaviour, Conf, TestOrigin};
 use crate::h2_clients::h2_client;
 use crate::https::Setup;
 
@@ -21,8 +21,8 @@ struct Arena {
 }
 
 impl Arena {
-    async fn new(extra_yaml: &str) -> Arena {
-        let s = Setup::start(extra_yaml).await;
+    async fn new(conf: &Conf) -> Arena {
+        let s = Setup::start(conf).await;
         let target = s.origin("User-agent: *\nAllow: /\n").await;
         target.set("/big", Behaviour::ok(&"x".repeat(1024 * 1024)));
         let bystander = s.origin("User-agent: *\nAllow: /\n").await;
@@ -102,7 +102,7 @@ impl Arena {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_is_bounded() {
-    let a = Arena::new("").await;
+    let a = Arena::new(&Conf::new()).await;
     // Streams reset right behind their HEADERS: `h2` counts them and ends the
     // connection long before the 20,000 are sent.
     let report = a.attack(&["rapid-reset", "20000", "--hold", "3"]);
@@ -143,7 +143,7 @@ async fn rapid_reset_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_continuation_flood_ends_the_connection() {
-    let a = Arena::new("").await;
+    let a = Arena::new(&Conf::new()).await;
     let report = a.attack(&["continuation", "1000000", "--hold", "3"]);
     eprintln!("continuation flood: {report}");
     assert!(
@@ -157,7 +157,7 @@ async fn a_continuation_flood_ends_the_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpack_bomb_is_refused() {
-    let a = Arena::new("").await;
+    let a = Arena::new(&Conf::new()).await;
     // 12,000 references to a 4 KiB field: 48 MiB decoded from a 16 KiB block.
     let report = a.attack(&["hpack-bomb", "12000", "--hold", "3"]);
     eprintln!("hpack bomb: {report}");
@@ -173,9 +173,12 @@ async fn an_hpack_bomb_is_refused() {
 async fn a_zero_window_stall_is_cut() {
     // Streams whose client never opens its window: cut after the write timeout, as an
     // HTTP/1.1 client that takes no bytes is.
-    let a =
-        Arena::new("  upstream:\n    write_timeout_seconds: 1\n  pacing:\n    max_in_flight: 50\n")
-            .await;
+    let a = Arena::new(
+        &Conf::new()
+            .set("upstream.write_timeout_seconds", 1)
+            .set("pacing.max_in_flight", 50),
+    )
+    .await;
     let report = a.attack(&["zero-window", "50", "/big", "--hold", "5"]);
     eprintln!("zero window: {report}");
     assert_eq!(
@@ -192,7 +195,7 @@ async fn a_zero_window_stall_is_cut() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settings_flood_waits_on_the_flooder() {
-    let a = Arena::new("").await;
+    let a = Arena::new(&Conf::new()).await;
     let report = a.attack(&["settings-flood", "3000000"]);
     eprintln!("settings flood: {report}");
     // robotsgate stopped reading once its ACKs filled the socket: the flooder blocked.

@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{curl, eventually, min_gap, most_at_once, pages, Behaviour};
+use crate::common::{curl, eventually, min_gap, most_at_once, pages, Behaviour, Conf};
 use crate::https::Setup;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n";
@@ -89,7 +89,7 @@ fn curl_parallel(s: &Setup, urls: &[String]) -> (usize, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
 
     let (status, head, _) = curl_h2(&s, &origin.url("/page/a"), &["--http2"]);
@@ -144,7 +144,7 @@ async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_only_client_gets_each_answer_on_its_own_stream() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let target = format!("localhost:{}", origin.addr.port());
     let report = h2_client(
@@ -182,7 +182,9 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     // One client: its connection and two streams fill its three slots; the other
     // streams are answered 503 on their own streams while the first two go on.
     let s = Setup::start(
-        "  limits:\n    max_connections_per_client: 3\n  pacing:\n    max_in_flight: 10\n",
+        &Conf::new()
+            .set("limits.max_connections_per_client", 3)
+            .set("pacing.max_in_flight", 10),
     )
     .await;
     let origin = s.origin("User-agent: *\nAllow: /\n").await;
@@ -215,7 +217,9 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     // Streams per connection: robotsgate says two at once, and a client keeps to it
     // (curl opens a connection per two of its six parallel requests).
     let s = Setup::start(
-        "  limits:\n    max_streams_per_connection: 2\n  pacing:\n    max_in_flight: 10\n",
+        &Conf::new()
+            .set("limits.max_streams_per_connection", 2)
+            .set("pacing.max_in_flight", 10),
     )
     .await;
     let origin = s.origin("User-agent: *\nAllow: /\n").await;
@@ -246,7 +250,7 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_http2_off_tunnels_speak_http1_only() {
-    let s = Setup::start("  tls:\n    http2: off\n").await;
+    let s = Setup::start(&Conf::new().set("tls.http2", "off")).await;
     let origin = s.origin(ROBOTS).await;
     let (status, head, _) = curl_h2(&s, &origin.url("/page"), &["--http2"]);
     assert_eq!(status, 200);
@@ -260,7 +264,7 @@ async fn with_http2_off_tunnels_speak_http1_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_negotiates_h2_and_its_subresources_are_judged_and_paced() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s
         .origin("User-agent: *\nDisallow: /private/\nCrawl-delay: 0.3\n")
         .await;
@@ -313,7 +317,7 @@ async fn chromium_negotiates_h2_and_its_subresources_are_judged_and_paced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_streams_are_read_out_and_the_origin_is_not_frozen() {
     use crate::common::Behaviour;
-    let s = Setup::start("  pacing:\n    max_in_flight: 2\n").await;
+    let s = Setup::start(&Conf::new().set("pacing.max_in_flight", 2)).await;
     let origin = s.origin("User-agent: *\nAllow: /\n").await;
     origin.set(
         "/slow",

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::common::{free_port, start_listening, TestCa};
+use crate::common::{free_port, start_listening, Conf, TestCa};
 use crate::fleet_fixture::slow_origin;
 use crate::https::Setup;
 
@@ -167,7 +167,7 @@ fn most_at_once(logged: &[Logged]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_share_one_h2_connection_within_the_in_flight_limit() {
-    let gate = Setup::start("  pacing:\n    max_in_flight: 2\n").await;
+    let gate = Setup::start(&Conf::new().set("pacing.max_in_flight", 2)).await;
     let backend = slow_origin("/slow/", 8).await;
     let robots = "User-agent: *\nDisallow: /private\n";
     let nginx = Nginx::start(&gate.origin_ca, robots, true, backend.addr.port());
@@ -196,7 +196,7 @@ async fn concurrent_requests_share_one_h2_connection_within_the_in_flight_limit(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crawl_delay_is_kept_between_h2_streams() {
-    let gate = Setup::start("").await;
+    let gate = Setup::start(&Conf::new()).await;
     let backend = slow_origin("/slow/", 4).await;
     let robots = "User-agent: *\nCrawl-delay: 0.4\n";
     let nginx = Nginx::start(&gate.origin_ca, robots, true, backend.addr.port());
@@ -217,12 +217,12 @@ async fn a_crawl_delay_is_kept_between_h2_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_only_origin_is_reached_over_http1_and_off_means_off() {
     let allow = "User-agent: *\nAllow: /\n";
-    let gate = Setup::start("").await;
+    let gate = Setup::start(&Conf::new()).await;
     let h1 = Nginx::start(&gate.origin_ca, allow, false, 9);
     assert_eq!(gate.curl(&h1.url("/page")).0, 200);
     assert_eq!(h1.logged("/page")[0].protocol, "HTTP/1.1");
     // An h2 origin with `upstream.http2: off`: HTTP/1.1.
-    let off = Setup::start("  upstream:\n    http2: off\n").await;
+    let off = Setup::start(&Conf::new().set("upstream.http2", "off")).await;
     let h2 = Nginx::start(&off.origin_ca, allow, true, 9);
     assert_eq!(off.curl(&h2.url("/page")).0, 200);
     assert_eq!(h2.logged("/page")[0].protocol, "HTTP/1.1");
@@ -306,7 +306,7 @@ impl Drop for RefusingOrigin {
 /// later: the next page follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_h2_stream_is_sent_again_once_in_a_turn_of_its_own() {
-    let gate = Setup::start("").await;
+    let gate = Setup::start(&Conf::new()).await;
     let origin = RefusingOrigin::start(&gate.origin_ca, "User-agent: *\nCrawl-delay: 0.5\n");
     for (path, reason) in [("/refuse/1", "refused"), ("/goaway/1", "refused")] {
         let before = origin.logged().len();

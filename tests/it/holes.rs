@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, raw_exchange, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -33,7 +33,9 @@ async fn a_huge_crawl_delay_paces_at_the_ceiling() {
     )])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  pacing:\n    ceiling_seconds: 0.4\n    max_wait_seconds: 30\n",
+        &Conf::new()
+            .set("pacing.ceiling_seconds", 0.4)
+            .set("pacing.max_wait_seconds", 30),
     );
     let client = proxy.client();
     for n in 0..4 {
@@ -66,7 +68,7 @@ async fn a_huge_crawl_delay_paces_at_the_ceiling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_on_get_never_reaches_the_origin() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     let smuggled = format!("GET /private/smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n");
     let requests = [
@@ -122,7 +124,7 @@ async fn upgrades_are_refused_and_a_101_is_not_relayed() {
         ("/switch", Behaviour::status(101)),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     for upgrade in ["websocket", "h2c", "anything/1.0"] {
         let reply = raw_exchange(
@@ -162,7 +164,7 @@ async fn robots_txt_fetches_are_paced_and_not_per_request() {
         ),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 30\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_wait_seconds", 30));
     let client = proxy.client();
     for n in 0..5 {
         let r = client
@@ -203,9 +205,10 @@ async fn robots_txt_fetches_are_paced_and_not_per_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_is_fetched_with_the_configured_user_agent() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback(
-        "  robots:\n    user_agent: \"FleetBot/2.0 (+https://fleet.example/bot)\"\n",
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "robots.user_agent",
+        "FleetBot/2.0 (+https://fleet.example/bot)",
+    ));
     let (status, _, _) = curl(&proxy, &origin.url("/a"), &["-A", "FirstCrawler/1.0"]);
     assert_eq!(status, 200);
     let fetch = origin
@@ -229,7 +232,9 @@ async fn clients_cannot_choose_their_own_group() {
     )])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    from_user_agent: false\n    default_tokens: [FleetBot]\n",
+        &Conf::new()
+            .set("agent.from_user_agent", false)
+            .set("agent.default_tokens", ["FleetBot"]),
     );
     let (status, head, _) = curl(&proxy, &origin.url("/private/x"), &["-A", "FriendBot/1"]);
     assert_eq!(status, 403, "{head}");
@@ -262,7 +267,8 @@ async fn clients_cannot_choose_their_own_group() {
     // A config that turns the header off must name the fleet's tokens.
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "robotsgate:\n  agent:\n    from_user_agent: false\n").expect("write");
+    let conf = Conf::new().set("agent.from_user_agent", false);
+    std::fs::write(&bad, conf.file(&[])).expect("write");
     let text = crate::common::config_refusal(&bad);
     assert!(text.contains("robotsgate.agent.default_tokens"), "{text}");
 }
@@ -275,7 +281,7 @@ async fn client_robots_txt_requests_never_go_upstream() {
     let failing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(500))]).await;
     let held = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let missing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     for _ in 0..10 {
         let (status, head, _) = curl(&proxy, &failing.url("/robots.txt"), &[]);
         assert_eq!(status, 503, "{head}");
@@ -292,7 +298,7 @@ async fn client_robots_txt_requests_never_go_upstream() {
 /// Every robots-unreachable answer names its cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_robots_txt_names_the_cause() {
-    let proxy = Proxy::start_for_loopback("  robots:\n    fetch_timeout_seconds: 1\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("robots.fetch_timeout_seconds", 1));
     // Nothing listens on this port: connection refused.
     let closed = crate::common::free_port();
     let (status, head, body) = curl(&proxy, &format!("http://127.0.0.1:{closed}/x"), &[]);
@@ -324,7 +330,7 @@ async fn the_admin_api_is_guarded() {
     let token = dir.path().join("admin.token");
     std::fs::write(&token, "s3cret-admin-token-0123456789\n").expect("token");
     let proxy = Proxy::start(
-        "  robots:\n    min_ttl_seconds: 60\n",
+        &Conf::new().set("robots.min_ttl_seconds", 60),
         &[
             "--allow-destination",
             "127.0.0.0/8",
@@ -382,7 +388,8 @@ async fn the_admin_api_is_guarded() {
     assert_eq!(client.get(&base).send().await.expect("get").status(), 200);
 
     // A client outside admin.allow_clients: refused (health checks excepted).
-    let outside = Proxy::start_for_loopback("  admin:\n    allow_clients: [10.0.0.0/8]\n");
+    let outside =
+        Proxy::start_for_loopback(&Conf::new().set("admin.allow_clients", ["10.0.0.0/8"]));
     let metrics = client
         .get(format!("http://{}/metrics", outside.admin))
         .send()
@@ -395,7 +402,7 @@ async fn the_admin_api_is_guarded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_rewriting_headers_are_stripped() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let headers = [
         "X-Original-URL: /private/a",
         "X-Rewrite-URL: /private/b",
@@ -429,7 +436,7 @@ async fn path_rewriting_headers_are_stripped() {
 /// (Teredo, local-use NAT64, IPv4-compatible, site-local).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_forms_embedding_ipv4_do_not_pass_egress() {
-    let proxy = Proxy::start("", &[]);
+    let proxy = Proxy::start(&Conf::new(), &[]);
     for host in [
         "[2002:7f00:1::1]",
         "[2002:a9fe:a9fe::]",
@@ -454,7 +461,7 @@ async fn escaped_star_and_dollar_rules_match_both_spellings() {
         Behaviour::ok("User-agent: *\nDisallow: /price%24\nDisallow: /star%2A/\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     for path in [
         "/price$",
         "/price%24",
@@ -488,7 +495,7 @@ async fn responses_stream_while_the_origin_stalls() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let mut stream = tokio::net::TcpStream::connect(proxy.addr)
         .await
         .expect("connect");
@@ -522,7 +529,7 @@ async fn responses_stream_while_the_origin_stalls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     let mut batch = String::new();
     for path in ["/one", "/private/two", "/three"] {

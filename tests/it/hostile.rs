@@ -2,7 +2,7 @@
 //! IPv4-mapped literals, userinfo, and a catalogue of path encodings aimed at a disallowed
 //! prefix. Raw bytes over real sockets, so nothing is tidied up by a client library.
 
-use crate::common::{raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{raw_exchange, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private/\n";
 
@@ -58,7 +58,7 @@ fn the_reference_reading_is_itself_lenient() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let catalogue = [
         "/private/x",
         "/%70rivate/x",
@@ -150,7 +150,7 @@ async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_targets_and_authorities_are_refused_without_contact() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let port = origin.addr.port();
     let cases = [
         format!("GET http://user:pw@127.0.0.1:{port}/public HTTP/1.1\r\n\r\n"),
@@ -193,7 +193,7 @@ async fn malformed_targets_and_authorities_are_refused_without_contact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_header_naming_another_site_is_refused() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     // Which robots.txt would apply is ambiguous: refused, before any contact.
     for path in ["/private/x", "/public"] {
         let reply = raw_exchange(
@@ -236,7 +236,7 @@ async fn a_host_header_naming_another_site_is_refused() {
 async fn ip_literals_cannot_sneak_past_the_egress_policy() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     // No destination opened: loopback and private ranges are refused in every spelling.
-    let proxy = Proxy::start("", &[]);
+    let proxy = Proxy::start(&Conf::new(), &[]);
     let port = origin.addr.port();
     for authority in [
         format!("127.0.0.1:{port}"),

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{
-    client_config_trusting, curl, operator_ca, Behaviour, Proxy, TestCa, TestOrigin,
+    client_config_trusting, curl, operator_ca, Behaviour, Conf, Proxy, TestCa, TestOrigin,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -25,17 +25,17 @@ pub(crate) struct Setup {
 }
 
 impl Setup {
-    pub(crate) async fn start(extra_yaml: &str) -> Setup {
-        Setup::start_with_dns(crate::common::servfail_dns().await, extra_yaml).await
+    pub(crate) async fn start(conf: &Conf) -> Setup {
+        Setup::start_with_dns(crate::common::servfail_dns().await, conf).await
     }
 
     /// As [`Setup::start`], with names resolved by the test's own DNS server `dns`.
-    pub(crate) async fn start_with_dns(dns: std::net::SocketAddr, extra_yaml: &str) -> Setup {
+    pub(crate) async fn start_with_dns(dns: std::net::SocketAddr, conf: &Conf) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ca_cert, _) = operator_ca(dir.path());
         let origin_ca = TestCa::new("robotsgate test origins CA");
         std::fs::write(dir.path().join("origin-ca.pem"), &origin_ca.cert_pem).expect("write");
-        let proxy = launch(dir.path(), dns, extra_yaml);
+        let proxy = launch(dir.path(), dns, conf);
         Setup {
             dir,
             operator_ca: ca_cert,
@@ -46,8 +46,8 @@ impl Setup {
     }
 
     /// One more robotsgate with the same CAs and DNS server (a fleet's second member).
-    pub(crate) fn another(&self, extra_yaml: &str) -> Proxy {
-        launch(self.dir.path(), self.dns, extra_yaml)
+    pub(crate) fn another(&self, conf: &Conf) -> Proxy {
+        launch(self.dir.path(), self.dns, conf)
     }
 
     /// An HTTPS-only origin serving `ROBOTS`, its certificate from the test CA.
@@ -83,7 +83,7 @@ impl Setup {
 /// A robotsgate intercepting with the operator CA in `dir`, trusting the origins' CA
 /// there. Names resolve through a loopback DNS server only (`localhost` is answered by
 /// the resolver itself), so no lookup leaves the machine.
-fn launch(dir: &std::path::Path, dns: std::net::SocketAddr, extra_yaml: &str) -> Proxy {
+fn launch(dir: &std::path::Path, dns: std::net::SocketAddr, conf: &Conf) -> Proxy {
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
     let (ca_cert, ca_key, origin_ca) = (
         file("operator-ca.pem"),
@@ -91,7 +91,9 @@ fn launch(dir: &std::path::Path, dns: std::net::SocketAddr, extra_yaml: &str) ->
         file("origin-ca.pem"),
     );
     Proxy::start(
-        &format!("  dns:\n    nameservers: [\"{dns}\"]\n{extra_yaml}"),
+        &Conf::new()
+            .set("dns.nameservers", [dns.to_string()])
+            .with(conf),
         &[
             "--allow-destination",
             "127.0.0.0/8",
@@ -113,7 +115,7 @@ pub(crate) fn path(p: &std::path::Path) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_https_is_enforced_like_http() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
 
     let (status, _, body) = s.curl(&origin.url("/allowed?q=1"));
@@ -161,7 +163,7 @@ async fn curl_https_is_enforced_like_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ip_literal_without_sni_gets_an_ip_certificate() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let url = format!("https://127.0.0.1:{}/page", origin.addr.port());
     // curl sends no SNI for an IP literal and checks the IP SAN.
@@ -209,7 +211,7 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> (u16, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_requests_on_one_connect_tunnel() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let port = origin.addr.port();
 
@@ -297,7 +299,7 @@ async fn several_requests_on_one_connect_tunnel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_origin_certificate_is_a_502_with_the_reason() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let stranger = TestCa::new("a CA nobody configured");
     let origin = TestOrigin::start_tls(
         vec![("/robots.txt", Behaviour::status(404))],
@@ -338,7 +340,7 @@ async fn untrusted_origin_certificate_is_a_502_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_with_proxies_and_verify() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let script = r#"
 import sys, requests
@@ -377,7 +379,7 @@ for path in ("/allowed", "/disallowed/page"):
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_refusals() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     // A port outside tls.connect_ports.
     let reply = crate::common::raw_exchange(
         s.proxy.addr,
@@ -418,7 +420,7 @@ async fn connect_refusals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_ca_connect_is_refused() {
     let origin = TestOrigin::start(vec![]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let authority = format!("127.0.0.1:{}", origin.addr.port());
     let reply = crate::common::raw_exchange(
         proxy.addr,
@@ -440,11 +442,8 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
         crate::common::passwd_line("team", "team-secret", &["TeamBot"]) + "\n",
     )
     .expect("write users");
-    let s = Setup::start(&format!(
-        "  access:\n    credentials_file: {}\n",
-        users.display()
-    ))
-    .await;
+    let s = Setup::start(&Conf::new().set("access.credentials_file", users.display().to_string()))
+        .await;
     let origin = s
         .origin(
             "User-agent: TeamBot\nDisallow: /team-only\n\nUser-agent: *\nDisallow: /disallowed\n",
@@ -498,7 +497,7 @@ async fn connect_needs_credentials_and_its_tunnel_carries_the_user() {
 /// cause), with no 200 and no leaf minted for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_an_unresolvable_name_fails_at_the_connect() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let reply = crate::common::raw_exchange(
         s.proxy.addr,
         b"CONNECT nosuch.test:443 HTTP/1.1\r\nHost: nosuch.test:443\r\n\r\n",
@@ -513,7 +512,7 @@ async fn connect_to_an_unresolvable_name_fails_at_the_connect() {
 /// the handshake (counted), and mints nothing — so SNIs cannot churn the leaf cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sni_for_another_host_fails_the_handshake() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let ca_pem = std::fs::read_to_string(&s.operator_ca).expect("ca");
     for n in 0..20 {
@@ -554,7 +553,7 @@ async fn an_sni_for_another_host_fails_the_handshake() {
 /// request is out still gets the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_closed_tunnel_still_gets_its_response() {
-    let s = Setup::start("").await;
+    let s = Setup::start(&Conf::new()).await;
     let origin = s.origin(ROBOTS).await;
     let ca_pem = std::fs::read_to_string(&s.operator_ca).expect("ca");
     let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr)
@@ -592,7 +591,9 @@ async fn a_half_closed_tunnel_still_gets_its_response() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
     let s = Setup::start(
-        "  agent:\n    default_tokens: [OtherBot]\n    default_purposes: [train-ai]\n",
+        &Conf::new()
+            .set("agent.default_tokens", ["OtherBot"])
+            .set("agent.default_purposes", ["train-ai"]),
     )
     .await;
     let origin = s
@@ -628,7 +629,7 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
 async fn requests_in_an_intercepted_tunnel_are_signed() {
     use crate::signing::{one_key, VerifyingOrigin};
     let (keys, signed) = one_key("string");
-    let s = Setup::start(&signed.yaml).await;
+    let s = Setup::start(&signed.conf).await;
     let (cert, private) = s.origin_ca.leaf_pem(&["localhost", "127.0.0.1"]);
     let (cert_file, key_file) = (keys.path().join("leaf.pem"), keys.path().join("leaf.key"));
     std::fs::write(&cert_file, cert).expect("write");

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, Behaviour, TestOrigin};
+use crate::common::{curl, Behaviour, Conf, TestOrigin};
 use crate::https::{path, Setup, ROBOTS};
 
 /// Blind: the origin's own certificate reaches the client and no path is seen; the
 /// connection starts keep the Crawl-delay; `Disallow: /` refuses the CONNECT itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blind_tunnel_host_level_checks_and_paced_connection_starts() {
-    let s = Setup::start("  tls:\n    blind_tunnel: [\"localhost\"]\n").await;
+    let s = Setup::start(&Conf::new().set("tls.blind_tunnel", ["localhost"])).await;
     let origin = s
         .origin("User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
         .await;
@@ -71,7 +71,8 @@ async fn blind_tunnel_networks_must_hold_every_address() {
         "127.0.1.5".parse().expect("ip"),
     ])
     .await;
-    let s = Setup::start_with_dns(dns, "  tls:\n    blind_tunnel: [127.0.1.0/24]\n").await;
+    let s =
+        Setup::start_with_dns(dns, &Conf::new().set("tls.blind_tunnel", ["127.0.1.0/24"])).await;
     let origin = TestOrigin::start_tls(
         vec![("/robots.txt", Behaviour::ok(ROBOTS))],
         s.origin_ca.server_config(&["mixed.test"]),

@@ -4,19 +4,20 @@
 
 use std::time::Duration;
 
-use crate::common::{eventually, raw_exchange, Behaviour, Proxy, TestOrigin};
+use crate::common::{eventually, raw_exchange, Behaviour, Conf, Proxy, TestOrigin};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const LIMITS: &str = "  limits:
-    max_request_line_bytes: 256
-    max_header_bytes: 1024
-    max_headers: 10
-    max_body_bytes: 1000
-    header_read_timeout_seconds: 1
-    idle_timeout_seconds: 1
-    max_connections: 6
-";
+fn limits() -> Conf {
+    Conf::new()
+        .set("limits.max_request_line_bytes", 256)
+        .set("limits.max_header_bytes", 1024)
+        .set("limits.max_headers", 10)
+        .set("limits.max_body_bytes", 1000)
+        .set("limits.header_read_timeout_seconds", 1)
+        .set("limits.idle_timeout_seconds", 1)
+        .set("limits.max_connections", 6)
+}
 
 fn refused(proxy: &Proxy, reason: &str) -> f64 {
     proxy
@@ -39,7 +40,7 @@ async fn each_limit_answers_with_its_status_and_is_counted() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback(LIMITS);
+    let proxy = Proxy::start_for_loopback(&limits());
     let url = origin.url("/page");
     let host = format!("Host: {}\r\n", origin.addr);
     let many: String = (0..12).map(|i| format!("X-H{i}: v\r\n")).collect();
@@ -116,7 +117,7 @@ async fn each_limit_answers_with_its_status_and_is_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_heads_are_cut_at_the_deadline_while_others_are_served() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
-    let proxy = Proxy::start_for_loopback(LIMITS);
+    let proxy = Proxy::start_for_loopback(&limits());
     let addr = proxy.addr;
     let target = origin.url("/slow");
     // Four clients each send a head one octet every 100 ms: every read is prompt, the
@@ -160,7 +161,7 @@ async fn slowloris_heads_are_cut_at_the_deadline_while_others_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_kept_alive_connections_are_closed() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
-    let proxy = Proxy::start_for_loopback(LIMITS);
+    let proxy = Proxy::start_for_loopback(&limits());
 
     // A kept-alive connection that goes quiet is closed after limits.idle_timeout_seconds.
     let mut kept = TcpStream::connect(proxy.addr).await.expect("connect");
@@ -189,10 +190,7 @@ async fn idle_kept_alive_connections_are_closed() {
 async fn the_connection_limit_answers_503_until_slots_free_up() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
     // Silent connections may hold a slot for the header timeout: long enough here.
-    let proxy = Proxy::start_for_loopback(&LIMITS.replace(
-        "header_read_timeout_seconds: 1",
-        "header_read_timeout_seconds: 30",
-    ));
+    let proxy = Proxy::start_for_loopback(&limits().set("limits.header_read_timeout_seconds", 30));
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\n\r\n",
         origin.url("/a"),
@@ -262,7 +260,10 @@ async fn one_client_cannot_hold_every_slot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = crate::common::operator_ca(dir.path());
     let proxy = Proxy::start(
-        "  limits:\n    max_connections: 20\n    max_connections_per_client: 5\n    first_byte_timeout_seconds: 1\n",
+        &Conf::new()
+            .set("limits.max_connections", 20)
+            .set("limits.max_connections_per_client", 5)
+            .set("limits.first_byte_timeout_seconds", 1),
         &[
             "--allow-destination",
             "127.0.0.0/8",
@@ -342,7 +343,9 @@ async fn one_client_cannot_hold_every_slot() {
 async fn silent_connections_cost_little_and_give_their_memory_back() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
     let proxy = Proxy::start_for_loopback(
-        "  limits:\n    max_connections_per_client: 20000\n    first_byte_timeout_seconds: 60\n",
+        &Conf::new()
+            .set("limits.max_connections_per_client", 20000)
+            .set("limits.first_byte_timeout_seconds", 60),
     );
     let warm = raw_exchange(
         proxy.addr,

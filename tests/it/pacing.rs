@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    concurrent, curl, eventually, min_gap, pages, Behaviour, Proxy, Seen, TestOrigin,
+    concurrent, curl, eventually, min_gap, pages, Behaviour, Conf, Proxy, Seen, TestOrigin,
 };
 
 /// Time between the first and the last arrival of these requests at the origin.
@@ -21,7 +21,7 @@ async fn eight_concurrent_clients_are_spaced_by_crawl_delay() {
         Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     // Fetch robots.txt first: the timed run then measures pacing alone.
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let start = Instant::now();
@@ -66,7 +66,7 @@ async fn two_origins_are_paced_independently_and_in_parallel() {
     let robots = "User-agent: *\nCrawl-delay: 0.5\n";
     let a = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
     let b = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let urls = (0..4)
         .flat_map(|i| {
             [
@@ -94,7 +94,7 @@ async fn two_origins_are_paced_independently_and_in_parallel() {
 async fn crawlers_in_different_groups_have_their_own_schedules() {
     let robots = "User-agent: SlowBot\nCrawl-delay: 1\n\nUser-agent: *\nCrawl-delay: 1\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(
         curl(&proxy, &origin.url("/warm"), &["-A", "SlowBot/1"]).0,
         200
@@ -127,8 +127,11 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
         Behaviour::ok("User-agent: *\nCrawl-delay: 2\n"),
     )])
     .await;
-    let proxy =
-        Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 3\n    max_queue: 100\n");
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("pacing.max_wait_seconds", 3)
+            .set("pacing.max_queue", 100),
+    );
     // Right after the robots.txt fetch, the first page waits ~2 s; a second would wait ~4 s.
     let first = tokio::spawn({
         let client = proxy.client();
@@ -155,8 +158,11 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
     assert_eq!(origin.count("/two"), 0);
 
     // Queue bound: one may wait, the next is refused at once.
-    let proxy =
-        Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 30\n    max_queue: 1\n");
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("pacing.max_wait_seconds", 30)
+            .set("pacing.max_queue", 1),
+    );
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
         Behaviour::ok("User-agent: *\nCrawl-delay: 1\n"),
@@ -190,7 +196,7 @@ async fn a_client_that_disconnects_gives_up_its_place() {
         Behaviour::ok("User-agent: *\nCrawl-delay: 1.5\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/first"), &[]).0, 200);
     // Queued behind /first's delay, then gone after 0.3 s.
     let (status, _, _) = curl(&proxy, &origin.url("/impatient"), &["--max-time", "0.3"]);
@@ -227,7 +233,7 @@ async fn origin_429_with_retry_after_pauses_the_schedule() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/busy"), &[]).0, 429);
     let after_429 = Instant::now();
     assert_eq!(curl(&proxy, &origin.url("/next"), &[]).0, 200);
@@ -261,7 +267,7 @@ async fn without_crawl_delay_requests_are_not_serialised() {
         ),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("  pacing:\n    max_in_flight: 4\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_in_flight", 4));
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let statuses = concurrent(
         &proxy,
@@ -285,7 +291,7 @@ async fn a_refusal_during_an_origin_pause_says_so() {
         Behaviour::with_headers(503, &[("Retry-After", "30")], "maintenance"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("  pacing:\n    max_wait_seconds: 5\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_wait_seconds", 5));
     assert_eq!(curl(&proxy, &origin.url("/busy"), &[]).0, 503);
     let (status, head, body) = curl(&proxy, &origin.url("/later"), &[]);
     assert_eq!(status, 503);

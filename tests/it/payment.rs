@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{curl, free_port, passwd_line, Proxy};
+use crate::common::{curl, free_port, passwd_line, Conf, Proxy};
 use crate::signing::{generate, one_key, VerifyingOrigin};
 
 /// Pay per crawl: the budget pays (a signed `crawler-max-price`) while the day's budget
@@ -16,9 +16,9 @@ use crate::signing::{generate, one_key, VerifyingOrigin};
 #[test]
 fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
     let (dir, signed) = one_key("string");
-    let paying = signed.yaml.replace(
-        "        expires_seconds: 60\n",
-        "        expires_seconds: 60\n        payment: {max_price: USD 0.02, daily_budget: USD 0.05}\n",
+    let paying = signed.with_identity(
+        "payment",
+        serde_json::json!({"max_price": "USD 0.02", "daily_budget": "USD 0.05"}),
     );
     let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
     let proxy = Proxy::start_for_loopback(&paying);
@@ -96,7 +96,7 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
     // Without a budget: never an offer, the 402 passed through and counted (the same
     // directory listener address: one proxy at a time).
     drop(proxy);
-    let free = Proxy::start_for_loopback(&signed.yaml);
+    let free = Proxy::start_for_loopback(&signed.conf);
     let url = format!("http://127.0.0.1:{}/free", origin.port);
     let (status, head, _) = curl(&free, &url, &["-H", "crawler-max-price: USD 9.99"]);
     assert_eq!(status, 402);
@@ -132,30 +132,7 @@ fn a_users_identity_signs_and_a_rules_budget_pays() {
     )
     .expect("users");
     let port = free_port();
-    let yaml = format!(
-        "  access:
-    credentials_file: {users}
-  signing:
-    directory_listen: 127.0.0.1:{port}
-    users: {{alice: research}}
-    identities:
-      - name: main
-        key_file: {main}
-        signature_agent: https://crawler.example
-      - name: research
-        key_file: {research}
-        signature_agent: https://research.example/bots
-  agent:
-    default_identity: main
-    rules:
-      - client: 127.0.0.1/32
-        tokens: [FleetBot]
-        payment: {{max_price: USD 0.01, daily_budget: USD 0.02}}
-",
-        users = users.display(),
-        main = main.display(),
-        research = research.display(),
-    );
+    let yaml = Conf::new().set("access.credentials_file", users.display().to_string()).set("signing.directory_listen", format!("127.0.0.1:{}", port)).set("signing.users.alice", "research").set("signing.identities", serde_json::json!([{"name": "main", "key_file": (main.display().to_string()), "signature_agent": "https://crawler.example"}, {"name": "research", "key_file": (research.display().to_string()), "signature_agent": "https://research.example/bots"}])).set("agent.default_identity", "main").set("agent.rules", serde_json::json!([{"client": "127.0.0.1/32", "tokens": ["FleetBot"], "payment": {"max_price": "USD 0.01", "daily_budget": "USD 0.02"}}]));
     let origin =
         VerifyingOrigin::start_priced(dir.path(), &format!("http://127.0.0.1:{port}"), "USD 0.01");
     let proxy = Proxy::start_for_loopback(&yaml);
@@ -208,18 +185,17 @@ fn a_users_identity_signs_and_a_rules_budget_pays() {
 /// settle to the same day, so together they pay for exactly what the budget covers,
 /// whatever runs at once and through whichever instance; their status pages show the
 /// fleet's spend. A tally the backend cannot read pays for nothing.
-async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&str]) -> String) {
+async fn a_budget_shared_by_the_fleet(fleet: &Conf, redis_cli: impl Fn(&[&str]) -> String) {
     let (dir, signed) = one_key("string");
     // One directory listener per address: these instances serve none.
-    let yaml = signed
-        .yaml
-        .replace(&format!("    directory_listen: 127.0.0.1:{}\n", signed.port), "")
-        .replace(
-            "        expires_seconds: 60\n",
-            "        expires_seconds: 60\n        payment: {max_price: USD 0.01, daily_budget: USD 0.03}\n",
-        );
+    let conf = signed
+        .with_identity(
+            "payment",
+            serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
+        )
+        .without("signing.directory_listen");
     let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
-    let proxies = crate::fleet_fixture::instances(2, &format!("{fleet_yaml}{yaml}"));
+    let proxies = crate::fleet_fixture::instances(2, &fleet.clone().with(&conf));
     crate::fleet_fixture::backend_up(&proxies).await;
     // Eight requests at once, four through each instance. A 503 (a turn not granted in
     // time, or the backend slow to answer on a loaded host) is retried, as a crawler
@@ -307,20 +283,20 @@ async fn a_budget_shared_by_the_fleet(fleet_yaml: &str, redis_cli: impl Fn(&[&st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_is_shared_by_the_fleet_through_redis() {
     let redis = crate::redis_servers::Redis::start();
-    let yaml = crate::fleet_fixture::fleet_yaml(&redis, "");
+    let fleet = crate::fleet_fixture::fleet_conf(&redis);
     let cli = |args: &[&str]| crate::redis_servers::redis_cli(redis.port, args);
-    a_budget_shared_by_the_fleet(&yaml, cli).await;
+    a_budget_shared_by_the_fleet(&fleet, cli).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_is_shared_by_the_fleet_through_a_redis_cluster() {
     let cluster = crate::redis_servers::Cluster::start();
-    let yaml = cluster.yaml();
+    let fleet = cluster.conf();
     let cli = |args: &[&str]| {
         let args: Vec<&str> = std::iter::once("-c").chain(args.iter().copied()).collect();
         crate::redis_servers::redis_cli(cluster.nodes[0].port, &args)
     };
-    a_budget_shared_by_the_fleet(&yaml, cli).await;
+    a_budget_shared_by_the_fleet(&fleet, cli).await;
 }
 
 /// An origin's charge counts against the budget at most as the offer: above it, in
@@ -332,9 +308,9 @@ async fn a_budget_is_shared_by_the_fleet_through_a_redis_cluster() {
 async fn overcharges_count_as_the_offer_and_origins_name_no_labels() {
     use crate::common::{Behaviour, TestOrigin};
     let (_dir, signed) = one_key("string");
-    let paying = signed.yaml.replace(
-        "        expires_seconds: 60\n",
-        "        expires_seconds: 60\n        payment: {max_price: USD 0.01, daily_budget: USD 0.03}\n",
+    let paying = signed.with_identity(
+        "payment",
+        serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
     );
     let charging =
         |charged: &str| Behaviour::with_headers(200, &[("crawler-charged", charged)], "page\n");

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    concurrent, curl, eventually, gaps, most_at_once, pages, static_dns, Behaviour, Proxy,
+    concurrent, curl, eventually, gaps, most_at_once, pages, static_dns, Behaviour, Conf, Proxy,
     TestOrigin,
 };
 
@@ -32,7 +32,10 @@ async fn thirty_two_clients_never_have_more_than_two_requests_at_an_origin() {
     // the in-flight limit paces here (the adaptive slow-down a 200 ms origin triggers
     // against its 1 ms /warm is tested on its own).
     let proxy = Proxy::start_for_loopback(
-        "  pacing:\n    max_wait_seconds: 1\n    max_queue: 8\n    adaptive:\n      enabled: false\n",
+        &Conf::new()
+            .set("pacing.max_wait_seconds", 1)
+            .set("pacing.max_queue", 8)
+            .set("pacing.adaptive.enabled", false),
     );
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let client = proxy.client();
@@ -89,7 +92,7 @@ async fn an_origin_that_slows_down_is_given_more_time() {
         ("/p", delayed(5)),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let run = |prefix: &'static str, n: usize| {
         let urls = (0..n)
@@ -135,7 +138,7 @@ async fn errors_without_retry_after_widen_the_spacing_until_the_origin_recovers(
     for (i, status) in [503, 500, 503, 200, 200, 200, 200].iter().enumerate() {
         origin.set(&format!("/e{i}"), Behaviour::status(*status));
     }
-    let proxy = Proxy::start_for_loopback("  pacing:\n    ceiling_seconds: 2\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.ceiling_seconds", 2));
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     for i in 0..7 {
         curl(&proxy, &origin.url(&format!("/e{i}")), &[]);
@@ -178,10 +181,11 @@ impl OneServer {
 
     /// robotsgate resolving through the test's name server, with `pacing.key: key`.
     fn proxy(&self, key: &str) -> Proxy {
-        Proxy::start_for_loopback(&format!(
-            "  dns:\n    nameservers: [\"{}\"]\n  pacing:\n    key: {key}\n",
-            self.dns
-        ))
+        Proxy::start_for_loopback(
+            &Conf::new()
+                .set("dns.nameservers", serde_json::json!([(self.dns)]))
+                .set("pacing.key", key),
+        )
     }
 }
 
@@ -265,9 +269,7 @@ async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
     )])
     .await;
     let port = origin.addr.port();
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  log_format: json\n  dns:\n    nameservers: [\"{dns}\"]\n  pacing:\n    overrides:\n      - host: \"*.blocked.test\"\n        block: true\n        reason: asked us to stop\n      - host: slow.test\n        delay_seconds: 0.6\n"
-    ));
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("log_format", "json").set("dns.nameservers", serde_json::json!([(dns)])).set("pacing.overrides", serde_json::json!([{"host": "*.blocked.test", "block": true, "reason": "asked us to stop"}, {"host": "slow.test", "delay_seconds": 0.6}])));
     let (status, head, body) = curl(&proxy, &format!("http://www.blocked.test:{port}/x"), &[]);
     assert_eq!(status, 403);
     assert!(
@@ -329,7 +331,7 @@ async fn a_response_robotsgate_is_slow_to_read_is_not_the_origin_slowing_down() 
         origin.set(path, delayed(200));
     }
     origin.set("/slow", delayed(2_000));
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let latency = "robotsgate_pacing_slow_downs_total{cause=\"latency\"}";
     for path in ["/warm", "/base0", "/base1", "/base2"] {
         assert_eq!(curl(&proxy, &origin.url(path), &[]).0, 200);

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::common::{
     admin, concurrent, curl, eventually, free_port, pages, raw_exchange, run_output, Behaviour,
-    Proxy, TestOrigin,
+    Conf, Proxy, TestOrigin,
 };
 use crate::redis_servers::Redis;
 
@@ -254,7 +254,10 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     .await;
     let failing = TestOrigin::start(vec![("/fail", Behaviour::status(503))]).await;
     let a = Proxy::start_for_loopback(
-        "  pacing:\n    ceiling_seconds: 0.2\n    max_in_flight: 2\n    max_queue: 4\n",
+        &Conf::new()
+            .set("pacing.ceiling_seconds", 0.2)
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_queue", 4),
     );
 
     // ---- Instance B: fleet mode, TLS interception, a transparent listener ----
@@ -274,9 +277,9 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     assert!(ok, "{text}");
     let transparent = free_port();
     let b = Proxy::start(
-        &format!(
-            "{}  transparent:\n    http_listen: 127.0.0.1:{transparent}\n",
-            crate::fleet_fixture::fleet_yaml(&redis, "")
+        &crate::fleet_fixture::fleet_conf(&redis).set(
+            "transparent.http_listen",
+            format!("127.0.0.1:{transparent}"),
         ),
         &[
             "--allow-destination",

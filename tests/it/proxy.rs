@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n\nUser-agent: NewsBot\nDisallow: /\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_allowed_reaches_origin_disallowed_does_not() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
 
     let (status, _, body) = curl(&proxy, &origin.url("/allowed?x=1"), &[]);
     assert_eq!(status, 200, "{}", proxy.log());
@@ -36,7 +36,7 @@ async fn curl_allowed_reaches_origin_disallowed_does_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let client = proxy.client();
     let get =
         |ua: &'static str, path: &str| client.get(origin.url(path)).header("User-Agent", ua).send();
@@ -70,7 +70,7 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
 async fn configured_tokens_override_the_header() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
     let proxy = Proxy::start(
-        "",
+        &Conf::new(),
         &["--allow-destination", "127.0.0.0/8", "--agent", "NewsBot"],
     );
     let (status, _, _) = curl(&proxy, &origin.url("/page"), &["-A", "ExampleBot/1.0"]);
@@ -81,7 +81,7 @@ async fn configured_tokens_override_the_header() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transparent_mode_uses_the_host_header() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let client = reqwest::Client::new();
     let send = |path: &str| {
         client
@@ -98,7 +98,7 @@ async fn transparent_mode_uses_the_host_header() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_receives_the_canonical_path_the_decision_was_made_on() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     for sneaky in [
         "/ok/../disallowed",
         "/%64isallowed",
@@ -128,7 +128,7 @@ async fn origin_receives_the_canonical_path_the_decision_was_made_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_origin_is_refused_without_allow_destination() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start("", &[]);
+    let proxy = Proxy::start(&Conf::new(), &[]);
     let (status, head, body) = curl(&proxy, &origin.url("/allowed"), &[]);
     assert_eq!(status, 403);
     assert!(
@@ -143,7 +143,7 @@ async fn loopback_origin_is_refused_without_allow_destination() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ports_outside_the_allow_list_are_refused() {
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let (status, _, body) = curl(&proxy, "http://127.0.0.1:25/", &[]);
     assert_eq!(status, 403);
     assert!(body.contains("port 25"), "{body}");
@@ -159,7 +159,7 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
         },
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     let urls = (0..50)
         .map(|i| (origin.url(&format!("/page/{i}")), "ExampleBot/1.0"))
         .collect();
@@ -176,7 +176,7 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_is_answered_from_the_store() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/x"), &[]).0, 200);
     let (status, head, body) = curl(&proxy, &origin.url("/robots.txt"), &[]);
     assert_eq!((status, body.as_str()), (200, ROBOTS));
@@ -186,7 +186,7 @@ async fn robots_txt_is_answered_from_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_request_targets_get_400() {
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     for request in [
         "GET http://user:pw@127.0.0.1:8080/ HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nConnection: close\r\n\r\n",
         "GET ftp://127.0.0.1:8080/ HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nConnection: close\r\n\r\n",

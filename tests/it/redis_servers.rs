@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::free_port;
+use crate::common::{free_port, Conf};
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
 pub(crate) struct Redis {
@@ -177,16 +177,14 @@ impl Cluster {
             })
     }
 
-    pub(crate) fn yaml(&self) -> String {
+    pub(crate) fn conf(&self) -> Conf {
         let seeds: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
             .collect();
-        format!(
-            "  fleet:\n    redis_cluster: [{}]\n{}",
-            seeds.join(", "),
-            crate::fleet_fixture::certs().yaml()
-        )
+        crate::fleet_fixture::certs()
+            .conf()
+            .set("fleet.redis_cluster", seeds)
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{eventually, Behaviour, Proxy, TestOrigin};
+use crate::common::{eventually, Behaviour, Conf, Proxy, TestOrigin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_changes_config_without_failing_a_request() {
@@ -15,7 +15,7 @@ async fn reload_changes_config_without_failing_a_request() {
         Behaviour::ok("User-agent: *\nAllow: /\n"),
     )])
     .await;
-    let mut old = Proxy::start_for_loopback("  pacing:\n    floor_seconds: 0\n");
+    let mut old = Proxy::start_for_loopback(&Conf::new().set("pacing.floor_seconds", 0));
 
     // The client: requests back to back, each on a new connection (what a reload must
     // not refuse), until told to stop. (With keep-alive, a request sent just as the old

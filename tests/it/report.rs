@@ -3,14 +3,18 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, gaps, pages, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, gaps, pages, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nCrawl-delay: 1\nDisallow: /private\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
-    let proxy = Proxy::start_for_loopback("  log_format: json\n  enforce:\n    mode: report\n");
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("log_format", "json")
+            .set("enforce.mode", "report"),
+    );
     let (status, head, _) = curl(&proxy, &origin.url("/private/a"), &[]);
     assert_eq!(status, 200, "{head}");
     assert!(
@@ -63,7 +67,7 @@ async fn an_agent_rule_can_be_in_report_mode_while_the_rest_is_enforced() {
     )])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [ExampleBot]\n    rules:\n      - user_agent_contains: trial\n        tokens: [ExampleBot]\n        mode: report\n        trust_client_text: true\n",
+        &Conf::new().set("agent.default_tokens", ["ExampleBot"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "trial", "tokens": ["ExampleBot"], "mode": "report", "trust_client_text": true}])),
     );
     assert_eq!(
         curl(&proxy, &origin.url("/private/x"), &["-A", "Enforced/1"]).0,
@@ -114,11 +118,24 @@ async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
         crate::common::passwd_line("bare", "bare-secret", &[]),
     );
     std::fs::write(&users, lines).expect("users");
-    let rule = "  agent:\n    default_tokens: [ExampleBot]\n    rules:\n      - user_agent_contains: CanaryBot\n        tokens: [CanaryBot]\n        mode: report\n";
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  log_format: json\n{rule}        trust_client_text: true\n  access:\n    credentials_file: {}\n",
-        users.display()
-    ));
+    let rule = |trusted: bool| {
+        let mut rule = serde_json::json!({
+            "user_agent_contains": "CanaryBot",
+            "tokens": ["CanaryBot"],
+            "mode": "report",
+        });
+        if trusted {
+            rule["trust_client_text"] = true.into();
+        }
+        Conf::new()
+            .set("agent.default_tokens", ["ExampleBot"])
+            .set("agent.rules", [rule])
+    };
+    let proxy = Proxy::start_for_loopback(
+        &rule(true)
+            .set("log_format", "json")
+            .set("access.credentials_file", users.display().to_string()),
+    );
     for (user, tokens_from) in [
         ("fleet:fleet-secret", "credential"),
         ("bare:bare-secret", "default"),
@@ -146,7 +163,7 @@ async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
     );
 
     let config = dir.path().join("robotsgate.yaml");
-    std::fs::write(&config, format!("robotsgate:\n{rule}")).expect("config");
+    std::fs::write(&config, rule(false).file(&[])).expect("config");
     let err = crate::common::config_refusal(&config);
     assert!(
         err.contains("agent.rules[0].mode") && err.contains("trust_client_text"),
@@ -172,7 +189,8 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
         ("/private/forged", forged),
     ])
     .await;
-    let proxy = Proxy::start_for_loopback("  enforce:\n    report_clients: [127.0.0.1/32]\n");
+    let proxy =
+        Proxy::start_for_loopback(&Conf::new().set("enforce.report_clients", ["127.0.0.1/32"]));
     let (status, head, _) = curl(&proxy, &origin.url("/forged"), &[]);
     assert_eq!(status, 200, "{head}");
     let lower = head.to_ascii_lowercase();
@@ -215,8 +233,8 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
 async fn client_text_never_chooses_tokens_purposes_identity_or_payment() {
     let robots = "User-agent: AcmeAI\nDisallow: /private\nContent-Usage: /news train-ai=n\n\nUser-agent: ExampleBot\nAllow: /\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let rules = "  agent:\n    default_tokens: [Other]\n    rules:\n      - user_agent_contains: ExampleBot\n        tokens: [ExampleBot]\n      - client: 127.0.0.0/8\n        tokens: [AcmeAI]\n        purposes: [train-ai]\n";
-    let proxy = Proxy::start_for_loopback(rules);
+    let rules = Conf::new().set("agent.default_tokens", ["Other"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "ExampleBot", "tokens": ["ExampleBot"]}, {"client": "127.0.0.0/8", "tokens": ["AcmeAI"], "purposes": ["train-ai"]}]));
+    let proxy = Proxy::start_for_loopback(&rules);
     for path in ["/private/x", "/news/1"] {
         let (status, head, _) = curl(&proxy, &origin.url(path), &["-A", "ExampleBot/2.1"]);
         assert_eq!(status, 403, "{path}: {head}");
@@ -229,19 +247,18 @@ async fn client_text_never_chooses_tokens_purposes_identity_or_payment() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("robotsgate.yaml");
-    for (key, line) in [
-        ("purposes", "        purposes: [search]\n"),
-        ("identity", "        identity: main\n"),
+    for (key, value) in [
+        ("purposes", serde_json::json!(["search"])),
+        ("identity", serde_json::json!("main")),
         (
             "payment",
-            "        payment: {max_price: USD 0.01, daily_budget: USD 1.00}\n",
+            serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 1.00"}),
         ),
     ] {
-        std::fs::write(
-            &config,
-            format!("robotsgate:\n  agent:\n    rules:\n      - user_agent_contains: NewsBot\n        tokens: [NewsBot]\n{line}"),
-        )
-        .expect("config");
+        let mut rule = serde_json::json!({"user_agent_contains": "NewsBot", "tokens": ["NewsBot"]});
+        rule[key] = value;
+        let conf = Conf::new().set("agent.rules", [rule]);
+        std::fs::write(&config, conf.file(&[])).expect("config");
         let err = crate::common::config_refusal(&config);
         assert!(
             err.contains(&format!("agent.rules[0].{key}")) && err.contains("trust_client_text"),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{curl, free_port, start_listening, Netns, Proxy};
+use crate::common::{curl, free_port, start_listening, Conf, Netns, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
 pub struct VerifyingOrigin {
@@ -150,12 +150,24 @@ pub fn generate(path: &Path) {
 /// `robotsgate:`), the directory `robotsgate keys directory` prints for them, and the
 /// address of the directory listener they configure.
 pub struct Signing {
-    pub yaml: String,
+    /// The `signing:` and `agent:` settings.
+    pub conf: Conf,
+    /// The identity's entry in `signing.identities`, for a test to change.
+    identity: serde_json::Value,
     /// What `robotsgate keys directory` printed.
     pub printed: String,
     /// `http://127.0.0.1:PORT`: where a verifying origin asks for the keys.
     pub listener: String,
     pub port: u16,
+}
+
+impl Signing {
+    /// These settings with one key of the identity's entry set to `value`.
+    pub fn with_identity(&self, key: &str, value: impl serde::Serialize) -> Conf {
+        let mut identity = self.identity.clone();
+        identity[key] = serde_json::to_value(value).expect("a JSON value");
+        self.conf.clone().set("signing.identities", [identity])
+    }
 }
 
 /// A new key `main.jwk` in a new directory, and one identity signing with it (see
@@ -176,15 +188,22 @@ pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signi
 
 /// The same with the directory listener on `port`.
 fn signing_on(port: u16, dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signing {
-    let next = next.map_or(String::new(), |n| {
-        format!("        next_key_file: {}\n", n.display())
+    let mut identity = serde_json::json!({
+        "name": "main",
+        "key_file": key.display().to_string(),
+        "signature_agent": "https://crawler.example",
+        "expires_seconds": 60,
     });
-    let yaml = format!(
-        "  signing:\n    directory_listen: 127.0.0.1:{port}\n    signature_agent_form: {form}\n    identities:\n      - name: main\n        key_file: {}\n{next}        signature_agent: https://crawler.example\n        expires_seconds: 60\n  agent:\n    default_identity: main\n",
-        key.display()
-    );
+    if let Some(next) = next {
+        identity["next_key_file"] = next.display().to_string().into();
+    }
+    let conf = Conf::new()
+        .set("signing.directory_listen", format!("127.0.0.1:{port}"))
+        .set("signing.signature_agent_form", form)
+        .set("signing.identities", [&identity])
+        .set("agent.default_identity", "main");
     let config = dir.join(format!("signing-{form}-{port}.yaml"));
-    std::fs::write(&config, format!("robotsgate:\n{yaml}")).expect("config");
+    std::fs::write(&config, conf.file(&[])).expect("config");
     let out = robotsgate(&["keys", "directory", "--config", &config.to_string_lossy()]);
     assert!(
         out.status.success(),
@@ -192,7 +211,8 @@ fn signing_on(port: u16, dir: &Path, key: &Path, next: Option<&Path>, form: &str
         String::from_utf8_lossy(&out.stderr)
     );
     Signing {
-        yaml,
+        conf,
+        identity,
         printed: String::from_utf8_lossy(&out.stdout).into_owned(),
         listener: format!("http://127.0.0.1:{port}"),
         port,
@@ -233,7 +253,7 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
     assert!(!again.status.success());
     let signed = signing(dir.path(), &key, None, "string");
     let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
-    let proxy = Proxy::start_for_loopback(&signed.yaml);
+    let proxy = Proxy::start_for_loopback(&signed.conf);
 
     // A client's own signature, as if it could sign as the fleet: replaced.
     let url = format!("http://127.0.0.1:{}/page", origin.port);
@@ -298,7 +318,7 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
 fn the_drafts_dictionary_form_is_covered_by_key() {
     let (dir, signed) = one_key("dictionary");
     let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
-    let proxy = Proxy::start_for_loopback(&signed.yaml);
+    let proxy = Proxy::start_for_loopback(&signed.conf);
     let (status, _, body) = curl(
         &proxy,
         &format!("http://127.0.0.1:{}/page", origin.port),
@@ -335,7 +355,7 @@ fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
     assert_eq!(kids.len(), 2, "{}", before.printed);
     // The origin asks the directory listener for the keys on every request.
     let origin = VerifyingOrigin::start(dir.path(), &before.listener);
-    let proxy = Proxy::start_for_loopback(&before.yaml);
+    let proxy = Proxy::start_for_loopback(&before.conf);
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
     assert_eq!(curl(&proxy, &url("/before"), &[]).0, 200);
     let signed_before = origin.verdict("/before");
@@ -348,7 +368,7 @@ fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
     // swapped): the new key signs, and the old one's signatures verify until they
     // expire.
     let after = signing_on(before.port, dir.path(), &new, Some(&old), "string");
-    let proxy = Proxy::start_for_loopback(&after.yaml);
+    let proxy = Proxy::start_for_loopback(&after.conf);
     assert_eq!(curl(&proxy, &url("/after"), &[]).0, 200);
     let signed_after = origin.verdict("/after");
     assert_eq!(signed_after["verified"], true, "{signed_after}");
@@ -363,7 +383,7 @@ fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
     // Once the old key is dropped from the directory, its signatures no longer verify.
     drop(proxy);
     let dropped = signing_on(before.port, dir.path(), &new, None, "string");
-    let _proxy = Proxy::start_for_loopback(&dropped.yaml);
+    let _proxy = Proxy::start_for_loopback(&dropped.conf);
     assert_eq!(
         replay(&origin, &signed_before, &authority, "/old-key-dropped"),
         401
@@ -380,28 +400,28 @@ fn identities_and_keys_are_checked_at_start_naming_the_key() {
     let key = dir.path().join("main.jwk");
     generate(&key);
     let secret = std::fs::read_to_string(&key).expect("key");
-    let check = |robotsgate_yaml: &str| {
+    let check = |conf: &Conf| {
         let config = dir.path().join("check.yaml");
-        std::fs::write(&config, format!("robotsgate:\n{robotsgate_yaml}")).expect("config");
+        std::fs::write(&config, conf.file(&[])).expect("config");
         let out = robotsgate(&["check-config", "--config", &config.to_string_lossy()]);
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let yaml = signing(dir.path(), &key, None, "string").yaml;
-    assert!(check(&yaml).0, "{}", check(&yaml).1);
-    let (ok, err) = check(&yaml.replace("default_identity: main", "default_identity: other"));
+    let signed = signing(dir.path(), &key, None, "string");
+    assert!(check(&signed.conf).0, "{}", check(&signed.conf).1);
+    let (ok, err) = check(&signed.conf.clone().set("agent.default_identity", "other"));
     assert!(
         !ok && err.contains("agent.default_identity") && err.contains("other"),
         "{err}"
     );
-    let (ok, err) = check(&yaml.replace("https://crawler.example", "crawler example"));
+    let (ok, err) = check(&signed.with_identity("signature_agent", "crawler example"));
     assert!(!ok && err.contains("signature_agent"), "{err}");
     // A key file that is not a key: named, with its identity, and never printed.
     let broken = dir.path().join("broken.jwk");
     std::fs::write(&broken, secret.replace("\"x\":\"", "\"x\":\"A")).expect("write");
-    let (ok, err) = check(&yaml.replace(&key.display().to_string(), &broken.display().to_string()));
+    let (ok, err) = check(&signed.with_identity("key_file", broken.display().to_string()));
     assert!(
         !ok && err.contains("broken.jwk") && err.contains("identity `main`"),
         "{err}"
@@ -426,7 +446,7 @@ fn the_directory_listener_serves_a_jwks_signed_by_each_key() {
     generate(&next);
     let signed = signing(dir.path(), &key, Some(&next), "string");
     let (port, printed) = (signed.port, signed.printed);
-    let _proxy = Proxy::start_for_loopback(&signed.yaml);
+    let _proxy = Proxy::start_for_loopback(&signed.conf);
     let out = Command::new("curl")
         .args(["-s", "-D", "-", "-H", "Host: crawler.example"])
         .arg(format!(
@@ -523,11 +543,9 @@ print("ok")
 #[test]
 fn an_expired_signature_is_refused() {
     let (dir, signed) = one_key("string");
-    let yaml = signed
-        .yaml
-        .replace("expires_seconds: 60", "expires_seconds: 2");
+    let conf = signed.with_identity("expires_seconds", 2);
     let origin = VerifyingOrigin::start(dir.path(), &signed.listener);
-    let proxy = Proxy::start_for_loopback(&yaml);
+    let proxy = Proxy::start_for_loopback(&conf);
     let url = format!("http://127.0.0.1:{}/page", origin.port);
     assert_eq!(curl(&proxy, &url, &[]).0, 200);
     let page = origin.verdict("/page");
@@ -570,10 +588,9 @@ async fn transparent_requests_are_signed() {
     let http_port = free_port();
     let proxy = Proxy::start_in(
         &ns,
-        &format!(
-            "  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{}",
-            signed.yaml
-        ),
+        &Conf::new()
+            .set("dns.nameservers", ["127.0.0.1:53"])
+            .with(&signed.conf),
         &[
             "--allow-destination",
             "127.0.0.2/32",

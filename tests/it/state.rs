@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, static_dns, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, static_dns, Behaviour, Conf, Proxy, TestOrigin};
 
 const NAMES: usize = 200;
 
@@ -24,23 +24,26 @@ fn all_fetches(origin: &TestOrigin) -> usize {
 
 struct Setup {
     dir: tempfile::TempDir,
-    yaml: String,
+    conf: Conf,
 }
 
 /// The state file's HMAC key the tests' robotsgates share.
 const KEY: &[u8] = b"state key of the state tests";
 
 impl Setup {
-    async fn new(extra: &str) -> Setup {
+    async fn new(extra: &Conf) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
         std::fs::write(dir.path().join("state.key"), KEY).expect("key");
-        let yaml = format!(
-            "  dns:\n    nameservers: [\"{dns}\"]\n  robots:\n    state_file: {}\n    state_key_file: {}\n    min_ttl_seconds: 1\n    retry_initial_seconds: 120\n{extra}",
-            dir.path().join("state.bin").display(),
-            dir.path().join("state.key").display()
-        );
-        Setup { dir, yaml }
+        let file = |name: &str| dir.path().join(name).display().to_string();
+        let conf = Conf::new()
+            .set("dns.nameservers", [dns.to_string()])
+            .set("robots.state_file", file("state.bin"))
+            .set("robots.state_key_file", file("state.key"))
+            .set("robots.min_ttl_seconds", 1)
+            .set("robots.retry_initial_seconds", 120)
+            .with(extra);
+        Setup { dir, conf }
     }
 
     fn key(&self) -> std::path::PathBuf {
@@ -48,7 +51,7 @@ impl Setup {
     }
 
     fn start(&self) -> Proxy {
-        Proxy::start_for_loopback(&self.yaml)
+        Proxy::start_for_loopback(&self.conf)
     }
 
     fn state(&self) -> std::path::PathBuf {
@@ -73,7 +76,7 @@ async fn a_restart_keeps_fresh_copies_refreshes_expired_ones_and_keeps_backoffs(
     )])
     .await;
     let failing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(503))]).await;
-    let setup = Setup::new("").await;
+    let setup = Setup::new(&Conf::new()).await;
     let mut proxy = setup.start();
     let port = origin.addr.port();
     let url = |i: usize, path: &str| format!("http://n{i}.test:{port}{path}");
@@ -115,7 +118,7 @@ async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
         Behaviour::ok("User-agent: *\nDisallow: /private\n"),
     )])
     .await;
-    let setup = Setup::new("").await;
+    let setup = Setup::new(&Conf::new()).await;
     let mut proxy = setup.start();
     assert_eq!(curl(&proxy, &origin.url("/a"), &[]).0, 200);
     proxy.stop();
@@ -182,7 +185,7 @@ async fn a_graceful_upgrade_hands_the_state_over_without_a_refetch() {
         Behaviour::ok("User-agent: *\nDisallow: /private\n"),
     )])
     .await;
-    let setup = Setup::new("").await;
+    let setup = Setup::new(&Conf::new()).await;
     let proxy = setup.start();
     let port = origin.addr.port();
     let url = |i: usize, path: &str| format!("http://n{i}.test:{port}{path}");
@@ -268,17 +271,19 @@ async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
         Behaviour::ok("User-agent: *\nDisallow: /private\n"),
     )])
     .await;
-    let setup = Setup::new("    max_ttl_seconds: 3600\n  pacing:\n    ceiling_seconds: 30\n").await;
-    let config = setup.dir.path().join("limits.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "robotsgate:\n  robots:\n    max_ttl_seconds: 3600\n    state_file: {}\n    state_key_file: {}\n  pacing:\n    ceiling_seconds: 30\n",
-            setup.state().display(),
-            setup.key().display()
-        ),
+    let setup = Setup::new(
+        &Conf::new()
+            .set("robots.max_ttl_seconds", 3600)
+            .set("pacing.ceiling_seconds", 30),
     )
-    .expect("config");
+    .await;
+    let config = setup.dir.path().join("limits.yaml");
+    let conf = Conf::new()
+        .set("robots.max_ttl_seconds", 3600)
+        .set("robots.state_file", setup.state().display().to_string())
+        .set("robots.state_key_file", setup.key().display().to_string())
+        .set("pacing.ceiling_seconds", 30);
+    std::fs::write(&config, conf.file(&[])).expect("config");
     let site = origin.url("");
     // A forger without the key: refused whole, however well formed and owned.
     std::fs::write(

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{
-    admin, assert_gaps_at_least, concurrent, curl, eventually, pages, Behaviour, Proxy, TestOrigin,
+    admin, assert_gaps_at_least, concurrent, curl, eventually, pages, Behaviour, Conf, Proxy,
+    TestOrigin,
 };
 
 pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
@@ -67,7 +68,7 @@ async fn status_page_checks_a_url_in_a_browser() {
         Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.2\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     // Some traffic, so the page has an origin and totals to show.
     assert_eq!(curl(&proxy, &origin.url("/page"), &[]).0, 200);
     assert_eq!(curl(&proxy, &origin.url("/private/x"), &[]).0, 403);
@@ -110,7 +111,9 @@ async fn status_page_shows_the_share_refused_per_purpose_and_checks_a_purpose() 
     )])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n",
+        &Conf::new()
+            .set("agent.default_tokens", ["ExampleBot"])
+            .set("agent.default_purposes", ["train-ai"]),
     );
     assert_eq!(curl(&proxy, &origin.url("/page"), &[]).0, 200);
     assert_eq!(curl(&proxy, &origin.url("/news/a"), &[]).0, 403);
@@ -146,7 +149,7 @@ async fn status_page_charts_the_last_minutes() {
         Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n"),
     )])
     .await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     // 16 paced pages at once (a queue that lasts some 5 s: two samples or more see
     // it), and disallowed paths alongside.
     let mut urls: Vec<(String, &'static str)> = (0..16)

@@ -3,6 +3,7 @@
 //! unit runs before every start and reload, accepts the production file and refuses a bad
 //! one naming the key.
 
+use crate::common::Conf;
 use std::path::Path;
 use std::process::Command;
 
@@ -122,7 +123,8 @@ fn check_config_accepts_production_and_names_bad_keys() {
     assert!(text.contains("admin.token_file"), "{text}");
 
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "robotsgate:\n  pacing:\n    floor_seconds: -1\n").expect("write");
+    let conf = Conf::new().set("pacing.floor_seconds", -1);
+    std::fs::write(&bad, conf.file(&[])).expect("write");
     let (ok, text) = check_config(&["--config", &s(&bad)]);
     assert!(!ok);
     assert!(text.contains("robotsgate.pacing.floor_seconds"), "{text}");

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{
-    eventually, free_port, min_gap, operator_ca, pages, split_response, zone_dns, Behaviour, Netns,
-    NsRedis, Proxy, TestCa, TestOrigin,
+    eventually, free_port, min_gap, operator_ca, pages, split_response, zone_dns, Behaviour, Conf,
+    Netns, NsRedis, Proxy, TestCa, TestOrigin,
 };
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -30,7 +30,7 @@ struct World {
     /// The operator CA certificate, readable by the crawler uid.
     ca: PathBuf,
     /// With [`World::in_fleet`]: the namespace's Redis and the fleet section.
-    fleet: Option<(NsRedis, String)>,
+    fleet: Option<(NsRedis, Conf)>,
     _dir: tempfile::TempDir,
 }
 
@@ -49,17 +49,17 @@ enum Rules {
 }
 
 impl World {
-    async fn new(robots: &str, rules: Rules, extra_yaml: &str) -> World {
-        World::build(robots, rules, extra_yaml, false).await
+    async fn new(robots: &str, rules: Rules, conf: &Conf) -> World {
+        World::build(robots, rules, conf, false).await
     }
 
     /// The same world, its robotsgate a fleet member over a Redis inside the namespace
     /// (the fleet section kept for other members).
     async fn in_fleet(robots: &str) -> World {
-        World::build(robots, Rules::Iptables, "", true).await
+        World::build(robots, Rules::Iptables, &Conf::new(), true).await
     }
 
-    async fn build(robots: &str, rules: Rules, extra_yaml: &str, fleet: bool) -> World {
+    async fn build(robots: &str, rules: Rules, conf: &Conf, fleet: bool) -> World {
         let listen_ip = match rules {
             Rules::DualStack => "[::]",
             _ => "127.0.0.1",
@@ -74,15 +74,17 @@ impl World {
         zone_dns(ns.udp("127.0.0.1:53"), &names);
         let fleet = fleet.then(|| {
             let port = free_port();
-            let section = format!(
-                "  fleet:\n    redis: \"redis://127.0.0.1:{port}\"\n{}",
-                crate::fleet_fixture::certs().yaml()
-            );
+            let section = crate::fleet_fixture::certs()
+                .conf()
+                .set("fleet.redis", format!("redis://127.0.0.1:{port}"));
             (NsRedis::start(&ns, port), section)
         });
-        let section = fleet.as_ref().map_or("", |(_, s)| s.as_str());
-        let extra_yaml =
-            format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{extra_yaml}{section}");
+        let mut conf = Conf::new()
+            .set("dns.nameservers", ["127.0.0.1:53"])
+            .with(conf);
+        if let Some((_, section)) = &fleet {
+            conf = conf.with(section);
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         readable_by_all(dir.path());
         let (ca, ca_key) = operator_ca(dir.path());
@@ -104,7 +106,7 @@ impl World {
         let (http_port, tls_port) = (free_port(), free_port());
         let proxy = Proxy::start_in(
             &ns,
-            &extra_yaml,
+            &conf,
             &[
                 "--allow-destination",
                 "127.0.0.2/31",
@@ -207,7 +209,7 @@ fn decision(head: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirected_http_and_https_are_judged_like_proxied_ones() {
-    let w = World::new(ROBOTS, Rules::Iptables, "").await;
+    let w = World::new(ROBOTS, Rules::Iptables, &Conf::new()).await;
     for (scheme, origin) in [("http", &w.site), ("https", &w.site_tls)] {
         let (status, head, body) = w.crawl(&format!("{scheme}://site.test/public"), &[]);
         assert_eq!(status, 200, "{scheme}: {head}\n{}", w.proxy.log());
@@ -265,7 +267,12 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tproxy_mode_takes_the_destination_from_the_socket() {
-    let w = World::new(ROBOTS, Rules::Tproxy, "  transparent:\n    mode: tproxy\n").await;
+    let w = World::new(
+        ROBOTS,
+        Rules::Tproxy,
+        &Conf::new().set("transparent.mode", "tproxy"),
+    )
+    .await;
     // The listeners turn transparent just after they are bound.
     let proxy = &w.proxy;
     let both_set = || proxy.log().matches("IP_TRANSPARENT set").count() == 2;
@@ -291,7 +298,7 @@ async fn tproxy_mode_takes_the_destination_from_the_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dual_stack_listener_serves_redirected_ipv4_and_ipv6() {
-    let w = World::new(ROBOTS, Rules::DualStack, "").await;
+    let w = World::new(ROBOTS, Rules::DualStack, &Conf::new()).await;
     let v6 = TestOrigin::start_on(
         w.ns.listener("[::1]:80"),
         vec![("/robots.txt", Behaviour::ok(ROBOTS))],
@@ -313,7 +320,7 @@ async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
     let w = World::new(
         ROBOTS,
         Rules::Iptables,
-        "  tls:\n    blind_tunnel: [site.test]\n",
+        &Conf::new().set("tls.blind_tunnel", ["site.test"]),
     )
     .await;
     let origin_ca = w._dir.path().join("origin-ca.pem");
@@ -347,7 +354,7 @@ async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_over_https_keeps_the_crawl_delay() {
     let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n";
-    let w = World::new(robots, Rules::Nftables, "").await;
+    let w = World::new(robots, Rules::Nftables, &Conf::new()).await;
     let script = w._dir.path().join("crawl.py");
     std::fs::write(
         &script,
@@ -392,7 +399,7 @@ print(r.status_code, r.headers.get("X-Robots-Decision", ""))
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirected_h2_is_served_stream_by_stream() {
     let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n";
-    let w = World::new(robots, Rules::Iptables, "").await;
+    let w = World::new(robots, Rules::Iptables, &Conf::new()).await;
     // curl offers h2 and gets it.
     let (status, head, _) = w.crawl("https://site.test/page/curl", &["--http2"]);
     assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
@@ -437,7 +444,7 @@ async fn redirected_h2_is_served_stream_by_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_connections_get_their_documented_answers() {
-    let w = World::new(ROBOTS, Rules::Iptables, "").await;
+    let w = World::new(ROBOTS, Rules::Iptables, &Conf::new()).await;
 
     // No SNI (an IP literal): a leaf for the address, the origin named by it.
     let (status, head, _) = w.crawl("https://127.0.0.2/public", &[]);
@@ -527,7 +534,7 @@ async fn the_upstream_mark_exempts_robotsgate_from_a_rule_matching_everyone() {
     let marked = World::new(
         ROBOTS,
         Rules::Iptables,
-        "  transparent:\n    upstream_mark: 42\n",
+        &Conf::new().set("transparent.upstream_mark", 42),
     )
     .await;
     rule(&marked.ns, marked.http_port);
@@ -546,7 +553,7 @@ async fn the_upstream_mark_exempts_robotsgate_from_a_rule_matching_everyone() {
     // Unmarked, robotsgate's own connections come back to it: refused as a loop (the
     // robots.txt fetch first, so the page's answer is robots-unreachable), never
     // forwarded around again.
-    let unmarked = World::new(ROBOTS, Rules::Iptables, "").await;
+    let unmarked = World::new(ROBOTS, Rules::Iptables, &Conf::new()).await;
     rule(&unmarked.ns, unmarked.http_port);
     let (status, head, _) = root_curl(&unmarked, "http://site.test/public");
     assert!(matches!(status, 503 | 508), "{head}");
@@ -589,7 +596,7 @@ fn documented_nftables_rules_are_valid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_transparent_listeners_requests_carry_no_via() {
     let origin = TestOrigin::start(vec![]).await;
-    let proxy = Proxy::start_for_loopback("");
+    let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(crate::common::curl(&proxy, &origin.url("/x"), &[]).0, 200);
     let seen = origin.seen();
     assert_eq!(seen.len(), 2, "robots.txt and the page");
@@ -612,7 +619,9 @@ async fn a_redirected_request_is_handed_to_its_origins_owner() {
     );
     let owner = Proxy::start_in(
         &w.ns,
-        &format!("  dns:\n    nameservers: [\"127.0.0.1:53\"]\n{section}"),
+        &Conf::new()
+            .set("dns.nameservers", ["127.0.0.1:53"])
+            .with(section),
         &[
             "--allow-destination",
             "127.0.0.2/31",

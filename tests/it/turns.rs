@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::{curl, eventually, min_gap, most_at_once, pages, Behaviour, Proxy, TestOrigin};
+use crate::common::{
+    curl, eventually, min_gap, most_at_once, pages, Behaviour, Conf, Proxy, TestOrigin,
+};
 
 fn slow(ms: u64) -> Behaviour {
     Behaviour::Delayed {
@@ -37,8 +39,8 @@ async fn origin_with(robots: &str, mut routes: Vec<(&str, Behaviour)>) -> TestOr
 }
 
 /// robotsgate with `yaml`, its robots.txt copy of `origin` fetched by a first request.
-fn warm_proxy(origin: &TestOrigin, yaml: &str) -> Proxy {
-    let proxy = Proxy::start_for_loopback(yaml);
+fn warm_proxy(origin: &TestOrigin, conf: &Conf) -> Proxy {
+    let proxy = Proxy::start_for_loopback(conf);
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     proxy
 }
@@ -141,7 +143,9 @@ async fn clients_hanging_up_never_put_more_than_max_in_flight_at_the_origin() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(1200))]).await;
     let proxy = warm_proxy(
         &origin,
-        "  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n",
+        &Conf::new()
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_wait_seconds", 30),
     );
     staggered_hang_ups(&proxy, &origin).await;
     let seen = pages(&origin, "/slow");
@@ -166,7 +170,7 @@ async fn clients_hanging_up_never_shorten_a_crawl_delay() {
         vec![("/slow", slow(1200))],
     )
     .await;
-    let proxy = warm_proxy(&origin, "  pacing:\n    max_wait_seconds: 30\n");
+    let proxy = warm_proxy(&origin, &Conf::new().set("pacing.max_wait_seconds", 30));
     staggered_hang_ups(&proxy, &origin).await;
     let seen = pages(&origin, "/");
     assert!(seen.len() >= 3, "{seen:#?}");
@@ -214,7 +218,9 @@ async fn a_next_request_sent_early_waits_for_the_pending_exchange() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(1000))]).await;
     let proxy = warm_proxy(
         &origin,
-        "  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n",
+        &Conf::new()
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_wait_seconds", 30),
     );
     let host = origin.addr.to_string();
     let tasks: Vec<_> = (0..4)
@@ -275,7 +281,9 @@ async fn a_client_half_closing_after_its_request_still_gets_the_answer() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(800))]).await;
     let proxy = warm_proxy(
         &origin,
-        "  pacing:\n    max_in_flight: 1\n    max_wait_seconds: 30\n",
+        &Conf::new()
+            .set("pacing.max_in_flight", 1)
+            .set("pacing.max_wait_seconds", 30),
     );
     let host = origin.addr;
     let half = tokio::spawn(async move {
@@ -317,7 +325,9 @@ async fn early_hints_reach_no_client_and_python_requests_keeps_its_turns() {
     .await;
     let proxy = warm_proxy(
         &origin,
-        "  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 30\n",
+        &Conf::new()
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_wait_seconds", 30),
     );
     // python-requests, 4 threads with one keep-alive Session each, for 3 s.
     let script = format!(
@@ -378,7 +388,14 @@ print(count[0], bad)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_never_ending_response_is_cut_at_max_exchange_and_the_origin_served_after_it() {
     let origin = origin_with(PRIVATE, vec![("/endless", endless(50))]).await;
-    let proxy = warm_proxy(&origin, "  pacing:\n    max_in_flight: 1\n    max_exchange_seconds: 1.5\n    max_wait_seconds: 30\n  upstream:\n    read_timeout_seconds: 1\n");
+    let proxy = warm_proxy(
+        &origin,
+        &Conf::new()
+            .set("pacing.max_in_flight", 1)
+            .set("pacing.max_exchange_seconds", 1.5)
+            .set("pacing.max_wait_seconds", 30)
+            .set("upstream.read_timeout_seconds", 1),
+    );
     let endless = tokio::spawn(curl_giving_up(
         proxy.url(),
         origin.url("/endless"),
@@ -414,7 +431,15 @@ async fn a_never_ending_response_is_cut_at_max_exchange_and_the_origin_served_af
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_ending_responses_held_unread_free_the_origin_after_the_cut() {
     let origin = origin_with(PRIVATE, vec![("/endless", endless(20))]).await;
-    let proxy = warm_proxy(&origin, "  pacing:\n    max_in_flight: 2\n    max_exchange_seconds: 1.5\n    max_wait_seconds: 60\n  upstream:\n    read_timeout_seconds: 1\n    write_timeout_seconds: 1\n");
+    let proxy = warm_proxy(
+        &origin,
+        &Conf::new()
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_exchange_seconds", 1.5)
+            .set("pacing.max_wait_seconds", 60)
+            .set("upstream.read_timeout_seconds", 1)
+            .set("upstream.write_timeout_seconds", 1),
+    );
     let mut unread = Vec::new();
     for i in 0..2 {
         let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
@@ -455,7 +480,11 @@ async fn responses_held_unread_end_with_the_origins_answer() {
     let origin = origin_with(PRIVATE, vec![("/big", big)]).await;
     let proxy = warm_proxy(
         &origin,
-        "  pacing:\n    max_in_flight: 2\n    max_wait_seconds: 20\n  upstream:\n    write_timeout_seconds: 60\n  limits:\n    unread_timeout_seconds: 1\n",
+        &Conf::new()
+            .set("pacing.max_in_flight", 2)
+            .set("pacing.max_wait_seconds", 20)
+            .set("upstream.write_timeout_seconds", 60)
+            .set("limits.unread_timeout_seconds", 1),
     );
     let mut unread = Vec::new();
     for i in 0..2 {

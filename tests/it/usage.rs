@@ -5,13 +5,37 @@
 
 use std::process::{Command, Stdio};
 
-use crate::common::{admin, curl, Behaviour, Proxy, TestOrigin};
+use crate::common::{admin, curl, Behaviour, Conf, Proxy, TestOrigin};
 
 /// draft-ietf-aipref-attach §3's example file.
 const ATTACH: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: / train-ai=y\n";
 
 /// Crawlers told apart by their User-Agent, each with its operator-declared purposes.
-const PURPOSES: &str = "  log_format: json\n  agent:\n    default_tokens: [OtherBot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        trust_client_text: true\n      - user_agent_contains: indexer\n        tokens: [OtherBot]\n        purposes: [search]\n        trust_client_text: true\n      - user_agent_contains: both\n        tokens: [OtherBot]\n        purposes: [search, train-ai]\n        trust_client_text: true\n";
+fn purposes() -> Conf {
+    Conf::new()
+        .set("log_format", "json")
+        .set("agent.default_tokens", ["OtherBot"])
+        .set("agent.rules", purpose_rules())
+}
+
+/// [`purposes`]'s rules: one per User-Agent word, each trusting the client's text.
+fn purpose_rules() -> Vec<serde_json::Value> {
+    [
+        ("trainer", vec!["train-ai"]),
+        ("indexer", vec!["search"]),
+        ("both", vec!["search", "train-ai"]),
+    ]
+    .into_iter()
+    .map(|(word, purposes)| {
+        serde_json::json!({
+            "user_agent_contains": word,
+            "tokens": ["OtherBot"],
+            "purposes": purposes,
+            "trust_client_text": true,
+        })
+    })
+    .collect()
+}
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
@@ -23,7 +47,7 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attach_example_is_judged_for_each_declared_purpose() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
-    let proxy = Proxy::start_for_loopback(PURPOSES);
+    let proxy = Proxy::start_for_loopback(&purposes());
     let robots_url = origin.url("/robots.txt");
 
     // A training crawler: `/test` is refused before anything reaches the origin.
@@ -116,7 +140,7 @@ async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
     let robots = "# BEGIN Cloudflare Managed content\nUser-agent: *\nContent-Signal: search=yes,ai-train=no\nAllow: /\n\nUser-agent: CCBot\nDisallow: /\n# END Cloudflare Managed Content\n\nUser-agent: *\nDisallow: /admin/\nContent-Usage: /rag/ train-ai=y\n\nUser-agent: RagBot\nContent-Signal: ai-input=no\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [ExampleBot]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: indexer\n        tokens: [ExampleBot]\n        purposes: [search]\n        trust_client_text: true\n      - user_agent_contains: rag\n        tokens: [RagBot, ExampleBot]\n        purposes: [ai-input]\n        trust_client_text: true\n      - user_agent_contains: grounding\n        tokens: [ExampleBot]\n        purposes: [ai-input]\n        trust_client_text: true\n",
+        &Conf::new().set("agent.default_tokens", ["ExampleBot"]).set("agent.default_purposes", ["train-ai"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "indexer", "tokens": ["ExampleBot"], "purposes": ["search"], "trust_client_text": true}, {"user_agent_contains": "rag", "tokens": ["RagBot", "ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}, {"user_agent_contains": "grounding", "tokens": ["ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}])),
     );
     // The managed `ai-train=no` applies to the merged `*` group.
     let (status, head, _) = curl(&proxy, &origin.url("/page"), &[]);
@@ -176,7 +200,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
     ])
     .await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n        trust_client_text: true\n",
+        &Conf::new().set("agent.rules", serde_json::json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}])),
     );
     // No purpose declared: relayed unchanged and marked; the fetch has happened, so a
     // response header never turns into an error.
@@ -218,9 +242,19 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_forwards_marks_counts_and_logs() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
-    let proxy = Proxy::start_for_loopback(&format!(
-        "{PURPOSES}      - client: 127.0.0.0/8\n        tokens: [OtherBot]\n        purposes: [train-ai]\n        trust_client_text: true\n        usage_mode: off\n  usage:\n    mode: report\n"
-    ));
+    let mut rules = purpose_rules();
+    rules.push(serde_json::json!({
+        "client": "127.0.0.0/8",
+        "tokens": ["OtherBot"],
+        "purposes": ["train-ai"],
+        "trust_client_text": true,
+        "usage_mode": "off",
+    }));
+    let proxy = Proxy::start_for_loopback(
+        &purposes()
+            .set("agent.rules", rules)
+            .set("usage.mode", "report"),
+    );
     let (status, head, _) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(
@@ -260,7 +294,7 @@ async fn report_mode_forwards_marks_counts_and_logs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_the_statement_per_purpose() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
-    let proxy = Proxy::start_for_loopback("  agent:\n    default_tokens: [OtherBot]\n");
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("agent.default_tokens", ["OtherBot"]));
     let check = |query: &str| -> serde_json::Value {
         serde_json::from_str(&admin(&proxy, "GET", &format!("/check?{query}")).1).expect("json")
     };
@@ -298,12 +332,14 @@ async fn check_explains_the_statement_per_purpose() {
 async fn an_unreadable_statement_is_unknown_and_the_configuration_decides() {
     let robots = "User-agent: *\nContent-Usage: train-ai=N, search=y\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let yaml = "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n";
-    let allowing = Proxy::start_for_loopback(yaml);
+    let conf = Conf::new()
+        .set("agent.default_tokens", ["Bot"])
+        .set("agent.default_purposes", ["train-ai"]);
+    let allowing = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&allowing, &origin.url("/a"), &[]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(header(&head, "X-Robots-Usage"), Some("train-ai=unknown"));
-    let refusing = Proxy::start_for_loopback(&format!("{yaml}  usage:\n    unknown: refuse\n"));
+    let refusing = Proxy::start_for_loopback(&conf.clone().set("usage.unknown", "refuse"));
     let (status, head, body) = curl(&refusing, &origin.url("/b"), &[]);
     assert_eq!(status, 403, "{head}");
     assert!(
@@ -330,10 +366,12 @@ async fn a_proxy_users_purposes_come_from_its_credentials_line() {
     let file = dir.path().join("credentials");
     std::fs::write(&file, line).expect("write credentials");
     // The user's purposes win over the default, whatever its User-Agent says.
-    let proxy = Proxy::start_for_loopback(&format!(
-        "  access:\n    credentials_file: {}\n  agent:\n    default_tokens: [OtherBot]\n    default_purposes: [search]\n",
-        file.display()
-    ));
+    let proxy = Proxy::start_for_loopback(
+        &Conf::new()
+            .set("access.credentials_file", file.display().to_string())
+            .set("agent.default_tokens", ["OtherBot"])
+            .set("agent.default_purposes", ["search"]),
+    );
     let (status, head, _) = curl(
         &proxy,
         &origin.url("/test"),
@@ -347,12 +385,15 @@ async fn a_proxy_users_purposes_come_from_its_credentials_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_robots_txt_every_purpose_is_unknown() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
-    let yaml = "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n  usage:\n    unknown: refuse\n";
-    let enforcing = Proxy::start_for_loopback(yaml);
+    let conf = Conf::new()
+        .set("agent.default_tokens", ["Bot"])
+        .set("agent.default_purposes", ["train-ai"])
+        .set("usage.unknown", "refuse");
+    let enforcing = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&enforcing, &origin.url("/a"), &[]);
     assert_eq!(status, 403, "{head}");
     assert!(head.contains("purpose=train-ai; reason=unknown"), "{head}");
-    let reporting = Proxy::start_for_loopback(&format!("{yaml}    mode: report\n"));
+    let reporting = Proxy::start_for_loopback(&conf.clone().set("usage.mode", "report"));
     let (status, head, _) = curl(&reporting, &origin.url("/b"), &[]);
     assert_eq!(status, 200, "{head}");
     assert!(
@@ -361,7 +402,9 @@ async fn without_a_robots_txt_every_purpose_is_unknown() {
         "{head}"
     );
     let allowing = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [Bot]\n    default_purposes: [train-ai]\n",
+        &Conf::new()
+            .set("agent.default_tokens", ["Bot"])
+            .set("agent.default_purposes", ["train-ai"]),
     );
     let (status, head, _) = curl(&allowing, &origin.url("/c"), &[]);
     assert_eq!(status, 200, "{head}");
@@ -385,8 +428,8 @@ async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
         robots.push_str(&format!("Content-Usage: /p{n} search=y\n"));
     }
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await;
-    let yaml = "  agent:\n    default_tokens: [Bot]\n    rules:\n      - user_agent_contains: trainer\n        tokens: [Bot]\n        purposes: [train-ai]\n        trust_client_text: true\n      - user_agent_contains: indexer\n        tokens: [Bot]\n        purposes: [search]\n        trust_client_text: true\n";
-    let proxy = Proxy::start_for_loopback(yaml);
+    let conf = Conf::new().set("agent.default_tokens", ["Bot"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}, {"user_agent_contains": "indexer", "tokens": ["Bot"], "purposes": ["search"], "trust_client_text": true}]));
+    let proxy = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&proxy, &origin.url("/p1/x"), &["-A", "trainer/1"]);
     assert_eq!(status, 403, "{head}");
     assert!(
@@ -427,7 +470,13 @@ async fn check_names_the_usage_group_a_statement_came_from() {
     let robots = "User-agent: a\nContent-Usage: train-ai=n\nUser-agent: b\nDisallow: /x\n\nUser-agent: *\nContent-Usage: train-ai=n\n";
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
     let proxy = Proxy::start_for_loopback(
-        "  agent:\n    default_tokens: [b]\n    default_purposes: [train-ai]\n    rules:\n      - user_agent_contains: first\n        tokens: [a]\n",
+        &Conf::new()
+            .set("agent.default_tokens", ["b"])
+            .set("agent.default_purposes", ["train-ai"])
+            .set(
+                "agent.rules",
+                serde_json::json!([{"user_agent_contains": "first", "tokens": ["a"]}]),
+            ),
     );
     let check = |query: &str| -> serde_json::Value {
         serde_json::from_str(&admin(&proxy, "GET", &format!("/check?{query}")).1).expect("json")

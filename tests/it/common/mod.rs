@@ -1,6 +1,7 @@
 //! Test fixtures over real sockets on 127.0.0.1, split by what they provide: the test
 //! origin and what it saw (`origin`), robotsgate and other processes (`process`),
-//! network namespaces (`netns`), clients (`client`), DNS servers (`dns`), TLS (`tls`).
+//! network namespaces (`netns`), clients (`client`), DNS servers (`dns`), TLS (`tls`),
+//! and configurations built as data (`conf`).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -14,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 mod client;
+mod conf;
 mod dns;
 mod netns;
 mod origin;
@@ -21,6 +23,7 @@ mod process;
 mod tls;
 
 pub use client::*;
+pub use conf::*;
 pub use dns::*;
 pub use netns::*;
 pub use origin::*;

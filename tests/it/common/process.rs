@@ -65,33 +65,35 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts robotsgate with `robotsgate:` settings appended from `extra_yaml` (indented
-    /// under `robotsgate:`) and extra command-line arguments; waits until it accepts.
-    pub fn start(extra_yaml: &str, args: &[&str]) -> Proxy {
-        Proxy::start_with_env(extra_yaml, args, &[])
+    /// Starts robotsgate with the `robotsgate:` settings `conf` and extra command-line
+    /// arguments; waits until it accepts.
+    pub fn start(conf: &Conf, args: &[&str]) -> Proxy {
+        Proxy::start_with_env(conf, args, &[])
     }
 
     /// As [`Proxy::start`], with extra environment variables.
-    pub fn start_with_env(extra_yaml: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
-        Proxy::launch(extra_yaml, args, env, None)
+    pub fn start_with_env(conf: &Conf, args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        Proxy::launch(conf, args, env, None)
     }
 
     /// As [`Proxy::start`], inside network namespace `netns`.
-    pub fn start_in(netns: &Netns, extra_yaml: &str, args: &[&str]) -> Proxy {
-        Proxy::launch(extra_yaml, args, &[], Some(&netns.name))
+    pub fn start_in(netns: &Netns, conf: &Conf, args: &[&str]) -> Proxy {
+        Proxy::launch(conf, args, &[], Some(&netns.name))
     }
 
-    fn launch(extra_yaml: &str, args: &[&str], env: &[(&str, &str)], netns: Option<&str>) -> Proxy {
+    fn launch(conf: &Conf, args: &[&str], env: &[(&str, &str)], netns: Option<&str>) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("robotsgate.yaml");
-        let mut file = std::fs::File::create(&config).expect("config");
-        write!(
-            file,
-            "version: 1\nthreads: 1\npid_file: {pid}\nupgrade_sock: {sock}\ngrace_period_seconds: 0\ngraceful_shutdown_timeout_seconds: 1\nrobotsgate:\n{extra_yaml}",
-            pid = dir.path().join("pid").display(),
-            sock = dir.path().join("upgrade.sock").display(),
-        )
-        .expect("write config");
+        let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned().into();
+        let server = [
+            ("version", 1.into()),
+            ("threads", 1.into()),
+            ("pid_file", path("pid")),
+            ("upgrade_sock", path("upgrade.sock")),
+            ("grace_period_seconds", 0.into()),
+            ("graceful_shutdown_timeout_seconds", 1.into()),
+        ];
+        std::fs::write(&config, conf.file(&server)).expect("write config");
         let log_path = dir.path().join("robotsgate.log");
         // A port picked free can be taken by another test before robotsgate binds it; a
         // robotsgate that could not bind exits, and is started again on other ports.
@@ -99,8 +101,8 @@ impl Proxy {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
             // A fleet member's peer channel: its own port too.
-            let peer: Option<SocketAddr> = extra_yaml
-                .contains("  fleet:")
+            let peer: Option<SocketAddr> = conf
+                .has("fleet")
                 .then(|| format!("127.0.0.1:{}", free_port()).parse().expect("addr"));
             let log = std::fs::File::create(&log_path).expect("log file");
             let mut run_args: Vec<String> = vec![
@@ -329,8 +331,8 @@ impl Proxy {
     }
 
     /// The common case: loopback origins allowed.
-    pub fn start_for_loopback(extra_yaml: &str) -> Proxy {
-        Proxy::start(extra_yaml, &["--allow-destination", "127.0.0.0/8"])
+    pub fn start_for_loopback(conf: &Conf) -> Proxy {
+        Proxy::start(conf, &["--allow-destination", "127.0.0.0/8"])
     }
 
     pub fn url(&self) -> String {
