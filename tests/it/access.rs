@@ -2,14 +2,14 @@
 //! from a credentials file written by the real `robotsgate passwd`. Real sockets, curl
 //! as the crawler, a loopback origin that records what reaches it.
 
-use crate::common::{curl, passwd_line, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{curl, passwd_line, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str =
     "User-agent: TeamBot\nDisallow: /team-only/\n\nUser-agent: *\nDisallow: /everyone/\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_outside_the_allowed_networks_are_refused() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     // Loopback is not in the list, so this test's own client is outside it.
     let proxy = Proxy::start_for_loopback(&Conf::new().set("access.allow_clients", ["10.0.0.0/8"]));
     let (status, head, body) = curl(&proxy, &origin.url("/page"), &[]);
@@ -28,7 +28,7 @@ async fn clients_outside_the_allowed_networks_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_identifies_the_team_and_never_travels_upstream() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let users = dir.path().join("users");
     let lines = format!(

@@ -26,7 +26,7 @@ fn encode(s: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_a_decision_without_fetching_the_url() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
 
     let url = origin.url("/private/report?id=1");
@@ -113,7 +113,7 @@ async fn check_explains_a_decision_without_fetching_the_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_view_refresh_and_purge() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let path = format!("/origins/{}", encode(&origin.url("")));
 
@@ -212,7 +212,7 @@ async fn origin_view_refresh_and_purge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_access_log_has_one_structured_line_per_request() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set("log_format", "json"));
     assert_eq!(
         crate::common::curl(&proxy, &origin.url("/a"), &["-A", "ExampleBot/1"]).0,
@@ -300,11 +300,7 @@ async fn refresh_when_allowed(proxy: &Proxy, path: &str) -> Value {
 /// `/origins/{origin}`; a refetch of the same rules in another spelling is not a change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_changes_are_tracked() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /old\nCrawl-delay: 1\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /old\nCrawl-delay: 1\n").await;
     // Admin refreshes are allowed once per min_ttl: short here.
     let proxy = Proxy::start_for_loopback(&Conf::new().set("robots.min_ttl_seconds", 0.2));
     assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
@@ -406,7 +402,7 @@ async fn a_purge_mid_crawl_keeps_the_pace() {
 /// the admin API is not reachable through the proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_is_never_reached_through_the_proxy() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(crate::common::curl(&proxy, &origin.url("/a"), &[]).0, 200);
     let path = format!("/origins/{}", encode(&origin.url("")));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{eventually, free_port, Behaviour, TestOrigin};
+use crate::common::{eventually, free_port, TestOrigin};
 
 fn example(name: &str) -> PathBuf {
     // `cargo test` builds examples next to the test binaries' profile directory.
@@ -18,11 +18,8 @@ fn example(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_enforcer_guards_a_reverse_proxy() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: ExampleBot\nDisallow: /private\nCrawl-delay: 0.5\n"),
-    )])
-    .await;
+    let origin =
+        TestOrigin::robots("User-agent: ExampleBot\nDisallow: /private\nCrawl-delay: 0.5\n").await;
     let listen = format!("127.0.0.1:{}", free_port());
     let mut child = Command::new(example("embedded"))
         .args(["--listen", &listen, "--origin", &origin.addr.to_string()])

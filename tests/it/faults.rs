@@ -3,6 +3,7 @@
 //! decision within the configured timeouts, the healthy origin must keep being served
 //! meanwhile (its latency is printed), and the proxy's memory must stay bounded.
 
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 use crate::common::{rss_bytes, servfail_dns, Behaviour, Conf, Proxy, TestOrigin};
@@ -77,12 +78,12 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
     let dns = servfail_dns().await;
     let proxy = Proxy::start_for_loopback(
         &Conf::new()
-            .set("dns.nameservers", serde_json::json!([(dns)]))
+            .set("dns.nameservers", json!([(dns)]))
             .set("robots.fetch_timeout_seconds", 2)
             .set("upstream.read_timeout_seconds", 2)
             .set("pacing.max_wait_seconds", 3),
     );
-    let healthy = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(RULES))]).await;
+    let healthy = TestOrigin::robots(RULES).await;
     let one = |b: Behaviour| vec![("/robots.txt".to_string(), b)];
 
     let trickle = origin(one(Behaviour::Trickle {
@@ -284,8 +285,8 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_storm_is_backed_off_not_amplified() {
     let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_wait_seconds", 3));
-    let storm = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
-    let healthy = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let storm = TestOrigin::robots("User-agent: *\n").await;
+    let healthy = TestOrigin::robots("User-agent: *\n").await;
     for i in 0..10 {
         storm.set(&format!("/p{i}"), Behaviour::status(503));
     }

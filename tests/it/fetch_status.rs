@@ -2,6 +2,7 @@
 //! robots.txt the row's way, and what a crawler gets through robotsgate shows the policy
 //! the store derived — `/private` is disallowed by the served rules, `/public` is not.
 
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -138,11 +139,10 @@ fn check(proxy: &Proxy, origin: &TestOrigin, expect: Expect, id: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fetch_status_row() {
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("robots.fetch_timeout_seconds", 1)
-            .set("robots.retry_initial_seconds", 60),
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "robots",
+        json!({"fetch_timeout_seconds": 1, "retry_initial_seconds": 60}),
+    ));
     let mut covered = BTreeSet::new();
     for id in row_ids() {
         if ELSEWHERE.contains(&id.as_str()) || NOT_IMPLEMENTED.contains(&id.as_str()) {
@@ -170,10 +170,7 @@ async fn every_fetch_status_row() {
 async fn unreachable_for_the_allow_after_period_allows_all() {
     // SPEC's 30 days, shortened by configuration to 1 s.
     let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("robots.retry_initial_seconds", 0.2)
-            .set("robots.retry_max_seconds", 0.2)
-            .set("robots.unreachable_allow_after_seconds", 1),
+        &Conf::new().set("robots", json!({"retry_initial_seconds": 0.2, "retry_max_seconds": 0.2, "unreachable_allow_after_seconds": 1})),
     );
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::status(500))]).await;
     assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 503);
@@ -187,11 +184,10 @@ async fn unreachable_for_the_allow_after_period_allows_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_copy_is_kept_while_the_origin_fails() {
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("robots.min_ttl_seconds", 0)
-            .set("robots.retry_initial_seconds", 60),
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "robots",
+        json!({"min_ttl_seconds": 0, "retry_initial_seconds": 60}),
+    ));
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
         Behaviour::with_headers(200, &[("Cache-Control", "max-age=1")], RULES),
@@ -219,7 +215,7 @@ async fn dns_failure_means_unreachable() {
     let dns = crate::common::servfail_dns().await;
     let proxy = Proxy::start_for_loopback(
         &Conf::new()
-            .set("dns.nameservers", serde_json::json!([(dns)]))
+            .set("dns.nameservers", json!([(dns)]))
             .set("dns.timeout_seconds", 1),
     );
     let (status, head, body) = curl(&proxy, "http://robots-dns-failure.test:8080/public", &[]);
@@ -231,11 +227,10 @@ async fn dns_failure_means_unreachable() {
 async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
     // Fresh for 3 s: a refresh ahead happens in the last tenth of that (0.3 s), not
     // within `refresh_ahead_seconds` (2.5 s) of expiry, which would be nearly always.
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("robots.min_ttl_seconds", 0)
-            .set("robots.refresh_ahead_seconds", 2.5),
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "robots",
+        json!({"min_ttl_seconds": 0, "refresh_ahead_seconds": 2.5}),
+    ));
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
         Behaviour::with_headers(200, &[("Cache-Control", "max-age=3")], RULES),

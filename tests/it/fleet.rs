@@ -80,11 +80,7 @@ async fn fifty_first_requests_over_three_instances_fetch_robots_txt_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_through_one_instance_reaches_the_others_within_a_second() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /old\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /old\n").await;
     let proxies = instances(3, &fleet_conf(&redis));
     backend_up(&proxies).await;
     for proxy in &proxies {

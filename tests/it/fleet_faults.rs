@@ -8,6 +8,7 @@
 //! no gap under the delay, never more than two requests at once, nothing disallowed,
 //! and every origin served again afterwards.
 
+use serde_json::json;
 use std::future::Future;
 use std::time::Duration;
 
@@ -24,8 +25,10 @@ use crate::redis_servers::{redis_cli, Cluster, Redis};
 /// seconds, the lease 1.5 s.
 fn short() -> Conf {
     Conf::new()
-        .set("upstream.read_timeout_seconds", 1)
-        .set("upstream.write_timeout_seconds", 1)
+        .set(
+            "upstream",
+            json!({"read_timeout_seconds": 1, "write_timeout_seconds": 1}),
+        )
         .set("pacing.max_exchange_seconds", 1)
         .set("robots.fetch_timeout_seconds", 1)
 }
@@ -34,8 +37,10 @@ fn short() -> Conf {
 /// timeouts.
 fn short_fleet(mode: &str) -> Conf {
     Conf::new()
-        .set("fleet.lease_seconds", 1.5)
-        .set("fleet.command_timeout_seconds", 0.2)
+        .set(
+            "fleet",
+            json!({"lease_seconds": 1.5, "command_timeout_seconds": 0.2}),
+        )
         .set("fleet.on_unavailable", mode)
         .set("fleet.outage_grace_seconds", 2)
         .with(&short())
@@ -578,11 +583,7 @@ async fn a_sentinel_failover_keeps_the_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_or_full_redis_is_named_in_readyz() {
     let redis = Redis::start_on(free_port(), &["--maxmemory-policy", "volatile-ttl"]);
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nAllow: /\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start_for_loopback(&fleet_conf(&redis));
     let named = |what: &'static str| {
         let proxy = &proxy;
@@ -599,7 +600,7 @@ async fn an_evicting_or_full_redis_is_named_in_readyz() {
     backend_up(std::slice::from_ref(&proxy)).await;
     assert_eq!(curl(&proxy, &origin.url("/ok"), &[]).0, 200);
     redis_cli(redis.port, &["config", "set", "maxmemory", "1"]);
-    let fresh = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let fresh = TestOrigin::robots("User-agent: *\n").await;
     assert!(eventually(Duration::from_secs(10), named("out of memory")).await);
     let (status, head, _) = curl(&proxy, &fresh.url("/full"), &[]);
     assert_eq!(status, 503, "{head}");

@@ -129,7 +129,7 @@ fn urlencode(text: &str) -> String {
 /// An origin whose robots.txt asks every crawler for `delay` seconds between requests.
 pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
     let robots = format!("User-agent: *\nCrawl-delay: {delay}\nDisallow: /private\n");
-    TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await
+    TestOrigin::robots(&robots).await
 }
 
 /// An origin allowing everything, with no Crawl-delay, whose pages `{prefix}0` to

@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::common::{curl, pages, status_of, Behaviour, Conf, Proxy, TestCa, TestOrigin};
+use crate::common::{curl, pages, status_of, Conf, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{
     backend_up, certs, fleet_conf, instances, owner_index, paced_origin, HttpsFleet,
 };
@@ -291,7 +291,7 @@ fn commandstats_calls(port: u16) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_member_owns_an_origin() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let origin = TestOrigin::robots("User-agent: *\n").await;
     let proxies = instances(3, &fleet_conf(&redis));
     backend_up(&proxies).await;
     for proxy in proxies.iter().rev() {

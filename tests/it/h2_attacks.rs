@@ -3,6 +3,7 @@
 //! stays bounded, every stream slot is given back, and another client is served during
 //! and after the attack.
 
+use serde_json::json;
 use std::time::Duration;
 
 use crate::common::{curl, eventually, rss_bytes, Behaviour, Conf, TestOrigin};
@@ -161,9 +162,8 @@ async fn an_hpack_bomb_is_refused() {
     // 12,000 references to a 4 KiB field: 48 MiB decoded from a 16 KiB block.
     let report = a.attack(&["hpack-bomb", "12000", "--hold", "3"]);
     eprintln!("hpack bomb: {report}");
-    let refused = report["statuses"] == serde_json::json!([431])
-        || report["goaway"].is_u64()
-        || report["closed"] == true;
+    let refused =
+        report["statuses"] == json!([431]) || report["goaway"].is_u64() || report["closed"] == true;
     assert!(refused, "{report}");
     assert_eq!(a.target.count("/page"), 0);
     a.assert_unharmed("hpack bomb").await;

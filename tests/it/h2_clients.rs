@@ -371,11 +371,7 @@ async fn reset_streams_are_read_out_and_the_origin_is_not_frozen() {
         slow.iter().all(|r| r.done.is_some()),
         "both answered to their end: {slow:?}"
     );
-    let after = origin
-        .seen()
-        .into_iter()
-        .find(|r| r.target == "/after")
-        .expect("after");
+    let after = origin.first("/after");
     assert!(
         slow.iter().all(|r| r
             .done

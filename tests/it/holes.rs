@@ -2,9 +2,10 @@
 //! closed and checked over real sockets: a real robotsgate process, origins that log what
 //! reaches them, raw bytes or curl as the client.
 
+use serde_json::json;
 use std::time::Duration;
 
-use crate::common::{curl, raw_exchange, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{curl, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -27,16 +28,11 @@ fn gaps(origin: &TestOrigin, skip_robots: bool) -> Vec<f64> {
 /// overflowed a conversion that fell back to zero, and pacing switched off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_crawl_delay_paces_at_the_ceiling() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 100000000000000000000\n"),
-    )])
-    .await;
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("pacing.ceiling_seconds", 0.4)
-            .set("pacing.max_wait_seconds", 30),
-    );
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 100000000000000000000\n").await;
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "pacing",
+        json!({"ceiling_seconds": 0.4, "max_wait_seconds": 30}),
+    ));
     let client = proxy.client();
     for n in 0..4 {
         let status = client
@@ -67,7 +63,7 @@ async fn a_huge_crawl_delay_paces_at_the_ceiling() {
 /// ignores GET bodies would read the body as a second, unchecked request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_on_get_never_reaches_the_origin() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     let smuggled = format!("GET /private/smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n");
@@ -86,8 +82,7 @@ async fn a_body_on_get_never_reaches_the_origin() {
         ),
     ];
     for request in &requests {
-        let reply = raw_exchange(proxy.addr, request.as_bytes()).await;
-        assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        let reply = raw_status(proxy.addr, request, 400).await;
         assert!(reply.contains("reason=\"body-on-get\""), "{reply}");
     }
     assert_eq!(
@@ -96,23 +91,12 @@ async fn a_body_on_get_never_reaches_the_origin() {
     );
     // Any method: both framings at once are refused (which one a server reads is the
     // smuggling).
-    let reply = raw_exchange(
-        proxy.addr,
-        format!(
+    let _reply = raw_status(proxy.addr, format!(
             "POST http://{host}/form HTTP/1.1\r\nHost: {host}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
-        )
-        .as_bytes(),
-    )
-    .await;
-    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        ), 400).await;
     assert!(origin.seen().is_empty(), "{:?}", origin.seen());
     // An empty body is no body.
-    let reply = raw_exchange(
-        proxy.addr,
-        format!("GET http://{host}/ok HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
-    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let _reply = raw_status(proxy.addr, format!("GET http://{host}/ok HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"), 200).await;
 }
 
 /// `Upgrade` (WebSocket, h2c) is refused: after a 101 the connection would be a tunnel
@@ -127,12 +111,7 @@ async fn upgrades_are_refused_and_a_101_is_not_relayed() {
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     for upgrade in ["websocket", "h2c", "anything/1.0"] {
-        let reply = raw_exchange(
-            proxy.addr,
-            format!("GET http://{host}/ws HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\nGET /private/1 HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        let reply = raw_status(proxy.addr, format!("GET http://{host}/ws HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\nGET /private/1 HTTP/1.1\r\n\r\n"), 400).await;
         assert!(reply.contains("reason=\"upgrade\""), "{reply}");
     }
     assert!(origin.seen().is_empty());
@@ -204,18 +183,14 @@ async fn robots_txt_fetches_are_paced_and_not_per_request() {
 /// permissions to another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_is_fetched_with_the_configured_user_agent() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set(
         "robots.user_agent",
         "FleetBot/2.0 (+https://fleet.example/bot)",
     ));
     let (status, _, _) = curl(&proxy, &origin.url("/a"), &["-A", "FirstCrawler/1.0"]);
     assert_eq!(status, 200);
-    let fetch = origin
-        .seen()
-        .into_iter()
-        .find(|s| s.target == "/robots.txt")
-        .expect("robots.txt fetched");
+    let fetch = origin.first("/robots.txt");
     assert_eq!(
         fetch.header("user-agent"),
         Some("FleetBot/2.0 (+https://fleet.example/bot)")
@@ -226,16 +201,14 @@ async fn robots_txt_is_fetched_with_the_configured_user_agent() {
 /// User-Agent; /check and the access log say where the tokens came from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_cannot_choose_their_own_group() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: FriendBot\nAllow: /\n\nUser-agent: *\nDisallow: /private\n"),
-    )])
+    let origin = TestOrigin::robots(
+        "User-agent: FriendBot\nAllow: /\n\nUser-agent: *\nDisallow: /private\n",
+    )
     .await;
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("agent.from_user_agent", false)
-            .set("agent.default_tokens", ["FleetBot"]),
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "agent",
+        json!({"from_user_agent": false, "default_tokens": ["FleetBot"]}),
+    ));
     let (status, head, _) = curl(&proxy, &origin.url("/private/x"), &["-A", "FriendBot/1"]);
     assert_eq!(status, 403, "{head}");
     assert_eq!(origin.count("/private/x"), 0);
@@ -279,7 +252,7 @@ async fn clients_cannot_choose_their_own_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_robots_txt_requests_never_go_upstream() {
     let failing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(500))]).await;
-    let held = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let held = TestOrigin::robots(ROBOTS).await;
     let missing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     for _ in 0..10 {
@@ -325,7 +298,7 @@ async fn unreachable_robots_txt_names_the_cause() {
 /// bearer token, and an origin is refreshed at most once per `min_ttl`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_is_guarded() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let token = dir.path().join("admin.token");
     std::fs::write(&token, "s3cret-admin-token-0123456789\n").expect("token");
@@ -401,7 +374,7 @@ async fn the_admin_api_is_guarded() {
 /// Headers some servers read as the path to serve never reach the origin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_rewriting_headers_are_stripped() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let headers = [
         "X-Original-URL: /private/a",
@@ -420,11 +393,7 @@ async fn path_rewriting_headers_are_stripped() {
         args.push(*h);
     }
     assert_eq!(curl(&proxy, &origin.url("/public"), &args).0, 200);
-    let seen = origin
-        .seen()
-        .into_iter()
-        .find(|s| s.target == "/public")
-        .expect("forwarded");
+    let seen = origin.first("/public");
     assert_eq!(seen.method, "GET", "a method override changed nothing");
     for h in &headers {
         let name = h.split(':').next().expect("name");
@@ -456,11 +425,8 @@ async fn ipv6_forms_embedding_ipv4_do_not_pass_egress() {
 /// A rule's `%24`/`%2A` matches the URL's `$`/`*` however the URL writes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escaped_star_and_dollar_rules_match_both_spellings() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /price%24\nDisallow: /star%2A/\n"),
-    )])
-    .await;
+    let origin =
+        TestOrigin::robots("User-agent: *\nDisallow: /price%24\nDisallow: /star%2A/\n").await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     for path in [
         "/price$",
@@ -528,7 +494,7 @@ async fn responses_stream_while_the_origin_stalls() {
 /// among them gets its 403 in its place and never reaches the origin).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     let mut batch = String::new();

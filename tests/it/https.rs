@@ -3,6 +3,7 @@
 //! with certificates from a CA made in the test, an operator CA made by `robotsgate ca
 //! init`, curl, Python `requests` and a hand-driven TLS client as crawlers.
 
+use serde_json::json;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -590,11 +591,10 @@ async fn a_half_closed_tunnel_still_gets_its_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
-    let s = Setup::start(
-        &Conf::new()
-            .set("agent.default_tokens", ["OtherBot"])
-            .set("agent.default_purposes", ["train-ai"]),
-    )
+    let s = Setup::start(&Conf::new().set(
+        "agent",
+        json!({"default_tokens": ["OtherBot"], "default_purposes": ["train-ai"]}),
+    ))
     .await;
     let origin = s
         .origin("User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n")

@@ -2,20 +2,15 @@
 //! counted in `robotsgate_downstream_refusals_total{reason}`, and leaves other clients
 //! served. Raw TCP clients on loopback send exactly the bytes each case needs.
 
+use serde_json::json;
 use std::time::Duration;
 
-use crate::common::{eventually, raw_exchange, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{eventually, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn limits() -> Conf {
-    Conf::new()
-        .set("limits.max_request_line_bytes", 256)
-        .set("limits.max_header_bytes", 1024)
-        .set("limits.max_headers", 10)
-        .set("limits.max_body_bytes", 1000)
-        .set("limits.header_read_timeout_seconds", 1)
-        .set("limits.idle_timeout_seconds", 1)
+    Conf::new().set("limits", json!({"max_request_line_bytes": 256, "max_header_bytes": 1024, "max_headers": 10, "max_body_bytes": 1000, "header_read_timeout_seconds": 1, "idle_timeout_seconds": 1}))
         .set("limits.max_connections", 6)
 }
 
@@ -106,17 +101,17 @@ async fn each_limit_answers_with_its_status_and_is_counted() {
     assert_eq!(refused(&proxy, "body_too_large"), 2.0);
 
     // Within every limit: served.
-    let reply = raw_exchange(
+    let _reply = raw_status(
         proxy.addr,
-        format!("GET {url} HTTP/1.1\r\n{host}Connection: close\r\n\r\n").as_bytes(),
+        format!("GET {url} HTTP/1.1\r\n{host}Connection: close\r\n\r\n"),
+        200,
     )
     .await;
-    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_heads_are_cut_at_the_deadline_while_others_are_served() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let origin = TestOrigin::robots("User-agent: *\n").await;
     let proxy = Proxy::start_for_loopback(&limits());
     let addr = proxy.addr;
     let target = origin.url("/slow");
@@ -160,7 +155,7 @@ async fn slowloris_heads_are_cut_at_the_deadline_while_others_are_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_kept_alive_connections_are_closed() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let origin = TestOrigin::robots("User-agent: *\n").await;
     let proxy = Proxy::start_for_loopback(&limits());
 
     // A kept-alive connection that goes quiet is closed after limits.idle_timeout_seconds.
@@ -188,7 +183,7 @@ async fn idle_kept_alive_connections_are_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_limit_answers_503_until_slots_free_up() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let origin = TestOrigin::robots("User-agent: *\n").await;
     // Silent connections may hold a slot for the header timeout: long enough here.
     let proxy = Proxy::start_for_loopback(&limits().set("limits.header_read_timeout_seconds", 30));
     let request = format!(
@@ -209,8 +204,7 @@ async fn the_connection_limit_answers_503_until_slots_free_up() {
         .await
     );
     // ...so the seventh is told to come back.
-    let reply = raw_exchange(proxy.addr, request.as_bytes()).await;
-    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let reply = raw_status(proxy.addr, request, 503).await;
     assert!(reply.contains("Retry-After: 1"), "{reply}");
     assert_eq!(refused(&proxy, "connection_limit"), 1.0);
     drop(held);
@@ -256,14 +250,11 @@ async fn closed_by_proxy(stream: &mut TcpStream, within: Duration) -> bool {
 /// first-byte deadline — also a CONNECT tunnel that never sends its ClientHello.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_cannot_hold_every_slot() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
+    let origin = TestOrigin::robots("User-agent: *\n").await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = crate::common::operator_ca(dir.path());
     let proxy = Proxy::start(
-        &Conf::new()
-            .set("limits.max_connections", 20)
-            .set("limits.max_connections_per_client", 5)
-            .set("limits.first_byte_timeout_seconds", 1),
+        &Conf::new().set("limits", json!({"max_connections": 20, "max_connections_per_client": 5, "first_byte_timeout_seconds": 1})),
         &[
             "--allow-destination",
             "127.0.0.0/8",
@@ -341,23 +332,21 @@ async fn one_client_cannot_hold_every_slot() {
 /// started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_cost_little_and_give_their_memory_back() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok("User-agent: *\n"))]).await;
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("limits.max_connections_per_client", 20000)
-            .set("limits.first_byte_timeout_seconds", 60),
-    );
-    let warm = raw_exchange(
+    let origin = TestOrigin::robots("User-agent: *\n").await;
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "limits",
+        json!({"max_connections_per_client": 20000, "first_byte_timeout_seconds": 60}),
+    ));
+    let _warm = raw_status(
         proxy.addr,
         format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
             origin.url("/warm"),
             origin.addr
-        )
-        .as_bytes(),
+        ),
+        200,
     )
     .await;
-    assert!(warm.starts_with("HTTP/1.1 200"), "{warm}");
     let baseline = crate::common::rss_bytes(proxy.pid());
     let mut peak = baseline;
     for wave in 0..3 {

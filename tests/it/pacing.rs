@@ -1,11 +1,10 @@
 //! Pacing by Crawl-delay over real sockets: the origin logs when each request arrives and
 //! when its response was written, and the gaps are checked there, not at the client.
 
+use serde_json::json;
 use std::time::{Duration, Instant};
 
-use crate::common::{
-    concurrent, curl, eventually, min_gap, pages, Behaviour, Conf, Proxy, Seen, TestOrigin,
-};
+use crate::common::{concurrent, curl, min_gap, pages, Behaviour, Conf, Proxy, Seen, TestOrigin};
 
 /// Time between the first and the last arrival of these requests at the origin.
 fn arrival_spread(seen: &[Seen]) -> Duration {
@@ -16,11 +15,7 @@ fn arrival_spread(seen: &[Seen]) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_clients_are_spaced_by_crawl_delay() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.5\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 0.5\n").await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     // Fetch robots.txt first: the timed run then measures pacing alone.
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
@@ -48,11 +43,7 @@ async fn eight_concurrent_clients_are_spaced_by_crawl_delay() {
         "{elapsed:?} vs ideal {ideal:?}"
     );
     // The first page also kept its distance from the robots.txt fetch.
-    let robots = origin
-        .seen()
-        .into_iter()
-        .find(|s| s.target == "/robots.txt")
-        .expect("robots");
+    let robots = origin.first("/robots.txt");
     assert!(
         pages(&origin, "/warm")[0]
             .arrived
@@ -64,8 +55,8 @@ async fn eight_concurrent_clients_are_spaced_by_crawl_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_origins_are_paced_independently_and_in_parallel() {
     let robots = "User-agent: *\nCrawl-delay: 0.5\n";
-    let a = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let b = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let a = TestOrigin::robots(robots).await;
+    let b = TestOrigin::robots(robots).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let urls = (0..4)
         .flat_map(|i| {
@@ -93,7 +84,7 @@ async fn two_origins_are_paced_independently_and_in_parallel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlers_in_different_groups_have_their_own_schedules() {
     let robots = "User-agent: SlowBot\nCrawl-delay: 1\n\nUser-agent: *\nCrawl-delay: 1\n";
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let origin = TestOrigin::robots(robots).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(
         curl(&proxy, &origin.url("/warm"), &["-A", "SlowBot/1"]).0,
@@ -122,29 +113,14 @@ async fn crawlers_in_different_groups_have_their_own_schedules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_and_wait_bounds_answer_503_with_retry_after() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 2\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 2\n").await;
     let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("pacing.max_wait_seconds", 3)
-            .set("pacing.max_queue", 100),
+        &Conf::new().set("pacing", json!({"max_wait_seconds": 3, "max_queue": 100})),
     );
     // Right after the robots.txt fetch, the first page waits ~2 s; a second would wait ~4 s.
-    let first = tokio::spawn({
-        let client = proxy.client();
-        let url = origin.url("/one");
-        async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
-    });
+    let first = proxy.spawn_get(origin.url("/one"));
     // The first request is queued for its slot once the proxy's queue gauge says so.
-    assert!(
-        eventually(Duration::from_secs(5), || proxy
-            .metric("robotsgate_pacing_queued_requests")
-            == Some(1.0))
-        .await
-    );
+    assert!(proxy.queued(1.0).await);
     let (status, head, body) = curl(&proxy, &origin.url("/two"), &[]);
     assert_eq!(status, 503, "{head}{body}");
     let retry: u64 = head
@@ -159,27 +135,12 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
 
     // Queue bound: one may wait, the next is refused at once.
     let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("pacing.max_wait_seconds", 30)
-            .set("pacing.max_queue", 1),
+        &Conf::new().set("pacing", json!({"max_wait_seconds": 30, "max_queue": 1})),
     );
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 1\n"),
-    )])
-    .await;
-    let waiting = tokio::spawn({
-        let client = proxy.client();
-        let url = origin.url("/queued");
-        async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
-    });
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let waiting = proxy.spawn_get(origin.url("/queued"));
     // The first request is queued for its slot once the proxy's queue gauge says so.
-    assert!(
-        eventually(Duration::from_secs(5), || proxy
-            .metric("robotsgate_pacing_queued_requests")
-            == Some(1.0))
-        .await
-    );
+    assert!(proxy.queued(1.0).await);
     let (status, head, _) = curl(&proxy, &origin.url("/refused"), &[]);
     assert_eq!(status, 503);
     assert!(
@@ -191,11 +152,7 @@ async fn queue_and_wait_bounds_answer_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_gives_up_its_place() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 1.5\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 1.5\n").await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/first"), &[]).0, 200);
     // Queued behind /first's delay, then gone after 0.3 s.

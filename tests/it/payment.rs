@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{curl, free_port, passwd_line, Conf, Proxy};
 use crate::signing::{generate, one_key, VerifyingOrigin};
@@ -18,7 +18,7 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
     let (dir, signed) = one_key("string");
     let paying = signed.with_identity(
         "payment",
-        serde_json::json!({"max_price": "USD 0.02", "daily_budget": "USD 0.05"}),
+        json!({"max_price": "USD 0.02", "daily_budget": "USD 0.05"}),
     );
     let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
     let proxy = Proxy::start_for_loopback(&paying);
@@ -75,12 +75,12 @@ fn a_budget_pays_until_spent_then_the_402_reaches_the_crawler() {
     let status: Value = serde_json::from_str(&status).expect("JSON");
     assert_eq!(
         status["budgets"],
-        serde_json::json!([{"budget": "main", "max_price": "USD 0.02", "daily": "USD 0.05",
+        json!([{"budget": "main", "max_price": "USD 0.02", "daily": "USD 0.05",
             "spent_today": "USD 0.04", "reserved": "USD 0.00"}])
     );
     assert_eq!(
         status["charges"],
-        serde_json::json!([{"identity": "main", "currency": "USD", "charged": 0.04}])
+        json!([{"identity": "main", "currency": "USD", "charged": 0.04}])
     );
     // And in a browser, as the status page draws it.
     let profile = tempfile::tempdir().expect("tempdir");
@@ -132,7 +132,7 @@ fn a_users_identity_signs_and_a_rules_budget_pays() {
     )
     .expect("users");
     let port = free_port();
-    let yaml = Conf::new().set("access.credentials_file", users.display().to_string()).set("signing.directory_listen", format!("127.0.0.1:{}", port)).set("signing.users.alice", "research").set("signing.identities", serde_json::json!([{"name": "main", "key_file": (main.display().to_string()), "signature_agent": "https://crawler.example"}, {"name": "research", "key_file": (research.display().to_string()), "signature_agent": "https://research.example/bots"}])).set("agent.default_identity", "main").set("agent.rules", serde_json::json!([{"client": "127.0.0.1/32", "tokens": ["FleetBot"], "payment": {"max_price": "USD 0.01", "daily_budget": "USD 0.02"}}]));
+    let yaml = Conf::new().set("access.credentials_file", users.display().to_string()).set("signing.directory_listen", format!("127.0.0.1:{}", port)).set("signing.users.alice", "research").set("signing.identities", json!([{"name": "main", "key_file": (main.display().to_string()), "signature_agent": "https://crawler.example"}, {"name": "research", "key_file": (research.display().to_string()), "signature_agent": "https://research.example/bots"}])).set("agent.default_identity", "main").set("agent.rules", json!([{"client": "127.0.0.1/32", "tokens": ["FleetBot"], "payment": {"max_price": "USD 0.01", "daily_budget": "USD 0.02"}}]));
     let origin =
         VerifyingOrigin::start_priced(dir.path(), &format!("http://127.0.0.1:{port}"), "USD 0.01");
     let proxy = Proxy::start_for_loopback(&yaml);
@@ -191,7 +191,7 @@ async fn a_budget_shared_by_the_fleet(fleet: &Conf, redis_cli: impl Fn(&[&str]) 
     let conf = signed
         .with_identity(
             "payment",
-            serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
+            json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
         )
         .without("signing.directory_listen");
     let origin = VerifyingOrigin::start_priced(dir.path(), &signed.printed, "USD 0.01");
@@ -310,7 +310,7 @@ async fn overcharges_count_as_the_offer_and_origins_name_no_labels() {
     let (_dir, signed) = one_key("string");
     let paying = signed.with_identity(
         "payment",
-        serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
+        json!({"max_price": "USD 0.01", "daily_budget": "USD 0.03"}),
     );
     let charging =
         |charged: &str| Behaviour::with_headers(200, &[("crawler-charged", charged)], "page\n");

@@ -2,6 +2,7 @@
 //! delay, per-address schedules and operator overrides. The origins log when each
 //! request arrived and when its response ended; every check is made there.
 
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 use crate::common::{
@@ -33,8 +34,7 @@ async fn thirty_two_clients_never_have_more_than_two_requests_at_an_origin() {
     // against its 1 ms /warm is tested on its own).
     let proxy = Proxy::start_for_loopback(
         &Conf::new()
-            .set("pacing.max_wait_seconds", 1)
-            .set("pacing.max_queue", 8)
+            .set("pacing", json!({"max_wait_seconds": 1, "max_queue": 8}))
             .set("pacing.adaptive.enabled", false),
     );
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
@@ -130,11 +130,7 @@ async fn an_origin_that_slows_down_is_given_more_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_without_retry_after_widen_the_spacing_until_the_origin_recovers() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow:\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow:\n").await;
     for (i, status) in [503, 500, 503, 200, 200, 200, 200].iter().enumerate() {
         origin.set(&format!("/e{i}"), Behaviour::status(*status));
     }
@@ -167,11 +163,7 @@ impl OneServer {
     async fn start() -> OneServer {
         OneServer {
             dns: static_dns(vec!["127.0.0.1".parse().expect("ip")]).await,
-            origin: TestOrigin::start(vec![(
-                "/robots.txt",
-                Behaviour::ok("User-agent: *\nCrawl-delay: 0.4\n"),
-            )])
-            .await,
+            origin: TestOrigin::robots("User-agent: *\nCrawl-delay: 0.4\n").await,
         }
     }
 
@@ -183,7 +175,7 @@ impl OneServer {
     fn proxy(&self, key: &str) -> Proxy {
         Proxy::start_for_loopback(
             &Conf::new()
-                .set("dns.nameservers", serde_json::json!([(self.dns)]))
+                .set("dns.nameservers", json!([(self.dns)]))
                 .set("pacing.key", key),
         )
     }
@@ -263,13 +255,9 @@ async fn robots_txt_fetches_of_names_on_one_address_keep_its_pace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
     let dns = static_dns(vec!["127.0.0.1".parse().expect("ip")]).await;
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nCrawl-delay: 0.1\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 0.1\n").await;
     let port = origin.addr.port();
-    let proxy = Proxy::start_for_loopback(&Conf::new().set("log_format", "json").set("dns.nameservers", serde_json::json!([(dns)])).set("pacing.overrides", serde_json::json!([{"host": "*.blocked.test", "block": true, "reason": "asked us to stop"}, {"host": "slow.test", "delay_seconds": 0.6}])));
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("log_format", "json").set("dns.nameservers", json!([(dns)])).set("pacing.overrides", json!([{"host": "*.blocked.test", "block": true, "reason": "asked us to stop"}, {"host": "slow.test", "delay_seconds": 0.6}])));
     let (status, head, body) = curl(&proxy, &format!("http://www.blocked.test:{port}/x"), &[]);
     assert_eq!(status, 403);
     assert!(
@@ -322,11 +310,7 @@ async fn operator_overrides_block_a_domain_and_lengthen_a_delay() {
 /// request comes at once. One the origin itself is slow to send still holds the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_robotsgate_is_slow_to_read_is_not_the_origin_slowing_down() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow:\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow:\n").await;
     for path in ["/warm", "/base0", "/base1", "/base2", "/stalled"] {
         origin.set(path, delayed(200));
     }

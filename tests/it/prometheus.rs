@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{
     admin, concurrent, curl, eventually, free_port, pages, raw_exchange, run_output, Behaviour,
@@ -239,11 +239,7 @@ fn now() -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     // ---- Instance A: an explicit proxy under a short crawl ----
-    let paced = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n"),
-    )])
-    .await;
+    let paced = TestOrigin::robots("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n").await;
     let slow = TestOrigin::start(vec![(
         "/slow",
         Behaviour::Delayed {
@@ -253,12 +249,10 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     )])
     .await;
     let failing = TestOrigin::start(vec![("/fail", Behaviour::status(503))]).await;
-    let a = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("pacing.ceiling_seconds", 0.2)
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_queue", 4),
-    );
+    let a = Proxy::start_for_loopback(&Conf::new().set(
+        "pacing",
+        json!({"ceiling_seconds": 0.2, "max_in_flight": 2, "max_queue": 4}),
+    ));
 
     // ---- Instance B: fleet mode, TLS interception, a transparent listener ----
     let redis = Redis::start();

@@ -9,7 +9,7 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /disallowed\n\nUser-agent: NewsBo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_allowed_reaches_origin_disallowed_does_not() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
 
     let (status, _, body) = curl(&proxy, &origin.url("/allowed?x=1"), &[]);
@@ -35,7 +35,7 @@ async fn curl_allowed_reaches_origin_disallowed_does_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let client = proxy.client();
     let get =
@@ -54,11 +54,7 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
         .contains("line=5"));
     // robots.txt was fetched with robotsgate's own User-Agent (`robots.user_agent`),
     // never a crawler's: the copy serves every crawler.
-    let robots = origin
-        .seen()
-        .into_iter()
-        .find(|s| s.target == "/robots.txt")
-        .expect("robots fetched");
+    let robots = origin.first("/robots.txt");
     assert_eq!(
         robots.header("user-agent"),
         Some(concat!("robotsgate/", env!("CARGO_PKG_VERSION")))
@@ -68,7 +64,7 @@ async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_tokens_override_the_header() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start(
         &Conf::new(),
         &["--allow-destination", "127.0.0.0/8", "--agent", "NewsBot"],
@@ -80,7 +76,7 @@ async fn configured_tokens_override_the_header() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transparent_mode_uses_the_host_header() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let client = reqwest::Client::new();
     let send = |path: &str| {
@@ -97,7 +93,7 @@ async fn transparent_mode_uses_the_host_header() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_receives_the_canonical_path_the_decision_was_made_on() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     for sneaky in [
         "/ok/../disallowed",
@@ -127,7 +123,7 @@ async fn origin_receives_the_canonical_path_the_decision_was_made_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_origin_is_refused_without_allow_destination() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start(&Conf::new(), &[]);
     let (status, head, body) = curl(&proxy, &origin.url("/allowed"), &[]);
     assert_eq!(status, 403);
@@ -175,7 +171,7 @@ async fn fifty_concurrent_first_requests_share_one_robots_fetch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_is_answered_from_the_store() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/x"), &[]).0, 200);
     let (status, head, body) = curl(&proxy, &origin.url("/robots.txt"), &[]);

@@ -6,15 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{eventually, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{eventually, Conf, Proxy, TestOrigin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_changes_config_without_failing_a_request() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nAllow: /\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nAllow: /\n").await;
     let mut old = Proxy::start_for_loopback(&Conf::new().set("pacing.floor_seconds", 0));
 
     // The client: requests back to back, each on a new connection (what a reload must

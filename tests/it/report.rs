@@ -1,6 +1,7 @@
 //! Report-only mode over real sockets: what would be refused is forwarded, counted,
 //! logged and labelled; pacing records its wait without holding; egress is enforced.
 
+use serde_json::json;
 use std::time::Duration;
 
 use crate::common::{curl, gaps, pages, Behaviour, Conf, Proxy, TestOrigin};
@@ -9,7 +10,7 @@ const ROBOTS: &str = "User-agent: *\nCrawl-delay: 1\nDisallow: /private\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ROBOTS))]).await;
+    let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(
         &Conf::new()
             .set("log_format", "json")
@@ -61,13 +62,9 @@ async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_rule_can_be_in_report_mode_while_the_rest_is_enforced() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start_for_loopback(
-        &Conf::new().set("agent.default_tokens", ["ExampleBot"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "trial", "tokens": ["ExampleBot"], "mode": "report", "trust_client_text": true}])),
+        &Conf::new().set("agent.default_tokens", ["ExampleBot"]).set("agent.rules", json!([{"user_agent_contains": "trial", "tokens": ["ExampleBot"], "mode": "report", "trust_client_text": true}])),
     );
     assert_eq!(
         curl(&proxy, &origin.url("/private/x"), &["-A", "Enforced/1"]).0,
@@ -105,11 +102,7 @@ async fn an_agent_rule_can_be_in_report_mode_while_the_rest_is_enforced() {
 /// saying `trust_client_text: true` stops the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let dir = tempfile::tempdir().expect("tempdir");
     let users = dir.path().join("users");
     let lines = format!(
@@ -119,7 +112,7 @@ async fn client_text_never_chooses_report_mode_for_an_authenticated_user() {
     );
     std::fs::write(&users, lines).expect("users");
     let rule = |trusted: bool| {
-        let mut rule = serde_json::json!({
+        let mut rule = json!({
             "user_agent_contains": "CanaryBot",
             "tokens": ["CanaryBot"],
             "mode": "report",
@@ -232,8 +225,8 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_text_never_chooses_tokens_purposes_identity_or_payment() {
     let robots = "User-agent: AcmeAI\nDisallow: /private\nContent-Usage: /news train-ai=n\n\nUser-agent: ExampleBot\nAllow: /\n";
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let rules = Conf::new().set("agent.default_tokens", ["Other"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "ExampleBot", "tokens": ["ExampleBot"]}, {"client": "127.0.0.0/8", "tokens": ["AcmeAI"], "purposes": ["train-ai"]}]));
+    let origin = TestOrigin::robots(robots).await;
+    let rules = Conf::new().set("agent.default_tokens", ["Other"]).set("agent.rules", json!([{"user_agent_contains": "ExampleBot", "tokens": ["ExampleBot"]}, {"client": "127.0.0.0/8", "tokens": ["AcmeAI"], "purposes": ["train-ai"]}]));
     let proxy = Proxy::start_for_loopback(&rules);
     for path in ["/private/x", "/news/1"] {
         let (status, head, _) = curl(&proxy, &origin.url(path), &["-A", "ExampleBot/2.1"]);
@@ -248,14 +241,14 @@ async fn client_text_never_chooses_tokens_purposes_identity_or_payment() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("robotsgate.yaml");
     for (key, value) in [
-        ("purposes", serde_json::json!(["search"])),
-        ("identity", serde_json::json!("main")),
+        ("purposes", json!(["search"])),
+        ("identity", json!("main")),
         (
             "payment",
-            serde_json::json!({"max_price": "USD 0.01", "daily_budget": "USD 1.00"}),
+            json!({"max_price": "USD 0.01", "daily_budget": "USD 1.00"}),
         ),
     ] {
-        let mut rule = serde_json::json!({"user_agent_contains": "NewsBot", "tokens": ["NewsBot"]});
+        let mut rule = json!({"user_agent_contains": "NewsBot", "tokens": ["NewsBot"]});
         rule[key] = value;
         let conf = Conf::new().set("agent.rules", [rule]);
         std::fs::write(&config, conf.file(&[])).expect("config");

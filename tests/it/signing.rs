@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{curl, free_port, start_listening, Conf, Netns, Proxy};
 
@@ -188,7 +188,7 @@ pub fn signing(dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signi
 
 /// The same with the directory listener on `port`.
 fn signing_on(port: u16, dir: &Path, key: &Path, next: Option<&Path>, form: &str) -> Signing {
-    let mut identity = serde_json::json!({
+    let mut identity = json!({
         "name": "main",
         "key_file": key.display().to_string(),
         "signature_agent": "https://crawler.example",

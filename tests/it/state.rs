@@ -61,11 +61,7 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_fresh_copies_refreshes_expired_ones_and_keeps_backoffs() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let short = TestOrigin::start(vec![(
         "/robots.txt",
         Behaviour::with_headers(
@@ -113,11 +109,7 @@ async fn a_restart_keeps_fresh_copies_refreshes_expired_ones_and_keeps_backoffs(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let setup = Setup::new(&Conf::new()).await;
     let mut proxy = setup.start();
     assert_eq!(curl(&proxy, &origin.url("/a"), &[]).0, 200);
@@ -180,11 +172,7 @@ async fn a_corrupt_state_file_is_a_warning_and_an_empty_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_upgrade_hands_the_state_over_without_a_refetch() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let setup = Setup::new(&Conf::new()).await;
     let proxy = setup.start();
     let port = origin.addr.port();
@@ -266,11 +254,7 @@ fn check_state(path: &std::path::Path, config: Option<&std::path::Path>) -> (boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
     use std::os::unix::fs::PermissionsExt;
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
     let setup = Setup::new(
         &Conf::new()
             .set("robots.max_ttl_seconds", 3600)

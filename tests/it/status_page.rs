@@ -3,13 +3,13 @@
 //! and submits it; the decision it shows, the busiest-origins table and a screenshot are
 //! checked. The origin is a real test origin; robotsgate a real process.
 
+use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{
-    admin, assert_gaps_at_least, concurrent, curl, eventually, pages, Behaviour, Conf, Proxy,
-    TestOrigin,
+    admin, assert_gaps_at_least, concurrent, curl, eventually, pages, Conf, Proxy, TestOrigin,
 };
 
 pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
@@ -63,11 +63,7 @@ fn screenshot(dir: &Path, page: &str, size: &str) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_checks_a_url_in_a_browser() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.2\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\nCrawl-delay: 0.2\n").await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     // Some traffic, so the page has an origin and totals to show.
     assert_eq!(curl(&proxy, &origin.url("/page"), &[]).0, 200);
@@ -103,18 +99,14 @@ async fn status_page_checks_a_url_in_a_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_shows_the_share_refused_per_purpose_and_checks_a_purpose() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok(
-            "User-agent: *\nContent-Usage: train-ai=y\nContent-Usage: /news/ train-ai=n\n",
-        ),
-    )])
+    let origin = TestOrigin::robots(
+        "User-agent: *\nContent-Usage: train-ai=y\nContent-Usage: /news/ train-ai=n\n",
+    )
     .await;
-    let proxy = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("agent.default_tokens", ["ExampleBot"])
-            .set("agent.default_purposes", ["train-ai"]),
-    );
+    let proxy = Proxy::start_for_loopback(&Conf::new().set(
+        "agent",
+        json!({"default_tokens": ["ExampleBot"], "default_purposes": ["train-ai"]}),
+    ));
     assert_eq!(curl(&proxy, &origin.url("/page"), &[]).0, 200);
     assert_eq!(curl(&proxy, &origin.url("/news/a"), &[]).0, 403);
     assert_eq!(curl(&proxy, &origin.url("/news/b"), &[]).0, 403);
@@ -144,11 +136,7 @@ async fn status_page_shows_the_share_refused_per_purpose_and_checks_a_purpose() 
 /// page's own script from `/status.json` (no external asset) in headless Chromium.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_charts_the_last_minutes() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::ok("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n"),
-    )])
-    .await;
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n").await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     // 16 paced pages at once (a queue that lasts some 5 s: two samples or more see
     // it), and disallowed paths alongside.

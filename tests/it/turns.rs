@@ -4,6 +4,7 @@
 //! `pacing.max_exchange_seconds`. Every check is made at the origin, which logs when each
 //! request arrived and when its response ended.
 
+use serde_json::json;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -143,9 +144,10 @@ async fn clients_hanging_up_never_put_more_than_max_in_flight_at_the_origin() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(1200))]).await;
     let proxy = warm_proxy(
         &origin,
-        &Conf::new()
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_wait_seconds", 30),
+        &Conf::new().set(
+            "pacing",
+            json!({"max_in_flight": 2, "max_wait_seconds": 30}),
+        ),
     );
     staggered_hang_ups(&proxy, &origin).await;
     let seen = pages(&origin, "/slow");
@@ -218,9 +220,10 @@ async fn a_next_request_sent_early_waits_for_the_pending_exchange() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(1000))]).await;
     let proxy = warm_proxy(
         &origin,
-        &Conf::new()
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_wait_seconds", 30),
+        &Conf::new().set(
+            "pacing",
+            json!({"max_in_flight": 2, "max_wait_seconds": 30}),
+        ),
     );
     let host = origin.addr.to_string();
     let tasks: Vec<_> = (0..4)
@@ -281,9 +284,10 @@ async fn a_client_half_closing_after_its_request_still_gets_the_answer() {
     let origin = origin_with(PRIVATE, vec![("/slow", slow(800))]).await;
     let proxy = warm_proxy(
         &origin,
-        &Conf::new()
-            .set("pacing.max_in_flight", 1)
-            .set("pacing.max_wait_seconds", 30),
+        &Conf::new().set(
+            "pacing",
+            json!({"max_in_flight": 1, "max_wait_seconds": 30}),
+        ),
     );
     let host = origin.addr;
     let half = tokio::spawn(async move {
@@ -325,9 +329,10 @@ async fn early_hints_reach_no_client_and_python_requests_keeps_its_turns() {
     .await;
     let proxy = warm_proxy(
         &origin,
-        &Conf::new()
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_wait_seconds", 30),
+        &Conf::new().set(
+            "pacing",
+            json!({"max_in_flight": 2, "max_wait_seconds": 30}),
+        ),
     );
     // python-requests, 4 threads with one keep-alive Session each, for 3 s.
     let script = format!(
@@ -391,9 +396,10 @@ async fn a_never_ending_response_is_cut_at_max_exchange_and_the_origin_served_af
     let proxy = warm_proxy(
         &origin,
         &Conf::new()
-            .set("pacing.max_in_flight", 1)
-            .set("pacing.max_exchange_seconds", 1.5)
-            .set("pacing.max_wait_seconds", 30)
+            .set(
+                "pacing",
+                json!({"max_in_flight": 1, "max_exchange_seconds": 1.5, "max_wait_seconds": 30}),
+            )
             .set("upstream.read_timeout_seconds", 1),
     );
     let endless = tokio::spawn(curl_giving_up(
@@ -434,11 +440,14 @@ async fn never_ending_responses_held_unread_free_the_origin_after_the_cut() {
     let proxy = warm_proxy(
         &origin,
         &Conf::new()
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_exchange_seconds", 1.5)
-            .set("pacing.max_wait_seconds", 60)
-            .set("upstream.read_timeout_seconds", 1)
-            .set("upstream.write_timeout_seconds", 1),
+            .set(
+                "pacing",
+                json!({"max_in_flight": 2, "max_exchange_seconds": 1.5, "max_wait_seconds": 60}),
+            )
+            .set(
+                "upstream",
+                json!({"read_timeout_seconds": 1, "write_timeout_seconds": 1}),
+            ),
     );
     let mut unread = Vec::new();
     for i in 0..2 {
@@ -481,8 +490,10 @@ async fn responses_held_unread_end_with_the_origins_answer() {
     let proxy = warm_proxy(
         &origin,
         &Conf::new()
-            .set("pacing.max_in_flight", 2)
-            .set("pacing.max_wait_seconds", 20)
+            .set(
+                "pacing",
+                json!({"max_in_flight": 2, "max_wait_seconds": 20}),
+            )
             .set("upstream.write_timeout_seconds", 60)
             .set("limits.unread_timeout_seconds", 1),
     );

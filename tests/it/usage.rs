@@ -3,6 +3,7 @@
 //! before pacing (the origin sees nothing), reported, explained by `/check`, counted, and
 //! the origin's own usage headers relayed and marked.
 
+use serde_json::json;
 use std::process::{Command, Stdio};
 
 use crate::common::{admin, curl, Behaviour, Conf, Proxy, TestOrigin};
@@ -27,7 +28,7 @@ fn purpose_rules() -> Vec<serde_json::Value> {
     ]
     .into_iter()
     .map(|(word, purposes)| {
-        serde_json::json!({
+        json!({
             "user_agent_contains": word,
             "tokens": ["OtherBot"],
             "purposes": purposes,
@@ -46,7 +47,7 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attach_example_is_judged_for_each_declared_purpose() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let origin = TestOrigin::robots(ATTACH).await;
     let proxy = Proxy::start_for_loopback(&purposes());
     let robots_url = origin.url("/robots.txt");
 
@@ -138,9 +139,9 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
     let robots = "# BEGIN Cloudflare Managed content\nUser-agent: *\nContent-Signal: search=yes,ai-train=no\nAllow: /\n\nUser-agent: CCBot\nDisallow: /\n# END Cloudflare Managed Content\n\nUser-agent: *\nDisallow: /admin/\nContent-Usage: /rag/ train-ai=y\n\nUser-agent: RagBot\nContent-Signal: ai-input=no\n";
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let origin = TestOrigin::robots(robots).await;
     let proxy = Proxy::start_for_loopback(
-        &Conf::new().set("agent.default_tokens", ["ExampleBot"]).set("agent.default_purposes", ["train-ai"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "indexer", "tokens": ["ExampleBot"], "purposes": ["search"], "trust_client_text": true}, {"user_agent_contains": "rag", "tokens": ["RagBot", "ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}, {"user_agent_contains": "grounding", "tokens": ["ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}])),
+        &Conf::new().set("agent", json!({"default_tokens": ["ExampleBot"], "default_purposes": ["train-ai"]})).set("agent.rules", json!([{"user_agent_contains": "indexer", "tokens": ["ExampleBot"], "purposes": ["search"], "trust_client_text": true}, {"user_agent_contains": "rag", "tokens": ["RagBot", "ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}, {"user_agent_contains": "grounding", "tokens": ["ExampleBot"], "purposes": ["ai-input"], "trust_client_text": true}])),
     );
     // The managed `ai-train=no` applies to the merged `*` group.
     let (status, head, _) = curl(&proxy, &origin.url("/page"), &[]);
@@ -200,7 +201,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
     ])
     .await;
     let proxy = Proxy::start_for_loopback(
-        &Conf::new().set("agent.rules", serde_json::json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}])),
+        &Conf::new().set("agent.rules", json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}])),
     );
     // No purpose declared: relayed unchanged and marked; the fetch has happened, so a
     // response header never turns into an error.
@@ -241,9 +242,9 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_forwards_marks_counts_and_logs() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let origin = TestOrigin::robots(ATTACH).await;
     let mut rules = purpose_rules();
-    rules.push(serde_json::json!({
+    rules.push(json!({
         "client": "127.0.0.0/8",
         "tokens": ["OtherBot"],
         "purposes": ["train-ai"],
@@ -293,7 +294,7 @@ async fn report_mode_forwards_marks_counts_and_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_the_statement_per_purpose() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let origin = TestOrigin::robots(ATTACH).await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set("agent.default_tokens", ["OtherBot"]));
     let check = |query: &str| -> serde_json::Value {
         serde_json::from_str(&admin(&proxy, "GET", &format!("/check?{query}")).1).expect("json")
@@ -331,10 +332,11 @@ async fn check_explains_the_statement_per_purpose() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_statement_is_unknown_and_the_configuration_decides() {
     let robots = "User-agent: *\nContent-Usage: train-ai=N, search=y\n";
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
-    let conf = Conf::new()
-        .set("agent.default_tokens", ["Bot"])
-        .set("agent.default_purposes", ["train-ai"]);
+    let origin = TestOrigin::robots(robots).await;
+    let conf = Conf::new().set(
+        "agent",
+        json!({"default_tokens": ["Bot"], "default_purposes": ["train-ai"]}),
+    );
     let allowing = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&allowing, &origin.url("/a"), &[]);
     assert_eq!(status, 200, "{head}");
@@ -353,7 +355,7 @@ async fn an_unreadable_statement_is_unknown_and_the_configuration_decides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_users_purposes_come_from_its_credentials_line() {
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(ATTACH))]).await;
+    let origin = TestOrigin::robots(ATTACH).await;
     let mut passwd = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
         .args(["passwd", "trainer", "--cost", "4", "--purposes", "train-ai"])
         .stdin(Stdio::piped())
@@ -386,8 +388,10 @@ async fn a_proxy_users_purposes_come_from_its_credentials_line() {
 async fn without_a_robots_txt_every_purpose_is_unknown() {
     let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::status(404))]).await;
     let conf = Conf::new()
-        .set("agent.default_tokens", ["Bot"])
-        .set("agent.default_purposes", ["train-ai"])
+        .set(
+            "agent",
+            json!({"default_tokens": ["Bot"], "default_purposes": ["train-ai"]}),
+        )
         .set("usage.unknown", "refuse");
     let enforcing = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&enforcing, &origin.url("/a"), &[]);
@@ -401,11 +405,10 @@ async fn without_a_robots_txt_every_purpose_is_unknown() {
             && head.contains("X-Robots-Usage: train-ai=unknown"),
         "{head}"
     );
-    let allowing = Proxy::start_for_loopback(
-        &Conf::new()
-            .set("agent.default_tokens", ["Bot"])
-            .set("agent.default_purposes", ["train-ai"]),
-    );
+    let allowing = Proxy::start_for_loopback(&Conf::new().set(
+        "agent",
+        json!({"default_tokens": ["Bot"], "default_purposes": ["train-ai"]}),
+    ));
     let (status, head, _) = curl(&allowing, &origin.url("/c"), &[]);
     assert_eq!(status, 200, "{head}");
     assert!(head.contains("X-Robots-Usage: train-ai=unknown"), "{head}");
@@ -427,8 +430,8 @@ async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
     for n in 0..600 {
         robots.push_str(&format!("Content-Usage: /p{n} search=y\n"));
     }
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(&robots))]).await;
-    let conf = Conf::new().set("agent.default_tokens", ["Bot"]).set("agent.rules", serde_json::json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}, {"user_agent_contains": "indexer", "tokens": ["Bot"], "purposes": ["search"], "trust_client_text": true}]));
+    let origin = TestOrigin::robots(&robots).await;
+    let conf = Conf::new().set("agent.default_tokens", ["Bot"]).set("agent.rules", json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}, {"user_agent_contains": "indexer", "tokens": ["Bot"], "purposes": ["search"], "trust_client_text": true}]));
     let proxy = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&proxy, &origin.url("/p1/x"), &["-A", "trainer/1"]);
     assert_eq!(status, 403, "{head}");
@@ -468,14 +471,16 @@ async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_the_usage_group_a_statement_came_from() {
     let robots = "User-agent: a\nContent-Usage: train-ai=n\nUser-agent: b\nDisallow: /x\n\nUser-agent: *\nContent-Usage: train-ai=n\n";
-    let origin = TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await;
+    let origin = TestOrigin::robots(robots).await;
     let proxy = Proxy::start_for_loopback(
         &Conf::new()
-            .set("agent.default_tokens", ["b"])
-            .set("agent.default_purposes", ["train-ai"])
+            .set(
+                "agent",
+                json!({"default_tokens": ["b"], "default_purposes": ["train-ai"]}),
+            )
             .set(
                 "agent.rules",
-                serde_json::json!([{"user_agent_contains": "first", "tokens": ["a"]}]),
+                json!([{"user_agent_contains": "first", "tokens": ["a"]}]),
             ),
     );
     let check = |query: &str| -> serde_json::Value {

@@ -55,6 +55,13 @@ pub fn split_response(text: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
+/// [`raw_exchange`] whose answer must start with status `status` (HTTP/1.1): the answer.
+pub async fn raw_status(addr: SocketAddr, request: impl AsRef<[u8]>, status: u16) -> String {
+    let reply = raw_exchange(addr, request.as_ref()).await;
+    assert!(reply.starts_with(&format!("HTTP/1.1 {status}")), "{reply}");
+    reply
+}
+
 /// Sends raw bytes to `addr` and returns what comes back before the connection closes
 /// (or 5 s pass).
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {

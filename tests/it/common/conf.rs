@@ -21,7 +21,9 @@ impl Conf {
     }
 
     /// Sets `path` (keys joined by dots: `pacing.max_in_flight`) to `value`, making the
-    /// sections on the way; a later call for the same key replaces it.
+    /// sections on the way; a later call for the same key replaces it, except that a
+    /// section set over a section is merged into it key by key (so
+    /// `set("pacing", json!({"max_in_flight": 2}))` keeps the other pacing keys).
     pub fn set(mut self, path: &str, value: impl Serialize) -> Conf {
         let value = serde_yaml::to_value(value).expect("a value YAML can hold");
         let mut keys = path.split('.').peekable();
@@ -29,7 +31,12 @@ impl Conf {
         while let Some(key) = keys.next() {
             let key = Value::String(key.to_string());
             if keys.peek().is_none() {
-                section.insert(key, value);
+                match (section.get_mut(&key), value) {
+                    (Some(Value::Mapping(inner)), Value::Mapping(more)) => merge(inner, &more),
+                    (_, value) => {
+                        section.insert(key, value);
+                    }
+                }
                 break;
             }
             let entry = section

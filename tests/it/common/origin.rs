@@ -133,6 +133,11 @@ impl TestOrigin {
         TestOrigin::listen(routes, None).await
     }
 
+    /// An origin serving `robots` as its robots.txt (every other path: `200 page <path>`).
+    pub async fn robots(robots: &str) -> TestOrigin {
+        TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await
+    }
+
     /// [`TestOrigin::start`] with routes whose paths were built at run time.
     pub async fn start_owned(routes: &[(String, Behaviour)]) -> TestOrigin {
         let routes = routes
@@ -255,6 +260,14 @@ impl TestOrigin {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.log.lock().expect("log").clone()
+    }
+
+    /// The first request for `target` the origin saw; panics naming it when none came.
+    pub fn first(&self, target: &str) -> Seen {
+        self.seen()
+            .into_iter()
+            .find(|s| s.target == target)
+            .unwrap_or_else(|| panic!("{target} never reached the origin"))
     }
 
     pub fn count(&self, target: &str) -> usize {

@@ -424,6 +424,20 @@ impl Proxy {
             .build()
             .expect("client")
     }
+
+    /// A GET for `url` through this proxy, sent in a task of its own: its status.
+    pub fn spawn_get(&self, url: String) -> tokio::task::JoinHandle<reqwest::Result<u16>> {
+        let client = self.client();
+        tokio::spawn(async move { client.get(url).send().await.map(|r| r.status().as_u16()) })
+    }
+
+    /// Whether the pacing queue's gauge reaches `n` requests within 5 s (polled).
+    pub async fn queued(&self, n: f64) -> bool {
+        eventually(Duration::from_secs(5), || {
+            self.metric("robotsgate_pacing_queued_requests") == Some(n)
+        })
+        .await
+    }
 }
 
 impl Drop for Proxy {
