@@ -18,10 +18,12 @@ use crate::robots::{CanonicalPath, RobotsTxt};
 )]
 /// The `robotsgate` command line: its subcommands and their arguments.
 pub struct Cli {
+    /// The subcommand to run.
     #[command(subcommand)]
     command: Command,
 }
 
+/// robotsgate's subcommands.
 #[derive(Subcommand)]
 enum Command {
     /// Decide URLs against a robots.txt file.
@@ -94,6 +96,7 @@ enum Command {
     },
 }
 
+/// `robotsgate keys`: the Web Bot Auth signing keys.
 #[derive(Subcommand)]
 enum KeysCommand {
     /// Create an Ed25519 signing key (a JWK, mode 0600) and print its thumbprint (the
@@ -115,6 +118,7 @@ enum KeysCommand {
     },
 }
 
+/// `robotsgate ca`: the operator CA that intercepted tunnels are minted from.
 #[derive(Subcommand)]
 enum CaCommand {
     /// Create a new CA (ECDSA P-256): certificate and key (mode 0600). Never overwrites.
@@ -134,6 +138,7 @@ enum CaCommand {
     },
 }
 
+/// `robotsgate check-config`'s arguments.
 #[derive(Args)]
 struct CheckArgs {
     /// The robots.txt file.
@@ -358,6 +363,7 @@ pub fn seal_state_file(body: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Runs `check-config`: loads and validates the configuration, printing what it refuses.
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let body = std::fs::read(&args.robots)
         .with_context(|| format!("cannot read --robots {}", args.robots.display()))?;

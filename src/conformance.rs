@@ -17,19 +17,27 @@ use crate::config::{Purpose, UsageConfig, UsageMode};
 use crate::policy::usage::UsageCheck;
 use crate::robots::{CanonicalPath, Purposes, RobotsTxt};
 
+/// One conformance case, as a JSON line gives it.
 #[derive(Deserialize)]
 struct Case {
+    /// The case's name, printed with its result.
     #[serde(default)]
     id: String,
+    /// The robots.txt text the case parses.
     robots: String,
+    /// The crawler's User-Agent (its product token is matched).
     #[serde(default)]
     agent: Option<String>,
+    /// The crawler's tokens, given directly instead of a User-Agent.
     #[serde(default)]
     agent_tokens: Option<Vec<String>>,
+    /// The URL whose path is decided.
     #[serde(default)]
     url: Option<String>,
+    /// The expected verdict.
     #[serde(default)]
     allowed: Option<bool>,
+    /// The declared purpose, for a usage case.
     #[serde(default)]
     purpose: Option<String>,
     /// Present (possibly `null`) only on crawl-delay cases.
@@ -72,6 +80,7 @@ pub fn run(input: impl BufRead, mut out: impl Write) -> std::io::Result<Tally> {
     Ok(tally)
 }
 
+/// Checks one input line: a JSON case, or why it is not one.
 fn check_line(line: &str) -> Result<(), String> {
     let case: Case = serde_json::from_str(line).map_err(|e| format!("unreadable case: {e}"))?;
     let tokens: Vec<String> = match (case.agent_tokens, case.agent) {
@@ -137,6 +146,7 @@ fn check_line(line: &str) -> Result<(), String> {
     }
 }
 
+/// `allowed` or `disallowed`, for the report.
 fn word(allowed: bool) -> &'static str {
     if allowed {
         "allowed"

@@ -48,6 +48,8 @@
 //! | [`robots`] | the pure robots.txt engine (no I/O; uses nothing else of the crate) |
 
 #![warn(missing_docs)]
+// Crate-private items too: a newcomer reads every layer, not only its public face.
+#![warn(clippy::missing_docs_in_private_items)]
 
 pub mod cli;
 pub mod config;

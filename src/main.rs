@@ -1,3 +1,7 @@
+//! The `robotsgate` command: parses the command line and runs it ([`robotsgate::cli`]).
+
+#![warn(clippy::missing_docs_in_private_items)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -180,6 +180,7 @@ struct YamlLine<'a> {
     key: Option<(&'a str, usize)>,
 }
 
+/// The key and indentation of a YAML line, if it holds a key.
 fn line(text: &str) -> Option<YamlLine<'_>> {
     let trimmed = text.trim_start();
     if trimmed.is_empty() || trimmed.starts_with('#') {

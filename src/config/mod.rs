@@ -40,6 +40,7 @@ pub use values::{
 /// The whole file, as far as robotsgate is concerned.
 #[derive(Debug, Default, Deserialize)]
 struct File {
+    /// The `robotsgate:` section (absent: every setting at its default).
     #[serde(default)]
     robotsgate: Option<Config>,
 }

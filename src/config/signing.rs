@@ -156,6 +156,7 @@ impl PaymentConfig {
     }
 }
 
+/// A signature's default lifetime.
 fn default_expires() -> Seconds {
     Seconds(60.0)
 }

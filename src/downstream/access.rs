@@ -83,11 +83,16 @@ const VERIFIED_CACHE: usize = 4096;
 
 /// Who may use the proxy: client networks and, optionally, Basic proxy credentials.
 pub struct AccessPolicy {
+    /// The networks clients may connect from (empty: any).
     clients: Vec<Cidr>,
+    /// The proxy users by name, when Basic auth is required.
     users: Option<HashMap<String, Credential>>,
     /// The realm named in `Proxy-Authenticate`.
     pub realm: String,
+    /// Credentials already verified, by the SHA-256 of their header: a bcrypt check once per
+    /// credential, not per request.
     verified: Mutex<HashMap<[u8; 32], Arc<User>>>,
+    /// Bounds the bcrypt checks running at once (each costs milliseconds of CPU).
     verifying: Semaphore,
 }
 
@@ -186,11 +191,13 @@ impl AccessPolicy {
         }
     }
 
+    /// The verified-credential cache, usable after a panic elsewhere.
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<User>>> {
         self.verified.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
+/// The SHA-256 of a `Proxy-Authorization` value: the cache's key.
 fn digest(header: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, header).as_ref());

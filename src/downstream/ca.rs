@@ -24,6 +24,7 @@ use time::{Duration, OffsetDateTime};
 
 /// A loaded operator CA, ready to sign leaves.
 pub struct OperatorCa {
+    /// Signs leaf certificates with the CA's key.
     pub(crate) issuer: Issuer<'static, KeyPair>,
     /// When the CA itself expires: leaves never outlive it.
     pub not_after: OffsetDateTime,
@@ -231,6 +232,7 @@ fn pem_certificate(text: &str) -> Option<Vec<u8>> {
         .map(|p| p.into_contents())
 }
 
+/// Logs a warning when the CA key's file can be read by group or others.
 fn warn_if_key_readable_by_others(path: &Path) {
     #[cfg(unix)]
     {

@@ -59,7 +59,9 @@ pub const HOLD_AT_MOST: usize = 4096;
 /// A client stream that no client move can use to end a pending exchange early.
 #[derive(Debug)]
 pub struct ClientStream {
+    /// The client's connection.
     inner: Stream,
+    /// Holds a response head back until its first body octets, to send both at once.
     coalescer: Coalescer,
     /// Octets of the current request still to be read from the socket (`None`: unknown,
     /// a chunked body, or between requests).

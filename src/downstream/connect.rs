@@ -63,10 +63,15 @@ impl BlindTunnelRule {
 
 /// The CONNECT settings, parsed from [`TlsConfig`].
 struct ConnectPolicy {
+    /// The ports CONNECT may reach.
     ports: Vec<PortRange>,
+    /// Hosts whose tunnels are relayed blind (not intercepted).
     blind: Vec<BlindTunnelRule>,
+    /// How long a client may take to finish its TLS handshake in an intercepted tunnel.
     handshake_timeout: Duration,
+    /// How long a tunnel may wait for the client's first octets.
     first_byte_timeout: Duration,
+    /// How long connecting to a blind tunnel's origin may take.
     connect_timeout: Duration,
     /// `transparent.upstream_mark`, for blind relays' upstream sockets.
     mark: Option<u32>,
@@ -76,8 +81,11 @@ struct ConnectPolicy {
 
 /// Opens tunnels for CONNECT requests the front (`front.rs`) has read.
 pub struct Tunnels {
+    /// Judges and paces what the tunnels carry.
     enforcer: Arc<Enforcer>,
+    /// Mints leaf certificates for intercepted tunnels (absent: no interception).
     interceptor: Option<Arc<Interceptor>>,
+    /// What CONNECT may do.
     policy: ConnectPolicy,
     /// Fleet mode: blind tunnels to origins another member owns.
     handover: TunnelHandOver,
@@ -198,7 +206,9 @@ pub struct ConnectRequest {
 
 /// A CONNECT that passed the checks every tunnel gets.
 struct Admitted {
+    /// The tunnel's origin.
     origin: Origin,
+    /// The CONNECT's User-Agent, for judging a blind tunnel.
     user_agent: Option<String>,
     /// The destination's addresses (all passed the egress check).
     addrs: Vec<IpAddr>,
@@ -565,6 +575,7 @@ async fn established<S: AsyncWrite + Unpin>(l4: &mut S) -> bool {
         && l4.flush().await.is_ok()
 }
 
+/// The answer for a blind tunnel whose origin could not be reached.
 fn upstream_unreachable(origin: &str, why: &str) -> Answer {
     Answer::text(
         502,

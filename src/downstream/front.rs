@@ -77,13 +77,17 @@ pub enum Door {
 pub struct ProxyFront<A> {
     /// The HTTP application every request is handed to (robotsgate's Pingora proxy).
     http: Arc<A>,
+    /// CONNECT and redirected TLS.
     tunnels: Arc<Tunnels>,
+    /// Which clients may use the proxy, and their users.
     access: Arc<AccessPolicy>,
+    /// Bounds on a request head.
     limits: HeadLimits,
     /// Shared by every listener: the limits count them all.
     slots: Arc<Slots>,
     /// HTTP/2 connections' settings.
     http2: Http2Limits,
+    /// Which listener these connections arrive on.
     door: Door,
 }
 

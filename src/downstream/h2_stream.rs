@@ -53,6 +53,7 @@ impl Started {
         self.0.store(true, Ordering::Release);
     }
 
+    /// Whether the origin's exchange has started.
     fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
@@ -60,7 +61,9 @@ impl Started {
 
 /// One HTTP/2 stream: Pingora's session, a sink once the client has left.
 pub struct H2Stream {
+    /// Pingora's session for the stream.
     inner: HttpSession,
+    /// Set once the request holds its turn (shared with its context).
     started: Arc<Started>,
     /// The client reset the stream, its connection failed, or it took nothing for
     /// `unread`: writes are dropped.

@@ -299,6 +299,7 @@ fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Result<(), HeadError> {
     Ok(())
 }
 
+/// Parses the head in `bytes[..len]` within `limits`.
 fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadError> {
     check_sizes(&bytes[..len], limits)?;
     // Left uninitialised for httparse to fill: 256 empty fields written first would be

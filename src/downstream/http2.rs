@@ -88,6 +88,7 @@ impl Http2Limits {
         }
     }
 
+    /// Pingora's h2 server options for these limits.
     fn options(&self) -> v2::H2Options {
         let mut options = v2::default_h2_options();
         options
@@ -142,7 +143,9 @@ pub fn check(
 /// Streams in progress on one connection, and a wake-up when the last one ends.
 #[derive(Default)]
 struct InProgress {
+    /// Streams being served.
     count: AtomicUsize,
+    /// Woken when the last stream ends.
     none: Notify,
 }
 
@@ -150,6 +153,7 @@ struct InProgress {
 struct Serving(Arc<InProgress>);
 
 impl InProgress {
+    /// Counts one more stream served until the returned guard drops.
     fn start(self: &Arc<Self>) -> Serving {
         self.count.fetch_add(1, Ordering::AcqRel);
         Serving(self.clone())

@@ -43,11 +43,17 @@ pub fn protocols(http2: Http2) -> &'static [&'static [u8]] {
 
 /// Mints and caches the leaf certificates of intercepted tunnels.
 pub struct Interceptor {
+    /// The operator CA the leaves are signed by.
     ca: OperatorCa,
+    /// The one key pair every leaf certifies (minting signs, it does not generate keys).
     leaf_key: KeyPair,
+    /// `leaf_key` as rustls signs with it.
     signing_key: Arc<dyn rustls::sign::SigningKey>,
+    /// How long a minted leaf is valid.
     validity: Duration,
+    /// Leaves minted, by host name, with when each was minted (LRU-bounded).
     leaves: Mutex<LruCache<String, (Arc<CertifiedKey>, Instant)>>,
+    /// The TLS settings every intercepted handshake starts from.
     base: ServerConfig,
 }
 
@@ -126,6 +132,7 @@ impl Interceptor {
         Ok(leaf)
     }
 
+    /// Mints a leaf certificate for `name`.
     fn mint(&self, name: &str) -> anyhow::Result<CertifiedKey> {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
@@ -177,7 +184,9 @@ impl Interceptor {
 /// that goes elsewhere, and minting for any SNI lets one client churn the leaf cache.
 #[derive(Debug)]
 struct LeafResolver {
+    /// Mints the leaves.
     interceptor: Arc<Interceptor>,
+    /// The CONNECT's host, used when the ClientHello names none.
     connect_host: String,
 }
 

@@ -14,10 +14,15 @@ use crate::telemetry::metrics;
 /// client), and what the answer adds (`Retry-After`, a `Proxy-Authenticate` challenge).
 #[derive(Debug)]
 pub struct FrontRefusal<'a> {
+    /// The status answered.
     status: u16,
+    /// The reason counted in `robotsgate_downstream_refusals_total`.
     reason: metrics::RefusalReason,
+    /// Why, for the `X-Robots-Decision` header and the body.
     why: &'a str,
+    /// `Retry-After`, in seconds.
     retry_after: Option<u64>,
+    /// `Proxy-Authenticate`, for a 407.
     challenge: Option<String>,
 }
 

@@ -22,8 +22,11 @@ use crate::telemetry::metrics;
 /// The slots of every client listener (all of them count against the same limits).
 #[derive(Debug)]
 pub struct Slots {
+    /// Slots (connections and HTTP/2 streams) for all clients together.
     all: Arc<Semaphore>,
+    /// Slots one client address may hold.
     per_client: usize,
+    /// Slots held per client address (an address leaves the map with its last slot).
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -68,9 +71,13 @@ impl Full {
 /// One held slot, given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
+    /// The process-wide slot, given back when this drops.
     _all: OwnedSemaphorePermit,
+    /// The client address counted (none: not counted per client).
     client: Option<IpAddr>,
+    /// Where the slot is given back.
     slots: Arc<Slots>,
+    /// What kind of slot this is (its gauge).
     held: SlotKind,
 }
 
@@ -117,6 +124,7 @@ impl Slots {
         })
     }
 
+    /// Gives back one of `client`'s slots.
     fn give_back(&self, client: Option<IpAddr>) {
         let Some(ip) = client else { return };
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,6 +138,7 @@ impl Slots {
     }
 }
 
+/// The gauge counting slots of kind `held`.
 fn gauge(held: SlotKind) -> &'static prometheus::IntGauge {
     match held {
         SlotKind::Connection => &metrics::DOWNSTREAM_CONNECTIONS,

@@ -39,6 +39,7 @@ pub const MAX_CLIENT_HELLO: usize = 32 * 1024;
 /// Learns where a redirected connection was going, and recognises loops.
 #[derive(Clone, Debug)]
 pub struct Redirection {
+    /// How the kernel redirected the connection (REDIRECT or TPROXY).
     mode: TransparentMode,
     /// Every address robotsgate listens on (proxy, admin, transparent).
     own: Vec<SocketAddr>,

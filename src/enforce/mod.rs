@@ -75,6 +75,7 @@ pub struct Enforcer {
     egress: Arc<EgressPolicy>,
     /// Which crawler a request is, its mode, purposes and identity.
     agents: AgentResolver,
+    /// Operator rules per host (pacing overrides, blocks).
     overrides: Overrides,
     /// How long an exchange may hold its turns.
     bounds: ExchangeBounds,

@@ -52,7 +52,9 @@ pub struct Unavailable;
 /// Sentinel-managed master is found again by the health task).
 #[derive(Clone)]
 enum Conn {
+    /// A single Redis (or the master Sentinel names).
     Single(ConnectionManager),
+    /// A Redis Cluster.
     Cluster(ClusterConnection),
 }
 
@@ -144,10 +146,12 @@ pub(crate) trait Beat: Send + Sync {
     async fn beat(&self, fleet: &Arc<Fleet>) -> Result<(), Down>;
 }
 
+/// Locks `m`, usable after a panic elsewhere (the fleet layer's state stays consistent per update).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `d` in whole milliseconds, as Redis keys and scripts count time.
 pub(crate) fn ms(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
@@ -268,6 +272,7 @@ impl Fleet {
         }
     }
 
+    /// This process's clock in milliseconds, relative to the backend's (for lease arithmetic).
     fn local_ms(&self) -> i64 {
         ms(self.epoch.elapsed())
     }
@@ -327,6 +332,7 @@ impl Fleet {
         }
     }
 
+    /// Opens a connection to the configured backend (single, Sentinel's master, or Cluster).
     async fn connect(&self) -> redis::RedisResult<Conn> {
         let timeout = self.config.command_timeout_seconds.duration();
         let config = ConnectionManagerConfig::new()
@@ -499,6 +505,7 @@ impl Fleet {
         let _ = self.events.try_send(event);
     }
 
+    /// Wakes the requests waiting for `origin`'s robots.txt from another member.
     fn wake_robots_waiters(&self, origin: &str) {
         if let Some(waiter) = lock(&self.robots_waiters).get(origin) {
             waiter.notify_waiters();

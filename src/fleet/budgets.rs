@@ -36,6 +36,8 @@ impl FleetTally {
         FleetTally { fleet, hold }
     }
 
+    /// The Redis keys of `budget`'s tally for `day`: what was spent, and what is held for requests
+    /// awaiting their answer.
     fn keys(budget: &str, day: u64) -> (String, String) {
         let tally = format!("rg:{{budget:{budget}}}:{day}");
         let held = format!("{tally}:held");

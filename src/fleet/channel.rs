@@ -143,6 +143,7 @@ fn private_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>,
     rustls::pki_types::PrivateKeyDer::try_from(block.into_contents()).map_err(|e| error(path, e))
 }
 
+/// A channel error naming the file at `path`.
 fn error(path: &Path, why: impl std::fmt::Display) -> ChannelError {
     ChannelError {
         message: format!("{}: {why}", path.display()),

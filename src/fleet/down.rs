@@ -9,11 +9,14 @@ use crate::telemetry::metrics::DownCause;
 /// Why the fleet backend is down: its cause, and the words for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Down {
+    /// What kind of outage.
     pub cause: DownCause,
+    /// What happened, for the log and `/readyz`.
     pub detail: String,
 }
 
 impl Down {
+    /// An outage of kind `cause`.
     pub fn new(cause: DownCause, detail: impl Into<String>) -> Down {
         Down {
             cause,

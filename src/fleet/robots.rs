@@ -32,6 +32,7 @@ pub enum FetchLock {
     Newer,
 }
 
+/// The Redis key of `origin`'s shared robots.txt copy.
 fn robots_key(origin: &str) -> String {
     format!("rg:{{{origin}}}:r")
 }

@@ -57,6 +57,7 @@ impl std::error::Error for KeyError {}
 
 /// An Ed25519 private key and what is published of it.
 pub struct SigningKey {
+    /// The Ed25519 key pair.
     pair: Ed25519KeyPair,
     /// The public key, base64url (the JWK's `x`).
     x: String,
@@ -68,13 +69,18 @@ pub struct SigningKey {
 /// ignored.
 #[derive(serde::Deserialize)]
 struct Jwk {
+    /// Key type: `OKP`.
     kty: String,
+    /// Curve: `Ed25519`.
     crv: String,
+    /// The public key, base64url.
     x: String,
+    /// The private key, base64url (absent in a public JWK).
     d: Option<String>,
 }
 
 impl SigningKey {
+    /// The key pair whose private key is `seed`.
     fn from_seed(seed: &[u8]) -> Result<SigningKey, KeyError> {
         let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| {
             KeyError::new(

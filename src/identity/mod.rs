@@ -31,6 +31,7 @@ pub struct Signer {
 /// the keys loaded.
 #[derive(Default)]
 pub struct Identities {
+    /// Every configured identity, by name.
     by_name: HashMap<String, Arc<Identity>>,
     /// Each identity's own budget, by identity name.
     own_budgets: HashMap<String, Arc<Budget>>,

@@ -64,6 +64,7 @@ pub struct Today {
     pub reserved: Price,
 }
 
+/// One day's spend.
 #[derive(Default)]
 struct Day {
     /// Days since the epoch (UTC) this tally is for.
@@ -77,8 +78,11 @@ struct Day {
 /// `max_price` held from the day's budget for one request, until its answer settles it
 /// (or, dropped unsettled, returns it whole).
 pub struct Reservation {
+    /// The budget the amount is held on.
     budget: Arc<Budget>,
+    /// The day it counts against (days since the Unix epoch, UTC).
     day: u64,
+    /// The amount held, in the currency's smallest unit.
     amount: u64,
     /// Its name in the shared tally, when the fleet shares one.
     ticket: Option<String>,
@@ -102,12 +106,14 @@ impl Budget {
         let _ = self.shared.set(tally);
     }
 
+    /// Today, as days since the Unix epoch (UTC).
     fn today() -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() / 86_400)
     }
 
+    /// The day's tally, usable after a panic elsewhere.
     fn tally(&self) -> std::sync::MutexGuard<'_, Day> {
         let mut day = self.day.lock().unwrap_or_else(|e| e.into_inner());
         let today = Budget::today();

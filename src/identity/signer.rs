@@ -80,7 +80,9 @@ impl Signed {
 pub struct Identity {
     /// The name the configuration gives it.
     pub name: String,
+    /// The key that signs.
     key: SigningKey,
+    /// The next key, published in the directory before it signs.
     next: Option<SigningKey>,
     /// `Signature-Agent`'s value.
     agent: HeaderValue,
@@ -89,6 +91,7 @@ pub struct Identity {
     /// The host of `signature_agent`: the directory listener serves this identity
     /// to requests for it.
     directory_host: String,
+    /// How long a signature is valid.
     expires: Duration,
     /// By authority: its signatures, one per price offered (none, and each budget's
     /// `max_price`: a handful).

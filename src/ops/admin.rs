@@ -46,8 +46,11 @@ use crate::origin::store::{Policy, Snapshot};
 use crate::policy::target::Origin;
 use crate::robots::RobotsTxt;
 
+/// The admin API: what it serves, over which enforcer, behind which guard.
 pub struct AdminApp {
+    /// What the API reports on and acts through.
     pub enforcer: Arc<Enforcer>,
+    /// Who may use the API.
     pub guard: AdminGuard,
     /// The last minutes, sampled in the background (the status page's charts).
     pub history: Arc<crate::ops::history::History>,
@@ -61,13 +64,17 @@ pub struct AdminApp {
 /// (401); and an origin is refreshed at most once per `robots.min_ttl_seconds` (429 with
 /// `Retry-After` beyond that), so the API cannot be turned against an origin.
 pub struct AdminGuard {
+    /// Networks allowed to use the API.
     allow_clients: Vec<crate::config::Cidr>,
     /// SHA-256 of the token: compared in constant time, never kept in the clear.
     token: Option<[u8; 32]>,
+    /// The shortest time between two refreshes of one origin's robots.txt.
     refresh_every: std::time::Duration,
+    /// When each origin was last refreshed through the API.
     refreshed: std::sync::Mutex<std::collections::HashMap<Origin, Instant>>,
 }
 
+/// SHA-256 of `bytes` (tokens are compared by digest, in constant time).
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut out = [0u8; 32];
@@ -183,6 +190,7 @@ impl AdminGuard {
     }
 }
 
+/// A response with `status`, `content_type` and `body`.
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)
@@ -193,12 +201,14 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
         .unwrap_or_default()
 }
 
+/// A JSON response.
 pub(super) fn json_reply(status: u16, value: &Value) -> Response<Vec<u8>> {
     let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
     body.push(b'\n');
     reply(status, "application/json", body)
 }
 
+/// A JSON error: `{"error": message}`.
 pub(super) fn error(status: u16, message: impl Into<String>) -> Response<Vec<u8>> {
     json_reply(status, &json!({ "error": message.into() }))
 }
@@ -355,6 +365,7 @@ impl AdminApp {
         }
     }
 
+    /// `GET /metrics`: the Prometheus text exposition.
     fn metrics(&self) -> Response<Vec<u8>> {
         crate::telemetry::metrics::update_store_gauges(self.enforcer.origins_held());
         crate::telemetry::metrics::update_pacing_gauge(self.enforcer.queued());
@@ -366,6 +377,7 @@ impl AdminApp {
         }
     }
 
+    /// `/origins/{origin}[/refresh|/purge]`: one origin's view, or a command on it.
     async fn origin(&self, method: &str, rest: &str) -> Response<Vec<u8>> {
         let (spec, action) = match rest.strip_suffix("/refresh") {
             Some(spec) => (spec, "refresh"),
@@ -432,10 +444,12 @@ fn parse_origin(spec: &str) -> Result<Origin, crate::policy::target::TargetError
     Origin::parse(&percent_encoding::percent_decode_str(spec).decode_utf8_lossy())
 }
 
+/// Seconds since `at`, as JSON (null: never).
 fn seconds_ago(at: Option<Instant>) -> Value {
     json!(at.map(|t| Instant::now().saturating_duration_since(t).as_secs_f64()))
 }
 
+/// Seconds until `at` (0 when past).
 fn seconds_until(at: Instant) -> f64 {
     at.saturating_duration_since(Instant::now()).as_secs_f64()
 }

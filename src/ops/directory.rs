@@ -65,6 +65,7 @@ impl DirectoryApp {
     }
 }
 
+/// A plain-text response.
 fn plain(status: u16, text: &str) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)

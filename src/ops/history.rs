@@ -45,6 +45,7 @@ struct Sample {
 /// The ring of recent samples, shared by the sampler and the admin listener.
 #[derive(Default)]
 pub struct History {
+    /// The samples, oldest first, bounded to the window.
     samples: Mutex<VecDeque<Sample>>,
 }
 
@@ -67,6 +68,7 @@ impl History {
         self.push(sample);
     }
 
+    /// Adds `sample`, dropping those past the window.
     fn push(&self, sample: Sample) {
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         if samples.len() == KEEP {

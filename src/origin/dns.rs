@@ -20,7 +20,9 @@ use crate::policy::target::Host;
 /// default puts AAAA first).
 const IP_STRATEGY: LookupIpStrategy = LookupIpStrategy::Ipv4AndIpv6;
 
+/// Resolves origin names through the configured (or system) name servers.
 pub struct Resolver {
+    /// The resolver (absent: it could not be built; only IP literals resolve).
     inner: Option<TokioResolver>,
 }
 
@@ -35,6 +37,7 @@ pub struct ResolveError {
 }
 
 impl ResolveError {
+    /// An error of kind `cause`.
     fn new(cause: &'static str, message: String) -> ResolveError {
         ResolveError { message, cause }
     }

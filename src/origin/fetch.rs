@@ -29,20 +29,32 @@ use crate::telemetry::metrics::RobotsFetch;
 pub enum FetchOutcome {
     /// 2xx: the body (at most `MAX_ROBOTS_BYTES + 1` octets; more means truncated).
     Body {
+        /// The status.
         status: u16,
+        /// The body.
         body: Bytes,
+        /// How long the origin says the file may be kept (`Cache-Control: max-age`).
         max_age: Option<Duration>,
+        /// Redirects followed to reach it.
         hops: u32,
     },
     /// 4xx other than 429, or redirects exhausted/looping: there is no robots.txt.
-    NoRobots { status: Option<u16>, why: String },
+    NoRobots {
+        /// The status, when the origin answered.
+        status: Option<u16>,
+        /// What happened, for people.
+        why: String,
+    },
     /// 429, 5xx or a network failure: the robots.txt could not be read.
     Unreachable {
+        /// The status, when the origin answered.
         status: Option<u16>,
+        /// What happened, for people.
         why: String,
         /// Short and header-safe: `http-503`, `timeout`, `connect-refused`,
         /// `dns-nxdomain`, `tls-handshake-failed: …` (see [`is_certificate_failure`]).
         cause: String,
+        /// How long the origin asked to be left alone (`Retry-After`).
         retry_after: Option<Duration>,
     },
 }
@@ -90,11 +102,14 @@ fn network_cause(e: &pingora::Error) -> String {
 
 /// Why one exchange failed: its short cause and the whole story.
 struct Failure {
+    /// Short and header-safe (`timeout`, `connect-refused`, …).
     cause: String,
+    /// What happened, for people.
     why: String,
 }
 
 impl Failure {
+    /// A failure with its short cause and its story.
     fn new(cause: impl Into<String>, why: impl Into<String>) -> Failure {
         Failure {
             cause: cause.into(),
@@ -102,6 +117,7 @@ impl Failure {
         }
     }
 
+    /// A network failure while `context`, from Pingora's error.
     fn network(context: &str, e: &pingora::Error) -> Failure {
         Failure::new(network_cause(e), format!("{context}: {e}"))
     }
@@ -127,11 +143,18 @@ impl FetchOutcome {
     }
 }
 
+/// Fetches robots.txt files: resolves, checks egress, connects (TLS for HTTPS), follows redirects
+/// within limits.
 pub struct Fetcher {
+    /// Pingora's connector, with the upstream trust roots.
     connector: Connector,
+    /// Resolves origin names.
     resolver: Arc<Resolver>,
+    /// Where fetches may go.
     egress: Arc<EgressPolicy>,
+    /// The whole fetch's deadline (`robots.fetch_timeout_seconds`).
     timeout: Duration,
+    /// Redirects followed at most.
     max_redirects: u32,
     /// `robots.user_agent`.
     user_agent: String,
@@ -146,6 +169,7 @@ pub struct Fetcher {
     http2: bool,
 }
 
+/// The outcome of a fetch that could not read robots.txt.
 fn unreachable(failure: Failure) -> FetchOutcome {
     FetchOutcome::Unreachable {
         status: None,
@@ -183,6 +207,7 @@ pub fn retry_after(value: &str) -> Option<Duration> {
 }
 
 impl Fetcher {
+    /// A fetcher with its connector, resolver, egress policy and settings.
     pub fn new(
         resolver: Arc<Resolver>,
         egress: Arc<EgressPolicy>,
@@ -233,6 +258,7 @@ impl Fetcher {
         }
     }
 
+    /// Fetches `origin`'s robots.txt, following redirects within the limits.
     async fn follow(&self, origin: &Origin) -> FetchOutcome {
         let mut current = origin.clone();
         let mut path = "/robots.txt".to_string();
@@ -331,6 +357,7 @@ impl Fetcher {
             .ok_or_else(|| Failure::new("dns-no-address", "the name has no address"))
     }
 
+    /// One GET of `path` at `origin`: resolved, checked, paced by its caller, read within limits.
     async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
         let addr = SocketAddr::new(self.destination(origin).await?, origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
@@ -464,11 +491,17 @@ async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), Failur
     Ok((body, false))
 }
 
+/// One answer, as much of it as a fetch needs.
 struct Response {
+    /// The status.
     status: u16,
+    /// `Location`, for a redirect.
     location: Option<String>,
+    /// The body, read up to the size limit (one octet more means truncated).
     body: Bytes,
+    /// `Cache-Control: max-age`.
     max_age: Option<Duration>,
+    /// `Retry-After`.
     retry_after: Option<Duration>,
 }
 

@@ -33,16 +33,19 @@ pub struct RobotsFile {
 /// The files held, by the hash of their octets.
 #[derive(Default)]
 struct Table {
+    /// Each file by the hash of its octets; an entry dies with its last holder.
     files: HashMap<u64, Weak<RobotsFile>>,
     /// Entries after the last sweep of dead references.
     swept_at: usize,
 }
 
+/// The process's one table.
 fn table() -> &'static Mutex<Table> {
     static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
     TABLE.get_or_init(Mutex::default)
 }
 
+/// The table, usable after a panic elsewhere.
 fn lock() -> std::sync::MutexGuard<'static, Table> {
     table().lock().unwrap_or_else(|e| e.into_inner())
 }

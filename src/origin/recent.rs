@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::origin::snapshot::{Policy, Snapshot};
 use crate::policy::target::Origin;
 
+/// One change of an origin's rules, as the admin API lists it.
 #[derive(Clone, Debug)]
 pub struct ChangeRecord {
     /// When the changed file was fetched.
@@ -28,10 +29,13 @@ pub(crate) const CHANGES_PER_ORIGIN: usize = 4;
 /// One robots.txt fetch, as the admin API lists it.
 #[derive(Clone, Debug)]
 pub struct FetchRecord {
+    /// When the fetch started.
     pub at: Instant,
     /// `2xx`, `3xx_exhausted`, `4xx`, `5xx`, `network`, `too_large`.
     pub class: &'static str,
+    /// What it came to, one line.
     pub outcome: String,
+    /// How long it took.
     pub duration: Duration,
 }
 
@@ -46,11 +50,14 @@ pub(crate) const HISTORY_PER_ORIGIN: usize = 8;
 /// What happened recently, over every origin, oldest first, at most `limit`: the fetch
 /// history and the rule changes the admin API shows.
 pub(crate) struct Recent<T> {
+    /// The records with their origin, oldest first.
     records: Mutex<std::collections::VecDeque<(Origin, T)>>,
+    /// The most kept.
     limit: usize,
 }
 
 impl<T: Clone> Recent<T> {
+    /// An empty record keeping at most `limit`.
     pub(crate) fn new(limit: usize) -> Recent<T> {
         Recent {
             records: Mutex::default(),
@@ -58,6 +65,7 @@ impl<T: Clone> Recent<T> {
         }
     }
 
+    /// Records `record` for `origin`, forgetting the oldest beyond the limit.
     pub(crate) fn push(&self, origin: &Origin, record: T) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= self.limit {

@@ -51,8 +51,11 @@ use tokio::time::Instant;
 use crate::origin::store::{Failing, Kept, OriginStore, Policy, Snapshot};
 use crate::policy::target::Origin;
 
+/// The file's first eight octets.
 const MAGIC: &[u8; 8] = b"RGSTATE\0";
+/// The octets that end a complete file (before its tag).
 const END: &[u8; 8] = b"RGEND\0\0\0";
+/// The format's version; another version is refused whole.
 const VERSION: u32 = 2;
 /// The HMAC-SHA256 tag's length.
 const TAG: usize = 32;
@@ -94,10 +97,12 @@ impl StateKey {
         })
     }
 
+    /// The HMAC-SHA256 tag of `data`.
     fn tag(&self, data: &[u8]) -> ring::hmac::Tag {
         ring::hmac::sign(&self.0, data)
     }
 
+    /// Whether `tag` authenticates `data` (compared in constant time).
     fn verifies(&self, data: &[u8], tag: &[u8]) -> bool {
         ring::hmac::verify(&self.0, data, tag).is_ok()
     }
@@ -107,7 +112,9 @@ const NONE: i64 = i64::MIN;
 
 /// The state file robotsgate keeps: where it is, and the key that authenticates it.
 pub struct StateFile {
+    /// Where the file is.
     path: PathBuf,
+    /// The key that authenticates it.
     key: StateKey,
 }
 
@@ -164,11 +171,14 @@ impl StateFile {
 /// Converts between the monotonic clock of this process and wall-clock milliseconds.
 #[derive(Clone, Copy)]
 struct Clock {
+    /// This process's monotonic now.
     instant: Instant,
+    /// The wall clock at that instant, in milliseconds since the Unix epoch.
     wall_ms: i64,
 }
 
 impl Clock {
+    /// Both clocks, read now.
     fn now() -> Clock {
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -179,6 +189,7 @@ impl Clock {
         }
     }
 
+    /// `at` as wall-clock milliseconds ([`NONE`] for none).
     fn to_wall(self, at: Option<Instant>) -> i64 {
         match at {
             None => NONE,
@@ -273,6 +284,7 @@ impl Limits {
 
 /// Origins and clamped lifetimes in one decoded file.
 struct Decoded {
+    /// The origins read, each with its snapshot and pacing facts.
     kept: Vec<Kept>,
     /// Lifetimes past [`Limits`], clamped.
     clamped: usize,

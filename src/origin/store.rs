@@ -58,18 +58,23 @@ use crate::policy::target::Origin;
 /// Everything robotsgate keeps about one origin: its robots.txt snapshot, the fetch in
 /// flight, its pacing schedules. A request finds all of it with one lookup.
 pub struct OriginEntry {
+    /// The origin.
     origin: Origin,
+    /// Its robots.txt snapshot, swapped whole (none: not fetched yet).
     state: ArcSwapOption<Snapshot>,
+    /// A background refresh is under way.
     refreshing: AtomicBool,
     /// Decisions asked for this origin since it entered the store (the status page's
     /// "busiest origins").
     requests: AtomicU64,
+    /// Its pacing schedules.
     schedules: Schedules,
     /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
 }
 
 impl OriginEntry {
+    /// An entry for `origin` with nothing known yet.
     fn new(origin: Origin) -> OriginEntry {
         OriginEntry {
             state: ArcSwapOption::empty(),
@@ -135,23 +140,32 @@ pub struct OriginStore {
     /// it); a lookup checks the entry's origin, and two origins with one hash take turns
     /// in the slot (one evicts the other), so a collision costs a refetch, never a mix-up.
     shards: Vec<Mutex<Shard>>,
+    /// Hashes origins to shards and keys.
     hasher: std::collections::hash_map::RandomState,
+    /// Entries each shard holds at most.
     per_shard: usize,
+    /// Fetches robots.txt files.
     fetcher: Arc<Fetcher>,
     /// Every robots.txt fetch takes its turn on the origin's schedules, like a page.
     pacer: Arc<Pacer>,
+    /// The `robots:` settings.
     config: RobotsConfig,
     /// The shared backend, in fleet mode.
     fleet: Option<Arc<Fleet>>,
     /// This store's counts.
     pub stats: Arc<StoreStats>,
+    /// Recent fetches, over all origins.
     fetches: Recent<FetchRecord>,
+    /// Recent rule changes, over all origins.
     changes: Recent<ChangeRecord>,
+    /// One fetch per origin at a time.
     flights: Flights,
 }
 
+/// Shards of the store (each with its own lock).
 const SHARDS: usize = 16;
 
+/// One shard: entries by origin hash, least recently used first out.
 type Shard = lru::LruCache<u64, Arc<OriginEntry>>;
 
 /// How many least-recently-used entries an insertion looks at for one it may evict.
@@ -379,6 +393,7 @@ impl OriginStore {
         Ok(())
     }
 
+    /// Applies what another fleet member announced (a new robots.txt copy, a purge).
     fn apply(self: &Arc<Self>, event: FleetEvent) {
         let origin_of = |text: &str| Origin::parse(text).ok();
         match event {

@@ -18,6 +18,7 @@ use rustls::RootCertStore;
 /// The roots origin certificates are verified against: the system's, plus the extra
 /// ones configured, as one file Pingora's connectors can load.
 pub struct UpstreamTrust {
+    /// The system's roots and the extra ones, as one file (none: no extra roots configured).
     bundle: Option<tempfile::NamedTempFile>,
 }
 

@@ -21,7 +21,9 @@ pub(super) struct Schedule {
     pub(super) group: String,
     /// Turns given out at once: 1 for a group, `max_in_flight` for the in-flight one.
     pub(super) capacity: usize,
+    /// The turns: `capacity` permits.
     pub(super) turn: Arc<tokio::sync::Semaphore>,
+    /// When the next start may come: last end, delay, pause, backoff.
     pub(super) timing: Mutex<Timing>,
     /// Requests waiting for or holding the turn.
     pub(super) pending: AtomicUsize,
@@ -30,11 +32,13 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
+    /// Counts one more request waiting for or holding the turn.
     pub(super) fn enqueue(&self) {
         self.pending.fetch_add(1, Ordering::AcqRel);
         self.total.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Counts one request fewer.
     pub(super) fn dequeue(&self) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
         self.total.fetch_sub(1, Ordering::AcqRel);
@@ -59,6 +63,7 @@ impl Schedule {
 /// one per robots.txt group seen (usually one), and the in-flight one.
 #[derive(Default)]
 pub struct Schedules {
+    /// The schedules and what outlives them.
     pub(super) list: Mutex<ScheduleList>,
 }
 
@@ -66,6 +71,7 @@ pub struct Schedules {
 /// outlive them.
 #[derive(Default)]
 pub(super) struct ScheduleList {
+    /// One per robots.txt group seen, and the in-flight one.
     pub(super) schedules: Vec<Arc<Schedule>>,
     /// The origin's response-time baseline from its last forgotten schedule, in
     /// microseconds (0: none yet). A schedule made afresh starts from it, so forgetting
@@ -79,10 +85,12 @@ pub(super) struct ScheduleList {
 }
 
 impl ScheduleList {
+    /// The remembered response-time baseline, if any.
     pub(super) fn baseline(&self) -> Option<Duration> {
         (self.baseline > 0).then(|| Duration::from_micros(u64::from(self.baseline)))
     }
 
+    /// Remembers a forgotten schedule's baseline.
     pub(super) fn remember(&mut self, baseline: Option<Duration>) {
         if let Some(baseline) = baseline {
             let micros = u32::try_from(baseline.as_micros()).unwrap_or(u32::MAX);
@@ -245,7 +253,9 @@ pub struct ScheduleState {
     pub group: String,
     /// The delay in force, and the rule that set it.
     pub delay: Duration,
+    /// The rule that set the delay.
     pub rule: DelayRule,
+    /// The backoff in force.
     pub backoff: Duration,
     /// Turns given out at once (1 for a group, `max_in_flight` for the in-flight one).
     pub capacity: usize,

@@ -109,6 +109,7 @@ pub struct Turns {
     pub waited: Duration,
     /// When it got its turns (its response time counts from here).
     granted: Instant,
+    /// `pacing.ceiling_seconds`: no wait is computed past it.
     ceiling: Duration,
 }
 
@@ -172,6 +173,7 @@ pub struct PaceRequest<'a> {
     pub group: &'a str,
     /// The delay from configuration and robots.txt, and its rule.
     pub delay: Duration,
+    /// The rule that set the delay.
     pub rule: DelayRule,
     /// Requests in flight to the origin at once (0: no limit).
     pub max_in_flight: usize,

@@ -17,7 +17,9 @@ pub enum TurnRefusal {
 /// 429/503 is what slowed the schedule down.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Refused {
+    /// Why no turn was given.
     pub reason: TurnRefusal,
+    /// When to come back (`Retry-After`).
     pub retry_after: Duration,
     /// Remaining pause the origin asked for (or backoff in force), if any.
     pub backed_off_for: Option<Duration>,

@@ -49,6 +49,7 @@ impl DelayRule {
     }
 }
 
+/// When a schedule's next start may come, and why.
 #[derive(Debug, Default)]
 pub(super) struct Timing {
     /// When the last request (or robots.txt fetch) on this schedule ended.
@@ -59,6 +60,7 @@ pub(super) struct Timing {
     pub(super) backoff: Duration,
     /// The delay from the configuration and robots.txt, and which rule set it.
     pub(super) delay: Duration,
+    /// The rule that set `delay`.
     pub(super) rule: DelayRule,
     /// The adaptive delay: max(response_time_factor × last response, slow-down).
     pub(super) adaptive: Duration,

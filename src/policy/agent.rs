@@ -29,8 +29,11 @@ use crate::robots::Purposes;
 
 /// Resolves which robots.txt tokens a request is judged as (see the module docs).
 pub struct AgentResolver {
+    /// The operator's rules, in order: the first that matches a request decides.
     rules: Vec<AgentRule>,
+    /// Tokens for requests no rule or user names.
     default_tokens: Vec<String>,
+    /// Whether the User-Agent's product token may name the crawler.
     from_user_agent: bool,
     /// Purposes of requests whose rule or user declares none.
     default_purposes: Purposes,

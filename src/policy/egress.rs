@@ -16,8 +16,11 @@ use crate::config::{Cidr, EgressConfig, PortRange};
 #[derive(Clone, Debug)]
 /// The egress rules: allowed ports, and networks opened despite their range.
 pub struct EgressPolicy {
+    /// Extra networks allowed beyond the public Internet (`--allow-destination`).
     allow: Vec<Cidr>,
+    /// The ports traffic may go to.
     ports: Vec<PortRange>,
+    /// robotsgate's own listeners, never a destination (a loop).
     own: OwnListeners,
 }
 
@@ -89,6 +92,7 @@ impl std::fmt::Display for Forbidden {
     }
 }
 
+/// The special-purpose IPv4 range `ip` is in, by name (none: public).
 fn v4_range(ip: Ipv4Addr) -> Option<&'static str> {
     let [a, b, c, _] = ip.octets();
     Some(match (a, b) {
@@ -110,6 +114,7 @@ fn v4_range(ip: Ipv4Addr) -> Option<&'static str> {
     })
 }
 
+/// The special-purpose IPv6 range `ip` is in, by name (none: public).
 fn v6_range(ip: Ipv6Addr) -> Option<&'static str> {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return v4_range(v4);

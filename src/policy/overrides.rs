@@ -15,7 +15,9 @@ use crate::policy::target::Origin;
 /// The overrides, indexed for lookup by host name.
 #[derive(Debug, Default)]
 pub struct Overrides {
+    /// Overrides for one host name exactly.
     exact: HashMap<String, PacingOverride>,
+    /// Overrides for a domain and its subdomains (`*.example.com`), by domain.
     domains: HashMap<String, PacingOverride>,
 }
 

@@ -43,6 +43,7 @@ pub struct PurposeVerdict {
 /// outlives the robots.txt snapshot it was judged on, to mark the response).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UsageVerdict {
+    /// One verdict per purpose the request declared.
     verdicts: [Option<PurposeVerdict>; 3],
     /// The request is refused (before `mode`: report mode forwards it anyway).
     pub refused: bool,

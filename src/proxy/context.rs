@@ -25,14 +25,17 @@ pub struct RequestContext {
     /// The request came without the front's context: it is refused rather than judged
     /// without its tunnel (as if it were plain `http://`).
     pub(super) client_unknown: bool,
+    /// When the request arrived (for the access log's duration).
     pub(super) started: Option<Instant>,
     /// Where the request's robots.txt tokens came from (for the access log).
     pub(super) tokens_from: &'static str,
     /// Which setting chose enforce or report mode (for the access log).
     pub(super) mode_from: &'static str,
+    /// Request body octets read so far (a body without `Content-Length` is bounded as it streams).
     pub(super) body_bytes: u64,
     /// Where the request goes, once understood.
     pub(super) target: Option<Target>,
+    /// Where the request stands.
     pub(super) stage: Stage,
     /// The upstream connection's socket (held by this request until its response
     /// ends), to ask the kernel how long a slow response sat unread
@@ -48,10 +51,12 @@ pub struct RequestContext {
 #[allow(clippy::large_enum_variant)]
 #[derive(Default)]
 pub(super) enum Stage {
+    /// Not decided yet.
     #[default]
     Received,
     /// robotsgate answered instead of the origin.
     Answered {
+        /// How it ended, for the metrics.
         outcome: Outcome,
         /// The answer's `X-Robots-Decision`.
         why: String,
@@ -60,7 +65,9 @@ pub(super) enum Stage {
     },
     /// Allowed and paced: sent to `addr`.
     Forwarded {
+        /// The origin address it goes to.
         addr: SocketAddr,
+        /// Why it was allowed.
         allowed: Allowed,
         /// What set its delay.
         rule: DelayRule,
@@ -85,6 +92,7 @@ pub(super) enum Stage {
         attempts: u8,
         /// How the last failed attempt ended, for its turn to end so before the next.
         retried: Option<ExchangeEnd>,
+        /// The origin's status.
         upstream_status: Option<u16>,
         /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
         failed: Option<String>,
@@ -106,7 +114,9 @@ pub(super) enum Stage {
 /// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
 /// robotsgate's own answer, or why it was allowed (written only when the line is).
 pub(super) enum Why {
+    /// robotsgate answered: its `X-Robots-Decision`.
     Answer(String),
+    /// Forwarded: why it was allowed.
     Allowed(Allowed),
 }
 
@@ -120,6 +130,7 @@ impl std::fmt::Display for Why {
 }
 
 impl RequestContext {
+    /// Records that robotsgate answered `answer` instead of the origin.
     pub(super) fn answered(&mut self, answer: &Answer) {
         self.stage = Stage::Answered {
             outcome: answer.decision,

@@ -20,10 +20,13 @@ use crate::telemetry::metrics::Retry;
 /// than on every request.
 #[derive(Clone, Copy, Debug)]
 pub struct UpstreamOptions {
+    /// Connect timeout.
     connect: Duration,
+    /// Read timeout.
     read: Duration,
     /// Also the client side's write timeout once the exchange has started.
     pub(super) write: Duration,
+    /// How long a pooled idle connection is kept.
     idle: Duration,
     /// Offer h2 to HTTPS origins.
     http2: bool,

@@ -76,16 +76,23 @@ pub struct RunArgs {
 
 /// Everything `run` loads before it starts serving; `check-config` stops here.
 struct Loaded {
+    /// The configuration file.
     config: Config,
+    /// Who may use the proxy.
     access: AccessPolicy,
+    /// Who may use the admin API.
     admin: AdminGuard,
+    /// Mints leaves for intercepted tunnels (none: no interception).
     interceptor: Option<Arc<Interceptor>>,
+    /// The roots origin certificates are verified against.
     trust: UpstreamTrust,
+    /// Pingora's server settings.
     server_conf: ServerConf,
     /// The signing identities, for the directory listener.
     identities: Arc<crate::identity::Identities>,
 }
 
+/// Loads everything `run` needs from its arguments, failing on the first bad part.
 fn load(args: &RunArgs) -> anyhow::Result<Loaded> {
     let mut config = Config::load(&args.config)?;
     crate::telemetry::logging::init(config.log_format);
@@ -455,8 +462,11 @@ fn client_listener(
 /// daemon's fork): the fleet backend, the state file's writer, the status page's
 /// sampler, and (TPROXY) the transparent listeners' `IP_TRANSPARENT`.
 struct Background {
+    /// What the background tasks act through.
     enforcer: Arc<Enforcer>,
+    /// The status page's history, sampled every second.
     history: Arc<crate::ops::history::History>,
+    /// The state file and how often it is written.
     state: Option<(Arc<crate::origin::state::StateFile>, std::time::Duration)>,
     /// TPROXY listeners, to be made transparent once bound.
     tproxy: Vec<std::net::SocketAddr>,

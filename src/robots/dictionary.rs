@@ -63,20 +63,26 @@ pub(crate) fn parse(input: &[u8]) -> Option<Vec<(&[u8], Value<'_>)>> {
     Some(members)
 }
 
+/// Reads a structured-field dictionary (RFC 8941) octet by octet.
 struct DictionaryParser<'a> {
+    /// The field's octets.
     s: &'a [u8],
+    /// The next octet to read.
     i: usize,
 }
 
 impl<'a> DictionaryParser<'a> {
+    /// Whether every octet was read.
     fn done(&self) -> bool {
         self.i >= self.s.len()
     }
 
+    /// The next octet, not consumed.
     fn peek(&self) -> Option<u8> {
         self.s.get(self.i).copied()
     }
 
+    /// Consumes `b` if it is next.
     fn eat(&mut self, b: u8) -> bool {
         let hit = self.peek() == Some(b);
         if hit {
@@ -85,6 +91,7 @@ impl<'a> DictionaryParser<'a> {
         hit
     }
 
+    /// Consumes the octets `what` accepts.
     fn skip(&mut self, what: impl Fn(u8) -> bool) {
         while self.peek().is_some_and(&what) {
             self.i += 1;
@@ -132,6 +139,7 @@ impl<'a> DictionaryParser<'a> {
         }
     }
 
+    /// A bare item: a token, a boolean, an integer or a quoted string.
     fn bare_item(&mut self) -> Option<Value<'a>> {
         match self.peek()? {
             b'-' | b'0'..=b'9' => self.number().map(|_| Value::Other),

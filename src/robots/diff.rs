@@ -14,6 +14,7 @@ use super::{RobotsTxt, RuleKind};
 /// (`Allow: /x`, `Disallow: /y`) and Crawl-delay.
 type Rules = BTreeMap<String, (BTreeSet<String>, Option<f64>)>;
 
+/// The rules of `robots`, per group (none: an empty file's).
 fn rules_of(robots: Option<&RobotsTxt>) -> Rules {
     let Some(robots) = robots else {
         return Rules::new();

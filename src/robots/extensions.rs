@@ -66,6 +66,8 @@ pub struct CleanParam {
 /// Yandex limits a Clean-param rule to 500 characters.
 const MAX_CLEAN_PARAM_LEN: usize = 500;
 
+/// A `Clean-param` value (`p1&p2 [path]`), or `None` when it is too long, not UTF-8 or names no
+/// parameter.
 pub(crate) fn parse_clean_param(value: &[u8], line: u32) -> Option<CleanParam> {
     if value.len() > MAX_CLEAN_PARAM_LEN {
         return None;

@@ -20,6 +20,7 @@
 
 use super::pattern::{Pattern, Priority};
 
+/// No node, no rule.
 const NONE: u32 = u32::MAX;
 
 /// Orders competing matches: longer pattern first, and on equal length `allow` wins.
@@ -27,7 +28,9 @@ const NONE: u32 = u32::MAX;
 struct Rank(u32);
 
 impl Rank {
+    /// Ranks below every match.
     const NOTHING: Rank = Rank(0);
+    /// The rank of a rule with `priority` that allows (or not).
     fn new(priority: Priority, allow: bool) -> Rank {
         // +1 so that even a zero-length rule outranks "no match". Priorities are bounded
         // by the line length limit, far below u32::MAX / 2.
@@ -37,8 +40,11 @@ impl Rank {
 
 /// One rule as the index is given it.
 pub(crate) struct IndexedRule<'a> {
+    /// The rule's id in its file.
     pub(crate) id: u32,
+    /// Allow (or Disallow).
     pub(crate) allow: bool,
+    /// Its compiled pattern.
     pub(crate) pattern: &'a Pattern,
 }
 
@@ -47,13 +53,16 @@ pub(crate) struct IndexedRule<'a> {
 /// (one per distinct octet).
 const _: () = assert!(super::lexer::MAX_LINE_BYTES * 3 <= u16::MAX as usize);
 
+/// One node of the trie of literal prefixes.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     /// The octets leading into this node from its parent: `labels[label..label + len]`.
     label: u32,
+    /// The label's length.
     label_len: u16,
     /// Children are `nodes[first_child..first_child + child_count]`, sorted by first octet.
     child_count: u16,
+    /// Its first child's index.
     first_child: u32,
     /// Best rule without `*`/`$` whose text ends here (one length, so allow preferred).
     prefix_rule: (Rank, u32),
@@ -61,46 +70,61 @@ struct Node {
     exact_rule: (Rank, u32),
     /// Wildcard rules with this literal prefix: `wild[first_wild..first_wild + count]`.
     first_wild: u32,
+    /// How many wildcard rules.
     wild_count: u32,
 }
 
+/// A rule with `*` (or `$` after a `*`): matched past its literal prefix.
 #[derive(Debug)]
 struct WildRule {
+    /// Its rank.
     rank: Rank,
+    /// Its id in the file.
     id: u32,
     /// Bit `b % 64` is set for every octet `b` the pattern needs after its prefix.
     needs: u64,
+    /// The whole pattern.
     pattern: Pattern,
 }
 
 /// The compiled rules of one (merged) group.
 #[derive(Debug, Default)]
 pub(crate) struct RuleIndex {
+    /// The trie, root first.
     nodes: Box<[Node]>,
     /// First octet of each node's label, parallel to `nodes`, for the child search.
     first_octets: Box<[u8]>,
+    /// Every node's label, concatenated.
     labels: Box<[u8]>,
+    /// The wildcard rules, grouped by the node of their prefix.
     wild: Box<[WildRule]>,
 }
 
 /// A [`RuleIndex`] while it is built.
 #[derive(Default)]
 struct Builder {
+    /// The nodes so far.
     nodes: Vec<Node>,
+    /// Their labels' first octets.
     first_octets: Vec<u8>,
+    /// Their labels.
     labels: Vec<u8>,
+    /// The wildcard rules so far.
     wild: Vec<WildRule>,
 }
 
+/// A bit per octet value (`b % 64`) present in `bytes`.
 fn octet_mask(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0, |mask, &b| mask | 1 << (b & 63))
 }
 
+/// How many leading octets `a` and `b` share.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl RuleIndex {
+    /// Compiles `rules` into an index.
     pub(crate) fn build(rules: &[IndexedRule<'_>]) -> RuleIndex {
         let mut sorted: Vec<&IndexedRule<'_>> = rules.iter().collect();
         sorted.sort_by(|a, b| a.pattern.prefix().cmp(b.pattern.prefix()));
@@ -147,6 +171,7 @@ impl RuleIndex {
 }
 
 impl Builder {
+    /// Adds a node whose label is `label`: its index.
     fn push_node(&mut self, label: &[u8]) -> usize {
         self.nodes.push(Node {
             label: self.labels.len() as u32,
@@ -245,6 +270,8 @@ impl RuleIndex {
         (best.1 != NONE).then_some(best.1)
     }
 
+    /// Checks the wildcard rules `wild[first..first + count]` against `path`, keeping the best
+    /// match in `best` (`mask`: the path's octets, computed once when first needed).
     fn check_wild(
         &self,
         first: u32,

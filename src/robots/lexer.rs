@@ -12,31 +12,48 @@
 /// Longest line content kept (the reference parser's 2083 × 8 − 1 octets).
 pub const MAX_LINE_BYTES: usize = 2083 * 8 - 1;
 
+/// The field a robots.txt line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Field {
+    /// `User-agent`.
     UserAgent,
+    /// `Allow`.
     Allow,
+    /// `Disallow` (and its common misspellings).
     Disallow,
+    /// `Sitemap`.
     Sitemap,
+    /// `Crawl-delay`.
     CrawlDelay,
+    /// `Host` (Yandex).
     Host,
+    /// `Clean-param` (Yandex).
     CleanParam,
+    /// `Content-Usage` (IETF aipref).
     ContentUsage,
+    /// `Content-Signal` (Cloudflare).
     ContentSignal,
+    /// Anything else: ignored.
     Unknown,
 }
 
+/// One `field: value` line.
 #[derive(Debug)]
 pub(crate) struct Record<'a> {
+    /// Its 1-based line number.
     pub(crate) line: u32,
+    /// The field.
     pub(crate) field: Field,
+    /// The value, trimmed, comment removed.
     pub(crate) value: &'a [u8],
 }
 
+/// Whether `s` starts with `prefix`, ASCII case ignored.
 fn starts_with_ignore_case(s: &[u8], prefix: &str) -> bool {
     s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
 }
 
+/// The field a key names.
 fn classify(key: &[u8]) -> Field {
     let any = |names: &[&str]| names.iter().any(|n| starts_with_ignore_case(key, n));
     if any(&["user-agent", "useragent", "user agent"]) {
@@ -74,6 +91,7 @@ fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
+/// `s` without leading and trailing whitespace.
 pub(crate) fn trim(mut s: &[u8]) -> &[u8] {
     while let [first, rest @ ..] = s {
         if !is_space(*first) {
@@ -115,10 +133,13 @@ fn key_value(line: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// One line of the input (without its line end), with its 1-based number.
 struct Line<'a> {
+    /// Its 1-based number.
     number: u32,
+    /// Its octets.
     text: &'a [u8],
 }
 
+/// The lines of `body` (a byte order mark skipped; CR, LF and CRLF end a line).
 fn lines(body: &[u8]) -> impl Iterator<Item = Line<'_>> {
     const BOM: &[u8] = b"\xEF\xBB\xBF";
     let bom = body.iter().zip(BOM).take_while(|(a, b)| a == b).count();

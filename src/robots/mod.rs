@@ -170,11 +170,15 @@ impl std::fmt::Display for Verdict<'_> {
 /// optional box.
 #[derive(Debug, Default)]
 pub struct RobotsTxt {
+    /// Every rule of the file, in file order.
     rules: Box<[Rule]>,
+    /// The merged groups.
     groups: Box<[Group]>,
     /// Named agents (lower-cased) and their group; few, so searched linearly.
     named: Box<[(Box<str>, GroupId)]>,
+    /// The `*` group, if any.
     global: Option<GroupId>,
+    /// What few files have.
     extras: Option<Box<Extras>>,
 }
 
@@ -183,8 +187,11 @@ pub struct RobotsTxt {
 struct Extras {
     /// Every `Sitemap:` URL, one per line (a value never holds a line break).
     sitemaps: Box<str>,
+    /// `Host` (Yandex).
     host: Option<Box<str>>,
+    /// `Clean-param` rules (Yandex).
     clean_params: Box<[CleanParam]>,
+    /// The file was longer than the size limit, and cut.
     truncated: bool,
     /// `Content-Usage` and `Content-Signal` rules, when the file has any.
     usage: Option<Box<usage::UsageRules>>,

@@ -37,6 +37,7 @@ pub(crate) const fn needs_encoding(b: u8) -> bool {
         )
 }
 
+/// The value of a hex digit.
 pub(crate) fn hex_value(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -56,6 +57,7 @@ pub(crate) fn escape_at(input: &[u8], i: usize) -> Option<u8> {
     Some(hi << 4 | lo)
 }
 
+/// Appends `b` percent-encoded (upper-case hex).
 pub(crate) fn push_escaped(out: &mut Vec<u8>, b: u8) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);

@@ -190,22 +190,35 @@ impl FileParser {
 /// What [`RobotsTxt::parse`] collects before the file is laid out.
 #[derive(Default)]
 struct Parsed {
+    /// Every rule, in file order.
     rules: Vec<Rule>,
+    /// The merged groups.
     groups: Vec<Group>,
+    /// Named agents (lower-cased) and their group.
     named: Vec<(Box<str>, GroupId)>,
+    /// The `*` group, if any.
     global: Option<GroupId>,
+    /// `Sitemap` URLs, one per line.
     sitemaps: String,
+    /// `Host`.
     host: Option<String>,
+    /// `Clean-param` rules.
     clean_params: Vec<CleanParam>,
+    /// The file was cut at the size limit.
     truncated: bool,
+    /// `Content-Usage` and `Content-Signal` rules.
     usage_rules: Vec<UsageRule>,
 }
 
 /// A group while parsing, before merging.
 struct SourceGroup {
+    /// Its `User-agent` values.
     agents: Vec<Agent>,
+    /// The line of its first `User-agent`.
     line: u32,
+    /// Its rules, by id.
     rules: Vec<u32>,
+    /// Its `Crawl-delay`, if it gave one.
     crawl_delay: Option<f64>,
 }
 
@@ -375,6 +388,7 @@ impl Parsed {
         }
     }
 
+    /// The merged group `name` from the source groups `sources`, its rules indexed.
     fn build_group(
         &self,
         name: String,

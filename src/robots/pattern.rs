@@ -18,6 +18,7 @@ use super::normalize::{escape_at, is_unreserved, needs_encoding, push_escaped};
 /// the octets of its canonical text, each `*` and `$` operator counting as one.
 pub(crate) type Priority = u32;
 
+/// A compiled Allow/Disallow value: literal segments between `*`s, maybe `$`-anchored.
 #[derive(Clone, Debug)]
 pub(crate) struct Pattern {
     /// The literal segments, concatenated. Segment 0 is the prefix before the first `*`.
@@ -26,12 +27,15 @@ pub(crate) struct Pattern {
     ends: Box<[u32]>,
     /// Ends with `$`: the URL must end where the pattern ends.
     pub(crate) anchored: bool,
+    /// How it ranks against other matches (its length).
     pub(crate) priority: Priority,
 }
 
 /// The result of compiling a rule value: the matcher and its canonical text.
 pub(crate) struct Compiled {
+    /// The matcher.
     pub(crate) pattern: Pattern,
+    /// The value in canonical form (for reports and diffs).
     pub(crate) text: String,
 }
 
@@ -126,6 +130,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 impl Pattern {
+    /// Literal segment `n`.
     fn segment(&self, n: usize) -> &[u8] {
         let start = if n == 0 { 0 } else { self.ends[n - 1] as usize };
         &self.bytes[start..self.ends[n] as usize]

@@ -225,6 +225,7 @@ impl Statement {
         statement
     }
 
+    /// This statement with `purpose` set to `preference`.
     pub(crate) fn set(self, purpose: Purpose, preference: Preference) -> Statement {
         let bits = match preference {
             Preference::Unknown => 0,
@@ -259,6 +260,7 @@ pub struct UsageRule {
     /// The line of the first `User-agent` of the group it is a rule of (grouped as
     /// the attach draft groups usage rules: [`super::usage_groups`]).
     pub group_line: u32,
+    /// What it says, per purpose.
     #[serde(skip)]
     pub(crate) prefs: Statement,
     /// The compiled `path`.
@@ -326,7 +328,9 @@ pub(crate) fn parse_rule(
 /// for a file with more than [`MAX_USAGE_RULES`], what fails closed instead.
 #[derive(Debug, Default)]
 pub(crate) struct UsageRules {
+    /// The rules, in file order.
     pub(crate) rules: Box<[UsageRule]>,
+    /// Their groups.
     pub(crate) groups: UsageGroups,
     /// Too many rules to read: every purpose some statement of the file refuses is
     /// refused for every path and crawler (the others are unknown).
@@ -337,6 +341,7 @@ pub(crate) struct UsageRules {
 /// the statement that decided it.
 #[derive(Clone, Copy, Debug)]
 pub struct Usage<'a> {
+    /// Per purpose: the preference, and the rule that stated it.
     applied: [(Preference, Option<&'a UsageRule>); 3],
     /// Decided by a file with too many usage rules to read ([`MAX_USAGE_RULES`]).
     overflow: bool,

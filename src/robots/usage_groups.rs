@@ -35,14 +35,18 @@ impl UsageGroupId {
 /// One source group while parsing: its user-agent names (lower-cased; `*` for the
 /// global group), its first line, and the usage rules it holds.
 struct Source {
+    /// Its user-agent names.
     names: Vec<String>,
+    /// Its first line.
     line: u32,
+    /// Its usage rules, by id.
     rules: Vec<u32>,
 }
 
 /// Collects the usage groups while a file is parsed, record by record.
 #[derive(Default)]
 pub(crate) struct UsageGrouper {
+    /// The source groups so far.
     sources: Vec<Source>,
     /// A member came after the last `User-agent` line: the next one starts a group.
     after_member: bool,
@@ -125,6 +129,7 @@ impl UsageGrouper {
 pub(crate) struct UsageGroups {
     /// Named agents (lower-cased) and their group.
     named: Vec<(Box<str>, UsageGroupId)>,
+    /// The `*` group, if any.
     global: Option<UsageGroupId>,
     /// Per group: ids into the file's usage rules, in file order.
     rules: Vec<Box<[u32]>>,

@@ -74,8 +74,11 @@ pub fn init(format: LogFormat) {
 
 /// One request, as the access log records it.
 pub struct AccessRecord<'a> {
+    /// The origin.
     pub origin: &'a dyn Display,
+    /// The request's path and query.
     pub path: &'a str,
+    /// The User-Agent.
     pub agent: Option<&'a str>,
     /// Where the robots.txt tokens came from: credential, rule, default, header, none.
     pub tokens_from: &'a str,
@@ -86,6 +89,7 @@ pub struct AccessRecord<'a> {
     pub mode: &'a str,
     /// The client's protocol: `http/1.1` or `h2`.
     pub protocol: &'a str,
+    /// The decision label (as in `robotsgate_requests_total`).
     pub decision: &'a str,
     /// The status sent to the client (0: none, the client left).
     pub status: u16,
@@ -95,6 +99,7 @@ pub struct AccessRecord<'a> {
     pub line: Option<u32>,
     /// Why: the allow reason or the `X-Robots-Decision` of robotsgate's own answer.
     pub why: &'a dyn Display,
+    /// How long the request waited for its pacing turn.
     pub pacing_wait_seconds: f64,
     /// What set the forwarded request's delay (`crawl-delay`, `floor`, `override`,
     /// `none`); `None` for robotsgate's own answers.
@@ -107,7 +112,9 @@ pub struct AccessRecord<'a> {
     /// Pay per crawl: `charged USD 0.01`, or `payment-required USD 0.02` (the price the
     /// origin asked), when its answer said.
     pub payment: Option<&'a str>,
+    /// From arrival to the response's end.
     pub duration_seconds: f64,
+    /// How the exchange failed, if it did.
     pub error: Option<&'a dyn Display>,
 }
 
@@ -142,6 +149,7 @@ impl AccessRecord<'_> {
         });
     }
 
+    /// Writes every field of the record.
     fn write_fields(&self, f: &mut Fields<'_>) {
         f.display("origin", self.origin);
         f.text("path", self.path);
@@ -185,12 +193,16 @@ impl AccessRecord<'_> {
 
 /// Writes `name=value` pairs (text) or `,"name":value` members (JSON) onto a line.
 struct Fields<'a> {
+    /// The line written to.
     line: &'a mut String,
+    /// Text or JSON.
     format: LogFormat,
+    /// No field written yet.
     first: bool,
 }
 
 impl<'a> Fields<'a> {
+    /// Fields appended to `line` in `format`.
     fn new(line: &'a mut String, format: LogFormat) -> Fields<'a> {
         Fields {
             line,
@@ -199,6 +211,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Writes a field's name and separator.
     fn name(&mut self, name: &str) {
         match self.format {
             LogFormat::Text => {
@@ -256,6 +269,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Writes `name` with a number.
     fn number(&mut self, name: &str, value: u32) {
         self.name(name);
         self.line.push_str(itoa::Buffer::new().format(value));

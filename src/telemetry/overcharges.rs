@@ -11,6 +11,7 @@ use prometheus::{register_int_counter_vec, IntCounterVec};
 /// Origins the table keeps; the least recent is forgotten first.
 pub const MAX_ORIGINS: usize = 32;
 
+/// `robotsgate_crawl_overcharges_total`: charges beyond the offer, by identity and kind.
 static OVERCHARGES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_crawl_overcharges_total",

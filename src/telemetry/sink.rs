@@ -28,17 +28,21 @@ const MAX_PENDING_BYTES: usize = 4 * 1024 * 1024;
 
 /// Lines not yet written, and whether a writer thread empties them.
 struct Pending {
+    /// Complete lines not yet written.
     lines: Vec<u8>,
+    /// A writer thread is running.
     writer: bool,
 }
 
 /// The process's one sink.
 struct Sink {
+    /// The lines and the writer's state.
     pending: Mutex<Pending>,
     /// Wakes the writer (a full buffer, or a flush) and the lines waiting for room.
     changed: Condvar,
 }
 
+/// The process's one sink.
 fn sink() -> &'static Sink {
     static SINK: OnceLock<Sink> = OnceLock::new();
     SINK.get_or_init(|| Sink {
@@ -50,6 +54,7 @@ fn sink() -> &'static Sink {
     })
 }
 
+/// The pending lines, usable after a panic elsewhere.
 fn lock() -> MutexGuard<'static, Pending> {
     // A panic while holding the lock leaves complete lines behind: keep using them.
     sink()

@@ -11,6 +11,7 @@ use crate::config::Purpose;
 use crate::policy::usage::UsageVerdict;
 use crate::robots::{Preference, UsageSource};
 
+/// `robotsgate_usage_verdicts_total`: usage verdicts by purpose, source and result.
 static VERDICTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_usage_verdicts_total",
@@ -21,6 +22,7 @@ static VERDICTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Every source a verdict label can name (none: no statement).
 const SOURCES: [Option<UsageSource>; 5] = [
     Some(UsageSource::ContentUsage),
     Some(UsageSource::ContentSignal),
@@ -28,8 +30,10 @@ const SOURCES: [Option<UsageSource>; 5] = [
     Some(UsageSource::TooManyRules),
     None,
 ];
+/// Every result a verdict label can name.
 const RESULTS: [Preference; 3] = [Preference::Allow, Preference::Refuse, Preference::Unknown];
 
+/// The verdict counters for every (purpose, source, result), resolved once.
 static HANDLES: LazyLock<Vec<IntCounter>> = LazyLock::new(|| {
     let mut handles = Vec::new();
     for purpose in Purpose::ALL {
@@ -47,6 +51,7 @@ static HANDLES: LazyLock<Vec<IntCounter>> = LazyLock::new(|| {
     handles
 });
 
+/// The counter for one (purpose, source, result).
 fn handle(
     purpose: Purpose,
     source: Option<UsageSource>,

@@ -12,13 +12,17 @@ use super::OriginEntry;
 #[derive(Default)]
 pub(super) struct Flights(Mutex<FlightTable>);
 
+/// Fetch locks by entry address; an entry is present while its lock is held or waited for.
 type FlightTable = std::collections::HashMap<usize, Arc<tokio::sync::Mutex<()>>>;
 
 /// One entry's fetch, held: the lock (its guard owns it), and the entry (kept alive,
 /// so its address, the table's key, names no other entry meanwhile).
 pub(super) struct Flight<'a> {
+    /// The table the lock is in (its entry is removed with the last holder).
     flights: &'a Flights,
+    /// The entry whose fetch is held.
     entry: Arc<OriginEntry>,
+    /// The lock's guard (taken on drop, before the table entry is cleaned up).
     held: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
@@ -34,6 +38,7 @@ impl Flights {
         }
     }
 
+    /// The table, usable after a panic elsewhere.
     pub(super) fn table(&self) -> std::sync::MutexGuard<'_, FlightTable> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -17,6 +17,7 @@ pub static FLEET_BACKEND_UP: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_fleet_backend_unavailable`: 1 on the cause that keeps the fleet backend down.
 static FLEET_BACKEND_UNAVAILABLE: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     prometheus::register_int_gauge_vec!(
         "robotsgate_fleet_backend_unavailable",
@@ -63,6 +64,7 @@ pub static FLEET_LEASE_VALID: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_fleet_command_duration_seconds`: round-trip time of fleet backend commands.
 static FLEET_COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_fleet_command_duration_seconds",
@@ -80,6 +82,7 @@ pub fn observe_fleet_command(command: &str, seconds: f64) {
         .observe(seconds);
 }
 
+/// `robotsgate_fleet_ownership_changes_total`: pacing keys this instance took or lost, by how.
 static FLEET_OWNERSHIP: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_fleet_ownership_changes_total",

@@ -48,6 +48,7 @@ impl Mode {
         Mode::TransparentTls,
     ];
 
+    /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             Mode::Explicit => "explicit",
@@ -100,6 +101,7 @@ impl TunnelMode {
         TunnelMode::TransparentBlind,
     ];
 
+    /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             TunnelMode::Intercepted => "intercepted",

@@ -15,12 +15,14 @@ use prometheus::{
     IntCounterVec, IntGauge,
 };
 
+/// Every scheme a request label can name.
 const SCHEMES: [&str; 2] = ["http", "https"];
 
 /// Counter and histogram handles for every (decision, mode, protocol, scheme), resolved
 /// once: no label hashing per request.
 type Handles = Vec<(prometheus::IntCounter, prometheus::Histogram)>;
 
+/// The request counter and duration histogram for every label combination, resolved once.
 static REQUEST_HANDLES: LazyLock<Handles> = LazyLock::new(|| {
     let mut handles = Vec::new();
     for outcome in Outcome::ALL {
@@ -77,6 +79,7 @@ static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_request_duration_seconds`: from request to last response octet.
 static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "robotsgate_request_duration_seconds",
@@ -90,6 +93,7 @@ static REQUEST_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_upstream_responses_total`: origin responses by status class.
 static UPSTREAM_RESPONSES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_upstream_responses_total",
@@ -99,6 +103,7 @@ static UPSTREAM_RESPONSES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// The upstream response counters for 1xx to 5xx, resolved once.
 static UPSTREAM_CLASS_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock::new(|| {
     ["1xx", "2xx", "3xx", "4xx", "5xx"]
         .iter()
@@ -106,12 +111,14 @@ static UPSTREAM_CLASS_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock:
         .collect()
 });
 
+/// Counts an origin response by status class.
 pub fn record_upstream_status(status: u16) {
     if let Some(counter) = UPSTREAM_CLASS_HANDLES.get(usize::from(status / 100).wrapping_sub(1)) {
         counter.inc();
     }
 }
 
+/// `robotsgate_build_info`: always 1; the labels say which build runs.
 static BUILD_INFO: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     prometheus::register_int_gauge_vec!(
         "robotsgate_build_info",
@@ -121,6 +128,7 @@ static BUILD_INFO: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_start_time_seconds`: when this process started (Unix time).
 static START_TIME: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
     prometheus::register_gauge!(
         "robotsgate_start_time_seconds",
@@ -201,6 +209,7 @@ fn record_build_info() {
     START_TIME.set(now.as_secs_f64());
 }
 
+/// `robotsgate_robots_fetch_duration_seconds`: time to fetch a robots.txt, redirects included.
 static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     prometheus::register_histogram!(
         "robotsgate_robots_fetch_duration_seconds",
@@ -210,6 +219,7 @@ static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(||
     .expect("metric registers once")
 });
 
+/// `robotsgate_robots_fetches_total`: robots.txt fetches by outcome.
 static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_robots_fetches_total",
@@ -225,6 +235,7 @@ pub fn record_robots_fetch(class: RobotsFetch, took: std::time::Duration) {
     ROBOTS_FETCHES.with_label_values(&[class.label()]).inc();
 }
 
+/// `robotsgate_robots_store_origins`: origins whose robots.txt is held.
 static STORE_ORIGINS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_robots_store_origins",
@@ -346,6 +357,7 @@ pub static ROBOTS_CHANGES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_robots_store_evictions_total`: origins evicted to stay within `robots.max_origins`.
 pub static STORE_EVICTIONS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_robots_store_evictions_total",
@@ -354,6 +366,7 @@ pub static STORE_EVICTIONS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| 
     .expect("metric registers once")
 });
 
+/// `robotsgate_robots_single_flight_joins_total`: requests that waited for another's fetch.
 pub static SINGLE_FLIGHT_JOINS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_robots_single_flight_joins_total",
@@ -367,6 +380,7 @@ pub fn update_store_gauges(origins_held: usize) {
     STORE_ORIGINS.set(origins_held as i64);
 }
 
+/// `robotsgate_pacing_wait_seconds`: time allowed requests waited for their turn.
 static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     prometheus::register_histogram!(
         "robotsgate_pacing_wait_seconds",
@@ -376,6 +390,7 @@ static PACING_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_pacing_queued_requests`: requests waiting for or holding a turn.
 static PACING_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_pacing_queued_requests",
@@ -402,6 +417,7 @@ pub static CRAWL_DELAYS_CLAMPED: LazyLock<prometheus::IntCounter> = LazyLock::ne
     .expect("metric registers once")
 });
 
+/// `robotsgate_pacing_slow_downs_total`: delays raised by an origin's own responses, by cause.
 static SLOW_DOWNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_pacing_slow_downs_total",
@@ -417,6 +433,7 @@ pub fn record_slow_down(cause: SlowDown) {
     SLOW_DOWNS.with_label_values(&[cause.label()]).inc();
 }
 
+/// `robotsgate_pacing_would_wait_seconds`: report mode's waits, not imposed.
 static WOULD_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     prometheus::register_histogram!(
         "robotsgate_pacing_would_wait_seconds",
@@ -431,14 +448,17 @@ pub fn record_would_wait(seconds: f64) {
     WOULD_WAIT.observe(seconds);
 }
 
+/// Records how long a request waited for its pacing turn.
 pub fn record_pacing_wait(seconds: f64) {
     PACING_WAIT.observe(seconds);
 }
 
+/// Sets the gauge of requests waiting for a pacing turn.
 pub fn update_pacing_gauge(queued: usize) {
     PACING_QUEUED.set(queued as i64);
 }
 
+/// `robotsgate_connect_tunnels_total`: CONNECT tunnels by mode and outcome.
 static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_connect_tunnels_total",
@@ -448,12 +468,14 @@ static TUNNELS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Counts a CONNECT tunnel by mode and outcome.
 pub fn record_tunnel(mode: TunnelMode, outcome: TunnelOutcome) {
     TUNNELS
         .with_label_values(&[mode.label(), outcome.label()])
         .inc();
 }
 
+/// `robotsgate_transparent_connections_total`: redirected connections by listener and outcome.
 static TRANSPARENT_CONNECTIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_transparent_connections_total",
@@ -481,6 +503,7 @@ fn transparent_listener(tls: bool) -> &'static str {
     }
 }
 
+/// `robotsgate_tls_leaf_mints_total`: leaf certificates minted.
 pub static TLS_LEAF_MINTS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_tls_leaf_mints_total",
@@ -489,6 +512,7 @@ pub static TLS_LEAF_MINTS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_tls_leaf_cache_hits_total`: handshakes served a cached leaf.
 pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_tls_leaf_cache_hits_total",
@@ -497,6 +521,7 @@ pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new
     .expect("metric registers once")
 });
 
+/// `robotsgate_tls_ca_expiry_timestamp_seconds`: when the operator CA expires.
 pub static TLS_CA_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_tls_ca_expiry_timestamp_seconds",
@@ -505,6 +530,7 @@ pub static TLS_CA_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// `robotsgate_tls_sni_mismatches_total`: handshakes whose SNI named another host.
 pub static TLS_SNI_MISMATCHES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_tls_sni_mismatches_total",
@@ -513,6 +539,7 @@ pub static TLS_SNI_MISMATCHES: LazyLock<prometheus::IntCounter> = LazyLock::new(
     .expect("metric registers once")
 });
 
+/// `robotsgate_downstream_refusals_total`: what the client side refused, by reason.
 static REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_downstream_refusals_total",
@@ -531,6 +558,7 @@ pub fn record_refusal(reason: RefusalReason) {
     REFUSALS.with_label_values(&[reason.label()]).inc();
 }
 
+/// `robotsgate_upstream_exchange_ends_total`: how origin exchanges ended.
 static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_upstream_exchange_ends_total",
@@ -562,6 +590,7 @@ static EXCHANGE_END_HANDLES: LazyLock<Vec<prometheus::IntCounter>> = LazyLock::n
         .collect()
 });
 
+/// `robotsgate_upstream_retries_total`: attempts sent to an origin again, by cause.
 static RETRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_upstream_retries_total",
@@ -586,6 +615,8 @@ pub fn record_exchange_end(end: usize) {
     }
 }
 
+/// `robotsgate_upstream_forged_headers_total`: robotsgate's own headers found in an origin's
+/// response and removed.
 static FORGED_HEADERS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_upstream_forged_headers_total",
@@ -600,6 +631,8 @@ pub fn record_forged_header() {
     FORGED_HEADERS.inc();
 }
 
+/// `robotsgate_downstream_clients_left_total`: client connections that failed while read or
+/// written.
 static CLIENTS_LEFT: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "robotsgate_downstream_clients_left_total",
@@ -614,6 +647,7 @@ pub fn record_client_left() {
     CLIENTS_LEFT.inc();
 }
 
+/// `robotsgate_downstream_connections`: client connections open now.
 pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
         "robotsgate_downstream_connections",
