@@ -24,18 +24,23 @@ fn encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// `GET /check` for `url` as `agent` (already percent-encoded where it needs to be).
+async fn check(proxy: &Proxy, url: &str, agent: &str) -> (u16, Value) {
+    admin(
+        proxy,
+        "GET",
+        &format!("/check?url={}&agent={agent}", encode(url)),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_a_decision_without_fetching_the_url() {
     let origin = TestOrigin::robots(ROBOTS).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
 
     let url = origin.url("/private/report?id=1");
-    let (status, v) = admin(
-        &proxy,
-        "GET",
-        &format!("/check?url={}&agent=ExampleBot%2F1.0", encode(&url)),
-    )
-    .await;
+    let (status, v) = check(&proxy, &url, "ExampleBot%2F1.0").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["decision"], "disallowed", "{v}");
     assert_eq!(v["status"], 403);
@@ -51,27 +56,14 @@ async fn check_explains_a_decision_without_fetching_the_url() {
     );
 
     // NewsBot's own group disallows everything.
-    let (_, v) = admin(
-        &proxy,
-        "GET",
-        &format!("/check?url={}&agent=NewsBot", encode(&origin.url("/"))),
-    )
-    .await;
+    let (_, v) = check(&proxy, &origin.url("/"), "NewsBot").await;
     assert_eq!(
         (v["decision"].as_str(), v["line"].as_u64()),
         (Some("disallowed"), Some(6)),
         "{v}"
     );
 
-    let (_, v) = admin(
-        &proxy,
-        "GET",
-        &format!(
-            "/check?url={}&agent=ExampleBot",
-            encode(&origin.url("/public"))
-        ),
-    )
-    .await;
+    let (_, v) = check(&proxy, &origin.url("/public"), "ExampleBot").await;
     assert_eq!(v["decision"], "allowed", "{v}");
     assert!(
         v["crawl_delay_seconds"].as_f64().is_some_and(|d| d >= 0.5),
@@ -80,13 +72,10 @@ async fn check_explains_a_decision_without_fetching_the_url() {
 
     // A spelling a lenient origin reads as /private: the same answer the proxy gives,
     // explained by the rule and the reading.
-    let (_, v) = admin(
+    let (_, v) = check(
         &proxy,
-        "GET",
-        &format!(
-            "/check?url={}&agent=ExampleBot",
-            encode(&origin.url("/public%2F..%2Fprivate/x"))
-        ),
+        &origin.url("/public%2F..%2Fprivate/x"),
+        "ExampleBot",
     )
     .await;
     assert_eq!(
@@ -343,19 +332,10 @@ async fn robots_txt_changes_are_tracked() {
 async fn a_purge_mid_crawl_keeps_the_pace() {
     use crate::common::{assert_gaps_at_least, eventually, most_at_once};
     use std::time::Duration;
-    let origin = TestOrigin::start(vec![
-        (
-            "/robots.txt",
-            Behaviour::ok("User-agent: *\nCrawl-delay: 1\n"),
-        ),
-        (
-            "/page",
-            Behaviour::Delayed {
-                delay: Duration::from_millis(300),
-                body: b"page\n".to_vec(),
-            },
-        ),
-    ])
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nCrawl-delay: 1\n",
+        vec![("/page", Behaviour::delayed(300, "page\n"))],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_in_flight", 1));
     let path = format!("/origins/{}", encode(&origin.url("")));

@@ -15,6 +15,15 @@ fn robotsgate(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `robotsgate check --robots ROBOTS --agent AGENT REST...`, as [`robotsgate`] runs it.
+fn check(args: &[&str]) -> (i32, String, String) {
+    let [robots, agent, rest @ ..] = args else {
+        panic!("check needs a robots file and an agent");
+    };
+    let head = ["check", "--robots", robots, "--agent", agent];
+    robotsgate(&[&head[..], rest].concat())
+}
+
 fn robots_file(dir: &tempfile::TempDir, body: &str) -> String {
     let path = dir.path().join("robots.txt");
     std::fs::write(&path, body).expect("write");
@@ -25,11 +34,8 @@ fn robots_file(dir: &tempfile::TempDir, body: &str) -> String {
 fn prints_verdict_url_and_deciding_rule() {
     let dir = tempfile::tempdir().expect("tempdir");
     let robots = robots_file(&dir, "User-agent: *\nDisallow: /private\n\nUser-agent: googlebot\nAllow: /private/ok\nDisallow: /private\n");
-    let (code, out, err) = robotsgate(&[
-        "check",
-        "--robots",
+    let (code, out, err) = check(&[
         &robots,
-        "--agent",
         "googlebot-news",
         "--agent",
         "googlebot",
@@ -62,30 +68,14 @@ fn reads_urls_from_a_file_and_summarises() {
     list.push_str("\n\u{ff}\n"); // blank and odd lines do not stop the run
     std::fs::write(&urls, list).expect("write");
     let urls = urls.to_string_lossy().into_owned();
-    let (code, out, err) = robotsgate(&[
-        "check",
-        "--robots",
-        &robots,
-        "--agent",
-        "x",
-        "--urls",
-        &urls,
-        "--summary",
-    ]);
+    let (code, out, err) = check(&[&robots, "x", "--urls", &urls, "--summary"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "allowed 751, disallowed 250");
 }
 
 #[test]
 fn missing_files_are_named_in_the_error() {
-    let (code, _, err) = robotsgate(&[
-        "check",
-        "--robots",
-        "/nonexistent/robots.txt",
-        "--agent",
-        "x",
-        "/",
-    ]);
+    let (code, _, err) = check(&["/nonexistent/robots.txt", "x", "/"]);
     assert_eq!(code, 2);
     assert!(err.contains("--robots /nonexistent/robots.txt"), "{err}");
 }
@@ -95,11 +85,8 @@ fn large_file_verdicts_match_the_shipped_benchmark_input() {
     // The benchmark file parses and decides; a few hand-checked verdicts from it.
     let large = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/large_robots.txt");
     let large = large.to_string_lossy().into_owned();
-    let (code, out, err) = robotsgate(&[
-        "check",
-        "--robots",
+    let (code, out, err) = check(&[
         &large,
-        "--agent",
         "ExampleBot",
         "https://www.example-megasite.com/api/v1/news/x",
         "https://www.example-megasite.com/events/register",

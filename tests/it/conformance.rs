@@ -25,25 +25,26 @@ fn run_library(name: &str) -> (robotsgate::conformance::Tally, String) {
     (tally, String::from_utf8(out).expect("utf-8"))
 }
 
+/// Runs the cases of `name` through the library: every one passes, none skipped.
+fn all_pass(name: &str) {
+    let (tally, out) = run_library(name);
+    assert_eq!(tally.failed, 0, "{out}");
+    assert_eq!(tally.passed, case_count(name));
+}
+
 #[test]
 fn verdict_cases_all_pass() {
-    let (tally, out) = run_library("cases.jsonl");
-    assert_eq!(tally.failed, 0, "{out}");
-    assert_eq!(tally.passed, case_count("cases.jsonl"));
+    all_pass("cases.jsonl");
 }
 
 #[test]
 fn crawl_delay_cases_all_pass() {
-    let (tally, out) = run_library("crawl_delay.jsonl");
-    assert_eq!(tally.failed, 0, "{out}");
-    assert_eq!(tally.passed, case_count("crawl_delay.jsonl"));
+    all_pass("crawl_delay.jsonl");
 }
 
 #[test]
 fn usage_cases_all_pass() {
-    let (tally, out) = run_library("usage_cases.jsonl");
-    assert_eq!(tally.failed, 0, "{out}");
-    assert_eq!(tally.passed, case_count("usage_cases.jsonl"));
+    all_pass("usage_cases.jsonl");
 }
 
 #[test]

@@ -188,11 +188,7 @@ async fn a_cached_copy_is_kept_while_the_origin_fails() {
         "robots",
         json!({"min_ttl_seconds": 0, "retry_initial_seconds": 60}),
     ));
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::with_headers(200, &[("Cache-Control", "max-age=1")], RULES),
-    )])
-    .await;
+    let origin = TestOrigin::robots_for(RULES, 1).await;
     assert_eq!(curl(&proxy, &origin.url("/private"), &[]).0, 403);
     origin.set("/robots.txt", Behaviour::status(500));
     tokio::time::sleep(Duration::from_millis(1100)).await; // let max-age=1 run out
@@ -231,11 +227,7 @@ async fn fresh_entries_are_refreshed_ahead_of_expiry_in_the_background() {
         "robots",
         json!({"min_ttl_seconds": 0, "refresh_ahead_seconds": 2.5}),
     ));
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::with_headers(200, &[("Cache-Control", "max-age=3")], RULES),
-    )])
-    .await;
+    let origin = TestOrigin::robots_for(RULES, 3).await;
     assert_eq!(curl(&proxy, &origin.url("/public"), &[]).0, 200);
     assert_eq!(origin.count("/robots.txt"), 1);
     tokio::time::sleep(Duration::from_millis(700)).await;

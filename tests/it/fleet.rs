@@ -59,10 +59,7 @@ async fn fifty_first_requests_over_three_instances_fetch_robots_txt_once() {
     let redis = Redis::start();
     let origin = TestOrigin::start(vec![(
         "/robots.txt",
-        Behaviour::Delayed {
-            delay: Duration::from_millis(300),
-            body: b"User-agent: *\nDisallow: /private\n".to_vec(),
-        },
+        Behaviour::delayed(300, "User-agent: *\nDisallow: /private\n"),
     )])
     .await;
     let proxies = instances(3, &fleet_conf(&redis));
@@ -212,7 +209,7 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         .expect("redis-server");
     // Stopped by its PID when the test ends, however it ends.
     let _redis = Redis {
-        child,
+        child: crate::common::Running(child),
         port,
         _dir: tempfile::tempdir().expect("tempdir"),
     };
@@ -264,16 +261,10 @@ async fn two_instances_keep_one_in_flight_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_latency_slow_down_seen_through_one_instance_spaces_requests_through_another() {
     let redis = Redis::start();
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
-        (
-            "/struggling",
-            Behaviour::Delayed {
-                delay: Duration::from_millis(800),
-                body: b"slow\n".to_vec(),
-            },
-        ),
-    ])
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nAllow: /\n",
+        vec![("/struggling", Behaviour::delayed(800, "slow\n"))],
+    )
     .await;
     let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;

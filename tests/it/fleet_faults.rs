@@ -55,6 +55,28 @@ struct Crawled {
 }
 
 impl Crawled {
+    /// The origins, crawled by `n` members of one Redis (outage mode `refuse`), the
+    /// first of which meets both origins first and so owns them.
+    async fn owned_by_the_first_of(redis: &Redis, n: usize) -> (Crawled, Vec<Proxy>) {
+        let crawled = Crawled::start().await;
+        let proxies = members_of(redis, n, "refuse");
+        backend_up(&proxies).await;
+        crawled.owned_by(&proxies[0]);
+        (crawled, proxies)
+    }
+
+    /// The statuses of the load sent through `proxies` for `seconds`, during which the
+    /// first member gets `signal` once the load reaches both origins.
+    async fn signalling_the_first(&self, proxies: &[Proxy], seconds: u64, sig: &str) -> Vec<u16> {
+        let until = Instant::now() + Duration::from_secs(seconds);
+        let pid = proxies[0].pid();
+        let event = async {
+            self.under_load().await;
+            signal(pid, sig);
+        };
+        self.during(proxies, until, event).await
+    }
+
     async fn start() -> Crawled {
         Crawled {
             paced: paced_origin("0.5").await,
@@ -98,6 +120,12 @@ impl Crawled {
         })
         .await;
         assert!(loaded, "the load never reached the origins");
+    }
+
+    /// [`Crawled::kept`], and each origin with exactly one owner among `proxies`.
+    async fn kept_with_one_owner(&self, proxies: &[Proxy]) {
+        self.kept(proxies).await;
+        one_owner_each(proxies, self);
     }
 
     /// The promise, at the origins: no short gap, at most two at once, nothing
@@ -182,19 +210,9 @@ fn one_owner_each(proxies: &[Proxy], crawled: &Crawled) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_leaving_gracefully_hands_its_origins_over() {
     let redis = Redis::start();
-    let crawled = Crawled::start().await;
-    let mut proxies = members_of(&redis, 3, "refuse");
-    backend_up(&proxies).await;
-    // The first member meets both origins first: it owns them.
-    crawled.owned_by(&proxies[0]);
-    let until = Instant::now() + Duration::from_secs(8);
-    let pid = proxies[0].pid();
-    let leave = async {
-        crawled.under_load().await;
-        signal(pid, "-TERM");
-    };
+    let (crawled, mut proxies) = Crawled::owned_by_the_first_of(&redis, 3).await;
     // Its clients keep sending through it until it stops listening.
-    let statuses = crawled.during(&proxies, until, leave).await;
+    let statuses = crawled.signalling_the_first(&proxies, 8, "-TERM").await;
     assert!(statuses.contains(&200));
     let mut leaver = proxies.remove(0);
     let left = eventually(Duration::from_secs(20), || leaver.exited()).await;
@@ -204,8 +222,7 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
         "{}",
         leaver.log()
     );
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
     let handed: f64 = proxies.iter().map(|p| taken(p, "handed")).sum();
     let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
     assert_eq!(
@@ -237,8 +254,7 @@ async fn a_rolling_restart_keeps_the_promise() {
         proxies.push(Proxy::start_for_loopback(&conf));
         backend_up(&proxies).await;
     }
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
 }
 
 /// A graceful upgrade (SIGQUIT, a new process taking over the listeners, as the unit's
@@ -247,10 +263,7 @@ async fn a_rolling_restart_keeps_the_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
     let redis = Redis::start();
-    let crawled = Crawled::start().await;
-    let mut proxies = members_of(&redis, 2, "refuse");
-    backend_up(&proxies).await;
-    crawled.owned_by(&proxies[0]);
+    let (crawled, mut proxies) = Crawled::owned_by_the_first_of(&redis, 2).await;
     let until = Instant::now() + Duration::from_secs(8);
     let old = &proxies[0];
     let upgraded = std::sync::Mutex::new(None);
@@ -267,8 +280,7 @@ async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
     assert!(left, "the old process never stopped:\n{}", old.log());
     assert!(old.log().contains("2 origins handed over"), "{}", old.log());
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
 }
 
 /// The owner SIGKILLed while serving: its origins wait for its lease and the longest
@@ -277,21 +289,11 @@ async fn a_graceful_upgrade_of_the_owner_keeps_the_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_killed_while_serving_is_taken_over_after_the_longest_hold() {
     let redis = Redis::start();
-    let crawled = Crawled::start().await;
-    let mut proxies = members_of(&redis, 3, "refuse");
-    backend_up(&proxies).await;
-    crawled.owned_by(&proxies[0]);
-    let until = Instant::now() + Duration::from_secs(10);
-    let pid = proxies[0].pid();
-    let kill = async {
-        crawled.under_load().await;
-        signal(pid, "-KILL");
-    };
-    let statuses = crawled.during(&proxies, until, kill).await;
+    let (crawled, mut proxies) = Crawled::owned_by_the_first_of(&redis, 3).await;
+    let statuses = crawled.signalling_the_first(&proxies, 10, "-KILL").await;
     assert!(statuses.contains(&200));
     drop(proxies.remove(0));
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
     // Both origins taken over (a member slowed past its lease on a loaded machine may
     // have had one taken over once more).
     let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
@@ -304,10 +306,7 @@ async fn an_owner_killed_while_serving_is_taken_over_after_the_longest_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     let redis = Redis::start();
-    let crawled = Crawled::start().await;
-    let proxies = members_of(&redis, 3, "refuse");
-    backend_up(&proxies).await;
-    crawled.owned_by(&proxies[0]);
+    let (crawled, proxies) = Crawled::owned_by_the_first_of(&redis, 3).await;
     let until = Instant::now() + Duration::from_secs(14);
     let pid = proxies[0].pid();
     let others = &proxies[1..];
@@ -322,8 +321,7 @@ async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     let statuses = crawled.during(&proxies, until, zombie).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
     assert_eq!(
         taken(&proxies[0], "lost"),
         2.0,
@@ -406,8 +404,7 @@ async fn a_partitioned_owner(mode: &str) {
     let statuses = crawled.during(&proxies, until, partition).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
     assert_eq!(taken(&proxies[0], "lost"), 2.0, "it learnt it lost both");
 }
 
@@ -440,8 +437,7 @@ async fn redis_restarted_empty(mode: &str) {
     let statuses = crawled.during(&proxies, until, restart).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,8 +470,7 @@ async fn a_stalled_redis_keeps_the_promise() {
     let statuses = crawled.during(&proxies, until, stall).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
 }
 
 /// A Cluster master killed and its replica promoted (acknowledged writes may be lost),
@@ -519,8 +514,7 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
     let statuses = crawled.during(&proxies, until, failover).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
     drop(cluster.nodes.remove(node));
 }
 
@@ -574,8 +568,7 @@ async fn a_sentinel_failover_keeps_the_promise() {
     let statuses = crawled.during(&proxies, until, failover).await;
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
-    crawled.kept(&proxies).await;
-    one_owner_each(&proxies, &crawled);
+    crawled.kept_with_one_owner(&proxies).await;
 }
 
 /// An evicting Redis, then a full one, is named in `/readyz`; nothing is forwarded for

@@ -135,10 +135,7 @@ pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
 /// An origin allowing everything, with no Crawl-delay, whose pages `{prefix}0` to
 /// `{prefix}{count - 1}` take 300 ms each to answer: what the in-flight limit guards.
 pub(crate) async fn slow_origin(prefix: &str, count: usize) -> TestOrigin {
-    let slow = || Behaviour::Delayed {
-        delay: Duration::from_millis(300),
-        body: b"slow\n".to_vec(),
-    };
+    let slow = || Behaviour::delayed(300, "slow\n");
     let routes: Vec<(String, Behaviour)> = std::iter::once((
         "/robots.txt".to_string(),
         Behaviour::ok("User-agent: *\nAllow: /\n"),

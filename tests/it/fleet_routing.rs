@@ -3,7 +3,7 @@
 //! the host first and so owns it: almost nothing is handed over. A CONNECT carries its
 //! host in `Host` too, so tunnels (intercepted here) are routed the same way.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,7 +16,7 @@ use crate::redis_servers::Redis;
 
 /// HAProxy on a free loopback port in front of `members`, stopped by its PID.
 struct Front {
-    child: Child,
+    _child: crate::common::Running,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -52,17 +52,10 @@ impl Front {
                 .expect("haproxy (installed by scripts/deps.sh)")
         });
         Front {
-            child,
+            _child: crate::common::Running(child),
             port,
             _dir: dir,
         }
-    }
-}
-
-impl Drop for Front {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

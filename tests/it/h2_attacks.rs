@@ -119,13 +119,7 @@ async fn rapid_reset_is_bounded() {
     // Resets that come once robotsgate has accepted the streams (and queued them for
     // the origin's turn): every stream holds a client slot until it ends, and each
     // reset stream leaves the pacing queue.
-    a.target.set(
-        "/page",
-        Behaviour::Delayed {
-            delay: Duration::from_millis(200),
-            body: b"page\n".to_vec(),
-        },
-    );
+    a.target.set("/page", Behaviour::delayed(200, "page\n"));
     let report = a.attack(&[
         "rapid-reset",
         "3000",

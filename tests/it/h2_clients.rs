@@ -188,13 +188,7 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     )
     .await;
     let origin = s.origin("User-agent: *\nAllow: /\n").await;
-    origin.set(
-        "/slow",
-        Behaviour::Delayed {
-            delay: Duration::from_millis(800),
-            body: b"slow\n".to_vec(),
-        },
-    );
+    origin.set("/slow", Behaviour::delayed(800, "slow\n"));
     let target = format!("localhost:{}", origin.addr.port());
     let report = h2_client(
         &s,
@@ -224,13 +218,7 @@ async fn streams_count_against_the_clients_share_and_the_connections_limit() {
     .await;
     let origin = s.origin("User-agent: *\nAllow: /\n").await;
     for i in 0..6 {
-        origin.set(
-            &format!("/slow/{i}"),
-            Behaviour::Delayed {
-                delay: Duration::from_millis(300),
-                body: b"slow\n".to_vec(),
-            },
-        );
+        origin.set(&format!("/slow/{i}"), Behaviour::delayed(300, "slow\n"));
     }
     let target = format!("localhost:{}", origin.addr.port());
     let report = h2_client(&s, &target, &["get", "/slow/0"]).expect("h2 client");

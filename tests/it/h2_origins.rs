@@ -6,20 +6,50 @@
 //! it started and ended (`$msec` at the end, minus `$request_time`; both in ms).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::common::{free_port, start_listening, Conf, TestCa};
 use crate::fleet_fixture::slow_origin;
 use crate::https::Setup;
 
-/// An nginx origin on a loopback port, TLS with a certificate from `ca`; stopped (by
-/// its PID) when dropped.
-struct Nginx {
-    child: Child,
+/// An origin server process on a loopback port (TLS for `localhost`), logging each
+/// request to a file in its own directory; stopped (by its PID) when dropped.
+struct OriginProcess {
+    /// The server.
+    _child: crate::common::Running,
+    /// Its port on 127.0.0.1.
     port: u16,
+    /// Its request log.
     log: PathBuf,
+    /// Its certificate, configuration and log.
     _dir: tempfile::TempDir,
 }
+
+impl OriginProcess {
+    /// The process `child`, listening on `port`, logging to `log` in `dir`.
+    fn new(child: std::process::Child, port: u16, log: PathBuf, dir: tempfile::TempDir) -> Self {
+        let _child = crate::common::Running(child);
+        OriginProcess {
+            _child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// `path` at this origin.
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    /// Its request log so far.
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// An nginx origin, TLS with a certificate from `ca`.
+struct Nginx(OriginProcess);
 
 /// One request as nginx logged it.
 #[derive(Debug)]
@@ -92,22 +122,17 @@ http {{
                 .spawn()
                 .expect("nginx (Debian package nginx-light)")
         });
-        Nginx {
-            child,
-            port,
-            log,
-            _dir: dir,
-        }
+        Nginx(OriginProcess::new(child, port, log, dir))
     }
 
     fn url(&self, path: &str) -> String {
-        format!("https://localhost:{}{path}", self.port)
+        self.0.url(path)
     }
 
     /// Requests for paths starting with `prefix`, as logged (nginx writes a line when a
     /// request ends).
     fn logged(&self, prefix: &str) -> Vec<Logged> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.0.log_text();
         let mut out: Vec<Logged> = text
             .lines()
             .filter_map(|line| {
@@ -126,13 +151,6 @@ http {{
             .collect();
         out.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
         out
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -230,12 +248,7 @@ async fn an_http1_only_origin_is_reached_over_http1_and_off_means_off() {
 
 /// An HTTP/2-only origin that refuses streams on purpose (`tests/helpers/h2_origin.py`,
 /// hyper-h2), logging each request's arrival and end.
-struct RefusingOrigin {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
+struct RefusingOrigin(OriginProcess);
 
 /// One request as the refusing origin logged it (wall-clock seconds).
 #[derive(Debug, serde::Deserialize)]
@@ -267,21 +280,16 @@ impl RefusingOrigin {
                 .spawn()
                 .expect("python3 tests/helpers/h2_origin.py")
         });
-        RefusingOrigin {
-            child,
-            port,
-            log,
-            _dir: dir,
-        }
+        RefusingOrigin(OriginProcess::new(child, port, log, dir))
     }
 
     fn url(&self, path: &str) -> String {
-        format!("https://localhost:{}{path}", self.port)
+        self.0.url(path)
     }
 
     /// Every request but robots.txt's, in arrival order.
     fn logged(&self) -> Vec<Refused> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.0.log_text();
         let mut out: Vec<Refused> = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -289,13 +297,6 @@ impl RefusingOrigin {
             .collect();
         out.sort_by(|a, b| a.arrived.total_cmp(&b.arrived));
         out
-    }
-}
-
-impl Drop for RefusingOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

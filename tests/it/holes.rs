@@ -5,7 +5,9 @@
 use serde_json::json;
 use std::time::Duration;
 
-use crate::common::{curl, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{
+    curl, get_status, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin,
+};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -35,13 +37,10 @@ async fn a_huge_crawl_delay_paces_at_the_ceiling() {
     ));
     let client = proxy.client();
     for n in 0..4 {
-        let status = client
-            .get(origin.url(&format!("/page{n}")))
-            .send()
-            .await
-            .expect("request")
-            .status();
-        assert_eq!(status, 200);
+        assert_eq!(
+            get_status(&client, origin.url(&format!("/page{n}"))).await,
+            200
+        );
     }
     let gaps = gaps(&origin, false);
     assert_eq!(gaps.len(), 4, "robots.txt and four pages");
@@ -103,11 +102,7 @@ async fn a_body_on_get_never_reaches_the_origin() {
 /// robots.txt never sees. An origin that switches protocols anyway gets nothing relayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrades_are_refused_and_a_101_is_not_relayed() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok(ROBOTS)),
-        ("/switch", Behaviour::status(101)),
-    ])
-    .await;
+    let origin = TestOrigin::robots_and(ROBOTS, vec![("/switch", Behaviour::status(101))]).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let host = origin.addr.to_string();
     for upgrade in ["websocket", "h2c", "anything/1.0"] {
@@ -134,24 +129,14 @@ async fn upgrades_are_refused_and_a_101_is_not_relayed() {
 /// (the admin's refresh included) takes its turn on the origin's schedule like a page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn robots_txt_fetches_are_paced_and_not_per_request() {
-    let origin = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::with_headers(
-            200,
-            &[("Cache-Control", "max-age=60")],
-            "User-agent: *\nCrawl-delay: 0.3\n",
-        ),
-    )])
-    .await;
+    let origin = TestOrigin::robots_for("User-agent: *\nCrawl-delay: 0.3\n", 60).await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_wait_seconds", 30));
     let client = proxy.client();
     for n in 0..5 {
-        let r = client
-            .get(origin.url(&format!("/p{n}")))
-            .send()
-            .await
-            .expect("page");
-        assert_eq!(r.status(), 200);
+        assert_eq!(
+            get_status(&client, origin.url(&format!("/p{n}"))).await,
+            200
+        );
     }
     assert_eq!(origin.count("/robots.txt"), 1, "{:?}", origin.seen());
     // An admin refresh while pages keep coming: it waits for its turn, and the next page
@@ -165,12 +150,10 @@ async fn robots_txt_fetches_are_paced_and_not_per_request() {
         async move { reqwest::Client::new().post(url).send().await }
     });
     for n in 5..8 {
-        let r = client
-            .get(origin.url(&format!("/p{n}")))
-            .send()
-            .await
-            .expect("page");
-        assert_eq!(r.status(), 200);
+        assert_eq!(
+            get_status(&client, origin.url(&format!("/p{n}"))).await,
+            200
+        );
     }
     assert_eq!(refresh.await.expect("task").expect("refresh").status(), 200);
     assert_eq!(origin.count("/robots.txt"), 2);
@@ -363,12 +346,10 @@ async fn the_admin_api_is_guarded() {
     // A client outside admin.allow_clients: refused (health checks excepted).
     let outside =
         Proxy::start_for_loopback(&Conf::new().set("admin.allow_clients", ["10.0.0.0/8"]));
-    let metrics = client
-        .get(format!("http://{}/metrics", outside.admin))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(metrics.status(), 403);
+    assert_eq!(
+        get_status(&client, format!("http://{}/metrics", outside.admin)).await,
+        403
+    );
 }
 
 /// Headers some servers read as the path to serve never reach the origin.
@@ -449,17 +430,17 @@ async fn escaped_star_and_dollar_rules_match_both_spellings() {
 /// origin is still stalled (they were once held until the response ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_stream_while_the_origin_stalls() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok(ROBOTS)),
-        (
+    let origin = TestOrigin::robots_and(
+        ROBOTS,
+        vec![(
             "/stall",
             Behaviour::Stall {
                 first: vec![b'a'; 1000],
                 total: 2000,
                 stall: Duration::from_secs(4),
             },
-        ),
-    ])
+        )],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     let mut stream = tokio::net::TcpStream::connect(proxy.addr)

@@ -352,22 +352,15 @@ for path in ("/allowed", "/disallowed/page"):
                      headers={"User-Agent": "PyBot/1.0"}, timeout=20)
     print(r.status_code, r.headers.get("X-Robots-Decision", "-").split(";")[0], r.text.strip())
 "#;
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &s.proxy.url(),
-            path(&s.operator_ca),
-            &origin.url(""),
-        ])
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut command = Command::new("python3");
+    command.args([
+        "-c",
+        script,
+        &s.proxy.url(),
+        path(&s.operator_ca),
+        &origin.url(""),
+    ]);
+    let stdout = crate::common::run_ok(&mut command);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines[0], "200 - page /allowed");
     assert!(

@@ -5,7 +5,9 @@
 use serde_json::json;
 use std::time::Duration;
 
-use crate::common::{eventually, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{
+    eventually, get_status, raw_exchange, raw_status, Behaviour, Conf, Proxy, TestOrigin,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -24,16 +26,10 @@ fn refused(proxy: &Proxy, reason: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_limit_answers_with_its_status_and_is_counted() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
-        (
-            "/slow",
-            Behaviour::Delayed {
-                delay: Duration::from_secs(3),
-                body: b"late\n".to_vec(),
-            },
-        ),
-    ])
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nAllow: /\n",
+        vec![("/slow", Behaviour::delayed(3000, "late\n"))],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(&limits());
     let url = origin.url("/page");
@@ -139,8 +135,7 @@ async fn slowloris_heads_are_cut_at_the_deadline_while_others_are_served() {
         .collect();
     // Meanwhile another client is served.
     let client = proxy.client();
-    let response = client.get(origin.url("/fast")).send().await.expect("fast");
-    assert_eq!(response.status(), 200);
+    assert_eq!(get_status(&client, origin.url("/fast")).await, 200);
     assert!(
         slow.iter().any(|h| !h.is_finished()),
         "the slow clients were still connected while another was served"
@@ -228,6 +223,16 @@ async fn the_connection_limit_answers_503_until_slots_free_up() {
     assert!(served, "served again once the slots were free");
 }
 
+/// Sends `request` from the loopback address `from` and reads the answer until the
+/// proxy closes (or 5 s pass).
+async fn exchange_from(from: &str, proxy: std::net::SocketAddr, request: &str) -> String {
+    let mut stream = connect_from(from, proxy).await;
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut reply = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut reply)).await;
+    reply
+}
+
 /// A TCP connection to the proxy from `local` (another loopback address: another client).
 async fn connect_from(local: &str, proxy: std::net::SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
@@ -282,13 +287,7 @@ async fn one_client_cannot_hold_every_slot() {
         .await
     );
     // The sixth from the same address is told to come back...
-    let mut sixth = connect_from("127.0.0.1", proxy.addr).await;
-    sixth
-        .write_all(request("/a").as_bytes())
-        .await
-        .expect("write");
-    let mut reply = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), sixth.read_to_string(&mut reply)).await;
+    let reply = exchange_from("127.0.0.1", proxy.addr, &request("/a")).await;
     assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
     assert!(reply.contains("client_connection_limit"), "{reply}");
     assert_eq!(
@@ -297,13 +296,7 @@ async fn one_client_cannot_hold_every_slot() {
         "the refused request reached the origin"
     );
     // ...while another client is served.
-    let mut other = connect_from("127.0.0.2", proxy.addr).await;
-    other
-        .write_all(request("/b").as_bytes())
-        .await
-        .expect("write");
-    let mut reply = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), other.read_to_string(&mut reply)).await;
+    let reply = exchange_from("127.0.0.2", proxy.addr, &request("/b")).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     // The silent ones are closed at the first-byte deadline (1 s), not the head's (10 s).
     for stream in &mut held {

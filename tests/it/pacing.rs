@@ -179,16 +179,13 @@ async fn a_client_that_disconnects_gives_up_its_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_429_with_retry_after_pauses_the_schedule() {
-    let origin = TestOrigin::start(vec![
-        (
-            "/robots.txt",
-            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-        ),
-        (
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nDisallow: /private\n",
+        vec![(
             "/busy",
             Behaviour::with_headers(429, &[("Retry-After", "2")], "slow down"),
-        ),
-    ])
+        )],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/busy"), &[]).0, 429);
@@ -210,19 +207,10 @@ async fn origin_429_with_retry_after_pauses_the_schedule() {
 /// run at once (here lifted to 4; `tests/it/politeness.rs` tests the default of 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_crawl_delay_requests_are_not_serialised() {
-    let origin = TestOrigin::start(vec![
-        (
-            "/robots.txt",
-            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
-        ),
-        (
-            "/slow",
-            Behaviour::Delayed {
-                delay: Duration::from_millis(600),
-                body: b"slow\n".to_vec(),
-            },
-        ),
-    ])
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nDisallow: /private\n",
+        vec![("/slow", Behaviour::delayed(600, "slow\n"))],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(&Conf::new().set("pacing.max_in_flight", 4));
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);

@@ -24,11 +24,8 @@ fn delayed(ms: u64) -> Behaviour {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_clients_never_have_more_than_two_requests_at_an_origin() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nDisallow:\n")),
-        ("/p", delayed(200)),
-    ])
-    .await;
+    let origin =
+        TestOrigin::robots_and("User-agent: *\nDisallow:\n", vec![("/p", delayed(200))]).await;
     // Tight caps: some of the 32 cannot be served within 1 s and must be told so. Only
     // the in-flight limit paces here (the adaptive slow-down a 200 ms origin triggers
     // against its 1 ms /warm is tested on its own).
@@ -87,11 +84,8 @@ async fn thirty_two_clients_never_have_more_than_two_requests_at_an_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_that_slows_down_is_given_more_time() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nDisallow:\n")),
-        ("/p", delayed(5)),
-    ])
-    .await;
+    let origin =
+        TestOrigin::robots_and("User-agent: *\nDisallow:\n", vec![("/p", delayed(5))]).await;
     let proxy = Proxy::start_for_loopback(&Conf::new());
     assert_eq!(curl(&proxy, &origin.url("/warm"), &[]).0, 200);
     let run = |prefix: &'static str, n: usize| {
@@ -160,6 +154,16 @@ struct OneServer {
 }
 
 impl OneServer {
+    /// One page per name (`{prefix}{name}`) through `proxy`, all sent at once: each
+    /// answered 200.
+    async fn all_at_once(&self, proxy: &Proxy, names: &[&str], prefix: &str) {
+        let urls = names
+            .iter()
+            .map(|name| (self.url(name, &format!("{prefix}{name}")), "X/1"))
+            .collect();
+        assert_eq!(concurrent(proxy, urls).await, vec![200; names.len()]);
+    }
+
     async fn start() -> OneServer {
         OneServer {
             dns: static_dns(vec!["127.0.0.1".parse().expect("ip")]).await,
@@ -195,15 +199,9 @@ async fn names_on_one_address_share_its_pace_with_key_address() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let prefix = format!("/{key}/");
-        let statuses = concurrent(
-            &proxy,
-            ["a.test", "b.test", "c.test"]
-                .iter()
-                .map(|name| (url(name, &format!("{prefix}{name}")), "X/1"))
-                .collect(),
-        )
-        .await;
-        assert_eq!(statuses, vec![200; 3]);
+        server
+            .all_at_once(&proxy, &["a.test", "b.test", "c.test"], &prefix)
+            .await;
         let seen = pages(origin, &prefix);
         let smallest = gaps(&seen).into_iter().min().expect("gaps");
         if shared {
@@ -230,15 +228,9 @@ async fn robots_txt_fetches_of_names_on_one_address_keep_its_pace() {
     });
     let proxy = server.proxy("address");
     assert_eq!(curl(&proxy, &url("a.test", "/warm"), &[]).0, 200);
-    let statuses = concurrent(
-        &proxy,
-        ["b.test", "c.test", "d.test"]
-            .iter()
-            .map(|name| (url(name, &format!("/page/{name}")), "X/1"))
-            .collect(),
-    )
-    .await;
-    assert_eq!(statuses, vec![200; 3]);
+    server
+        .all_at_once(&proxy, &["b.test", "c.test", "d.test"], "/page/")
+        .await;
     let seen = pages(origin, "/");
     assert_eq!(
         seen.iter().filter(|s| s.target == "/robots.txt").count(),

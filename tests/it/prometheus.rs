@@ -12,7 +12,7 @@
 //! [`NOT_UNDER_LOAD`], with the reason.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -124,7 +124,7 @@ fn panels() -> Vec<(String, Vec<String>)> {
 
 /// A Prometheus on loopback, ended (by PID) when dropped.
 struct Prometheus {
-    child: Child,
+    _child: crate::common::Running,
     port: u16,
     dir: tempfile::TempDir,
 }
@@ -155,7 +155,11 @@ impl Prometheus {
             .stderr(log)
             .spawn()
             .expect("start prometheus");
-        let prometheus = Prometheus { child, port, dir };
+        let prometheus = Prometheus {
+            _child: crate::common::Running(child),
+            port,
+            dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while prometheus.get("/-/ready").0 != 200 {
             assert!(
@@ -179,9 +183,7 @@ impl Prometheus {
             .arg(format!("http://127.0.0.1:{}{path}", self.port))
             .output()
             .expect("curl");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().parse().unwrap_or(0), body.to_string())
+        crate::common::status_and_body(&out.stdout)
     }
 
     /// An instant query at `at` (seconds since the epoch): the API's answer.
@@ -192,13 +194,6 @@ impl Prometheus {
             .finish();
         let (_, body) = self.get(&format!("/api/v1/query?{query}"));
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -240,14 +235,7 @@ fn now() -> f64 {
 async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     // ---- Instance A: an explicit proxy under a short crawl ----
     let paced = TestOrigin::robots("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n").await;
-    let slow = TestOrigin::start(vec![(
-        "/slow",
-        Behaviour::Delayed {
-            delay: Duration::from_millis(300),
-            body: b"slow\n".to_vec(),
-        },
-    )])
-    .await;
+    let slow = TestOrigin::start(vec![("/slow", Behaviour::delayed(300, "slow\n"))]).await;
     let failing = TestOrigin::start(vec![("/fail", Behaviour::status(503))]).await;
     let a = Proxy::start_for_loopback(&Conf::new().set(
         "pacing",

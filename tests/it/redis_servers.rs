@@ -1,14 +1,14 @@
 //! Real Redis servers for the fleet tests, on free loopback ports and stopped by their
 //! PIDs: a single `redis-server`, a Cluster (with replicas when asked), and Sentinels.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{free_port, Conf};
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
 pub(crate) struct Redis {
-    pub(crate) child: Child,
+    pub(crate) child: crate::common::Running,
     pub(crate) port: u16,
     pub(crate) _dir: tempfile::TempDir,
 }
@@ -56,7 +56,7 @@ impl Redis {
             .spawn()
             .expect("redis-server (installed by scripts/deps.sh)");
         let redis = Redis {
-            child,
+            child: crate::common::Running(child),
             port,
             _dir: dir,
         };
@@ -80,13 +80,6 @@ impl Redis {
 
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -50,15 +50,7 @@ async fn reload_changes_config_without_failing_a_request() {
     let before = origin.count("/page");
     // Blocking (it polls the new process); the client and origin run on other threads.
     let new = tokio::task::block_in_place(|| old.upgrade());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !old.exited() {
-        assert!(
-            Instant::now() < deadline,
-            "the old process did not exit:\n{}",
-            old.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(20)));
     // Keep going on the new process for a while, then stop the client.
     let after_handover = origin.count("/page");
     assert!(

@@ -49,11 +49,11 @@ async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
         Some(1.0)
     );
     proxy
-        .log_with(|l| {
-            l.contains("\"decision\":\"would_disallow\"")
-                && l.contains("\"line\":3")
-                && l.contains("would-disallow")
-        })
+        .log_with_all(&[
+            "\"decision\":\"would_disallow\"",
+            "\"line\":3",
+            "would-disallow",
+        ])
         .await;
     // Egress refusals are never report-only.
     let (status, _, _) = curl(&proxy, "http://10.255.255.1/x", &[]);
@@ -176,11 +176,10 @@ async fn an_origins_copy_of_robotsgates_headers_is_removed() {
         ],
         "page\n",
     );
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok(ROBOTS)),
-        ("/forged", forged.clone()),
-        ("/private/forged", forged),
-    ])
+    let origin = TestOrigin::robots_and(
+        ROBOTS,
+        vec![("/forged", forged.clone()), ("/private/forged", forged)],
+    )
     .await;
     let proxy =
         Proxy::start_for_loopback(&Conf::new().set("enforce.report_clients", ["127.0.0.1/32"]));

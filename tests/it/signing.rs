@@ -6,7 +6,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -15,7 +15,7 @@ use crate::common::{curl, free_port, start_listening, Conf, Netns, Proxy};
 
 /// The verifying origin: a Python process, its port and its log of verdicts.
 pub struct VerifyingOrigin {
-    child: Child,
+    _child: crate::common::Running,
     pub port: u16,
     log: PathBuf,
 }
@@ -88,7 +88,11 @@ impl VerifyingOrigin {
                     .expect("python3")
             },
         );
-        VerifyingOrigin { child, port, log }
+        VerifyingOrigin {
+            _child: crate::common::Running(child),
+            port,
+            log,
+        }
     }
 
     /// The origin's verdicts so far, one per request.
@@ -115,12 +119,14 @@ impl VerifyingOrigin {
             .find(|l| l["path"] == path)
             .unwrap_or_else(|| panic!("the origin saw no {path}: {:?}", self.seen()))
     }
-}
 
-impl Drop for VerifyingOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The verdict for `path`, which must carry exactly one signature, verified.
+    pub fn signed_once(&self, path: &str) -> Value {
+        let verdict = self.verdict(path);
+        assert_eq!(verdict["verified"], true, "{verdict}");
+        let signatures = verdict["signature"].as_array().map(Vec::len);
+        assert_eq!(signatures, Some(1), "{verdict}");
+        verdict
     }
 }
 
@@ -270,13 +276,7 @@ fn requests_and_robots_fetches_are_signed_and_verify_independently() {
         ],
     );
     assert_eq!((status, body.as_str()), (200, "verified"));
-    let page = origin.verdict("/page");
-    assert_eq!(page["verified"], true, "{page}");
-    assert_eq!(
-        page["signature"].as_array().map(Vec::len),
-        Some(1),
-        "{page}"
-    );
+    let page = origin.signed_once("/page");
     assert!(!page.to_string().contains("Zm9yZ2Vk") && !page.to_string().contains("client"));
     assert_eq!(page["signature_agent"][0], "\"https://crawler.example\"");
     let input = page["signature_input"][0].as_str().unwrap_or_default();

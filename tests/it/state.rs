@@ -62,15 +62,7 @@ impl Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_fresh_copies_refreshes_expired_ones_and_keeps_backoffs() {
     let origin = TestOrigin::robots("User-agent: *\nDisallow: /private\n").await;
-    let short = TestOrigin::start(vec![(
-        "/robots.txt",
-        Behaviour::with_headers(
-            200,
-            &[("Cache-Control", "max-age=1")],
-            "User-agent: *\nDisallow: /s\n",
-        ),
-    )])
-    .await;
+    let short = TestOrigin::robots_for("User-agent: *\nDisallow: /s\n", 1).await;
     let failing = TestOrigin::start(vec![("/robots.txt", Behaviour::status(503))]).await;
     let setup = Setup::new(&Conf::new()).await;
     let mut proxy = setup.start();

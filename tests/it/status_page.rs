@@ -13,7 +13,8 @@ use crate::common::{
 };
 
 pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
-    let out = Command::new("chromium")
+    let mut command = Command::new("chromium");
+    command
         .args([
             "--headless",
             "--no-sandbox",
@@ -27,15 +28,9 @@ pub(crate) fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
-        .arg(url)
-        .output()
-        .expect("chromium (Debian package `chromium`; scripts/deps.sh installs it)");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .arg(url);
+    // Chromium is the Debian package `chromium` (scripts/deps.sh installs it).
+    crate::common::run_ok(&mut command)
 }
 
 /// A screenshot of `page` at `size` ("width,height"), checked to be a PNG with content:

@@ -87,16 +87,9 @@ fn check_config_accepts_production_and_names_bad_keys() {
     // path exists only under systemd).
     let token = dir.path().join("admin.token");
     std::fs::write(&token, "an-admin-token-of-32-characters\n").expect("token");
-    let (ok, text) = check_config(&[
-        "--config",
-        PRODUCTION,
-        "--ca-cert",
-        &s(&cert),
-        "--ca-key",
-        &s(&key),
-        "--admin-token",
-        &s(&token),
-    ]);
+    let (cert, key) = (s(&cert), s(&key));
+    let with_ca = ["--config", PRODUCTION, "--ca-cert", &cert, "--ca-key", &key];
+    let (ok, text) = check_config(&[&with_ca[..], &["--admin-token", &s(&token)]].concat());
     assert!(ok, "{text}");
     assert!(
         text.contains("OK") && text.contains("HTTPS interception on"),
@@ -111,14 +104,7 @@ fn check_config_accepts_production_and_names_bad_keys() {
         "{text}"
     );
     // Nor does its admin token (a credential under systemd): refused, naming the key.
-    let (ok, text) = check_config(&[
-        "--config",
-        PRODUCTION,
-        "--ca-cert",
-        &s(&cert),
-        "--ca-key",
-        &s(&key),
-    ]);
+    let (ok, text) = check_config(&with_ca);
     assert!(!ok);
     assert!(text.contains("admin.token_file"), "{text}");
 

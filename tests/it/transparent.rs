@@ -578,17 +578,9 @@ fn documented_nftables_rules_are_valid() {
     let ns = Netns::new(&[]);
     let file = tempfile::NamedTempFile::new().expect("file");
     std::fs::write(file.path(), block).expect("write rules");
-    let out = ns
-        .command("nft")
-        .args(["-c", "-f"])
-        .arg(file.path())
-        .output()
-        .expect("nft");
-    assert!(
-        out.status.success(),
-        "{block}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, said) =
+        crate::common::run_output(ns.command("nft").args(["-c", "-f"]).arg(file.path()));
+    assert!(ok, "{block}\n{said}");
 }
 
 /// `Via` is for loop detection on transparent listeners; an explicit proxy alone sends

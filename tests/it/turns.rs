@@ -357,17 +357,11 @@ print(count[0], bad)
         proxy = proxy.url(),
         base = origin.url(""),
     );
-    let out =
-        tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output())
-            .await
-            .expect("join")
-            .expect("python3");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let printed = tokio::task::spawn_blocking(move || {
+        crate::common::run_ok(Command::new("python3").args(["-c", &script]))
+    })
+    .await
+    .expect("join");
     assert!(
         printed.trim().ends_with("[]"),
         "every answer the final one: {printed}"

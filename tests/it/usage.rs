@@ -122,11 +122,11 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     assert_eq!(verdict("train-ai", "allow", "content-usage"), 1.0);
     assert_eq!(verdict("search", "unknown", "none"), 2.0);
     let log = proxy
-        .log_with(|l| {
-            l.contains("\"decision\":\"usage_refused\"")
-                && l.contains("\"line\":4")
-                && l.contains("\"path\":\"/test\"")
-        })
+        .log_with_all(&[
+            "\"decision\":\"usage_refused\"",
+            "\"line\":4",
+            "\"path\":\"/test\"",
+        ])
         .await;
     assert!(
         log.lines()
@@ -184,9 +184,9 @@ async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
-    let origin = TestOrigin::start(vec![
-        ("/robots.txt", Behaviour::ok("User-agent: *\nAllow: /\n")),
-        (
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\nAllow: /\n",
+        vec![(
             "/page",
             Behaviour::with_headers(
                 200,
@@ -197,8 +197,8 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
                 ],
                 "content\n",
             ),
-        ),
-    ])
+        )],
+    )
     .await;
     let proxy = Proxy::start_for_loopback(
         &Conf::new().set("agent.rules", json!([{"user_agent_contains": "trainer", "tokens": ["Bot"], "purposes": ["train-ai"], "trust_client_text": true}])),
@@ -284,11 +284,11 @@ async fn report_mode_forwards_marks_counts_and_logs() {
         1.0
     );
     proxy
-        .log_with(|l| {
-            l.contains("\"decision\":\"would_usage_refuse\"")
-                && l.contains("would-usage-refuse")
-                && l.contains("\"line\":4")
-        })
+        .log_with_all(&[
+            "\"decision\":\"would_usage_refuse\"",
+            "would-usage-refuse",
+            "\"line\":4",
+        ])
         .await;
 }
 

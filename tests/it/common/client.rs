@@ -55,6 +55,15 @@ pub fn split_response(text: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
+/// The status of a GET for `url` sent with `client` (which carries the proxy).
+pub async fn get_status(client: &reqwest::Client, url: String) -> u16 {
+    let response = client.get(&url).send().await;
+    response
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .status()
+        .as_u16()
+}
+
 /// [`raw_exchange`] whose answer must start with status `status` (HTTP/1.1): the answer.
 pub async fn raw_status(addr: SocketAddr, request: impl AsRef<[u8]>, status: u16) -> String {
     let reply = raw_exchange(addr, request.as_ref()).await;

@@ -106,7 +106,7 @@ pub fn in_netns<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> T 
 /// A `redis-server` inside a test's namespace, stopped by its PID when dropped.
 pub struct NsRedis {
     /// The process (`ip netns exec` execs it: one PID).
-    child: std::process::Child,
+    _child: super::Running,
 }
 
 impl NsRedis {
@@ -126,7 +126,9 @@ impl NsRedis {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server in the namespace");
-        let redis = NsRedis { child };
+        let redis = NsRedis {
+            _child: super::Running(child),
+        };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let ping = || {
             let out = ns
@@ -143,12 +145,5 @@ impl NsRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         redis
-    }
-}
-
-impl Drop for NsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

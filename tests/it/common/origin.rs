@@ -40,6 +40,14 @@ pub enum Behaviour {
 }
 
 impl Behaviour {
+    /// `body` after `millis` milliseconds.
+    pub fn delayed(millis: u64, body: &str) -> Behaviour {
+        Behaviour::Delayed {
+            delay: Duration::from_millis(millis),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
     pub fn ok(body: &str) -> Behaviour {
         Behaviour::Respond {
             status: 200,
@@ -136,6 +144,21 @@ impl TestOrigin {
     /// An origin serving `robots` as its robots.txt (every other path: `200 page <path>`).
     pub async fn robots(robots: &str) -> TestOrigin {
         TestOrigin::start(vec![("/robots.txt", Behaviour::ok(robots))]).await
+    }
+
+    /// An origin serving `robots` as its robots.txt, to be kept `max_age` seconds
+    /// (`Cache-Control: max-age`).
+    pub async fn robots_for(robots: &str, max_age: u32) -> TestOrigin {
+        let cache = format!("max-age={max_age}");
+        let headers = [("Cache-Control", cache.as_str())];
+        let file = Behaviour::with_headers(200, &headers, robots);
+        TestOrigin::start(vec![("/robots.txt", file)]).await
+    }
+
+    /// An origin serving `robots` as its robots.txt and `routes` besides.
+    pub async fn robots_and(robots: &str, mut routes: Vec<(&str, Behaviour)>) -> TestOrigin {
+        routes.insert(0, ("/robots.txt", Behaviour::ok(robots)));
+        TestOrigin::start(routes).await
     }
 
     /// [`TestOrigin::start`] with routes whose paths were built at run time.

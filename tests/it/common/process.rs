@@ -48,6 +48,31 @@ pub fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A child process the test started, stopped (killed and reaped) when dropped, however
+/// the test ends.
+#[derive(Debug)]
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `robotsgate run` process with its own config, ports, pid file and upgrade socket.
 pub struct Proxy {
     child: Child,
@@ -314,11 +339,16 @@ impl Proxy {
             .status()
             .expect("kill -TERM");
         assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(15);
+        self.wait_exit(Duration::from_secs(15));
+    }
+
+    /// Waits up to `timeout` for the process to exit; panics with its log if it does not.
+    pub fn wait_exit(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
         while !self.exited() {
             assert!(
                 Instant::now() < deadline,
-                "robotsgate did not stop:\n{}",
+                "robotsgate did not exit:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -341,6 +371,11 @@ impl Proxy {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The log once a line contains every one of `parts` (see [`Proxy::log_with`]).
+    pub async fn log_with_all(&self, parts: &[&str]) -> String {
+        self.log_with(|l| parts.iter().all(|p| l.contains(p))).await
     }
 
     /// The log once a line satisfies `line` (access log lines are written by a thread
@@ -463,7 +498,12 @@ pub fn admin(proxy: &Proxy, method: &str, path: &str) -> (u16, String) {
         .arg(format!("http://{}{path}", proxy.admin))
         .output()
         .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    status_and_body(&out.stdout)
+}
+
+/// What `curl -w '\n%{http_code}'` printed, as (status, body).
+pub fn status_and_body(printed: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(printed);
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string())
 }

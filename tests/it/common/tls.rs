@@ -83,17 +83,12 @@ pub fn client_config_trusting(pem_text: &str) -> Arc<rustls::ClientConfig> {
 /// An operator CA made by `robotsgate ca init` in `dir`: (certificate, key) paths.
 pub fn operator_ca(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("operator-ca.pem"), dir.join("operator-ca.key"));
-    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["ca", "init", "--cert"])
-        .arg(&cert)
-        .arg("--key")
-        .arg(&key)
-        .output()
-        .expect("run ca init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .args(["ca", "init", "--cert"])
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key),
     );
     (cert, key)
 }
