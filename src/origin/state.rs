@@ -315,12 +315,31 @@ fn decode(
     limits: Limits,
     key: &StateKey,
 ) -> Result<Decoded, StateError> {
+    let mut r = Reader { rest: data };
+    let count = decode_header(&mut r, data, key)?;
     let mut clamped = 0;
+    // Every origin takes more than 40 octets: the count cannot make us reserve more
+    // than the file could hold.
+    let mut kept = Vec::with_capacity(count.min(data.len() as u64 / 40) as usize);
+    for _ in 0..count {
+        kept.push(decode_origin(&mut r, clock, limits, &mut clamped)?);
+    }
+    if &r.array::<8>()? != END || r.rest.len() != TAG {
+        return Err(StateError::new(
+            StateErrorKind::Format,
+            "the count does not match the contents",
+        ));
+    }
+    Ok(Decoded { kept, clamped })
+}
+
+/// Checks the file's magic, version and HMAC (over everything before the tag): the
+/// number of origins it says it holds.
+fn decode_header(r: &mut Reader<'_>, data: &[u8], key: &StateKey) -> Result<u64, StateError> {
     let body_len = data
         .len()
         .checked_sub(TAG)
         .ok_or_else(|| StateError::new(StateErrorKind::Format, "truncated"))?;
-    let mut r = Reader { rest: data };
     if &r.array::<8>()? != MAGIC {
         return Err(StateError::new(
             StateErrorKind::Format,
@@ -340,85 +359,78 @@ fn decode(
             "its HMAC does not verify with robots.state_key_file: not written by this robotsgate, or damaged",
         ));
     }
-    let count = r.u64()?;
-    // Every origin takes more than 40 octets: the count cannot make us reserve more
-    // than the file could hold.
-    let mut kept = Vec::with_capacity(count.min(data.len() as u64 / 40) as usize);
-    for _ in 0..count {
-        let origin = Origin::parse(&r.string()?).map_err(|e| {
-            StateError::new(StateErrorKind::Format, format!("an origin: {e}")).because(e)
-        })?;
-        let kind = r.u8()?;
-        let payload = r.bytes()?;
-        let policy = match kind {
-            0 => Policy::Rules(crate::origin::files::parse(Bytes::copy_from_slice(payload))),
-            1 | 2 => {
-                let why: Box<str> = String::from_utf8_lossy(payload).into();
-                if kind == 1 {
-                    Policy::AllowAll { why }
-                } else {
-                    Policy::DisallowAll { why }
-                }
+    r.u64()
+}
+
+/// One origin's record: its policy, its snapshot's times (clamped to `limits`, each
+/// clamp counted in `clamped`) and its groups' pauses.
+fn decode_origin(
+    r: &mut Reader<'_>,
+    clock: Clock,
+    limits: Limits,
+    clamped: &mut usize,
+) -> Result<Kept, StateError> {
+    let origin = Origin::parse(&r.string()?).map_err(|e| {
+        StateError::new(StateErrorKind::Format, format!("an origin: {e}")).because(e)
+    })?;
+    let kind = r.u8()?;
+    let payload = r.bytes()?;
+    let policy = match kind {
+        0 => Policy::Rules(crate::origin::files::parse(Bytes::copy_from_slice(payload))),
+        1 | 2 => {
+            let why: Box<str> = String::from_utf8_lossy(payload).into();
+            if kind == 1 {
+                Policy::AllowAll { why }
+            } else {
+                Policy::DisallowAll { why }
             }
-            other => {
-                return Err(StateError::new(
-                    StateErrorKind::Format,
-                    format!("unknown policy kind {other}"),
-                ))
-            }
-        };
-        let now = clock.instant;
-        let fresh_until = clock.to_instant(r.i64()?).unwrap_or(now);
-        let fresh_until = clamp(Some(fresh_until), now, limits.fresh, &mut clamped).unwrap_or(now);
-        let fetched_at = clamp(
-            clock.to_instant(r.i64()?),
+        }
+        other => {
+            return Err(StateError::new(
+                StateErrorKind::Format,
+                format!("unknown policy kind {other}"),
+            ))
+        }
+    };
+    let now = clock.instant;
+    let fresh_until = clock.to_instant(r.i64()?).unwrap_or(now);
+    let fresh_until = clamp(Some(fresh_until), now, limits.fresh, clamped).unwrap_or(now);
+    let fetched_at = clamp(clock.to_instant(r.i64()?), now, Duration::ZERO, clamped);
+    let unreachable_since = match r.i64()? {
+        NONE => None,
+        since => clamp(
+            Some(clock.to_instant(since).unwrap_or(now)),
             now,
             Duration::ZERO,
-            &mut clamped,
-        );
-        let unreachable_since = match r.i64()? {
-            NONE => None,
-            since => clamp(
-                Some(clock.to_instant(since).unwrap_or(now)),
-                now,
-                Duration::ZERO,
-                &mut clamped,
-            ),
-        };
-        let retry_at = clamp(clock.to_instant(r.i64()?), now, limits.retry, &mut clamped);
-        let failures = r.u32()?;
-        let last_outcome = r.string()?;
-        let cause = Some(r.string()?).filter(|c| !c.is_empty());
-        let mut pauses = Vec::new();
-        for _ in 0..r.u32()? {
-            let group = r.string()?;
-            let paused_until = clamp(clock.to_instant(r.i64()?), now, limits.pause, &mut clamped);
-            let mut backoff = Duration::from_millis(r.u64()?);
-            if backoff > limits.pause {
-                backoff = limits.pause;
-                clamped += 1;
-            }
-            pauses.push((group, paused_until, backoff));
+            clamped,
+        ),
+    };
+    let retry_at = clamp(clock.to_instant(r.i64()?), now, limits.retry, clamped);
+    let failures = r.u32()?;
+    let last_outcome = r.string()?;
+    let cause = Some(r.string()?).filter(|c| !c.is_empty());
+    let mut pauses = Vec::new();
+    for _ in 0..r.u32()? {
+        let group = r.string()?;
+        let paused_until = clamp(clock.to_instant(r.i64()?), now, limits.pause, clamped);
+        let mut backoff = Duration::from_millis(r.u64()?);
+        if backoff > limits.pause {
+            backoff = limits.pause;
+            *clamped += 1;
         }
-        kept.push(Kept {
-            origin,
-            snapshot: Arc::new(Snapshot {
-                policy,
-                fresh_until,
-                fetched_at,
-                last_outcome: last_outcome.into_boxed_str(),
-                failing: Failing::new(unreachable_since, retry_at, failures, cause),
-            }),
-            pauses,
-        });
+        pauses.push((group, paused_until, backoff));
     }
-    if &r.array::<8>()? != END || r.rest.len() != TAG {
-        return Err(StateError::new(
-            StateErrorKind::Format,
-            "the count does not match the contents",
-        ));
-    }
-    Ok(Decoded { kept, clamped })
+    Ok(Kept {
+        origin,
+        snapshot: Arc::new(Snapshot {
+            policy,
+            fresh_until,
+            fetched_at,
+            last_outcome: last_outcome.into_boxed_str(),
+            failing: Failing::new(unreachable_since, retry_at, failures, cause),
+        }),
+        pauses,
+    })
 }
 
 /// What a state file holds, as a load would take it.
