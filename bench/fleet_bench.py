@@ -20,7 +20,13 @@ rounds, and the p50 added by a hand-over.
 A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
 cannot give each proxy a core of its own and the load one more).
 
-Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3]
+With --pause-ms N each connection waits N ms after each answer: the load is then set by
+the clients, not by how fast a member answers, so local and handed runs meet members
+equally busy (at full load the handed run is slower, a member waits more between
+requests, and each wake-up costs it more per request; this mode shows how much of the
+ratio that is).
+
+Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3] [--pause-ms N]
 Needs wrk, nginx and redis-server (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
@@ -95,6 +101,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pause-ms", type=float, default=0,
+                        help="each connection pauses this long after each answer (0: none, full load)")
     args = parser.parse_args()
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
@@ -141,10 +149,13 @@ def main():
             f.write("local ports = {" + ",".join(map(str, ports)) + "}\nlocal i = 0\n"
                     "request = function()\n  i = i + 1\n  local p = ports[(i % #ports) + 1]\n"
                     "  return wrk.format('GET', 'http://127.0.0.1:' .. p .. '/index.html', {Host = '127.0.0.1:' .. p})\nend\n")
+            if args.pause_ms:
+                f.write(f"delay = function()\n  return {args.pause_ms}\nend\n")
         kinds = {"local": a_port, "handed": b_port, "local again": a_port}
         order = list(kinds)
         rows = {k: [] for k in kinds}
-        print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins, members threads: 1, "
+        paused = f", {args.pause_ms:g} ms pause after each answer" if args.pause_ms else ""
+        print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins{paused}, members threads: 1, "
               f"A on CPU {cpus[0]}\n")
         print(f"{'round':<6} {'run':<12} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req A+B (A, B)':>24} "
               f"{'Redis cmds/req':>15} {'non-2xx':>8}")
