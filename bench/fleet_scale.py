@@ -145,7 +145,7 @@ def start_front(work, instances):
     """HAProxy routing each host to one of `instances` (the README's routing guide): the
     process and its port."""
     port = free_port()
-    servers = "".join(f"  server m{i} 127.0.0.1:{p}\n" for i, (p, _) in enumerate(instances))
+    servers = "".join(f"  server m{i} 127.0.0.1:{p} check\n" for i, (p, _) in enumerate(instances))
     config = f"{work}/haproxy-{port}.cfg"
     with open(config, "w") as f:
         f.write("global\n  maxconn 2000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n"

@@ -28,7 +28,7 @@ impl Front {
         let servers: String = members
             .iter()
             .enumerate()
-            .map(|(i, m)| format!("  server m{i} {}\n", m.addr))
+            .map(|(i, m)| format!("  server m{i} {} check\n", m.addr))
             .collect();
         let text = |port: u16| {
             format!(
