@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::{ConfigError, Timeout};
+use super::{ConfigError, Seconds, Timeout};
 
 /// Fleet mode (see `fleet`): with `redis`, `redis_cluster` or `redis_sentinel` set,
 /// every instance pointed at the same Redis is a member of one fleet, each origin paced
@@ -32,6 +32,11 @@ pub struct FleetConfig {
     /// what it owns without Redis; every member waits that much longer before taking
     /// over a vanished owner's origins.
     pub outage_grace_seconds: Timeout,
+    /// An owned origin nobody has asked for this long, with no pacing in force, is
+    /// released (its claim goes, and Redis' record of it expires): the first member to
+    /// meet it again owns it. Bounds what an owner and Redis hold to the origins being
+    /// crawled. 0: kept for the whole membership.
+    pub release_idle_seconds: Seconds,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
     /// A member's lease: renewed every half second; a member that has not renewed for
@@ -61,6 +66,7 @@ impl Default for FleetConfig {
             allow_eviction: false,
             on_unavailable: OnUnavailable::Refuse,
             outage_grace_seconds: Timeout(30.0),
+            release_idle_seconds: Seconds(900.0),
             command_timeout_seconds: Timeout(0.5),
             lease_seconds: Timeout(5.0),
             peer_listen: None,

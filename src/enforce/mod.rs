@@ -69,6 +69,8 @@ pub struct Enforcer {
     fleet: Option<Arc<Fleet>>,
     /// Who owns which origin, in fleet mode.
     owners: Option<Arc<Owners>>,
+    /// Fleet mode: an owned key nobody asked for this long is released (zero: never).
+    idle_release: std::time::Duration,
     /// Name resolution, cached by TTL.
     resolver: Arc<Resolver>,
     /// Where traffic may go.
@@ -147,6 +149,7 @@ impl Enforcer {
             pacer,
             fleet,
             owners,
+            idle_release: config.fleet.release_idle_seconds.duration(),
             resolver,
             egress,
             agents: AgentResolver::new(

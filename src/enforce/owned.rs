@@ -16,8 +16,10 @@
 //! Costs: an owned key's route is a hash-map lookup; a key owned elsewhere, an LRU
 //! lookup; Redis only the first time an instance meets a key (see `fleet::ownership`).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::fleet::{Owners, Route};
 use crate::origin::store::OriginEntry;
@@ -43,6 +45,7 @@ impl Enforcer {
         let (key, entry) = self.fleet_key(origin, addrs);
         match owners.route(&key).await {
             Route::Here(inherited) => {
+                entry.count_routed();
                 if let Some(inherited) = inherited {
                     self.pacer
                         .inherit(entry.place(), inherited.not_before, &inherited.groups);
@@ -116,10 +119,78 @@ impl Enforcer {
         log::info!("fleet: left; {handed} origins handed over");
     }
 
+    /// Fleet mode: looks for idle owned keys to release ([`Enforcer::release_idle_keys`])
+    /// every quarter of `fleet.release_idle_seconds` (at least 0.25 s, at most a minute).
+    pub fn keep_releasing_idle(self: Arc<Self>) {
+        if self.owners.is_none() || self.idle_release.is_zero() {
+            return;
+        }
+        let every = (self.idle_release / 4).clamp(
+            std::time::Duration::from_millis(250),
+            std::time::Duration::from_secs(60),
+        );
+        tokio::spawn(async move {
+            let mut since = HashMap::new();
+            loop {
+                tokio::time::sleep(every).await;
+                self.release_idle_keys(&mut since).await;
+            }
+        });
+    }
+
+    /// Releases the keys this instance owns that nobody asked for since `since` last
+    /// saw them move `fleet.release_idle_seconds` ago, and that hold nothing: no request
+    /// uses their entry, no turn is waited for or held, no delay, pause or backoff is in
+    /// force (an entry the store evicted held none). `since`: per owned key, its routed
+    /// count and when it last changed, kept by the caller between sweeps. Alone, or with
+    /// the setting at 0: nothing.
+    pub async fn release_idle_keys(&self, since: &mut HashMap<String, (u64, Instant)>) {
+        let Some(owners) = &self.owners else {
+            return;
+        };
+        let after = self.idle_release;
+        if after.is_zero() {
+            return;
+        }
+        let owned = owners.owned();
+        since.retain(|key, _| owned.contains(key));
+        let now = Instant::now();
+        for key in owned {
+            let entry = self.entry_of_key(&key);
+            let count = entry.as_ref().map_or(0, |e| e.routed());
+            let (seen, at) = since.entry(key.clone()).or_insert((count, now));
+            if *seen != count {
+                (*seen, *at) = (count, now);
+                continue;
+            }
+            if now.duration_since(*at) < after {
+                continue;
+            }
+            let idle = || match &entry {
+                // The store's hold, and this sweep's.
+                Some(e) if Arc::strong_count(e) > 2 => None,
+                Some(e) if e.schedules().busy() || e.schedules().in_force() => None,
+                Some(e) => Some(e.schedules().facts()),
+                None => Some(Vec::new()),
+            };
+            if owners.release_idle(&key, idle).await {
+                since.remove(&key);
+            }
+        }
+    }
+
+    /// Forgets `owner` as its key's owner: it answered that it cannot serve the key
+    /// (it released it, or is leaving), so the next request looks the owner up again.
+    pub fn forget_owner(&self, owner: &crate::fleet::Owner) {
+        if let Some(owners) = &self.owners {
+            owners.forget(owner);
+        }
+    }
+
     /// The store's entry of a pacing key, if it is held.
     fn entry_of_key(&self, key: &str) -> Option<Arc<OriginEntry>> {
         if let Some(ip) = key.strip_prefix("addr:") {
-            return Some(self.store.address(ip.parse().ok()?));
+            return self.store.peek_address(ip.parse().ok()?);
         }
         self.store.peek(&Origin::parse(key).ok()?)
     }

@@ -196,6 +196,7 @@ impl Membership {
                 h.finish()
             })
             .map(|m| crate::fleet::Owner {
+                key: key.to_string(),
                 member: m.id.clone(),
                 epoch: m.epoch,
                 peer: m.peer.clone(),

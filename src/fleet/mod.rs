@@ -161,6 +161,20 @@ impl Owners {
         self.ownership.release(key, groups).await
     }
 
+    /// Releases `key` if `idle` still says it is (see [`Ownership::release_idle`]).
+    pub async fn release_idle(
+        &self,
+        key: &str,
+        idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
+    ) -> bool {
+        self.ownership.release_idle(key, idle).await
+    }
+
+    /// Forgets `owner` as its key's cached owner (see [`Ownership::forget`]).
+    pub fn forget(&self, owner: &Owner) {
+        self.ownership.forget(owner);
+    }
+
     /// Leaves the membership, once every key was handed over.
     pub async fn deregister(&self) {
         self.members.deregister().await;

@@ -9,8 +9,10 @@
 //! front that routes by host, the instance that serves the host. When another live
 //! member holds it, that member is the owner to hand requests to; the answer is cached
 //! (an LRU of [`OWNERS_KEPT`] keys) for as long as that member stays in the membership
-//! with that epoch. Ownership lives as long as the owner's membership: it costs nothing
-//! per request and nothing to renew.
+//! with that epoch, or until the owner answers that it no longer serves the key
+//! ([`Ownership::forget`]). Ownership lives as long as the owner's membership, or until
+//! the key is idle (nobody asked for it for `fleet.release_idle_seconds`, nothing in
+//! force): it costs nothing per request and nothing to renew.
 //!
 //! **Changes.** A claim held by a member that is gone (its lease lapsed, or it is not
 //! a member any more) is taken over only once no exchange it may have left running can
@@ -26,8 +28,13 @@
 //! handed over from then on. For the re-assertions to land first, a key nobody claims is
 //! not taken until the membership's news have reached every instance.
 //!
+//! An idle key is released the same way ([`Ownership::release_idle`]), while it is
+//! marked [`RELEASING`] so no request is routed here for it meanwhile; a request that
+//! comes after finds it free and claims it again, or finds its new owner.
+//!
 //! Costs: one script call the first time an instance meets a key (two for a takeover),
-//! none per request; memory: one cache entry per key met (bounded), one per key owned.
+//! none per request; one per idle key released; memory: one cache entry per key met
+//! (bounded), one per key owned (bounded by the keys asked for within the idle time).
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -49,12 +56,18 @@ pub const OWNERS_KEPT: usize = 100_000;
 /// well within it ([`REASSERT_EVERY`]).
 const KEEP: Duration = Duration::from_secs(7 * 86_400);
 
+/// The epoch an owned key is marked with while its idle release runs: no request is
+/// routed here for it meanwhile, and no turn acts for it.
+const RELEASING: u64 = u64::MAX;
+
 /// How often an owner writes its claims again, whatever happens.
 pub const REASSERT_EVERY: Duration = Duration::from_secs(3600);
 
 /// Another member that owns a key: where to hand its requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
+    /// The key it owns.
+    pub key: String,
     /// Its member id.
     pub member: String,
     /// Its epoch, when it claimed the key.
@@ -126,6 +139,10 @@ impl Ownership {
             return self.route_leaving(key).await;
         }
         if let Some(epoch) = self.owns(key) {
+            if epoch == RELEASING {
+                self.wait_released(key).await;
+                return Box::pin(self.route(key)).await;
+            }
             if epoch != self.members.epoch() && self.members.may_own() {
                 // Claimed before a new registration: written again first (the
                 // background re-assertion may not have reached it, or failed).
@@ -295,6 +312,7 @@ impl Ownership {
             .live(member)
             .filter(|m| !m.leaving && m.id != self.members.me())
             .map(|m| Owner {
+                key: key.to_string(),
                 member: m.id,
                 epoch: m.epoch,
                 peer: m.peer,
@@ -352,6 +370,7 @@ impl Ownership {
             // The holder re-registered since it claimed (a lapse): its claims are written
             // again in its new epoch, and it is the owner.
             let owner = Owner {
+                key: key.to_string(),
                 member,
                 epoch: live.epoch,
                 peer: live.peer,
@@ -443,6 +462,63 @@ impl Ownership {
         let Some(epoch) = lock(&self.owned).remove(key) else {
             return false;
         };
+        let released = self.release_claim(key, epoch, groups).await;
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("released");
+        released
+    }
+
+    /// Releases `key`, owned and idle: marked [`RELEASING`] first (no request is routed
+    /// here for it meanwhile), then `idle` says whether it still is (nothing uses its
+    /// entry, nothing in force) and gives its groups' facts; the claim goes, and the key
+    /// is this instance's no more. `false`: not owned in this epoch, or not idle.
+    pub async fn release_idle(
+        &self,
+        key: &str,
+        idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
+    ) -> bool {
+        let epoch = {
+            let mut owned = lock(&self.owned);
+            match owned.get_mut(key) {
+                Some(epoch) if *epoch == self.members.epoch() => {
+                    std::mem::replace(epoch, RELEASING)
+                }
+                _ => return false,
+            }
+        };
+        let Some(groups) = idle() else {
+            lock(&self.owned).insert(key.to_string(), epoch);
+            return false;
+        };
+        // The claim goes before the key leaves `owned`: a request meanwhile waits, then
+        // finds it free (or another's), never this instance's claim still standing.
+        let released = self.release_claim(key, epoch, &groups).await;
+        lock(&self.owned).remove(key);
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("idle");
+        released
+    }
+
+    /// Waits while `key`'s idle release runs (one Redis command; at most a lease).
+    async fn wait_released(&self, key: &str) {
+        let deadline = Instant::now() + self.members.lease();
+        while self.owns(key) == Some(RELEASING) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Forgets `owner` as the cached owner of its key (it answered that it no longer
+    /// serves it): the next request looks the owner up again.
+    pub fn forget(&self, owner: &Owner) {
+        let mut owners = lock(&self.owners);
+        if owners.peek(&owner.key) == Some(owner) {
+            owners.pop(&owner.key);
+        }
+    }
+
+    /// Releases `key`'s claim of `epoch` in Redis with each group's facts (kept for the
+    /// next owner, the record expiring after [`KEEP`]): `true` when Redis did.
+    async fn release_claim(&self, key: &str, epoch: u64, groups: &[ScheduleFacts]) -> bool {
         let mut call = script("own_release").prepare_invoke();
         call.key(claim_key(key))
             .arg(self.members.me())
@@ -452,8 +528,6 @@ impl Ownership {
             call.arg(&facts.group).arg(self.encode(facts));
         }
         let released: Result<i64, _> = self.fleet.run("own_release", &mut call).await;
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("released");
         released == Ok(1)
     }
 

@@ -71,6 +71,9 @@ pub struct OriginEntry {
     schedules: Schedules,
     /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
+    /// Fleet mode: requests routed here as its pacing key's owner (an owner releases a
+    /// key whose count has not moved for `fleet.release_idle_seconds`).
+    routed: AtomicU64,
 }
 
 impl OriginEntry {
@@ -82,6 +85,7 @@ impl OriginEntry {
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
             version: AtomicU64::new(0),
+            routed: AtomicU64::new(0),
             origin,
         }
     }
@@ -111,6 +115,16 @@ impl OriginEntry {
     /// Decisions asked for this origin since it entered the store.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Counts one request routed here as this entry's pacing key's owner.
+    pub fn count_routed(&self) {
+        self.routed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests routed here as this entry's pacing key's owner so far.
+    pub fn routed(&self) -> u64 {
+        self.routed.load(Ordering::Relaxed)
     }
 }
 
@@ -242,6 +256,15 @@ impl OriginStore {
     /// beside the origins' under a name no origin has (port 0).
     pub fn address(&self, ip: std::net::IpAddr) -> Arc<OriginEntry> {
         self.entry(&Origin {
+            scheme: crate::policy::target::Scheme::Http,
+            host: crate::policy::target::Host::Ip(ip),
+            port: 0,
+        })
+    }
+
+    /// The entry of an address's schedules ([`OriginStore::address`]), if it is held.
+    pub fn peek_address(&self, ip: std::net::IpAddr) -> Option<Arc<OriginEntry>> {
+        self.peek(&Origin {
             scheme: crate::policy::target::Scheme::Http,
             host: crate::policy::target::Host::Ip(ip),
             port: 0,

@@ -60,6 +60,17 @@ pub(super) fn to_owner(
     Ok(())
 }
 
+/// Whether the owner's answer says it cannot serve the key (a fleet refusal: it released
+/// the key, another member took it, or it is leaving): its cached ownership is then
+/// forgotten, and the next request looks the owner up again.
+pub(super) fn owner_gave_up(answer: &pingora::http::ResponseHeader) -> bool {
+    answer.status.as_u16() == 503
+        && answer
+            .headers
+            .get("x-robots-decision")
+            .is_some_and(|v| v.as_bytes().starts_with(b"fleet-unavailable"))
+}
+
 /// The answer for a request the owner could not be asked (the connection failed
 /// before any answer came), recorded in its stage; `None` for any other request.
 pub(super) fn failed(ctx: &mut RequestContext, written: bool) -> Option<Answer> {

@@ -406,11 +406,16 @@ impl ProxyHttp for RobotsGateProxy {
             );
         }
         if let Stage::HandedOver {
-            upstream_status, ..
+            owner,
+            upstream_status,
+            ..
         } = &mut ctx.stage
         {
             // The owner's answer, as the owner gave it (its `X-Robots-*` included).
             *upstream_status = Some(upstream_response.status.as_u16());
+            if super::handover::owner_gave_up(upstream_response) {
+                self.enforcer.forget_owner(owner);
+            }
             return Ok(());
         }
         strip_own_headers(upstream_response, ctx.target.as_ref());

@@ -460,7 +460,8 @@ fn client_listener(
 
 /// What runs beside requests, started once the process is what it will stay (after a
 /// daemon's fork): the fleet backend, the state file's writer, the status page's
-/// sampler, and (TPROXY) the transparent listeners' `IP_TRANSPARENT`.
+/// sampler, the release of idle owned origins (fleet mode), and (TPROXY) the
+/// transparent listeners' `IP_TRANSPARENT`.
 struct Background {
     /// What the background tasks act through.
     enforcer: Arc<Enforcer>,
@@ -495,6 +496,7 @@ impl pingora::services::background::BackgroundService for Background {
             }
         }
         self.history.clone().keep_sampling(self.enforcer.clone());
+        self.enforcer.clone().keep_releasing_idle();
         for addr in self.tproxy.clone() {
             tokio::spawn(make_transparent_once_bound(addr));
         }

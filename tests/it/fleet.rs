@@ -296,3 +296,76 @@ async fn a_latency_slow_down_seen_through_one_instance_spaces_requests_through_a
     // Before it, fast answers came back to back.
     assert!(min_gap(&pages(&origin, "/fast/")) < Duration::from_millis(200));
 }
+
+/// An owned origin nobody asks for (`fleet.release_idle_seconds`) is released: its owner
+/// keeps it no more, and the next member to meet it owns it. A member that still knew
+/// the old owner hands it one more request, is answered 503 `fleet-unavailable` (the
+/// old owner finds the origin another member's), forgets, and hands the next one to the
+/// new owner. Every request but the refused one reaches the origin once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_origin_is_released_and_the_next_member_to_meet_it_owns_it() {
+    let redis = Redis::start();
+    let proxies = instances(3, &fleet_conf(&redis).set("fleet.release_idle_seconds", 1));
+    backend_up(&proxies).await;
+    let origin = paced_origin("0").await;
+    let through = |i: usize, path: &str| curl(&proxies[i], &origin.url(path), &[]);
+    assert_eq!(through(0, "/first").0, 200);
+    assert_eq!(through(1, "/learnt").0, 200, "handed to the owner");
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let released = eventually(Duration::from_secs(10), || {
+        owner_index(&proxies, &origin).is_none()
+    })
+    .await;
+    assert!(released, "never released:\n{}", proxies[0].log());
+    let idle = proxies[0].sum("robotsgate_fleet_ownership_changes_total", "how=\"idle\"");
+    assert_eq!(idle, 1.0);
+    assert_eq!(through(2, "/met-again").0, 200);
+    assert_eq!(
+        owner_index(&proxies, &origin),
+        Some(2),
+        "the next to meet it"
+    );
+    let (status, head, _) = through(1, "/stale");
+    assert_eq!(status, 503, "{head}");
+    assert!(
+        head.contains("X-Robots-Decision: fleet-unavailable"),
+        "{head}"
+    );
+    assert_eq!(through(1, "/after").0, 200);
+    for path in ["/first", "/learnt", "/met-again", "/after"] {
+        assert_eq!(origin.count(path), 1, "{path}");
+    }
+    assert_eq!(origin.count("/stale"), 0);
+    assert_eq!(owner_index(&proxies, &origin), Some(2));
+}
+
+/// An origin whose Crawl-delay still runs is not idle: its owner keeps it past
+/// `fleet.release_idle_seconds` until the delay is over, so the member that meets it
+/// next cannot start early: the gap at the origin is the Crawl-delay across the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_is_not_released_while_its_crawl_delay_runs() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.release_idle_seconds", 0.3);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let origin = paced_origin("2").await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    let ended = std::time::Instant::now();
+    // Past the idle time (and several sweeps), the delay still runs: still owned.
+    while ended.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(
+            owner_index(&proxies, &origin),
+            Some(0),
+            "released while in force"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let released = eventually(Duration::from_secs(10), || {
+        owner_index(&proxies, &origin).is_none()
+    })
+    .await;
+    assert!(released, "never released:\n{}", proxies[0].log());
+    assert_eq!(curl(&proxies[1], &origin.url("/p/next"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(1));
+    assert_gaps_at_least(&pages(&origin, "/p/"), Duration::from_secs(2));
+}

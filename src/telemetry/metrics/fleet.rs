@@ -86,14 +86,21 @@ pub fn observe_fleet_command(command: &str, seconds: f64) {
 static FLEET_OWNERSHIP: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_fleet_ownership_changes_total",
-        "Pacing keys this instance took or lost, by how: claimed (nobody held it), handed (a leaving member released it to this one), taken_over (its owner vanished; taken once its exchanges must be over), released (handed over by this one), lost (another member holds it now).",
+        "Pacing keys this instance took or lost, by how: claimed (nobody held it), handed (its owner released it, leaving or idle, and this one took it), taken_over (its owner vanished; taken once its exchanges must be over), released (handed over by this one as it left), idle (released by this one, nobody having asked for it for fleet.release_idle_seconds), lost (another member holds it now).",
         &["how"]
     )
     .expect("metric registers once")
 });
 
 /// The ways a key changes hands, as `robotsgate_fleet_ownership_changes_total` labels.
-pub const OWNERSHIP_CHANGES: [&str; 5] = ["claimed", "handed", "taken_over", "released", "lost"];
+pub const OWNERSHIP_CHANGES: [&str; 6] = [
+    "claimed",
+    "handed",
+    "taken_over",
+    "released",
+    "idle",
+    "lost",
+];
 
 /// Counts one change of a key's ownership (`how`: one of [`OWNERSHIP_CHANGES`]).
 pub fn record_ownership(how: &'static str) {
