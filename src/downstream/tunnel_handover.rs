@@ -83,6 +83,10 @@ impl TunnelHandOver {
             return Err(unreachable());
         };
         if status != 200 {
+            if status == 503 && names_fleet_unavailable(&head) {
+                // It no longer serves the key: the next tunnel looks the owner up again.
+                enforcer.forget_owner(owner);
+            }
             if connect {
                 let _ = client.write_all(&head).await;
                 let _ = client.flush().await;
@@ -100,6 +104,14 @@ impl TunnelHandOver {
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
         Ok(())
     }
+}
+
+/// Whether an answer head's `X-Robots-Decision` says `fleet-unavailable`: the owner
+/// refused because it cannot serve the key (released, another's now, leaving).
+fn names_fleet_unavailable(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head)
+        .to_ascii_lowercase()
+        .contains("\r\nx-robots-decision: fleet-unavailable")
 }
 
 /// Reads a response head (through its blank line, nothing after it: the owner sends
@@ -125,6 +137,14 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fleet_refusal_is_told_from_other_answers() {
+        let fleet = b"HTTP/1.1 503 Service Unavailable\r\nX-Robots-Decision: fleet-unavailable; reason=x\r\n\r\n";
+        assert!(names_fleet_unavailable(fleet));
+        let paced = b"HTTP/1.1 503 Service Unavailable\r\nX-Robots-Decision: paced; reason=wait-too-long\r\n\r\n";
+        assert!(!names_fleet_unavailable(paced));
+    }
 
     #[tokio::test]
     async fn an_answer_head_is_read_to_its_blank_line_only() {
