@@ -142,16 +142,12 @@ impl Enforcer {
     /// saw them move `fleet.release_idle_seconds` ago, and that hold nothing: no request
     /// uses their entry, no turn is waited for or held, no delay, pause or backoff is in
     /// force (an entry the store evicted held none). `since`: per owned key, its routed
-    /// count and when it last changed, kept by the caller between sweeps. Alone, or with
-    /// the setting at 0: nothing.
-    pub async fn release_idle_keys(&self, since: &mut HashMap<String, (u64, Instant)>) {
+    /// count and when it last changed, kept by the caller between sweeps.
+    async fn release_idle_keys(&self, since: &mut HashMap<String, (u64, Instant)>) {
         let Some(owners) = &self.owners else {
             return;
         };
         let after = self.idle_release;
-        if after.is_zero() {
-            return;
-        }
         let owned = owners.owned();
         since.retain(|key, _| owned.contains(key));
         let now = Instant::now();

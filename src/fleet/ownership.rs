@@ -537,6 +537,9 @@ impl Ownership {
     pub async fn reassert(&self) {
         let epoch = self.members.epoch();
         for key in self.owned() {
+            if self.owns(&key) == Some(RELEASING) {
+                continue; // its idle release runs: written again by whoever claims it next
+            }
             if self.reassert_key(&key, epoch).await.is_err() {
                 return;
             }
@@ -553,8 +556,11 @@ impl Ownership {
             .arg(ms(KEEP));
         let kept = self.fleet.run::<i64>("own_reassert", &mut call).await? == 1;
         let mut owned = lock(&self.owned);
-        if !owned.contains_key(key) {
-            return Ok(false);
+        match owned.get(key) {
+            None => return Ok(false),
+            // Released meanwhile as idle: that release decides.
+            Some(&RELEASING) => return Ok(kept),
+            Some(_) => {}
         }
         if kept {
             owned.insert(key.to_string(), epoch);
