@@ -46,6 +46,7 @@
 //! | [`identity`] | who requests say they are: Web Bot Auth signing keys and signatures |
 //! | [`config`] | the configuration file, its types and validation (in the engine's own vocabulary: purposes) |
 //! | [`robots`] | the pure robots.txt engine (no I/O; uses nothing else of the crate) |
+//! | [`error`] | the shape typed errors share: a kind, words, the error behind it |
 
 #![warn(missing_docs)]
 // Crate-private items too: a newcomer reads every layer, not only its public face.
@@ -56,6 +57,7 @@ pub mod config;
 pub mod conformance;
 pub mod downstream;
 pub mod enforce;
+pub mod error;
 pub mod fleet;
 pub mod identity;
 pub(crate) mod ops;

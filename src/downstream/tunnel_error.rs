@@ -19,52 +19,5 @@ pub enum TunnelErrorKind {
     Io,
 }
 
-/// Why a tunnel could not be opened.
-#[derive(Debug)]
-pub struct TunnelError {
-    /// What kind of problem.
-    kind: TunnelErrorKind,
-    /// What is wrong, in words.
-    message: String,
-    /// The error behind it, when there is one.
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl TunnelError {
-    /// A problem of `kind`, said in `message`.
-    pub fn new(kind: TunnelErrorKind, message: impl Into<String>) -> TunnelError {
-        TunnelError {
-            kind,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same, with the error behind it.
-    pub fn because(
-        mut self,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> TunnelError {
-        self.source = Some(Box::new(source));
-        self
-    }
-
-    /// What kind of problem it is.
-    pub fn kind(&self) -> TunnelErrorKind {
-        self.kind
-    }
-}
-
-impl std::fmt::Display for TunnelError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for TunnelError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
+/// Why it failed: a [`TunnelErrorKind`], in words, and the error behind it.
+pub type TunnelError = crate::error::Failure<TunnelErrorKind>;

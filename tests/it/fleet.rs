@@ -358,7 +358,7 @@ async fn an_origin_is_not_released_while_its_crawl_delay_runs() {
             Some(0),
             "released while in force"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let released = eventually(Duration::from_secs(10), || {
         owner_index(&proxies, &origin).is_none()

@@ -175,6 +175,7 @@ fn layers_form_no_cycle() {
         "identity",
         "config",
         "robots",
+        "error",
     ];
     let rank = |layer: &str| order.iter().position(|l| *l == layer);
     for (layer, uses) in &layers {
