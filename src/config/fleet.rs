@@ -37,6 +37,13 @@ pub struct FleetConfig {
     /// meet it again owns it. Bounds what an owner and Redis hold to the origins being
     /// crawled. 0: kept for the whole membership.
     pub release_idle_seconds: Seconds,
+    /// Ownership follows traffic: an owned origin whose requests, over this long, all
+    /// came handed over from one other member (at least two, none from this instance's
+    /// own clients) is handed to that member with its facts, as in a graceful leave.
+    /// With a front routing by host, a host the front moved (a member joined, left or
+    /// came back) is then served where it arrives. 0: ownership moves only when its
+    /// owner leaves, vanishes or lets it idle.
+    pub follow_traffic_seconds: Seconds,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
     /// A member's lease: renewed every half second; a member that has not renewed for
@@ -67,6 +74,7 @@ impl Default for FleetConfig {
             on_unavailable: OnUnavailable::Refuse,
             outage_grace_seconds: Timeout(30.0),
             release_idle_seconds: Seconds(900.0),
+            follow_traffic_seconds: Seconds(10.0),
             command_timeout_seconds: Timeout(0.5),
             lease_seconds: Timeout(5.0),
             peer_listen: None,

@@ -34,7 +34,7 @@ use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
-use crate::downstream::tunnel_handover::TunnelHandOver;
+use crate::downstream::tunnel_handover::{Relayed, TunnelHandOver};
 use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd};
 use crate::fleet::PeerContext;
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
@@ -155,7 +155,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, None, false).await;
+            self.blind(l4, origin, &who, started, None, None).await;
             return None;
         }
         match &self.interceptor {
@@ -355,7 +355,7 @@ impl Tunnels {
                 user: None,
                 purposes: None,
             };
-            self.blind(l4, origin, &who, started, Some(destination), false)
+            self.blind(l4, origin, &who, started, Some(destination), None)
                 .await;
             return None;
         }
@@ -390,8 +390,9 @@ impl Tunnels {
     ///
     /// In fleet mode it is routed first: to an origin another member owns, it is handed
     /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
-    /// `200` or refused over HTTP whatever its mode, and never handed
-    /// on.
+    /// `200` or refused over HTTP whatever its mode, and never handed on. An owner that
+    /// gave the key up (released it, handed it on, leaving) refuses before opening
+    /// anything: the tunnel is routed once more.
     async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
         mut l4: S,
@@ -399,10 +400,10 @@ impl Tunnels {
         who: &Requester<'_>,
         started: Instant,
         destination: Option<SocketAddr>,
-        handed: bool,
+        handed: Option<&str>,
     ) {
         let shown = origin.to_string();
-        let mode = if destination.is_some() && !handed {
+        let mode = if destination.is_some() && handed.is_none() {
             TunnelMode::TransparentBlind
         } else {
             TunnelMode::Blind
@@ -411,43 +412,54 @@ impl Tunnels {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let decision = self
-            .enforcer
-            .decide_tunnel(&root, who, destination, handed)
-            .await;
-        let (addr, pace) = match decision {
-            Decision::Refuse(reply) => {
-                return self
-                    .refuse(&mut l4, &shown, mode, &reply.answer(), started)
-                    .await
-            }
-            Decision::Forward { addr, pace, .. } => (addr, pace),
-            Decision::HandOver(owner) => {
-                let context = PeerContext {
-                    client: who.client,
-                    user: None,
-                    tunnel: None,
-                    destination,
-                    http2: false,
-                };
-                let connect = mode != TunnelMode::TransparentBlind;
-                let relayed = self
-                    .handover
-                    .relay(
-                        &self.enforcer,
-                        &mut l4,
-                        &owner,
-                        &root.origin,
-                        context,
-                        connect,
-                    )
-                    .await;
-                if let Err(answer) = relayed {
-                    self.refuse(&mut l4, &shown, mode, &answer, started).await;
-                } else {
-                    log_tunnel(&shown, mode, "handed_over", started);
+        let connect = mode != TunnelMode::TransparentBlind;
+        let mut rerouted = false;
+        let (addr, pace) = loop {
+            let decision = self
+                .enforcer
+                .decide_tunnel(&root, who, destination, handed)
+                .await;
+            let owner = match decision {
+                Decision::Refuse(reply) => {
+                    return self
+                        .refuse(&mut l4, &shown, mode, &reply.answer(), started)
+                        .await
                 }
-                return;
+                Decision::Forward { addr, pace, .. } => break (addr, pace),
+                Decision::HandOver(owner) => owner,
+            };
+            let member = self.enforcer.owners().map_or("", |o| o.me());
+            let context = PeerContext {
+                member: member.to_string(),
+                client: who.client,
+                user: None,
+                tunnel: None,
+                destination,
+                http2: false,
+            };
+            let relayed = self
+                .handover
+                .relay(
+                    &self.enforcer,
+                    &mut l4,
+                    &owner,
+                    &root.origin,
+                    context,
+                    connect,
+                )
+                .await;
+            match relayed {
+                Err(answer) => return self.refuse(&mut l4, &shown, mode, &answer, started).await,
+                // The owner gave the key up before opening anything: routed once more.
+                Ok(Relayed::GaveUp(_)) if !rerouted => rerouted = true,
+                Ok(Relayed::GaveUp(head)) => {
+                    if connect {
+                        let _ = l4.write_all(&head).await;
+                        let _ = l4.flush().await;
+                    }
+                    return log_tunnel(&shown, mode, "fleet_unavailable", started);
+                }
+                Ok(Relayed::Done) => return log_tunnel(&shown, mode, "handed_over", started),
             }
         };
         let permit = match self.enforcer.pace(&pace).await {
@@ -482,7 +494,7 @@ impl Tunnels {
     }
 
     /// A blind tunnel another member handed over on the peer channel (`stream`, its
-    /// CONNECT `head` read; the member's `client` and the redirected connection's
+    /// CONNECT `head` read; the `member`, its `client` and the redirected connection's
     /// `destination`, from its peer context): admitted and judged as this instance's
     /// own, answered over HTTP. Only blind tunnels are handed over (the other member
     /// intercepts the rest itself).
@@ -490,6 +502,7 @@ impl Tunnels {
         &self,
         mut stream: Stream,
         head: &[u8],
+        member: &str,
         client: Option<IpAddr>,
         destination: Option<SocketAddr>,
     ) {
@@ -525,8 +538,15 @@ impl Tunnels {
             user: None,
             purposes: None,
         };
-        self.blind(stream, admitted.origin, &who, started, destination, true)
-            .await;
+        self.blind(
+            stream,
+            admitted.origin,
+            &who,
+            started,
+            destination,
+            Some(member),
+        )
+        .await;
     }
 
     /// Answers the CONNECT with `answer` and closes (a redirected connection, which sent

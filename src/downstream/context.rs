@@ -42,6 +42,8 @@ pub struct ClientContext {
 /// Where a request handed over by another member came from.
 #[derive(Clone, Debug)]
 pub struct Handed {
+    /// The member that handed it over (its id; empty when it did not say).
+    pub member: String,
     /// Its client's address there.
     pub client: Option<std::net::IpAddr>,
 }

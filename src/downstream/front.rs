@@ -222,7 +222,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         match tokio::time::timeout(wait, acceptor.tls_handshake(*l4)).await {
             Ok(Ok(stream)) => {
                 let context = ClientContext {
-                    handed: Some(Handed { client: None }),
+                    handed: Some(Handed {
+                        member: String::new(),
+                        client: None,
+                    }),
                     ..ClientContext::default()
                 };
                 self.serve(Box::new(stream), peer, context, shutdown).await;
@@ -463,6 +466,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 metrics::Protocol::Http1
             },
             handed: Some(Handed {
+                member: peer.member,
                 client: peer.client,
             }),
             started: None,
@@ -487,9 +491,13 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         {
             let inner = conn.stream.into_inner().await.ok()?;
             let head = &head.bytes[..head.len];
-            let opened = self
-                .tunnels
-                .open_handed(inner, head, handed.client, context.destination);
+            let opened = self.tunnels.open_handed(
+                inner,
+                head,
+                &handed.member,
+                handed.client,
+                context.destination,
+            );
             Box::pin(opened).await;
             return None;
         }

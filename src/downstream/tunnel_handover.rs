@@ -22,6 +22,16 @@ use crate::enforce::{Answer, Enforcer, Refusal};
 use crate::fleet::{Owner, PeerContext, PEER_HEADER};
 use crate::policy::target::Origin;
 
+/// How a hand-over to the owner ended, when the owner could be asked.
+pub(super) enum Relayed {
+    /// The owner answered: its refusal passed on, or the tunnel relayed to its end.
+    Done,
+    /// The owner no longer serves the key (it released it, handed it to another member,
+    /// or is leaving) and opened nothing: its answer head, not passed on yet (the
+    /// tunnel may be routed once more).
+    GaveUp(Vec<u8>),
+}
+
 /// The owner's answer head can be no longer than this.
 const MAX_ANSWER_HEAD: usize = 16 * 1024;
 
@@ -44,7 +54,9 @@ impl TunnelHandOver {
 
     /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
     /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
-    /// what to answer the client when the owner could not be asked.
+    /// what to answer the client when the owner could not be asked; `GaveUp`: the owner
+    /// refused as it no longer serves the key (it is forgotten as the key's owner), and
+    /// nothing was written to the client.
     pub(super) async fn relay<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
         enforcer: &Enforcer,
@@ -53,7 +65,7 @@ impl TunnelHandOver {
         origin: &Origin,
         context: PeerContext,
         connect: bool,
-    ) -> Result<(), Answer> {
+    ) -> Result<Relayed, Answer> {
         let unreachable = || {
             Refusal::FleetUnavailable {
                 why: "its owner could not be reached",
@@ -82,27 +94,28 @@ impl TunnelHandOver {
         let Ok(Some((status, head))) = answered else {
             return Err(unreachable());
         };
+        if status == 503 && names_fleet_unavailable(&head) {
+            // It no longer serves the key: the owner is looked up again.
+            enforcer.forget_owner(owner);
+            return Ok(Relayed::GaveUp(head));
+        }
         if status != 200 {
-            if status == 503 && names_fleet_unavailable(&head) {
-                // It no longer serves the key: the next tunnel looks the owner up again.
-                enforcer.forget_owner(owner);
-            }
             if connect {
                 let _ = client.write_all(&head).await;
                 let _ = client.flush().await;
             }
-            return Ok(());
+            return Ok(Relayed::Done);
         }
         if connect {
             let sent = client
                 .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 .await;
             if sent.is_err() || client.flush().await.is_err() {
-                return Ok(());
+                return Ok(Relayed::Done);
             }
         }
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
-        Ok(())
+        Ok(Relayed::Done)
     }
 }
 

@@ -71,6 +71,9 @@ pub struct Enforcer {
     owners: Option<Arc<Owners>>,
     /// Fleet mode: an owned key nobody asked for this long is released (zero: never).
     idle_release: std::time::Duration,
+    /// `fleet.follow_traffic_seconds`: how often owned keys follow their traffic (zero:
+    /// never).
+    follow_traffic: std::time::Duration,
     /// Name resolution, cached by TTL.
     resolver: Arc<Resolver>,
     /// Where traffic may go.
@@ -150,6 +153,7 @@ impl Enforcer {
             fleet,
             owners,
             idle_release: config.fleet.release_idle_seconds.duration(),
+            follow_traffic: config.fleet.follow_traffic_seconds.duration(),
             resolver,
             egress,
             agents: AgentResolver::new(
@@ -198,7 +202,7 @@ impl Enforcer {
         target: &Target,
         who: &Requester<'_>,
         destination: Option<SocketAddr>,
-        handed: bool,
+        handed: Option<&str>,
     ) -> Decision {
         if let Some(decision) = self.routed(target, destination, handed).await {
             return decision;
@@ -217,7 +221,7 @@ impl Enforcer {
         target: &Target,
         who: &Requester<'_>,
         destination: Option<SocketAddr>,
-        handed: bool,
+        handed: Option<&str>,
     ) -> Judged {
         let tokens = self.tokens(who);
         let mode = self.reports(who);
@@ -394,7 +398,7 @@ impl Enforcer {
         &self,
         target: &Target,
         destination: Option<SocketAddr>,
-        handed: bool,
+        handed: Option<&str>,
     ) -> Option<Decision> {
         self.owners.as_ref()?;
         let by_address = self.pacer.config().key == crate::config::PacingKey::Address;

@@ -37,13 +37,18 @@ pub(super) enum Routed {
 
 impl Enforcer {
     /// Routes a request for `origin` (going to `addrs`, its approved addresses; a
-    /// request `handed` over by another member is never handed on).
-    pub(super) async fn route(&self, origin: &Origin, addrs: &[IpAddr], handed: bool) -> Routed {
+    /// request `handed` over by another member, named, is never handed on).
+    pub(super) async fn route(
+        &self,
+        origin: &Origin,
+        addrs: &[IpAddr],
+        handed: Option<&str>,
+    ) -> Routed {
         let Some(owners) = &self.owners else {
             return Routed::Here;
         };
         let (key, entry) = self.fleet_key(origin, addrs);
-        match owners.route(&key).await {
+        match owners.route(&key, handed).await {
             Route::Here(inherited) => {
                 entry.count_routed();
                 if let Some(inherited) = inherited {
@@ -52,7 +57,7 @@ impl Enforcer {
                 }
                 Routed::Here
             }
-            Route::Peer(owner) if !handed => Routed::Decided(Decision::HandOver(owner)),
+            Route::Peer(owner) if handed.is_none() => Routed::Decided(Decision::HandOver(owner)),
             Route::Peer(_) => Routed::Decided(Decision::Refuse(Refusal::FleetUnavailable {
                 why: "its owner changed while the request was handed over",
             })),
@@ -171,6 +176,46 @@ impl Enforcer {
             };
             if owners.release_idle(&key, idle).await {
                 since.remove(&key);
+            }
+        }
+    }
+
+    /// Fleet mode: every `fleet.follow_traffic_seconds`, hands each owned key whose
+    /// requests all came from one other member to that member
+    /// ([`Enforcer::follow_traffic`]).
+    pub fn keep_following_traffic(self: Arc<Self>) {
+        if self.owners.is_none() || self.follow_traffic.is_zero() {
+            return;
+        }
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(self.follow_traffic).await;
+                self.follow_traffic().await;
+            }
+        });
+    }
+
+    /// Hands each owned key whose traffic came from one other member to that member,
+    /// once no turn of it is waited for or held, with its schedules' facts (a key whose
+    /// turns never stop within the longest an owner takes to answer is kept, and looked
+    /// at again in the next window).
+    async fn follow_traffic(&self) {
+        let Some(owners) = &self.owners else {
+            return;
+        };
+        for (key, heir) in owners.followers() {
+            let entry = self.entry_of_key(&key);
+            let quiet = || match &entry {
+                Some(e) if e.schedules().busy() => None,
+                Some(e) => Some(e.schedules().facts()),
+                None => Some(Vec::new()),
+            };
+            let within = self.owner_answers_within();
+            if owners.hand_to(&key, &heir, quiet, within).await {
+                log::info!(
+                    "fleet: {key} handed to {}, where its requests come from",
+                    heir.id
+                );
             }
         }
     }

@@ -10,7 +10,7 @@
 //!
 //! **What travels.** The request as the client sent it (its request target, headers and
 //! body, streamed), plus one header, [`PEER_HEADER`], carrying what the receiving member
-//! knows of it that the request does not say: the client's address, the proxy user (its
+//! knows of it that the request does not say: the sending member, the client's address, the proxy user (its
 //! name, authenticated by the sender), the tunnel's origin, the redirected
 //! connection's destination and the client's protocol ([`PeerContext`]). The owner then serves it exactly as if its client had come to
 //! it: judged once, signed once, paced once; its answer (status, headers including
@@ -154,6 +154,10 @@ fn error(path: &Path, why: impl std::fmt::Display) -> ChannelError {
 /// does not say.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerContext {
+    /// The member that hands the request over (its id): where the key's traffic comes
+    /// from, for ownership to follow it.
+    #[serde(rename = "m", default)]
+    pub member: String,
     /// The client's address.
     #[serde(rename = "c", default)]
     pub client: Option<IpAddr>,
@@ -198,6 +202,7 @@ mod tests {
     #[test]
     fn a_context_round_trips_and_garbage_is_refused() {
         let context = PeerContext {
+            member: "m1".into(),
             client: Some("10.0.0.7".parse().expect("ip")),
             user: Some("ann".into()),
             tunnel: Some("https://example.com:443".into()),

@@ -9,7 +9,8 @@
 //!   background; every instance learns of a join, a leave or a lapse within a renewal;
 //! * [`ownership`]: one owner per pacing key, claimed the first time an instance meets
 //!   the key and kept for the owner's membership; taken over only once a vanished
-//!   owner's exchanges must be over, handed over with its facts by a member leaving;
+//!   owner's exchanges must be over, handed over with its facts by a member leaving,
+//!   and to the member its traffic comes from ([`traffic`]);
 //! * [`channel`]: how a request is handed to its owner (mutual TLS from a fleet CA);
 //! * durable records: [`robots`] (the robots.txt copy), [`budgets`] (pay-per-crawl
 //!   days), and an owned key's pause and backoff ([`ownership`]), each written when it
@@ -31,6 +32,7 @@ mod memory;
 pub mod ownership;
 pub mod robots;
 mod scripts;
+mod traffic;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,9 +106,10 @@ impl Owners {
         });
     }
 
-    /// Where a request for pacing key `key` goes now.
-    pub async fn route(&self, key: &str) -> Route {
-        self.ownership.route(key).await
+    /// Where a request for pacing key `key` goes now (`from`: the member that handed
+    /// it over, `None` for this instance's own client).
+    pub async fn route(&self, key: &str, from: Option<&str>) -> Route {
+        self.ownership.route(key, from).await
     }
 
     /// May this instance act for `key` now: its owner, its lease valid by its own clock?
@@ -168,6 +171,23 @@ impl Owners {
         idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
     ) -> bool {
         self.ownership.release_idle(key, idle).await
+    }
+
+    /// The owned keys whose traffic comes from one other member, with that member (see
+    /// [`Ownership::followers`]).
+    pub fn followers(&self) -> Vec<(String, Member)> {
+        self.ownership.followers()
+    }
+
+    /// Hands `key` to `heir` once `quiet` (see [`Ownership::hand_to`]).
+    pub async fn hand_to(
+        &self,
+        key: &str,
+        heir: &Member,
+        quiet: impl Fn() -> Option<Vec<ScheduleFacts>>,
+        within: Duration,
+    ) -> bool {
+        self.ownership.hand_to(key, heir, quiet, within).await
     }
 
     /// Forgets `owner` as its key's cached owner (see [`Ownership::forget`]).

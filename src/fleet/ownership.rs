@@ -29,8 +29,11 @@
 //! not taken until the membership's news have reached every instance.
 //!
 //! An idle key is released the same way ([`Ownership::release_idle`]), while it is
-//! marked [`RELEASING`] so no request is routed here for it meanwhile; a request that
-//! comes after finds it free and claims it again, or finds its new owner.
+//! held as releasing ([`Held`]) so no request is routed here for it meanwhile; a
+//! request that comes after finds it free and claims it again, or finds its new owner.
+//! A key whose requests all come from one other member is handed to it
+//! ([`Ownership::hand_to`]): the claim names that member, marked released, and it takes
+//! the key with the facts at its next request (`fleet::traffic`).
 //!
 //! Costs: one script call the first time an instance meets a key (two for a takeover),
 //! none per request; one per idle key released; memory: one cache entry per key met
@@ -46,6 +49,7 @@ use tokio::time::Instant;
 use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
 use crate::fleet::membership::{Member, Membership};
 use crate::fleet::scripts::script;
+use crate::fleet::traffic::Traffic;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
 
@@ -56,9 +60,17 @@ pub const OWNERS_KEPT: usize = 100_000;
 /// well within it ([`REASSERT_EVERY`]).
 const KEEP: Duration = Duration::from_secs(7 * 86_400);
 
-/// The epoch an owned key is marked with while its idle release runs: no request is
-/// routed here for it meanwhile, and no turn acts for it.
-const RELEASING: u64 = u64::MAX;
+/// How this instance holds a key it owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// Claimed in this epoch: it acts for the key.
+    In(u64),
+    /// Being handed to the member its traffic comes from (claimed in this epoch): turns
+    /// already waited for are still taken, new requests wait.
+    Moving(u64),
+    /// Its release runs: no request is routed here for it, no turn acts for it.
+    Releasing,
+}
 
 /// How often an owner writes its claims again, whatever happens.
 pub const REASSERT_EVERY: Duration = Duration::from_secs(3600);
@@ -107,9 +119,11 @@ pub struct Ownership {
     /// Owners of others' keys, as learnt.
     owners: Mutex<lru::LruCache<String, Owner>>,
     /// The keys this instance owns, with the epoch it claimed them in.
-    owned: Mutex<HashMap<String, u64>>,
+    owned: Mutex<HashMap<String, Held>>,
     /// How long after a vanished owner's lease its exchanges may still run.
     after_lease: Duration,
+    /// Where the owned keys' requests come from.
+    traffic: Traffic,
 }
 
 impl Ownership {
@@ -129,32 +143,35 @@ impl Ownership {
             )),
             owned: Mutex::default(),
             after_lease: hold + grace,
+            traffic: Traffic::default(),
         })
     }
 
-    /// Where a request for `key` goes now; a claim is asked of Redis only for a key this
-    /// instance knows no live owner of.
-    pub async fn route(&self, key: &str) -> Route {
+    /// Where a request for `key` goes now (`from`: the member that handed it over, or
+    /// `None` for this instance's own client); a claim is asked of Redis only for a key
+    /// this instance knows no live owner of.
+    pub async fn route(&self, key: &str, from: Option<&str>) -> Route {
         if self.members.leaving() {
             return self.route_leaving(key).await;
         }
-        if let Some(epoch) = self.owns(key) {
-            if epoch == RELEASING {
+        if let Some(held) = self.owns(key) {
+            let Held::In(epoch) = held else {
                 self.wait_released(key).await;
-                return Box::pin(self.route(key)).await;
-            }
+                return Box::pin(self.route(key, from)).await;
+            };
             if epoch != self.members.epoch() && self.members.may_own() {
                 // Claimed before a new registration: written again first (the
                 // background re-assertion may not have reached it, or failed).
                 return match self.reassert_key(key, self.members.epoch()).await {
                     Ok(true) => Route::Here(None),
-                    Ok(false) => Box::pin(self.route(key)).await,
+                    Ok(false) => Box::pin(self.route(key, from)).await,
                     Err(Unavailable) => {
                         Route::Unavailable("the fleet backend cannot say who owns it")
                     }
                 };
             }
             return if self.members.may_own() {
+                self.traffic.note(key, from);
                 Route::Here(None)
             } else {
                 Route::Unavailable("this instance's lease lapsed")
@@ -182,13 +199,15 @@ impl Ownership {
     /// Does this instance own `key` and may act on it now (checked again when a turn
     /// is granted: a process stalled past its lease must not act)?
     pub fn acts_for(&self, key: &str) -> bool {
-        self.members.may_own() && self.owns(key) == Some(self.members.epoch())
+        let epoch = self.members.epoch();
+        self.members.may_own()
+            && matches!(self.owns(key), Some(Held::In(e) | Held::Moving(e)) if e == epoch)
     }
 
     /// The epoch this instance claimed `key` in, when it owns it. A key claimed in an
     /// earlier epoch (before a lapse) is acted on only once its claim was written again
     /// in this one ([`Ownership::reassert`]): meanwhile another member may have taken it.
-    fn owns(&self, key: &str) -> Option<u64> {
+    fn owns(&self, key: &str) -> Option<Held> {
         lock(&self.owned).get(key).copied()
     }
 
@@ -321,7 +340,7 @@ impl Ownership {
 
     /// The claim is this instance's now: what it starts from.
     fn taken(&self, key: &str, epoch: u64, facts: &[String], gone: Option<(&str, u64)>) -> Route {
-        lock(&self.owned).insert(key.to_string(), epoch);
+        lock(&self.owned).insert(key.to_string(), Held::In(epoch));
         let mut inherited = Inherited::default();
         let mut released = false;
         for pair in facts.get(1..).unwrap_or_default().chunks(2) {
@@ -435,7 +454,8 @@ impl Ownership {
     /// Writes a fact of an owned key when it happens (a pause, a backoff), for a new
     /// owner to start from; in the background.
     pub fn record(&self, key: &str, facts: ScheduleFacts) {
-        let Some(epoch) = lock(&self.owned).get(key).copied() else {
+        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).get(key).copied()
+        else {
             return;
         };
         let (fleet, claim_key, me) = (
@@ -459,16 +479,16 @@ impl Ownership {
     /// was not this instance's, or Redis could not be told (it is then taken over as a
     /// vanished owner's, after the longest hold).
     pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
-        let Some(epoch) = lock(&self.owned).remove(key) else {
+        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).remove(key) else {
             return false;
         };
-        let released = self.release_claim(key, epoch, groups).await;
+        let released = self.release_claim(key, epoch, groups, None).await;
         metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
         metrics::record_ownership("released");
         released
     }
 
-    /// Releases `key`, owned and idle: marked [`RELEASING`] first (no request is routed
+    /// Releases `key`, owned and idle: marked releasing first (no request is routed
     /// here for it meanwhile), then `idle` says whether it still is (nothing uses its
     /// entry, nothing in force) and gives its groups' facts; the claim goes, and the key
     /// is this instance's no more. `false`: not owned in this epoch, or not idle.
@@ -477,32 +497,114 @@ impl Ownership {
         key: &str,
         idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
     ) -> bool {
-        let epoch = {
-            let mut owned = lock(&self.owned);
-            match owned.get_mut(key) {
-                Some(epoch) if *epoch == self.members.epoch() => {
-                    std::mem::replace(epoch, RELEASING)
-                }
-                _ => return false,
-            }
+        let Some(epoch) = self.mark(key, Held::In, |_| Held::Releasing) else {
+            return false;
         };
         let Some(groups) = idle() else {
-            lock(&self.owned).insert(key.to_string(), epoch);
+            lock(&self.owned).insert(key.to_string(), Held::In(epoch));
             return false;
         };
         // The claim goes before the key leaves `owned`: a request meanwhile waits, then
         // finds it free (or another's), never this instance's claim still standing.
-        let released = self.release_claim(key, epoch, &groups).await;
+        let released = self.release_claim(key, epoch, &groups, None).await;
         lock(&self.owned).remove(key);
         metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
         metrics::record_ownership("idle");
         released
     }
 
+    /// Marks owned `key` as `to` when it is held as `from` in this epoch: that epoch.
+    fn mark(&self, key: &str, from: fn(u64) -> Held, to: fn(u64) -> Held) -> Option<u64> {
+        let epoch = self.members.epoch();
+        self.swap(key, from(epoch), to(epoch)).then_some(epoch)
+    }
+
+    /// Holds owned `key` as `to` when it is held as `from`: whether it was.
+    fn swap(&self, key: &str, from: Held, to: Held) -> bool {
+        let mut owned = lock(&self.owned);
+        match owned.get_mut(key) {
+            Some(held) if *held == from => {
+                *held = to;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The owned keys whose requests, since the last look, all came handed over from one
+    /// other member (see `fleet::traffic`) that is live and not leaving, each with that
+    /// member, its heir; none while this instance leaves. The next window starts here.
+    pub fn followers(&self) -> Vec<(String, Member)> {
+        let window = self.traffic.take();
+        if self.members.leaving() {
+            return Vec::new();
+        }
+        let me = self.members.me();
+        window
+            .into_iter()
+            .filter_map(|(key, sources)| {
+                let heir = self.members.live(sources.follower()?)?;
+                let fit = !heir.leaving && heir.id != me && self.acts_for(&key);
+                fit.then_some((key, heir))
+            })
+            .collect()
+    }
+
+    /// Hands owned `key` to `heir`, where its requests come from. The key is held as
+    /// moving (new requests for it wait; turns already waited for are taken); once
+    /// `quiet` says no turn of it is waited for or held (within `within`) it is marked
+    /// releasing (no turn acts for it) and `quiet` gives its groups' facts; its claim
+    /// becomes the heir's with those facts, as in a graceful leave. The heir takes it with the next
+    /// request it routes for it (it finds its own name on the claim, marked released)
+    /// and starts from the facts at once. A request the heir handed here meanwhile is
+    /// refused, its owner having changed, and the heir routes it again. `false`: not
+    /// owned in this epoch, or not quiet within `within` (kept); or Redis was not told
+    /// (the key is not acted on here any more either way: its next request here claims
+    /// it again, or finds its owner).
+    pub async fn hand_to(
+        &self,
+        key: &str,
+        heir: &Member,
+        quiet: impl Fn() -> Option<Vec<ScheduleFacts>>,
+        within: Duration,
+    ) -> bool {
+        let Some(epoch) = self.mark(key, Held::In, Held::Moving) else {
+            return false;
+        };
+        let deadline = Instant::now() + within;
+        while quiet().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // From here no turn acts for it, so its facts are final.
+        if !self.swap(key, Held::Moving(epoch), Held::Releasing) {
+            return false; // the graceful leave took it meanwhile
+        }
+        let Some(groups) = quiet() else {
+            self.swap(key, Held::Releasing, Held::In(epoch));
+            return false;
+        };
+        let handed = self.release_claim(key, epoch, &groups, Some(heir)).await;
+        if handed {
+            let owner = Owner {
+                key: key.to_string(),
+                member: heir.id.clone(),
+                epoch: heir.epoch,
+                peer: heir.peer.clone(),
+            };
+            lock(&self.owners).put(key.to_string(), owner);
+        }
+        lock(&self.owned).remove(key);
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("followed");
+        handed
+    }
+
     /// Waits while `key`'s idle release runs (one Redis command; at most a lease).
     async fn wait_released(&self, key: &str) {
         let deadline = Instant::now() + self.members.lease();
-        while self.owns(key) == Some(RELEASING) && Instant::now() < deadline {
+        while matches!(self.owns(key), Some(Held::Moving(_) | Held::Releasing))
+            && Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -517,13 +619,22 @@ impl Ownership {
     }
 
     /// Releases `key`'s claim of `epoch` in Redis with each group's facts (kept for the
-    /// next owner, the record expiring after [`KEEP`]): `true` when Redis did.
-    async fn release_claim(&self, key: &str, epoch: u64, groups: &[ScheduleFacts]) -> bool {
+    /// next owner, the record expiring after [`KEEP`]), to nobody or to `heir`: `true`
+    /// when Redis did.
+    async fn release_claim(
+        &self,
+        key: &str,
+        epoch: u64,
+        groups: &[ScheduleFacts],
+        heir: Option<&Member>,
+    ) -> bool {
         let mut call = script("own_release").prepare_invoke();
         call.key(claim_key(key))
             .arg(self.members.me())
             .arg(epoch)
-            .arg(ms(KEEP));
+            .arg(ms(KEEP))
+            .arg(heir.map_or("", |h| h.id.as_str()))
+            .arg(heir.map_or(0, |h| h.epoch));
         for facts in groups {
             call.arg(&facts.group).arg(self.encode(facts));
         }
@@ -537,8 +648,8 @@ impl Ownership {
     pub async fn reassert(&self) {
         let epoch = self.members.epoch();
         for key in self.owned() {
-            if self.owns(&key) == Some(RELEASING) {
-                continue; // its idle release runs: written again by whoever claims it next
+            if !matches!(self.owns(&key), Some(Held::In(_))) {
+                continue; // released or handed on meanwhile: written by whoever claims it next
             }
             if self.reassert_key(&key, epoch).await.is_err() {
                 return;
@@ -558,12 +669,12 @@ impl Ownership {
         let mut owned = lock(&self.owned);
         match owned.get(key) {
             None => return Ok(false),
-            // Released meanwhile as idle: that release decides.
-            Some(&RELEASING) => return Ok(kept),
+            // Released or handed on meanwhile: that decides.
+            Some(Held::Moving(_) | Held::Releasing) => return Ok(kept),
             Some(_) => {}
         }
         if kept {
-            owned.insert(key.to_string(), epoch);
+            owned.insert(key.to_string(), Held::In(epoch));
         } else {
             log::warn!("fleet: {key} was taken by another member; handed over");
             owned.remove(key);

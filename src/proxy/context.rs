@@ -108,6 +108,11 @@ pub(super) enum Stage {
         upstream_status: Option<u16>,
         /// robotsgate's own `X-Robots-Decision` when the owner could not be reached.
         failed: Option<String>,
+        /// The owner answered that it no longer serves the key, before working on the
+        /// request: it is routed once more.
+        gave_up: bool,
+        /// It was routed once more already (it is not again).
+        rerouted: bool,
     },
 }
 

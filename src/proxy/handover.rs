@@ -41,13 +41,16 @@ pub(super) fn owner_peer(
 
 /// The request as it goes to the owner: as the client sent it (its request target and
 /// headers; the owner strips what never goes to an origin), its proxy credentials
-/// removed, and this instance's context for it (`client`: its client's address).
+/// removed, and this instance's context for it (`client`: its client's address; its
+/// own member id).
 pub(super) fn to_owner(
+    enforcer: &Enforcer,
     ctx: &RequestContext,
     client: Option<IpAddr>,
     request: &mut RequestHeader,
 ) -> Result<()> {
     let context = PeerContext {
+        member: enforcer.owners().map_or("", |o| o.me()).to_string(),
         client,
         user: ctx.client.user.as_ref().map(|u| u.name.clone()),
         tunnel: ctx.client.tunnel.as_ref().map(|t| t.to_string()),
@@ -60,9 +63,13 @@ pub(super) fn to_owner(
     Ok(())
 }
 
+/// The error an owner's giving up is, for Pingora to send the request again (routed
+/// once more, see `RobotsGateProxy::route_again`).
+pub(super) const GAVE_UP: &str = "owner gave the key up";
+
 /// Whether the owner's answer says it cannot serve the key (a fleet refusal: it released
-/// the key, another member took it, or it is leaving): its cached ownership is then
-/// forgotten, and the next request looks the owner up again.
+/// the key, handed it to another member, or is leaving) — it refused before working on
+/// the request: its cached ownership is then forgotten, and the request routed again.
 pub(super) fn owner_gave_up(answer: &pingora::http::ResponseHeader) -> bool {
     answer.status.as_u16() == 503
         && answer

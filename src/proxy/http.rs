@@ -29,8 +29,8 @@ use super::headers::{
 };
 use super::request::{requester, target_of, target_refused};
 use crate::downstream::context::ClientContext;
-use crate::enforce::{Answer, Decision, Enforcer, Pace, Turn};
-use crate::policy::target::Scheme;
+use crate::enforce::{Answer, Decision, Enforcer, Judged, Pace, Turn};
+use crate::policy::target::{Scheme, Target};
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::{Outcome, Retry};
 
@@ -99,6 +99,92 @@ impl RobotsGateProxy {
                 Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"))
             }
         }
+    }
+
+    /// The enforcer's judgement of the request for `target`.
+    async fn judge(&self, session: &Session, ctx: &RequestContext, target: &Target) -> Judged {
+        let who = requester(session, &ctx.client);
+        let handed = ctx.client.handed.as_ref().map(|h| h.member.as_str());
+        self.enforcer
+            .judge_request(target, &who, ctx.client.destination, handed)
+            .await
+    }
+
+    /// Acts on a judgement: a hand-over (the stage names the owner; `rerouted`: the
+    /// request was routed again after its first owner gave its key up), or the turn
+    /// waited for and the exchange begun; `Some`: robotsgate's own answer instead.
+    async fn act_on(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        judged: Judged,
+        rerouted: bool,
+    ) -> Result<Option<Answer>> {
+        ctx.tokens_from = judged.tokens_from;
+        ctx.mode_from = judged.mode_from;
+        let (addr, why, pace, reported, usage) = match judged.decision {
+            Decision::Refuse(reply) => return Ok(Some(reply.answer())),
+            Decision::HandOver(owner) => {
+                ctx.stage = Stage::HandedOver {
+                    owner,
+                    attempts: 0,
+                    upstream_status: None,
+                    failed: None,
+                    gave_up: false,
+                    rerouted,
+                };
+                return Ok(None);
+            }
+            Decision::Forward {
+                addr,
+                why,
+                pace,
+                reported,
+                usage,
+            } => (addr, why, pace, reported, usage),
+        };
+        let turn = match self.wait_for_turn(session, &pace).await? {
+            Ok(turn) => turn,
+            Err(answer) => return Ok(Some(answer)),
+        };
+        self.exchange_starts(session, ctx);
+        ctx.stage = Stage::Forwarded {
+            addr,
+            allowed: why,
+            rule: pace.rule,
+            reported: reported.map(|r| r.reported()),
+            usage,
+            signer: judged.signer,
+            payment: None,
+            paid: None,
+            pace,
+            turn: Some(turn),
+            attempts: 0,
+            retried: None,
+            upstream_status: None,
+            failed: None,
+        };
+        Ok(None)
+    }
+
+    /// The owner a request was handed to gave its key up before working on it (it
+    /// released the key, handed it to another member, or is leaving): the request is
+    /// routed once more, and served here, handed to the new owner, or answered (`Err`,
+    /// the answer kept for `fail_to_proxy`).
+    async fn route_again(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<()> {
+        let Some(target) = ctx.target.clone() else {
+            return Error::e_explain(ErrorType::InternalError, "a hand-over without a target");
+        };
+        let judged = self.judge(session, ctx, &target).await;
+        let Some(answer) = self.act_on(session, ctx, judged, true).await? else {
+            return Ok(());
+        };
+        ctx.answered(&answer);
+        ctx.unsent = Some(answer);
+        Error::e_explain(
+            ErrorType::HTTPStatus(503),
+            "routed again after its owner gave it up, and answered here",
+        )
     }
 
     /// From here the turn follows the origin's exchange: a client that half-closes or
@@ -239,58 +325,12 @@ impl ProxyHttp for RobotsGateProxy {
             Ok(target) => target,
             Err(e) => return answered(session, ctx, &target_refused(e)).await,
         };
-        let judged = {
-            let who = requester(session, &ctx.client);
-            let destination = ctx.client.destination;
-            let handed = ctx.client.handed.is_some();
-            self.enforcer
-                .judge_request(&target, &who, destination, handed)
-                .await
-        };
-        ctx.tokens_from = judged.tokens_from;
-        ctx.mode_from = judged.mode_from;
+        let judged = self.judge(session, ctx, &target).await;
         ctx.target = Some(target);
-        let (addr, why, pace, reported, usage) = match judged.decision {
-            Decision::Refuse(reply) => return answered(session, ctx, &reply.answer()).await,
-            Decision::HandOver(owner) => {
-                ctx.stage = Stage::HandedOver {
-                    owner,
-                    attempts: 0,
-                    upstream_status: None,
-                    failed: None,
-                };
-                return Ok(false);
-            }
-            Decision::Forward {
-                addr,
-                why,
-                pace,
-                reported,
-                usage,
-            } => (addr, why, pace, reported, usage),
-        };
-        let turn = match self.wait_for_turn(session, &pace).await? {
-            Ok(turn) => turn,
-            Err(answer) => return answered(session, ctx, &answer).await,
-        };
-        self.exchange_starts(session, ctx);
-        ctx.stage = Stage::Forwarded {
-            addr,
-            allowed: why,
-            rule: pace.rule,
-            reported: reported.map(|r| r.reported()),
-            usage,
-            signer: judged.signer,
-            payment: None,
-            paid: None,
-            pace,
-            turn: Some(turn),
-            attempts: 0,
-            retried: None,
-            upstream_status: None,
-            failed: None,
-        };
-        Ok(false)
+        match self.act_on(session, ctx, judged, false).await? {
+            Some(answer) => answered(session, ctx, &answer).await,
+            None => Ok(false),
+        }
     }
 
     /// Bodies without a `Content-Length` are counted as they stream: 413 past the limit.
@@ -318,9 +358,12 @@ impl ProxyHttp for RobotsGateProxy {
     /// ends the last attempt's turn, then takes a turn of its own.
     async fn upstream_peer(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<Box<HttpPeer>> {
+        if let Stage::HandedOver { gave_up: true, .. } = ctx.stage {
+            self.route_again(session, ctx).await?;
+        }
         if let Stage::HandedOver {
             owner, attempts, ..
         } = &mut ctx.stage
@@ -353,7 +396,10 @@ impl ProxyHttp for RobotsGateProxy {
         client_reused: bool,
     ) -> Box<Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        if !session.req_header().method.is_idempotent() || session.as_ref().retry_buffer_truncated()
+        // An owner that gave the key up never worked on the request, whatever its method.
+        let gave_up = matches!(ctx.stage, Stage::HandedOver { gave_up: true, .. });
+        if (!gave_up && !session.req_header().method.is_idempotent())
+            || session.as_ref().retry_buffer_truncated()
         {
             e.set_retry(false);
         } else {
@@ -408,6 +454,8 @@ impl ProxyHttp for RobotsGateProxy {
         if let Stage::HandedOver {
             owner,
             upstream_status,
+            gave_up,
+            rerouted,
             ..
         } = &mut ctx.stage
         {
@@ -415,6 +463,16 @@ impl ProxyHttp for RobotsGateProxy {
             *upstream_status = Some(upstream_response.status.as_u16());
             if super::handover::owner_gave_up(upstream_response) {
                 self.enforcer.forget_owner(owner);
+                if !*rerouted {
+                    // Not relayed: the request is routed once more (`upstream_peer`).
+                    *gave_up = true;
+                    let mut e = Error::explain(
+                        ErrorType::Custom(super::handover::GAVE_UP),
+                        "the owner no longer serves the key",
+                    );
+                    e.set_retry(true);
+                    return Err(e);
+                }
             }
             return Ok(());
         }
@@ -498,7 +556,7 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         if let Stage::HandedOver { .. } = ctx.stage {
             let who = requester(session, &ctx.client).client;
-            return super::handover::to_owner(ctx, who, upstream_request);
+            return super::handover::to_owner(&self.enforcer, ctx, who, upstream_request);
         }
         if has_any(&upstream_request.headers, NEVER_FORWARDED) {
             for name in NEVER_FORWARDED {

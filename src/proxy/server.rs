@@ -497,6 +497,7 @@ impl pingora::services::background::BackgroundService for Background {
         }
         self.history.clone().keep_sampling(self.enforcer.clone());
         self.enforcer.clone().keep_releasing_idle();
+        self.enforcer.clone().keep_following_traffic();
         for addr in self.tproxy.clone() {
             tokio::spawn(make_transparent_once_bound(addr));
         }

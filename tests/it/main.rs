@@ -14,6 +14,7 @@ mod fleet;
 
 mod fleet_faults;
 mod fleet_fixture;
+mod fleet_follow;
 mod fleet_handover;
 mod fleet_routing;
 mod h2_attacks;

@@ -86,19 +86,20 @@ pub fn observe_fleet_command(command: &str, seconds: f64) {
 static FLEET_OWNERSHIP: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "robotsgate_fleet_ownership_changes_total",
-        "Pacing keys this instance took or lost, by how: claimed (nobody held it), handed (its owner released it, leaving or idle, and this one took it), taken_over (its owner vanished; taken once its exchanges must be over), released (handed over by this one as it left), idle (released by this one, nobody having asked for it for fleet.release_idle_seconds), lost (another member holds it now).",
+        "Pacing keys this instance took or lost, by how: claimed (nobody held it), handed (its owner released it, leaving, idle or following its traffic, and this one took it), taken_over (its owner vanished; taken once its exchanges must be over), released (handed over by this one as it left), idle (released by this one, nobody having asked for it for fleet.release_idle_seconds), followed (handed by this one to the member its requests came from, fleet.follow_traffic_seconds), lost (another member holds it now).",
         &["how"]
     )
     .expect("metric registers once")
 });
 
 /// The ways a key changes hands, as `robotsgate_fleet_ownership_changes_total` labels.
-pub const OWNERSHIP_CHANGES: [&str; 6] = [
+pub const OWNERSHIP_CHANGES: [&str; 7] = [
     "claimed",
     "handed",
     "taken_over",
     "released",
     "idle",
+    "followed",
     "lost",
 ];
 

@@ -1,0 +1,112 @@
+//! Ownership follows traffic (`fleet.follow_traffic_seconds`): an origin whose requests
+//! all come handed over from one other member is handed to that member with its facts,
+//! and a request handed to an owner that gave its origin up is routed once more instead
+//! of refused. Real `redis-server`, real members on loopback, an origin that logs when
+//! each request arrives and ends.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::{assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy};
+use crate::fleet_fixture::{backend_up, fleet_conf, instances, load, owner_index, paced_origin};
+use crate::redis_servers::Redis;
+
+/// How many keys `proxy` changed hands of, by `how` (`followed`, `handed`, ...).
+fn changes(proxy: &Proxy, how: &str) -> f64 {
+    proxy.sum(
+        "robotsgate_fleet_ownership_changes_total",
+        &format!("how=\"{how}\""),
+    )
+}
+
+/// `proxy`'s log lines about refusals and the fleet, for a failure's message.
+fn refusals(proxy: &Proxy) -> String {
+    let log = proxy.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("status=503") || l.contains("fleet:"))
+        .collect();
+    lines.join("\n")
+}
+
+/// Requests `proxy` handed over to another member.
+fn handed_over(proxy: &Proxy) -> f64 {
+    proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"")
+}
+
+/// An origin crawled through both members stays with its owner; once its requests all
+/// come through the other member, it moves there within a few windows. Across the move
+/// no request is refused (those the old owner receives after it let go are routed
+/// again by the member that handed them), every request reaches the origin once, and
+/// the Crawl-delay holds at the origin; afterwards nothing is handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_follows_its_traffic_to_the_member_it_comes_from() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 1);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let origin = paced_origin("0.1").await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+
+    // Through both members for three windows: the owner keeps it.
+    let until = Instant::now() + Duration::from_secs(3);
+    let mixed = load(&proxies, &[&origin], "/p/mixed-", 2, 60, until).await;
+    assert!(mixed.iter().all(|&s| s == 200), "{mixed:?}");
+    assert_eq!(owner_index(&proxies, &origin), Some(0), "mixed traffic");
+    assert_eq!(changes(&proxies[0], "followed"), 0.0);
+
+    // Through member 1 only, three clients at once: it moves to member 1.
+    let until = Instant::now() + Duration::from_secs(6);
+    let only = load(&proxies[1..], &[&origin], "/p/only-", 3, 120, until).await;
+    assert!(
+        only.iter().all(|&s| s == 200),
+        "refused on the way: {only:?}\n{}\n{}",
+        refusals(&proxies[0]),
+        refusals(&proxies[1])
+    );
+    let moved = eventually(Duration::from_secs(10), || {
+        owner_index(&proxies, &origin) == Some(1)
+    })
+    .await;
+    assert!(moved, "never moved:\n{}", proxies[0].log());
+    assert_eq!(changes(&proxies[0], "followed"), 1.0);
+    assert_eq!(changes(&proxies[1], "handed"), 1.0, "taken as handed over");
+
+    // Served where it arrives now.
+    let before = handed_over(&proxies[1]);
+    let until = Instant::now() + Duration::from_secs(3);
+    let after = load(&proxies[1..], &[&origin], "/p/after-", 2, 10, until).await;
+    assert!(after.iter().all(|&s| s == 200), "{after:?}");
+    assert_eq!(
+        handed_over(&proxies[1]),
+        before,
+        "handed over after the move"
+    );
+
+    let seen = pages(&origin, "/p/");
+    let sent = 1 + mixed.len() + only.len() + after.len();
+    assert_eq!(seen.len(), sent, "every request reached the origin once");
+    assert_gaps_at_least(&seen, Duration::from_millis(100));
+    assert!(most_at_once(&seen) <= 1, "one at a time");
+    assert_eq!(origin.count("/robots.txt"), 1);
+}
+
+/// With `fleet.follow_traffic_seconds: 0` ownership never follows: the origin stays
+/// with the member that met it first, and its requests keep being handed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_following_an_origin_stays_with_its_first_owner() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let origin = paced_origin("0").await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(2);
+    let only = load(&proxies[1..], &[&origin], "/p/only-", 2, 40, until).await;
+    assert!(only.iter().all(|&s| s == 200), "{only:?}");
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(handed_over(&proxies[1]), only.len() as f64);
+    assert_eq!(changes(&proxies[0], "followed"), 0.0);
+}
