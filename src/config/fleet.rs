@@ -37,12 +37,12 @@ pub struct FleetConfig {
     /// meet it again owns it. Bounds what an owner and Redis hold to the origins being
     /// crawled. 0: kept for the whole membership.
     pub release_idle_seconds: Seconds,
-    /// Ownership follows traffic: an owned origin whose requests, over this long, all
-    /// came handed over from one other member (at least two, none from this instance's
-    /// own clients) is handed to that member with its facts, as in a graceful leave.
-    /// With a front routing by host, a host the front moved (a member joined, left or
-    /// came back) is then served where it arrives. 0: ownership moves only when its
-    /// owner leaves, vanishes or lets it idle.
+    /// Ownership follows traffic: this often, an owner looks for the origins whose last
+    /// 16 requests or more came in a row handed over by one other member, and hands
+    /// each to that member with its facts, as in a graceful leave. With a front routing
+    /// by host, a host the front moved (a member joined, left or came back) is then
+    /// served where it arrives. 0: ownership moves only when its owner leaves, vanishes
+    /// or lets it idle.
     pub follow_traffic_seconds: Seconds,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,

@@ -531,19 +531,19 @@ impl Ownership {
         }
     }
 
-    /// The owned keys whose requests, since the last look, all came handed over from one
-    /// other member (see `fleet::traffic`) that is live and not leaving, each with that
-    /// member, its heir; none while this instance leaves. The next window starts here.
+    /// The owned keys whose last requests all came handed over from one other member
+    /// (see `fleet::traffic`) that is live and not leaving, each with that member, its
+    /// heir; none while this instance leaves.
     pub fn followers(&self) -> Vec<(String, Member)> {
-        let window = self.traffic.take();
+        let followers = self.traffic.followers();
         if self.members.leaving() {
             return Vec::new();
         }
         let me = self.members.me();
-        window
+        followers
             .into_iter()
-            .filter_map(|(key, sources)| {
-                let heir = self.members.live(sources.follower()?)?;
+            .filter_map(|(key, via)| {
+                let heir = self.members.live(&via)?;
                 let fit = !heir.leaving && heir.id != me && self.acts_for(&key);
                 fit.then_some((key, heir))
             })

@@ -1,68 +1,58 @@
 //! Where an owned key's requests come from, so that ownership follows traffic.
 //!
-//! **Algorithm.** Per key this instance owns, counts since the last look: requests from
-//! its own clients, and requests handed over by other members, with the one member they
-//! came from (a second one marks the key as mixed). Every `fleet.follow_traffic_seconds`
-//! the owner takes the counts ([`Traffic::take`]) and, for each key whose requests all
-//! came from one other member ([`Sources::follower`]), hands the key to that member
-//! (`Ownership::hand_to`). Counts start again from zero at every look, so a key follows
-//! only traffic that lasted a whole window, and at most once per window.
+//! **Algorithm.** Per key this instance owns, the current streak: how many requests in a
+//! row were handed over by one other member. A request from this instance's own client,
+//! or from another member, ends it (a new streak starts with that member). Every
+//! `fleet.follow_traffic_seconds` the owner looks ([`Traffic::followers`]): a key whose
+//! streak reached [`FOLLOW_AFTER`] is handed to that member (`Ownership::hand_to`), and
+//! a key nobody asked for since the last look is forgotten.
+//!
+//! A streak, not a share: with a front that routes by host, every request of a host the
+//! front moved comes from its new member, and the streak grows with each; with members
+//! picked at random, a streak of [`FOLLOW_AFTER`] from one other member is rare (one in
+//! 2¹⁶ with two members), so hosts do not wander between members.
 //!
 //! Costs: one uncontended lock and a hash-map update per request routed to an owned key
-//! (an allocation only for a key's first request in a window); memory: one entry per
-//! owned key asked for within the window.
+//! (an allocation only for a key's first request since the last look, and when its
+//! streak changes member); memory: one entry per owned key asked for since the last look.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::fleet::backend::lock;
 
-/// The fewest requests handed over by one member, within a window, for a key to follow
-/// them: a single request is not a pattern.
-pub const FOLLOW_AFTER: u32 = 2;
+/// How many requests in a row handed over by one member make a key follow them there.
+pub const FOLLOW_AFTER: u32 = 16;
 
-/// Per owned key, where its requests came from since the last look.
+/// Per owned key, the streak of its requests.
 #[derive(Default)]
 pub struct Traffic {
-    /// The counts, by key.
-    keys: Mutex<HashMap<String, Sources>>,
+    /// The streaks, by key.
+    keys: Mutex<HashMap<String, Streak>>,
 }
 
-/// Where one key's requests came from within a window.
+/// One key's current streak.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sources {
-    /// From this instance's own clients.
-    local: u32,
-    /// Handed over by other members.
-    handed: u32,
-    /// The member the first of them came from.
+struct Streak {
+    /// The member the streak's requests came from; `None`: the last request came from a
+    /// client here (or from a member that did not say).
     via: Option<String>,
-    /// Some came from another member than `via`, or from one that did not say.
-    mixed: bool,
+    /// How many requests in a row came from `via`.
+    length: u32,
+    /// Asked for since the last look.
+    seen: bool,
 }
 
-impl Sources {
-    /// The member every request came from, when there were enough of them
-    /// ([`FOLLOW_AFTER`]) and none from this instance's own clients or another member.
-    pub fn follower(&self) -> Option<&str> {
-        match (&self.via, self.local, self.mixed) {
-            (Some(via), 0, false) if self.handed >= FOLLOW_AFTER => Some(via),
-            _ => None,
-        }
-    }
-
+impl Streak {
     /// Counts one request, `from` a member (its id) or this instance's own client.
     fn count(&mut self, from: Option<&str>) {
-        let Some(member) = from else {
-            self.local = self.local.saturating_add(1);
-            return;
-        };
-        self.handed = self.handed.saturating_add(1);
-        match &self.via {
-            _ if member.is_empty() => self.mixed = true,
-            None => self.via = Some(member.to_string()),
-            Some(via) if via != member => self.mixed = true,
-            Some(_) => {}
+        self.seen = true;
+        match from.filter(|m| !m.is_empty()) {
+            Some(member) if self.via.as_deref() == Some(member) => {
+                self.length = self.length.saturating_add(1);
+            }
+            Some(member) => (self.via, self.length) = (Some(member.to_string()), 1),
+            None => (self.via, self.length) = (None, 0),
         }
     }
 }
@@ -72,18 +62,33 @@ impl Traffic {
     pub fn note(&self, key: &str, from: Option<&str>) {
         let mut keys = lock(&self.keys);
         match keys.get_mut(key) {
-            Some(sources) => sources.count(from),
+            Some(streak) => streak.count(from),
             None => {
-                let mut sources = Sources::default();
-                sources.count(from);
-                keys.insert(key.to_string(), sources);
+                let mut streak = Streak::default();
+                streak.count(from);
+                keys.insert(key.to_string(), streak);
             }
         }
     }
 
-    /// The window's counts, by key; the next window starts empty.
-    pub fn take(&self) -> HashMap<String, Sources> {
-        std::mem::take(&mut *lock(&self.keys))
+    /// The keys whose streak reached [`FOLLOW_AFTER`], each with its member (forgotten
+    /// here: it is being handed over); keys nobody asked for since the last look are
+    /// forgotten too, and the next look starts.
+    pub fn followers(&self) -> Vec<(String, String)> {
+        let mut keys = lock(&self.keys);
+        let mut followers = Vec::new();
+        keys.retain(|key, streak| {
+            if let Some(via) = streak
+                .via
+                .as_ref()
+                .filter(|_| streak.length >= FOLLOW_AFTER)
+            {
+                followers.push((key.clone(), via.clone()));
+                return false;
+            }
+            std::mem::replace(&mut streak.seen, false)
+        });
+        followers
     }
 }
 
@@ -91,37 +96,46 @@ impl Traffic {
 mod tests {
     use super::*;
 
-    /// The counts of one key after `requests` (a member id, or `None` for a local one).
-    fn after(requests: &[Option<&str>]) -> Sources {
+    /// The followers after `requests` for key `k` (a member id, or `None` for a local
+    /// one), `n` times each.
+    fn after(requests: &[(Option<&str>, u32)]) -> Vec<(String, String)> {
         let traffic = Traffic::default();
-        for from in requests {
-            traffic.note("k", *from);
+        for (from, n) in requests {
+            for _ in 0..*n {
+                traffic.note("k", *from);
+            }
         }
-        traffic.take().remove("k").unwrap_or_default()
+        traffic.followers()
     }
 
     #[test]
-    fn a_key_follows_only_one_members_lasting_traffic() {
-        assert_eq!(after(&[Some("b"), Some("b")]).follower(), Some("b"));
-        assert_eq!(after(&[Some("b")]).follower(), None, "one request");
-        assert_eq!(
-            after(&[Some("b"), None, Some("b")]).follower(),
-            None,
-            "a local one"
-        );
-        assert_eq!(after(&[Some("b"), Some("c"), Some("b")]).follower(), None);
-        assert_eq!(after(&[Some(""), Some("")]).follower(), None, "unnamed");
-        assert_eq!(after(&[]).follower(), None);
+    fn a_key_follows_one_members_streak_only() {
+        let k = |m: &str| vec![("k".to_string(), m.to_string())];
+        assert_eq!(after(&[(Some("b"), FOLLOW_AFTER)]), k("b"));
+        assert_eq!(after(&[(None, 5), (Some("b"), FOLLOW_AFTER)]), k("b"));
+        assert!(after(&[(Some("b"), FOLLOW_AFTER - 1)]).is_empty());
+        let broken = [(Some("b"), FOLLOW_AFTER - 1), (None, 1), (Some("b"), 1)];
+        assert!(after(&broken).is_empty(), "a local request ends it");
+        let other = [
+            (Some("b"), FOLLOW_AFTER - 1),
+            (Some("c"), 1),
+            (Some("b"), 1),
+        ];
+        assert!(after(&other).is_empty(), "another member ends it");
+        assert!(after(&[(Some(""), FOLLOW_AFTER * 2)]).is_empty(), "unnamed");
     }
 
     #[test]
-    fn a_look_starts_the_next_window_empty() {
+    fn a_streak_spans_looks_and_an_unasked_key_is_forgotten() {
         let traffic = Traffic::default();
+        for _ in 0..FOLLOW_AFTER - 1 {
+            traffic.note("k", Some("b"));
+        }
+        traffic.note("idle", None);
+        assert!(traffic.followers().is_empty());
         traffic.note("k", Some("b"));
-        traffic.note("k", Some("b"));
-        assert_eq!(traffic.take().len(), 1);
-        traffic.note("k", Some("b"));
-        let window = traffic.take();
-        assert_eq!(window.get("k").and_then(Sources::follower), None);
+        assert_eq!(traffic.followers(), vec![("k".into(), "b".into())]);
+        assert!(traffic.followers().is_empty());
+        assert!(lock(&traffic.keys).is_empty(), "both forgotten");
     }
 }

@@ -95,10 +95,47 @@ pub(super) fn failed(ctx: &mut RequestContext, written: bool) -> Option<Answer> 
     Some(answer)
 }
 
-/// Whether a failed attempt to the owner is sent again: once, where Pingora says the
-/// owner never received it.
-pub(super) fn retry(e: &mut Error, attempts: u8) {
-    if attempts > 1 {
+/// Whether `e` is the owner closing a pooled connection before answering a single
+/// octet, over TLS without a `close_notify` (an owner that stops closes its idle
+/// connections so; rustls reports it as an unexpected end, which Pingora does not count
+/// as the closed connection it is): sent again as over a connection found closed.
+pub(super) fn closed_unanswered(e: &Error) -> bool {
+    let eof = e
+        .cause
+        .as_ref()
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof);
+    let unanswered = e
+        .context
+        .as_ref()
+        .is_some_and(|c| c.as_str().ends_with("bytes already read: 0"));
+    e.etype() == &ErrorType::ReadError && eof && unanswered
+}
+
+/// Whether a failed attempt to the owner is sent again, and where. An owner that
+/// refused the connection, or closed a pooled one where Pingora says it never received
+/// the request, may just have left (its listeners close once it has handed its keys
+/// over, before the others hear of it): it is forgotten and the request routed once more
+/// (`RobotsGateProxy::route_again`, which asks Redis who owns the key now). Routed
+/// again already: sent to the same owner once more at most, where Pingora says it never
+/// received it.
+pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
+    let Stage::HandedOver {
+        owner,
+        attempts,
+        gave_up,
+        rerouted,
+        ..
+    } = stage
+    else {
+        return;
+    };
+    let unreached = e.etype() == &ErrorType::ConnectRefused || e.retry();
+    if !*rerouted && !*gave_up && unreached {
+        enforcer.forget_owner(owner);
+        *gave_up = true;
+        e.set_retry(true);
+    } else if *attempts > 1 {
         e.set_retry(false);
     }
 }

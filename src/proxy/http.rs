@@ -201,8 +201,8 @@ impl RobotsGateProxy {
     /// `upstream.max_retries`, only where the origin never worked on it. A refusal
     /// backs the origin off either way.
     fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
-        if let Stage::HandedOver { attempts, .. } = ctx.stage {
-            return super::handover::retry(e, attempts);
+        if let Stage::HandedOver { .. } = ctx.stage {
+            return super::handover::retry(&self.enforcer, e, &mut ctx.stage);
         }
         let Stage::Forwarded {
             turn,
@@ -395,7 +395,12 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
         client_reused: bool,
     ) -> Box<Error> {
+        let closed =
+            matches!(ctx.stage, Stage::HandedOver { .. }) && super::handover::closed_unanswered(&e);
         let mut e = e.more_context(format!("Peer: {peer}"));
+        if closed {
+            e.retry = pingora::RetryType::ReusedOnly;
+        }
         // An owner that gave the key up never worked on the request, whatever its method.
         let gave_up = matches!(ctx.stage, Stage::HandedOver { gave_up: true, .. });
         if (!gave_up && !session.req_header().method.is_idempotent())
@@ -417,7 +422,10 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
         mut e: Box<Error>,
     ) -> Box<Error> {
-        if !session.req_header().method.is_idempotent() {
+        // A connection to an owner that was never made carried nothing: whatever the
+        // method, the request is routed once more (`handover::retry`).
+        let handed = matches!(ctx.stage, Stage::HandedOver { .. });
+        if !handed && !session.req_header().method.is_idempotent() {
             e.set_retry(false);
         }
         self.decide_retry(&mut e, ctx);

@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::{assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy};
-use crate::fleet_fixture::{backend_up, fleet_conf, instances, load, owner_index, paced_origin};
+use crate::fleet_fixture::{
+    backend_up, fleet_conf, instances, load, owner_index, paced_origin, signal,
+};
 use crate::redis_servers::Redis;
 
 /// How many keys `proxy` changed hands of, by `how` (`followed`, `handed`, ...).
@@ -109,4 +111,55 @@ async fn without_following_an_origin_stays_with_its_first_owner() {
     assert_eq!(owner_index(&proxies, &origin), Some(0));
     assert_eq!(handed_over(&proxies[1]), only.len() as f64);
     assert_eq!(changes(&proxies[0], "followed"), 0.0);
+}
+
+/// The owner leaves gracefully (SIGTERM) while another member hands it requests: none
+/// of them is refused. Those the leaver receives once it has let go of the origin are
+/// routed once more by the member that sent them, which then owns the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_handed_to_a_leaving_owner_are_routed_again() {
+    let redis = Redis::start();
+    let mut proxies = instances(
+        2,
+        &fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0),
+    );
+    backend_up(&proxies).await;
+    let origin = paced_origin("0").await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    let until = Instant::now() + Duration::from_secs(4);
+    let targets = [&origin];
+    let leave = async {
+        let handed = eventually(Duration::from_secs(10), || {
+            pages(&origin, "/p/via-").len() >= 20
+        });
+        assert!(handed.await, "the load never reached the origin");
+        signal(proxies[0].pid(), "-TERM");
+    };
+    let (statuses, ()) = tokio::join!(
+        load(&proxies[1..], &targets, "/p/via-", 2, 4000, until),
+        leave
+    );
+    assert!(
+        statuses.iter().all(|&s| s == 200),
+        "refused: {:?}\n{}",
+        statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>(),
+        refusals(&proxies[1])
+    );
+    let mut leaver = proxies.remove(0);
+    assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
+    assert!(
+        leaver.log().contains("1 origins handed over"),
+        "{}",
+        leaver.log()
+    );
+    assert_eq!(
+        owner_index(&proxies, &origin),
+        Some(0),
+        "the member that stays"
+    );
+    assert_eq!(
+        pages(&origin, "/p/via-").len(),
+        statuses.len(),
+        "each reached it once"
+    );
 }

@@ -22,6 +22,17 @@ struct Front {
 }
 
 impl Front {
+    /// A client whose proxy is this front.
+    fn client(&self) -> reqwest::Client {
+        let proxy = format!("http://127.0.0.1:{}", self.port);
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::http(proxy).expect("proxy"))
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("client")
+    }
+
+    /// HAProxy routing by host over `members`, each health-checked.
     fn start(members: &[&Proxy]) -> Front {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("haproxy.cfg");
@@ -71,25 +82,9 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     for _ in 0..20 {
         origins.push(paced_origin("0").await);
     }
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::http(format!("http://127.0.0.1:{}", front.port)).expect("proxy"))
-        .timeout(Duration::from_secs(20))
-        .build()
-        .expect("client");
-    let mut answered = 0usize;
+    let client = front.client();
     let until = Instant::now() + Duration::from_secs(60);
-    for round in 0..30 {
-        let sends = origins.iter().map(|o| {
-            let (client, url) = (client.clone(), o.url(&format!("/r/{round}")));
-            async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
-        });
-        for status in futures_util::future::join_all(sends).await {
-            answered += usize::from(status.ok() == Some(200));
-        }
-        if Instant::now() > until {
-            break;
-        }
-    }
+    let answered = crawl(&client, &origins, "/r/", 30, until).await;
     assert!(answered >= 590, "{answered} of 600 answered");
     let handed = handed_over(&members.iter().collect::<Vec<_>>());
     println!("{handed} of {answered} requests handed over behind HAProxy");
@@ -100,6 +95,95 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     for origin in &origins {
         assert_eq!(origin.count("/r/0"), 1);
     }
+}
+
+/// A member joins behind the front, and the operator reloads the front with it: the
+/// front now sends about a third of the hosts to the new member, whose requests for them
+/// are first handed to their old owners; ownership follows them there
+/// (`fleet.follow_traffic_seconds`), and once it has, at most 1% is handed over again.
+/// Every request reaches its origin once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_ownership_follows_the_hosts_a_new_member_gets() {
+    let redis = Redis::start();
+    let following = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 1);
+    let members = instances(3, &following);
+    backend_up(&members).await;
+    let all: Vec<&Proxy> = members.iter().collect();
+    let mut origins: Vec<TestOrigin> = Vec::new();
+    for _ in 0..20 {
+        origins.push(paced_origin("0").await);
+    }
+    let long = Instant::now() + Duration::from_secs(60);
+    let before = Front::start(&all[..2]);
+    assert_eq!(crawl(&before.client(), &origins, "/a/", 3, long).await, 60);
+    assert!(origins
+        .iter()
+        .all(|o| owner_seen_by(&members[2], o).as_deref() != Some("here")));
+    drop(before);
+
+    let front = Front::start(&all);
+    let client = front.client();
+    // Three windows of following.
+    let settling = Instant::now() + Duration::from_secs(3);
+    let moving = crawl(&client, &origins, "/b/", 2000, settling).await;
+    let handed_moving = handed_over(&all);
+    let settled = crawl(&client, &origins, "/c/", 20, long).await;
+    assert_eq!(settled, 400, "every request answered");
+    let handed = handed_over(&all) - handed_moving;
+    println!("moving: {handed_moving} of {moving} handed over; settled: {handed} of {settled}");
+    assert!(handed_moving > 0.0, "the front moved no host");
+    assert!(
+        handed <= settled as f64 * 0.01,
+        "{handed} of {settled} handed over"
+    );
+    let followed: f64 = all
+        .iter()
+        .map(|p| {
+            p.sum(
+                "robotsgate_fleet_ownership_changes_total",
+                "how=\"followed\"",
+            )
+        })
+        .sum();
+    let new_owns = origins
+        .iter()
+        .filter(|o| owner_seen_by(&members[2], o).as_deref() == Some("here"))
+        .count();
+    assert!(
+        new_owns > 0 && followed >= new_owns as f64,
+        "{new_owns} owned, {followed} followed"
+    );
+    for origin in &origins {
+        for round in [0, 19] {
+            assert_eq!(origin.count(&format!("/c/{round}")), 1);
+        }
+        assert_eq!(origin.count("/b/0"), 1);
+    }
+}
+
+/// Sends one GET per origin (`{prefix}{round}`) per round, each round's at once, for
+/// `rounds` rounds or until `until`; how many were answered 200.
+async fn crawl(
+    client: &reqwest::Client,
+    origins: &[TestOrigin],
+    prefix: &str,
+    rounds: usize,
+    until: Instant,
+) -> usize {
+    let mut answered = 0;
+    for round in 0..rounds {
+        let sends = origins.iter().map(|o| {
+            let (client, url) = (client.clone(), o.url(&format!("{prefix}{round}")));
+            async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
+        });
+        for status in futures_util::future::join_all(sends).await {
+            answered += usize::from(status.ok() == Some(200));
+        }
+        if Instant::now() > until {
+            break;
+        }
+    }
+    answered
 }
 
 /// The members' handed-over requests, summed.
