@@ -17,7 +17,9 @@ load, and their ratio; the share of requests handed over to another member; and 
 origins' verdict: requests that reached a disallowed path, gaps below a Crawl-delay,
 and the most requests in flight at once at one origin against max_in_flight (2); and
 robotsgate's own CPU per answered request, every instance counted (utime + stime), so a
-hand-over's cost shows against the one-instance run.
+hand-over's cost shows against the one-instance run; and how many origins followed their
+traffic to another member during the load (`how="followed"`; random routing should move
+none).
 
 With --front, each fleet size runs twice: clients through random instances, then through
 HAProxy routing by host (`balance hdr(host)`, `hash-type consistent`, the README's
@@ -48,6 +50,7 @@ from origins import most_at_once, serve_origins
 ORIGINS = 50
 IDLE_SECONDS = 4
 CLIENTS = 32
+OWNERSHIP = "robotsgate_fleet_ownership_changes_total"
 
 
 # A tenth of the origins with Crawl-delay 0.5, a fifth with 0.2, the rest none.
@@ -223,6 +226,7 @@ def run(args, size, cluster, front, work):
         calls0, cpu0 = redis_counters(redis_ports)
         detail0 = redis_detail(redis_ports)
         handed0 = sum(metric_sum(a, "robotsgate_requests_total", 'decision="handed_over"') for _, a in instances)
+        followed0 = sum(metric_sum(a, OWNERSHIP, 'how="followed"') for _, a in instances)
         rg_cpu0 = sum(cpu_seconds(m.pid) for m in members)
         begin = time.monotonic()
         end = begin + args.seconds
@@ -259,6 +263,7 @@ def run(args, size, cluster, front, work):
         loaded = time.monotonic() - begin
         detail1 = redis_detail(redis_ports)
         handed1 = sum(metric_sum(a, "robotsgate_requests_total", 'decision="handed_over"') for _, a in instances)
+        followed1 = sum(metric_sum(a, OWNERSHIP, 'how="followed"') for _, a in instances)
         stop_origins.set()
         pages, leaks, short, most = verdict(logs_q.get(timeout=20))
         forwarded = max(pages, 1)
@@ -269,6 +274,7 @@ def run(args, size, cluster, front, work):
             "calls": (calls1 - calls0 - (idle_calls1 - idle_calls0) * loaded / IDLE_SECONDS) / forwarded,
             "idle_ms": idle_cpu * 1e3, "load_ms": load_cpu * 1e3,
             "handed": (handed1 - handed0) / max(answered[0], 1),
+            "followed": int(followed1 - followed0),
             "rg_us": (rg_cpu1 - rg_cpu0) / max(answered[0], 1) * 1e6,
             "leaks": leaks, "short": short, "most": most,
             "detail": {k: (detail1.get(k, 0) - detail0.get(k, 0)) / forwarded for k in detail1},
@@ -304,14 +310,14 @@ def main():
         print(f"{CLIENTS} clients, {ORIGINS} origins, {args.seconds:.0f} s per run, max_in_flight 2\n")
         print(f"{'instances':<14} {'answered/s':>10} {'scripts/fwd':>11} {'Redis ms/s idle':>15} "
               f"{'Redis ms/s load':>15} {'ratio':>6} {'handed over':>11} {'leaks':>6} {'short gaps':>10} "
-              f"{'most at once':>12} {'rg µs/req':>9}")
+              f"{'most at once':>12} {'rg µs/req':>9} {'followed':>8}")
         for size, cluster, front in runs:
             r = run(args, size, cluster, front, work)
             label = f"{size}{' (Cluster)' if cluster else ''}{' HAProxy' if front else ''}"
             ratio = r["load_ms"] / max(r["idle_ms"], 1e-9)
             print(f"{label:<14} {r['rps']:>10.0f} {r['calls']:>11.3f} {r['idle_ms']:>15.2f} "
                   f"{r['load_ms']:>15.2f} {ratio:>6.2f} {r['handed']:>11.1%} {r['leaks']:>6} {r['short']:>10} "
-                  f"{r['most']:>12} {r['rg_us']:>9.0f}", flush=True)
+                  f"{r['most']:>12} {r['rg_us']:>9.0f} {r['followed']:>8}", flush=True)
             if args.detail:
                 top = sorted(r["detail"].items(), key=lambda kv: -kv[1])[:8]
                 print("    µs/fwd: " + ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)

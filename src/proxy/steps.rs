@@ -1,0 +1,247 @@
+//! The steps `ProxyHttp`'s phases take (`http.rs` calls them; each phase stays a few
+//! lines): a request refused before it is understood, its judgement, acting on it (a
+//! hand-over, or a turn waited for and the exchange begun), routing it once more when
+//! its owner gave its key up, and the decisions about an attempt sent again.
+
+use pingora::prelude::*;
+use pingora::proxy::Session;
+
+use super::context::{RequestContext, Stage};
+use super::exchange::{exchange_end, retry_reason};
+use super::headers::request_has_no_body;
+use super::http::RobotsGateProxy;
+use super::request::requester;
+use crate::enforce::{Answer, Decision, Judged, Pace, Turn};
+use crate::policy::target::Target;
+use crate::telemetry::metrics::{Outcome, Retry};
+
+impl RobotsGateProxy {
+    /// robotsgate's answer to a request refused before it is understood: one that came
+    /// without the front's context, or one that came back through this process.
+    pub(super) fn refused_at_once(
+        &self,
+        session: &Session,
+        ctx: &RequestContext,
+    ) -> Option<Answer> {
+        if ctx.client_unknown {
+            return Some(Answer::text(
+                500,
+                Outcome::BadRequest,
+                "internal-error; reason=\"connection context lost\"".into(),
+                "robotsgate: this connection's context was lost; the request is refused".into(),
+            ));
+        }
+        // Only requests robotsgate sends carry its `Via`, and only while it sends one.
+        let via = session
+            .req_header()
+            .headers
+            .get_all(http::header::VIA)
+            .iter()
+            .map(|v| v.as_bytes());
+        if self.via.is_some() && crate::origin::loops::came_through(via) {
+            crate::telemetry::metrics::record_refusal(
+                crate::telemetry::metrics::RefusalReason::Loop,
+            );
+            return Some(crate::policy::answer::forwarding_loop(
+                &crate::origin::loops::VIA,
+            ));
+        }
+        None
+    }
+
+    /// Queues for the request's turn; a client that hangs up meanwhile gives up its
+    /// place (watching the connection is only safe without a body). `Ok(Err)`: the 503
+    /// pacing answers instead.
+    pub(super) async fn wait_for_turn(
+        &self,
+        session: &mut Session,
+        pace: &Pace,
+    ) -> Result<std::result::Result<Turn, Answer>> {
+        if !request_has_no_body(session.req_header()) {
+            return Ok(self.enforcer.pace(pace).await);
+        }
+        tokio::select! {
+            // Pace first: an immediate turn (nothing in force) never touches the client
+            // socket; only real waits watch it for a hang-up.
+            biased;
+            paced = self.enforcer.pace(pace) => Ok(paced),
+            _ = session.downstream_session.read_body_or_idle(true) => {
+                Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"))
+            }
+        }
+    }
+
+    /// The enforcer's judgement of the request for `target`.
+    pub(super) async fn judge(
+        &self,
+        session: &Session,
+        ctx: &RequestContext,
+        target: &Target,
+    ) -> Judged {
+        let who = requester(session, &ctx.client);
+        let handed = ctx.client.handed.as_ref().map(|h| h.member.as_str());
+        self.enforcer
+            .judge_request(target, &who, ctx.client.destination, handed)
+            .await
+    }
+
+    /// Acts on a judgement: a hand-over (the stage names the owner; `rerouted`: the
+    /// request was routed again after its first owner gave its key up), or the turn
+    /// waited for and the exchange begun; `Some`: robotsgate's own answer instead.
+    pub(super) async fn act_on(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        judged: Judged,
+        rerouted: bool,
+    ) -> Result<Option<Answer>> {
+        ctx.tokens_from = judged.tokens_from;
+        ctx.mode_from = judged.mode_from;
+        let (addr, why, pace, reported, usage) = match judged.decision {
+            Decision::Refuse(reply) => return Ok(Some(reply.answer())),
+            Decision::HandOver(owner) => {
+                ctx.stage = Stage::HandedOver {
+                    owner,
+                    attempts: 0,
+                    upstream_status: None,
+                    failed: None,
+                    gave_up: false,
+                    rerouted,
+                };
+                return Ok(None);
+            }
+            Decision::Forward {
+                addr,
+                why,
+                pace,
+                reported,
+                usage,
+            } => (addr, why, pace, reported, usage),
+        };
+        let turn = match self.wait_for_turn(session, &pace).await? {
+            Ok(turn) => turn,
+            Err(answer) => return Ok(Some(answer)),
+        };
+        self.exchange_starts(session, ctx);
+        ctx.stage = Stage::Forwarded {
+            addr,
+            allowed: why,
+            rule: pace.rule,
+            reported: reported.map(|r| r.reported()),
+            usage,
+            signer: judged.signer,
+            payment: None,
+            paid: None,
+            pace,
+            turn: Some(turn),
+            attempts: 0,
+            retried: None,
+            upstream_status: None,
+            failed: None,
+        };
+        Ok(None)
+    }
+
+    /// The owner a request was handed to gave its key up before working on it (it
+    /// released the key, handed it to another member, or is leaving): the request is
+    /// routed once more, and served here, handed to the new owner, or answered (`Err`,
+    /// the answer kept for `fail_to_proxy`).
+    pub(super) async fn route_again(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<()> {
+        let Some(target) = ctx.target.clone() else {
+            return Error::e_explain(ErrorType::InternalError, "a hand-over without a target");
+        };
+        let judged = self.judge(session, ctx, &target).await;
+        let Some(answer) = self.act_on(session, ctx, judged, true).await? else {
+            return Ok(());
+        };
+        ctx.answered(&answer);
+        ctx.unsent = Some(answer);
+        Error::e_explain(
+            ErrorType::HTTPStatus(503),
+            "routed again after its owner gave it up, and answered here",
+        )
+    }
+
+    /// From here the turn follows the origin's exchange: a client that half-closes or
+    /// leaves no longer aborts it (its end is the origin's), and one that takes no
+    /// bytes for the write timeout is cut like a silent origin.
+    pub(super) fn exchange_starts(&self, session: &mut Session, ctx: &RequestContext) {
+        let downstream = &mut session.downstream_session;
+        downstream.set_abort_on_close(false);
+        downstream.set_write_timeout(Some(self.upstream.write));
+        ctx.client.exchange_started();
+    }
+
+    /// Whether the attempt that failed with `e` is sent again: within
+    /// `upstream.max_retries`, only where the origin never worked on it. A refusal
+    /// backs the origin off either way.
+    pub(super) fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
+        if let Stage::HandedOver { .. } = ctx.stage {
+            return super::handover::retry(&self.enforcer, e, &mut ctx.stage);
+        }
+        let Stage::Forwarded {
+            turn,
+            attempts,
+            retried,
+            ..
+        } = &mut ctx.stage
+        else {
+            e.set_retry(false);
+            return;
+        };
+        let reason = retry_reason(e);
+        if reason == Some(Retry::Refused) {
+            if let Some(turn) = turn {
+                turn.origin_refused();
+            }
+        }
+        match reason {
+            Some(reason) if *attempts <= self.upstream.max_retries => {
+                crate::telemetry::metrics::record_retry(reason);
+                *retried = Some(exchange_end(Some(e)));
+            }
+            _ => e.set_retry(false),
+        }
+    }
+
+    /// Before an attempt goes upstream: the first holds the turn `request_filter` took;
+    /// one sent again ends the last attempt's turn as it ended, then waits for a turn
+    /// of its own (`Err`: none within the pacing bounds, answered as such).
+    pub(super) async fn next_attempt(&self, ctx: &mut RequestContext) -> Result<()> {
+        let Stage::Forwarded {
+            pace,
+            turn,
+            attempts,
+            retried,
+            ..
+        } = &mut ctx.stage
+        else {
+            return Ok(());
+        };
+        *attempts += 1;
+        let Some(end) = retried.take() else {
+            return Ok(());
+        };
+        if let Some(last) = turn.take() {
+            last.end(end);
+        }
+        match self.enforcer.pace(pace).await {
+            Ok(next) => {
+                *turn = Some(next);
+                Ok(())
+            }
+            Err(answer) => {
+                ctx.answered(&answer);
+                ctx.unsent = Some(answer);
+                Error::e_explain(
+                    ErrorType::HTTPStatus(503),
+                    "no pacing turn for the attempt sent again",
+                )
+            }
+        }
+    }
+}
