@@ -5,7 +5,8 @@ arrives at another member and is handed over to the owner, in one run.
 Everything runs on 127.0.0.1: nginx serving 16 origins (one port each, robots.txt with
 no Crawl-delay), a redis-server, and two fleet members A and B (`threads: 1`,
 `max_in_flight: 0`: the cost of the path, not of waiting). Every origin is met first
-through A, so A owns them all. wrk then sends GETs rotating over the 16 origins:
+through A, so A owns them all (`follow_traffic_seconds: 0`: they stay A's while B's
+runs send them all their requests). wrk then sends GETs rotating over the 16 origins:
 
 * local — through A, which paces and forwards them itself;
 * handed — through B, which hands each to A over the peer channel (mutual TLS, pooled);
@@ -124,7 +125,9 @@ def main():
         def member(name, cpu):
             path = robotsgate_config(work, name, "  admin_listen: null\n"
                                      "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
-                                     f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n{certs}", POOL)
+                                     f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
+                                     # A keeps every origin: none follows B's traffic.
+                                     f"    follow_traffic_seconds: 0\n{certs}", POOL)
             port = free_port()
             command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
                        "--peer-listen", f"127.0.0.1:{free_port()}", "--allow-destination", "127.0.0.0/8",
