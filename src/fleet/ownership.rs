@@ -178,7 +178,13 @@ impl Ownership {
             };
         }
         if let Some(owner) = self.known_owner(key) {
-            return Route::Peer(owner);
+            if from.is_none() {
+                return Route::Peer(owner);
+            }
+            // Handed here by a member that takes this instance for the owner: one of the
+            // two caches is stale (a key handed on while both relayed), and Redis says
+            // which; trusting this one could send the request back and forth.
+            lock(&self.owners).pop(key);
         }
         if !self.members.may_own() {
             // Its lease lapsed: it may still find the owner, never become it.

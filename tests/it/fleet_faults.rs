@@ -232,6 +232,30 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
     );
 }
 
+/// The owner's origins crawled only through the other member: ownership follows that
+/// member's traffic (`fleet.follow_traffic_seconds`) while the load runs, and the
+/// promise holds across the move (the slow origin's turns queued at the old owner end
+/// before the new owner starts, from their facts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_following_its_traffic_keeps_the_promise() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let conf = member_conf(&redis, "refuse").set("fleet.follow_traffic_seconds", 1);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    crawled.owned_by(&proxies[0]);
+    let until = Instant::now() + Duration::from_secs(8);
+    let statuses = crawled.during(&proxies[1..], until, async {}).await;
+    assert!(statuses.contains(&200));
+    assert!(
+        taken(&proxies[0], "followed") >= 1.0,
+        "{}",
+        proxies[0].log()
+    );
+    assert!(taken(&proxies[1], "handed") >= 1.0);
+    crawled.kept_with_one_owner(&proxies).await;
+}
+
 /// A rolling restart: each member in turn stopped gracefully and started again, under
 /// load; the promise holds throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

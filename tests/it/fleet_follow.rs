@@ -163,3 +163,38 @@ async fn requests_handed_to_a_leaving_owner_are_routed_again() {
         "each reached it once"
     );
 }
+
+/// The owner hands an origin to the member whose traffic it follows, and that member
+/// has not routed a request for it since (it still takes the old owner for the owner):
+/// a request through the old owner goes to the heir, which finds the claim its own in
+/// Redis and serves it, rather than both sending it back and forth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_the_old_owner_reaches_an_heir_that_has_not_taken_over_yet() {
+    let redis = Redis::start();
+    let proxies = instances(
+        2,
+        &fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0.5),
+    );
+    backend_up(&proxies).await;
+    let origin = paced_origin("0").await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    for i in 0..16 {
+        assert_eq!(
+            curl(&proxies[1], &origin.url(&format!("/p/via-{i}")), &[]).0,
+            200
+        );
+    }
+    let followed = eventually(Duration::from_secs(5), || {
+        changes(&proxies[0], "followed") == 1.0
+    });
+    assert!(followed.await, "never handed on:\n{}", proxies[0].log());
+    assert_eq!(
+        owner_index(&proxies, &origin),
+        None,
+        "the heir has not taken it yet"
+    );
+    let (status, head, _) = curl(&proxies[0], &origin.url("/p/old-owner"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(owner_index(&proxies, &origin), Some(1));
+    assert_eq!(origin.count("/p/old-owner"), 1);
+}
