@@ -198,26 +198,30 @@ impl Enforcer {
     /// Hands each owned key whose traffic came from one other member to that member,
     /// once no turn of it is waited for or held, with its schedules' facts (a key whose
     /// turns never stop within the longest an owner takes to answer is kept, and looked
-    /// at again in the next window).
+    /// at again at the next look). The keys are handed at once, each on its own.
     async fn follow_traffic(&self) {
         let Some(owners) = &self.owners else {
             return;
         };
-        for (key, heir) in owners.followers() {
-            let entry = self.entry_of_key(&key);
-            let quiet = || match &entry {
-                Some(e) if e.schedules().busy() => None,
-                Some(e) => Some(e.schedules().facts()),
-                None => Some(Vec::new()),
-            };
-            let within = self.owner_answers_within();
-            if owners.hand_to(&key, &heir, quiet, within).await {
-                log::info!(
-                    "fleet: {key} handed to {}, where its requests come from",
-                    heir.id
-                );
-            }
-        }
+        let within = self.owner_answers_within();
+        let handing = owners
+            .followers()
+            .into_iter()
+            .map(|(key, heir)| async move {
+                let entry = self.entry_of_key(&key);
+                let quiet = || match &entry {
+                    Some(e) if e.schedules().busy() => None,
+                    Some(e) => Some(e.schedules().facts()),
+                    None => Some(Vec::new()),
+                };
+                if owners.hand_to(&key, &heir, quiet, within).await {
+                    log::info!(
+                        "fleet: {key} handed to {}, where its requests come from",
+                        heir.id
+                    );
+                }
+            });
+        futures_util::future::join_all(handing).await;
     }
 
     /// Forgets `owner` as its key's owner: it answered that it cannot serve the key
