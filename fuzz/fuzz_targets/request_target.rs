@@ -34,6 +34,7 @@ fn head(data: &[u8]) {
         header_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(1),
         first_byte_timeout: Duration::from_secs(1),
+        unread_timeout: Duration::from_secs(1),
     };
     if let Ok(Some(head)) = parse_head(BytesMut::from(data), &limits) {
         assert!(head.len <= head.bytes.len() && head.len <= limits.max_head);

@@ -28,7 +28,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some(rule) = verdict.rule() {
         assert!(robots.rules().iter().any(|r| std::ptr::eq(r, rule)));
     }
-    let usage = robots.usage(group, &path);
+    let usage_group = robots.usage_group_for(&[agent.as_ref(), "*"]);
+    let usage = robots.usage(usage_group, &path);
     for purpose in Purpose::ALL {
         if let (_, Some(rule)) = usage.preference(purpose) {
             assert!(robots.usage_rules().iter().any(|r| std::ptr::eq(r, rule)));
