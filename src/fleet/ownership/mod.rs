@@ -36,7 +36,8 @@
 //! the key with the facts at its next request (`fleet::traffic`).
 //!
 //! Costs: one script call the first time an instance meets a key (two for a takeover),
-//! none per request; one per idle key released; memory: one cache entry per key met
+//! none per request; one per idle key released, one per key handed to its traffic
+//! (and the heir's claim); memory: one cache entry per key met
 //! (bounded), one per key owned (bounded by the keys asked for within the idle time).
 
 use std::collections::HashMap;
@@ -52,6 +53,8 @@ use crate::fleet::scripts::script;
 use crate::fleet::traffic::Traffic;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
+
+mod letting_go;
 
 /// Keys whose owner (another member) is remembered.
 pub const OWNERS_KEPT: usize = 100_000;
@@ -118,7 +121,7 @@ pub struct Ownership {
     members: Arc<Membership>,
     /// Owners of others' keys, as learnt.
     owners: Mutex<lru::LruCache<String, Owner>>,
-    /// The keys this instance owns, with the epoch it claimed them in.
+    /// The keys this instance owns, and how it holds each (the epoch it claimed it in).
     owned: Mutex<HashMap<String, Held>>,
     /// How long after a vanished owner's lease its exchanges may still run.
     after_lease: Duration,
@@ -210,7 +213,7 @@ impl Ownership {
             && matches!(self.owns(key), Some(Held::In(e) | Held::Moving(e)) if e == epoch)
     }
 
-    /// The epoch this instance claimed `key` in, when it owns it. A key claimed in an
+    /// How this instance holds `key` (the epoch it claimed it in), when it owns it. A key claimed in an
     /// earlier epoch (before a lapse) is acted on only once its claim was written again
     /// in this one ([`Ownership::reassert`]): meanwhile another member may have taken it.
     fn owns(&self, key: &str) -> Option<Held> {
@@ -481,140 +484,6 @@ impl Ownership {
         });
     }
 
-    /// Hands `key` over: its claim released with each group's facts. `false` when it
-    /// was not this instance's, or Redis could not be told (it is then taken over as a
-    /// vanished owner's, after the longest hold).
-    pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
-        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).remove(key) else {
-            return false;
-        };
-        let released = self.release_claim(key, epoch, groups, None).await;
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("released");
-        released
-    }
-
-    /// Releases `key`, owned and idle: marked releasing first (no request is routed
-    /// here for it meanwhile), then `idle` says whether it still is (nothing uses its
-    /// entry, nothing in force) and gives its groups' facts; the claim goes, and the key
-    /// is this instance's no more. `false`: not owned in this epoch, or not idle.
-    pub async fn release_idle(
-        &self,
-        key: &str,
-        idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
-    ) -> bool {
-        let Some(epoch) = self.mark(key, Held::In, |_| Held::Releasing) else {
-            return false;
-        };
-        let Some(groups) = idle() else {
-            lock(&self.owned).insert(key.to_string(), Held::In(epoch));
-            return false;
-        };
-        // The claim goes before the key leaves `owned`: a request meanwhile waits, then
-        // finds it free (or another's), never this instance's claim still standing.
-        let released = self.release_claim(key, epoch, &groups, None).await;
-        lock(&self.owned).remove(key);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("idle");
-        released
-    }
-
-    /// Marks owned `key` as `to` when it is held as `from` in this epoch: that epoch.
-    fn mark(&self, key: &str, from: fn(u64) -> Held, to: fn(u64) -> Held) -> Option<u64> {
-        let epoch = self.members.epoch();
-        self.swap(key, from(epoch), to(epoch)).then_some(epoch)
-    }
-
-    /// Holds owned `key` as `to` when it is held as `from`: whether it was.
-    fn swap(&self, key: &str, from: Held, to: Held) -> bool {
-        let mut owned = lock(&self.owned);
-        match owned.get_mut(key) {
-            Some(held) if *held == from => {
-                *held = to;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The owned keys whose last requests all came handed over from one other member
-    /// (see `fleet::traffic`) that is live and not leaving, each with that member, its
-    /// heir; none while this instance leaves.
-    pub fn followers(&self) -> Vec<(String, Member)> {
-        let followers = self.traffic.followers();
-        if self.members.leaving() {
-            return Vec::new();
-        }
-        let me = self.members.me();
-        followers
-            .into_iter()
-            .filter_map(|(key, via)| {
-                let heir = self.members.live(&via)?;
-                let fit = !heir.leaving && heir.id != me && self.acts_for(&key);
-                fit.then_some((key, heir))
-            })
-            .collect()
-    }
-
-    /// Hands owned `key` to `heir`, where its requests come from. The key is held as
-    /// moving (new requests for it wait; turns already waited for are taken); once
-    /// `quiet` says no turn of it is waited for or held (within `within`) it is marked
-    /// releasing (no turn acts for it) and `quiet` gives its groups' facts; its claim
-    /// becomes the heir's with those facts, as in a graceful leave. The heir takes it with the next
-    /// request it routes for it (it finds its own name on the claim, marked released)
-    /// and starts from the facts at once. A request the heir handed here meanwhile is
-    /// refused, its owner having changed, and the heir routes it again. `false`: not
-    /// owned in this epoch, or not quiet within `within` (kept); or Redis was not told
-    /// (the key is not acted on here any more either way: its next request here claims
-    /// it again, or finds its owner).
-    pub async fn hand_to(
-        &self,
-        key: &str,
-        heir: &Member,
-        quiet: impl Fn() -> Option<Vec<ScheduleFacts>>,
-        within: Duration,
-    ) -> bool {
-        let Some(epoch) = self.mark(key, Held::In, Held::Moving) else {
-            return false;
-        };
-        let deadline = Instant::now() + within;
-        while quiet().is_none() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // From here no turn acts for it, so its facts are final.
-        if !self.swap(key, Held::Moving(epoch), Held::Releasing) {
-            return false; // the graceful leave took it meanwhile
-        }
-        let Some(groups) = quiet() else {
-            self.swap(key, Held::Releasing, Held::In(epoch));
-            return false;
-        };
-        let handed = self.release_claim(key, epoch, &groups, Some(heir)).await;
-        if handed {
-            let owner = Owner {
-                key: key.to_string(),
-                member: heir.id.clone(),
-                epoch: heir.epoch,
-                peer: heir.peer.clone(),
-            };
-            lock(&self.owners).put(key.to_string(), owner);
-        }
-        lock(&self.owned).remove(key);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("followed");
-        handed
-    }
-
-    /// Waits while `key`'s idle release runs (one Redis command; at most a lease).
-    async fn wait_released(&self, key: &str) {
-        let deadline = Instant::now() + self.members.lease();
-        while matches!(self.owns(key), Some(Held::Moving(_) | Held::Releasing))
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
     /// Forgets `owner` as the cached owner of its key (it answered that it no longer
     /// serves it): the next request looks the owner up again.
     pub fn forget(&self, owner: &Owner) {
@@ -622,30 +491,6 @@ impl Ownership {
         if owners.peek(&owner.key) == Some(owner) {
             owners.pop(&owner.key);
         }
-    }
-
-    /// Releases `key`'s claim of `epoch` in Redis with each group's facts (kept for the
-    /// next owner, the record expiring after [`KEEP`]), to nobody or to `heir`: `true`
-    /// when Redis did.
-    async fn release_claim(
-        &self,
-        key: &str,
-        epoch: u64,
-        groups: &[ScheduleFacts],
-        heir: Option<&Member>,
-    ) -> bool {
-        let mut call = script("own_release").prepare_invoke();
-        call.key(claim_key(key))
-            .arg(self.members.me())
-            .arg(epoch)
-            .arg(ms(KEEP))
-            .arg(heir.map_or("", |h| h.id.as_str()))
-            .arg(heir.map_or(0, |h| h.epoch));
-        for facts in groups {
-            call.arg(&facts.group).arg(self.encode(facts));
-        }
-        let released: Result<i64, _> = self.fleet.run("own_release", &mut call).await;
-        released == Ok(1)
     }
 
     /// Writes every claim of this instance again (Redis may have lost them, or this

@@ -1,0 +1,175 @@
+//! Letting an owned key go: a graceful leave ([`Ownership::release`]), an idle key
+//! ([`Ownership::release_idle`]), and a key handed to the member its traffic comes from
+//! ([`Ownership::hand_to`]). Each releases the claim in Redis with the key's facts (to
+//! nobody, or naming an heir) while the key is held so that no turn acts for it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{claim_key, Held, Owner, Ownership, KEEP};
+use crate::fleet::backend::{lock, ms};
+use crate::fleet::membership::Member;
+use crate::fleet::scripts::script;
+use crate::pacing::ScheduleFacts;
+use crate::telemetry::metrics;
+
+impl Ownership {
+    /// Hands `key` over: its claim released with each group's facts. `false` when it
+    /// was not this instance's, or Redis could not be told (it is then taken over as a
+    /// vanished owner's, after the longest hold).
+    pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
+        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).remove(key) else {
+            return false;
+        };
+        let released = self.release_claim(key, epoch, groups, None).await;
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("released");
+        released
+    }
+
+    /// Releases `key`, owned and idle: marked releasing first (no request is routed
+    /// here for it meanwhile), then `idle` says whether it still is (nothing uses its
+    /// entry, nothing in force) and gives its groups' facts; the claim goes, and the key
+    /// is this instance's no more. `false`: not owned in this epoch, or not idle.
+    pub async fn release_idle(
+        &self,
+        key: &str,
+        idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
+    ) -> bool {
+        let Some(epoch) = self.mark(key, Held::In, |_| Held::Releasing) else {
+            return false;
+        };
+        let Some(groups) = idle() else {
+            lock(&self.owned).insert(key.to_string(), Held::In(epoch));
+            return false;
+        };
+        // The claim goes before the key leaves `owned`: a request meanwhile waits, then
+        // finds it free (or another's), never this instance's claim still standing.
+        let released = self.release_claim(key, epoch, &groups, None).await;
+        lock(&self.owned).remove(key);
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("idle");
+        released
+    }
+
+    /// Marks owned `key` as `to` when it is held as `from` in this epoch: that epoch.
+    fn mark(&self, key: &str, from: fn(u64) -> Held, to: fn(u64) -> Held) -> Option<u64> {
+        let epoch = self.members.epoch();
+        self.swap(key, from(epoch), to(epoch)).then_some(epoch)
+    }
+
+    /// Holds owned `key` as `to` when it is held as `from`: whether it was.
+    fn swap(&self, key: &str, from: Held, to: Held) -> bool {
+        let mut owned = lock(&self.owned);
+        match owned.get_mut(key) {
+            Some(held) if *held == from => {
+                *held = to;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The owned keys whose last requests all came handed over from one other member
+    /// (see `fleet::traffic`) that is live and not leaving, each with that member, its
+    /// heir; none while this instance leaves.
+    pub fn followers(&self) -> Vec<(String, Member)> {
+        let followers = self.traffic.followers();
+        if self.members.leaving() {
+            return Vec::new();
+        }
+        let me = self.members.me();
+        followers
+            .into_iter()
+            .filter_map(|(key, via)| {
+                let heir = self.members.live(&via)?;
+                let fit = !heir.leaving && heir.id != me && self.acts_for(&key);
+                fit.then_some((key, heir))
+            })
+            .collect()
+    }
+
+    /// Hands owned `key` to `heir`, where its requests come from. The key is held as
+    /// moving (new requests for it wait; turns already waited for are taken); once
+    /// `quiet` says no turn of it is waited for or held (within `within`) it is marked
+    /// releasing (no turn acts for it) and `quiet` gives its groups' facts; its claim
+    /// becomes the heir's with those facts, as in a graceful leave. The heir takes it
+    /// with the next request it routes for it (it finds its own name on the claim,
+    /// marked released) and starts from the facts at once. A request the heir handed here meanwhile is
+    /// refused, its owner having changed, and the heir routes it again. `false`: not
+    /// owned in this epoch, or not quiet within `within` (kept); or Redis was not told
+    /// (the key is not acted on here any more either way: its next request here claims
+    /// it again, or finds its owner).
+    pub async fn hand_to(
+        &self,
+        key: &str,
+        heir: &Member,
+        quiet: impl Fn() -> Option<Vec<ScheduleFacts>>,
+        within: Duration,
+    ) -> bool {
+        let Some(epoch) = self.mark(key, Held::In, Held::Moving) else {
+            return false;
+        };
+        let deadline = Instant::now() + within;
+        while quiet().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // From here no turn acts for it, so its facts are final.
+        if !self.swap(key, Held::Moving(epoch), Held::Releasing) {
+            return false; // the graceful leave took it meanwhile
+        }
+        let Some(groups) = quiet() else {
+            self.swap(key, Held::Releasing, Held::In(epoch));
+            return false;
+        };
+        let handed = self.release_claim(key, epoch, &groups, Some(heir)).await;
+        if handed {
+            let owner = Owner {
+                key: key.to_string(),
+                member: heir.id.clone(),
+                epoch: heir.epoch,
+                peer: heir.peer.clone(),
+            };
+            lock(&self.owners).put(key.to_string(), owner);
+        }
+        lock(&self.owned).remove(key);
+        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
+        metrics::record_ownership("followed");
+        handed
+    }
+
+    /// Waits while `key`'s idle release runs (one Redis command; at most a lease).
+    pub(super) async fn wait_released(&self, key: &str) {
+        let deadline = Instant::now() + self.members.lease();
+        while matches!(self.owns(key), Some(Held::Moving(_) | Held::Releasing))
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Releases `key`'s claim of `epoch` in Redis with each group's facts (kept for the
+    /// next owner, the record expiring after [`KEEP`]), to nobody or to `heir`: `true`
+    /// when Redis did.
+    async fn release_claim(
+        &self,
+        key: &str,
+        epoch: u64,
+        groups: &[ScheduleFacts],
+        heir: Option<&Member>,
+    ) -> bool {
+        let mut call = script("own_release").prepare_invoke();
+        call.key(claim_key(key))
+            .arg(self.members.me())
+            .arg(epoch)
+            .arg(ms(KEEP))
+            .arg(heir.map_or("", |h| h.id.as_str()))
+            .arg(heir.map_or(0, |h| h.epoch));
+        for facts in groups {
+            call.arg(&facts.group).arg(self.encode(facts));
+        }
+        let released: Result<i64, _> = self.fleet.run("own_release", &mut call).await;
+        released == Ok(1)
+    }
+}
