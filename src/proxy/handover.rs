@@ -95,11 +95,24 @@ pub(super) fn failed(ctx: &mut RequestContext, written: bool) -> Option<Answer> 
     Some(answer)
 }
 
-/// Whether `e` is the owner closing a pooled connection before answering a single
-/// octet, over TLS without a `close_notify` (an owner that stops closes its idle
-/// connections so; rustls reports it as an unexpected end, which Pingora does not count
-/// as the closed connection it is): sent again as over a connection found closed.
-pub(super) fn closed_unanswered(e: &Error) -> bool {
+/// Whether `e` (as Pingora gave it) says the owner never received the request: its head
+/// could not be written, or the owner closed the connection before answering a single
+/// octet ([`closed_unanswered`]). An owner that stops closes its idle connections, so
+/// a request sent on one meets either.
+pub(super) fn never_received(e: &Error) -> bool {
+    let context = e.context.as_ref().map_or("", |c| c.as_str());
+    let head_unwritten = e.etype() == &ErrorType::WriteError
+        && matches!(
+            context,
+            "while writing request headers" | "flushing request header"
+        );
+    head_unwritten || closed_unanswered(e)
+}
+
+/// Whether `e` is the owner closing a connection before answering a single octet, over
+/// TLS without a `close_notify` (rustls reports it as an unexpected end, which Pingora
+/// does not count as the closed connection it is).
+fn closed_unanswered(e: &Error) -> bool {
     let eof = e
         .cause
         .as_ref()
@@ -112,13 +125,13 @@ pub(super) fn closed_unanswered(e: &Error) -> bool {
     e.etype() == &ErrorType::ReadError && eof && unanswered
 }
 
-/// Whether a failed attempt to the owner is sent again, and where. An owner that
-/// refused the connection, or closed a pooled one where Pingora says it never received
-/// the request, may just have left (its listeners close once it has handed its keys
-/// over, before the others hear of it): it is forgotten and the request routed once more
-/// (`RobotsGateProxy::route_again`, which asks Redis who owns the key now). Routed
-/// again already: sent to the same owner once more at most, where Pingora says it never
-/// received it.
+/// Whether a failed attempt to the owner is sent again, and where. An attempt the owner
+/// never worked on (`e` says it may be sent again: no connection made, the request
+/// never received, a pooled connection found closed) may have met an owner that just
+/// left (its listeners close once it has handed its keys over, before the others hear
+/// of it): the owner is forgotten and the request routed once more
+/// (`RobotsGateProxy::route_again`, which asks Redis who owns the key now). Routed again
+/// already: sent to the same owner once more at most.
 pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
     let Stage::HandedOver {
         owner,
@@ -130,12 +143,63 @@ pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
     else {
         return;
     };
-    let unreached = e.etype() == &ErrorType::ConnectRefused || e.retry();
-    if !*rerouted && !*gave_up && unreached {
+    if !*rerouted && !*gave_up && e.retry() {
         enforcer.forget_owner(owner);
         *gave_up = true;
         e.set_retry(true);
     } else if *attempts > 1 {
         e.set_retry(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Pingora error of `etype` with `context`, caused by an I/O error of `kind`.
+    fn error(etype: ErrorType, context: &'static str, kind: std::io::ErrorKind) -> Box<Error> {
+        Error::because(etype, context, std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn a_request_the_owner_never_received_is_told_from_one_it_may_have() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+        let head = "while writing request headers";
+        assert!(never_received(&error(
+            ErrorType::WriteError,
+            head,
+            BrokenPipe
+        )));
+        let flush = "flushing request header";
+        assert!(never_received(&error(
+            ErrorType::WriteError,
+            flush,
+            BrokenPipe
+        )));
+        let none = "while reading response headers, bytes already read: 0";
+        assert!(never_received(&error(
+            ErrorType::ReadError,
+            none,
+            UnexpectedEof
+        )));
+        // Some of the answer came: the owner worked on it.
+        let some = "while reading response headers, bytes already read: 12";
+        assert!(!never_received(&error(
+            ErrorType::ReadError,
+            some,
+            UnexpectedEof
+        )));
+        // A reset while reading: Pingora's own policy decides (reused connections only).
+        assert!(!never_received(&error(
+            ErrorType::ReadError,
+            none,
+            ConnectionReset
+        )));
+        let body = "while writing request body";
+        assert!(!never_received(&error(
+            ErrorType::WriteError,
+            body,
+            BrokenPipe
+        )));
     }
 }

@@ -172,17 +172,18 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut RequestContext,
         client_reused: bool,
     ) -> Box<Error> {
-        let closed =
-            matches!(ctx.stage, Stage::HandedOver { .. }) && super::handover::closed_unanswered(&e);
+        // What the error itself says, before the peer is added to it.
+        let unsent =
+            matches!(ctx.stage, Stage::HandedOver { .. }) && super::handover::never_received(&e);
         let mut e = e.more_context(format!("Peer: {peer}"));
-        if closed {
-            e.retry = pingora::RetryType::ReusedOnly;
-        }
-        // An owner that gave the key up never worked on the request, whatever its method.
+        // An owner that gave the key up, or never received the request, never worked on
+        // it, whatever its method.
         let gave_up = matches!(ctx.stage, Stage::HandedOver { gave_up: true, .. });
-        if (!gave_up && !session.req_header().method.is_idempotent())
-            || session.as_ref().retry_buffer_truncated()
-        {
+        if session.as_ref().retry_buffer_truncated() {
+            e.set_retry(false);
+        } else if unsent || gave_up {
+            e.set_retry(true);
+        } else if !session.req_header().method.is_idempotent() {
             e.set_retry(false);
         } else {
             e.retry.decide_reuse(client_reused);
@@ -200,9 +201,10 @@ impl ProxyHttp for RobotsGateProxy {
         mut e: Box<Error>,
     ) -> Box<Error> {
         // A connection to an owner that was never made carried nothing: whatever the
-        // method, the request is routed once more (`handover::retry`).
-        let handed = matches!(ctx.stage, Stage::HandedOver { .. });
-        if !handed && !session.req_header().method.is_idempotent() {
+        // method, the request is sent again (routed once more, `handover::retry`).
+        if matches!(ctx.stage, Stage::HandedOver { .. }) {
+            e.set_retry(true);
+        } else if !session.req_header().method.is_idempotent() {
             e.set_retry(false);
         }
         self.decide_retry(&mut e, ctx);

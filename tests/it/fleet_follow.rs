@@ -27,7 +27,7 @@ fn refusals(proxy: &Proxy) -> String {
     let log = proxy.log();
     let lines: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("status=503") || l.contains("fleet:"))
+        .filter(|l| l.contains("status=503") || l.contains("fleet:") || l.contains("WARN"))
         .collect();
     lines.join("\n")
 }

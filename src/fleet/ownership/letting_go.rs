@@ -15,14 +15,20 @@ use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
 
 impl Ownership {
-    /// Hands `key` over: its claim released with each group's facts. `false` when it
-    /// was not this instance's, or Redis could not be told (it is then taken over as a
+    /// Hands `key` over: its claim released with each group's facts. The key stays
+    /// held, as releasing, until Redis has answered: a request meanwhile waits, then
+    /// finds the claim gone (never this instance's still standing). `false` when it was
+    /// not this instance's, or Redis could not be told (it is then taken over as a
     /// vanished owner's, after the longest hold).
     pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
-        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).remove(key) else {
+        let Some(held @ (Held::In(epoch) | Held::Moving(epoch))) = self.owns(key) else {
             return false;
         };
+        if !self.swap(key, held, Held::Releasing) {
+            return false;
+        }
         let released = self.release_claim(key, epoch, groups, None).await;
+        lock(&self.owned).remove(key);
         metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
         metrics::record_ownership("released");
         released
