@@ -111,8 +111,9 @@ pub(super) enum Stage {
         /// The owner answered that it no longer serves the key, before working on the
         /// request: it is routed once more.
         gave_up: bool,
-        /// It was routed once more already (it is not again).
-        rerouted: bool,
+        /// How many times it was routed once more (at most
+        /// [`MAX_REROUTES`](super::handover::MAX_REROUTES)).
+        reroutes: u8,
     },
 }
 

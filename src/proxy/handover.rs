@@ -63,6 +63,11 @@ pub(super) fn to_owner(
     Ok(())
 }
 
+/// How many times a request is routed once more, its owner having given its key up or
+/// never received it: twice, for a member that meets the old owner again on the first
+/// (another request of its own learnt it anew meanwhile, before hearing it leaves).
+pub(super) const MAX_REROUTES: u8 = 2;
+
 /// The error an owner's giving up is, for Pingora to send the request again (routed
 /// once more, see `RobotsGateProxy::route_again`).
 pub(super) const GAVE_UP: &str = "owner gave the key up";
@@ -95,10 +100,12 @@ pub(super) fn failed(ctx: &mut RequestContext, written: bool) -> Option<Answer> 
     Some(answer)
 }
 
-/// Whether `e` (as Pingora gave it) says the owner never received the request: its head
-/// could not be written, or the owner closed the connection before answering a single
-/// octet ([`closed_unanswered`]). An owner that stops closes its idle connections, so
-/// a request sent on one meets either.
+/// Whether `e` (as Pingora gave it) says the owner never worked on the request: its head
+/// could not be written, or the owner closed or reset the connection before answering a
+/// single octet ([`closed_unanswered`]). An owner that stops closes its connections, so
+/// a request sent on one meets one of these. (One that died mid-exchange resets it too;
+/// its keys cannot be taken over before its exchanges must be over, so routed again such
+/// a request finds it gone and is answered 503.)
 pub(super) fn never_received(e: &Error) -> bool {
     let context = e.context.as_ref().map_or("", |c| c.as_str());
     let head_unwritten = e.etype() == &ErrorType::WriteError
@@ -109,15 +116,16 @@ pub(super) fn never_received(e: &Error) -> bool {
     head_unwritten || closed_unanswered(e)
 }
 
-/// Whether `e` is the owner closing a connection before answering a single octet, over
+/// Whether `e` is the owner closing a connection before answering a single octet: over
 /// TLS without a `close_notify` (rustls reports it as an unexpected end, which Pingora
-/// does not count as the closed connection it is).
+/// does not count as the closed connection it is), or with a reset.
 fn closed_unanswered(e: &Error) -> bool {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
     let eof = e
         .cause
         .as_ref()
         .and_then(|c| c.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof);
+        .is_some_and(|io| matches!(io.kind(), UnexpectedEof | ConnectionReset));
     let unanswered = e
         .context
         .as_ref()
@@ -131,19 +139,19 @@ fn closed_unanswered(e: &Error) -> bool {
 /// left (its listeners close once it has handed its keys over, before the others hear
 /// of it): the owner is forgotten and the request routed once more
 /// (`RobotsGateProxy::route_again`, which asks Redis who owns the key now). Routed again
-/// already: sent to the same owner once more at most.
+/// [`MAX_REROUTES`] times already: sent to the same owner once more at most.
 pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
     let Stage::HandedOver {
         owner,
         attempts,
         gave_up,
-        rerouted,
+        reroutes,
         ..
     } = stage
     else {
         return;
     };
-    if !*rerouted && !*gave_up && e.retry() {
+    if *reroutes < MAX_REROUTES && !*gave_up && e.retry() {
         enforcer.forget_owner(owner);
         *gave_up = true;
         e.set_retry(true);
@@ -189,12 +197,13 @@ mod tests {
             some,
             UnexpectedEof
         )));
-        // A reset while reading: Pingora's own policy decides (reused connections only).
-        assert!(!never_received(&error(
+        assert!(never_received(&error(
             ErrorType::ReadError,
             none,
             ConnectionReset
         )));
+        let refused = std::io::ErrorKind::ConnectionRefused;
+        assert!(!never_received(&error(ErrorType::ReadError, some, refused)));
         let body = "while writing request body";
         assert!(!never_received(&error(
             ErrorType::WriteError,

@@ -104,7 +104,7 @@ impl ProxyHttp for RobotsGateProxy {
         };
         let judged = self.judge(session, ctx, &target).await;
         ctx.target = Some(target);
-        match self.act_on(session, ctx, judged, false).await? {
+        match self.act_on(session, ctx, judged, 0).await? {
             Some(answer) => answered(session, ctx, &answer).await,
             None => Ok(false),
         }
@@ -242,7 +242,7 @@ impl ProxyHttp for RobotsGateProxy {
             owner,
             upstream_status,
             gave_up,
-            rerouted,
+            reroutes,
             ..
         } = &mut ctx.stage
         {
@@ -250,7 +250,7 @@ impl ProxyHttp for RobotsGateProxy {
             *upstream_status = Some(upstream_response.status.as_u16());
             if super::handover::owner_gave_up(upstream_response) {
                 self.enforcer.forget_owner(owner);
-                if !*rerouted {
+                if *reroutes < super::handover::MAX_REROUTES {
                     // Not relayed: the request is routed once more (`upstream_peer`).
                     *gave_up = true;
                     let mut e = Error::explain(

@@ -85,15 +85,15 @@ impl RobotsGateProxy {
             .await
     }
 
-    /// Acts on a judgement: a hand-over (the stage names the owner; `rerouted`: the
-    /// request was routed again after its first owner gave its key up), or the turn
+    /// Acts on a judgement: a hand-over (the stage names the owner; `reroutes`: how many
+    /// times the request was routed again, an owner having given its key up), or the turn
     /// waited for and the exchange begun; `Some`: robotsgate's own answer instead.
     pub(super) async fn act_on(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
         judged: Judged,
-        rerouted: bool,
+        reroutes: u8,
     ) -> Result<Option<Answer>> {
         ctx.tokens_from = judged.tokens_from;
         ctx.mode_from = judged.mode_from;
@@ -106,7 +106,7 @@ impl RobotsGateProxy {
                     upstream_status: None,
                     failed: None,
                     gave_up: false,
-                    rerouted,
+                    reroutes,
                 };
                 return Ok(None);
             }
@@ -154,8 +154,12 @@ impl RobotsGateProxy {
         let Some(target) = ctx.target.clone() else {
             return Error::e_explain(ErrorType::InternalError, "a hand-over without a target");
         };
+        let reroutes = match ctx.stage {
+            Stage::HandedOver { reroutes, .. } => reroutes + 1,
+            _ => 1,
+        };
         let judged = self.judge(session, ctx, &target).await;
-        let Some(answer) = self.act_on(session, ctx, judged, true).await? else {
+        let Some(answer) = self.act_on(session, ctx, judged, reroutes).await? else {
             return Ok(());
         };
         ctx.answered(&answer);

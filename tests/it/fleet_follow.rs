@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy};
+use crate::common::{
+    assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy, TestOrigin,
+};
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, instances, load, owner_index, paced_origin, signal,
+    backend_up, fleet_conf, instances, load, owner_index, paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::Redis;
 
@@ -118,32 +120,48 @@ async fn without_following_an_origin_stays_with_its_first_owner() {
 /// routed once more by the member that sent them, which then owns the origin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_handed_to_a_leaving_owner_are_routed_again() {
+    let origin = paced_origin("0").await;
+    routed_again_during_a_leave(&origin, "/p/").await;
+}
+
+/// As above, with exchanges of 300 ms still running when the owner starts leaving: the
+/// other member learns that it leaves before it has handed the origin over, and still
+/// hands it requests (it holds them until then, then refuses them) rather than
+/// refusing them itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_handed_to_an_owner_leaving_slowly_are_routed_again() {
+    let origin = slow_origin("/s/", 200).await;
+    routed_again_during_a_leave(&origin, "/s/").await;
+}
+
+/// Two members; `origin` owned by the first, crawled through the second (`{prefix}{i}`)
+/// while the first leaves (SIGTERM): every request answered 200 and seen once at the
+/// origin, the origin handed over, and owned by the member that stays.
+async fn routed_again_during_a_leave(origin: &TestOrigin, prefix: &str) {
     let redis = Redis::start();
     let mut proxies = instances(
         2,
         &fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0),
     );
     backend_up(&proxies).await;
-    let origin = paced_origin("0").await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
-    let until = Instant::now() + Duration::from_secs(4);
-    let targets = [&origin];
+    assert_eq!(
+        curl(&proxies[0], &origin.url(&format!("{prefix}first")), &[]).0,
+        200
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    let targets = [origin];
     let leave = async {
-        let handed = eventually(Duration::from_secs(10), || {
-            pages(&origin, "/p/via-").len() >= 20
-        });
+        let handed = eventually(Duration::from_secs(10), || pages(origin, prefix).len() >= 5);
         assert!(handed.await, "the load never reached the origin");
         signal(proxies[0].pid(), "-TERM");
     };
-    let (statuses, ()) = tokio::join!(
-        load(&proxies[1..], &targets, "/p/via-", 2, 4000, until),
-        leave
-    );
+    let (statuses, ()) = tokio::join!(load(&proxies[1..], &targets, prefix, 2, 150, until), leave);
     assert!(
         statuses.iter().all(|&s| s == 200),
-        "refused: {:?}\n{}",
+        "refused: {:?}\n{}\nthe leaver:\n{}",
         statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>(),
-        refusals(&proxies[1])
+        refusals(&proxies[1]),
+        refusals(&proxies[0])
     );
     let mut leaver = proxies.remove(0);
     assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
@@ -153,13 +171,13 @@ async fn requests_handed_to_a_leaving_owner_are_routed_again() {
         leaver.log()
     );
     assert_eq!(
-        owner_index(&proxies, &origin),
+        owner_index(&proxies, origin),
         Some(0),
         "the member that stays"
     );
     assert_eq!(
-        pages(&origin, "/p/via-").len(),
-        statuses.len(),
+        pages(origin, prefix).len(),
+        statuses.len() + 1,
         "each reached it once"
     );
 }

@@ -269,13 +269,15 @@ impl Ownership {
         counts
     }
 
-    /// A cached owner of `key` that is still a live member in the same epoch and not
-    /// leaving; a stale entry is dropped.
+    /// A cached owner of `key` that is still a live member in the same epoch (leaving
+    /// or not); a stale entry is dropped.
     fn known_owner(&self, key: &str) -> Option<Owner> {
         let mut owners = lock(&self.owners);
         let owner = owners.get(key)?.clone();
         match self.members.live(&owner.member) {
-            Some(m) if m.epoch == owner.epoch && !m.leaving => Some(owner),
+            // A leaving owner still answers: it holds a request until it has handed the
+            // key over, then refuses it, and the request is routed once more.
+            Some(m) if m.epoch == owner.epoch => Some(owner),
             _ => {
                 owners.pop(key);
                 None
@@ -392,18 +394,20 @@ impl Ownership {
         let member = holder.first().cloned().unwrap_or_default();
         let epoch: u64 = holder.get(1).and_then(|e| e.parse().ok()).unwrap_or(0);
         if let Some(live) = self.members.live(&member) {
-            if live.leaving {
-                return Ok(Route::Unavailable("its owner is handing it over"));
-            }
             // The holder re-registered since it claimed (a lapse): its claims are written
-            // again in its new epoch, and it is the owner.
+            // again in its new epoch, and it is the owner. One that is leaving holds the
+            // request until it has handed the key over, then refuses it, and this
+            // instance routes it once more: not remembered.
+            let leaving = live.leaving;
             let owner = Owner {
                 key: key.to_string(),
                 member,
                 epoch: live.epoch,
                 peer: live.peer,
             };
-            lock(&self.owners).put(key.to_string(), owner.clone());
+            if !leaving {
+                lock(&self.owners).put(key.to_string(), owner.clone());
+            }
             return Ok(Route::Peer(owner));
         }
         if retried {
