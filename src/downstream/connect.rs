@@ -413,7 +413,7 @@ impl Tunnels {
             path: CanonicalPath::new("/").into_owned(),
         };
         let connect = mode != TunnelMode::TransparentBlind;
-        let mut rerouted = false;
+        let mut reroutes = 0;
         let (addr, pace) = loop {
             let decision = self
                 .enforcer
@@ -451,7 +451,7 @@ impl Tunnels {
             match relayed {
                 Err(answer) => return self.refuse(&mut l4, &shown, mode, &answer, started).await,
                 // The owner gave the key up before opening anything: routed once more.
-                Ok(Relayed::GaveUp(_)) if !rerouted => rerouted = true,
+                Ok(Relayed::GaveUp(_)) if reroutes < crate::fleet::MAX_REROUTES => reroutes += 1,
                 Ok(Relayed::GaveUp(head)) => {
                     if connect {
                         let _ = l4.write_all(&head).await;

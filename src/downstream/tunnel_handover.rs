@@ -91,10 +91,15 @@ impl TunnelHandOver {
         }
         let answered =
             tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
-        let Ok(Some((status, head))) = answered else {
+        let Ok(Some(OwnerHead {
+            status,
+            gave_up,
+            bytes: head,
+        })) = answered
+        else {
             return Err(unreachable());
         };
-        if status == 503 && names_fleet_unavailable(&head) {
+        if gave_up {
             // It no longer serves the key: the owner is looked up again.
             enforcer.forget_owner(owner);
             return Ok(Relayed::GaveUp(head));
@@ -119,18 +124,19 @@ impl TunnelHandOver {
     }
 }
 
-/// Whether an answer head's `X-Robots-Decision` says `fleet-unavailable`: the owner
-/// refused because it cannot serve the key (released, another's now, leaving).
-fn names_fleet_unavailable(head: &[u8]) -> bool {
-    String::from_utf8_lossy(head)
-        .to_ascii_lowercase()
-        .contains("\r\nx-robots-decision: fleet-unavailable")
+/// The owner's answer to a tunnel handed over, as read.
+struct OwnerHead {
+    /// Its status.
+    status: u16,
+    /// It no longer serves the key ([`crate::fleet::owner_gave_up`]).
+    gave_up: bool,
+    /// The head's octets, through its blank line.
+    bytes: Vec<u8>,
 }
 
 /// Reads a response head (through its blank line, nothing after it: the owner sends
-/// nothing more before the tunnel's bytes): its status and the head's octets; `None`
-/// when it is unreadable or too long.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, Vec<u8>)> {
+/// nothing more before the tunnel's bytes); `None` when it is unreadable or too long.
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<OwnerHead> {
     let mut head = Vec::with_capacity(256);
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -141,22 +147,37 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, Vec<u8>
     }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&head) {
-        Ok(httparse::Status::Complete(_)) => Some((response.code?, head)),
-        _ => None,
-    }
+    let Ok(httparse::Status::Complete(_)) = response.parse(&head) else {
+        return None;
+    };
+    let status = response.code?;
+    let decision = response
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("x-robots-decision"))
+        .map(|h| h.value);
+    let gave_up = crate::fleet::owner_gave_up(status, decision);
+    Some(OwnerHead {
+        status,
+        gave_up,
+        bytes: head,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_fleet_refusal_is_told_from_other_answers() {
-        let fleet = b"HTTP/1.1 503 Service Unavailable\r\nX-Robots-Decision: fleet-unavailable; reason=x\r\n\r\n";
-        assert!(names_fleet_unavailable(fleet));
-        let paced = b"HTTP/1.1 503 Service Unavailable\r\nX-Robots-Decision: paced; reason=wait-too-long\r\n\r\n";
-        assert!(!names_fleet_unavailable(paced));
+    #[tokio::test]
+    async fn a_fleet_refusal_is_told_from_other_answers() {
+        let fleet = &b"HTTP/1.1 503 Service Unavailable\r\nx-robots-decision: fleet-unavailable; reason=x\r\n\r\n"[..];
+        let paced = &b"HTTP/1.1 503 Service Unavailable\r\nX-Robots-Decision: paced; reason=wait-too-long\r\n\r\n"[..];
+        for (head, gave_up) in [(fleet, true), (paced, false)] {
+            let (mut a, mut b) = tokio::io::duplex(1024);
+            b.write_all(head).await.expect("write");
+            let read = read_head(&mut a).await.expect("head");
+            assert_eq!((read.status, read.gave_up), (503, gave_up));
+        }
     }
 
     #[tokio::test]
@@ -165,9 +186,9 @@ mod tests {
         b.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\ntunnel bytes")
             .await
             .expect("write");
-        let (status, head) = read_head(&mut a).await.expect("head");
-        assert_eq!(status, 200);
-        assert!(head.ends_with(b"\r\n\r\n"));
+        let read = read_head(&mut a).await.expect("head");
+        assert_eq!(read.status, 200);
+        assert!(read.bytes.ends_with(b"\r\n\r\n"));
         let mut rest = [0u8; 6];
         a.read_exact(&mut rest).await.expect("rest");
         assert_eq!(&rest, b"tunnel");

@@ -16,10 +16,8 @@
 //! Costs: an owned key's route is a hash-map lookup; a key owned elsewhere, an LRU
 //! lookup; Redis only the first time an instance meets a key (see `fleet::ownership`).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::fleet::{Owners, Route};
 use crate::origin::store::OriginEntry;
@@ -50,7 +48,6 @@ impl Enforcer {
         let (key, entry) = self.fleet_key(origin, addrs);
         match owners.route(&key, handed).await {
             Route::Here(inherited) => {
-                entry.count_routed();
                 if let Some(inherited) = inherited {
                     self.pacer
                         .inherit(entry.place(), inherited.not_before, &inherited.groups);
@@ -135,38 +132,24 @@ impl Enforcer {
             std::time::Duration::from_secs(60),
         );
         tokio::spawn(async move {
-            let mut since = HashMap::new();
             loop {
                 tokio::time::sleep(every).await;
-                self.release_idle_keys(&mut since).await;
+                self.release_idle_keys().await;
             }
         });
     }
 
-    /// Releases the keys this instance owns that nobody asked for since `since` last
-    /// saw them move `fleet.release_idle_seconds` ago, and that hold nothing: no request
-    /// uses their entry, no turn is waited for or held, no delay, pause or backoff is in
-    /// force (an entry the store evicted held none). `since`: per owned key, its routed
-    /// count and when it last changed, kept by the caller between sweeps.
-    async fn release_idle_keys(&self, since: &mut HashMap<String, (u64, Instant)>) {
+    /// Releases the keys this instance owns that nobody asked for for
+    /// `fleet.release_idle_seconds` and that hold nothing: no request uses their entry,
+    /// no turn is waited for or held, no delay, pause or backoff is in force (an entry
+    /// the store evicted held none). One still holding something is looked at again at
+    /// the next sweep.
+    async fn release_idle_keys(&self) {
         let Some(owners) = &self.owners else {
             return;
         };
-        let after = self.idle_release;
-        let owned = owners.owned();
-        since.retain(|key, _| owned.contains(key));
-        let now = Instant::now();
-        for key in owned {
+        for key in owners.idle(self.idle_release) {
             let entry = self.entry_of_key(&key);
-            let count = entry.as_ref().map_or(0, |e| e.routed());
-            let (seen, at) = since.entry(key.clone()).or_insert((count, now));
-            if *seen != count {
-                (*seen, *at) = (count, now);
-                continue;
-            }
-            if now.duration_since(*at) < after {
-                continue;
-            }
             let idle = || match &entry {
                 // The store's hold, and this sweep's.
                 Some(e) if Arc::strong_count(e) > 2 => None,
@@ -174,9 +157,7 @@ impl Enforcer {
                 Some(e) => Some(e.schedules().facts()),
                 None => Some(Vec::new()),
             };
-            if owners.release_idle(&key, idle).await {
-                since.remove(&key);
-            }
+            owners.release_idle(&key, idle).await;
         }
     }
 

@@ -33,6 +33,19 @@ pub const PEER_NAME: &str = "robotsgate-fleet";
 /// The header a request handed over carries its [`PeerContext`] in.
 pub const PEER_HEADER: &str = "robotsgate-peer";
 
+/// How many times a request or a tunnel handed over is routed once more, its owner
+/// having given its key up or never received it: twice, for a member can meet a leaving
+/// owner again once (another request of its own learnt it anew before hearing that it
+/// leaves).
+pub const MAX_REROUTES: u8 = 2;
+
+/// Whether an owner's answer (its status and `X-Robots-Decision`) says it no longer
+/// serves the key — it released it, handed it to another member, or is leaving — and so
+/// refused the request before working on it: `503`, `fleet-unavailable`.
+pub fn owner_gave_up(status: u16, decision: Option<&[u8]>) -> bool {
+    status == 503 && decision.is_some_and(|d| d.starts_with(b"fleet-unavailable"))
+}
+
 /// Why the peer channel's certificates cannot be used.
 #[derive(Debug)]
 pub struct ChannelError {

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 pub use backend::{Fleet, FleetEvent, Unavailable};
 pub use budgets::FleetTally;
-pub use channel::{PeerContext, PeerTls, PEER_HEADER};
+pub use channel::{owner_gave_up, PeerContext, PeerTls, MAX_REROUTES, PEER_HEADER};
 pub use membership::{Member, Membership};
 pub use ownership::{Inherited, Owner, Route};
 pub use robots::{FetchLock, SharedRobots, ROBOTS_KEEP};
@@ -177,6 +177,11 @@ impl Owners {
     /// [`Ownership::followers`]).
     pub fn followers(&self) -> Vec<(String, Member)> {
         self.ownership.followers()
+    }
+
+    /// The owned keys nobody asked for for `after` (see [`Ownership::idle`]).
+    pub fn idle(&self, after: Duration) -> Vec<String> {
+        self.ownership.idle(after)
     }
 
     /// Hands `key` to `heir` once `quiet` (see [`Ownership::hand_to`]).

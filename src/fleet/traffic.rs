@@ -1,52 +1,58 @@
-//! Where an owned key's requests come from, so that ownership follows traffic.
+//! Where and when an owned key's requests come from: what ownership follows, and what
+//! tells an idle key.
 //!
-//! **Algorithm.** Per key this instance owns, the current streak: how many requests in a
-//! row were handed over by one other member. A request from this instance's own client,
-//! or from another member, ends it (a new streak starts with that member). Every
-//! `fleet.follow_traffic_seconds` the owner looks ([`Traffic::followers`]): a key whose
-//! streak reached [`FOLLOW_AFTER`] is handed to that member (`Ownership::hand_to`), and
-//! a key nobody asked for since the last look is forgotten.
+//! **Algorithm.** Per key this instance owns, when it was last asked for and the current
+//! streak: how many requests in a row were handed over by one other member. A request
+//! from this instance's own client, or from another member, ends the streak (a new one
+//! starts with that member). Every `fleet.follow_traffic_seconds` the owner looks
+//! ([`Traffic::followers`]): a key whose streak reached [`FOLLOW_AFTER`] is handed to
+//! that member (`Ownership::hand_to`). Every sweep of idle keys
+//! ([`Traffic::idle`]) names those nobody asked for for `fleet.release_idle_seconds`.
+//! Both looks first forget the keys this instance no longer owns.
 //!
 //! A streak, not a share: with a front that routes by host, every request of a host the
 //! front moved comes from its new member, and the streak grows with each; with members
 //! picked at random, a streak of [`FOLLOW_AFTER`] from one other member is rare (one in
 //! 2¹⁶ with two members), so hosts do not wander between members.
 //!
-//! Costs: one uncontended lock and a hash-map update per request routed to an owned key
-//! (an allocation only for a key's first request since the last look, and when its
-//! streak changes member); memory: one entry per owned key asked for since the last look.
+//! Costs: one uncontended lock, a hash-map update and a clock read per request routed
+//! to an owned key (an allocation only for a key's first request, and when its streak
+//! changes member); memory: one entry per owned key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::fleet::backend::lock;
 
 /// How many requests in a row handed over by one member make a key follow them there.
 pub const FOLLOW_AFTER: u32 = 16;
 
-/// Per owned key, the streak of its requests.
+/// Per owned key, when it was last asked for and the streak of its requests.
 #[derive(Default)]
 pub struct Traffic {
-    /// The streaks, by key.
-    keys: Mutex<HashMap<String, Streak>>,
+    /// By key.
+    keys: Mutex<HashMap<String, Asked>>,
 }
 
-/// One key's current streak.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Streak {
+/// When one key was last asked for, and its current streak.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Asked {
+    /// Its last request.
+    at: Instant,
     /// The member the streak's requests came from; `None`: the last request came from a
     /// client here (or from a member that did not say).
     via: Option<String>,
     /// How many requests in a row came from `via`.
     length: u32,
-    /// Asked for since the last look.
-    seen: bool,
 }
 
-impl Streak {
+impl Asked {
     /// Counts one request, `from` a member (its id) or this instance's own client.
     fn count(&mut self, from: Option<&str>) {
-        self.seen = true;
+        self.at = Instant::now();
         match from.filter(|m| !m.is_empty()) {
             Some(member) if self.via.as_deref() == Some(member) => {
                 self.length = self.length.saturating_add(1);
@@ -62,39 +68,56 @@ impl Traffic {
     pub fn note(&self, key: &str, from: Option<&str>) {
         let mut keys = lock(&self.keys);
         match keys.get_mut(key) {
-            Some(streak) => streak.count(from),
+            Some(asked) => asked.count(from),
             None => {
-                let mut streak = Streak::default();
-                streak.count(from);
-                keys.insert(key.to_string(), streak);
+                let mut asked = Asked {
+                    at: Instant::now(),
+                    via: None,
+                    length: 0,
+                };
+                asked.count(from);
+                keys.insert(key.to_string(), asked);
             }
         }
     }
 
-    /// The keys whose streak reached [`FOLLOW_AFTER`], each with its member (forgotten
-    /// here: it is being handed over); keys nobody asked for since the last look are
-    /// forgotten too, and the next look starts.
-    pub fn followers(&self) -> Vec<(String, String)> {
+    /// The keys of `owned` whose streak reached [`FOLLOW_AFTER`], each with its member
+    /// (the streak starts again: the key is being handed over).
+    pub fn followers(&self, owned: &HashSet<String>) -> Vec<(String, String)> {
         let mut keys = lock(&self.keys);
+        keys.retain(|key, _| owned.contains(key));
         let mut followers = Vec::new();
-        keys.retain(|key, streak| {
-            if let Some(via) = streak
-                .via
-                .as_ref()
-                .filter(|_| streak.length >= FOLLOW_AFTER)
-            {
-                followers.push((key.clone(), via.clone()));
-                return false;
+        for (key, asked) in keys.iter_mut() {
+            if asked.length >= FOLLOW_AFTER {
+                if let Some(via) = asked.via.take() {
+                    followers.push((key.clone(), via));
+                }
+                asked.length = 0;
             }
-            std::mem::replace(&mut streak.seen, false)
-        });
+        }
         followers
+    }
+
+    /// The keys of `owned` nobody asked for for `after`.
+    pub fn idle(&self, owned: &HashSet<String>, after: Duration) -> Vec<String> {
+        let mut keys = lock(&self.keys);
+        keys.retain(|key, _| owned.contains(key));
+        let now = Instant::now();
+        keys.iter()
+            .filter(|(_, asked)| now.duration_since(asked.at) >= after)
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The set of one key, `k`.
+    fn only_k() -> HashSet<String> {
+        HashSet::from(["k".to_string()])
+    }
 
     /// The followers after `requests` for key `k` (a member id, or `None` for a local
     /// one), `n` times each.
@@ -105,7 +128,7 @@ mod tests {
                 traffic.note("k", *from);
             }
         }
-        traffic.followers()
+        traffic.followers(&only_k())
     }
 
     #[test]
@@ -126,16 +149,29 @@ mod tests {
     }
 
     #[test]
-    fn a_streak_spans_looks_and_an_unasked_key_is_forgotten() {
+    fn a_streak_spans_looks_and_a_key_no_longer_owned_is_forgotten() {
         let traffic = Traffic::default();
         for _ in 0..FOLLOW_AFTER - 1 {
             traffic.note("k", Some("b"));
         }
-        traffic.note("idle", None);
-        assert!(traffic.followers().is_empty());
+        traffic.note("gone", None);
+        assert!(traffic.followers(&only_k()).is_empty());
         traffic.note("k", Some("b"));
-        assert_eq!(traffic.followers(), vec![("k".into(), "b".into())]);
-        assert!(traffic.followers().is_empty());
-        assert!(lock(&traffic.keys).is_empty(), "both forgotten");
+        assert_eq!(traffic.followers(&only_k()), vec![("k".into(), "b".into())]);
+        assert!(traffic.followers(&only_k()).is_empty(), "starts again");
+        assert_eq!(lock(&traffic.keys).len(), 1, "`gone` forgotten");
+    }
+
+    #[test]
+    fn a_key_is_idle_once_nobody_asked_for_it_for_the_time_given() {
+        let traffic = Traffic::default();
+        traffic.note("k", None);
+        assert!(traffic.idle(&only_k(), Duration::from_secs(60)).is_empty());
+        assert_eq!(
+            traffic.idle(&only_k(), Duration::ZERO),
+            vec!["k".to_string()]
+        );
+        assert!(traffic.idle(&HashSet::new(), Duration::ZERO).is_empty());
+        assert!(lock(&traffic.keys).is_empty(), "no longer owned: forgotten");
     }
 }

@@ -71,9 +71,6 @@ pub struct OriginEntry {
     schedules: Schedules,
     /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
-    /// Fleet mode: requests routed here as its pacing key's owner (an owner releases a
-    /// key whose count has not moved for `fleet.release_idle_seconds`).
-    routed: AtomicU64,
 }
 
 impl OriginEntry {
@@ -85,7 +82,6 @@ impl OriginEntry {
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
             version: AtomicU64::new(0),
-            routed: AtomicU64::new(0),
             origin,
         }
     }
@@ -115,16 +111,6 @@ impl OriginEntry {
     /// Decisions asked for this origin since it entered the store.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
-    }
-
-    /// Counts one request routed here as this entry's pacing key's owner.
-    pub fn count_routed(&self) {
-        self.routed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Requests routed here as this entry's pacing key's owner so far.
-    pub fn routed(&self) -> u64 {
-        self.routed.load(Ordering::Relaxed)
     }
 }
 

@@ -112,7 +112,7 @@ pub(super) enum Stage {
         /// request: it is routed once more.
         gave_up: bool,
         /// How many times it was routed once more (at most
-        /// [`MAX_REROUTES`](super::handover::MAX_REROUTES)).
+        /// [`MAX_REROUTES`](crate::fleet::MAX_REROUTES)).
         reroutes: u8,
     },
 }

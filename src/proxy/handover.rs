@@ -18,7 +18,7 @@ use super::context::{RequestContext, Stage};
 use super::exchange::UpstreamOptions;
 use crate::downstream::context::Protocol;
 use crate::enforce::{Answer, Enforcer, Refusal};
-use crate::fleet::{Owner, PeerContext, PEER_HEADER};
+use crate::fleet::{Owner, PeerContext, MAX_REROUTES, PEER_HEADER};
 
 /// The owner's peer channel, as Pingora's upstream.
 pub(super) fn owner_peer(
@@ -63,24 +63,16 @@ pub(super) fn to_owner(
     Ok(())
 }
 
-/// How many times a request is routed once more, its owner having given its key up or
-/// never received it: twice, for a member that meets the old owner again on the first
-/// (another request of its own learnt it anew meanwhile, before hearing it leaves).
-pub(super) const MAX_REROUTES: u8 = 2;
-
 /// The error an owner's giving up is, for Pingora to send the request again (routed
 /// once more, see `RobotsGateProxy::route_again`).
 pub(super) const GAVE_UP: &str = "owner gave the key up";
 
-/// Whether the owner's answer says it cannot serve the key (a fleet refusal: it released
-/// the key, handed it to another member, or is leaving) — it refused before working on
-/// the request: its cached ownership is then forgotten, and the request routed again.
+/// Whether the owner's answer says it no longer serves the key
+/// ([`crate::fleet::owner_gave_up`]): its cached ownership is then forgotten, and the
+/// request routed again.
 pub(super) fn owner_gave_up(answer: &pingora::http::ResponseHeader) -> bool {
-    answer.status.as_u16() == 503
-        && answer
-            .headers
-            .get("x-robots-decision")
-            .is_some_and(|v| v.as_bytes().starts_with(b"fleet-unavailable"))
+    let decision = answer.headers.get("x-robots-decision");
+    crate::fleet::owner_gave_up(answer.status.as_u16(), decision.map(|v| v.as_bytes()))
 }
 
 /// The answer for a request the owner could not be asked (the connection failed
@@ -171,44 +163,28 @@ mod tests {
 
     #[test]
     fn a_request_the_owner_never_received_is_told_from_one_it_may_have() {
-        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
-        let head = "while writing request headers";
-        assert!(never_received(&error(
-            ErrorType::WriteError,
-            head,
-            BrokenPipe
-        )));
-        let flush = "flushing request header";
-        assert!(never_received(&error(
-            ErrorType::WriteError,
-            flush,
-            BrokenPipe
-        )));
+        use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, UnexpectedEof};
+        use ErrorType::{ReadError, WriteError};
         let none = "while reading response headers, bytes already read: 0";
-        assert!(never_received(&error(
-            ErrorType::ReadError,
-            none,
-            UnexpectedEof
-        )));
         // Some of the answer came: the owner worked on it.
         let some = "while reading response headers, bytes already read: 12";
-        assert!(!never_received(&error(
-            ErrorType::ReadError,
-            some,
-            UnexpectedEof
-        )));
-        assert!(never_received(&error(
-            ErrorType::ReadError,
-            none,
-            ConnectionReset
-        )));
-        let refused = std::io::ErrorKind::ConnectionRefused;
-        assert!(!never_received(&error(ErrorType::ReadError, some, refused)));
-        let body = "while writing request body";
-        assert!(!never_received(&error(
-            ErrorType::WriteError,
-            body,
-            BrokenPipe
-        )));
+        let cases = [
+            (
+                WriteError,
+                "while writing request headers",
+                BrokenPipe,
+                true,
+            ),
+            (WriteError, "flushing request header", BrokenPipe, true),
+            (ReadError, none, UnexpectedEof, true),
+            (ReadError, none, ConnectionReset, true),
+            (ReadError, some, UnexpectedEof, false),
+            (ReadError, some, ConnectionRefused, false),
+            (WriteError, "while writing request body", BrokenPipe, false),
+        ];
+        for (etype, context, kind, never) in cases {
+            let e = error(etype, context, kind);
+            assert_eq!(never_received(&e), never, "{context} ({kind:?})");
+        }
     }
 }

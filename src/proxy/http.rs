@@ -250,7 +250,7 @@ impl ProxyHttp for RobotsGateProxy {
             *upstream_status = Some(upstream_response.status.as_u16());
             if super::handover::owner_gave_up(upstream_response) {
                 self.enforcer.forget_owner(owner);
-                if *reroutes < super::handover::MAX_REROUTES {
+                if *reroutes < crate::fleet::MAX_REROUTES {
                     // Not relayed: the request is routed once more (`upstream_peer`).
                     *gave_up = true;
                     let mut e = Error::explain(

@@ -10,7 +10,8 @@ use crate::common::{
     Behaviour, Conf, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, owner_index, paced_origin, slow_origin, spread,
+    backend_up, certs, fleet_conf, handed_over, instances, owner_index, ownership_changes,
+    paced_origin, slow_origin, spread,
 };
 use crate::redis_servers::{Cluster, Redis};
 
@@ -33,7 +34,7 @@ async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
     // One owner paced it; the two others handed their requests to it.
     let owner = owner_index(&proxies, &origin).expect("an owner");
     for (i, proxy) in proxies.iter().enumerate() {
-        let handed = proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"");
+        let handed = handed_over(proxy);
         assert_eq!(
             handed == 0.0,
             i == owner,
@@ -317,7 +318,7 @@ async fn an_idle_origin_is_released_and_the_next_member_to_meet_it_owns_it() {
     })
     .await;
     assert!(released, "never released:\n{}", proxies[0].log());
-    let idle = proxies[0].sum("robotsgate_fleet_ownership_changes_total", "how=\"idle\"");
+    let idle = ownership_changes(&proxies[0], "idle");
     assert_eq!(idle, 1.0);
     assert_eq!(through(2, "/met-again").0, 200);
     assert_eq!(

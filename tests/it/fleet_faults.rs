@@ -17,7 +17,8 @@ use tokio::time::Instant;
 use crate::common::Conf;
 use crate::common::*;
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, load, paced_origin, signal, slow_origin,
+    backend_up, certs, fleet_conf, instances, load, ownership_changes, paced_origin, signal,
+    slow_origin,
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
 
@@ -166,21 +167,18 @@ fn members_of(redis: &Redis, n: usize, mode: &str) -> Vec<Proxy> {
     instances(n, &member_conf(redis, mode))
 }
 
-/// How many keys `proxy` took over, or had handed to it.
-fn taken(proxy: &Proxy, how: &str) -> f64 {
-    proxy.sum(
-        "robotsgate_fleet_ownership_changes_total",
-        &format!("how=\"{how}\""),
-    )
-}
-
 /// Waits until `others` took both crawled origins over, probing them (a request routed
 /// anew finds the owner gone; the load's own requests may be waiting on it).
 async fn taken_over_by(others: &[Proxy], crawled: &Crawled) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut probe = 0;
     while Instant::now() < deadline {
-        if others.iter().map(|p| taken(p, "taken_over")).sum::<f64>() >= 2.0 {
+        if others
+            .iter()
+            .map(|p| ownership_changes(p, "taken_over"))
+            .sum::<f64>()
+            >= 2.0
+        {
             return true;
         }
         probe += 1;
@@ -223,8 +221,11 @@ async fn a_member_leaving_gracefully_hands_its_origins_over() {
         leaver.log()
     );
     crawled.kept_with_one_owner(&proxies).await;
-    let handed: f64 = proxies.iter().map(|p| taken(p, "handed")).sum();
-    let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
+    let handed: f64 = proxies.iter().map(|p| ownership_changes(p, "handed")).sum();
+    let taken_over: f64 = proxies
+        .iter()
+        .map(|p| ownership_changes(p, "taken_over"))
+        .sum();
     assert_eq!(
         (handed, taken_over),
         (2.0, 0.0),
@@ -248,11 +249,11 @@ async fn an_origin_following_its_traffic_keeps_the_promise() {
     let statuses = crawled.during(&proxies[1..], until, async {}).await;
     assert!(statuses.contains(&200));
     assert!(
-        taken(&proxies[0], "followed") >= 1.0,
+        ownership_changes(&proxies[0], "followed") >= 1.0,
         "{}",
         proxies[0].log()
     );
-    assert!(taken(&proxies[1], "handed") >= 1.0);
+    assert!(ownership_changes(&proxies[1], "handed") >= 1.0);
     crawled.kept_with_one_owner(&proxies).await;
 }
 
@@ -320,7 +321,10 @@ async fn an_owner_killed_while_serving_is_taken_over_after_the_longest_hold() {
     crawled.kept_with_one_owner(&proxies).await;
     // Both origins taken over (a member slowed past its lease on a loaded machine may
     // have had one taken over once more).
-    let taken_over: f64 = proxies.iter().map(|p| taken(p, "taken_over")).sum();
+    let taken_over: f64 = proxies
+        .iter()
+        .map(|p| ownership_changes(p, "taken_over"))
+        .sum();
     assert!(taken_over >= 2.0, "both origins taken over: {taken_over}");
 }
 
@@ -347,7 +351,7 @@ async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     backend_up(&proxies).await;
     crawled.kept_with_one_owner(&proxies).await;
     assert_eq!(
-        taken(&proxies[0], "lost"),
+        ownership_changes(&proxies[0], "lost"),
         2.0,
         "the zombie learnt it lost both"
     );
@@ -429,7 +433,11 @@ async fn a_partitioned_owner(mode: &str) {
     assert!(statuses.contains(&200));
     backend_up(&proxies).await;
     crawled.kept_with_one_owner(&proxies).await;
-    assert_eq!(taken(&proxies[0], "lost"), 2.0, "it learnt it lost both");
+    assert_eq!(
+        ownership_changes(&proxies[0], "lost"),
+        2.0,
+        "it learnt it lost both"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

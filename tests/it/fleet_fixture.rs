@@ -126,6 +126,20 @@ fn urlencode(text: &str) -> String {
         .collect()
 }
 
+/// Requests `proxy` handed over to another member.
+pub(crate) fn handed_over(proxy: &Proxy) -> f64 {
+    proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"")
+}
+
+/// Keys `proxy` took or let go of by `how` (`claimed`, `handed`, `taken_over`, `idle`,
+/// `followed`, ...).
+pub(crate) fn ownership_changes(proxy: &Proxy, how: &str) -> f64 {
+    proxy.sum(
+        "robotsgate_fleet_ownership_changes_total",
+        &format!("how=\"{how}\""),
+    )
+}
+
 /// An origin whose robots.txt asks every crawler for `delay` seconds between requests.
 pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
     let robots = format!("User-agent: *\nCrawl-delay: {delay}\nDisallow: /private\n");

@@ -12,16 +12,21 @@ use crate::common::{
     assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, instances, load, owner_index, paced_origin, signal, slow_origin,
+    backend_up, fleet_conf, handed_over, instances, load, owner_index, ownership_changes,
+    paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::Redis;
 
-/// How many keys `proxy` changed hands of, by `how` (`followed`, `handed`, ...).
-fn changes(proxy: &Proxy, how: &str) -> f64 {
-    proxy.sum(
-        "robotsgate_fleet_ownership_changes_total",
-        &format!("how=\"{how}\""),
-    )
+/// Two members of one Redis that follow traffic every `follow` seconds (0: never), and
+/// `page` of `origin` fetched through the first, which so owns it. The Redis is kept.
+async fn owned_by_the_first(follow: f64, origin: &TestOrigin, page: &str) -> (Redis, Vec<Proxy>) {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", follow);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url(page), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, origin), Some(0));
+    (redis, proxies)
 }
 
 /// `proxy`'s log lines about refusals and the fleet, for a failure's message.
@@ -34,11 +39,6 @@ fn refusals(proxy: &Proxy) -> String {
     lines.join("\n")
 }
 
-/// Requests `proxy` handed over to another member.
-fn handed_over(proxy: &Proxy) -> f64 {
-    proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"")
-}
-
 /// An origin crawled through both members stays with its owner; once its requests all
 /// come through the other member, it moves there within a few windows. Across the move
 /// no request is refused (those the old owner receives after it let go are routed
@@ -46,20 +46,15 @@ fn handed_over(proxy: &Proxy) -> f64 {
 /// the Crawl-delay holds at the origin; afterwards nothing is handed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_follows_its_traffic_to_the_member_it_comes_from() {
-    let redis = Redis::start();
-    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 1);
-    let proxies = instances(2, &conf);
-    backend_up(&proxies).await;
     let origin = paced_origin("0.1").await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let (_redis, proxies) = owned_by_the_first(1.0, &origin, "/p/first").await;
 
     // Through both members for three windows: the owner keeps it.
     let until = Instant::now() + Duration::from_secs(3);
     let mixed = load(&proxies, &[&origin], "/p/mixed-", 2, 60, until).await;
     assert!(mixed.iter().all(|&s| s == 200), "{mixed:?}");
     assert_eq!(owner_index(&proxies, &origin), Some(0), "mixed traffic");
-    assert_eq!(changes(&proxies[0], "followed"), 0.0);
+    assert_eq!(ownership_changes(&proxies[0], "followed"), 0.0);
 
     // Through member 1 only, three clients at once: it moves to member 1.
     let until = Instant::now() + Duration::from_secs(6);
@@ -75,8 +70,12 @@ async fn an_origin_follows_its_traffic_to_the_member_it_comes_from() {
     })
     .await;
     assert!(moved, "never moved:\n{}", proxies[0].log());
-    assert_eq!(changes(&proxies[0], "followed"), 1.0);
-    assert_eq!(changes(&proxies[1], "handed"), 1.0, "taken as handed over");
+    assert_eq!(ownership_changes(&proxies[0], "followed"), 1.0);
+    assert_eq!(
+        ownership_changes(&proxies[1], "handed"),
+        1.0,
+        "taken as handed over"
+    );
 
     // Served where it arrives now.
     let before = handed_over(&proxies[1]);
@@ -101,18 +100,19 @@ async fn an_origin_follows_its_traffic_to_the_member_it_comes_from() {
 /// with the member that met it first, and its requests keep being handed to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_following_an_origin_stays_with_its_first_owner() {
-    let redis = Redis::start();
-    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0);
-    let proxies = instances(2, &conf);
-    backend_up(&proxies).await;
     let origin = paced_origin("0").await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    let (_redis, proxies) = owned_by_the_first(0.0, &origin, "/p/first").await;
     let until = Instant::now() + Duration::from_secs(2);
     let only = load(&proxies[1..], &[&origin], "/p/only-", 2, 40, until).await;
     assert!(only.iter().all(|&s| s == 200), "{only:?}");
     assert_eq!(owner_index(&proxies, &origin), Some(0));
     assert_eq!(handed_over(&proxies[1]), only.len() as f64);
-    assert_eq!(changes(&proxies[0], "followed"), 0.0);
+    assert_eq!(
+        pages(&origin, "/p/only-").len(),
+        only.len(),
+        "each reached it once"
+    );
+    assert_eq!(ownership_changes(&proxies[0], "followed"), 0.0);
 }
 
 /// The owner leaves gracefully (SIGTERM) while another member hands it requests: none
@@ -138,16 +138,8 @@ async fn requests_handed_to_an_owner_leaving_slowly_are_routed_again() {
 /// while the first leaves (SIGTERM): every request answered 200 and seen once at the
 /// origin, the origin handed over, and owned by the member that stays.
 async fn routed_again_during_a_leave(origin: &TestOrigin, prefix: &str) {
-    let redis = Redis::start();
-    let mut proxies = instances(
-        2,
-        &fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0),
-    );
-    backend_up(&proxies).await;
-    assert_eq!(
-        curl(&proxies[0], &origin.url(&format!("{prefix}first")), &[]).0,
-        200
-    );
+    let first = format!("{prefix}first");
+    let (_redis, mut proxies) = owned_by_the_first(0.0, origin, &first).await;
     let until = Instant::now() + Duration::from_secs(5);
     let targets = [origin];
     let leave = async {
@@ -188,14 +180,8 @@ async fn routed_again_during_a_leave(origin: &TestOrigin, prefix: &str) {
 /// Redis and serves it, rather than both sending it back and forth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_through_the_old_owner_reaches_an_heir_that_has_not_taken_over_yet() {
-    let redis = Redis::start();
-    let proxies = instances(
-        2,
-        &fleet_conf(&redis).set("fleet.follow_traffic_seconds", 0.5),
-    );
-    backend_up(&proxies).await;
     let origin = paced_origin("0").await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    let (_redis, proxies) = owned_by_the_first(0.5, &origin, "/p/first").await;
     for i in 0..16 {
         assert_eq!(
             curl(&proxies[1], &origin.url(&format!("/p/via-{i}")), &[]).0,
@@ -203,7 +189,7 @@ async fn a_request_through_the_old_owner_reaches_an_heir_that_has_not_taken_over
         );
     }
     let followed = eventually(Duration::from_secs(5), || {
-        changes(&proxies[0], "followed") == 1.0
+        ownership_changes(&proxies[0], "followed") == 1.0
     });
     assert!(followed.await, "never handed on:\n{}", proxies[0].log());
     assert_eq!(

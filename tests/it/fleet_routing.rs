@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::common::{curl_via, free_port, start_listening, Conf, Proxy, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, instances, owner_seen_by, paced_origin, HttpsFleet,
+    backend_up, fleet_conf, handed_over, instances, owner_seen_by, ownership_changes, paced_origin,
+    HttpsFleet,
 };
 use crate::redis_servers::Redis;
 
@@ -86,7 +87,7 @@ async fn haproxy_routing_by_host_hands_over_at_most_one_percent() {
     let until = Instant::now() + Duration::from_secs(60);
     let answered = crawl(&client, &origins, "/r/", 30, until).await;
     assert!(answered >= 590, "{answered} of 600 answered");
-    let handed = handed_over(&members.iter().collect::<Vec<_>>());
+    let handed = all_handed_over(&members.iter().collect::<Vec<_>>());
     println!("{handed} of {answered} requests handed over behind HAProxy");
     assert!(
         handed <= answered as f64 * 0.01,
@@ -126,25 +127,17 @@ async fn behind_haproxy_ownership_follows_the_hosts_a_new_member_gets() {
     // Three windows of following.
     let settling = Instant::now() + Duration::from_secs(3);
     let moving = crawl(&client, &origins, "/b/", 2000, settling).await;
-    let handed_moving = handed_over(&all);
+    let handed_moving = all_handed_over(&all);
     let settled = crawl(&client, &origins, "/c/", 20, long).await;
     assert_eq!(settled, 400, "every request answered");
-    let handed = handed_over(&all) - handed_moving;
+    let handed = all_handed_over(&all) - handed_moving;
     println!("moving: {handed_moving} of {moving} handed over; settled: {handed} of {settled}");
     assert!(handed_moving > 0.0, "the front moved no host");
     assert!(
         handed <= settled as f64 * 0.01,
         "{handed} of {settled} handed over"
     );
-    let followed: f64 = all
-        .iter()
-        .map(|p| {
-            p.sum(
-                "robotsgate_fleet_ownership_changes_total",
-                "how=\"followed\"",
-            )
-        })
-        .sum();
+    let followed: f64 = all.iter().map(|p| ownership_changes(p, "followed")).sum();
     let new_owns = origins
         .iter()
         .filter(|o| owner_seen_by(&members[2], o).as_deref() == Some("here"))
@@ -187,11 +180,8 @@ async fn crawl(
 }
 
 /// The members' handed-over requests, summed.
-fn handed_over(members: &[&Proxy]) -> f64 {
-    members
-        .iter()
-        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
-        .sum()
+fn all_handed_over(members: &[&Proxy]) -> f64 {
+    members.iter().map(|p| handed_over(p)).sum()
 }
 
 /// CONNECT through HAProxy: two members intercepting HTTPS, sixteen HTTPS origins (one
@@ -218,7 +208,7 @@ async fn haproxy_routes_connect_tunnels_by_host_too() {
         }
     }
     assert_eq!(answered, 48, "every tunnel answered");
-    let handed = handed_over(&members);
+    let handed = all_handed_over(&members);
     println!("{handed} of {answered} tunnelled requests handed over behind HAProxy");
     assert!(
         handed <= answered as f64 * 0.01,

@@ -3,6 +3,7 @@
 //! ([`Ownership::hand_to`]). Each releases the claim in Redis with the key's facts (to
 //! nobody, or naming an heir) while the key is held so that no turn acts for it.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -81,7 +82,7 @@ impl Ownership {
     /// (see `fleet::traffic`) that is live and not leaving, each with that member, its
     /// heir; none while this instance leaves.
     pub fn followers(&self) -> Vec<(String, Member)> {
-        let followers = self.traffic.followers();
+        let followers = self.traffic.followers(&self.owned_set());
         if self.members.leaving() {
             return Vec::new();
         }
@@ -94,6 +95,17 @@ impl Ownership {
                 fit.then_some((key, heir))
             })
             .collect()
+    }
+
+    /// The owned keys nobody asked for for `after` (see `fleet::traffic`): each is
+    /// released if it is idle still ([`Ownership::release_idle`]).
+    pub fn idle(&self, after: Duration) -> Vec<String> {
+        self.traffic.idle(&self.owned_set(), after)
+    }
+
+    /// The keys this instance owns, as a set.
+    fn owned_set(&self) -> HashSet<String> {
+        lock(&self.owned).keys().cloned().collect()
     }
 
     /// Hands owned `key` to `heir`, where its requests come from. The key is held as

@@ -125,7 +125,7 @@ pub struct Ownership {
     owned: Mutex<HashMap<String, Held>>,
     /// How long after a vanished owner's lease its exchanges may still run.
     after_lease: Duration,
-    /// Where the owned keys' requests come from.
+    /// When and where from the owned keys are asked for.
     traffic: Traffic,
 }
 
@@ -154,27 +154,35 @@ impl Ownership {
     /// `None` for this instance's own client); a claim is asked of Redis only for a key
     /// this instance knows no live owner of.
     pub async fn route(&self, key: &str, from: Option<&str>) -> Route {
+        let route = self.route_once(key, from).await;
+        if let Route::Here(_) = route {
+            self.traffic.note(key, from);
+        }
+        route
+    }
+
+    /// Where a request for `key` goes ([`Ownership::route`]), before it is counted.
+    async fn route_once(&self, key: &str, from: Option<&str>) -> Route {
         if self.members.leaving() {
             return self.route_leaving(key).await;
         }
         if let Some(held) = self.owns(key) {
             let Held::In(epoch) = held else {
                 self.wait_released(key).await;
-                return Box::pin(self.route(key, from)).await;
+                return Box::pin(self.route_once(key, from)).await;
             };
             if epoch != self.members.epoch() && self.members.may_own() {
                 // Claimed before a new registration: written again first (the
                 // background re-assertion may not have reached it, or failed).
                 return match self.reassert_key(key, self.members.epoch()).await {
                     Ok(true) => Route::Here(None),
-                    Ok(false) => Box::pin(self.route(key, from)).await,
+                    Ok(false) => Box::pin(self.route_once(key, from)).await,
                     Err(Unavailable) => {
                         Route::Unavailable("the fleet backend cannot say who owns it")
                     }
                 };
             }
             return if self.members.may_own() {
-                self.traffic.note(key, from);
                 Route::Here(None)
             } else {
                 Route::Unavailable("this instance's lease lapsed")
