@@ -71,8 +71,8 @@ impl ProxyHttp for Guarded {
             Decision::Forward { addr, pace, .. } => {
                 match self.enforcer.pace(&pace).await {
                     Ok(turn) => ctx.turn = Some(turn),
-                    Err(answer) => {
-                        robotsgate::proxy::http::respond(session, &answer).await?;
+                    Err(unpaced) => {
+                        robotsgate::proxy::http::respond(session, &unpaced.answer()).await?;
                         return Ok(true);
                     }
                 }

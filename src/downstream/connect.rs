@@ -35,7 +35,9 @@ use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
 use crate::downstream::tunnel_handover::{Relayed, TunnelHandOver};
-use crate::enforce::{bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd};
+use crate::enforce::{
+    bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Unpaced,
+};
 use crate::fleet::PeerContext;
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
@@ -392,7 +394,8 @@ impl Tunnels {
     /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
     /// `200` or refused over HTTP whatever its mode, and never handed on. An owner that
     /// gave the key up (released it, handed it on, leaving) refuses before opening
-    /// anything: the tunnel is routed once more.
+    /// anything: the tunnel is routed once more, as one is whose key this instance gave
+    /// up while it queued for its turn.
     async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
         mut l4: S,
@@ -414,7 +417,7 @@ impl Tunnels {
         };
         let connect = mode != TunnelMode::TransparentBlind;
         let mut reroutes = 0;
-        let (addr, pace) = loop {
+        let (addr, permit) = loop {
             let decision = self
                 .enforcer
                 .decide_tunnel(&root, who, destination, handed)
@@ -425,7 +428,21 @@ impl Tunnels {
                         .refuse(&mut l4, &shown, mode, &reply.answer(), started)
                         .await
                 }
-                Decision::Forward { addr, pace, .. } => break (addr, pace),
+                Decision::Forward { addr, pace, .. } => match self.enforcer.pace(&pace).await {
+                    Ok(permit) => break (addr, permit),
+                    // Given up here while it queued (see `RobotsGateProxy::act_on`):
+                    // routed once more.
+                    Err(Unpaced::GaveUp(_))
+                        if handed.is_none() && reroutes < crate::fleet::MAX_REROUTES =>
+                    {
+                        reroutes += 1;
+                        continue;
+                    }
+                    Err(unpaced) => {
+                        let answer = unpaced.answer();
+                        return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+                    }
+                },
                 Decision::HandOver(owner) => owner,
             };
             let member = self.enforcer.owners().map_or("", |o| o.me());
@@ -461,10 +478,6 @@ impl Tunnels {
                 }
                 Ok(Relayed::Done) => return log_tunnel(&shown, mode, "handed_over", started),
             }
-        };
-        let permit = match self.enforcer.pace(&pace).await {
-            Ok(permit) => permit,
-            Err(answer) => return self.refuse(&mut l4, &shown, mode, &answer, started).await,
         };
         let upstream = tokio::time::timeout(
             self.policy.connect_timeout,

@@ -42,6 +42,7 @@ use crate::downstream::access::AccessPolicy;
 use crate::downstream::client_stream::ClientStream;
 use crate::downstream::connect::Tunnels;
 use crate::downstream::context::{ClientContext, Handed};
+use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::refuse::{refuse, FrontRefusal};
@@ -536,6 +537,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         context: &ClientContext,
         shutdown: &ShutdownWatch,
     ) -> Option<Connection> {
+        let _serving = Serving::start();
         // Octets past this request (its head, and its body when the length is known)
         // begin the next, pipelined request: kept for this loop, which answers it after
         // this one, in order, with every check of the front.
@@ -604,7 +606,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         // python-requests) take them for the final answer.
         session.set_ignore_info_resp(true);
         let idle = self.limits.idle_timeout.as_secs().max(1);
-        session.set_keepalive(if *shutdown.borrow() { None } else { Some(idle) });
+        let stopping = *shutdown.borrow() || draining();
+        session.set_keepalive(if stopping { None } else { Some(idle) });
         session
     }
 }

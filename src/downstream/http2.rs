@@ -149,14 +149,14 @@ struct InProgress {
     none: Notify,
 }
 
-/// One stream in progress (see [`InProgress`]).
-struct Serving(Arc<InProgress>);
+/// One stream in progress (see [`InProgress`]), counted in the process's too.
+struct Serving(Arc<InProgress>, crate::downstream::drain::Serving);
 
 impl InProgress {
     /// Counts one more stream served until the returned guard drops.
     fn start(self: &Arc<Self>) -> Serving {
         self.count.fetch_add(1, Ordering::AcqRel);
-        Serving(self.clone())
+        Serving(self.clone(), crate::downstream::drain::Serving::start())
     }
 
     /// Resolves once no stream has been in progress for `idle`.

@@ -5,7 +5,8 @@
 //! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
 //! ([`transparent`]), refusals and answers written on raw client streams ([`reply`]),
 //! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
-//! sent together with their bodies ([`coalesce`]). Uses [`crate::enforce`] and the
+//! sent together with their bodies ([`coalesce`]), and the requests in progress a
+//! graceful stop waits for ([`drain`]). Uses [`crate::enforce`] and the
 //! layers below it; never the Pingora proxy that serves the requests.
 
 pub mod access;
@@ -14,6 +15,7 @@ pub mod client_stream;
 pub mod coalesce;
 pub mod connect;
 pub mod context;
+pub mod drain;
 pub mod front;
 pub mod h2_stream;
 pub mod head;

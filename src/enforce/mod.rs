@@ -42,7 +42,7 @@ mod views;
 pub use decision::{Allowed, Decision, Pace};
 pub use judge::{judge, judge_usage, Judgement, UsageJudgement};
 pub use refusal::{Refusal, Reported};
-pub use turn::{Cut, ExchangeEnd, Turn};
+pub use turn::{Cut, ExchangeEnd, Turn, Unpaced};
 pub use views::{FleetView, OriginView};
 
 /// Everything the proxy needs to act on one request ([`Enforcer::judge_request`]).
@@ -431,8 +431,8 @@ impl Enforcer {
 
     /// Waits for the request's turn. The returned [`Turn`] must be held until the
     /// origin's exchange has ended, then told how ([`Turn::end`]); report the origin's
-    /// status to it. An `Err` is the 503 to send instead.
-    pub async fn pace(&self, pace: &Pace) -> Result<Turn, Answer> {
+    /// status to it. An `Err` says why there is none, with the 503 to send instead.
+    pub async fn pace(&self, pace: &Pace) -> Result<Turn, Unpaced> {
         let request = PaceRequest {
             place: pace.place(),
             address: pace.address_place(),
@@ -460,10 +460,15 @@ impl Enforcer {
         match self.pacer.pace(request).await {
             // Its turn came, but this instance may no longer act for the origin (its
             // lease lapsed by its own clock meanwhile, or it is leaving).
-            Ok(_) if !self.acts_for(keyed) => Err(Refusal::FleetUnavailable {
-                why: "this instance no longer owns the origin",
+            Ok(turns) if !self.acts_for(keyed) => {
+                turns.forgo();
+                Err(Unpaced::GaveUp(
+                    Refusal::FleetUnavailable {
+                        why: "this instance no longer owns the origin",
+                    }
+                    .answer(),
+                ))
             }
-            .answer()),
             Ok(turns) => {
                 crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());
                 Ok(turn(turns))
@@ -492,7 +497,7 @@ impl Enforcer {
                     ),
                 );
                 answer.retry_after = Some(retry);
-                Err(answer)
+                Err(Unpaced::Refused(answer))
             }
         }
     }

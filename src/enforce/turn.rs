@@ -12,6 +12,27 @@ use crate::fleet::Owners;
 use crate::origin::store::OriginEntry;
 use crate::pacing::Turns;
 
+/// Why a request got no turn from [`Enforcer::pace`](super::Enforcer::pace), with the
+/// answer to send instead.
+pub enum Unpaced {
+    /// This instance gave the request's key up while it queued (the key followed its
+    /// traffic or went idle, this instance's lease lapsed, or it is leaving): a request
+    /// of its own clients is routed once more; one handed over gets the answer (`503`,
+    /// `fleet-unavailable`), and its member routes it again.
+    GaveUp(crate::policy::answer::Answer),
+    /// Pacing refused it (its queue is full, or the wait would be too long): the `503`.
+    Refused(crate::policy::answer::Answer),
+}
+
+impl Unpaced {
+    /// The answer to send.
+    pub fn answer(self) -> crate::policy::answer::Answer {
+        match self {
+            Unpaced::GaveUp(answer) | Unpaced::Refused(answer) => answer,
+        }
+    }
+}
+
 /// A request's turn, from [`Enforcer::pace`](super::Enforcer::pace): its place on its
 /// origin's pacing schedules, held for as long as the origin's exchange lasts. Tell it
 /// how the origin answered ([`Turn::origin_answered`]) and how the exchange ended

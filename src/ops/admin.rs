@@ -5,7 +5,8 @@
 //!   with their robots.txt status, crawl-delay, queue depth and next start, and a form to
 //!   check a URL. `GET /status.json` is what it shows.
 //! * `GET /healthz` — `ok` while the process serves; `GET /readyz` — the same, and in
-//!   fleet mode the backend's state (503 while Redis is down with `on_unavailable: refuse`).
+//!   fleet mode the backend's state (503 once the lease lapsed); 503 from a graceful
+//!   stop's start (`crate::downstream::drain`).
 //! * `GET /metrics` — Prometheus text exposition of the default registry.
 //! * `GET /check?url=URL[&agent=USER-AGENT][&client=IP]` — the decision a request for
 //!   `URL` with that User-Agent would get, from the same [`Enforcer::decide`] the proxy
@@ -337,6 +338,10 @@ impl AdminApp {
     /// the lease, and with `on_unavailable: keep_owned` past the grace too): it may pace
     /// nothing then, and a load balancer should send crawlers elsewhere.
     fn readiness(&self) -> Response<Vec<u8>> {
+        if crate::downstream::drain::draining() {
+            let why = b"not ready: stopping; the requests in progress end first\n";
+            return reply(503, "text/plain", why.to_vec());
+        }
         match self.enforcer.fleet_view() {
             None => reply(200, "text/plain", b"ok\n".to_vec()),
             Some(fleet) if fleet.up && fleet.lease_valid => {

@@ -86,11 +86,15 @@ struct HeldTurn {
     schedule: Arc<Schedule>,
     /// The turn: a share of the schedule's semaphore.
     _turn: tokio::sync::OwnedSemaphorePermit,
+    /// An exchange may have used it (so it ended now); `false`: given back unused.
+    used: bool,
 }
 
 impl Drop for HeldTurn {
     fn drop(&mut self) {
-        lock(&self.schedule.timing).last_end = Some(Instant::now());
+        if self.used {
+            lock(&self.schedule.timing).last_end = Some(Instant::now());
+        }
         self.schedule.dequeue();
     }
 }
@@ -102,7 +106,9 @@ pub struct Turns {
     /// The origin's group schedule: answers and response times go there.
     schedule: Arc<Schedule>,
     /// The turns held, released when this is dropped.
-    _held: Vec<HeldTurn>,
+    held: Vec<HeldTurn>,
+    /// An exchange may have used them (so they end when dropped); `false`: forgone.
+    used: bool,
     /// The adaptive delay's settings.
     adaptive: AdaptiveConfig,
     /// How long the request waited for its turn.
@@ -150,6 +156,16 @@ impl Turns {
         );
     }
 
+    /// Gives the turns back unused: no exchange was started with them (this instance
+    /// turned out not to act for the origin), so the schedules' last end stays the last
+    /// exchange's, and the next request is due when this one was.
+    pub fn forgo(mut self) {
+        self.used = false;
+        for held in &mut self.held {
+            held.used = false;
+        }
+    }
+
     /// The facts of the origin's group schedule now (its pause and backoff), for a
     /// fleet to keep when they change.
     pub fn facts(&self) -> ScheduleFacts {
@@ -159,7 +175,9 @@ impl Turns {
 
 impl Drop for Turns {
     fn drop(&mut self) {
-        lock(&self.schedule.timing).last_end = Some(Instant::now());
+        if self.used {
+            lock(&self.schedule.timing).last_end = Some(Instant::now());
+        }
     }
 }
 
@@ -233,6 +251,7 @@ impl Pacer {
         HeldTurn {
             schedule,
             _turn: turn,
+            used: true,
         }
     }
 
@@ -435,7 +454,8 @@ impl Pacer {
         let granted = Instant::now();
         Turns {
             schedule,
-            _held: held,
+            held,
+            used: true,
             adaptive: self.config.adaptive.clone(),
             waited: granted.saturating_duration_since(started),
             granted,

@@ -54,6 +54,24 @@ async fn next_start_waits_for_previous_end_plus_delay() {
     assert_eq!(start.elapsed(), d);
 }
 
+/// Turns given back unused (no exchange started with them) leave the last end as it
+/// was: the next request is due when the forgone one was, not a delay later.
+#[tokio::test(start_paused = true)]
+async fn forgone_turns_leave_the_last_end_as_it_was() {
+    let p = pacer();
+    let k = schedules();
+    let d = Duration::from_millis(500);
+    let start = Instant::now();
+    drop(p.acquire(&k, "*", d, None).await.expect("first"));
+    p.acquire(&k, "*", d, None).await.expect("forgone").forgo();
+    assert_eq!(start.elapsed(), d);
+    let third = p.acquire(&k, "*", d, None).await.expect("third");
+    assert_eq!(third.waited, Duration::ZERO, "due when the forgone one was");
+    drop(third);
+    let fourth = p.acquire(&k, "*", d, None).await.expect("fourth");
+    assert_eq!(fourth.waited, d, "a used turn ends now");
+}
+
 /// A schedule with nothing in force is forgotten once no request holds it; one with
 /// a delay still running, a backoff, or a holder is kept.
 #[tokio::test(start_paused = true)]

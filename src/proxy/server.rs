@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -184,6 +185,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ..Opt::default()
     };
     crate::telemetry::metrics::init();
+    // What a graceful stop gives the requests in progress (see `Signals`).
+    let drain_within =
+        Duration::from_secs(server_conf.graceful_shutdown_timeout_seconds.unwrap_or(5));
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
@@ -241,6 +245,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let signals = Signals {
         enforcer: enforcer.clone(),
         state: state_file,
+        drain_within,
     };
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
@@ -535,13 +540,18 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
 /// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
 /// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
-/// fast stop); then the state file is written when there is one (before the listeners
+/// fast stop); a graceful stop drains the requests in progress (`downstream::drain`,
+/// for at most `graceful_shutdown_timeout_seconds`);
+/// then the state file is written when there is one (before the listeners
 /// are handed to the successor, which loads it).
 struct Signals {
     /// The enforcer, to leave the fleet and to save the state.
     enforcer: Arc<Enforcer>,
     /// The state file, when configured.
     state: Option<Arc<crate::origin::state::StateFile>>,
+    /// The longest a graceful stop waits for the requests in progress
+    /// (`graceful_shutdown_timeout_seconds`).
+    drain_within: Duration,
 }
 
 #[async_trait::async_trait]
@@ -562,8 +572,19 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
             _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
         };
+        if matches!(signal, ShutdownSignal::GracefulTerminate) {
+            crate::downstream::drain::begin();
+        }
         if !matches!(signal, ShutdownSignal::FastShutdown) {
             self.enforcer.leave_fleet().await;
+        }
+        if matches!(signal, ShutdownSignal::GracefulTerminate) {
+            // Pingora drops what is still in progress when it stops: the requests in
+            // progress end first (those handed to other owners too).
+            let left = crate::downstream::drain::drain(self.drain_within).await;
+            if left > 0 {
+                log::warn!("stop: {left} requests still in progress are cut");
+            }
         }
         if let Some(state) = &self.state {
             self.enforcer.save_state(state, why);

@@ -1,7 +1,8 @@
 //! The steps `ProxyHttp`'s phases take (`http.rs` calls them; each phase stays a few
 //! lines): a request refused before it is understood, its judgement, acting on it (a
 //! hand-over, or a turn waited for and the exchange begun), routing it once more when
-//! its owner gave its key up, and the decisions about an attempt sent again.
+//! its owner (another member, or this instance while it queued) gave its key up, and the
+//! decisions about an attempt sent again.
 
 use pingora::prelude::*;
 use pingora::proxy::Session;
@@ -11,7 +12,8 @@ use super::exchange::{exchange_end, retry_reason};
 use super::headers::request_has_no_body;
 use super::http::RobotsGateProxy;
 use super::request::requester;
-use crate::enforce::{Answer, Decision, Judged, Pace, Turn};
+use crate::enforce::{Answer, Decision, Judged, Pace, Turn, Unpaced};
+use crate::fleet::MAX_REROUTES;
 use crate::policy::target::Target;
 use crate::telemetry::metrics::{Outcome, Retry};
 
@@ -50,13 +52,13 @@ impl RobotsGateProxy {
     }
 
     /// Queues for the request's turn; a client that hangs up meanwhile gives up its
-    /// place (watching the connection is only safe without a body). `Ok(Err)`: the 503
-    /// pacing answers instead.
+    /// place (watching the connection is only safe without a body). `Ok(Err)`: no turn,
+    /// why and the 503 to send instead.
     pub(super) async fn wait_for_turn(
         &self,
         session: &mut Session,
         pace: &Pace,
-    ) -> Result<std::result::Result<Turn, Answer>> {
+    ) -> Result<std::result::Result<Turn, Unpaced>> {
         if !request_has_no_body(session.req_header()) {
             return Ok(self.enforcer.pace(pace).await);
         }
@@ -120,7 +122,14 @@ impl RobotsGateProxy {
         };
         let turn = match self.wait_for_turn(session, &pace).await? {
             Ok(turn) => turn,
-            Err(answer) => return Ok(Some(answer)),
+            // This instance gave the key up while the request queued (it followed its
+            // traffic, went idle, or this instance is leaving): routed once more, as a
+            // member routes again one it handed to an owner that gave it up. One
+            // handed over is refused instead, and its member routes it again.
+            Err(Unpaced::GaveUp(_)) if ctx.client.handed.is_none() && reroutes < MAX_REROUTES => {
+                return self.judge_again(session, ctx, reroutes + 1).await;
+            }
+            Err(unpaced) => return Ok(Some(unpaced.answer())),
         };
         self.exchange_starts(session, ctx);
         ctx.stage = Stage::Forwarded {
@@ -151,15 +160,11 @@ impl RobotsGateProxy {
         session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<()> {
-        let Some(target) = ctx.target.clone() else {
-            return Error::e_explain(ErrorType::InternalError, "a hand-over without a target");
-        };
         let reroutes = match ctx.stage {
             Stage::HandedOver { reroutes, .. } => reroutes + 1,
             _ => 1,
         };
-        let judged = self.judge(session, ctx, &target).await;
-        let Some(answer) = self.act_on(session, ctx, judged, reroutes).await? else {
+        let Some(answer) = self.judge_again(session, ctx, reroutes).await? else {
             return Ok(());
         };
         ctx.answered(&answer);
@@ -168,6 +173,20 @@ impl RobotsGateProxy {
             ErrorType::HTTPStatus(503),
             "routed again after its owner gave it up, and answered here",
         )
+    }
+
+    /// The request judged again and acted on, routed for the `reroutes`-th time.
+    async fn judge_again(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        reroutes: u8,
+    ) -> Result<Option<Answer>> {
+        let Some(target) = ctx.target.clone() else {
+            return Error::e_explain(ErrorType::InternalError, "routed again without a target");
+        };
+        let judged = self.judge(session, ctx, &target).await;
+        Box::pin(self.act_on(session, ctx, judged, reroutes)).await
     }
 
     /// From here the turn follows the origin's exchange: a client that half-closes or
@@ -238,7 +257,8 @@ impl RobotsGateProxy {
                 *turn = Some(next);
                 Ok(())
             }
-            Err(answer) => {
+            Err(unpaced) => {
+                let answer = unpaced.answer();
                 ctx.answered(&answer);
                 ctx.unsent = Some(answer);
                 Error::e_explain(

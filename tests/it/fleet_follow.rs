@@ -134,6 +134,54 @@ async fn requests_handed_to_an_owner_leaving_slowly_are_routed_again() {
     routed_again_during_a_leave(&origin, "/s/").await;
 }
 
+/// Requests queued at the owner for their turns (Crawl-delay: 1) when it leaves
+/// gracefully are not refused: their turns come once it may no longer act for the
+/// origin, and they are routed once more, to the member that stays. The origin sees
+/// each once, a Crawl-delay apart, across the change of owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
+    let origin = paced_origin("1").await;
+    let redis = Redis::start();
+    // Time for the requests handed on to end once the leaver's shutdown begins.
+    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", 20);
+    let mut proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let client = proxies[0].client();
+    let queued: Vec<_> = (0..2)
+        .map(|i| {
+            let (client, url) = (client.clone(), origin.url(&format!("/p/queued-{i}")));
+            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) })
+        })
+        .collect();
+    let waiting = eventually(Duration::from_secs(5), || {
+        proxies[0].metric("robotsgate_pacing_queued_requests") == Some(2.0)
+    });
+    assert!(waiting.await, "never queued");
+    signal(proxies[0].pid(), "-TERM");
+    for task in queued {
+        let answer = task.await.expect("task");
+        let status = answer.map_err(|e| format!("{e}\nthe leaver:\n{}", proxies[0].log()));
+        assert_eq!(
+            status,
+            Ok(reqwest::StatusCode::OK),
+            "{}",
+            refusals(&proxies[0])
+        );
+    }
+    let mut leaver = proxies.remove(0);
+    assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
+    assert_eq!(
+        owner_index(&proxies, &origin),
+        Some(0),
+        "the member that stays"
+    );
+    let seen = pages(&origin, "/p/");
+    assert_eq!(seen.len(), 3, "each reached it once");
+    assert_gaps_at_least(&seen, Duration::from_secs(1));
+}
+
 /// Two members; `origin` owned by the first, crawled through the second (`{prefix}{i}`)
 /// while the first leaves (SIGTERM): every request answered 200 and seen once at the
 /// origin, the origin handed over, and owned by the member that stays.

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::common::{curl, pages, status_of, Conf, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, owner_index, paced_origin, HttpsFleet,
+    backend_up, certs, fleet_conf, handed_over, instances, owner_index, paced_origin, HttpsFleet,
 };
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -58,10 +58,7 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
         0.0,
         "never by the member that handed over"
     );
-    assert_eq!(
-        proxies[1].sum("robotsgate_requests_total", "decision=\"handed_over\""),
-        1.0
-    );
+    assert_eq!(handed_over(&proxies[1]), 1.0);
 
     // A refusal reads the same through either member.
     let refusing = paced_origin("0").await;
@@ -240,10 +237,7 @@ async fn a_forwarded_request_makes_no_redis_call() {
     );
     // The log saw what ran meanwhile (the members' lease renewals at least).
     assert!(!entries.is_empty() && calls > 0, "Redis logged nothing");
-    let handed: f64 = proxies
-        .iter()
-        .map(|p| p.sum("robotsgate_requests_total", "decision=\"handed_over\""))
-        .sum();
+    let handed: f64 = proxies.iter().map(handed_over).sum();
     assert!(handed > 0.0, "requests were handed over");
     println!(
         "{answered} requests ({handed} handed over): {calls} Redis commands, all lease renewals"
@@ -327,12 +321,7 @@ async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
         assert_eq!(tunnel(1, "/private/x", protocol).0, 403);
     }
     assert_eq!(origin.count("/private/x"), 0);
-    assert_eq!(
-        fleet
-            .member(1)
-            .sum("robotsgate_requests_total", "decision=\"handed_over\""),
-        4.0
-    );
+    assert_eq!(handed_over(fleet.member(1)), 4.0);
 }
 
 /// A blind tunnel through a member that does not own its origin is handed to the owner,

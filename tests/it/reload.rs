@@ -1,12 +1,13 @@
-//! Reload without dropping requests: a client loop runs across Pingora's graceful
-//! upgrade (what `systemctl reload robotsgate` does) while the configuration changes, and
-//! the change — a pacing floor — shows at the origin afterwards.
+//! Reload and stop without dropping requests: a client loop runs across Pingora's
+//! graceful upgrade (what `systemctl reload robotsgate` does) while the configuration
+//! changes, and the change — a pacing floor — shows at the origin afterwards; a graceful
+//! stop (`systemctl stop`) lets the requests in progress end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{eventually, Conf, Proxy, TestOrigin};
+use crate::common::{admin, eventually, Behaviour, Conf, Proxy, TestOrigin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_changes_config_without_failing_a_request() {
@@ -88,4 +89,39 @@ async fn reload_changes_config_without_failing_a_request() {
     assert!(early
         .windows(2)
         .any(|p| p[1].duration_since(p[0]) < Duration::from_millis(100)));
+}
+
+/// A graceful stop (SIGTERM) lets the requests in progress end: a request the origin
+/// takes 1.5 s to answer, in progress when the signal comes, is answered in full, and
+/// the process exits after it, `/readyz` answering 503 meanwhile (Pingora alone would drop it with the service at once:
+/// `grace_period_seconds: 0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_lets_requests_in_progress_end() {
+    let origin = TestOrigin::start_owned(&[
+        (
+            "/robots.txt".into(),
+            Behaviour::ok("User-agent: *\nAllow: /\n"),
+        ),
+        ("/slow".into(), Behaviour::delayed(1500, "slow\n")),
+    ])
+    .await;
+    let conf = Conf::new().server("graceful_shutdown_timeout_seconds", 10);
+    let mut proxy = Proxy::start_for_loopback(&conf);
+    let (client, url) = (proxy.client(), origin.url("/slow"));
+    let request = tokio::spawn(async move { client.get(url).send().await?.text().await });
+    assert!(eventually(Duration::from_secs(10), || origin.count("/slow") == 1).await);
+    assert_eq!(admin(&proxy, "GET", "/readyz").0, 200);
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &proxy.pid().to_string()])
+        .status();
+    assert!(term.expect("kill").success());
+    // Meanwhile a front checking it sends it nothing new.
+    let unready = eventually(Duration::from_secs(5), || {
+        admin(&proxy, "GET", "/readyz").0 == 503
+    });
+    assert!(unready.await, "{}", proxy.log());
+    let body = request.await.expect("task").map_err(|e| e.to_string());
+    assert_eq!(body, Ok("slow\n".to_string()), "{}", proxy.log());
+    assert_eq!(origin.count("/slow"), 1);
+    tokio::task::block_in_place(|| proxy.wait_exit(Duration::from_secs(10)));
 }

@@ -648,8 +648,7 @@ async fn a_redirected_request_is_handed_to_its_origins_owner() {
         assert_eq!(origin.count("/private/x"), 0, "{scheme}");
     }
     assert_eq!(
-        w.proxy
-            .sum("robotsgate_requests_total", "decision=\"handed_over\""),
+        crate::fleet_fixture::handed_over(&w.proxy),
         4.0,
         "the redirecting member handed every request to the owner"
     );

@@ -12,6 +12,8 @@ use serde_yaml::{Mapping, Value};
 pub struct Conf {
     /// The section's keys, nested as the file nests them.
     root: Mapping,
+    /// Server settings (top level, beside the section) set over the test defaults.
+    server: Mapping,
 }
 
 impl Conf {
@@ -47,6 +49,14 @@ impl Conf {
         self
     }
 
+    /// Sets the server setting `key` (Pingora's, at the file's top level, such as
+    /// `graceful_shutdown_timeout_seconds`) over the tests' default.
+    pub fn server(mut self, key: &str, value: impl Serialize) -> Conf {
+        let value = serde_yaml::to_value(value).expect("a value YAML can hold");
+        self.server.insert(Value::String(key.to_string()), value);
+        self
+    }
+
     /// These settings without `path` (a section or a key).
     pub fn without(mut self, path: &str) -> Conf {
         let (sections, key) = path.rsplit_once('.').unwrap_or(("", path));
@@ -64,6 +74,7 @@ impl Conf {
     /// These settings with `other`'s set over them, section by section.
     pub fn with(mut self, other: &Conf) -> Conf {
         merge(&mut self.root, &other.root);
+        merge(&mut self.server, &other.server);
         self
     }
 
@@ -83,12 +94,14 @@ impl Conf {
     }
 
     /// The whole configuration file: the server's settings `server` (version, threads,
-    /// files) and this section under `robotsgate:`.
+    /// files; those set with [`Conf::server`] over them) and this section under
+    /// `robotsgate:`.
     pub fn file(&self, server: &[(&str, Value)]) -> String {
         let mut top = Mapping::new();
         for (key, value) in server {
             top.insert(Value::String(key.to_string()), value.clone());
         }
+        merge(&mut top, &self.server);
         top.insert("robotsgate".into(), Value::Mapping(self.root.clone()));
         serde_yaml::to_string(&top).expect("a mapping serialises")
     }
