@@ -541,7 +541,9 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
 /// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
 /// fast stop); a graceful stop drains the requests in progress (`downstream::drain`,
-/// for at most `graceful_shutdown_timeout_seconds`);
+/// for at most `graceful_shutdown_timeout_seconds`), after which Pingora stops at once;
+/// an upgrade's old process serves what it has in progress for Pingora's 5 s and
+/// `grace_period_seconds`;
 /// then the state file is written when there is one (before the listeners
 /// are handed to the successor, which loads it).
 struct Signals {
@@ -589,6 +591,12 @@ impl pingora::server::ShutdownSignalWatch for Signals {
         if let Some(state) = &self.state {
             self.enforcer.save_state(state, why);
         }
-        signal
+        match signal {
+            // Drained already: Pingora's fixed `grace_period_seconds` (kept for an
+            // upgrade's old process, which cannot drain before it hands its listeners
+            // over) would only delay the exit.
+            ShutdownSignal::GracefulTerminate => ShutdownSignal::FastShutdown,
+            signal => signal,
+        }
     }
 }

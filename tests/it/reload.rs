@@ -93,8 +93,9 @@ async fn reload_changes_config_without_failing_a_request() {
 
 /// A graceful stop (SIGTERM) lets the requests in progress end: a request the origin
 /// takes 1.5 s to answer, in progress when the signal comes, is answered in full, and
-/// the process exits after it, `/readyz` answering 503 meanwhile (Pingora alone would drop it with the service at once:
-/// `grace_period_seconds: 0`).
+/// the process exits after it (not a fixed `grace_period_seconds` later), `/readyz`
+/// answering 503 meanwhile (Pingora alone drops what is in progress once
+/// `grace_period_seconds` have passed, and always waits them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_lets_requests_in_progress_end() {
     let origin = TestOrigin::start_owned(&[
@@ -105,7 +106,10 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
         ("/slow".into(), Behaviour::delayed(1500, "slow\n")),
     ])
     .await;
-    let conf = Conf::new().server("graceful_shutdown_timeout_seconds", 10);
+    // Pingora's fixed wait after the drain is skipped: the exit follows the drain.
+    let conf = Conf::new()
+        .server("graceful_shutdown_timeout_seconds", 10)
+        .server("grace_period_seconds", 30);
     let mut proxy = Proxy::start_for_loopback(&conf);
     let (client, url) = (proxy.client(), origin.url("/slow"));
     let request = tokio::spawn(async move { client.get(url).send().await?.text().await });
