@@ -4,8 +4,9 @@
 //! Pingora stops a service by dropping its tasks once `grace_period_seconds` have
 //! passed (`graceful_shutdown_timeout_seconds` only bounds blocking work): a request
 //! still in progress then is cut, whatever it was doing. So a graceful stop (SIGTERM)
-//! first [`drain`]s: from then on no connection is kept alive past its request,
-//! `/readyz` answers 503, and it waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`
+//! first [`drain`]s: from then on idle connections close, no connection is kept alive
+//! past its request, HTTP/2 connections send their GOAWAY, `/readyz` answers 503, and it
+//! waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`
 //! — before Pingora stops the listeners. A request counts from
 //! its head read to its answer's end ([`Serving`]): HTTP/1.1 (plain, inside a tunnel,
 //! on the peer channel) and every HTTP/2 stream. Blind tunnels do not: they last as
@@ -16,6 +17,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Requests in progress in this process.
@@ -23,6 +25,9 @@ static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
 
 /// A graceful stop has begun draining.
 static DRAINING: AtomicBool = AtomicBool::new(false);
+
+/// Wakes the connections watching for the drain ([`began`]).
+static BEGAN: Notify = Notify::const_new();
 
 /// One request in progress, counted until dropped.
 pub struct Serving(());
@@ -50,6 +55,20 @@ pub fn draining() -> bool {
 /// front checking it sends this instance nothing new).
 pub fn begin() {
     DRAINING.store(true, Ordering::Release);
+    BEGAN.notify_waiters();
+}
+
+/// Resolves once draining has begun (at once if it has): an idle connection then
+/// closes, an HTTP/2 one sends its GOAWAY.
+pub async fn began() {
+    loop {
+        // Registered before the flag is read, so a `begin` in between still wakes.
+        let woken = BEGAN.notified();
+        if draining() {
+            return;
+        }
+        woken.await;
+    }
 }
 
 /// Drains ([`begin`]), and resolves once no request is in progress, or `within` has

@@ -27,12 +27,18 @@ pub mod transparent;
 pub mod tunnel_error;
 mod tunnel_handover;
 
-/// Resolves once the server begins shutting down (at once if it has): what every
-/// client connection watches to close when idle, or to send its GOAWAY.
+/// Resolves once the server begins shutting down or draining (at once if it has): what
+/// every client connection watches to close when idle, or to send its GOAWAY.
 pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch) {
-    while !*shutdown.borrow() {
-        if shutdown.changed().await.is_err() {
-            std::future::pending::<()>().await;
+    let pingora = async {
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
+    };
+    tokio::select! {
+        () = pingora => {}
+        () = drain::began() => {}
     }
 }

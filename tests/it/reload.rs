@@ -3,6 +3,7 @@
 //! changes, and the change — a pacing floor — shows at the origin afterwards; a graceful
 //! stop (`systemctl stop`) lets the requests in progress end.
 
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,9 +93,9 @@ async fn reload_changes_config_without_failing_a_request() {
 }
 
 /// A graceful stop (SIGTERM) lets the requests in progress end: a request the origin
-/// takes 1.5 s to answer, in progress when the signal comes, is answered in full, and
+/// takes 3 s to answer, in progress when the signal comes, is answered in full, and
 /// the process exits after it (not a fixed `grace_period_seconds` later), `/readyz`
-/// answering 503 meanwhile (Pingora alone drops what is in progress once
+/// answering 503 and idle connections closing meanwhile (Pingora alone drops what is in progress once
 /// `grace_period_seconds` have passed, and always waits them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_lets_requests_in_progress_end() {
@@ -103,7 +104,8 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
             "/robots.txt".into(),
             Behaviour::ok("User-agent: *\nAllow: /\n"),
         ),
-        ("/slow".into(), Behaviour::delayed(1500, "slow\n")),
+        ("/slow".into(), Behaviour::delayed(3000, "slow\n")),
+        ("/fast".into(), Behaviour::ok("fast\n")),
     ])
     .await;
     // Pingora's fixed wait after the drain is skipped: the exit follows the drain.
@@ -115,6 +117,7 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
     let request = tokio::spawn(async move { client.get(url).send().await?.text().await });
     assert!(eventually(Duration::from_secs(10), || origin.count("/slow") == 1).await);
     assert_eq!(admin(&proxy, "GET", "/readyz").0, 200);
+    let mut idle = kept_alive(&proxy, &origin.url("/fast"));
     let term = std::process::Command::new("kill")
         .args(["-TERM", &proxy.pid().to_string()])
         .status();
@@ -124,8 +127,36 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
         admin(&proxy, "GET", "/readyz").0 == 503
     });
     assert!(unready.await, "{}", proxy.log());
+    // An idle kept-alive connection closes at once, not when the process exits.
+    let mut rest = Vec::new();
+    let closed = tokio::task::block_in_place(|| idle.read_to_end(&mut rest));
+    assert!(closed.is_ok() && rest.is_empty(), "{closed:?} {rest:?}");
+    assert!(
+        !request.is_finished(),
+        "closed only once the slow request ended"
+    );
     let body = request.await.expect("task").map_err(|e| e.to_string());
     assert_eq!(body, Ok("slow\n".to_string()), "{}", proxy.log());
     assert_eq!(origin.count("/slow"), 1);
     tokio::task::block_in_place(|| proxy.wait_exit(Duration::from_secs(10)));
+}
+
+/// A connection to `proxy` that fetched `url` (an answer of `fast\n`) and is kept alive,
+/// idle; reads on it time out after 5 s.
+fn kept_alive(proxy: &Proxy, url: &str) -> std::net::TcpStream {
+    let mut stream = std::net::TcpStream::connect(proxy.addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let host = url.split('/').nth(2).expect("host");
+    let request = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("write");
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !answer.ends_with(b"fast\n") {
+        let n = stream.read(&mut chunk).expect("read the answer");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    stream
 }
