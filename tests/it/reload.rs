@@ -141,6 +141,36 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
     tokio::task::block_in_place(|| proxy.wait_exit(Duration::from_secs(10)));
 }
 
+/// A reload's old process serves what it has in progress for Pingora's 5 s and
+/// `grace_period_seconds` more after handing its listeners over: a request the origin
+/// takes 6.5 s to answer, in progress at the reload, is answered in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_lets_requests_in_progress_end_on_the_old_process() {
+    let origin = TestOrigin::start_owned(&[
+        (
+            "/robots.txt".into(),
+            Behaviour::ok("User-agent: *\nAllow: /\n"),
+        ),
+        ("/slow".into(), Behaviour::delayed(6500, "slow\n")),
+    ])
+    .await;
+    let mut old = Proxy::start_for_loopback(&Conf::new().server("grace_period_seconds", 4));
+    let (client, url) = (old.client(), origin.url("/slow"));
+    let request = tokio::spawn(async move { client.get(url).send().await?.text().await });
+    assert!(eventually(Duration::from_secs(10), || origin.count("/slow") == 1).await);
+    let new = tokio::task::block_in_place(|| old.upgrade());
+    let body = request.await.expect("task").map_err(|e| e.to_string());
+    assert_eq!(
+        body,
+        Ok("slow\n".to_string()),
+        "{}\n{}",
+        old.log(),
+        new.log()
+    );
+    assert_eq!(origin.count("/slow"), 1);
+    tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(20)));
+}
+
 /// A connection to `proxy` that fetched `url` (an answer of `fast\n`) and is kept alive,
 /// idle; reads on it time out after 5 s.
 fn kept_alive(proxy: &Proxy, url: &str) -> std::net::TcpStream {
