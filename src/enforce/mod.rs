@@ -457,17 +457,30 @@ impl Enforcer {
             crate::telemetry::metrics::record_would_wait(would_wait.as_secs_f64());
             return Ok(turn(turns));
         }
-        match self.pacer.pace(request).await {
+        let gave_up = || {
+            Unpaced::GaveUp(
+                Refusal::FleetUnavailable {
+                    why: "this instance no longer owns the origin",
+                }
+                .answer(),
+            )
+        };
+        let paced = match &self.owners {
+            // Leaving: a request still queued here goes to the next owner at once, which
+            // paces it from the facts handed over, rather than waiting for a turn here
+            // only to be refused it (and holding the hand-over back meanwhile).
+            Some(owners) => tokio::select! {
+                paced = self.pacer.pace(request) => paced,
+                () = owners.leaves() => return Err(gave_up()),
+            },
+            None => self.pacer.pace(request).await,
+        };
+        match paced {
             // Its turn came, but this instance may no longer act for the origin (its
-            // lease lapsed by its own clock meanwhile, or it is leaving).
+            // lease lapsed by its own clock meanwhile, or it let the origin go).
             Ok(turns) if !self.acts_for(keyed) => {
                 turns.forgo();
-                Err(Unpaced::GaveUp(
-                    Refusal::FleetUnavailable {
-                        why: "this instance no longer owns the origin",
-                    }
-                    .answer(),
-                ))
+                Err(gave_up())
             }
             Ok(turns) => {
                 crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());

@@ -90,6 +90,8 @@ pub struct Membership {
     valid_until: Mutex<Option<Instant>>,
     /// Leaving: handing over, taking no new ownership.
     leaving: AtomicBool,
+    /// Wakes what waits for the leave to begin ([`Membership::leaves`]).
+    leave_begins: tokio::sync::Notify,
     /// Every member at the last renewal, by id, with Redis' time then.
     members: ArcSwap<(i64, HashMap<String, Member>)>,
     /// The data set's boot id seen last.
@@ -124,6 +126,7 @@ impl Membership {
             epoch: AtomicU64::new(0),
             valid_until: Mutex::new(None),
             leaving: AtomicBool::new(false),
+            leave_begins: tokio::sync::Notify::new(),
             members: ArcSwap::from_pointee((0, HashMap::new())),
             boot: Mutex::new(None),
             losses: tokio::sync::watch::Sender::new(0),
@@ -163,6 +166,19 @@ impl Membership {
     /// Starts leaving: no new ownership; the next renewals say so to the others.
     pub fn leave(&self) {
         self.leaving.store(true, Ordering::Release);
+        self.leave_begins.notify_waiters();
+    }
+
+    /// Resolves once this instance begins leaving (at once if it has).
+    pub async fn leaves(&self) {
+        loop {
+            // Registered before the flag is read, so a `leave` in between still wakes.
+            let woken = self.leave_begins.notified();
+            if self.leaving() {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// Is this instance leaving?

@@ -154,6 +154,12 @@ impl Owners {
         self.members.leave();
     }
 
+    /// Resolves once this instance begins leaving: a request queued for a turn of a key
+    /// it owns stops waiting here (the next owner paces it from the same facts).
+    pub async fn leaves(&self) {
+        self.members.leaves().await;
+    }
+
     /// The keys this instance owns.
     pub fn owned(&self) -> Vec<String> {
         self.ownership.owned()

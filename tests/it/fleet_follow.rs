@@ -134,13 +134,15 @@ async fn requests_handed_to_an_owner_leaving_slowly_are_routed_again() {
     routed_again_during_a_leave(&origin, "/s/").await;
 }
 
-/// Requests queued at the owner for their turns (Crawl-delay: 1) when it leaves
-/// gracefully are not refused: their turns come once it may no longer act for the
-/// origin, and they are routed once more, to the member that stays. The origin sees
-/// each once, a Crawl-delay apart, across the change of owner.
+/// Requests queued at the owner for their turns (Crawl-delay: 3) when it leaves
+/// gracefully are not refused, nor do they hold the hand-over back: they stop waiting
+/// there, and are routed once more, to the member that stays, which takes the origin
+/// well before their turns are due and paces them from the facts handed over. The
+/// origin sees each once, a Crawl-delay apart, across the change of owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
-    let origin = paced_origin("1").await;
+    let delay = Duration::from_secs(3);
+    let origin = paced_origin("3").await;
     let redis = Redis::start();
     // Time for the requests handed on to end once the leaver's shutdown begins.
     let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", 20);
@@ -160,6 +162,11 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     });
     assert!(waiting.await, "never queued");
     signal(proxies[0].pid(), "-TERM");
+    let moved = eventually(Duration::from_secs(10), || {
+        owner_index(&proxies, &origin) == Some(1)
+    });
+    assert!(moved.await, "never handed over:\n{}", proxies[0].log());
+    let moved_at = std::time::Instant::now();
     for task in queued {
         let answer = task.await.expect("task");
         let status = answer.map_err(|e| format!("{e}\nthe leaver:\n{}", proxies[0].log()));
@@ -179,7 +186,11 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     );
     let seen = pages(&origin, "/p/");
     assert_eq!(seen.len(), 3, "each reached it once");
-    assert_gaps_at_least(&seen, Duration::from_secs(1));
+    assert_gaps_at_least(&seen, delay);
+    assert!(
+        moved_at + Duration::from_secs(1) < seen[0].arrived + delay,
+        "the hand-over waited for the queued turns"
+    );
 }
 
 /// Two members; `origin` owned by the first, crawled through the second (`{prefix}{i}`)
