@@ -10,13 +10,18 @@ runs send them all their requests). wrk then sends GETs rotating over the 16 ori
 
 * local — through A, which paces and forwards them itself;
 * handed — through B, which hands each to A over the peer channel (mutual TLS, pooled);
+* handed by HAProxy — the named baseline for the handing member's part: HAProxy
+  (Debian's, one thread, on B's CPUs) in B's place, relaying each request to A's peer
+  channel over the same mutual TLS with a fixed `robotsgate-peer` context, connections
+  reused. What a hand-over costs when the relay is as lean as a C proxy's: A's part
+  is the same, only the relay differs;
 * local again — the A/A control: the same load as `local`, to show the noise.
 
 Three rounds, the order rotated each round. Per run: requests/s, p50/p99 latency, CPU µs
-per request of both members together (utime+stime from /proc) and Redis commands per
+per request of both members (and HAProxy) together (utime+stime from /proc) and Redis commands per
 request (INFO commandstats; the lease renewals included: the steady state makes no
-other). Then the ratios handed/local and local-again/local, median [min-max] over the
-rounds, and the p50 added by a hand-over.
+other). Then the ratios to local (handed, handed by HAProxy, local again), median
+[min-max] over the rounds, and the p50 each adds.
 
 A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
 cannot give each proxy a core of its own and the load one more).
@@ -28,11 +33,12 @@ requests, and each wake-up costs it more per request; this mode shows how much o
 ratio that is).
 
 Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3] [--pause-ms N]
-Needs wrk, nginx and redis-server (installs them if missing). Only processes this script
+Needs wrk, nginx, redis-server and haproxy (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
 
 import argparse
+import base64
 import os
 import re
 import shutil
@@ -97,6 +103,38 @@ http {{ access_log off; keepalive_requests 1000000;
     return ports
 
 
+def start_haproxy(work, owner_peer):
+    """HAProxy (one thread) relaying every request to the owner's peer channel at
+    `owner_peer` as a member would: mutual TLS with the member certificate, checked
+    against the fleet CA, a fixed peer context, connections reused. Its process and port."""
+    with open(f"{work}/member.pem") as cert, open(f"{work}/member.key") as key, \
+            open(f"{work}/haproxy-member.pem", "w") as both:
+        both.write(cert.read() + key.read())
+    context = base64.urlsafe_b64encode(b'{"m":"haproxy"}').decode().rstrip("=")
+    port = free_port()
+    with open(f"{work}/haproxy.cfg", "w") as f:
+        f.write(f"""global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend members
+  bind 127.0.0.1:{port}
+  http-request set-header robotsgate-peer {context}
+  default_backend owner
+backend owner
+  http-reuse always
+  server a 127.0.0.1:{owner_peer} ssl crt {work}/haproxy-member.pem ca-file {work}/fleet-ca.pem sni str(robotsgate-fleet) verifyhost robotsgate-fleet alpn http/1.1
+""")
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    proc = subprocess.Popen([binary, "-db", "-f", f"{work}/haproxy.cfg"], stdout=subprocess.DEVNULL)
+    wait_port(port)
+    return proc, port
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=6)
@@ -105,7 +143,7 @@ def main():
     parser.add_argument("--pause-ms", type=float, default=0,
                         help="each connection pauses this long after each answer (0: none, full load)")
     args = parser.parse_args()
-    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server"})
+    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server", "haproxy": "haproxy"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
     cpus = sorted(os.sched_getaffinity(0))
     work = tempfile.mkdtemp(prefix="robotsgate-fleet-bench-")
@@ -128,18 +166,18 @@ def main():
                                      f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
                                      # A keeps every origin: none follows B's traffic.
                                      f"    follow_traffic_seconds: 0\n{certs}", POOL)
-            port = free_port()
+            port, peer = free_port(), free_port()
             command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
-                       "--peer-listen", f"127.0.0.1:{free_port()}", "--allow-destination", "127.0.0.0/8",
+                       "--peer-listen", f"127.0.0.1:{peer}", "--allow-destination", "127.0.0.0/8",
                        "--agent", "ExampleBot"]
             if cpu is not None:
                 command = ["taskset", "-c", str(cpu), *command]
             proc = subprocess.Popen(command, env=env, stderr=open(f"{work}/{name}.log", "w"))
             started.append(proc)
             wait_port(port)
-            return proc, port
+            return proc, port, peer
 
-        (a, a_port), (b, b_port) = member("a", cpus[0]), member("b", None)
+        (a, a_port, a_peer), (b, b_port, _) = member("a", cpus[0]), member("b", None)
         time.sleep(1.5)  # both registered, each knowing the other
         for p in ports:  # A meets every origin first: it owns them all
             subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{a_port}",
@@ -147,6 +185,8 @@ def main():
         for p in ports:  # B learns the owner, and its pooled connection to A opens
             subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{b_port}",
                             f"http://127.0.0.1:{p}/index.html"], check=True)
+        haproxy, haproxy_port = start_haproxy(work, a_peer)
+        started.append(haproxy)
         lua = f"{work}/rotate.lua"
         with open(lua, "w") as f:
             f.write("local ports = {" + ",".join(map(str, ports)) + "}\nlocal i = 0\n"
@@ -154,26 +194,27 @@ def main():
                     "  return wrk.format('GET', 'http://127.0.0.1:' .. p .. '/index.html', {Host = '127.0.0.1:' .. p})\nend\n")
             if args.pause_ms:
                 f.write(f"delay = function()\n  return {args.pause_ms}\nend\n")
-        kinds = {"local": a_port, "handed": b_port, "local again": a_port}
+        kinds = {"local": a_port, "handed": b_port, "handed by HAProxy": haproxy_port, "local again": a_port}
         order = list(kinds)
         rows = {k: [] for k in kinds}
         paused = f", {args.pause_ms:g} ms pause after each answer" if args.pause_ms else ""
         print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins{paused}, members threads: 1, "
               f"A on CPU {cpus[0]}\n")
-        print(f"{'round':<6} {'run':<12} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req A+B (A, B)':>24} "
+        print(f"{'round':<6} {'run':<18} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req all (A, B, HAProxy)':>32} "
               f"{'Redis cmds/req':>15} {'non-2xx':>8}")
         for n in range(args.rounds):
-            for kind in order[n % 3:] + order[:n % 3]:
-                r = wrk(args, kinds[kind], lua, [a.pid, b.pid], redis_port)
+            for kind in order[n % len(order):] + order[:n % len(order)]:
+                r = wrk(args, kinds[kind], lua, [a.pid, b.pid, haproxy.pid], redis_port)
                 rows[kind].append(r)
-                print(f"{n + 1:<6} {kind:<12} {r['rps']:>8.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
-                      f"{r['cpu_us']:>10.1f} ({r['each_us'][0]:.1f}, {r['each_us'][1]:.1f}){'':>2} "
+                each = ", ".join(f"{c:.1f}" for c in r["each_us"])
+                print(f"{n + 1:<6} {kind:<18} {r['rps']:>8.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+                      f"{r['cpu_us']:>10.1f} ({each}){'':>2} "
                       f"{r['redis']:>15.4f} {r['non2xx']:>8}", flush=True)
         print()
-        for kind in ("handed", "local again"):
+        for kind in ("handed", "handed by HAProxy", "local again"):
             ratios = [h["cpu_us"] / l["cpu_us"] for h, l in zip(rows[kind], rows["local"])]
             added = [h["p50"] - l["p50"] for h, l in zip(rows[kind], rows["local"])]
-            print(f"{kind}/local: CPU per request {statistics.median(ratios):.2f}x "
+            print(f"{kind + '/local:':<26} CPU per request {statistics.median(ratios):.2f}x "
                   f"[{min(ratios):.2f}-{max(ratios):.2f}], p50 {statistics.median(added):+.3f} ms "
                   f"[{min(added):+.3f} to {max(added):+.3f}]")
     finally:
