@@ -11,11 +11,13 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use crate::downstream::access::User;
-use crate::policy::target::Origin;
+use crate::fleet::PeerContext;
+use crate::policy::target::{Origin, Scheme, Target, TargetError};
+use crate::telemetry::metrics::Mode;
 pub use crate::telemetry::metrics::Protocol;
 
 /// Which tunnel, user and original destination a request came with.
@@ -63,6 +65,42 @@ impl ClientContext {
     /// did not come through the front) or when already taken.
     pub fn take() -> Option<ClientContext> {
         CURRENT.try_with(Cell::take).ok().flatten()
+    }
+
+    /// The target of a request whose target is `raw` (as sent) and `Host` is `host`,
+    /// as this context reads it: the redirected connection's destination, the tunnel's
+    /// origin, or the target itself (`http` for an origin-form one).
+    pub fn target(&self, raw: &[u8], host: Option<&[u8]>) -> Result<Target, TargetError> {
+        match (&self.tunnel, self.destination) {
+            (tls, Some(to)) => Target::redirected(raw, host, to, tls.as_deref()),
+            (Some(tunnel), None) => Target::in_tunnel(tunnel, raw, host),
+            (None, None) => Target::from_request(raw, host, Scheme::Http),
+        }
+    }
+
+    /// How a request whose target is `raw` arrived.
+    pub fn mode(&self, raw: &[u8]) -> Mode {
+        match (self.destination.is_some(), self.tunnel.is_some()) {
+            (true, true) => Mode::TransparentTls,
+            (true, false) => Mode::Transparent,
+            (false, true) => Mode::Tunnel,
+            // Origin-form on the proxy listener: a client that treats it as the origin.
+            (false, false) if raw.first() == Some(&b'/') => Mode::Transparent,
+            (false, false) => Mode::Explicit,
+        }
+    }
+
+    /// What the owner of a request handed over from this member (`member`, its id) is
+    /// told of it: `client`, its client's address, and this context.
+    pub fn peer_context(&self, member: &str, client: Option<IpAddr>) -> PeerContext {
+        PeerContext {
+            member: member.to_string(),
+            client,
+            user: self.user.as_ref().map(|u| u.name.clone()),
+            tunnel: self.tunnel.as_ref().map(|t| t.to_string()),
+            destination: self.destination,
+            http2: self.protocol == Protocol::Http2,
+        }
     }
 
     /// The request holds its turn: its exchange with the origin has started, and only

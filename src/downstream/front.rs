@@ -46,6 +46,7 @@ use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::refuse::{refuse, FrontRefusal};
+use crate::downstream::relay::{Plain, Relayed, RequestHandOver};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
@@ -80,6 +81,8 @@ pub struct ProxyFront<A> {
     http: Arc<A>,
     /// CONNECT and redirected TLS.
     tunnels: Arc<Tunnels>,
+    /// Plain requests relayed to their fleet owner without a proxy pass.
+    handover: Arc<RequestHandOver>,
     /// Which clients may use the proxy, and their users.
     access: Arc<AccessPolicy>,
     /// Bounds on a request head.
@@ -97,6 +100,7 @@ impl<A> ProxyFront<A> {
     pub fn new(
         http: A,
         tunnels: Tunnels,
+        handover: RequestHandOver,
         access: Arc<AccessPolicy>,
         limits: HeadLimits,
         slots: Arc<Slots>,
@@ -105,6 +109,7 @@ impl<A> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
             tunnels: Arc::new(tunnels),
+            handover: Arc::new(handover),
             access,
             limits,
             slots,
@@ -118,6 +123,7 @@ impl<A> ProxyFront<A> {
         ProxyFront {
             http: self.http.clone(),
             tunnels: self.tunnels.clone(),
+            handover: self.handover.clone(),
             access: self.access.clone(),
             limits: self.limits.clone(),
             slots: self.slots.clone(),
@@ -345,7 +351,15 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 conn = Connection::new(tls, self.limits.first_byte_timeout, &self.limits);
                 continue;
             }
-            let Some(next) = self.exchange(head, conn, &context, shutdown).await else {
+            let plain = self.handover.eligible(&head.bytes[..head.len], &context);
+            let next = match plain {
+                Some(plain) => {
+                    self.hand_over(head, conn, &plain, &context, client, shutdown)
+                        .await
+                }
+                None => self.exchange(head, conn, &context, shutdown).await,
+            };
+            let Some(next) = next else {
                 return;
             };
             conn = next;
@@ -526,6 +540,39 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             .await?;
         context.tunnel = Some(Arc::new(origin));
         Some(tls)
+    }
+
+    /// Relays a plain request to the member that owns its origin (`relay.rs`): the
+    /// connection back, or `None` when it ends. One the relay could not deliver takes
+    /// the proxy's path.
+    async fn hand_over(
+        &self,
+        head: Head,
+        mut conn: Connection,
+        plain: &Plain,
+        context: &ClientContext,
+        client: Option<IpAddr>,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Connection> {
+        let serving = Serving::start();
+        let sent = &head.bytes[..head.len];
+        let relayed = self
+            .handover
+            .relay(&mut *conn.stream, sent, plain, context, client)
+            .await;
+        drop(serving);
+        match relayed {
+            Relayed::NotSent => self.exchange(head, conn, context, shutdown).await,
+            Relayed::Answered { keep_alive: true } if !*shutdown.borrow() && !draining() => {
+                // A request without a body: what follows its head is the next one.
+                let mut bytes = head.bytes;
+                conn.pipelined = bytes.split_off(head.len);
+                conn.wait = self.limits.idle_timeout;
+                conn.fresh = false;
+                Some(conn)
+            }
+            Relayed::Answered { .. } | Relayed::Broken => None,
+        }
     }
 
     /// Serves one request through the proxy: the connection back, with the octets of

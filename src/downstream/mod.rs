@@ -5,7 +5,8 @@
 //! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
 //! ([`transparent`]), refusals and answers written on raw client streams ([`reply`]),
 //! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
-//! sent together with their bodies ([`coalesce`]), and the requests in progress a
+//! sent together with their bodies ([`coalesce`]), plain requests relayed to their
+//! fleet owner without a proxy pass ([`relay`]), and the requests in progress a
 //! graceful stop waits for ([`drain`]). Uses [`crate::enforce`] and the
 //! layers below it; never the Pingora proxy that serves the requests.
 
@@ -22,6 +23,7 @@ pub mod head;
 pub mod http2;
 pub mod intercept;
 pub mod refuse;
+pub mod relay;
 pub mod slots;
 pub mod transparent;
 pub mod tunnel_error;

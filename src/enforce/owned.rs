@@ -77,6 +77,18 @@ impl Enforcer {
         (key_of(&entry), entry)
     }
 
+    /// The member a request of this instance's clients for `origin` is handed to, when
+    /// that is known at once: another member owns the origin's key, as learnt (with
+    /// `pacing.key: origin`; an address key needs the origin's addresses first).
+    /// `None`: the request is routed ([`Enforcer::route`]).
+    pub fn known_owner(&self, origin: &Origin) -> Option<crate::fleet::Owner> {
+        let owners = self.owners.as_ref()?;
+        if self.pacer.config().key != crate::config::PacingKey::Origin {
+            return None;
+        }
+        owners.peek(&key_of(&self.store.entry(origin)))
+    }
+
     /// May this instance start an exchange on `entry`'s key now (always, alone)?
     pub(super) fn acts_for(&self, entry: &OriginEntry) -> bool {
         self.owners

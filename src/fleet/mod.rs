@@ -112,6 +112,12 @@ impl Owners {
         self.ownership.route(key, from).await
     }
 
+    /// The other member known to own `key`, when a request for it is to be handed there
+    /// without routing it (see [`Ownership::peek`]).
+    pub fn peek(&self, key: &str) -> Option<Owner> {
+        self.ownership.peek(key)
+    }
+
     /// May this instance act for `key` now: its owner, its lease valid by its own clock?
     pub fn acts_for(&self, key: &str) -> bool {
         self.ownership.acts_for(key)

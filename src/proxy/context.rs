@@ -187,17 +187,7 @@ impl RequestContext {
 
     /// How the request reached robotsgate (`raw_path`: its request target).
     pub(super) fn mode(&self, raw_path: &[u8]) -> Mode {
-        match (
-            self.client.destination.is_some(),
-            self.client.tunnel.is_some(),
-        ) {
-            (true, true) => Mode::TransparentTls,
-            (true, false) => Mode::Transparent,
-            (false, true) => Mode::Tunnel,
-            // Origin-form on the proxy listener: a client that treats it as the origin.
-            (false, false) if raw_path.first() == Some(&b'/') => Mode::Transparent,
-            (false, false) => Mode::Explicit,
-        }
+        self.client.mode(raw_path)
     }
 
     /// Ends the request's stage: a forwarded one's turn ends as its exchange did

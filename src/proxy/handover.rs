@@ -16,9 +16,8 @@ use pingora::upstreams::peer::HttpPeer;
 
 use super::context::{RequestContext, Stage};
 use super::exchange::UpstreamOptions;
-use crate::downstream::context::Protocol;
 use crate::enforce::{Answer, Enforcer, Refusal};
-use crate::fleet::{Owner, PeerContext, MAX_REROUTES, PEER_HEADER};
+use crate::fleet::{Owner, MAX_REROUTES, PEER_HEADER};
 
 /// The owner's peer channel, as Pingora's upstream.
 pub(super) fn owner_peer(
@@ -49,14 +48,8 @@ pub(super) fn to_owner(
     client: Option<IpAddr>,
     request: &mut RequestHeader,
 ) -> Result<()> {
-    let context = PeerContext {
-        member: enforcer.owners().map_or("", |o| o.me()).to_string(),
-        client,
-        user: ctx.client.user.as_ref().map(|u| u.name.clone()),
-        tunnel: ctx.client.tunnel.as_ref().map(|t| t.to_string()),
-        destination: ctx.client.destination,
-        http2: ctx.client.protocol == Protocol::Http2,
-    };
+    let member = enforcer.owners().map_or("", |o| o.me());
+    let context = ctx.client.peer_context(member, client);
     request.remove_header("proxy-authorization");
     request.remove_header(PEER_HEADER);
     request.insert_header(PEER_HEADER, context.encode())?;

@@ -9,7 +9,7 @@ use pingora::proxy::Session;
 use crate::downstream::context::ClientContext;
 use crate::enforce::{bad_request, Answer};
 use crate::policy::agent::Requester;
-use crate::policy::target::{Scheme, Target, TargetError};
+use crate::policy::target::{Target, TargetError};
 
 /// The request's target: its origin and canonical path, from the tunnel, the
 /// redirected destination or the request line; `Err` is the 400 or 421 to answer.
@@ -24,12 +24,7 @@ pub(super) fn target_of(
         .get(http::header::HOST)
         .map(|h| h.as_bytes())
         .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
-    let target = match (&client.tunnel, client.destination) {
-        (tls, Some(to)) => Target::redirected(req.raw_path(), host, to, tls.as_deref()),
-        (Some(tunnel), None) => Target::in_tunnel(tunnel, req.raw_path(), host),
-        (None, None) => Target::from_request(req.raw_path(), host, Scheme::Http),
-    };
-    target
+    client.target(req.raw_path(), host)
 }
 
 /// The answer to a request whose target cannot be understood: 421 for another origin

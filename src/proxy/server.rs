@@ -17,6 +17,7 @@ use crate::downstream::front::{Door, ProxyFront};
 use crate::downstream::head::HeadLimits;
 use crate::downstream::http2::Http2Limits;
 use crate::downstream::intercept::Interceptor;
+use crate::downstream::relay::RequestHandOver;
 use crate::downstream::slots::Slots;
 use crate::downstream::transparent::Redirection;
 use crate::enforce::Enforcer;
@@ -293,9 +294,15 @@ fn proxy_front(
         config.limits.first_byte_timeout_seconds.duration(),
         config.transparent.upstream_mark,
     );
+    let handover = RequestHandOver::new(
+        enforcer.clone(),
+        config.upstream.connect_timeout_seconds.duration(),
+        config.limits.idle_timeout_seconds.duration() / 2,
+    );
     ProxyFront::new(
         http,
         tunnels,
+        handover,
         Arc::new(access),
         HeadLimits::new(&config.limits),
         Slots::new(

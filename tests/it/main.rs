@@ -16,6 +16,7 @@ mod fleet_faults;
 mod fleet_fixture;
 mod fleet_follow;
 mod fleet_handover;
+mod fleet_relay;
 mod fleet_routing;
 mod h2_attacks;
 mod h2_clients;

@@ -213,6 +213,17 @@ impl Ownership {
         }
     }
 
+    /// Where a request for `key` from this instance's own clients goes when that is
+    /// known without waiting or asking Redis: another member that owns it, as learnt.
+    /// `None` when it is owned here, this instance is leaving, or its owner is unknown
+    /// ([`Ownership::route`] decides those).
+    pub fn peek(&self, key: &str) -> Option<Owner> {
+        if self.members.leaving() || self.owns(key).is_some() {
+            return None;
+        }
+        self.known_owner(key)
+    }
+
     /// Does this instance own `key` and may act on it now (checked again when a turn
     /// is granted: a process stalled past its lease must not act)?
     pub fn acts_for(&self, key: &str) -> bool {

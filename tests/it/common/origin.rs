@@ -17,6 +17,10 @@ pub enum Behaviour {
     ResetMidBody { body: Vec<u8>, total: usize },
     /// A chunked body whose last chunk never comes (connection closed instead).
     TruncatedChunked { body: Vec<u8> },
+    /// `body` in chunks of `chunk` octets, each written on its own, and a trailer.
+    Chunked { body: Vec<u8>, chunk: usize },
+    /// `body` without a length, ended by closing the connection.
+    UntilClose { body: Vec<u8> },
     /// Sends the body one octet every `every`.
     Trickle { body: Vec<u8>, every: Duration },
     /// The response after a delay.
@@ -404,6 +408,28 @@ impl TestOrigin {
                 bytes.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
                 bytes.extend_from_slice(&body);
                 bytes.extend_from_slice(b"\r\n");
+                let _ = stream.write_all(&bytes).await;
+                false
+            }
+            Behaviour::Chunked { body, chunk } => {
+                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if stream.write_all(head).await.is_err() {
+                    return false;
+                }
+                for part in body.chunks(chunk.max(1)) {
+                    let mut bytes = format!("{:x}\r\n", part.len()).into_bytes();
+                    bytes.extend_from_slice(part);
+                    bytes.extend_from_slice(b"\r\n");
+                    if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+                        return false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                stream.write_all(b"0\r\nX-Trailer: t\r\n\r\n").await.is_ok()
+            }
+            Behaviour::UntilClose { body } => {
+                let mut bytes = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
+                bytes.extend_from_slice(&body);
                 let _ = stream.write_all(&bytes).await;
                 false
             }

@@ -1,0 +1,126 @@
+//! Plain requests relayed by a member's front to their origin's owner
+//! (`downstream::relay`): the owner's answer passed on whatever its framing, and the
+//! client's connection kept for its next request. Real members, a real `redis-server`,
+//! an origin that logs each request.
+
+use crate::common::{curl, Behaviour, TestOrigin};
+use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
+use crate::redis_servers::Redis;
+
+/// What a client got: status, the headers robotsgate and the origin set that must
+/// match, and the body.
+type Got = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// `method` of `url` with `client`.
+async fn fetch(client: &reqwest::Client, method: reqwest::Method, url: &str) -> Got {
+    let answer = client.request(method, url).send().await.expect("answer");
+    let status = answer.status().as_u16();
+    let headers = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            name.starts_with("x-robots") || name == "content-length" || name == "x-origin"
+        })
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let body = answer.bytes().await.expect("body").to_vec();
+    (status, headers, body)
+}
+
+/// Through a member that does not own the origin and already knows its owner, the
+/// front relays each request itself: the owner's answer comes back as through the owner
+/// — a length, chunks split across reads with a trailer, a body the origin ends by
+/// closing, 1 MB streamed, `HEAD`, `304` — each request reaches the origin once, is
+/// counted as handed over, and one kept-alive connection carries them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_answers_keep_their_framing() {
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let chunked: Vec<u8> = big[..100_000].to_vec();
+    let routes = [
+        (
+            "/robots.txt",
+            Behaviour::ok("User-agent: *\nDisallow: /private\n"),
+        ),
+        ("/first", Behaviour::ok("first\n")),
+        ("/learn", Behaviour::ok("learn\n")),
+        (
+            "/length",
+            Behaviour::with_headers(200, &[("X-Origin", "o")], "length\n"),
+        ),
+        (
+            "/chunked",
+            Behaviour::Chunked {
+                body: chunked.clone(),
+                chunk: 7000,
+            },
+        ),
+        (
+            "/close",
+            Behaviour::UntilClose {
+                body: b"closed\n".to_vec(),
+            },
+        ),
+        (
+            "/big",
+            Behaviour::Respond {
+                status: 200,
+                headers: vec![],
+                body: big.clone(),
+            },
+        ),
+        ("/not-modified", Behaviour::with_headers(304, &[], "")),
+        ("/private", Behaviour::ok("never\n")),
+    ];
+    let routes: Vec<(String, Behaviour)> = routes
+        .into_iter()
+        .map(|(p, b)| (p.to_string(), b))
+        .collect();
+    let origin = TestOrigin::start_owned(&routes).await;
+    let redis = Redis::start();
+    let proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    // The first member meets the origin first and owns it; the second learns that.
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+
+    let (owner, relay) = (proxies[0].client(), proxies[1].client());
+    let paths = [
+        "/length",
+        "/chunked",
+        "/close",
+        "/big",
+        "/not-modified",
+        "/private",
+    ];
+    for method in [reqwest::Method::GET, reqwest::Method::HEAD] {
+        for path in paths {
+            let url = origin.url(path);
+            let direct = fetch(&owner, method.clone(), &url).await;
+            let relayed = fetch(&relay, method.clone(), &url).await;
+            assert_eq!(relayed, direct, "{method} {path}");
+        }
+    }
+    let (_, _, body) = fetch(&relay, reqwest::Method::GET, &origin.url("/chunked")).await;
+    assert_eq!(body, chunked);
+    let (_, _, body) = fetch(&relay, reqwest::Method::GET, &origin.url("/big")).await;
+    assert_eq!(body, big);
+
+    // Each reached the origin once per member (never `/private`), all handed over by the
+    // front's relay (its access lines), on connections it kept.
+    for path in ["/length", "/close", "/not-modified"] {
+        assert_eq!(origin.count(path), 4, "{path}");
+    }
+    assert_eq!(origin.count("/chunked"), 5);
+    assert_eq!(origin.count("/big"), 5);
+    assert_eq!(origin.count("/private"), 0);
+    let relayed = 2 * paths.len() + 2;
+    assert_eq!(handed_over(&proxies[1]), (relayed + 1) as f64);
+    let log = proxies[1].log();
+    let by_relay = log
+        .lines()
+        .filter(|l| l.contains("why=\"handed to "))
+        .count();
+    assert_eq!(by_relay, relayed, "{log}");
+}
