@@ -353,9 +353,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             }
             let plain = self.handover.eligible(&head.bytes[..head.len], &context);
             let next = match plain {
+                // Boxed, like the proxy's future: an idle connection's task holds only
+                // the loop's small state.
                 Some(plain) => {
-                    self.hand_over(head, conn, &plain, &context, client, shutdown)
-                        .await
+                    Box::pin(self.hand_over(head, conn, &plain, &context, client, shutdown)).await
                 }
                 None => self.exchange(head, conn, &context, shutdown).await,
             };

@@ -2,6 +2,9 @@
 //! the upstream, the request as the client sent it plus the `robotsgate-peer` context,
 //! and the owner's answer relayed as it came (status, headers with its `X-Robots-*`,
 //! body streamed). The owner judges, paces and signs it; this instance only carries it.
+//! This is the path of what the front does not relay itself (`downstream::relay` takes
+//! plain kept-alive `GET`s and `HEAD`s to a known owner): requests with bodies, HTTP/2
+//! streams, a first request before the owner is known, one routed again.
 //!
 //! Pingora pools the connections to each owner (mutual TLS, see `fleet::channel`), so a
 //! hand-over costs one header and one more hop, not a handshake. An attempt is sent
