@@ -564,7 +564,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         drop(serving);
         match relayed {
             Relayed::NotSent => self.exchange(head, conn, context, shutdown).await,
-            Relayed::Answered { keep_alive: true } if !*shutdown.borrow() && !draining() => {
+            Relayed::Answered { keep_alive: true }
+                if !plain.close && !*shutdown.borrow() && !draining() =>
+            {
                 // A request without a body: what follows its head is the next one.
                 let mut bytes = head.bytes;
                 conn.pipelined = bytes.split_off(head.len);

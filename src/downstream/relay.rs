@@ -3,12 +3,13 @@
 //!
 //! A member that does not own a request's origin only carries it: the owner judges,
 //! paces and signs it, and its answer is the client's. For the common request — HTTP/1.1,
-//! `GET` or `HEAD`, no body, kept alive, to an origin whose owner this member already
-//! knows ([`Enforcer::known_owner`]) — the front relays it here: the request head as the
-//! client sent it, its proxy credentials and any `robotsgate-peer` removed and this
-//! member's [`PeerContext`] added, on a pooled mutual-TLS connection to the owner's peer
-//! channel (Pingora's connector, `fleet::channel`); then the owner's answer, its head and
-//! body passed on as they come, the body's end found from its framing (`Content-Length`,
+//! `GET` or `HEAD`, no body, to an origin whose owner this member already knows
+//! ([`Enforcer::known_owner`]) — the front relays it here: the request head as the
+//! client sent it, its proxy credentials, `Connection` and any `robotsgate-peer`
+//! removed and this member's [`PeerContext`] added, on a pooled mutual-TLS connection
+//! to the owner's peer channel (Pingora's connector, `fleet::channel`); then the owner's
+//! answer, its head and body passed on as they come, the body's end found from its
+//! framing (`Content-Length`,
 //! chunked, or the owner's close). Everything else takes the proxy's path
 //! (`proxy::handover`), and so does a request this relay could not deliver before the
 //! owner answered a single octet ([`Relayed::NotSent`]: the owner closed the connection,
@@ -264,6 +265,8 @@ pub(super) struct Plain {
     head_only: bool,
     /// Its `User-Agent` (for the access log).
     agent: Option<String>,
+    /// The client closes its connection after this request (`Connection: close`).
+    pub(super) close: bool,
     /// Its origin's owner.
     owner: Option<Owner>,
     /// Its target, read as the proxy reads it.
@@ -272,7 +275,8 @@ pub(super) struct Plain {
 
 impl Plain {
     /// Reads a request head; `None` unless it is HTTP/1.1, `GET` or `HEAD`, without a
-    /// body, an upgrade, an expectation or `Connection: close`.
+    /// body, an upgrade, an expectation or a `Connection` option but `keep-alive` and
+    /// `close`.
     fn parse(head: &[u8]) -> Option<Plain> {
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut request = httparse::Request::new(&mut headers);
@@ -287,19 +291,21 @@ impl Plain {
         if request.version? != 1 {
             return None;
         }
-        let (mut host, mut agent) = (None, None);
+        let (mut host, mut agent, mut close) = (None, None, false);
         for header in request.headers.iter() {
             let name = header.name;
             let refused = ["content-length", "transfer-encoding", "upgrade", "expect"];
             if refused.iter().any(|r| name.eq_ignore_ascii_case(r)) {
                 return None;
             }
-            if name.eq_ignore_ascii_case("connection")
-                && String::from_utf8_lossy(header.value)
-                    .split(',')
-                    .any(|t| !t.trim().eq_ignore_ascii_case("keep-alive"))
-            {
-                return None;
+            if name.eq_ignore_ascii_case("connection") {
+                for token in String::from_utf8_lossy(header.value).split(',') {
+                    match token.trim().to_ascii_lowercase().as_str() {
+                        "keep-alive" => {}
+                        "close" => close = true,
+                        _ => return None,
+                    }
+                }
             }
             if name.eq_ignore_ascii_case("host") {
                 host = Some(header.value.to_vec());
@@ -313,6 +319,7 @@ impl Plain {
             host,
             head_only,
             agent,
+            close,
             owner: None,
             target: None,
         })
@@ -327,14 +334,19 @@ impl Plain {
 }
 
 /// The head as it goes to the owner: the client's request line and headers but its
-/// proxy credentials and any `robotsgate-peer`, then this member's `context`.
+/// proxy credentials, any `robotsgate-peer` and `Connection` (the connection to the
+/// owner stays open whatever the client's does), then this member's `context`.
 fn to_owner(head: &[u8], context: &PeerContext) -> Vec<u8> {
     let mut sent = Vec::with_capacity(head.len() + 256);
     let body = head.strip_suffix(b"\r\n\r\n").unwrap_or(head);
     for (i, line) in body.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let name = line.split(|&b| b == b':').next().unwrap_or_default();
-        let dropped = [&b"proxy-authorization"[..], PEER_HEADER.as_bytes()];
+        let dropped = [
+            &b"proxy-authorization"[..],
+            b"connection",
+            PEER_HEADER.as_bytes(),
+        ];
         if i > 0
             && dropped
                 .iter()
@@ -678,7 +690,7 @@ mod tests {
 
     #[test]
     fn the_head_sent_to_the_owner_drops_credentials_and_forged_context() {
-        let head = b"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy-Authorization: Basic eA==\r\nrobotsgate-peer: forged\r\nAccept: */*\r\n\r\n";
+        let head = b"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy-Authorization: Basic eA==\r\nrobotsgate-peer: forged\r\nConnection: close\r\nAccept: */*\r\n\r\n";
         let context = PeerContext {
             member: "m1".into(),
             ..PeerContext::default()
@@ -689,14 +701,16 @@ mod tests {
             "{sent}"
         );
         assert!(
-            !sent.contains("Proxy-Authorization") && !sent.contains("forged"),
+            !sent.contains("Proxy-Authorization")
+                && !sent.contains("forged")
+                && !sent.contains("Connection"),
             "{sent}"
         );
         assert!(sent.ends_with(&format!("{PEER_HEADER}: {}\r\n\r\n", context.encode())));
     }
 
     #[test]
-    fn only_plain_kept_alive_requests_are_taken() {
+    fn only_plain_requests_are_taken() {
         let taken = |head: &[u8]| Plain::parse(head).is_some();
         assert!(taken(
             b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n"
@@ -708,8 +722,10 @@ mod tests {
             b"POST http://a.test/ HTTP/1.1\r\nContent-Length: 1\r\n\r\n"
         ));
         assert!(!taken(b"GET http://a.test/ HTTP/1.0\r\n\r\n"));
+        let close = Plain::parse(b"GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert!(close.is_some_and(|p| p.close));
         assert!(!taken(
-            b"GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\n"
+            b"GET http://a.test/ HTTP/1.1\r\nConnection: close, x-hop\r\n\r\n"
         ));
         assert!(!taken(
             b"GET http://a.test/ HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"
