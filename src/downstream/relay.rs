@@ -134,6 +134,7 @@ impl RequestHandOver {
                 }
                 .answer();
                 crate::downstream::refuse::write_answer(client, &refusal).await;
+                record(request, context, refusal.status, started);
                 return Relayed::Broken;
             }
         };

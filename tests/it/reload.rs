@@ -95,19 +95,11 @@ async fn reload_changes_config_without_failing_a_request() {
 /// A graceful stop (SIGTERM) lets the requests in progress end: a request the origin
 /// takes 3 s to answer, in progress when the signal comes, is answered in full, and
 /// the process exits after it (not a fixed `grace_period_seconds` later), `/readyz`
-/// answering 503 and idle connections closing meanwhile (Pingora alone drops what is in progress once
-/// `grace_period_seconds` have passed, and always waits them).
+/// answering 503 and idle connections closing meanwhile (Pingora alone drops what is
+/// in progress once `grace_period_seconds` have passed, and always waits them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_lets_requests_in_progress_end() {
-    let origin = TestOrigin::start_owned(&[
-        (
-            "/robots.txt".into(),
-            Behaviour::ok("User-agent: *\nAllow: /\n"),
-        ),
-        ("/slow".into(), Behaviour::delayed(3000, "slow\n")),
-        ("/fast".into(), Behaviour::ok("fast\n")),
-    ])
-    .await;
+    let origin = slow_origin(3000).await;
     // Pingora's fixed wait after the drain is skipped: the exit follows the drain.
     let conf = Conf::new()
         .server("graceful_shutdown_timeout_seconds", 10)
@@ -146,14 +138,7 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
 /// takes 6.5 s to answer, in progress at the reload, is answered in full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_lets_requests_in_progress_end_on_the_old_process() {
-    let origin = TestOrigin::start_owned(&[
-        (
-            "/robots.txt".into(),
-            Behaviour::ok("User-agent: *\nAllow: /\n"),
-        ),
-        ("/slow".into(), Behaviour::delayed(6500, "slow\n")),
-    ])
-    .await;
+    let origin = slow_origin(6500).await;
     let mut old = Proxy::start_for_loopback(&Conf::new().server("grace_period_seconds", 4));
     let (client, url) = (old.client(), origin.url("/slow"));
     let request = tokio::spawn(async move { client.get(url).send().await?.text().await });
@@ -169,6 +154,20 @@ async fn a_reload_lets_requests_in_progress_end_on_the_old_process() {
     );
     assert_eq!(origin.count("/slow"), 1);
     tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(20)));
+}
+
+/// An origin allowing everything whose `/slow` takes `millis` to answer `slow\n`, and
+/// whose `/fast` answers `fast\n` at once.
+async fn slow_origin(millis: u64) -> TestOrigin {
+    TestOrigin::start_owned(&[
+        (
+            "/robots.txt".into(),
+            Behaviour::ok("User-agent: *\nAllow: /\n"),
+        ),
+        ("/slow".into(), Behaviour::delayed(millis, "slow\n")),
+        ("/fast".into(), Behaviour::ok("fast\n")),
+    ])
+    .await
 }
 
 /// A connection to `proxy` that fetched `url` (an answer of `fast\n`) and is kept alive,
