@@ -184,15 +184,18 @@ impl RequestHandOver {
         }
         let within = self.enforcer.owner_answers_within();
         let mut buffer = BytesMut::with_capacity(4096);
+        let mut answered = false;
         loop {
             let read = tokio::time::timeout(within, read_answer(upstream, &mut buffer)).await;
             let answer = match read {
                 Err(_) => return Some(Asked::Silent),
-                Ok(HeadRead::Closed) if buffer.is_empty() => return None,
+                Ok(HeadRead::Closed) if buffer.is_empty() && !answered => return None,
                 Ok(HeadRead::Closed | HeadRead::Unreadable) => return Some(Asked::Silent),
                 Ok(HeadRead::Head(answer)) => answer,
             };
             if (100..200).contains(&answer.status) {
+                // What followed it is the next head's start.
+                (buffer, answered) = (answer.rest, true);
                 continue;
             }
             if answer.gave_up {
@@ -687,6 +690,26 @@ mod tests {
             &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"[..],
         );
         assert!(parse_answer(&mut two_lengths).is_err());
+    }
+
+    /// An informational head read together with the final one leaves the final one's
+    /// octets for the next read.
+    #[tokio::test]
+    async fn a_final_answer_after_an_informational_one_is_read_whole() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let bytes = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        b.write_all(bytes).await.expect("write");
+        drop(b);
+        let mut buffer = BytesMut::new();
+        let HeadRead::Head(early) = read_answer(&mut a, &mut buffer).await else {
+            panic!("no first head");
+        };
+        assert_eq!(early.status, 103);
+        let mut buffer = early.rest;
+        let HeadRead::Head(last) = read_answer(&mut a, &mut buffer).await else {
+            panic!("no final head");
+        };
+        assert_eq!((last.status, &last.rest[..]), (200, &b"ok"[..]));
     }
 
     #[test]
