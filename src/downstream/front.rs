@@ -324,7 +324,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let mut conn = Connection::new(stream, self.limits.first_byte_timeout, &self.limits);
         // One watch for the connection's life (a new one per request would register and
         // unregister a waiter, under the watch's lock, every time).
-        let shutdown_begins = shutting_down(shutdown.clone());
+        let peer_channel = matches!(self.door, Door::Peer { .. });
+        let shutdown_begins = shutting_down(shutdown.clone(), !peer_channel);
         tokio::pin!(shutdown_begins);
         loop {
             let already = std::mem::take(&mut conn.pipelined);

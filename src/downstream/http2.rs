@@ -229,7 +229,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> Multiplexer<'_, A> {
         let in_progress = Arc::new(InProgress::default());
         let mut malformed = 0;
         let mut draining = false;
-        let shutdown_begins = shutting_down(shutdown.clone());
+        let shutdown_begins = shutting_down(shutdown.clone(), true);
         tokio::pin!(shutdown_begins);
         loop {
             let accepted = tokio::select! {

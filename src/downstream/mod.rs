@@ -29,9 +29,13 @@ pub mod transparent;
 pub mod tunnel_error;
 mod tunnel_handover;
 
-/// Resolves once the server begins shutting down or draining (at once if it has): what
-/// every client connection watches to close when idle, or to send its GOAWAY.
-pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch) {
+/// Resolves once the server begins shutting down, or draining when `drains` (at once if
+/// it has): what every client connection watches to close when idle, or to send its
+/// GOAWAY. Connections on the peer channel do not close when draining begins: a leaving
+/// member holds what other members hand it until it has handed its origins over, then
+/// refuses it, and they route it again (closed, their pooled connections would each
+/// fail a request's attempt).
+pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch, drains: bool) {
     let pingora = async {
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
@@ -41,6 +45,6 @@ pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch) 
     };
     tokio::select! {
         () = pingora => {}
-        () = drain::began() => {}
+        () = drain::began(), if drains => {}
     }
 }
