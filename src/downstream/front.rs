@@ -46,7 +46,7 @@ use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::refuse::{refuse, FrontRefusal};
-use crate::downstream::relay::{Plain, Relayed, RequestHandOver};
+use crate::downstream::relay::{Relayable, Relayed, RequestHandOver};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
@@ -551,7 +551,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         &self,
         head: Head,
         mut conn: Connection,
-        plain: &Plain,
+        plain: &Relayable,
         context: &ClientContext,
         client: Option<IpAddr>,
         shutdown: &ShutdownWatch,
@@ -566,7 +566,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         match relayed {
             Relayed::NotSent => self.exchange(head, conn, context, shutdown).await,
             Relayed::Answered { keep_alive: true }
-                if !plain.close && !*shutdown.borrow() && !draining() =>
+                if !plain.closes() && !*shutdown.borrow() && !draining() =>
             {
                 // A request without a body: what follows its head is the next one.
                 let mut bytes = head.bytes;

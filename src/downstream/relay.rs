@@ -85,7 +85,7 @@ impl RequestHandOver {
 
     /// The request to relay and its owner, when `head` (its octets through the blank
     /// line) is one this relay takes, in `context`; `None` for the proxy's path.
-    pub(super) fn eligible(&self, head: &[u8], context: &ClientContext) -> Option<Plain> {
+    pub(super) fn eligible(&self, head: &[u8], context: &ClientContext) -> Option<Relayable> {
         self.enforcer.owners()?;
         if context.handed.is_some() {
             return None;
@@ -93,10 +93,10 @@ impl RequestHandOver {
         let request = Plain::parse(head)?;
         let target = request.target(context)?;
         let owner = self.enforcer.known_owner(&target.origin)?;
-        Some(Plain {
-            owner: Some(owner),
-            target: Some(target),
-            ..request
+        Some(Relayable {
+            request,
+            owner,
+            target,
         })
     }
 
@@ -106,14 +106,12 @@ impl RequestHandOver {
         &self,
         client: &mut C,
         head: &[u8],
-        request: &Plain,
+        request: &Relayable,
         context: &ClientContext,
         peer_client: Option<std::net::IpAddr>,
     ) -> Relayed {
         let started = Instant::now();
-        let Some(owner) = &request.owner else {
-            return Relayed::NotSent;
-        };
+        let owner = &request.owner;
         let Some(peer) = self.enforcer.owners().and_then(|o| o.peer(owner)) else {
             return Relayed::NotSent;
         };
@@ -138,7 +136,10 @@ impl RequestHandOver {
                 return Relayed::Broken;
             }
         };
-        let relayed = self.pass_on(client, &mut upstream, &answer, request).await;
+        let head_only = request.request.head_only;
+        let relayed = self
+            .pass_on(client, &mut upstream, &answer, head_only)
+            .await;
         let status = answer.status;
         let keep_alive = relayed.is_ok() && answer.keep_alive && !answer.until_close;
         if keep_alive {
@@ -212,10 +213,10 @@ impl RequestHandOver {
         client: &mut C,
         upstream: &mut Stream,
         answer: &Answer,
-        request: &Plain,
+        head_only: bool,
     ) -> Result<(), ()> {
         let mut buffer = answer.rest.clone();
-        let mut body = if request.head_only || matches!(answer.status, 204 | 304) {
+        let mut body = if head_only || matches!(answer.status, 204 | 304) {
             Body::Length(0)
         } else {
             answer.body
@@ -259,8 +260,25 @@ enum Asked {
     Silent,
 }
 
-/// A request the relay takes: what its head says, and its owner once known.
-pub(super) struct Plain {
+/// A request the relay takes: what its head says, its target, and its origin's owner.
+pub(super) struct Relayable {
+    /// What its head says.
+    request: Plain,
+    /// Its origin's owner.
+    owner: Owner,
+    /// Its target, read as the proxy reads it.
+    target: Target,
+}
+
+impl Relayable {
+    /// The client closes its connection after this request (`Connection: close`).
+    pub(super) fn closes(&self) -> bool {
+        self.request.close
+    }
+}
+
+/// What a request head says that the relay needs.
+struct Plain {
     /// The request target as sent.
     raw_target: String,
     /// Its `Host` header.
@@ -270,11 +288,7 @@ pub(super) struct Plain {
     /// Its `User-Agent` (for the access log).
     agent: Option<String>,
     /// The client closes its connection after this request (`Connection: close`).
-    pub(super) close: bool,
-    /// Its origin's owner.
-    owner: Option<Owner>,
-    /// Its target, read as the proxy reads it.
-    target: Option<Target>,
+    close: bool,
 }
 
 impl Plain {
@@ -324,8 +338,6 @@ impl Plain {
             head_only,
             agent,
             close,
-            owner: None,
-            target: None,
         })
     }
 
@@ -604,19 +616,17 @@ pub fn answer_end(bytes: &[u8], split: usize) -> Option<usize> {
 }
 
 /// Counts the request handed over, and logs it.
-fn record(request: &Plain, context: &ClientContext, status: u16, started: Instant) {
+fn record(relayed: &Relayable, context: &ClientContext, status: u16, started: Instant) {
     let elapsed = started.elapsed().as_secs_f64();
+    let (request, target) = (&relayed.request, &relayed.target);
     let mode = context.mode(request.raw_target.as_bytes());
     let protocol = metrics::Protocol::Http1;
-    let Some(target) = &request.target else {
-        return;
-    };
     let https = target.origin.scheme == Scheme::Https;
     metrics::record_request(Outcome::HandedOver, mode, protocol, https, elapsed);
     if !crate::telemetry::logging::access_enabled() {
         return;
     }
-    let owner = request.owner.as_ref().map_or("", |o| o.member.as_str());
+    let owner = &relayed.owner.member;
     crate::telemetry::logging::AccessRecord {
         origin: &target.origin,
         path: target.path.as_str(),

@@ -15,7 +15,7 @@ use crate::identity::payment::Reservation;
 use crate::identity::{Identity, Signer};
 use crate::policy::target::Target;
 use crate::policy::usage::UsageVerdict;
-use crate::telemetry::metrics::{Mode, Outcome};
+use crate::telemetry::metrics::Outcome;
 
 /// What robotsgate knows of one request as it goes through Pingora's phases.
 #[derive(Default)]
@@ -183,11 +183,6 @@ impl RequestContext {
             (Stage::HandedOver { failed: None, .. }, None) => Outcome::HandedOver,
             (Stage::HandedOver { .. }, _) => Outcome::FleetUnavailable,
         }
-    }
-
-    /// How the request reached robotsgate (`raw_path`: its request target).
-    pub(super) fn mode(&self, raw_path: &[u8]) -> Mode {
-        self.client.mode(raw_path)
     }
 
     /// Ends the request's stage: a forwarded one's turn ends as its exchange did

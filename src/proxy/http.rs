@@ -485,7 +485,7 @@ impl ProxyHttp for RobotsGateProxy {
     ) {
         let elapsed = ctx.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
         let outcome = ctx.outcome(error);
-        let mode = ctx.mode(session.req_header().raw_path());
+        let mode = ctx.client.mode(session.req_header().raw_path());
         let https = ctx
             .target
             .as_ref()

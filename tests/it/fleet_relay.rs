@@ -3,7 +3,9 @@
 //! client's connection kept for its next request. Real members, a real `redis-server`,
 //! an origin that logs each request.
 
-use crate::common::{curl, Behaviour, TestOrigin};
+use std::time::Duration;
+
+use crate::common::{curl, eventually, Behaviour, TestOrigin};
 use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
 use crate::redis_servers::Redis;
 
@@ -117,10 +119,13 @@ async fn relayed_answers_keep_their_framing() {
     assert_eq!(origin.count("/private"), 0);
     let relayed = 2 * paths.len() + 2;
     assert_eq!(handed_over(&proxies[1]), (relayed + 1) as f64);
-    let log = proxies[1].log();
-    let by_relay = log
-        .lines()
-        .filter(|l| l.contains("why=\"handed to "))
-        .count();
-    assert_eq!(by_relay, relayed, "{log}");
+    // Access lines are written just after the answer: polled for.
+    let by_relay = || {
+        let log = proxies[1].log();
+        log.lines()
+            .filter(|l| l.contains("why=\"handed to "))
+            .count()
+    };
+    let logged = eventually(Duration::from_secs(5), || by_relay() == relayed).await;
+    assert!(logged, "{} of {relayed}\n{}", by_relay(), proxies[1].log());
 }
