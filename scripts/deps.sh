@@ -8,7 +8,6 @@ need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)          # pingora-core builds zlib-ng
 command -v curl >/dev/null || need+=(curl)            # tests drive the proxy with curl -x
-command -v python3 >/dev/null || need+=(python3)
 command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
 command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/robotsgate.service
 command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
@@ -21,27 +20,32 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)
 command -v nft >/dev/null || need+=(nftables)
 command -v setpriv >/dev/null || need+=(util-linux)
-# The unprivileged crawler uid runs Debian's python3 with Debian's requests.
-[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' 2>/dev/null || need+=(python3-requests)
 # The package (scripts/package.sh) is judged by lintian and listed with dpkg-deb.
 command -v lintian >/dev/null || need+=(lintian)
-if ((${#need[@]})); then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  echo "installing: ${need[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+# Debian's package lists, refreshed once a run and only when something is missing.
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+updated=""
+apt_update() { [ -n "$updated" ] || { $sudo apt-get update -qq; updated=1; }; }
+apt_install() {
+  echo "installing: $*" >&2
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"
+}
+command -v python3 >/dev/null && [ -x /usr/bin/python3 ] || need+=(python3)
+if ((${#need[@]})); then apt_install "${need[@]}"; fi
+# The transparent tests run the scripts under tests/helpers/crawler/ with Debian's
+# /usr/bin/python3 as an unprivileged uid: every module they import, as Debian's
+# package (check_python.py reads the modules from the scripts and names the packages).
+mapfile -t crawler < <(/usr/bin/python3 tests/helpers/check_python.py --crawler --packages)
+if ((${#crawler[@]})); then apt_install "${crawler[@]}"; fi
 # The tests' Python (tests/helpers/*.py and the inline scripts) runs on the `python3`
 # first on PATH, which need not be Debian's (a pyenv or a venv): its packages
 # (tests/helpers/requirements.txt) are installed for that interpreter.
 if ! python3 tests/helpers/check_python.py 2>/dev/null; then
   echo "installing for $(command -v python3): tests/helpers/requirements.txt" >&2
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    python3 -m ensurepip --upgrade >/dev/null 2>&1 || {
-      sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-      $sudo apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip; }
+    python3 -m ensurepip --upgrade >/dev/null 2>&1 || apt_install python3-pip
   fi
   python3 -m pip install --quiet -r tests/helpers/requirements.txt 2>/dev/null \
     || python3 -m pip install --quiet --break-system-packages -r tests/helpers/requirements.txt
@@ -65,9 +69,7 @@ if ! command -v promtool >/dev/null && [ ! -x "$tools/usr/bin/promtool" ]; then
   echo "unpacking: Debian's prometheus into $tools" >&2
   download="$(mktemp -d)"
   if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
+    apt_update
     (cd "$download" && apt-get download -qq prometheus)
   fi
   mkdir -p "$tools"

@@ -33,10 +33,11 @@ pub struct LimitsConfig {
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot
     /// of `max_connections` and `max_connections_per_client`.
     pub max_streams_per_connection: usize,
-    /// A response its client takes nothing of for this long (a full window, a client
-    /// that stopped reading): the client is treated as gone, and the origin's response
-    /// is read to its end without it, so an unread response holds the origin's turn no
-    /// longer than a read one (and no memory).
+    /// An answer its client takes no octet of for this long (a full window, a client
+    /// that stopped reading), or that is still coming this long after its client left,
+    /// ends the exchange on both legs, as nginx's `send_timeout` does: one client
+    /// cannot hold an origin's turns longer than this (and a cut's hold), nor make
+    /// robotsgate buffer its answer.
     pub unread_timeout_seconds: Timeout,
 }
 

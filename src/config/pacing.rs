@@ -120,10 +120,12 @@ impl Default for PacingConfig {
 ///
 /// A turn starts when it is granted and ends with the origin's exchange: the response
 /// read to its end, or the origin closing. robotsgate cuts an exchange that runs past
-/// `max_exchange` at its next response octets, or when the origin (read timeout) or the
-/// client (write timeout) has been silent for `cut_within`; after a cut the origin may
-/// still be working on the request, so the turn is held `linger` more (the read timeout:
-/// as long as robotsgate would have waited for its next octets).
+/// `max_exchange` at its next response octets, when the origin has been silent for
+/// `cut_within` (its read timeout), or when the client took no octet of its answer for
+/// `limits.unread_timeout_seconds`; after a cut the origin may still be working on the
+/// request, so the turn is held on: `linger` more (the read timeout: as long as
+/// robotsgate would have waited for its next octets) once the origin answered, and
+/// until `max_exchange` from the turn (at least `linger`) before it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExchangeBounds {
     /// `pacing.max_exchange_seconds`: from the turn to the cut.
@@ -131,7 +133,8 @@ pub struct ExchangeBounds {
     /// The longest a cut can come after `max_exchange`: the larger of the upstream read
     /// and write timeouts.
     pub cut_within: Duration,
-    /// How long a cut exchange's turn is held after robotsgate closed the connection.
+    /// How long a cut exchange's turn is held after robotsgate closed the connection,
+    /// once the origin had answered (before, until `max_exchange` from the turn).
     pub linger: Duration,
     /// The whole robots.txt fetch (`robots.fetch_timeout_seconds`), which also holds turns.
     pub fetch: Duration,

@@ -21,13 +21,15 @@
 //!   request give up its place; once the exchange has started the proxy has told Pingora
 //!   to tolerate it (`set_abort_on_close(false)`). A chunked request's length is unknown
 //!   here, so its reads pass through.
-//! * **A client that left is a sink.** A read or write error marks the client gone:
-//!   reads then end the stream, writes are accepted and dropped. Pingora reads the
-//!   origin's response to its end (bounded by the upstream timeouts and
-//!   `pacing.max_exchange_seconds`) and the turn ends when the origin's answer does.
-//! * **A client that stops reading has left.** A write that takes no octet for
-//!   `limits.unread_timeout_seconds` marks the client gone too: an unread response
-//!   holds the origin's turn no longer than a read one, and no octet is buffered for it.
+//! * **A client that left is a sink, for a while.** A read or write error marks the
+//!   client gone: reads then end the stream, writes are accepted and dropped, so an
+//!   answer that ends soon ends the turn with the origin's own end. Past
+//!   `limits.unread_timeout_seconds` from the first octet dropped, a write fails and
+//!   the exchange ends on both legs (`unread.rs`).
+//! * **A client that stops reading ends the exchange.** A write that takes no octet
+//!   for `limits.unread_timeout_seconds` fails the same way: an unread answer holds the
+//!   origin's turn no longer than that (and a cut's hold), and no octet is buffered
+//!   for it.
 //! * **A response head and its first body octets leave together** ([`Coalescer`]).
 //!
 //! Cost: one branch per read and write; a request's remaining length is a counter.
@@ -50,6 +52,7 @@ use pingora::protocols::{
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::downstream::coalesce::Coalescer;
+use crate::downstream::unread::{stalled, Dropping};
 use crate::telemetry::metrics;
 
 /// The most octets of a next request read (and kept) while an exchange is pending; the
@@ -68,10 +71,14 @@ pub struct ClientStream {
     request_left: Option<u64>,
     /// The next request's first octets, read while the current exchange was pending.
     next_request: BytesMut,
-    /// The client's end failed (reset, broken pipe, no octet taken for `unread`):
-    /// reads end, writes are dropped.
+    /// The client's end failed (reset, broken pipe) or stalled: reads end, writes are
+    /// dropped for a while ([`Dropping`]) or fail.
     gone: bool,
-    /// How long a write may take no octet before the client counts as gone.
+    /// The client took no octet for `unread`: every write fails, ending the exchange.
+    stalled_out: bool,
+    /// How long writes to a client that left are still dropped.
+    dropping: Dropping,
+    /// How long a write may take no octet before the client counts as stalled.
     unread: Duration,
     /// Since when the pending write has taken nothing (armed on its first `Pending`).
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -86,30 +93,50 @@ impl ClientStream {
             request_left: None,
             next_request: BytesMut::new(),
             gone: false,
+            stalled_out: false,
+            dropping: Dropping::new(unread),
             unread,
             stalled: None,
         }
     }
 
-    /// A write's outcome, a sink's way: progress disarms the stall timer, an error
-    /// marks the client gone, and a write still pending once the client has taken
-    /// nothing for `unread` does too. `Pending` only while the client may still read.
-    fn settle_write<T>(&mut self, cx: &mut Context<'_>, written: Poll<io::Result<T>>) -> Poll<()> {
+    /// A write's outcome: progress disarms the stall timer, an error marks the client
+    /// gone (a sink, for a while), and a write still pending once the client has taken
+    /// nothing for `unread` fails ([`stalled`]). `Pending` only while the client may
+    /// still read.
+    fn settle_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<()>> {
         match written {
             Poll::Ready(Ok(_)) => self.stalled = None,
             Poll::Ready(Err(_)) => self.left(),
             Poll::Pending => {
                 let unread = self.unread;
-                let stalled = self
+                let timer = self
                     .stalled
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(unread)));
-                if stalled.as_mut().poll(cx).is_pending() {
+                if timer.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
                 self.left();
+                self.stalled_out = true;
+                return Poll::Ready(Err(stalled()));
             }
         }
-        Poll::Ready(())
+        Poll::Ready(Ok(()))
+    }
+
+    /// A write to a client that is gone: dropped while [`Dropping`] allows, then (and
+    /// for a client that stalled, at once) the error that ends the exchange.
+    fn drop_write(&mut self) -> io::Result<()> {
+        if self.stalled_out {
+            return Err(stalled());
+        }
+        self.dropping
+            .drop_one()
+            .inspect_err(|_| self.stalled_out = true)
     }
 
     /// The client stream again, once whatever is still held has been sent.
@@ -172,11 +199,11 @@ impl ClientStream {
     }
 
     /// Sends what is held, then flushes or (`shutdown`) shuts the client's end down; a
-    /// failure makes the stream a sink, never an error.
+    /// failure makes the stream a sink, a stall an error.
     fn poll_finish(&mut self, cx: &mut Context<'_>, shutdown: bool) -> Poll<io::Result<()>> {
         if !self.gone {
             let sent = self.coalescer.poll_send_held(&mut self.inner, cx);
-            ready!(self.settle_write(cx, sent));
+            ready!(self.settle_write(cx, sent))?;
         }
         if !self.gone {
             let inner = Pin::new(&mut self.inner);
@@ -185,7 +212,10 @@ impl ClientStream {
             } else {
                 inner.poll_flush(cx)
             };
-            ready!(self.settle_write(cx, done));
+            ready!(self.settle_write(cx, done))?;
+        }
+        if self.stalled_out {
+            return Poll::Ready(Err(stalled()));
         }
         Poll::Ready(Ok(()))
     }
@@ -199,7 +229,7 @@ impl AsyncWrite for ClientStream {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.gone {
-            return Poll::Ready(Ok(buf.len()));
+            return Poll::Ready(this.drop_write().map(|()| buf.len()));
         }
         let written = this.coalescer.poll_write(&mut this.inner, cx, buf);
         // What the socket took: a partial write is the caller's to continue.
@@ -207,8 +237,12 @@ impl AsyncWrite for ClientStream {
             Poll::Ready(Ok(n)) => Some(*n),
             _ => None,
         };
-        ready!(this.settle_write(cx, written));
-        Poll::Ready(Ok(took.unwrap_or(buf.len())))
+        ready!(this.settle_write(cx, written))?;
+        match took {
+            Some(n) => Poll::Ready(Ok(n)),
+            // The write failed: the client left, and this write is the first dropped.
+            None => Poll::Ready(this.drop_write().map(|()| buf.len())),
+        }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -358,6 +392,37 @@ mod tests {
             b"GET /next".starts_with(&next) && !next.is_empty(),
             "{next:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_fails_the_write_after_the_unread_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let l4: pingora::protocols::l4::stream::Stream = server.into();
+        let mut stream = ClientStream::new(Box::new(l4), Duration::from_millis(200));
+        stream.expect_request(Some(0));
+        let block = vec![b'x'; 1 << 20];
+        let failed = loop {
+            if let Err(e) = stream.write(&block).await {
+                break e;
+            }
+        };
+        assert!(
+            crate::downstream::unread::is_stalled(&pingora::Error::because(
+                pingora::ErrorType::WriteError,
+                "write",
+                failed
+            )),
+            "the write fails as a stall"
+        );
+        assert!(
+            stream.write(b"more").await.is_err(),
+            "and every write after"
+        );
+        drop(client);
     }
 
     #[tokio::test]

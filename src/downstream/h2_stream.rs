@@ -10,12 +10,15 @@
 //! resets to a slow page would freeze the origin for everyone.
 //!
 //! [`H2Stream`] wraps Pingora's session (as a custom session) and changes two things:
-//! * **A client that left is a sink.** A failed write — the stream reset, or no octet
-//!   taken for `limits.unread_timeout_seconds` — marks the client gone (counted in
-//!   `robotsgate_downstream_clients_left_total`); the write and every later one succeed
-//!   and drop their octets. Pingora reads the origin's response to its end, bounded by
-//!   the upstream timeouts and `pacing.max_exchange_seconds`, and the turn ends when the
-//!   origin's answer does.
+//! * **A client that left is a sink, for a while.** A failed write — the stream reset,
+//!   the connection gone — marks the client gone (counted in
+//!   `robotsgate_downstream_clients_left_total`); the write and later ones succeed and
+//!   drop their octets, so an answer that ends soon ends the turn with the origin's own
+//!   end. Past `limits.unread_timeout_seconds` from the first octet dropped, a write
+//!   fails and the exchange ends on both legs (`unread.rs`).
+//! * **A client that stops reading ends the exchange.** A write that waits
+//!   `limits.unread_timeout_seconds` for the client's flow-control window fails the
+//!   same way.
 //! * **Once the exchange has started, a reset is not the end of it.** Before the request
 //!   holds its turn, the wait for the client's end of the stream reports a reset (a
 //!   client that left while queued gives up its place); once the proxy says the exchange
@@ -40,6 +43,7 @@ use pingora::protocols::l4::socket::SocketAddr;
 use pingora::protocols::Digest;
 use pingora::Result;
 
+use crate::downstream::unread::{ClientStalled, Dropping};
 use crate::telemetry::metrics;
 
 /// Set once the request holds its pacing turn: from then on the origin's exchange is
@@ -65,9 +69,14 @@ pub struct H2Stream {
     inner: HttpSession,
     /// Set once the request holds its turn (shared with its context).
     started: Arc<Started>,
-    /// The client reset the stream, its connection failed, or it took nothing for
-    /// `unread`: writes are dropped.
+    /// The client reset the stream or its connection failed: writes are dropped, for
+    /// a while ([`Dropping`]).
     gone: bool,
+    /// The client took nothing for `unread`, or was dropped for that long: every write
+    /// fails, ending the exchange.
+    stalled_out: bool,
+    /// How long writes to a client that left are still dropped.
+    dropping: Dropping,
     /// `limits.unread_timeout_seconds`: the longest one write may wait for the client.
     unread: Duration,
 }
@@ -82,6 +91,8 @@ impl H2Stream {
             inner,
             started,
             gone: false,
+            stalled_out: false,
+            dropping: Dropping::new(unread),
             unread,
         }
     }
@@ -94,17 +105,42 @@ impl H2Stream {
         }
     }
 
-    /// `written`'s error, when the client is still there to be told of it; none once it
-    /// has left.
+    /// A write's outcome: a client that took nothing for `unread` (the write timed
+    /// out) ends the exchange; any other failure makes the stream a sink, the write
+    /// being its first octets dropped.
     fn sink<T>(&mut self, written: Result<T>, instead: T) -> Result<T> {
         match written {
             Ok(done) => Ok(done),
+            Err(e) if matches!(e.etype(), pingora::ErrorType::WriteTimedout) => {
+                self.left();
+                self.stalled_out = true;
+                Err(stalled_error())
+            }
             Err(_) => {
                 self.left();
-                Ok(instead)
+                self.drop_write().map(|()| instead)
             }
         }
     }
+
+    /// A write to a client that is gone: dropped while [`Dropping`] allows, then (and
+    /// for a client that stalled, at once) the error that ends the exchange.
+    fn drop_write(&mut self) -> Result<()> {
+        if !self.stalled_out && self.dropping.drop_one().is_ok() {
+            return Ok(());
+        }
+        self.stalled_out = true;
+        Err(stalled_error())
+    }
+}
+
+/// The error a write to a stalled client fails with.
+fn stalled_error() -> pingora::BError {
+    pingora::Error::because(
+        pingora::ErrorType::WriteTimedout,
+        "client stalled",
+        ClientStalled,
+    )
 }
 
 #[async_trait]
@@ -127,7 +163,7 @@ impl CustomSession for H2Stream {
 
     async fn write_response_header(&mut self, resp: Box<ResponseHeader>, end: bool) -> Result<()> {
         if self.gone {
-            return Ok(());
+            return self.drop_write();
         }
         let written = self.inner.write_response_header(resp, end);
         self.sink(written, ())
@@ -140,7 +176,7 @@ impl CustomSession for H2Stream {
 
     async fn write_body(&mut self, data: Bytes, end: bool) -> Result<()> {
         if self.gone {
-            return Ok(());
+            return self.drop_write();
         }
         let written = self.inner.write_body(data, end).await;
         self.sink(written, ())
@@ -148,7 +184,7 @@ impl CustomSession for H2Stream {
 
     async fn write_trailers(&mut self, trailers: HeaderMap) -> Result<()> {
         if self.gone {
-            return Ok(());
+            return self.drop_write();
         }
         let written = self.inner.write_trailers(trailers);
         self.sink(written, ())
@@ -157,7 +193,7 @@ impl CustomSession for H2Stream {
     async fn response_duplex_vec(&mut self, tasks: Vec<HttpTask>) -> Result<bool> {
         let end = tasks.iter().any(HttpTask::is_end);
         if self.gone {
-            return Ok(end);
+            return self.drop_write().map(|()| end);
         }
         let written = self.inner.response_duplex_vec(tasks).await;
         self.sink(written, end)

@@ -5,7 +5,8 @@
 //! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
 //! ([`transparent`]), refusals and answers written on raw client streams ([`reply`]),
 //! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
-//! sent together with their bodies ([`coalesce`]), plain requests relayed to their
+//! sent together with their bodies ([`coalesce`]), a client that takes none of its
+//! answer ([`unread`]), plain requests relayed to their
 //! fleet owner without a proxy pass ([`relay`]), and the requests in progress a
 //! graceful stop waits for ([`drain`]). Uses [`crate::enforce`] and the
 //! layers below it; never the Pingora proxy that serves the requests.
@@ -28,6 +29,7 @@ pub mod slots;
 pub mod transparent;
 pub mod tunnel_error;
 mod tunnel_handover;
+pub mod unread;
 
 /// Resolves once the server begins shutting down, or draining when `drains` (at once if
 /// it has): what every client connection watches to close when idle, or to send its

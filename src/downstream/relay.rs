@@ -638,6 +638,7 @@ fn record(relayed: &Relayable, context: &ClientContext, status: u16, started: In
         decision: Outcome::HandedOver.label(),
         status,
         upstream_status: Some(status),
+        upstream_protocol: Some("http/1.1"),
         line: None,
         why: &format_args!("handed to {owner}"),
         pacing_wait_seconds: 0.0,

@@ -40,9 +40,9 @@ impl Unpaced {
 ///
 /// A turn dropped without [`Turn::end`] — a request future dropped mid-exchange, an
 /// error path that never said — counts as [`ExchangeEnd::Cut`]: robotsgate closed the
-/// connection while the origin may still be answering, so its turns are held
-/// [`ExchangeBounds::linger`] more. Ending turns also forgets the schedules left with
-/// nothing in force, so an idle origin holds no pacing state.
+/// connection while the origin may still be working on the request, so its turns are
+/// held on ([`Turn::hold_after_cut`]). Ending turns also forgets the schedules left
+/// with nothing in force, so an idle origin holds no pacing state.
 pub struct Turn {
     /// What the schedules granted (taken when the turn ends).
     turns: Option<Turns>,
@@ -52,8 +52,10 @@ pub struct Turn {
     address: Option<Arc<OriginEntry>>,
     /// When the exchange must have ended (past it, it is cut).
     deadline: Instant,
-    /// How long turns are held after a cut.
+    /// How long turns are held after a cut of an exchange the origin had answered.
     linger: Duration,
+    /// The origin's answer (its final response head) arrived.
+    answered: bool,
     /// Fleet mode: where a pause or backoff the origin asks for is recorded, under
     /// which pacing key (a next owner starts from it).
     recorder: Option<(Arc<Owners>, String)>,
@@ -68,15 +70,17 @@ pub enum ExchangeEnd {
     /// connect: it is not working on the request.
     OriginFailed,
     /// robotsgate closed the connection before the response's end: the origin may still
-    /// be working on the request, so the turns are held [`ExchangeBounds::linger`] more.
+    /// be working on the request, so the turns are held on ([`Turn::hold_after_cut`]).
     Cut(Cut),
 }
 
 /// Why robotsgate cut an exchange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
-    /// The origin or the client was silent past its timeout.
+    /// The origin was silent past its timeout.
     Timeout,
+    /// The client took no octet of its answer for `limits.unread_timeout_seconds`.
+    Client,
     /// Longer than `pacing.max_exchange_seconds`.
     MaxExchange,
     /// Anything else (an error on either side, a request dropped mid-exchange).
@@ -85,7 +89,8 @@ pub enum Cut {
 
 impl ExchangeEnd {
     /// Its index among `robotsgate_upstream_exchange_ends_total`'s `end` labels
-    /// (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`, `cut_other`).
+    /// (`complete`, `origin_failed`, `cut_timeout`, `cut_max_exchange`, `cut_other`,
+    /// `cut_client`).
     fn index(self) -> usize {
         match self {
             ExchangeEnd::Complete => 0,
@@ -93,6 +98,7 @@ impl ExchangeEnd {
             ExchangeEnd::Cut(Cut::Timeout) => 2,
             ExchangeEnd::Cut(Cut::MaxExchange) => 3,
             ExchangeEnd::Cut(Cut::Other) => 4,
+            ExchangeEnd::Cut(Cut::Client) => 5,
         }
     }
 }
@@ -111,6 +117,7 @@ impl Turn {
             address,
             deadline: Instant::now() + bounds.max_exchange,
             linger: bounds.linger,
+            answered: false,
             recorder: None,
         }
     }
@@ -135,11 +142,12 @@ impl Turn {
     /// [`Turns::origin_answered_read_late`]): `unread` is asked only of a response slow
     /// enough to count as strain.
     pub fn origin_answered(
-        &self,
+        &mut self,
         status: u16,
         retry_after: Option<Duration>,
         unread: impl FnOnce() -> Duration,
     ) {
+        self.answered = true;
         if let Some(turns) = &self.turns {
             turns.origin_answered_read_late(status, retry_after, unread);
             self.record(turns, status);
@@ -164,13 +172,29 @@ impl Turn {
         }
     }
 
-    /// The exchange ended so: the turns end now, or after the linger when cut.
+    /// How long the turns are still held after robotsgate cut the exchange now: the
+    /// origin may still be working on the request. Once it answered, it stops at its
+    /// next write to the closed connection: a read timeout more
+    /// ([`ExchangeBounds::linger`]), as long as robotsgate would have waited for its
+    /// next octets. Before it answered, nothing tells when it stops: until the exchange
+    /// could no longer be running there, `pacing.max_exchange_seconds` from the turn
+    /// (at least the linger).
+    pub fn hold_after_cut(&self) -> Duration {
+        if self.answered {
+            return self.linger;
+        }
+        self.linger
+            .max(self.deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// The exchange ended so: the turns end now, or after [`Turn::hold_after_cut`]
+    /// when cut.
     pub fn end(mut self, end: ExchangeEnd) {
         crate::telemetry::metrics::record_exchange_end(end.index());
         if !matches!(end, ExchangeEnd::Cut(_)) {
             self.release();
         }
-        // A cut: `Drop` holds the turns for the linger.
+        // A cut: `Drop` holds the turns on.
     }
 
     /// Ends the turns now.
@@ -196,12 +220,13 @@ impl Drop for Turn {
         let Some(turns) = self.turns.take() else {
             return;
         };
-        // Cut (or never told): held for the linger, on the runtime it was dropped on.
-        let (linger, entry, address) = (self.linger, self.entry.clone(), self.address.take());
+        // Cut (or never told): held on, on the runtime it was dropped on.
+        let hold = self.hold_after_cut();
+        let (entry, address) = (self.entry.clone(), self.address.take());
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if !linger.is_zero() => {
+            Ok(runtime) if !hold.is_zero() => {
                 runtime.spawn(async move {
-                    tokio::time::sleep(linger).await;
+                    tokio::time::sleep(hold).await;
                     end_turns(turns, &entry, address.as_ref());
                 });
             }

@@ -32,6 +32,9 @@ pub enum Outcome {
     UpstreamError,
     /// The request could not be understood, or was refused by a limit (4xx).
     BadRequest,
+    /// The client left while the request waited for its pacing turn: nothing was sent
+    /// to the origin, and nothing answered.
+    LeftWhileQueued,
     /// Fleet mode: carried out through the origin's owner (another member), whose
     /// answer the client got.
     HandedOver,
@@ -42,7 +45,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Allowed,
         Outcome::WouldDisallow,
         Outcome::Disallowed,
@@ -55,6 +58,7 @@ impl Outcome {
         Outcome::PacedRejected,
         Outcome::UpstreamError,
         Outcome::BadRequest,
+        Outcome::LeftWhileQueued,
         Outcome::HandedOver,
         Outcome::FleetUnavailable,
     ];
@@ -74,6 +78,7 @@ impl Outcome {
             Outcome::PacedRejected => "paced_rejected",
             Outcome::UpstreamError => "upstream_error",
             Outcome::BadRequest => "bad_request",
+            Outcome::LeftWhileQueued => "left_while_queued",
             Outcome::HandedOver => "handed_over",
             Outcome::FleetUnavailable => "fleet_unavailable",
         }

@@ -43,6 +43,9 @@ pub struct RequestContext {
     pub(super) upstream_fd: Option<RawFd>,
     /// robotsgate's own answer to write when an attempt sent again found no turn.
     pub(super) unsent: Option<Answer>,
+    /// The protocol the answer came in from upstream (the origin, or a fleet owner):
+    /// `http/1.1` or `h2`, once a response head arrived.
+    pub(super) upstream_protocol: Option<&'static str>,
 }
 
 /// Where a request stands: undecided, answered by robotsgate, or forwarded.
@@ -54,6 +57,11 @@ pub(super) enum Stage {
     /// Not decided yet.
     #[default]
     Received,
+    /// The client left while the request waited for its turn: nothing was sent.
+    Left {
+        /// How long it had waited.
+        waited: std::time::Duration,
+    },
     /// robotsgate answered instead of the origin.
     Answered {
         /// How it ended, for the metrics.
@@ -169,6 +177,7 @@ impl RequestContext {
     pub(super) fn outcome(&self, error: Option<&pingora::Error>) -> Outcome {
         match (&self.stage, error) {
             (Stage::Received, _) => Outcome::BadRequest,
+            (Stage::Left { .. }, _) => Outcome::LeftWhileQueued,
             (Stage::Answered { outcome, .. }, _) => *outcome,
             (
                 Stage::Forwarded {
@@ -199,6 +208,10 @@ impl RequestContext {
         };
         match std::mem::take(&mut self.stage) {
             Stage::Received => answered(String::new(), None),
+            Stage::Left { waited } => Ended {
+                pacing_wait: waited.as_secs_f64(),
+                ..answered("client-left; while=queued".into(), None)
+            },
             Stage::Answered { why, line, .. } => answered(why, line),
             Stage::HandedOver {
                 owner,

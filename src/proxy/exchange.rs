@@ -121,12 +121,16 @@ pub(super) fn unread(fd: Option<RawFd>) -> Duration {
 pub(super) const MAX_EXCHANGE: &str = "max-exchange";
 
 /// How an exchange ended at the origin, from how Pingora's proxying of it ended: no
-/// error is a response read to its end (a client that left meanwhile is a sink, never an
-/// error); the origin's own failures end it; anything robotsgate gave up on is a cut.
+/// error is a response read to its end (a client that left meanwhile is a sink, for a
+/// while); the origin's own failures end it; anything robotsgate gave up on is a cut,
+/// the client's stall among them.
 pub fn exchange_end(error: Option<&pingora::Error>) -> ExchangeEnd {
     let Some(e) = error else {
         return ExchangeEnd::Complete;
     };
+    if crate::downstream::unread::is_stalled(e) {
+        return ExchangeEnd::Cut(Cut::Client);
+    }
     match (e.esource(), e.etype()) {
         (_, ErrorType::Custom(MAX_EXCHANGE)) => ExchangeEnd::Cut(Cut::MaxExchange),
         (_, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => ExchangeEnd::Cut(Cut::Timeout),

@@ -232,6 +232,10 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         // Upgrades are refused at the front; an origin switching protocols anyway gets
         // nothing relayed (the bytes after a 101 would be an unchecked tunnel).
+        ctx.upstream_protocol = Some(match upstream_response.version {
+            http::Version::HTTP_2 => "h2",
+            _ => "http/1.1",
+        });
         if upstream_response.status.as_u16() == 101 {
             return Error::e_explain(
                 ErrorType::HTTPStatus(502),
@@ -475,6 +479,12 @@ impl ProxyHttp for RobotsGateProxy {
         }
     }
 
+    /// A client that left while its request was queued is an ordinary event, counted
+    /// and in the access log: not an error.
+    fn suppress_error_log(&self, _session: &Session, ctx: &RequestContext, _e: &Error) -> bool {
+        matches!(ctx.stage, Stage::Left { .. })
+    }
+
     /// The request is over: counted, its turn ended as its exchange did (held a while
     /// more when cut), and its access log line written.
     async fn logging(
@@ -515,6 +525,7 @@ impl ProxyHttp for RobotsGateProxy {
             decision: outcome.label(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
             upstream_status: ended.upstream_status,
+            upstream_protocol: ctx.upstream_protocol,
             line: ended.line,
             why: &ended.why,
             pacing_wait_seconds: ended.pacing_wait,

@@ -52,8 +52,8 @@ impl RobotsGateProxy {
     }
 
     /// Queues for the request's turn; a client that hangs up meanwhile gives up its
-    /// place (watching the connection is only safe without a body). `Ok(Err)`: no turn,
-    /// why and the 503 to send instead.
+    /// place (watching the connection is only safe without a body): the `Err`.
+    /// `Ok(Err)`: no turn, why and the 503 to send instead.
     pub(super) async fn wait_for_turn(
         &self,
         session: &mut Session,
@@ -68,7 +68,7 @@ impl RobotsGateProxy {
             biased;
             paced = self.enforcer.pace(pace) => Ok(paced),
             _ = session.downstream_session.read_body_or_idle(true) => {
-                Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing"))
+                Err(Error::explain(ErrorType::ConnectionClosed, "client left while queued for pacing").into_down())
             }
         }
     }
@@ -120,7 +120,17 @@ impl RobotsGateProxy {
                 usage,
             } => (addr, why, pace, reported, usage),
         };
-        let turn = match self.wait_for_turn(session, &pace).await? {
+        let queued = std::time::Instant::now();
+        let paced = match self.wait_for_turn(session, &pace).await {
+            Ok(paced) => paced,
+            Err(left) => {
+                let waited = queued.elapsed();
+                crate::telemetry::metrics::record_left_while_queued(waited.as_secs_f64());
+                ctx.stage = Stage::Left { waited };
+                return Err(left);
+            }
+        };
+        let turn = match paced {
             Ok(turn) => turn,
             // This instance gave the key up while the request queued (it followed its
             // traffic, went idle, or this instance is leaving): routed once more, as a
@@ -190,8 +200,9 @@ impl RobotsGateProxy {
     }
 
     /// From here the turn follows the origin's exchange: a client that half-closes or
-    /// leaves no longer aborts it (its end is the origin's), and one that takes no
-    /// bytes for the write timeout is cut like a silent origin.
+    /// leaves no longer aborts it (its end is the origin's, within
+    /// `limits.unread_timeout_seconds`), and one that takes no octet of its answer for
+    /// that long ends it on both legs (`downstream::unread`).
     pub(super) fn exchange_starts(&self, session: &mut Session, ctx: &RequestContext) {
         let downstream = &mut session.downstream_session;
         downstream.set_abort_on_close(false);

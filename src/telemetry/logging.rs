@@ -95,6 +95,9 @@ pub struct AccessRecord<'a> {
     pub status: u16,
     /// The origin's status, when the request was forwarded.
     pub upstream_status: Option<u16>,
+    /// The protocol spoken upstream (`http/1.1` or `h2`), when an answer came from there:
+    /// the origin's, or for a request handed over, the fleet owner's peer channel.
+    pub upstream_protocol: Option<&'a str>,
     /// The deciding rule's line in robots.txt, when a rule decided.
     pub line: Option<u32>,
     /// Why: the allow reason or the `X-Robots-Decision` of robotsgate's own answer.
@@ -166,6 +169,9 @@ impl AccessRecord<'_> {
         f.number("status", self.status.into());
         if let Some(status) = self.upstream_status {
             f.number("upstream_status", status.into());
+        }
+        if let Some(protocol) = self.upstream_protocol {
+            f.text("upstream_protocol", protocol);
         }
         if let Some(line) = self.line {
             f.number("line", line);
@@ -393,6 +399,7 @@ mod tests {
             decision: "allowed",
             status: 200,
             upstream_status: None,
+            upstream_protocol: None,
             line: Some(3),
             why: &"no matching rule",
             pacing_wait_seconds: 2.5e-6,

@@ -1,5 +1,5 @@
 //! The known HTTP/2 attacks against robotsgate's h2 listener (inside an intercepted
-//! tunnel), each from `tests/helpers/h2_client.py` on PyPI `h2`: robotsgate's memory
+//! tunnel), each from `tests/helpers/crawler/h2_client.py` on PyPI `h2`: robotsgate's memory
 //! stays bounded, every stream slot is given back, and another client is served during
 //! and after the attack.
 

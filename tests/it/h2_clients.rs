@@ -3,7 +3,7 @@
 //! same pipeline as over HTTP/1.1: robots.txt, pacing at the origin, metrics with
 //! `protocol="h2"`, the access log. A refused stream gets its answer on that stream
 //! and the others go on. Clients: curl (nghttp2), an h2-only client on PyPI `h2`
-//! (`tests/helpers/h2_client.py`, ALPN `h2` alone) and headless Chromium. The
+//! (`tests/helpers/crawler/h2_client.py`, ALPN `h2` alone) and headless Chromium. The
 //! transparent TLS listener is tested in `transparent.rs`, attacks in `h2_attacks.rs`.
 
 use std::process::Command;
@@ -15,8 +15,10 @@ use crate::https::Setup;
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n";
 
 /// The h2-only client's path.
-pub(crate) const H2_CLIENT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers/h2_client.py");
+pub(crate) const H2_CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/helpers/crawler/h2_client.py"
+);
 
 /// Runs the h2-only client through `s`'s proxy for `target` (host:port): its JSON
 /// report, or its failure (exit status and stderr).

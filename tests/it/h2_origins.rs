@@ -239,11 +239,28 @@ async fn an_http1_only_origin_is_reached_over_http1_and_off_means_off() {
     let h1 = Nginx::start(&gate.origin_ca, allow, false, 9);
     assert_eq!(gate.curl(&h1.url("/page")).0, 200);
     assert_eq!(h1.logged("/page")[0].protocol, "HTTP/1.1");
+    // An h2 origin: h2, and the access log says which.
+    let h2 = Nginx::start(&gate.origin_ca, allow, true, 9);
+    assert_eq!(gate.curl(&h2.url("/page")).0, 200);
+    assert_eq!(h2.logged("/page")[0].protocol, "HTTP/2.0");
+    let log = gate
+        .proxy
+        .log_with_all(&["/page", "upstream_protocol=\"h2\""])
+        .await;
+    let h1_line = format!("origin=\"{}\"", h1.url("").trim_end_matches('/'));
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&h1_line) && l.contains("upstream_protocol=\"http/1.1\"")),
+        "{log}"
+    );
     // An h2 origin with `upstream.http2: off`: HTTP/1.1.
     let off = Setup::start(&Conf::new().set("upstream.http2", "off")).await;
     let h2 = Nginx::start(&off.origin_ca, allow, true, 9);
     assert_eq!(off.curl(&h2.url("/page")).0, 200);
     assert_eq!(h2.logged("/page")[0].protocol, "HTTP/1.1");
+    off.proxy
+        .log_with_all(&["/page", "upstream_protocol=\"http/1.1\""])
+        .await;
 }
 
 /// An HTTP/2-only origin that refuses streams on purpose (`tests/helpers/h2_origin.py`,

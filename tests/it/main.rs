@@ -7,6 +7,7 @@ mod admin;
 mod check_cli;
 mod common;
 mod conformance;
+mod cuts;
 mod embedded_example;
 mod faults;
 mod fetch_status;

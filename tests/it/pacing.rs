@@ -175,6 +175,34 @@ async fn a_client_that_disconnects_gives_up_its_place() {
         gap >= Duration::from_millis(1500) && gap < Duration::from_millis(2900),
         "{gap:?}"
     );
+    // Logged and counted as a client that left while queued, with the time it waited.
+    let log = proxy
+        .log_with_all(&["/impatient", "decision=\"left_while_queued\""])
+        .await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("/impatient") && l.contains("decision="))
+        .expect("the access line");
+    assert!(
+        !log.lines().any(|l| l.contains("/impatient") && l.contains("ERROR")),
+        "a client leaving is no error: {log}"
+    );
+    let waited: f64 = line
+        .split("pacing_wait_seconds=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("a wait in {line}"));
+    assert!((0.2..1.5).contains(&waited), "{line}");
+    assert!(line.contains("status=0"), "{line}");
+    assert_eq!(
+        proxy.metric("robotsgate_requests_total{decision=\"left_while_queued\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        proxy.metric("robotsgate_pacing_left_wait_seconds_count"),
+        Some(1.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,6 +164,21 @@ impl World {
 
     /// curl as the crawler uid, with no proxy option or variable: (status, head, body);
     /// status 0 when no HTTP answer came.
+    /// Debian's python3 running `tests/helpers/crawler/{name}` as the crawler uid (a copy
+    /// it can read, in this world's directory). Only scripts under that folder: their
+    /// imports are what `scripts/deps.sh` installs for Debian's interpreter.
+    fn crawler_script(&self, name: &str) -> std::process::Command {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/helpers/crawler")
+            .join(name);
+        let copy = self._dir.path().join(name);
+        std::fs::copy(&source, &copy).expect("copy the crawler's script");
+        readable_by_all(&copy);
+        let mut command = self.ns.crawler("/usr/bin/python3");
+        command.arg(copy);
+        command
+    }
+
     fn crawl(&self, url: &str, extra: &[&str]) -> (u16, String, String) {
         let mut curl = self.ns.crawler("curl");
         for var in [
@@ -355,28 +370,16 @@ async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
 async fn python_requests_over_https_keeps_the_crawl_delay() {
     let robots = "User-agent: *\nDisallow: /private\nCrawl-delay: 0.5\n";
     let w = World::new(robots, Rules::Nftables, &Conf::new()).await;
-    let script = w._dir.path().join("crawl.py");
-    std::fs::write(
-        &script,
-        r#"
-import sys, requests
-session = requests.Session()
-session.trust_env = False  # no proxy from the environment: the kernel redirects
-for i in range(4):
-    r = session.get(f"https://site.test/page/{i}", verify=sys.argv[1], timeout=20)
-    print(r.status_code, r.headers.get("X-Robots-Decision", ""))
-r = session.get("https://site.test/private/z", verify=sys.argv[1], timeout=20)
-print(r.status_code, r.headers.get("X-Robots-Decision", ""))
-"#,
-    )
-    .expect("script");
-    readable_by_all(&script);
-    let out =
-        w.ns.crawler("/usr/bin/python3")
-            .arg(&script)
-            .arg(&w.ca)
-            .output()
-            .expect("python");
+    let mut urls: Vec<String> = (0..4)
+        .map(|i| format!("https://site.test/page/{i}"))
+        .collect();
+    urls.push("https://site.test/private/z".into());
+    let out = w
+        .crawler_script("crawl_requests.py")
+        .arg(&w.ca)
+        .args(&urls)
+        .output()
+        .expect("python");
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -405,17 +408,13 @@ async fn redirected_h2_is_served_stream_by_stream() {
     assert_eq!(status, 200, "{head}\n{}", w.proxy.log());
     assert!(head.starts_with("HTTP/2 200"), "{head}");
     // A client offering h2 alone, its streams on one connection: each judged and paced.
-    let client = w._dir.path().join("h2_client.py");
-    std::fs::copy(crate::h2_clients::H2_CLIENT, &client).expect("copy the client");
-    readable_by_all(&client);
-    let out =
-        w.ns.crawler("/usr/bin/python3")
-            .arg(&client)
-            .args(["get", "/page/1", "/private/z", "/page/2", "/page/3"])
-            .args(["--target", "site.test:443", "--cafile"])
-            .arg(&w.ca)
-            .output()
-            .expect("python3");
+    let out = w
+        .crawler_script("h2_client.py")
+        .args(["get", "/page/1", "/private/z", "/page/2", "/page/3"])
+        .args(["--target", "site.test:443", "--cafile"])
+        .arg(&w.ca)
+        .output()
+        .expect("python3");
     assert!(
         out.status.success(),
         "{}\n{}",

@@ -186,7 +186,7 @@ pub fn init() {
     ] {
         LazyLock::force(counter);
     }
-    for histogram in [&ROBOTS_FETCH_DURATION, &PACING_WAIT] {
+    for histogram in [&ROBOTS_FETCH_DURATION, &PACING_WAIT, &PACING_LEFT_WAIT] {
         LazyLock::force(histogram);
     }
     for gauge in [
@@ -351,6 +351,23 @@ pub fn record_pacing_wait(seconds: f64) {
     PACING_WAIT.observe(seconds);
 }
 
+/// `robotsgate_pacing_left_wait_seconds`: how long requests whose client left while they
+/// were queued had waited for their turn.
+static PACING_LEFT_WAIT: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+    prometheus::register_histogram!(
+        "robotsgate_pacing_left_wait_seconds",
+        "Time requests waited for their pacing turn before their client left (the request \
+         was never sent; counted as decision=\"left_while_queued\").",
+        vec![0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+    )
+    .expect("metric registers once")
+});
+
+/// Records how long a request waited for its pacing turn before its client left.
+pub fn record_left_while_queued(seconds: f64) {
+    PACING_LEFT_WAIT.observe(seconds);
+}
+
 /// Sets the gauge of requests waiting for a pacing turn.
 pub fn update_pacing_gauge(queued: usize) {
     PACING_QUEUED.set(queued as i64);
@@ -463,8 +480,10 @@ static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         "How forwarded requests' exchanges with their origins ended, which is when their \
          pacing turns ended: complete (the response read to its end), origin_failed (the \
          origin closed, reset or refused), or cut by robotsgate (cut_timeout: the origin \
-         or the client stalled past the timeouts; cut_max_exchange: longer than \
-         pacing.max_exchange_seconds; cut_other) — a cut turn is held a read timeout more.",
+         was silent past the timeouts; cut_client: the client took no octet of its answer \
+         for limits.unread_timeout_seconds; cut_max_exchange: longer than \
+         pacing.max_exchange_seconds; cut_other) — a cut turn is held a read timeout more \
+         once the origin answered, until pacing.max_exchange_seconds from its start before.",
         &["end"]
     )
     .expect("metric registers once")
@@ -472,12 +491,13 @@ static EXCHANGE_ENDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// How an upstream exchange ended: the `end` label of
 /// `robotsgate_upstream_exchange_ends_total`, in the order of its handles.
-const EXCHANGE_END_LABELS: [&str; 5] = [
+const EXCHANGE_END_LABELS: [&str; 6] = [
     "complete",
     "origin_failed",
     "cut_timeout",
     "cut_max_exchange",
     "cut_other",
+    "cut_client",
 ];
 
 /// One counter per [`EXCHANGE_END_LABELS`], resolved once: no label hashing per request.

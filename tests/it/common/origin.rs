@@ -32,8 +32,9 @@ pub enum Behaviour {
         delay: Duration,
         body: Vec<u8>,
     },
-    /// A chunked response that never ends: a chunk every `every` until the write fails.
-    Endless { every: Duration },
+    /// A chunked response that never ends: a chunk of `chunk` octets every `every`
+    /// until the write fails.
+    Endless { every: Duration, chunk: usize },
     /// The head (`Content-Length: total`) and `first` body octets at once, then nothing
     /// for `stall`, then the rest.
     Stall {
@@ -382,14 +383,17 @@ impl TestOrigin {
                 }
                 ok_after(stream, delay, &body).await
             }
-            Behaviour::Endless { every } => {
+            Behaviour::Endless { every, chunk } => {
                 let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
                 if stream.write_all(head.as_bytes()).await.is_err() {
                     return false;
                 }
+                let mut part = format!("{chunk:x}\r\n").into_bytes();
+                part.extend(std::iter::repeat_n(b'.', chunk));
+                part.extend_from_slice(b"\r\n");
                 loop {
                     tokio::time::sleep(every).await;
-                    if stream.write_all(b"6\r\nmore.\n\r\n").await.is_err() {
+                    if stream.write_all(&part).await.is_err() {
                         return false;
                     }
                 }
