@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build, run and test robotsgate.
 # Idempotent: installs nothing when everything is present.
+#
+#   scripts/deps.sh             install what is missing
+#   scripts/deps.sh --packages  print every Debian package it may install, one a line
+#                               (scripts/fresh-check.sh removes them to play a new machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A command, and the Debian package that provides it: installed when the command is
+# missing (checked on PATH, then in /usr/sbin).
+TOOLS=(
+  "cc build-essential"            # the toolchain's linker; crates that build C
+  "cmake cmake"                   # pingora-core builds zlib-ng
+  "curl curl"                     # tests drive the proxy with curl -x
+  "openssl openssl"               # bench/https_bench.py signs nginx's cert
+  "systemd-analyze systemd"       # tests judge systemd/robotsgate.service
+  "chromium chromium"             # the status page and h2 crawling, in a browser
+  "redis-server redis-server"     # fleet mode: tests start their own servers and a Cluster
+  "redis-cli redis-tools"
+  "haproxy haproxy"               # the fleet's routing front
+  "nginx nginx-light"             # an HTTP/2 origin for the upstream h2 tests
+  "ip iproute2"                   # transparent mode: a crawler uid's ports 80/443
+  "iptables iptables"             #   redirected in a network namespace
+  "nft nftables"
+  "setpriv util-linux"
+  "lintian lintian"               # scripts/package.sh's package is judged by lintian
+  "python3 python3"               # Debian's /usr/bin/python3, the crawler uid's
+)
+
+if [ "${1:-}" = "--packages" ]; then
+  for tool in "${TOOLS[@]}"; do echo "${tool#* }"; done
+  [ ! -x /usr/bin/python3 ] || /usr/bin/python3 tests/helpers/check_python.py --crawler --all-packages
+  echo python3-pip
+  exit 0
+fi
+
 need=()
-command -v cc >/dev/null || need+=(build-essential)
-command -v cmake >/dev/null || need+=(cmake)          # pingora-core builds zlib-ng
-command -v curl >/dev/null || need+=(curl)            # tests drive the proxy with curl -x
-command -v openssl >/dev/null || need+=(openssl)      # bench/https_bench.py signs nginx's cert
-command -v systemd-analyze >/dev/null || need+=(systemd)  # tests judge systemd/robotsgate.service
-command -v chromium >/dev/null || need+=(chromium)    # the status page is tested in a browser
-command -v redis-server >/dev/null || need+=(redis-server)  # fleet mode: tests start their own servers and a Cluster
-command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)  # the fleet's routing front
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)  # an HTTP/2 origin for the upstream h2 tests
-# Transparent mode: tests redirect a crawler uid's ports 80/443 in a network namespace.
-command -v ip >/dev/null || need+=(iproute2)
-command -v iptables >/dev/null || need+=(iptables)
-command -v nft >/dev/null || need+=(nftables)
-command -v setpriv >/dev/null || need+=(util-linux)
-# The package (scripts/package.sh) is judged by lintian and listed with dpkg-deb.
-command -v lintian >/dev/null || need+=(lintian)
+for tool in "${TOOLS[@]}"; do
+  command -v "${tool%% *}" >/dev/null || [ -x "/usr/sbin/${tool%% *}" ] || need+=("${tool#* }")
+done
+[ -x /usr/bin/python3 ] || need+=(python3)
+
 # Debian's package lists, refreshed once a run and only when something is missing.
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -32,15 +52,20 @@ apt_install() {
   apt_update
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"
 }
-command -v python3 >/dev/null && [ -x /usr/bin/python3 ] || need+=(python3)
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
+
 # The transparent tests run the scripts under tests/helpers/crawler/ with Debian's
 # /usr/bin/python3 as an unprivileged uid: every module they import, as Debian's
 # package (check_python.py reads the modules from the scripts and names the packages).
-mapfile -t crawler < <(/usr/bin/python3 tests/helpers/check_python.py --crawler --packages)
-if ((${#crawler[@]})); then apt_install "${crawler[@]}"; fi
-# The tests' Python (tests/helpers/*.py and the inline scripts) runs on the `python3`
-# first on PATH, which need not be Debian's (a pyenv or a venv): its packages
+crawler="$(/usr/bin/python3 tests/helpers/check_python.py --crawler --packages)"
+if [ -n "$crawler" ]; then
+  # shellcheck disable=SC2086 # one package a word
+  apt_install $crawler
+fi
+/usr/bin/python3 tests/helpers/check_python.py --crawler
+
+# The tests' own Python (tests/helpers/**/*.py and the inline scripts) runs on the
+# `python3` first on PATH, which need not be Debian's (a pyenv or a venv): its packages
 # (tests/helpers/requirements.txt) are installed for that interpreter.
 if ! python3 tests/helpers/check_python.py 2>/dev/null; then
   echo "installing for $(command -v python3): tests/helpers/requirements.txt" >&2
@@ -51,7 +76,7 @@ if ! python3 tests/helpers/check_python.py 2>/dev/null; then
     || python3 -m pip install --quiet --break-system-packages -r tests/helpers/requirements.txt
   python3 tests/helpers/check_python.py
 fi
-/usr/bin/python3 tests/helpers/check_python.py --crawler
+
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install a Rust toolchain (rustup) first" >&2
   exit 1

@@ -13,6 +13,7 @@ forgotten here:
                               tests/helpers/crawler/ (installed as Debian packages)
   ... --packages              print the packages that provide the missing modules, one
                               a line, and exit 0 (scripts/deps.sh installs them)
+  ... --all-packages          print the packages for every module, missing or not
 
 Without --packages, exits 1 naming the interpreter and each missing module.
 """
@@ -68,7 +69,10 @@ def missing(modules: dict[str, str]) -> dict[str, str]:
 def main() -> int:
     args = sys.argv[1:]
     modules = wanted("--crawler" in args)
-    gone = missing(modules)
+    gone = {} if "--all-packages" in args else missing(modules)
+    if "--all-packages" in args:
+        print("\n".join(modules.values()))
+        return 0
     if "--packages" in args:
         for module in gone:
             print(modules[module])
