@@ -184,7 +184,8 @@ async fn a_client_that_disconnects_gives_up_its_place() {
         .find(|l| l.contains("/impatient") && l.contains("decision="))
         .expect("the access line");
     assert!(
-        !log.lines().any(|l| l.contains("/impatient") && l.contains("ERROR")),
+        !log.lines()
+            .any(|l| l.contains("/impatient") && l.contains("ERROR")),
         "a client leaving is no error: {log}"
     );
     let waited: f64 = line
