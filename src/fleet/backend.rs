@@ -8,9 +8,8 @@
 //! failed or slow command marks the backend down at once, and the next good answer marks
 //! it up. A `maxmemory-policy` that can evict robotsgate's keys (unless
 //! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the reason
-//! named in `/readyz` ([`Fleet::down_reason`]). Every return (down → up) is counted
-//! ([`Fleet::returns`]): Redis may come back having lost writes it acknowledged, and the
-//! owners write their claims again then.
+//! named in `/readyz` ([`Fleet::down_reason`]). A return (down → up) is only that: whether
+//! Redis lost writes meanwhile is for Redis to say (the generation, `membership.rs`).
 //!
 //! **Pub/Sub.** One channel, [`CHANNEL`], which every instance hears: a new robots.txt
 //! copy, a purge. Rare, and never per request.
@@ -126,8 +125,6 @@ pub struct Fleet {
     epoch: Instant,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Counts the backend's returns (down → up), for whatever must be written again.
-    returns: tokio::sync::watch::Sender<u64>,
     /// Where the other instances' news go.
     events: mpsc::Sender<FleetEvent>,
     /// The other end, until its consumer takes it ([`Fleet::take_events`]).
@@ -176,7 +173,6 @@ impl Fleet {
             clock_offset_ms: AtomicI64::new(i64::MIN),
             epoch: Instant::now(),
             robots_waiters: Mutex::default(),
-            returns: tokio::sync::watch::Sender::new(0),
             events,
             received: Mutex::new(Some(received)),
             runtime: std::sync::OnceLock::new(),
@@ -220,11 +216,6 @@ impl Fleet {
     /// Is the backend answering?
     pub fn up(&self) -> bool {
         self.up.load(Ordering::Acquire)
-    }
-
-    /// Moves on each time the backend returns (down → up).
-    pub(crate) fn returns(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.returns.subscribe()
     }
 
     /// Why the backend is down, for `/readyz` (empty while up).
@@ -273,8 +264,13 @@ impl Fleet {
     }
 
     /// This process's clock in milliseconds, relative to the backend's (for lease arithmetic).
-    fn local_ms(&self) -> i64 {
+    pub(crate) fn local_ms(&self) -> i64 {
         ms(self.epoch.elapsed())
+    }
+
+    /// `local` (this process's milliseconds, see [`Fleet::local_ms`]) as an instant.
+    pub(crate) fn local_instant(&self, local: i64) -> Instant {
+        self.epoch + Duration::from_millis(u64::try_from(local).unwrap_or(0))
     }
 
     /// Learns Redis' clock from an answer carrying its `TIME` (ms), received now. The
@@ -313,11 +309,6 @@ impl Fleet {
             Ok(()) if changed => {
                 metrics::set_fleet_backend_unavailable(None);
                 log::info!("fleet backend up");
-                // Whatever Redis lost while away (or in a restart, a failover) that this
-                // instance knows is written again; the first time up is no return.
-                if !first {
-                    self.returns.send_modify(|n| *n += 1);
-                }
             }
             Ok(()) => {}
             Err(down) => {

@@ -7,14 +7,19 @@
 //! * [`scripts`]: every Lua script, a `.lua` file each, behind one loader;
 //! * [`membership`]: each instance registered with a lease and an epoch, renewed in the
 //!   background; every instance learns of a join, a leave or a lapse within a renewal;
-//! * [`ownership`]: one owner per pacing key, claimed the first time an instance meets
-//!   the key and kept for the owner's membership; taken over only once a vanished
-//!   owner's exchanges must be over, handed over with its facts by a member leaving,
-//!   and to the member its traffic comes from ([`traffic`]);
+//!   and the data set's generation (a new one when Redis lost or may have lost writes);
+//! * [`standing`]: what one instance knows of its own right to act, and every decision
+//!   it takes about acting (pure: the model drives it too);
+//! * [`ownership`]: one owner per pacing key, decided in Redis from the members' records
+//!   and Redis' clock; taken over only once a vanished owner's exchanges must be over,
+//!   handed over with its facts by a member leaving, and to the member its traffic comes
+//!   from ([`traffic`]);
 //! * [`channel`]: how a request is handed to its owner (mutual TLS from a fleet CA);
 //! * durable records: [`robots`] (the robots.txt copy), [`budgets`] (pay-per-crawl
 //!   days), and an owned key's pause and backoff ([`ownership`]), each written when it
-//!   happens, never per request.
+//!   happens, never per request;
+//! * `model` (tests only): the ownership protocol's invariant checked over every
+//!   interleaving, running the very scripts and [`standing`].
 //!
 //! [`Owners`] is the layer's door for the rest of robotsgate: where a request goes, may
 //! this instance act for a key, what to record, and the graceful leave.
@@ -32,7 +37,11 @@ mod memory;
 pub mod ownership;
 pub mod robots;
 mod scripts;
+pub mod standing;
 mod traffic;
+
+#[cfg(test)]
+mod model;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,8 +72,9 @@ pub struct Owners {
 
 impl Owners {
     /// The fleet's ownership over `fleet`: this instance reached at `peer` by the others
-    /// through `tls`, leases of `lease`; a vanished owner's keys are taken over `hold`
-    /// (the longest an exchange can hold a turn) plus `grace` after its lease.
+    /// through `tls`, leases of `lease`, acted on `grace` past their end without Redis;
+    /// `hold` is the longest an exchange can hold a turn (a vanished owner's keys are
+    /// taken over its lease end plus `grace` plus `hold`).
     pub fn new(
         fleet: Arc<Fleet>,
         tls: PeerTls,
@@ -73,8 +83,8 @@ impl Owners {
         hold: Duration,
         grace: Duration,
     ) -> Arc<Owners> {
-        let members = Membership::new(fleet.clone(), lease, grace, peer);
-        let ownership = Ownership::new(fleet.clone(), members.clone(), hold, grace);
+        let members = Membership::new(fleet.clone(), lease, grace, hold, peer);
+        let ownership = Ownership::new(fleet.clone(), members.clone());
         Arc::new(Owners {
             fleet,
             members,
@@ -83,25 +93,26 @@ impl Owners {
         })
     }
 
-    /// Starts what runs beside requests: claims written again after a loss, on the
-    /// backend's return and every [`REASSERT_EVERY`].
+    /// Starts what runs beside requests: claims written again after a change of epoch or
+    /// generation, and every [`REASSERT_EVERY`].
     pub fn run_in_background(self: &Arc<Self>) {
         let owners = self.clone();
-        let (mut losses, mut returns) = (self.members.losses(), self.fleet.returns());
+        let mut changes = self.members.changes();
         self.fleet.spawn(async move {
             loop {
-                tokio::select! {
-                    changed = losses.changed() => if changed.is_err() { return },
-                    changed = returns.changed() => {
+                let all = tokio::select! {
+                    changed = changes.changed() => {
                         if changed.is_err() {
                             return;
                         }
-                        // A failover may have lost the last acknowledged writes.
-                        owners.members.note_possible_loss();
+                        false
                     }
-                    () = tokio::time::sleep(REASSERT_EVERY) => {}
+                    () = tokio::time::sleep(REASSERT_EVERY) => true,
+                };
+                // Until every claim is written again (Redis may be away meanwhile).
+                while !owners.ownership.reassert(all).await {
+                    tokio::time::sleep(backend::HEALTH_EVERY).await;
                 }
-                owners.ownership.reassert().await;
             }
         });
     }

@@ -255,7 +255,8 @@ fn is_background(args: &Value) -> bool {
         .collect();
     match words.first().map(String::as_str) {
         Some("ping" | "time" | "info" | "config" | "slowlog" | "hello" | "client") => true,
-        Some("evalsha" | "eval") => words.iter().any(|w| w == "{robotsgate}:members"),
+        // A renewal is the one script called with the epoch counter.
+        Some("evalsha" | "eval") => words.iter().any(|w| w == "{robotsgate}:epoch"),
         _ => false,
     }
 }

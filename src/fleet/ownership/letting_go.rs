@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{claim_key, Held, Owner, Ownership, KEEP};
+use super::{claim_key, Owner, Ownership, KEEP};
 use crate::fleet::backend::{lock, ms};
-use crate::fleet::membership::Member;
+use crate::fleet::membership::{Member, GENERATION, SERVER};
 use crate::fleet::scripts::script;
+use crate::fleet::standing::Held;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
 
@@ -22,16 +23,18 @@ impl Ownership {
     /// not this instance's, or Redis could not be told (it is then taken over as a
     /// vanished owner's, after the longest hold).
     pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
-        let Some(held @ (Held::In(epoch) | Held::Moving(epoch))) = self.owns(key) else {
+        let epoch = {
+            let mut standing = self.members.standing();
+            match standing.mark(key, Held::In, Held::Releasing) {
+                Some(epoch) => Some(epoch),
+                None => standing.mark(key, Held::Moving, Held::Releasing),
+            }
+        };
+        let Some(epoch) = epoch else {
             return false;
         };
-        if !self.swap(key, held, Held::Releasing) {
-            return false;
-        }
         let released = self.release_claim(key, epoch, groups, None).await;
-        lock(&self.owned).remove(key);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("released");
+        self.let_go(key, "released");
         released
     }
 
@@ -44,38 +47,28 @@ impl Ownership {
         key: &str,
         idle: impl FnOnce() -> Option<Vec<ScheduleFacts>>,
     ) -> bool {
-        let Some(epoch) = self.mark(key, Held::In, |_| Held::Releasing) else {
+        let Some(epoch) = self.members.standing().mark(key, Held::In, Held::Releasing) else {
             return false;
         };
         let Some(groups) = idle() else {
-            lock(&self.owned).insert(key.to_string(), Held::In(epoch));
+            self.members
+                .standing()
+                .hold_as(key, Held::Releasing, Held::In);
             return false;
         };
-        // The claim goes before the key leaves `owned`: a request meanwhile waits, then
-        // finds it free (or another's), never this instance's claim still standing.
+        // The claim goes before the key leaves the standing: a request meanwhile waits,
+        // then finds it free (or another's), never this instance's claim still standing.
         let released = self.release_claim(key, epoch, &groups, None).await;
-        lock(&self.owned).remove(key);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("idle");
+        self.let_go(key, "idle");
         released
     }
 
-    /// Marks owned `key` as `to` when it is held as `from` in this epoch: that epoch.
-    fn mark(&self, key: &str, from: fn(u64) -> Held, to: fn(u64) -> Held) -> Option<u64> {
-        let epoch = self.members.epoch();
-        self.swap(key, from(epoch), to(epoch)).then_some(epoch)
-    }
-
-    /// Holds owned `key` as `to` when it is held as `from`: whether it was.
-    fn swap(&self, key: &str, from: Held, to: Held) -> bool {
-        let mut owned = lock(&self.owned);
-        match owned.get_mut(key) {
-            Some(held) if *held == from => {
-                *held = to;
-                true
-            }
-            _ => false,
-        }
+    /// `key` is this instance's no more (`how`: counted so).
+    fn let_go(&self, key: &str, how: &'static str) {
+        let mut standing = self.members.standing();
+        standing.drop_key(key);
+        metrics::FLEET_OWNED.set(standing.len() as i64);
+        metrics::record_ownership(how);
     }
 
     /// The owned keys whose last requests all came handed over from one other member
@@ -105,7 +98,7 @@ impl Ownership {
 
     /// The keys this instance owns, as a set.
     fn owned_set(&self) -> HashSet<String> {
-        lock(&self.owned).keys().cloned().collect()
+        self.owned().into_iter().collect()
     }
 
     /// Hands owned `key` to `heir`, where its requests come from. The key is held as
@@ -114,11 +107,11 @@ impl Ownership {
     /// releasing (no turn acts for it) and `quiet` gives its groups' facts; its claim
     /// becomes the heir's with those facts, as in a graceful leave. The heir takes it
     /// with the next request it routes for it (it finds its own name on the claim,
-    /// marked released) and starts from the facts at once. A request the heir handed here meanwhile is
-    /// refused, its owner having changed, and the heir routes it again. `false`: not
-    /// owned in this epoch, or not quiet within `within` (kept); or Redis was not told
-    /// (the key is not acted on here any more either way: its next request here claims
-    /// it again, or finds its owner).
+    /// marked released) and starts from the facts at once. A request the heir handed here
+    /// meanwhile is refused, its owner having changed, and the heir routes it again.
+    /// `false`: not owned in this epoch, or not quiet within `within` (kept); or Redis
+    /// was not told (the key is not acted on here any more either way: its next request
+    /// here claims it again, or finds its owner).
     pub async fn hand_to(
         &self,
         key: &str,
@@ -126,19 +119,33 @@ impl Ownership {
         quiet: impl Fn() -> Option<Vec<ScheduleFacts>>,
         within: Duration,
     ) -> bool {
-        let Some(epoch) = self.mark(key, Held::In, Held::Moving) else {
+        if self
+            .members
+            .standing()
+            .mark(key, Held::In, Held::Moving)
+            .is_none()
+        {
             return false;
-        };
+        }
         let deadline = Instant::now() + within;
         while quiet().is_none() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // From here no turn acts for it, so its facts are final.
-        if !self.swap(key, Held::Moving(epoch), Held::Releasing) {
-            return false; // the graceful leave took it meanwhile
-        }
+        let marked = self
+            .members
+            .standing()
+            .mark(key, Held::Moving, Held::Releasing);
+        let Some(epoch) = marked else {
+            // The graceful leave took it meanwhile, or a change of epoch or generation
+            // came: held in again, and written again as any other key.
+            self.members.standing().hold_as(key, Held::Moving, Held::In);
+            return false;
+        };
         let Some(groups) = quiet() else {
-            self.swap(key, Held::Releasing, Held::In(epoch));
+            self.members
+                .standing()
+                .hold_as(key, Held::Releasing, Held::In);
             return false;
         };
         let handed = self.release_claim(key, epoch, &groups, Some(heir)).await;
@@ -151,16 +158,19 @@ impl Ownership {
             };
             lock(&self.owners).put(key.to_string(), owner);
         }
-        lock(&self.owned).remove(key);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        metrics::record_ownership("followed");
+        self.let_go(key, "followed");
         handed
     }
 
-    /// Waits while `key`'s idle release runs (one Redis command; at most a lease).
+    /// Waits while `key`'s release or hand-over runs (one Redis command, or the wait for
+    /// a quiet key; at most a lease).
     pub(super) async fn wait_released(&self, key: &str) {
         let deadline = Instant::now() + self.members.lease();
-        while matches!(self.owns(key), Some(Held::Moving(_) | Held::Releasing))
+        while self
+            .members
+            .standing()
+            .holding(key)
+            .is_some_and(|h| h.held != Held::In)
             && Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -177,13 +187,22 @@ impl Ownership {
         groups: &[ScheduleFacts],
         heir: Option<&Member>,
     ) -> bool {
+        let (generation, token) = {
+            let standing = self.members.standing();
+            let token = standing.holding(key).map_or(0, |h| h.token);
+            (standing.generation().to_string(), token)
+        };
         let mut call = script("own_release").prepare_invoke();
         call.key(claim_key(key))
+            .key(GENERATION)
+            .key(SERVER)
             .arg(self.members.me())
             .arg(epoch)
+            .arg(&generation)
             .arg(ms(KEEP))
             .arg(heir.map_or("", |h| h.id.as_str()))
-            .arg(heir.map_or(0, |h| h.epoch));
+            .arg(heir.map_or(0, |h| h.epoch))
+            .arg(token);
         for facts in groups {
             call.arg(&facts.group).arg(self.encode(facts));
         }

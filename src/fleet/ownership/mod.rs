@@ -2,43 +2,39 @@
 //! address`) at any moment, which paces it in memory with the single-node pacer; the
 //! others hand their requests for it to the owner.
 //!
-//! **Algorithm.** A key's claim is a hash in Redis (`rg:{<key>}:own`: owner member and
-//! epoch, and the durable facts a new owner starts from). An instance that meets a key it
-//! knows no owner of claims it (`scripts/own_claim.lua`, one call): it takes the claim
-//! when nobody holds it, so the instance that meets an origin first owns it — with a
-//! front that routes by host, the instance that serves the host. When another live
-//! member holds it, that member is the owner to hand requests to; the answer is cached
-//! (an LRU of [`OWNERS_KEPT`] keys) for as long as that member stays in the membership
-//! with that epoch, or until the owner answers that it no longer serves the key
-//! ([`Ownership::forget`]). Ownership lives as long as the owner's membership, or until
-//! the key is idle (nobody asked for it for `fleet.release_idle_seconds`, nothing in
-//! force): it costs nothing per request and nothing to renew.
+//! **Algorithm.** A key's claim is a hash in Redis (`{robotsgate}:own:<key>`: owner
+//! member, epoch, the generation it was written in, a not-before, and the facts a next
+//! owner starts from), in the hash slot of the members' records. Who may hold it is
+//! decided there, atomically, by `scripts/own_claim.lua`, from the records and Redis'
+//! clock — never from a member's view of the membership:
+//! * nobody holds it: the caller takes it (the instance that meets an origin first owns
+//!   it — with a front that routes by host, the instance that serves the host);
+//! * a live member holds it: that is the owner to hand requests to, remembered (an LRU of
+//!   [`OWNERS_KEPT`] keys) while that member stays in the membership with that epoch, or
+//!   until it answers that it no longer serves the key ([`Ownership::forget`]);
+//! * a member that is no longer live holds it: the caller takes it over, acting not
+//!   before that member's lease end plus its `after` (its grace and longest hold, from
+//!   its own record): no exchange it left running can still be going on then.
 //!
-//! **Changes.** A claim held by a member that is gone (its lease lapsed, or it is not
-//! a member any more) is taken over only once no exchange it may have left running can
-//! still be going on: its lease's end in Redis time, plus `fleet.outage_grace_seconds`
-//! when owners keep acting through outages, plus the longest an exchange can hold a turn
-//! (connect, write and read timeouts, or `pacing.max_exchange_seconds`, then a read
-//! timeout of linger). A member leaving gracefully releases each key instead
-//! (`own_release.lua`), with each robots.txt group's last end, pause and backoff: the
-//! next owner starts from them at once. A pause or backoff is written when it happens
-//! (`own_record.lua`), so a new owner starts from it too. When Redis may have lost
-//! claims (a new boot id, the backend's return), every owner writes its claims again
-//! (`own_reassert.lua`); a claim another member took meanwhile is lost, and its key is
-//! handed over from then on. For the re-assertions to land first, a key nobody claims is
-//! not taken until the membership's news have reached every instance.
+//! A member acts for a key only per its [`Standing`]: its lease valid by its own clock,
+//! the claim written in its current epoch and generation, past the not-before. A member
+//! leaving gracefully, an idle key, and a key whose traffic comes from another member
+//! release the claim with the key's facts (`letting_go.rs`). A pause or backoff is
+//! written when it happens (`own_record.lua`). When a renewal brings a new epoch or
+//! generation, every claim is written again (`own_claim.lua`'s reassert and vouch
+//! modes); one another member holds now is lost.
 //!
-//! An idle key is released the same way ([`Ownership::release_idle`]), while it is
-//! held as releasing ([`Held`]) so no request is routed here for it meanwhile; a
-//! request that comes after finds it free and claims it again, or finds its new owner.
-//! A key whose requests all come from one other member is handed to it
-//! ([`Ownership::hand_to`]): the claim names that member, marked released, and it takes
-//! the key with the facts at its next request (`fleet::traffic`).
+//! The protocol's invariant — at no time may two members act for one key, nor one start
+//! an exchange while another's may still run — is checked by the model in `model/`
+//! over every interleaving of renewals, claims, releases, crashes, pauses, lost
+//! messages, Redis restarts and failovers it can reach, running these very scripts.
 //!
-//! Costs: one script call the first time an instance meets a key (two for a takeover),
-//! none per request; one per idle key released, one per key handed to its traffic
-//! (and the heir's claim); memory: one cache entry per key met
-//! (bounded), one per key owned (bounded by the keys asked for within the idle time).
+//! Costs: one script call the first time an instance meets a key, none per request;
+//! one per key written again after a change and every [`REASSERT_EVERY`]; one per idle
+//! key released, one per key handed to its traffic (and the heir's claim); memory: one
+//! cache entry per key met (bounded), one per key owned. Every ownership key lives in one
+//! hash slot: on a Redis Cluster, ownership (a few calls per origin per idle period)
+//! runs on one shard, while robots.txt copies and budgets spread.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -48,13 +44,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
-use crate::fleet::membership::{Member, Membership};
+use crate::fleet::membership::{Membership, FENCE, GENERATION, MEMBERS, SERVER};
 use crate::fleet::scripts::script;
+use crate::fleet::standing::{Held, Here, Reassert};
 use crate::fleet::traffic::Traffic;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
 
+pub mod answer;
 mod letting_go;
+
+pub use answer::ClaimAnswer;
 
 /// Keys whose owner (another member) is remembered.
 pub const OWNERS_KEPT: usize = 100_000;
@@ -62,18 +62,6 @@ pub const OWNERS_KEPT: usize = 100_000;
 /// How long a claim's record outlives its last write: an owner writes its claims again
 /// well within it ([`REASSERT_EVERY`]).
 const KEEP: Duration = Duration::from_secs(7 * 86_400);
-
-/// How this instance holds a key it owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Held {
-    /// Claimed in this epoch: it acts for the key.
-    In(u64),
-    /// Being handed to the member its traffic comes from (claimed in this epoch): turns
-    /// already waited for are still taken, new requests wait.
-    Moving(u64),
-    /// Its release runs: no request is routed here for it, no turn acts for it.
-    Releasing,
-}
 
 /// How often an owner writes its claims again, whatever happens.
 pub const REASSERT_EVERY: Duration = Duration::from_secs(3600);
@@ -94,8 +82,7 @@ pub struct Owner {
 /// What a new owner starts a key from: the previous owner's facts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Inherited {
-    /// Nothing may start before this: the previous owner vanished without handing over,
-    /// and an exchange it left running may still be going on until then.
+    /// Nothing may start before this: a previous owner's exchanges may still run.
     pub not_before: Option<Instant>,
     /// Per robots.txt group: its last end, its pause, its backoff.
     pub groups: Vec<ScheduleFacts>,
@@ -113,46 +100,38 @@ pub enum Route {
     Unavailable(&'static str),
 }
 
-/// The pacing keys this instance owns, and the owners it knows of the others.
+/// Why no member can serve a key now, when Redis cannot say who owns it.
+const NO_ANSWER: &str = "the fleet backend cannot say who owns it";
+
+/// The pacing keys this instance owns (in its standing), and the owners it knows of the
+/// others.
 pub struct Ownership {
     /// The backend.
     fleet: Arc<Fleet>,
-    /// The membership.
+    /// The membership, and this instance's standing.
     members: Arc<Membership>,
     /// Owners of others' keys, as learnt.
     owners: Mutex<lru::LruCache<String, Owner>>,
-    /// The keys this instance owns, and how it holds each (the epoch it claimed it in).
-    owned: Mutex<HashMap<String, Held>>,
-    /// How long after a vanished owner's lease its exchanges may still run.
-    after_lease: Duration,
     /// When and where from the owned keys are asked for.
     traffic: Traffic,
 }
 
 impl Ownership {
-    /// Ownership through `fleet` for `members`; `hold` is the longest an exchange can
-    /// hold a turn, `grace` how long owners act past their lease during an outage.
-    pub fn new(
-        fleet: Arc<Fleet>,
-        members: Arc<Membership>,
-        hold: Duration,
-        grace: Duration,
-    ) -> Arc<Ownership> {
+    /// Ownership through `fleet` for `members`.
+    pub fn new(fleet: Arc<Fleet>, members: Arc<Membership>) -> Arc<Ownership> {
         Arc::new(Ownership {
             fleet,
             members,
             owners: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(OWNERS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
-            owned: Mutex::default(),
-            after_lease: hold + grace,
             traffic: Traffic::default(),
         })
     }
 
     /// Where a request for `key` goes now (`from`: the member that handed it over, or
-    /// `None` for this instance's own client); a claim is asked of Redis only for a key
-    /// this instance knows no live owner of.
+    /// `None` for this instance's own client); Redis is asked only for a key this
+    /// instance neither holds nor knows a live owner of.
     pub async fn route(&self, key: &str, from: Option<&str>) -> Route {
         let route = self.route_once(key, from).await;
         if let Route::Here(_) = route {
@@ -166,26 +145,30 @@ impl Ownership {
         if self.members.leaving() {
             return self.route_leaving(key).await;
         }
-        if let Some(held) = self.owns(key) {
-            let Held::In(epoch) = held else {
+        let now = self.members.now();
+        let (holding, here, may_own) = {
+            let standing = self.members.standing();
+            let holding = standing.holding(key).cloned();
+            (holding, standing.here(key, now), standing.may_own(now))
+        };
+        if let Some(holding) = holding {
+            if holding.held != Held::In {
                 self.wait_released(key).await;
                 return Box::pin(self.route_once(key, from)).await;
-            };
-            if epoch != self.members.epoch() && self.members.may_own() {
-                // Claimed before a new registration: written again first (the
-                // background re-assertion may not have reached it, or failed).
-                return match self.reassert_key(key, self.members.epoch()).await {
-                    Ok(true) => Route::Here(None),
-                    Ok(false) => Box::pin(self.route_once(key, from)).await,
-                    Err(Unavailable) => {
-                        Route::Unavailable("the fleet backend cannot say who owns it")
-                    }
-                };
             }
-            return if self.members.may_own() {
-                Route::Here(None)
-            } else {
-                Route::Unavailable("this instance's lease lapsed")
+            return match here {
+                Some(Here::Acting | Here::From(_)) => Route::Here(None),
+                _ if !may_own => Route::Unavailable("this instance's lease lapsed"),
+                // Written before a change of epoch or generation: written again first
+                // (the background re-assertion may not have reached it yet).
+                _ => match self.reassert_key(key, Reassert::Plain).await {
+                    Ok(Some(not_before)) => Route::Here(Some(Inherited {
+                        not_before,
+                        groups: Vec::new(),
+                    })),
+                    Ok(None) => Box::pin(self.route_once(key, from)).await,
+                    Err(Unavailable) => Route::Unavailable(NO_ANSWER),
+                },
             };
         }
         if let Some(owner) = self.known_owner(key) {
@@ -197,58 +180,50 @@ impl Ownership {
             // which; trusting this one could send the request back and forth.
             lock(&self.owners).pop(key);
         }
-        if !self.members.may_own() {
+        if !may_own {
             // Its lease lapsed: it may still find the owner, never become it.
             return match self.look(key).await {
                 Ok(Some(owner)) => Route::Peer(owner),
                 _ => Route::Unavailable("this instance cannot take ownership now"),
             };
         }
-        if self.members.settling() {
-            return Route::Unavailable("Redis lost claims; the owners are writing theirs again");
-        }
-        match self.claim(key, None).await {
+        match self.claim(key).await {
             Ok(route) => route,
-            Err(Unavailable) => Route::Unavailable("the fleet backend cannot say who owns it"),
+            Err(Unavailable) => Route::Unavailable(NO_ANSWER),
         }
     }
 
     /// Where a request for `key` from this instance's own clients goes when that is
     /// known without waiting or asking Redis: another member that owns it, as learnt.
-    /// `None` when it is owned here, this instance is leaving, or its owner is unknown
+    /// `None` when it is held here, this instance is leaving, or its owner is unknown
     /// ([`Ownership::route`] decides those).
     pub fn peek(&self, key: &str) -> Option<Owner> {
-        if self.members.leaving() || self.owns(key).is_some() {
-            return None;
+        {
+            let standing = self.members.standing();
+            if standing.leaving() || standing.holding(key).is_some() {
+                return None;
+            }
         }
         self.known_owner(key)
     }
 
-    /// Does this instance own `key` and may act on it now (checked again when a turn
-    /// is granted: a process stalled past its lease must not act)?
+    /// May this instance act for `key` now (checked when a turn is granted: a process
+    /// stalled past its lease must not act)?
     pub fn acts_for(&self, key: &str) -> bool {
-        let epoch = self.members.epoch();
-        self.members.may_own()
-            && matches!(self.owns(key), Some(Held::In(e) | Held::Moving(e)) if e == epoch)
+        let now = self.members.now();
+        self.members.standing().acts_for(key, now)
     }
 
-    /// How this instance holds `key` (the epoch it claimed it in), when it owns it. A key claimed in an
-    /// earlier epoch (before a lapse) is acted on only once its claim was written again
-    /// in this one ([`Ownership::reassert`]): meanwhile another member may have taken it.
-    fn owns(&self, key: &str) -> Option<Held> {
-        lock(&self.owned).get(key).copied()
-    }
-
-    /// A leaving instance's route: a key it still owns waits for its hand-over (its
+    /// A leaving instance's route: a key it still holds waits for its hand-over (its
     /// exchanges ending, at most the longest hold); then the request goes to the key's
     /// owner, or — nobody has claimed it yet — to a member that stays, chosen by
     /// rendezvous hashing, which claims it.
     async fn route_leaving(&self, key: &str) -> Route {
-        let deadline = Instant::now() + self.after_lease + self.members.lease();
-        while self.owns(key).is_some() && Instant::now() < deadline {
+        let deadline = Instant::now() + self.members.after() + self.members.lease();
+        while self.holds(key) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        if self.owns(key).is_some() {
+        if self.holds(key) {
             return Route::Unavailable("this instance is handing it over");
         }
         if let Some(owner) = self.known_owner(key) {
@@ -260,28 +235,40 @@ impl Ownership {
                 Route::Unavailable("no member stays to take it"),
                 Route::Peer,
             ),
-            Err(Unavailable) => Route::Unavailable("the fleet backend cannot say who owns it"),
+            Err(Unavailable) => Route::Unavailable(NO_ANSWER),
         }
     }
 
-    /// Who owns `key` as this instance knows: `here`, another member, or `None`.
+    /// Does this instance hold `key` (in any way)?
+    fn holds(&self, key: &str) -> bool {
+        self.members.standing().holding(key).is_some()
+    }
+
+    /// Who owns `key` as this instance knows: `here` (it acts for it now), `pending`
+    /// (held here, acting once a previous owner's exchanges must be over), `stopped`
+    /// (held here, not acted for now: its claim is being written again or released, or
+    /// this instance's lease lapsed), another member's id, or `None`.
     pub fn known(&self, key: &str) -> Option<String> {
-        if lock(&self.owned).contains_key(key) {
-            return Some("here".into());
+        let now = self.members.now();
+        let here = self.members.standing().here(key, now);
+        match here {
+            Some(Here::Acting) => Some("here".into()),
+            Some(Here::From(_)) => Some("pending".into()),
+            Some(Here::Stopped) => Some("stopped".into()),
+            None => lock(&self.owners).peek(key).map(|o| o.member.clone()),
         }
-        lock(&self.owners).peek(key).map(|o| o.member.clone())
     }
 
     /// The keys this instance owns.
     pub fn owned(&self) -> Vec<String> {
-        lock(&self.owned).keys().cloned().collect()
+        self.members.standing().keys()
     }
 
     /// How many keys each member owns, as far as this instance knows (its own exactly,
     /// the others' from the owners it learnt).
     pub fn counts(&self) -> HashMap<String, usize> {
         let mut counts = HashMap::new();
-        counts.insert(self.members.me().to_string(), lock(&self.owned).len());
+        counts.insert(self.members.me().to_string(), self.members.standing().len());
         for (_, owner) in lock(&self.owners).iter() {
             *counts.entry(owner.member.clone()).or_default() += 1;
         }
@@ -304,149 +291,127 @@ impl Ownership {
         }
     }
 
-    /// Claims `key` (expecting it to name `gone`, an owner found gone), and says where
-    /// its requests go.
-    async fn claim(&self, key: &str, gone: Option<(&str, u64)>) -> Result<Route, Unavailable> {
-        let epoch = self.members.epoch();
-        let claim_key = claim_key(key);
-        let mut call = script("own_claim").prepare_invoke();
-        // Outside a Cluster the data set's boot id shares the server: a claim nobody
-        // holds is taken only while it is the one this instance knows (a Redis restarted
-        // empty since has lost claims its owners have not written again yet).
-        let boot = match self.fleet.config().redis_cluster.is_empty() {
-            true => self.members.boot(),
-            false => None,
+    /// Runs `own_claim.lua` for `key` in `mode`, as this instance's current epoch and
+    /// generation: the answer, those, and when it arrived.
+    async fn own_claim(
+        &self,
+        key: &str,
+        mode: &str,
+    ) -> Result<(ClaimAnswer, u64, String, i64), Unavailable> {
+        let (epoch, generation) = {
+            let standing = self.members.standing();
+            (standing.epoch(), standing.generation().to_string())
         };
-        call.key(&claim_key);
-        if boot.is_some() {
-            call.key(crate::fleet::membership::BOOT);
-        }
-        call.arg(self.members.me())
+        let mut call = script("own_claim").prepare_invoke();
+        call.key(claim_key(key))
+            .key(MEMBERS)
+            .key(GENERATION)
+            .key(FENCE)
+            .key(SERVER)
+            .arg(self.members.me())
             .arg(epoch)
-            .arg(gone.map_or("", |g| g.0))
-            .arg(gone.map_or(0, |g| g.1))
+            .arg(&generation)
             .arg(ms(KEEP))
-            .arg(1)
-            .arg(boot.unwrap_or_default());
+            .arg(mode);
         let answer: Vec<String> = self.fleet.run("own_claim", &mut call).await?;
-        match answer.first().map(String::as_str) {
-            Some("taken") => Ok(self.taken(key, epoch, &answer[1..], gone)),
-            Some("held") => self.held(key, &answer[1..], gone.is_some()).await,
-            Some("lost") => Ok(Route::Unavailable(
-                "Redis lost claims; the owners are writing theirs again",
+        let received = self.members.now();
+        let answer = ClaimAnswer::parse(&answer).ok_or(Unavailable)?;
+        Ok((answer, epoch, generation, received))
+    }
+
+    /// Claims `key`, and says where its requests go.
+    async fn claim(&self, key: &str) -> Result<Route, Unavailable> {
+        let (answer, epoch, generation, received) = self.own_claim(key, "claim").await?;
+        match answer {
+            ClaimAnswer::Taken {
+                how,
+                wait_ms,
+                token,
+                facts,
+            } => {
+                let not_before = received + wait_ms;
+                self.members
+                    .standing()
+                    .took(key, epoch, &generation, token, not_before);
+                Ok(Route::Here(Some(
+                    self.taken(key, &how, wait_ms, not_before, &facts),
+                )))
+            }
+            ClaimAnswer::Held {
+                member,
+                epoch,
+                peer,
+                leaving,
+            } => {
+                let owner = Owner {
+                    key: key.to_string(),
+                    member,
+                    epoch,
+                    peer,
+                };
+                // One that is leaving holds the request until it has handed the key
+                // over, then refuses it, and this instance routes it once more: not
+                // remembered.
+                if !leaving {
+                    lock(&self.owners).put(key.to_string(), owner.clone());
+                }
+                Ok(Route::Peer(owner))
+            }
+            ClaimAnswer::Stale => Ok(Route::Unavailable(
+                "Redis' data set changed; this instance renews its membership first",
             )),
-            _ => Err(Unavailable),
+            ClaimAnswer::Unregistered => Ok(Route::Unavailable(
+                "this instance is not a live member of the fleet now",
+            )),
+            ClaimAnswer::Free | ClaimAnswer::Lost => Err(Unavailable),
         }
+    }
+
+    /// The claim of `key` is this instance's now, `how` it came to be: what it starts
+    /// from.
+    fn taken(
+        &self,
+        key: &str,
+        how: &str,
+        wait_ms: i64,
+        not_before: i64,
+        facts: &[(String, String)],
+    ) -> Inherited {
+        let inherited = Inherited {
+            not_before: (wait_ms > 0).then(|| self.fleet.local_instant(not_before)),
+            groups: facts
+                .iter()
+                .map(|(group, value)| self.group_facts(group, value))
+                .collect(),
+        };
+        if let Some(how) = metrics::OWNERSHIP_CHANGES.iter().find(|h| **h == how) {
+            metrics::record_ownership(how);
+        }
+        metrics::FLEET_OWNED.set(self.members.standing().len() as i64);
+        log::debug!("fleet: {key} owned here ({how}), from {inherited:?}");
+        inherited
     }
 
     /// Who holds `key`'s claim, asked without taking it: the owner when it is a live
     /// member that is not leaving.
     async fn look(&self, key: &str) -> Result<Option<Owner>, Unavailable> {
-        let mut call = script("own_claim").prepare_invoke();
-        call.key(claim_key(key))
-            .arg(self.members.me())
-            .arg(0)
-            .arg("")
-            .arg(0)
-            .arg(ms(KEEP))
-            .arg(0)
-            .arg("");
-        let answer: Vec<String> = self.fleet.run("own_claim", &mut call).await?;
-        let (Some("held"), Some(member)) = (answer.first().map(String::as_str), answer.get(1))
-        else {
-            return Ok(None);
-        };
-        Ok(self
-            .members
-            .live(member)
-            .filter(|m| !m.leaving && m.id != self.members.me())
-            .map(|m| Owner {
-                key: key.to_string(),
-                member: m.id,
-                epoch: m.epoch,
-                peer: m.peer,
-            }))
-    }
-
-    /// The claim is this instance's now: what it starts from.
-    fn taken(&self, key: &str, epoch: u64, facts: &[String], gone: Option<(&str, u64)>) -> Route {
-        lock(&self.owned).insert(key.to_string(), Held::In(epoch));
-        let mut inherited = Inherited::default();
-        let mut released = false;
-        for pair in facts.get(1..).unwrap_or_default().chunks(2) {
-            let [name, value] = pair else { continue };
-            if name == "released" {
-                released = true;
-            } else if let Some(group) = name.strip_prefix("g:") {
-                inherited.groups.push(self.group_facts(group, value));
-            }
-        }
-        if let Some((member, _)) = gone.filter(|_| !released) {
-            inherited.not_before = Some(self.vanished_until(member));
-        } else if !released && inherited.groups.is_empty() {
-            // A key nobody claims: after a loss, it may be a vanished member's.
-            inherited.not_before = self
-                .members
-                .orphans_until_ms()
-                .and_then(|until| self.fleet.instant_of(until + ms(self.after_lease)))
-                .filter(|at| *at > Instant::now());
-        }
-        let how = match (released, gone.is_some()) {
-            (true, _) => "handed",
-            (false, true) => "taken_over",
-            (false, false) => "claimed",
-        };
-        metrics::record_ownership(how);
-        metrics::FLEET_OWNED.set(lock(&self.owned).len() as i64);
-        log::debug!("fleet: {key} owned here (epoch {epoch}, {how}), from {inherited:?}");
-        Route::Here(Some(inherited))
-    }
-
-    /// Another member holds the claim: the owner to hand to when it is live, else (once)
-    /// a takeover.
-    async fn held(
-        &self,
-        key: &str,
-        holder: &[String],
-        retried: bool,
-    ) -> Result<Route, Unavailable> {
-        let member = holder.first().cloned().unwrap_or_default();
-        let epoch: u64 = holder.get(1).and_then(|e| e.parse().ok()).unwrap_or(0);
-        if let Some(live) = self.members.live(&member) {
-            // The holder re-registered since it claimed (a lapse): its claims are written
-            // again in its new epoch, and it is the owner. One that is leaving holds the
-            // request until it has handed the key over, then refuses it, and this
-            // instance routes it once more: not remembered.
-            let leaving = live.leaving;
-            let owner = Owner {
+        let mut call = script("own_look").prepare_invoke();
+        call.key(claim_key(key)).key(MEMBERS);
+        let answer: Vec<String> = self.fleet.run("own_look", &mut call).await?;
+        Ok(match ClaimAnswer::parse(&answer) {
+            Some(ClaimAnswer::Held {
+                member,
+                epoch,
+                peer,
+                leaving: false,
+            }) if member != self.members.me() => Some(Owner {
                 key: key.to_string(),
                 member,
-                epoch: live.epoch,
-                peer: live.peer,
-            };
-            if !leaving {
-                lock(&self.owners).put(key.to_string(), owner.clone());
-            }
-            return Ok(Route::Peer(owner));
-        }
-        if retried {
-            return Err(Unavailable);
-        }
-        Box::pin(self.claim(key, Some((&member, epoch)))).await
-    }
-
-    /// Until when an exchange of `member`, gone without handing over, may still run.
-    fn vanished_until(&self, member: &str) -> Instant {
-        let members = self.members.members();
-        let (now, all) = &*members;
-        let expires = all.get(member).map_or_else(
-            || *now + ms(self.members.lease()),
-            |m: &Member| m.expires_ms,
-        );
-        let until = expires + ms(self.after_lease);
-        self.fleet
-            .instant_of(until)
-            .unwrap_or_else(|| Instant::now() + self.members.lease() + self.after_lease)
+                epoch,
+                peer,
+            }),
+            _ => None,
+        })
     }
 
     /// A group's facts as a claim keeps them: `last_end|paused_until|backoff` (Redis ms).
@@ -486,9 +451,9 @@ impl Ownership {
     /// Writes a fact of an owned key when it happens (a pause, a backoff), for a new
     /// owner to start from; in the background.
     pub fn record(&self, key: &str, facts: ScheduleFacts) {
-        let Some(Held::In(epoch) | Held::Moving(epoch)) = lock(&self.owned).get(key).copied()
-        else {
-            return;
+        let (epoch, token) = match self.members.standing().holding(key) {
+            Some(h) if h.held != Held::Releasing => (h.epoch, h.token),
+            _ => return,
         };
         let (fleet, claim_key, me) = (
             self.fleet.clone(),
@@ -501,6 +466,7 @@ impl Ownership {
             call.key(&claim_key)
                 .arg(&me)
                 .arg(epoch)
+                .arg(token)
                 .arg(&facts.group)
                 .arg(&value);
             let _: Result<i64, _> = fleet.run("own_record", &mut call).await;
@@ -516,50 +482,65 @@ impl Ownership {
         }
     }
 
-    /// Writes every claim of this instance again (Redis may have lost them, or this
-    /// instance re-registered with a new epoch); a claim another member holds now is
-    /// lost, and its key no longer this instance's.
-    pub async fn reassert(&self) {
-        let epoch = self.members.epoch();
-        for key in self.owned() {
-            if !matches!(self.owns(&key), Some(Held::In(_))) {
-                continue; // released or handed on meanwhile: written by whoever claims it next
-            }
-            if self.reassert_key(&key, epoch).await.is_err() {
-                return;
+    /// Writes this instance's claims again: those a change of epoch or generation left
+    /// unconfirmed (vouched for when it acted for them up to the change), and with
+    /// `all`, every key it holds (refreshing their records). A claim another member
+    /// holds now is lost, its key no longer this instance's. `false` when Redis could
+    /// not answer for every key (to be tried again).
+    pub async fn reassert(&self, all: bool) -> bool {
+        let mut keys = self.members.standing().unconfirmed();
+        if all {
+            let unconfirmed: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+            let confirmed = self
+                .owned()
+                .into_iter()
+                .filter(|k| !unconfirmed.contains(k));
+            keys.extend(confirmed.map(|k| (k, Reassert::Plain)));
+        }
+        for (key, how) in keys {
+            if self.reassert_key(&key, how).await.is_err() {
+                return false;
             }
         }
+        true
     }
 
-    /// Writes `key`'s claim again in `epoch`: `true` when it is still this instance's,
-    /// `false` when another member holds it now (it is then no longer owned here).
-    async fn reassert_key(&self, key: &str, epoch: u64) -> Result<bool, Unavailable> {
-        let mut call = script("own_reassert").prepare_invoke();
-        call.key(claim_key(key))
-            .arg(self.members.me())
-            .arg(epoch)
-            .arg(ms(KEEP));
-        let kept = self.fleet.run::<i64>("own_reassert", &mut call).await? == 1;
-        let mut owned = lock(&self.owned);
-        match owned.get(key) {
-            None => return Ok(false),
+    /// Writes `key`'s claim again, `how` (only while it is held in, not moving or
+    /// releasing): `Some(not before)` when it is still this instance's (`None` inside
+    /// when it may act at once), `None` when another member holds it now or it was let go
+    /// (no longer held here).
+    async fn reassert_key(
+        &self,
+        key: &str,
+        how: Reassert,
+    ) -> Result<Option<Option<Instant>>, Unavailable> {
+        let (answer, epoch, generation, received) = self.own_claim(key, how.mode()).await?;
+        let mut standing = self.members.standing();
+        if standing.holding(key).is_none_or(|h| h.held != Held::In) {
             // Released or handed on meanwhile: that decides.
-            Some(Held::Moving(_) | Held::Releasing) => return Ok(kept),
-            Some(_) => {}
+            return Ok(None);
         }
-        if kept {
-            owned.insert(key.to_string(), Held::In(epoch));
-        } else {
-            log::warn!("fleet: {key} was taken by another member; handed over");
-            owned.remove(key);
-            metrics::record_ownership("lost");
-            metrics::FLEET_OWNED.set(owned.len() as i64);
+        match answer {
+            ClaimAnswer::Taken { wait_ms, token, .. } => {
+                let not_before = received + wait_ms;
+                standing.took(key, epoch, &generation, token, not_before);
+                Ok(Some(
+                    (wait_ms > 0).then(|| self.fleet.local_instant(not_before)),
+                ))
+            }
+            ClaimAnswer::Lost => {
+                log::warn!("fleet: {key} is another member's now; handed over");
+                standing.drop_key(key);
+                metrics::record_ownership("lost");
+                metrics::FLEET_OWNED.set(standing.len() as i64);
+                Ok(None)
+            }
+            _ => Err(Unavailable),
         }
-        Ok(kept)
     }
 }
 
-/// The claim's key in Redis (its own hash slot).
+/// The claim's key in Redis (in the membership's hash slot).
 fn claim_key(key: &str) -> String {
-    format!("rg:{{{key}}}:own")
+    format!("{{robotsgate}}:own:{key}")
 }

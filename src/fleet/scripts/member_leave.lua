@@ -1,8 +1,8 @@
--- A member leaves gracefully, once it has handed over every origin it owned: its record
--- goes, if it is still this incarnation's (epoch).
--- KEYS: members hash. ARGV: member id, epoch.
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if held and string.match(held, '^(%d+)|') == ARGV[2] then
+-- MEMBER_LEAVE: a member leaves gracefully, once it has handed over every origin it
+-- owned: its record goes, if it is still this incarnation's (epoch).
+-- KEYS: 1 members. ARGV: 1 member id, 2 epoch.
+local m = member(KEYS[1], ARGV[1])
+if m and m.epoch == tonumber(ARGV[2]) then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end

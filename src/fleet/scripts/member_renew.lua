@@ -1,36 +1,51 @@
--- Renews this instance's membership lease, registering it (a new epoch) when it has no
--- live record: the first time, after its record lapsed (a stalled process, a partition),
--- or after Redis lost it. Returns Redis' time, this instance's epoch, the data set's boot
--- id (made when missing: a new one means Redis lost everything), and every member.
--- KEYS: members hash, epoch counter, boot id ({robotsgate} slot).
--- ARGV: member id, epoch held (0: none), lease ms, peer address, a boot id to set when
--- there is none, state (up | leaving).
--- A member's value: "epoch|expires_ms|state|peer address".
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local boot = redis.call('GET', KEYS[3])
-if not boot then
-  boot = ARGV[5]
-  redis.call('SET', KEYS[3], boot)
+-- MEMBER_RENEW: renews this instance's membership lease, registering it (a new epoch)
+-- when it has no live record: the first time, after its record lapsed (a stalled
+-- process, a partition), or after Redis lost it.
+--
+-- It also keeps the data set's generation: a new one when the data set is new or is
+-- served by another Redis server than the one it was made on (a restart, a failover).
+-- Writes acknowledged before such a change may be lost, so a fence is set: until every
+-- member's lease and exchanges as of now must be over, a claim written before (or a key
+-- nobody holds) is not acted on, except by the owner that vouches it acted for the key
+-- without a break (own_claim.lua).
+--
+-- KEYS: 1 members, 2 epoch counter, 3 generation, 4 the server that made it, 5 fence.
+-- ARGV: 1 member id, 2 epoch held (0: none), 3 lease ms, 4 peer address, 5 a new
+-- generation to set when one is due, 6 state (up | leaving), 7 after ms.
+-- Returns Redis' time, this instance's epoch, the generation, the fence (ms, 0: none),
+-- then every member: id, record.
+local now = now_ms()
+local lease, after = tonumber(ARGV[3]), tonumber(ARGV[7])
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+local gen = redis.call('GET', KEYS[3])
+if (not gen) or redis.call('GET', KEYS[4]) ~= run then
+  gen = ARGV[5]
+  redis.call('SET', KEYS[3], gen)
+  redis.call('SET', KEYS[4], run)
+  -- The longest any member (as recorded, or this one) may still act and have exchanges
+  -- running: a record's expiry may be one a lost renewal had extended.
+  local span = lease + after
+  local all = redis.call('HVALS', KEYS[1])
+  for i = 1, #all do
+    local l, a = string.match(all[i], '|(%d+)|(%d+)$')
+    if l then span = math.max(span, tonumber(l) + tonumber(a)) end
+  end
+  local fence = tonumber(redis.call('GET', KEYS[5]) or '0')
+  redis.call('SET', KEYS[5], math.max(fence, now + span))
 end
 local epoch = tonumber(ARGV[2])
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-local live = false
-if held then
-  local e, expires = string.match(held, '^(%d+)|(%d+)|')
-  live = tonumber(e) == epoch and tonumber(expires) > now
-end
-if epoch == 0 or not live then
+local held = member(KEYS[1], ARGV[1])
+if epoch == 0 or not (live(held, now) and held.epoch == epoch) then
   epoch = redis.call('INCR', KEYS[2])
 end
-local expires = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], epoch .. '|' .. expires .. '|' .. ARGV[6] .. '|' .. ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], table.concat(
+  {epoch, now + lease, ARGV[6], ARGV[4], lease, after}, '|'))
+local out = {now, epoch, gen, tonumber(redis.call('GET', KEYS[5]) or '0')}
 -- Members lapsed for a day are forgotten.
 local all = redis.call('HGETALL', KEYS[1])
-local out = {now, epoch, boot}
 for i = 1, #all, 2 do
-  local e, exp = string.match(all[i + 1], '^(%d+)|(%d+)|')
-  if exp and tonumber(exp) < now - 86400000 then
+  local exp = tonumber(string.match(all[i + 1], '^%d+|(%d+)|'))
+  if exp and exp < now - 86400000 then
     redis.call('HDEL', KEYS[1], all[i])
   else
     out[#out + 1] = all[i]

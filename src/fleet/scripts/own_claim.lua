@@ -1,41 +1,56 @@
--- Claims a pacing key's ownership: taken when nobody holds it, when it still names the
--- owner the caller found gone (member and epoch), or when it names the caller itself
--- (an earlier incarnation of this process, whose turns it still knows). Otherwise the
--- holder is returned, for the caller to route to (or to find gone, and claim again).
--- On taking it, the durable facts another owner left are returned: when it released
--- the key (a graceful hand-over), and per robots.txt group "last_end|paused_until|backoff"
--- (Redis ms; last_end and paused_until 0 when none).
--- A claim nobody holds is taken only while the data set's boot id is the caller's
--- (when it gives one: outside a Cluster, where the boot id shares the server); else
--- 'lost': Redis restarted empty, and the owners have not written their claims again.
--- KEYS: the claim hash (rg:{<key>}:own), and with an expected boot id the boot id key.
--- ARGV: member id, epoch, expected member ('' none), expected epoch, keep ms, take (1:
--- take it when it may be taken; 0: only say who holds it), expected boot id ('' none).
-local m = redis.call('HGET', KEYS[1], 'm')
-local e = redis.call('HGET', KEYS[1], 'e')
-local take = (not m) or (m == ARGV[1]) or (m == ARGV[3] and e == ARGV[4])
-if ARGV[6] ~= '1' then
-  if m then return {'held', m, e or '0'} end
-  return {'free'}
+-- OWN_CLAIM: who owns a pacing key, decided here from the members' records and Redis'
+-- clock, never from a member's view of them. The caller must be a live, registered
+-- member of the current generation.
+--
+-- mode claim: the key is taken when nobody holds it, when it names the caller (an
+--   earlier epoch of it, or the heir it was handed to), or when its holder is no live
+--   member: then not before the holder's lease end plus its `after` (its exchanges may
+--   run until then). A live holder is returned instead, for the caller to hand to.
+-- mode reassert: the caller holds the key in an earlier epoch or generation and writes
+--   it again; 'lost' when another member holds it, or it was let go.
+-- mode vouch: a reassert by an owner that acted for the key without a break up to the
+--   generation's change: it alone can have been acting, so the fence does not apply.
+-- A claim written before the current generation (or none at all) is not acted on
+-- before the fence (member_renew.lua), but by a vouching owner: lost writes may hide
+-- another owner.
+--
+-- KEYS: 1 the claim, 2 members, 3 generation, 4 fence, 5 the generation's server.
+-- ARGV: 1 member id, 2 epoch, 3 generation, 4 keep ms, 5 mode (claim | reassert | vouch).
+-- Returns {'taken', how, wait ms, n, facts...} (how: claimed, handed, reclaimed,
+-- taken_over; n the taking's number), {'held', member, epoch, peer, state}, {'lost'}, {'stale'} (another
+-- generation, or another server than the generation's: renew first) or
+-- {'unregistered'} (not a live member in that epoch).
+local now = now_ms()
+if redis.call('GET', KEYS[3]) ~= ARGV[3] or not same_server(KEYS[5]) then
+  return {'stale'}
 end
-if not take then
-  return {'held', m, e or '0'}
+local me = member(KEYS[2], ARGV[1])
+if not (live(me, now) and me.epoch == tonumber(ARGV[2]) and me.state == 'up') then
+  return {'unregistered'}
 end
-if (not m) and ARGV[7] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[7] then
-  return {'lost'}
+local mode = ARGV[5]
+local c = read_claim(KEYS[1])
+local nb, how = c.nb, 'claimed'
+if mode ~= 'claim' and (c.m ~= ARGV[1]) then
+  if c.m ~= nil or c.released then return {'lost'} end
+  how = 'reclaimed'  -- lost with the data set
+elseif c.m == ARGV[1] then
+  how = c.released and 'handed' or 'reclaimed'
+elseif c.m ~= nil then
+  local h = member(KEYS[2], c.m)
+  if live(h, now) then return {'held', c.m, h.epoch, h.peer, h.state} end
+  nb = math.max(nb, h and (h.expires + h.after) or now)
+  how = 'taken_over'
+elseif c.released then
+  how = 'handed'
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local facts = redis.call('HGETALL', KEYS[1])
-redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2])
+if c.gen ~= ARGV[3] and mode ~= 'vouch' then
+  nb = math.max(nb, tonumber(redis.call('GET', KEYS[4]) or '0'))
+end
+redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 redis.call('HDEL', KEYS[1], 'released')
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
-local out = {'taken', tostring(now)}
-for i = 1, #facts, 2 do
-  local k = facts[i]
-  if k == 'released' or string.sub(k, 1, 2) == 'g:' then
-    out[#out + 1] = k
-    out[#out + 1] = facts[i + 1]
-  end
-end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+local out = {'taken', how, math.max(0, nb - now), n}
+for i = 1, #c.facts do out[#out + 1] = c.facts[i] end
 return out
