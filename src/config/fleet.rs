@@ -44,6 +44,10 @@ pub struct FleetConfig {
     /// served where it arrives. 0: ownership moves only when its owner leaves, vanishes
     /// or lets it idle.
     pub follow_traffic_seconds: Seconds,
+    /// What a data set Redis holds no generation for (a new Redis, or one restarted
+    /// empty) is trusted with, when the member that finds it never saw another (see
+    /// [`NewDataSet`]).
+    pub new_data_set: NewDataSet,
     /// Longest wait for one Redis command; slower counts as unavailable.
     pub command_timeout_seconds: Timeout,
     /// A member's lease: renewed every half second; a member that has not renewed for
@@ -75,6 +79,7 @@ impl Default for FleetConfig {
             outage_grace_seconds: Timeout(30.0),
             release_idle_seconds: Seconds(900.0),
             follow_traffic_seconds: Seconds(10.0),
+            new_data_set: NewDataSet::Settle,
             command_timeout_seconds: Timeout(0.5),
             lease_seconds: Timeout(5.0),
             peer_listen: None,
@@ -91,6 +96,26 @@ impl FleetConfig {
     pub fn enabled(&self) -> bool {
         self.redis.is_some() || !self.redis_cluster.is_empty() || self.redis_sentinel.is_some()
     }
+}
+
+/// `fleet.new_data_set`: how far a member that never saw Redis' data set before trusts
+/// one that holds no generation (a new Redis, or one restarted empty: Redis cannot tell
+/// them apart). A member that did see the old one always fences the new one: no origin
+/// nobody holds is acted on until every exchange of the old data set's owners must be
+/// over (the lease, the outage grace and the longest hold).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NewDataSet {
+    /// Trusted after a settle window (two renewals and a command timeout), long enough
+    /// for every member connected to Redis to say whether it saw the old data set (then
+    /// the fence holds). A new fleet starts at once. Not covered: a member cut from
+    /// Redis across its data set's loss while a member that never saw it starts and
+    /// takes its origins; use `fence` where Redis can lose its data set.
+    #[default]
+    Settle,
+    /// Never trusted before the full fence: a new fleet, too, waits the lease, the grace
+    /// and the longest hold before acting for any origin.
+    Fence,
 }
 
 /// `fleet.redis_sentinel`: where Redis Sentinel says the master is.

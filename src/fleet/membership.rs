@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::fleet::backend::{lock, ms, Beat, Fleet};
+use crate::config::NewDataSet;
+use crate::fleet::backend::{lock, ms, Beat, Fleet, HEALTH_EVERY};
 use crate::fleet::down::Down;
 use crate::fleet::scripts::script;
 use crate::fleet::standing::{Ms, Standing};
@@ -230,6 +231,12 @@ impl Membership {
         self.after
     }
 
+    /// The longest a renewal's news takes to reach every member connected to Redis:
+    /// the settle window of a new data set.
+    pub fn news_within(&self) -> Duration {
+        HEALTH_EVERY * 2 + self.fleet.config().command_timeout_seconds.duration()
+    }
+
     /// Moves on each time this instance's claims are to be written again.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
@@ -247,10 +254,15 @@ impl Membership {
     /// members read.
     async fn renew(&self) -> Result<(), Down> {
         let sent = self.now();
-        let (epoch, state) = {
+        let (epoch, state, seen, running) = {
             let standing = self.standing();
             let state = if standing.leaving() { "leaving" } else { "up" };
-            (standing.epoch(), state)
+            // How long this member's exchanges may still run, by its own clock.
+            let running = standing.valid_until().map_or(0, |until| {
+                (until + standing.grace() + ms(self.after) - sent).max(0)
+            });
+            let seen = standing.generation().to_string();
+            (standing.epoch(), state, seen, running)
         };
         let mut call = script("member_renew").prepare_invoke();
         call.key(MEMBERS)
@@ -264,7 +276,14 @@ impl Membership {
             .arg(&self.peer)
             .arg(self.fleet.ticket())
             .arg(state)
-            .arg(ms(self.after));
+            .arg(ms(self.after))
+            .arg(seen)
+            .arg(running)
+            .arg(ms(self.news_within()))
+            .arg(match self.fleet.config().new_data_set {
+                NewDataSet::Settle => "settle",
+                NewDataSet::Fence => "fence",
+            });
         let answer: Vec<redis::Value> = self
             .fleet
             .run("member_renew", &mut call)

@@ -61,6 +61,21 @@ pub struct Holding {
     /// It was acted for right up to the last change of epoch or generation: written
     /// again, it is vouched for.
     pub vouched: bool,
+    /// Taken while Redis' fence held: confirmed again once `not_before` has passed
+    /// (the fence may have been extended meanwhile), and not acted for before.
+    pub provisional: bool,
+}
+
+/// What Redis said of a claim taken: the taking's number, when the holder may act
+/// (this process's clock), whether it is provisional.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taking {
+    /// The taking's number.
+    pub token: u64,
+    /// Not acted for before.
+    pub not_before: Ms,
+    /// Confirmed again once `not_before` has passed.
+    pub provisional: bool,
 }
 
 /// How a key stands here, for the admin API.
@@ -137,6 +152,11 @@ impl Standing {
         &self.generation
     }
 
+    /// How long past its lease it acts without Redis.
+    pub fn grace(&self) -> Ms {
+        self.grace
+    }
+
     /// Until when its lease is valid by its own clock (its grace aside).
     pub fn valid_until(&self) -> Option<Ms> {
         self.valid_until
@@ -170,7 +190,10 @@ impl Standing {
 
     /// Does it act for `holding` at `now`, its not-before aside?
     fn acting(&self, holding: &Holding, now: Ms) -> bool {
-        self.may_own(now) && holding.held != Held::Releasing && self.confirmed(holding)
+        self.may_own(now)
+            && holding.held != Held::Releasing
+            && self.confirmed(holding)
+            && !holding.provisional
     }
 
     /// May it act for `key` at `now` (start an exchange, grant a turn)?
@@ -183,10 +206,11 @@ impl Standing {
     /// How `key` stands here at `now`, when held.
     pub fn here(&self, key: &str, now: Ms) -> Option<Here> {
         let holding = self.keys.get(key)?;
+        let waiting = self.may_own(now) && self.confirmed(holding) && now < holding.not_before;
         Some(match self.acting(holding, now) {
             true if now >= holding.not_before => Here::Acting,
-            true => Here::From(holding.not_before),
-            false => Here::Stopped,
+            _ if waiting && holding.held != Held::Releasing => Here::From(holding.not_before),
+            _ => Here::Stopped,
         })
     }
 
@@ -233,13 +257,16 @@ impl Standing {
         changed
     }
 
-    /// The keys held but not confirmed in the current epoch and generation (a `Held::In`
-    /// one only: a key moving or releasing is decided by that), each with how it is to
-    /// be written again.
-    pub fn unconfirmed(&self) -> Vec<(String, Reassert)> {
+    /// The keys held but not confirmed in the current epoch and generation, or
+    /// provisional past their wait (a `Held::In` one only: a key moving or releasing is
+    /// decided by that), each with how it is to be written again.
+    pub fn unconfirmed(&self, now: Ms) -> Vec<(String, Reassert)> {
         self.keys
             .iter()
-            .filter(|(_, h)| h.held == Held::In && !self.confirmed(h))
+            .filter(|(_, h)| {
+                let due = h.provisional && now >= h.not_before;
+                h.held == Held::In && (!self.confirmed(h) || due)
+            })
             .map(|(key, h)| {
                 let how = if h.vouched {
                     Reassert::Vouch
@@ -251,10 +278,15 @@ impl Standing {
             .collect()
     }
 
-    /// A claim of `key` made in `epoch` and `generation` was taken (or written again) as
-    /// taking `token`: held, acting from `not_before` (and never before a not-before it
-    /// had already).
-    pub fn took(&mut self, key: &str, epoch: u64, generation: &str, token: u64, not_before: Ms) {
+    /// A claim of `key` made in `epoch` and `generation` was taken (or written again),
+    /// as Redis said: held, acting from its not-before (and never before one it had
+    /// already).
+    pub fn took(&mut self, key: &str, epoch: u64, generation: &str, taken: Taking) {
+        let Taking {
+            token,
+            not_before,
+            provisional,
+        } = taken;
         let earlier = self.keys.get(key).map_or(not_before, |h| h.not_before);
         self.keys.insert(
             key.to_string(),
@@ -265,6 +297,7 @@ impl Standing {
                 held: Held::In,
                 not_before: not_before.max(earlier),
                 vouched: false,
+                provisional,
             },
         );
     }
@@ -310,6 +343,14 @@ fn ms(d: Duration) -> Ms {
 mod tests {
     use super::*;
 
+    fn taking(not_before: Ms) -> Taking {
+        Taking {
+            token: 1,
+            not_before,
+            provisional: false,
+        }
+    }
+
     fn standing() -> Standing {
         let mut s = Standing::new(Duration::from_secs(5), Duration::ZERO);
         s.renewed(0, 10, 1, "g1");
@@ -319,24 +360,24 @@ mod tests {
     #[test]
     fn a_key_is_acted_for_once_confirmed_and_past_its_not_before_while_the_lease_holds() {
         let mut s = standing();
-        s.took("k", 1, "g1", 1, 2_000);
+        s.took("k", 1, "g1", taking(2_000));
         assert!(!s.acts_for("k", 1_000), "before its not-before");
         assert_eq!(s.here("k", 1_000), Some(Here::From(2_000)));
         assert!(s.acts_for("k", 2_000));
         assert!(!s.acts_for("k", 5_000), "the lease sent at 0 ends at 5 s");
         assert_eq!(s.here("k", 5_000), Some(Here::Stopped));
-        s.took("old", 1, "g0", 1, 0);
+        s.took("old", 1, "g0", taking(0));
         assert!(!s.acts_for("old", 100), "written in another generation");
     }
 
     #[test]
     fn a_change_vouches_for_the_keys_acted_for_and_unconfirms_every_key() {
         let mut s = standing();
-        s.took("acting", 1, "g1", 1, 0);
-        s.took("waiting", 1, "g1", 1, 9_000);
-        s.took("stale", 1, "g0", 1, 0);
+        s.took("acting", 1, "g1", taking(0));
+        s.took("waiting", 1, "g1", taking(9_000));
+        s.took("stale", 1, "g0", taking(0));
         assert!(s.renewed(1_000, 1_010, 1, "g2"));
-        let mut again = s.unconfirmed();
+        let mut again = s.unconfirmed(0);
         again.sort();
         assert_eq!(
             again,
@@ -350,24 +391,43 @@ mod tests {
             !s.acts_for("acting", 1_020),
             "not before it is written again"
         );
-        s.took("acting", 1, "g2", 1, 0);
+        s.took("acting", 1, "g2", taking(0));
         assert!(s.acts_for("acting", 1_020));
         // Waiting out a previous owner's exchanges: never earlier for being written again.
-        s.took("waiting", 1, "g2", 1, 0);
+        s.took("waiting", 1, "g2", taking(0));
         assert!(!s.acts_for("waiting", 5_000));
         // A second change before the key was written again: no longer vouched.
         assert!(s.renewed(2_000, 2_010, 2, "g2"));
-        assert!(s.unconfirmed().contains(&("stale".into(), Reassert::Plain)));
+        assert!(s
+            .unconfirmed(0)
+            .contains(&("stale".into(), Reassert::Plain)));
+    }
+
+    #[test]
+    fn a_provisional_key_is_confirmed_again_before_it_is_acted_for() {
+        let mut s = standing();
+        let provisional = Taking {
+            token: 1,
+            not_before: 1_000,
+            provisional: true,
+        };
+        s.took("k", 1, "g1", provisional);
+        assert_eq!(s.here("k", 500), Some(Here::From(1_000)));
+        assert!(s.unconfirmed(500).is_empty(), "not before its wait is over");
+        assert!(!s.acts_for("k", 1_500), "provisional");
+        assert_eq!(s.unconfirmed(1_500), vec![("k".into(), Reassert::Plain)]);
+        s.took("k", 1, "g1", taking(1_000));
+        assert!(s.acts_for("k", 1_500));
     }
 
     #[test]
     fn leaving_and_releasing_stop_acting() {
         let mut s = standing();
-        s.took("k", 1, "g1", 1, 0);
+        s.took("k", 1, "g1", taking(0));
         assert_eq!(s.mark("k", Held::In, Held::Releasing), Some(1));
         assert!(!s.acts_for("k", 100));
         assert_eq!(s.mark("k", Held::In, Held::Moving), None);
-        s.took("j", 1, "g1", 1, 0);
+        s.took("j", 1, "g1", taking(0));
         s.leave();
         assert!(!s.acts_for("j", 100));
     }

@@ -54,7 +54,7 @@ pub fn fingerprint(world: &World) -> u64 {
                 .hash(&mut h);
             alike.token_word(&holding.token.to_string()).hash(&mut h);
             let not_before = (holding.not_before - world.now).max(0);
-            (not_before, holding.vouched).hash(&mut h);
+            (not_before, holding.vouched, holding.provisional).hash(&mut h);
         }
     }
     h.finish()
@@ -162,6 +162,7 @@ impl Alike {
                         match field.as_str() {
                             "e" => self.epoch_word(v).hash(h),
                             "n" => self.token_word(v).hash(h),
+                            "pv" => "pv".hash(h),
                             "nb" => self.bound_word(v).hash(h),
                             "released" => "released".hash(h),
                             f if f.starts_with("f:") => "facts".hash(h),
@@ -214,7 +215,13 @@ impl Alike {
             }
             (Some(a), "own_claim") if a.first().map(String::as_str) == Some("taken") => {
                 // A wait is counted from when the answer arrives: it stays as it is.
-                (a.get(1), a.get(2), a.get(3).map(|t| self.token_word(t))).hash(h);
+                (
+                    a.get(1),
+                    a.get(2),
+                    a.get(3).map(|t| self.token_word(t)),
+                    a.get(4),
+                )
+                    .hash(h);
             }
             (Some(a), _) => a.hash(h),
         }

@@ -154,12 +154,12 @@ fn step(dice: &mut Dice, now: i64, run_id: &str) -> Step {
             write(vec!["HSET", MEMBERS, &id, &record])
         }
         2 => {
-            let field = dice.pick(&["m", "e", "gen", "n", "nb", "released", "f:*"]);
+            let field = dice.pick(&["m", "e", "gen", "n", "nb", "pv", "released", "f:*"]);
             let facts = format!("{now}|0|0");
             let t = time(dice);
             let value = match field {
                 "m" => id.as_str(),
-                "e" | "n" => epoch.as_str(),
+                "e" | "n" | "pv" => epoch.as_str(),
                 "gen" => generation.as_str(),
                 "nb" | "released" => t.as_str(),
                 _ => facts.as_str(),
@@ -167,6 +167,7 @@ fn step(dice: &mut Dice, now: i64, run_id: &str) -> Step {
             write(vec!["HSET", CLAIM, field, value])
         }
         3 => match dice.below(4) {
+            0 if dice.below(8) == 0 => write(vec!["DEL", "{robotsgate}:generation"]),
             0 => write(vec!["SET", "{robotsgate}:generation", &generation]),
             1 => write(vec!["SET", "{robotsgate}:fence", &time(dice)]),
             2 => write(vec![
@@ -179,15 +180,19 @@ fn step(dice: &mut Dice, now: i64, run_id: &str) -> Step {
         4 | 5 => {
             let state = dice.pick(&["up", "up", "leaving"]).to_string();
             let offer = generation.clone();
-            let args = vec![
+            let seen = dice.pick(&["", "g1", "g2"]).to_string();
+            let running = dice.pick(&["0", "2500"]).to_string();
+            let mode = dice.pick(&["settle", "fence"]).to_string();
+            let lease = (
                 id,
                 epoch,
-                "2000".into(),
-                "peer".into(),
+                "2000".to_string(),
+                "peer".to_string(),
                 offer,
                 state,
-                "1000".into(),
-            ];
+            );
+            let args = vec![lease.0, lease.1, lease.2, lease.3, lease.4, lease.5];
+            let args = [args, vec!["1000".into(), seen, running, "700".into(), mode]].concat();
             script("member_renew", &KEYS5, args)
         }
         6..=8 => {
@@ -315,6 +320,15 @@ fn the_models_redis_answers_and_stores_as_redis_does() {
         let mut dice = Dice(seed * 0x9E37_79B9_7F4A_7C15);
         let _: () = real.cmd(&redis::cmd("FLUSHALL"));
         let mut model = Data::new();
+        // A coherent start: generation g1, made on this server.
+        for (key, value) in [
+            ("{robotsgate}:generation", "g1"),
+            ("{robotsgate}:server", &run_id),
+        ] {
+            let _: () = real.cmd(redis::cmd("SET").arg(key).arg(value));
+            let words: Vec<String> = ["SET", key, value].iter().map(|w| w.to_string()).collect();
+            super::redis::command_on(&mut model, 0, &run_id, &words);
+        }
         for n in 0..200 {
             let now = real.now_ms();
             let step = step(&mut dice, now, &run_id);
@@ -333,7 +347,13 @@ fn the_models_redis_answers_and_stores_as_redis_does() {
                 .arg(step.keys.len())
                 .arg(&step.keys)
                 .arg(&step.args);
-            let theirs = words(&real.cmd(&cmd));
+            let theirs = match cmd.query::<redis::Value>(&mut real.conn) {
+                Ok(value) => words(&value),
+                Err(e) => panic!(
+                    "seed {seed} step {n}: {name} {:?} {:?}: {e}",
+                    step.keys, step.args
+                ),
+            };
             let ours = scripts.run(name, &mut model, now, &run_id, &step.keys, &step.args);
             let first = match name {
                 "member_renew" => "answered",

@@ -140,9 +140,17 @@ fn trace(stack: &[(World, Vec<Action>, Option<Action>)], last: &Action, why: &st
 fn bounds() -> Bounds {
     Bounds {
         members: 2,
+        joiners: 0,
+        horizon: 0,
         lease: 2,
+        grace: 0,
         hold: 2,
-        ..Bounds::default()
+        restarts: 0,
+        failovers: 0,
+        crashes: 0,
+        give_ups: 0,
+        lettings_go: 0,
+        new_data_set: "settle",
     }
 }
 
@@ -215,6 +223,7 @@ fn every_interleaving_of_a_redis_restarting_empty_under_a_grace() {
             horizon: 2,
             restarts: 1,
             grace: 1,
+            new_data_set: "fence",
             ..bounds()
         },
     );
@@ -227,6 +236,7 @@ fn every_interleaving_of_a_failover_to_a_lagging_replica() {
         Bounds {
             horizon: 2,
             failovers: 1,
+            new_data_set: "fence",
             ..bounds()
         },
     );
@@ -246,14 +256,31 @@ fn every_fault() -> Bounds {
         crashes: 1,
         give_ups: 3,
         lettings_go: 2,
+        new_data_set: "fence",
     }
 }
 
 #[test]
 fn random_walks_through_every_fault_at_once() {
     let started = std::time::Instant::now();
-    match simulate(every_fault(), 0x5eed, 6_000, 400) {
+    match simulate(every_fault(), 0x5eed, 4_000, 400) {
         Ok(steps) => eprintln!("model walks: {steps} steps in {:?}", started.elapsed()),
+        Err(trace) => panic!("{trace}"),
+    }
+}
+
+/// A new fleet (`fleet.new_data_set: settle`): members joining, crashing, leaving,
+/// losing answers, with no data set lost: random walks.
+#[test]
+fn random_walks_through_a_new_fleet_settling() {
+    let settle = Bounds {
+        restarts: 0,
+        failovers: 0,
+        new_data_set: "settle",
+        ..every_fault()
+    };
+    match simulate(settle, 0xf1ee7, 3_000, 400) {
+        Ok(steps) => eprintln!("model walks (settle): {steps} steps"),
         Err(trace) => panic!("{trace}"),
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::redis::{Data, Scripts};
 use crate::fleet::ownership::ClaimAnswer;
-use crate::fleet::standing::{Held, Ms, Reassert, Standing};
+use crate::fleet::standing::{Held, Ms, Reassert, Standing, Taking};
 
 /// One tick of the model's clock, in ms.
 pub const TICK: Ms = 1000;
@@ -39,7 +39,7 @@ const MEMBERSHIP: [&str; 5] = [
 ];
 
 /// What a search explores: sizes in members and ticks, and a budget per fault.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Bounds {
     /// Members up at the start.
     pub members: usize,
@@ -63,6 +63,8 @@ pub struct Bounds {
     pub give_ups: u8,
     /// Releases (idle, to an heir) and graceful leaves, in all.
     pub lettings_go: u8,
+    /// `fleet.new_data_set`: `settle` or `fence`.
+    pub new_data_set: &'static str,
 }
 
 /// Where a member is in its life.
@@ -373,10 +375,10 @@ impl World {
                     out.push(Action::Release(i));
                 }
             }
-            Some(h) if h.held == Held::In && !confirmed && s.may_own(now) => {
+            Some(_) if !s.unconfirmed(now).is_empty() && s.may_own(now) => {
                 out.push(Action::Reassert(i));
             }
-            Some(h) if h.held == Held::In && confirmed => {
+            Some(h) if h.held == Held::In && confirmed && !h.provisional => {
                 if s.leaving() || self.may(LETTINGS_GO) {
                     out.push(Action::LetGo(i, None));
                 }
@@ -503,9 +505,10 @@ impl World {
                 i
             }
             Action::Reassert(i) => {
+                let now = self.now;
                 let how = self.nodes[i]
                     .standing
-                    .unconfirmed()
+                    .unconfirmed(now)
                     .first()
                     .map(|(_, h)| *h);
                 self.claim(i, how);
@@ -544,6 +547,13 @@ impl World {
             String::new(), // the generation offer: filled in when Redis runs it
             state.into(),
             ((b.grace + b.hold) * TICK).to_string(),
+            node.standing.generation().to_string(),
+            node.standing
+                .valid_until()
+                .map_or(0, |v| (v + (b.grace + b.hold) * TICK - self.now).max(0))
+                .to_string(),
+            TICK.to_string(), // the settle window: one tick
+            b.new_data_set.into(),
         ];
         let purpose = Purpose::Renew(self.now);
         node.renewal = Some(World::message("member_renew", &MEMBERSHIP, args, purpose));
@@ -720,8 +730,19 @@ fn claimed(
         return; // released or handed on meanwhile: that decides
     }
     match ClaimAnswer::parse(answer) {
-        Some(ClaimAnswer::Taken { wait_ms, token, .. }) => {
-            standing.took(KEY, epoch, generation, token, now + wait_ms);
+        Some(ClaimAnswer::Taken {
+            wait_ms,
+            token,
+            provisional,
+            ..
+        }) => {
+            let not_before = now + wait_ms;
+            let taking = Taking {
+                token,
+                not_before,
+                provisional,
+            };
+            standing.took(KEY, epoch, generation, taking);
         }
         Some(ClaimAnswer::Lost) => standing.drop_key(KEY),
         _ => {}

@@ -15,6 +15,8 @@ pub enum ClaimAnswer {
         wait_ms: i64,
         /// The taking's number.
         token: u64,
+        /// Taken while a fence holds: confirmed again once the wait is over.
+        provisional: bool,
         /// Group, facts pairs.
         facts: Vec<(String, String)>,
     },
@@ -46,8 +48,9 @@ impl ClaimAnswer {
         Some(match first.as_str() {
             "taken" => {
                 let (how, wait, token) = (rest.first()?, rest.get(1)?, rest.get(2)?);
+                let provisional = rest.get(3)? == "1";
                 let facts = rest
-                    .get(3..)?
+                    .get(4..)?
                     .chunks(2)
                     .filter_map(|pair| match pair {
                         [group, value] => Some((group.clone(), value.clone())),
@@ -58,6 +61,7 @@ impl ClaimAnswer {
                     how: how.clone(),
                     wait_ms: wait.parse().ok()?,
                     token: token.parse().ok()?,
+                    provisional,
                     facts,
                 }
             }
@@ -87,11 +91,20 @@ mod tests {
     #[test]
     fn answers_read_back_and_anything_else_is_none() {
         assert_eq!(
-            ClaimAnswer::parse(&words(&["taken", "taken_over", "1500", "7", "*", "1|0|0"])),
+            ClaimAnswer::parse(&words(&[
+                "taken",
+                "taken_over",
+                "1500",
+                "7",
+                "1",
+                "*",
+                "1|0|0"
+            ])),
             Some(ClaimAnswer::Taken {
                 how: "taken_over".into(),
                 wait_ms: 1500,
                 token: 7,
+                provisional: true,
                 facts: vec![("*".into(), "1|0|0".into())],
             })
         );

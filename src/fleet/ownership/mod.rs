@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
 use crate::fleet::membership::{Membership, FENCE, GENERATION, MEMBERS, SERVER};
 use crate::fleet::scripts::script;
-use crate::fleet::standing::{Held, Here, Reassert};
+use crate::fleet::standing::{Held, Here, Reassert, Taking};
 use crate::fleet::traffic::Traffic;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
@@ -327,12 +327,18 @@ impl Ownership {
                 how,
                 wait_ms,
                 token,
+                provisional,
                 facts,
             } => {
                 let not_before = received + wait_ms;
+                let taking = Taking {
+                    token,
+                    not_before,
+                    provisional,
+                };
                 self.members
                     .standing()
-                    .took(key, epoch, &generation, token, not_before);
+                    .took(key, epoch, &generation, taking);
                 Ok(Route::Here(Some(
                     self.taken(key, &how, wait_ms, not_before, &facts),
                 )))
@@ -488,7 +494,8 @@ impl Ownership {
     /// holds now is lost, its key no longer this instance's. `false` when Redis could
     /// not answer for every key (to be tried again).
     pub async fn reassert(&self, all: bool) -> bool {
-        let mut keys = self.members.standing().unconfirmed();
+        let now = self.members.now();
+        let mut keys = self.members.standing().unconfirmed(now);
         if all {
             let unconfirmed: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
             let confirmed = self
@@ -521,9 +528,19 @@ impl Ownership {
             return Ok(None);
         }
         match answer {
-            ClaimAnswer::Taken { wait_ms, token, .. } => {
+            ClaimAnswer::Taken {
+                wait_ms,
+                token,
+                provisional,
+                ..
+            } => {
                 let not_before = received + wait_ms;
-                standing.took(key, epoch, &generation, token, not_before);
+                let taking = Taking {
+                    token,
+                    not_before,
+                    provisional,
+                };
+                standing.took(key, epoch, &generation, taking);
                 Ok(Some(
                     (wait_ms > 0).then(|| self.fleet.local_instant(not_before)),
                 ))

@@ -2,37 +2,52 @@
 -- when it has no live record: the first time, after its record lapsed (a stalled
 -- process, a partition), or after Redis lost it.
 --
--- It also keeps the data set's generation: a new one when the data set is new or is
--- served by another Redis server than the one it was made on (a restart, a failover).
--- Writes acknowledged before such a change may be lost, so a fence is set: until every
--- member's lease and exchanges as of now must be over, a claim written before (or a key
--- nobody holds) is not acted on, except by the owner that vouches it acted for the key
--- without a break (own_claim.lua).
+-- It also keeps the data set's generation: a new one when the data set has none, or
+-- is served by another Redis server than the one that made it (a restart, a failover).
+-- Writes acknowledged before may be lost, so a fence is set: before it, a claim written
+-- before the generation, or of a key nobody holds, is not acted on (own_claim.lua),
+-- but by the owner that vouches it acted for the key without a break. Its length:
+-- * another server: until every member's lease and exchanges as recorded must be over;
+-- * no generation, found by a member that saw another: its own lease and `after`
+--   (the old owners' records are lost; members share their timings);
+-- * no generation, found by a member that never saw one: a settle window, or with
+--   `fleet.new_data_set: fence` the full fence. A member that saw another generation
+--   and may still have exchanges running (ARGV 9) extends the fence when it renews.
 --
 -- KEYS: 1 members, 2 epoch counter, 3 generation, 4 the server that made it, 5 fence.
 -- ARGV: 1 member id, 2 epoch held (0: none), 3 lease ms, 4 peer address, 5 a new
--- generation to set when one is due, 6 state (up | leaving), 7 after ms.
+-- generation to set when one is due, 6 state (up | leaving), 7 after ms, 8 the
+-- generation this member saw last ('' none), 9 how long its exchanges may still run
+-- (ms, by its own clock), 10 the settle window ms, 11 new_data_set (settle | fence).
 -- Returns Redis' time, this instance's epoch, the generation, the fence (ms, 0: none),
 -- then every member: id, record.
 local now = now_ms()
 local lease, after = tonumber(ARGV[3]), tonumber(ARGV[7])
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
 local gen = redis.call('GET', KEYS[3])
+local fence = tonumber(redis.call('GET', KEYS[5]) or '0')
 if (not gen) or redis.call('GET', KEYS[4]) ~= run then
+  local span = lease + after
+  if gen then
+    -- Another server: every member recorded may still act and have exchanges running
+    -- (a record's expiry may be one a lost renewal had extended).
+    local all = redis.call('HVALS', KEYS[1])
+    for i = 1, #all do
+      local l, a = string.match(all[i], '|(%d+)|(%d+)$')
+      if l then span = math.max(span, tonumber(l) + tonumber(a)) end
+    end
+  elseif ARGV[8] == '' and ARGV[11] ~= 'fence' then
+    span = tonumber(ARGV[10])
+  end
   gen = ARGV[5]
   redis.call('SET', KEYS[3], gen)
   redis.call('SET', KEYS[4], run)
-  -- The longest any member (as recorded, or this one) may still act and have exchanges
-  -- running: a record's expiry may be one a lost renewal had extended.
-  local span = lease + after
-  local all = redis.call('HVALS', KEYS[1])
-  for i = 1, #all do
-    local l, a = string.match(all[i], '|(%d+)|(%d+)$')
-    if l then span = math.max(span, tonumber(l) + tonumber(a)) end
-  end
-  local fence = tonumber(redis.call('GET', KEYS[5]) or '0')
-  redis.call('SET', KEYS[5], math.max(fence, now + span))
+  fence = math.max(fence, now + span)
+elseif ARGV[8] ~= '' and ARGV[8] ~= gen then
+  -- A member that saw an earlier generation, and may still have exchanges running.
+  fence = math.max(fence, now + tonumber(ARGV[9]))
 end
+redis.call('SET', KEYS[5], fence)
 local epoch = tonumber(ARGV[2])
 local held = member(KEYS[1], ARGV[1])
 if epoch == 0 or not (live(held, now) and held.epoch == epoch) then
@@ -40,7 +55,7 @@ if epoch == 0 or not (live(held, now) and held.epoch == epoch) then
 end
 redis.call('HSET', KEYS[1], ARGV[1], table.concat(
   {epoch, now + lease, ARGV[6], ARGV[4], lease, after}, '|'))
-local out = {now, epoch, gen, tonumber(redis.call('GET', KEYS[5]) or '0')}
+local out = {now, epoch, gen, fence}
 -- Members lapsed for a day are forgotten.
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do

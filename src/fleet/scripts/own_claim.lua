@@ -12,12 +12,13 @@
 --   generation's change: it alone can have been acting, so the fence does not apply.
 -- A claim written before the current generation (or none at all) is not acted on
 -- before the fence (member_renew.lua), but by a vouching owner: lost writes may hide
--- another owner.
+-- another owner. One taken while the fence holds is provisional: its holder confirms
+-- it again once its wait is over (a fence extended meanwhile applies to it).
 --
 -- KEYS: 1 the claim, 2 members, 3 generation, 4 fence, 5 the generation's server.
 -- ARGV: 1 member id, 2 epoch, 3 generation, 4 keep ms, 5 mode (claim | reassert | vouch).
--- Returns {'taken', how, wait ms, n, facts...} (how: claimed, handed, reclaimed,
--- taken_over; n the taking's number), {'held', member, epoch, peer, state}, {'lost'}, {'stale'} (another
+-- Returns {'taken', how, wait ms, n, provisional (1 | 0), facts...} (how: claimed,
+-- handed, reclaimed, taken_over; n the taking's number), {'held', member, epoch, peer, state}, {'lost'}, {'stale'} (another
 -- generation, or another server than the generation's: renew first) or
 -- {'unregistered'} (not a live member in that epoch).
 local now = now_ms()
@@ -44,13 +45,20 @@ elseif c.m ~= nil then
 elseif c.released then
   how = 'handed'
 end
-if c.gen ~= ARGV[3] and mode ~= 'vouch' then
-  nb = math.max(nb, tonumber(redis.call('GET', KEYS[4]) or '0'))
+local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
+if (c.gen ~= ARGV[3] or c.pv) and mode ~= 'vouch' then
+  nb = math.max(nb, fence)
 end
+local provisional = fence > now and nb > now
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
+if provisional then
+  redis.call('HSET', KEYS[1], 'pv', 1)
+else
+  redis.call('HDEL', KEYS[1], 'pv')
+end
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 redis.call('HDEL', KEYS[1], 'released')
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-local out = {'taken', how, math.max(0, nb - now), n}
+local out = {'taken', how, math.max(0, nb - now), n, provisional and 1 or 0}
 for i = 1, #c.facts do out[#out + 1] = c.facts[i] end
 return out

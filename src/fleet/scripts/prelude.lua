@@ -9,7 +9,8 @@
 -- A claim (hash {robotsgate}:own:<pacing key>): m (member), e (its epoch), gen (the
 -- generation it was written in), n (a number new each time the claim is taken: what
 -- its holder releases and records by, so that a call held up on its way cannot touch a
--- later taking), nb (ms: nothing may act for the key before), released (ms: its last
+-- later taking), nb (ms: nothing may act for the key before), pv (taken while a fence
+-- held: to be confirmed again once its wait is over), released (ms: its last
 -- owner let it go, handing over its facts), f:<group> (a robots.txt group's facts,
 -- "last_end|paused_until|backoff" in ms).
 
@@ -52,6 +53,7 @@ local function read_claim(key)
     elseif k == 'e' then c.e = tonumber(v)
     elseif k == 'gen' then c.gen = v
     elseif k == 'n' then c.n = v
+    elseif k == 'pv' then c.pv = true
     elseif k == 'nb' then c.nb = tonumber(v) or 0
     elseif k == 'released' then c.released = v
     elseif string.sub(k, 1, 2) == 'f:' then
