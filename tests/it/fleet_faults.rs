@@ -8,7 +8,6 @@
 //! no gap under the delay, never more than two requests at once, nothing disallowed,
 //! and every origin served again afterwards.
 
-use serde_json::json;
 use std::future::Future;
 use std::time::Duration;
 
@@ -17,35 +16,10 @@ use tokio::time::Instant;
 use crate::common::Conf;
 use crate::common::*;
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, load, ownership_changes, paced_origin, signal,
-    slow_origin,
+    backend_up, certs, fleet_conf, instances, load, ownership_changes, paced_origin, short_fleet,
+    signal, slow_origin, Relay,
 };
 use crate::redis_servers::{redis_cli, Cluster, Redis};
-
-/// Timeouts short enough for a test: the longest an exchange can hold a turn is a few
-/// seconds, the lease 1.5 s.
-fn short() -> Conf {
-    Conf::new()
-        .set(
-            "upstream",
-            json!({"read_timeout_seconds": 1, "write_timeout_seconds": 1}),
-        )
-        .set("pacing.max_exchange_seconds", 1)
-        .set("robots.fetch_timeout_seconds", 1)
-}
-
-/// The fleet section's keys for short leases, and the outage mode; with [`short`]'s
-/// timeouts.
-fn short_fleet(mode: &str) -> Conf {
-    Conf::new()
-        .set(
-            "fleet",
-            json!({"lease_seconds": 1.5, "command_timeout_seconds": 0.2}),
-        )
-        .set("fleet.on_unavailable", mode)
-        .set("fleet.outage_grace_seconds", 2)
-        .with(&short())
-}
 
 /// The origins every scenario crawls.
 struct Crawled {
@@ -357,53 +331,6 @@ async fn an_owner_stopped_past_its_lease_and_resumed_never_acts_on_it() {
     );
 }
 
-/// A TCP relay between one member and Redis, which the test cuts (every connection
-/// dropped, nothing accepted) and restores on the same port: a partition.
-struct Relay {
-    port: u16,
-    target: u16,
-    tasks: Option<tokio::task::JoinSet<()>>,
-}
-
-impl Relay {
-    async fn start(target: u16) -> Relay {
-        let mut relay = Relay {
-            port: free_port(),
-            target,
-            tasks: None,
-        };
-        relay.restore().await;
-        relay
-    }
-
-    /// Accepts again, forwarding each connection to Redis.
-    async fn restore(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .expect("relay port");
-        let target = self.target;
-        let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                connections.spawn(async move {
-                    if let Ok(mut redis) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
-                    }
-                });
-            }
-        });
-        self.tasks = Some(tasks);
-    }
-
-    /// Cuts every connection and stops accepting.
-    fn cut(&mut self) {
-        self.tasks = None;
-    }
-}
-
 /// A member cut from Redis (it still reaches its clients and the origins) while it owns
 /// the origins: in each mode it stops acting when its lease (plus the grace, with
 /// `keep_owned`) lapses by its own clock, and the others wait that long plus the longest
@@ -505,6 +432,40 @@ async fn a_stalled_redis_keeps_the_promise() {
     crawled.kept_with_one_owner(&proxies).await;
 }
 
+/// A Redis stall shorter than the outage grace, with `keep_owned`: owners keep acting
+/// through it (their grace), Redis kept its data, and once it answers again nothing is
+/// refused — no request handed over or served afterwards gets a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_shorter_than_the_grace_loses_nothing_with_keep_owned() {
+    let redis = Redis::start();
+    let crawled = Crawled::start().await;
+    let conf = member_conf(&redis, "keep_owned").set("fleet.outage_grace_seconds", 6);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    crawled.owned_by(&proxies[0]);
+    let pid = redis.child.id();
+    let stall = async {
+        crawled.under_load().await;
+        signal(pid, "-STOP");
+        // Past the lease (1.5 s) and the command timeout, within the grace (6 s).
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        signal(pid, "-CONT");
+    };
+    let until = Instant::now() + Duration::from_secs(6);
+    let during = crawled.during(&proxies, until, stall).await;
+    assert!(during.contains(&200));
+    // Right after: through both members (the second hands both origins over).
+    let after = crawled
+        .during(&proxies, Instant::now() + Duration::from_secs(3), async {})
+        .await;
+    assert!(
+        after.iter().all(|&s| s == 200),
+        "refused after the stall: {after:?}\n{}",
+        proxies[1].log()
+    );
+    crawled.kept_with_one_owner(&proxies).await;
+}
+
 /// A Cluster master killed and its replica promoted (acknowledged writes may be lost),
 /// with the owner of the crawled origins killed too: the promise holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,7 +479,8 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
         200
     );
     let seed = cluster.nodes[0].port;
-    let tag = format!("{{{}}}", crawled.paced.url("").trim_end_matches('/'));
+    // The master of the ownership records' slot (claims and members).
+    let tag = "{robotsgate}".to_string();
     let master = cluster
         .master_of(seed, &tag)
         .expect("a master serves the slot");

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{admin, eventually, Behaviour, Conf, Proxy, TestOrigin};
+use serde_json::json;
+
+use crate::common::{admin, eventually, free_port, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
 /// The fleet CA and one member certificate every test instance presents.
@@ -279,5 +281,81 @@ impl HttpsFleet {
         let ca = ca.to_str().expect("path");
         let args = [&["--cacert", ca, "--suppress-connect-headers"][..], extra].concat();
         crate::common::curl(self.member(i), url, &args)
+    }
+}
+
+/// Timeouts short enough for a test: the longest an exchange can hold a turn is a few
+/// seconds, the lease 1.5 s.
+pub(crate) fn short() -> Conf {
+    Conf::new()
+        .set(
+            "upstream",
+            json!({"read_timeout_seconds": 1, "write_timeout_seconds": 1}),
+        )
+        .set("pacing.max_exchange_seconds", 1)
+        .set("robots.fetch_timeout_seconds", 1)
+}
+
+/// The fleet section's keys for short leases, and the outage mode; with [`short`]'s
+/// timeouts.
+pub(crate) fn short_fleet(mode: &str) -> Conf {
+    Conf::new()
+        .set(
+            "fleet",
+            json!({"lease_seconds": 1.5, "command_timeout_seconds": 0.2}),
+        )
+        .set("fleet.on_unavailable", mode)
+        .set("fleet.outage_grace_seconds", 2)
+        .with(&short())
+}
+
+/// A TCP relay between one member and Redis, which the test cuts (every connection
+/// dropped, nothing accepted) and restores on the same port: a partition.
+pub(crate) struct Relay {
+    /// Where the member connects.
+    pub(crate) port: u16,
+    /// Redis' port.
+    target: u16,
+    /// The listener and its connections, while not cut.
+    tasks: Option<tokio::task::JoinSet<()>>,
+}
+
+impl Relay {
+    /// A relay to Redis on `target`, accepting.
+    pub(crate) async fn start(target: u16) -> Relay {
+        let mut relay = Relay {
+            port: free_port(),
+            target,
+            tasks: None,
+        };
+        relay.restore().await;
+        relay
+    }
+
+    /// Accepts again, forwarding each connection to Redis.
+    pub(crate) async fn restore(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("relay port");
+        let target = self.target;
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut redis) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
+                    }
+                });
+            }
+        });
+        self.tasks = Some(tasks);
+    }
+
+    /// Cuts every connection and stops accepting.
+    pub(crate) fn cut(&mut self) {
+        self.tasks = None;
     }
 }

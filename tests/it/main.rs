@@ -12,6 +12,7 @@ mod embedded_example;
 mod faults;
 mod fetch_status;
 mod fleet;
+mod fleet_campaign;
 
 mod fleet_faults;
 mod fleet_fixture;
