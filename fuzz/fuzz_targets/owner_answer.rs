@@ -1,18 +1,26 @@
-//! Any bytes as an owner's answer to a request relayed to it (`downstream::relay`):
-//! nothing panics, and where the answer ends does not depend on how its octets arrive.
+//! Any octets as an owner's answer to a relayed `GET` (`downstream::relay`), read as the
+//! relay reads it (Pingora's HTTP/1 client session, the same library the owner writes
+//! answers with): nothing panics, and a connection goes back to the pool only when its
+//! answer ended exactly where the owner's octets end — one octet more, and it is closed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use robotsgate::downstream::relay::answer_end;
 
+/// Runs `future` to its end on a runtime of its own.
+fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, bytes)) = data.split_first() else {
+    let Some(end) = run(answer_end(data)) else {
         return;
     };
-    let whole = answer_end(bytes, usize::MAX);
-    let split = answer_end(bytes, usize::from(split));
-    assert_eq!(whole, split);
-    if let Some(end) = whole {
-        assert!(end <= bytes.len());
-    }
+    assert_eq!(end, data.len());
+    let past = [data, b"X"].concat();
+    assert_eq!(run(answer_end(&past)), None, "an octet past the answer's end was taken");
 });

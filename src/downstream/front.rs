@@ -46,7 +46,7 @@ use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::refuse::{refuse, FrontRefusal};
-use crate::downstream::relay::{Relayable, Relayed, RequestHandOver};
+use crate::downstream::relay::{self, Asked, Relayable, RequestHandOver};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
@@ -352,7 +352,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 conn = Connection::new(tls, self.limits.first_byte_timeout, &self.limits);
                 continue;
             }
-            let plain = self.handover.eligible(&head.bytes[..head.len], &context);
+            let plain = self
+                .handover
+                .eligible(&head.bytes[..head.len], &context)
+                .await;
             let next = match plain {
                 // Boxed, like the proxy's future: an idle connection's task holds only
                 // the loop's small state.
@@ -545,8 +548,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     }
 
     /// Relays a plain request to the member that owns its origin (`relay.rs`): the
-    /// connection back, or `None` when it ends. One the relay could not deliver takes
-    /// the proxy's path.
+    /// connection back, or `None` when it ends. One the owner never worked on takes the
+    /// proxy's path.
     async fn hand_over(
         &self,
         head: Head,
@@ -557,26 +560,30 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         shutdown: &ShutdownWatch,
     ) -> Option<Connection> {
         let serving = Serving::start();
-        let sent = &head.bytes[..head.len];
-        let relayed = self
-            .handover
-            .relay(&mut *conn.stream, sent, plain, context, client)
-            .await;
-        drop(serving);
-        match relayed {
-            Relayed::NotSent => self.exchange(head, conn, context, shutdown).await,
-            Relayed::Answered { keep_alive: true }
-                if !plain.closes() && !*shutdown.borrow() && !draining() =>
-            {
-                // A request without a body: what follows its head is the next one.
-                let mut bytes = head.bytes;
-                conn.pipelined = bytes.split_off(head.len);
-                conn.wait = self.limits.idle_timeout;
-                conn.fresh = false;
-                Some(conn)
+        let started = std::time::Instant::now();
+        let upstream = match self.handover.ask(plain, context, client).await {
+            Asked::Answer(upstream) => upstream,
+            Asked::NotSent => {
+                drop(serving);
+                return self.exchange(head, conn, context, shutdown).await;
             }
-            Relayed::Answered { .. } | Relayed::Broken => None,
-        }
+            Asked::Silent => {
+                let refusal = crate::enforce::Refusal::FleetUnavailable {
+                    why: "its owner did not answer in time",
+                }
+                .answer();
+                crate::downstream::refuse::write_answer(&mut *conn.stream, &refusal).await;
+                relay::record(plain, context, refusal.status, started);
+                return None;
+            }
+        };
+        let (mut session, pipelined) = self.prepare(head, conn, context, shutdown);
+        session.read_request().await.ok()?;
+        let relayed = self.handover.pass_on(&mut session, upstream).await;
+        relay::record(plain, context, relayed.unwrap_or(0), started);
+        relayed.ok()?;
+        let (stream, _) = session.finish().await.ok()??.into_parts();
+        self.resume(stream, pipelined).await
     }
 
     /// Serves one request through the proxy: the connection back, with the octets of
@@ -584,14 +591,29 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     async fn exchange(
         &self,
         head: Head,
-        mut conn: Connection,
+        conn: Connection,
         context: &ClientContext,
         shutdown: &ShutdownWatch,
     ) -> Option<Connection> {
         let _serving = Serving::start();
-        // Octets past this request (its head, and its body when the length is known)
-        // begin the next, pipelined request: kept for this loop, which answers it after
-        // this one, in order, with every check of the front.
+        let (session, pipelined) = self.prepare(head, conn, context, shutdown);
+        let request = context
+            .clone()
+            .scope(self.http.process_new_http(session, shutdown));
+        let reused = Box::pin(request).await?;
+        self.resume(reused.consume().0, pipelined).await
+    }
+
+    /// Pingora's session for the request whose head the front read (with what of its
+    /// body was read along), and the octets past it: the next, pipelined request's,
+    /// answered after this one, in order, with every check of the front.
+    fn prepare(
+        &self,
+        head: Head,
+        mut conn: Connection,
+        context: &ClientContext,
+        shutdown: &ShutdownWatch,
+    ) -> (ServerSession, BytesMut) {
         let mut bytes = head.bytes;
         let end = match head.body {
             Body::None => head.len,
@@ -611,22 +633,24 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             Body::Chunked => None,
         });
         let session = self.session(conn.stream, bytes, context, shutdown);
-        let request = context
-            .clone()
-            .scope(self.http.process_new_http(session, shutdown));
-        let reused = Box::pin(request).await?;
-        let Ok(mut stream) = reused.consume().0.into_any().downcast::<ClientStream>() else {
+        (session, conn.pipelined)
+    }
+
+    /// The connection again after an exchange on `stream` (the client's, given back by
+    /// Pingora), its next request's octets those read along (`pipelined`) and those that
+    /// arrived during the exchange.
+    async fn resume(&self, stream: Stream, mut pipelined: BytesMut) -> Option<Connection> {
+        let Ok(mut stream) = stream.into_any().downcast::<ClientStream>() else {
             log::error!("Pingora gave back another stream than the client's");
             return None;
         };
-        // Octets that arrived during the exchange follow those read with its head.
         let early = stream.end_exchange().await.ok()?;
-        conn.pipelined.unsplit(early);
+        pipelined.unsplit(early);
         Some(Connection {
             stream,
             wait: self.limits.idle_timeout,
             fresh: false,
-            pipelined: conn.pipelined,
+            pipelined,
         })
     }
 

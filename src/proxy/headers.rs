@@ -120,3 +120,71 @@ pub(super) fn request_has_no_body(req: &RequestHeader) -> bool {
     !req.headers.contains_key(http::header::TRANSFER_ENCODING)
         && length.is_none_or(|l| l.trim() == "0")
 }
+
+/// Does `response` (to a request of `method`) end only when its connection closes: a
+/// body neither `Content-Length` (one length, however often repeated) nor a transfer
+/// coding ending in exactly `chunked` frames (RFC 9112 §6.3)? Such an answer is never
+/// sent with `Connection: keep-alive`: the next reader could not tell where it ended.
+pub(super) fn ends_by_close(response: &ResponseHeader, method: &http::Method) -> bool {
+    let status = response.status.as_u16();
+    if method == http::Method::HEAD || matches!(status, 100..=199 | 204 | 304) {
+        return false;
+    }
+    let headers = &response.headers;
+    if let Some(last) = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        let codings = String::from_utf8_lossy(last.as_bytes()).to_ascii_lowercase();
+        return codings.rsplit(',').next().map(str::trim) != Some("chunked");
+    }
+    let mut lengths = headers
+        .get_all(http::header::CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|n| n.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        });
+    match lengths.next() {
+        Some(Some(first)) => !lengths.all(|n| n == Some(first)),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod framing_tests {
+    use super::*;
+
+    fn answer(fields: &[(&str, &str)]) -> ResponseHeader {
+        let mut r = ResponseHeader::build(200, None).expect("head");
+        for (k, v) in fields {
+            r.append_header(k.to_string(), *v).expect("field");
+        }
+        r
+    }
+
+    #[test]
+    fn answers_without_a_framing_end_by_close() {
+        let get = http::Method::GET;
+        assert!(!ends_by_close(&answer(&[("Content-Length", "2")]), &get));
+        assert!(!ends_by_close(&answer(&[("Content-Length", "2, 2")]), &get));
+        assert!(!ends_by_close(
+            &answer(&[("Transfer-Encoding", "gzip, chunked")]),
+            &get
+        ));
+        assert!(ends_by_close(
+            &answer(&[("Transfer-Encoding", "xchunked")]),
+            &get
+        ));
+        assert!(ends_by_close(
+            &answer(&[("Transfer-Encoding", "chunked, gzip")]),
+            &get
+        ));
+        assert!(ends_by_close(&answer(&[("Content-Length", "2, 3")]), &get));
+        assert!(ends_by_close(&answer(&[]), &get));
+        assert!(!ends_by_close(&answer(&[]), &http::Method::HEAD));
+    }
+}

@@ -21,7 +21,7 @@ use pingora::ErrorSource;
 
 use super::context::{RequestContext, Stage};
 use super::exchange::{unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE};
-use super::headers::{has_any, strip_own_headers, usage_mark, NEVER_FORWARDED};
+use super::headers::{ends_by_close, has_any, strip_own_headers, usage_mark, NEVER_FORWARDED};
 use super::request::{requester, target_of, target_refused};
 use crate::downstream::context::ClientContext;
 use crate::enforce::{Answer, Enforcer};
@@ -226,7 +226,7 @@ impl ProxyHttp for RobotsGateProxy {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestContext,
     ) -> Result<()> {
@@ -268,6 +268,10 @@ impl ProxyHttp for RobotsGateProxy {
             return Ok(());
         }
         strip_own_headers(upstream_response, ctx.target.as_ref());
+        // An answer only its connection's close ends is never announced as kept alive.
+        if ends_by_close(upstream_response, &session.req_header().method) {
+            session.set_keepalive(None);
+        }
         // An informational answer is not the origin's answer: the final one follows
         // (and the front relays none but an expected `100 Continue`).
         if upstream_response.status.is_informational() {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, Behaviour, TestOrigin};
+use crate::common::{curl, eventually, raw_status, Behaviour, TestOrigin};
 use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
 use crate::redis_servers::Redis;
 
@@ -128,4 +128,99 @@ async fn relayed_answers_keep_their_framing() {
     };
     let logged = eventually(Duration::from_secs(5), || by_relay() == relayed).await;
     assert!(logged, "{} of {relayed}\n{}", by_relay(), proxies[1].log());
+}
+
+/// A hostile origin's answer framed with a coding Pingora does not read as chunked
+/// (`Transfer-Encoding: xchunked`, a chunked-looking end and a forged answer after it,
+/// `Connection: keep-alive`): the relaying member reads it as the owner wrote it
+/// (Pingora on both hops) — close-delimited — and never pools the connection it came
+/// on. Another client's requests through the same member, for another origin of the
+/// same owner, get their own answers, each from its origin, in every round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_answers_framing_never_reaches_another_client() {
+    let forged = b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\nSMUGGLED-ANSWER!\n";
+    let mut octets =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\nConnection: keep-alive\r\n\r\n0\r\n\r\n"
+            .to_vec();
+    octets.extend_from_slice(forged);
+    let hostile = TestOrigin::robots_and(
+        "User-agent: *\n",
+        vec![("/smuggle", Behaviour::Raw { octets })],
+    )
+    .await;
+    let victim = TestOrigin::robots("User-agent: *\n").await;
+    let redis = Redis::start();
+    let proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    for origin in [&hostile, &victim] {
+        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+        assert_eq!(owner_index(&proxies, origin), Some(0));
+        assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    }
+    let (attacker, bystander) = (proxies[1].client(), proxies[1].client());
+    for round in 0..5 {
+        let smuggled = fetch(&attacker, reqwest::Method::GET, &hostile.url("/smuggle")).await;
+        assert_eq!(smuggled.0, 200, "round {round}");
+        for n in 0..3 {
+            let path = format!("/victim-{round}-{n}");
+            let (status, _, body) =
+                fetch(&bystander, reqwest::Method::GET, &victim.url(&path)).await;
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(
+                (status, body.as_ref()),
+                (200, format!("page {path}\n").as_str())
+            );
+            assert_eq!(victim.count(&path), 1, "{path} reached its origin once");
+        }
+    }
+    assert!(handed_over(&proxies[1]) >= 20.0);
+}
+
+/// What the proxy's path serves, the relay serves the same: request heads whose lines
+/// end in a bare LF (the head is rebuilt from the parsed request, not spliced as text),
+/// and an answer whose `Content-Length` repeats one value (`2, 2`, RFC 9110 §8.6). Each
+/// reaches the origin once and comes back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_with_bare_lf_and_repeated_lengths_are_relayed_as_served() {
+    let twice = b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok".to_vec();
+    let origin = TestOrigin::robots_and(
+        "User-agent: *\n",
+        vec![("/twice", Behaviour::Raw { octets: twice })],
+    )
+    .await;
+    let redis = Redis::start();
+    let proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    let before = handed_over(&proxies[1]);
+
+    let (_, _, body) = fetch(
+        &proxies[1].client(),
+        reqwest::Method::GET,
+        &origin.url("/twice"),
+    )
+    .await;
+    assert_eq!(body, b"ok");
+    assert_eq!(origin.count("/twice"), 1);
+
+    let host = origin
+        .url("/")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    for (n, (line, end)) in [("\n", "\n"), ("\r\n", "\n"), ("\n", "\r\n")]
+        .into_iter()
+        .enumerate()
+    {
+        let path = format!("/bare-{n}");
+        let head = format!(
+            "GET http://{host}{path} HTTP/1.1{line}Host: {host}{line}Connection: close{line}{end}"
+        );
+        let reply = raw_status(proxies[1].addr, head, 200).await;
+        assert!(reply.ends_with(&format!("page {path}\n")), "{reply}");
+        assert_eq!(origin.count(&path), 1, "{path}");
+    }
+    assert_eq!(handed_over(&proxies[1]) - before, 4.0);
 }

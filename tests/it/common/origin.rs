@@ -21,6 +21,9 @@ pub enum Behaviour {
     Chunked { body: Vec<u8>, chunk: usize },
     /// `body` without a length, ended by closing the connection.
     UntilClose { body: Vec<u8> },
+    /// These octets as they are (a head and whatever follows), then the connection
+    /// closed: an origin that frames its answer as it likes.
+    Raw { octets: Vec<u8> },
     /// Sends the body one octet every `every`.
     Trickle { body: Vec<u8>, every: Duration },
     /// The response after a delay.
@@ -372,6 +375,10 @@ impl TestOrigin {
                 stream.write_all(&bytes).await.is_ok() && !close
             }
             Behaviour::Delayed { delay, body } => ok_after(stream, delay, &body).await,
+            Behaviour::Raw { octets } => {
+                let _ = stream.write_all(&octets).await;
+                false
+            }
             Behaviour::Informational { codes, delay, body } => {
                 for code in codes {
                     let hint = format!(

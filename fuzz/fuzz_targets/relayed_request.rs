@@ -1,0 +1,42 @@
+//! Any octets as a client's request head: when the relay takes it (`downstream::relay`),
+//! the owner reads the request the proxy's path would have judged — same method,
+//! target, version and headers (but the ones never forwarded) — parsed by the same
+//! library on both hops (Pingora's HTTP/1 server session).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use robotsgate::downstream::relay::owner_reads;
+
+/// Runs `future` to its end on a runtime of its own.
+fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Headers the relay never sends to the owner.
+const DROPPED: [&str; 3] = ["proxy-authorization", "connection", "robotsgate-peer"];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((parsed, owner)) = run(owner_reads(data)) else {
+        return;
+    };
+    assert_eq!(owner.method, parsed.method);
+    assert_eq!(owner.raw_path(), parsed.raw_path());
+    assert_eq!(owner.version, parsed.version);
+    for (name, _) in parsed.headers.iter() {
+        let kept: Vec<_> = parsed.headers.get_all(name).iter().collect();
+        let read: Vec<_> = owner.headers.get_all(name).iter().collect();
+        if DROPPED.contains(&name.as_str()) {
+            assert!(read.is_empty(), "{name} reached the owner");
+        } else {
+            assert_eq!(kept, read, "{name}");
+        }
+    }
+    assert_eq!(
+        owner.headers.len(),
+        parsed.headers.len() - DROPPED.iter().map(|d| parsed.headers.get_all(*d).iter().count()).sum::<usize>()
+    );
+});
