@@ -117,13 +117,14 @@ def ms(value):
     return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def fleet_certs(work):
-    """The fleet CA and one member certificate (`robotsgate fleet-cert`, made once in
-    `work`): the peer channel's keys of a `fleet:` section."""
-    paths = [f"{work}/{name}" for name in ("fleet-ca.pem", "fleet-ca.key", "member.pem", "member.key")]
+def fleet_certs(work, member):
+    """The fleet CA (made once in `work`) and the certificate of member `member`
+    (`robotsgate fleet-cert --member`): the peer channel's keys of its `fleet:` section."""
+    paths = [f"{work}/{name}" for name in ("fleet-ca.pem", "fleet-ca.key", f"{member}.pem", f"{member}.key")]
     if not os.path.exists(paths[2]):
         subprocess.run([f"{ROOT}/target/release/robotsgate", "fleet-cert", "--ca", paths[0], "--ca-key", paths[1],
-                        "--cert", paths[2], "--key", paths[3]], check=True, stdout=subprocess.DEVNULL)
+                        "--cert", paths[2], "--key", paths[3], "--member", member], check=True,
+                       stdout=subprocess.DEVNULL)
     return f"    peer_ca: {paths[0]}\n    peer_cert: {paths[2]}\n    peer_key: {paths[3]}\n"
 
 

@@ -157,7 +157,6 @@ def main():
         started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save",
                                          "", "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
         wait_port(redis_port)
-        certs = fleet_certs(work)
         env = {**os.environ, "RUST_LOG": "warn"}
 
         def member(name, cpu):
@@ -165,7 +164,7 @@ def main():
                                      "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
                                      f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
                                      # A keeps every origin: none follows B's traffic.
-                                     f"    follow_traffic_seconds: 0\n{certs}", POOL)
+                                     f"    follow_traffic_seconds: 0\n{fleet_certs(work, name)}", POOL)
             port, peer = free_port(), free_port()
             command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
                        "--peer-listen", f"127.0.0.1:{peer}", "--allow-destination", "127.0.0.0/8",

@@ -180,7 +180,7 @@ def run(args, size, cluster, front, work):
         for n in range(size):
             admin = free_port()
             path = robotsgate_config(work, f"rg{size}-{n}",
-                                     f"  admin_listen: 127.0.0.1:{admin}\n  fleet:\n{fleet}{fleet_certs(work)}"
+                                     f"  admin_listen: 127.0.0.1:{admin}\n  fleet:\n{fleet}{fleet_certs(work, f'rg{size}-{n}')}"
                                      "  pacing:\n    max_wait_seconds: 30\n    max_queue: 1000\n"
                                      "    adaptive:\n      enabled: false\n")
             port = free_port()

@@ -76,13 +76,14 @@ async def run_once(args, delays, response_s, pacing):
         started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
         await wait_for(redis_port)
-        fleet = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n{fleet_certs(work)}"
+        fleet = f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
     for i in range(args.instances):
         conf = f"{work}/rg{i}.yaml"
         with open(conf, "w") as f:
             f.write(f"version: 1\nthreads: 2\npid_file: {work}/pid{i}\nupgrade_sock: {work}/sock{i}\ngrace_period_seconds: 0\n"
                     f"graceful_shutdown_timeout_seconds: 1\nrobotsgate:\n  admin_listen: null\n"
-                    f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{pacing}{fleet}")
+                    f"  pacing:\n    max_wait_seconds: 600\n    max_queue: 100000\n{pacing}{fleet}"
+                    f"{fleet_certs(work, f'rg{i}') if fleet else ''}")
         port = free_port()
         started.append(subprocess.Popen([f"{ROOT}/target/release/robotsgate", "run", "--config", conf, "--listen",
                                          f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8",

@@ -71,6 +71,10 @@ enum Command {
         /// Where to write its key (`fleet.peer_key`, mode 0600).
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
+        /// The member this certificate names: the peer channel takes it as that member,
+        /// and only while the member is live in the fleet (letters, digits, `.`, `_`, `-`).
+        #[arg(long, value_name = "NAME")]
+        member: String,
         /// The member certificate's validity in days.
         #[arg(long, default_value_t = 825)]
         days: u32,
@@ -194,8 +198,9 @@ impl Cli {
                 ca_key,
                 cert,
                 key,
+                member,
                 days,
-            } => fleet_cert(&ca, &ca_key, &cert, &key, days),
+            } => fleet_cert(&ca, &ca_key, &cert, &key, &member, days),
             Command::Keys(KeysCommand::Generate { out }) => {
                 let thumbprint = crate::identity::key::generate_file(&out)?;
                 println!("wrote {} (keyid {thumbprint})", out.display());
@@ -232,9 +237,13 @@ fn fleet_cert(
     ca_key: &Path,
     cert: &Path,
     key: &Path,
+    member: &str,
     days: u32,
 ) -> anyhow::Result<ExitCode> {
     use crate::downstream::ca;
+    if !crate::fleet::channel::member_name_valid(member) {
+        anyhow::bail!("--member {member:?}: letters, digits, '.', '_' and '-' only (1 to 64)");
+    }
     if !ca.exists() && !ca_key.exists() {
         ca::init(ca, ca_key, 3650, "robotsgate fleet CA")?;
         println!(
@@ -250,9 +259,10 @@ fn fleet_cert(
         key,
         days,
         crate::fleet::channel::PEER_NAME,
+        Some(member),
     )?;
     println!(
-        "wrote member certificate {} and key {}",
+        "wrote the certificate of member {member}: {} and key {}",
         cert.display(),
         key.display()
     );

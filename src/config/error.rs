@@ -131,8 +131,27 @@ impl std::fmt::Display for ConfigError {
             }
             f.write_str(": ")?;
         }
-        f.write_str(&self.message)
+        f.write_str(&self.message)?;
+        if let Some(entry) = self.key.as_deref().and_then(|k| entry(k, &self.message)) {
+            write!(f, " (docs/configuration.md#{entry})")?;
+        }
+        Ok(())
     }
+}
+
+/// The anchor of `key`'s entry in the configuration reference (its parent's, for a key
+/// the parser does not know): the heading's text as the repository host makes an anchor
+/// of it (`robotsgate.agent.rules[0].tokens` → `agentrulestokens`).
+fn entry(key: &str, message: &str) -> Option<String> {
+    let key = key.strip_prefix("robotsgate.")?;
+    let mut names: Vec<&str> = key
+        .split('.')
+        .map(|name| name.split('[').next().unwrap_or(name))
+        .collect();
+    if message.contains("unknown field") {
+        names.pop();
+    }
+    (!names.is_empty()).then(|| names.concat().to_ascii_lowercase())
 }
 
 impl std::error::Error for ConfigError {

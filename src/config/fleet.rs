@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::{ConfigError, Seconds, Timeout};
+use super::{Cidr, ConfigError, Seconds, Timeout};
 
 /// Fleet mode (see `fleet`): with `redis`, `redis_cluster` or `redis_sentinel` set,
 /// every instance pointed at the same Redis is a member of one fleet, each origin paced
@@ -56,16 +56,26 @@ pub struct FleetConfig {
     /// Where the peer channel listens (mutual TLS from the fleet CA): other members
     /// hand requests for the origins this instance owns to it here.
     pub peer_listen: Option<SocketAddr>,
-    /// How the other members reach the peer channel (`host:port`); default
-    /// `peer_listen` (which must then not be a wildcard address).
+    /// How the other members reach the peer channel (`ip:port`); default
+    /// `peer_listen` (which must then not be a wildcard address). Checked before the
+    /// member joins: its own peer channel must answer there.
     pub peer_address: Option<String>,
     /// The fleet CA (PEM), the only root a member's certificate is checked against.
     pub peer_ca: Option<PathBuf>,
     /// This member's certificate (PEM, for the name `robotsgate-fleet`, signed by the
-    /// fleet CA: `robotsgate fleet-cert` makes one).
+    /// fleet CA, naming the member: `robotsgate fleet-cert --member NAME` makes one).
     pub peer_cert: Option<PathBuf>,
     /// Its private key (PEM).
     pub peer_key: Option<PathBuf>,
+    /// Which addresses may connect to the peer channel. Empty (the default): only the
+    /// addresses the live members advertise (the host of each one's `peer_address`); set
+    /// it when members connect from other addresses than they are reached at (NAT).
+    pub peer_allow_clients: Vec<Cidr>,
+    /// Open peer-channel connections, from every member together; more are closed
+    /// before their handshake.
+    pub peer_max_connections: usize,
+    /// Open peer-channel connections from one address (one member's pool).
+    pub peer_max_connections_per_client: usize,
 }
 
 impl Default for FleetConfig {
@@ -87,6 +97,9 @@ impl Default for FleetConfig {
             peer_ca: None,
             peer_cert: None,
             peer_key: None,
+            peer_allow_clients: Vec::new(),
+            peer_max_connections: 2048,
+            peer_max_connections_per_client: 512,
         }
     }
 }
@@ -234,6 +247,26 @@ impl FleetConfig {
             if !set {
                 return Err(ConfigError::invalid(format!(
                     "key `robotsgate.fleet.{key}`: fleet mode needs the peer channel's credentials (`robotsgate fleet-cert` makes them)"
+                )));
+            }
+        }
+        for (key, value) in [
+            ("peer_max_connections", self.peer_max_connections),
+            (
+                "peer_max_connections_per_client",
+                self.peer_max_connections_per_client,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.fleet.{key}`: at least 1 (no member could hand anything over)"
+                )));
+            }
+        }
+        if let Some(address) = &self.peer_address {
+            if address.parse::<SocketAddr>().is_err() {
+                return Err(ConfigError::invalid(format!(
+                    "key `robotsgate.fleet.peer_address`: `{address}` is not ip:port (the members hand requests over to that address)"
                 )));
             }
         }

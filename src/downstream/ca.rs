@@ -94,7 +94,8 @@ pub fn init(cert_path: &Path, key_path: &Path, days: u32, name: &str) -> anyhow:
 }
 
 /// Writes a certificate for `name` signed by `ca`, usable to serve and to connect as
-/// (the fleet's member certificates: `robotsgate fleet-cert`), and its key (mode 0600).
+/// (the fleet's member certificates: `robotsgate fleet-cert`), its subject's
+/// organization `organization` (a fleet member's name), and its key (mode 0600).
 /// Refuses to overwrite either file.
 pub fn issue(
     ca: &OperatorCa,
@@ -102,6 +103,7 @@ pub fn issue(
     key_path: &Path,
     days: u32,
     name: &str,
+    organization: Option<&str>,
 ) -> anyhow::Result<()> {
     if days == 0 {
         bail!("--days must be at least 1");
@@ -109,6 +111,11 @@ pub fn issue(
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generate key")?;
     let mut params = CertificateParams::new(vec![name.to_string()]).context("certificate name")?;
     params.distinguished_name.push(DnType::CommonName, name);
+    if let Some(organization) = organization {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, organization);
+    }
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
         rcgen::ExtendedKeyUsagePurpose::ServerAuth,

@@ -445,9 +445,7 @@ impl Tunnels {
                 },
                 Decision::HandOver(owner) => owner,
             };
-            let member = self.enforcer.owners().map_or("", |o| o.me());
             let context = PeerContext {
-                member: member.to_string(),
                 client: who.client,
                 user: None,
                 tunnel: None,

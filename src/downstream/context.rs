@@ -44,7 +44,8 @@ pub struct ClientContext {
 /// Where a request handed over by another member came from.
 #[derive(Clone, Debug)]
 pub struct Handed {
-    /// The member that handed it over (its id; empty when it did not say).
+    /// The member that handed it over (its instance id, from the connection's
+    /// certificate and address).
     pub member: String,
     /// Its client's address there.
     pub client: Option<std::net::IpAddr>,
@@ -90,11 +91,10 @@ impl ClientContext {
         }
     }
 
-    /// What the owner of a request handed over from this member (`member`, its id) is
-    /// told of it: `client`, its client's address, and this context.
-    pub fn peer_context(&self, member: &str, client: Option<IpAddr>) -> PeerContext {
+    /// What the owner of a request handed over is told of it: `client`, its client's
+    /// address, and this context (the member it comes from is its connection's).
+    pub fn peer_context(&self, client: Option<IpAddr>) -> PeerContext {
         PeerContext {
-            member: member.to_string(),
             client,
             user: self.user.as_ref().map(|u| u.name.clone()),
             tunnel: self.tunnel.as_ref().map(|t| t.to_string()),

@@ -45,6 +45,7 @@ use crate::downstream::context::{ClientContext, Handed};
 use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
+use crate::downstream::peer_door::PeerDoor;
 use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::relay::{self, Asked, Relayable, RequestHandOver};
 use crate::downstream::shutting_down;
@@ -68,10 +69,7 @@ pub enum Door {
     },
     /// The peer channel (fleet mode): requests other members hand over, over mutual TLS
     /// from the fleet CA, each with its context in `robotsgate-peer` (`crate::fleet::channel`).
-    Peer {
-        /// The listener's TLS: a client certificate from the fleet CA required.
-        tls: Arc<rustls::ServerConfig>,
-    },
+    Peer(Arc<PeerDoor>),
 }
 
 /// The Pingora `ServerApp` on robotsgate's client listeners: the front door of every
@@ -143,11 +141,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
         let client = stream
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
-        if let Door::Peer { tls } = &self.door {
+        if let Door::Peer(door) = &self.door {
             // Members are admitted by their certificates; their clients took their
             // slots where they connected.
             // Boxed: its handshake's state would otherwise widen every connection's.
-            Box::pin(self.serve_peer(stream, client, tls, shutdown)).await;
+            Box::pin(self.serve_peer(stream, client, door, shutdown)).await;
             return None;
         }
         if !self.access.client_allowed(client) {
@@ -173,7 +171,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for ProxyFront<A> {
                 self.serve_redirected(stream, client, redirection, *tls, shutdown)
                     .await
             }
-            Door::Peer { .. } => {}
+            Door::Peer(_) => {}
         }
         None
     }
@@ -210,42 +208,28 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         }
     }
 
-    /// A connection on the peer channel: the mutual TLS handshake (a member's
-    /// certificate from the fleet CA, or nothing is read), then the request loop, each
-    /// request with the context its head carries.
+    /// A connection on the peer channel: admitted as a live member's
+    /// ([`PeerDoor::admit`]), then the request loop, each request with the context its
+    /// head carries and the member the connection is.
     async fn serve_peer(
         &self,
         stream: Stream,
         peer: Option<IpAddr>,
-        tls: &Arc<rustls::ServerConfig>,
+        door: &PeerDoor,
         shutdown: &ShutdownWatch,
     ) {
-        let Some(l4) = stream.into_any().downcast::<L4Stream>().ok() else {
-            log::error!("the peer listener is not plain TCP");
+        let Some(admitted) = door.admit(stream, peer).await else {
             return;
         };
-        let acceptor = pingora::listeners::tls::Acceptor::from_server_config(tls.clone());
-        let wait = self.limits.first_byte_timeout.max(Duration::from_secs(5));
-        match tokio::time::timeout(wait, acceptor.tls_handshake(*l4)).await {
-            Ok(Ok(stream)) => {
-                let context = ClientContext {
-                    handed: Some(Handed {
-                        member: String::new(),
-                        client: None,
-                    }),
-                    ..ClientContext::default()
-                };
-                self.serve(Box::new(stream), peer, context, shutdown).await;
-            }
-            Ok(Err(e)) => {
-                metrics::record_refusal(metrics::RefusalReason::PeerUnauthenticated);
-                log::warn!("peer channel: a connection from {peer:?} without the fleet's credential was refused: {e}");
-            }
-            Err(_) => {
-                metrics::record_refusal(metrics::RefusalReason::PeerUnauthenticated);
-                log::warn!("peer channel: no handshake from {peer:?} in time");
-            }
-        }
+        let context = ClientContext {
+            handed: Some(Handed {
+                member: admitted.member,
+                client: None,
+            }),
+            ..ClientContext::default()
+        };
+        self.serve(admitted.stream, peer, context, shutdown).await;
+        drop(admitted.slot);
     }
 
     /// A connection on a transparent listener: its original destination (a loop is
@@ -447,11 +431,21 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         peer: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> bool {
+        let member = context.handed.as_ref().map(|h| h.member.clone());
+        let member = member.unwrap_or_default();
+        if let Door::Peer(door) = &self.door {
+            if !door.still_member(&member) {
+                let why = "the member this connection is left the fleet or lapsed";
+                let refusal = FrontRefusal::new(403, metrics::RefusalReason::PeerNotMember, why);
+                refuse(&mut *conn.stream, peer, refusal).await;
+                return false;
+            }
+        }
         let handed = head
             .peer
             .as_deref()
             .and_then(PeerContext::decode)
-            .and_then(|p| self.context_of(p).ok());
+            .and_then(|p| self.context_of(p, member).ok());
         match handed {
             Some(handed) => {
                 *context = handed;
@@ -466,8 +460,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         }
     }
 
-    /// A handed-over request's context, from what the member that handed it over says.
-    fn context_of(&self, peer: PeerContext) -> Result<ClientContext, ()> {
+    /// A handed-over request's context, from what `member` (the connection's, from its
+    /// certificate) says of it.
+    fn context_of(&self, peer: PeerContext, member: String) -> Result<ClientContext, ()> {
         let user = self
             .access
             .user_named(peer.user.as_deref())
@@ -486,7 +481,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 metrics::Protocol::Http1
             },
             handed: Some(Handed {
-                member: peer.member,
+                member,
                 client: peer.client,
             }),
             started: None,

@@ -23,6 +23,7 @@ pub mod h2_stream;
 pub mod head;
 pub mod http2;
 pub mod intercept;
+pub mod peer_door;
 pub mod refuse;
 pub mod relay;
 pub mod slots;

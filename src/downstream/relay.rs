@@ -151,7 +151,7 @@ impl RequestHandOver {
             return Asked::NotSent;
         };
         let mut sent = request.request.clone();
-        let own = context.peer_context(owners.me(), client).encode();
+        let own = context.peer_context(client).encode();
         if sent.insert_header(PEER_HEADER, own).is_err() {
             return Asked::NotSent;
         }

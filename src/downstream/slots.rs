@@ -37,6 +37,8 @@ pub enum SlotKind {
     Connection,
     /// An HTTP/2 stream whose request is in progress.
     Stream,
+    /// A peer-channel connection (fleet mode; slots of their own: `fleet.peer_max_*`).
+    Peer,
 }
 
 /// Why no slot was free.
@@ -143,6 +145,7 @@ fn gauge(held: SlotKind) -> &'static prometheus::IntGauge {
     match held {
         SlotKind::Connection => &metrics::DOWNSTREAM_CONNECTIONS,
         SlotKind::Stream => &metrics::DOWNSTREAM_STREAMS,
+        SlotKind::Peer => &metrics::PEER_CONNECTIONS,
     }
 }
 

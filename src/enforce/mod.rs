@@ -140,11 +140,15 @@ impl Enforcer {
             .signed_as(fetches_signed_as)
             .http2(config.upstream.http2 == crate::config::Http2::Auto),
         );
-        let fleet = config.fleet.enabled().then(|| Fleet::new(&config.fleet));
+        let tls = match config.fleet.enabled() {
+            true => Some(peer_tls(config)?),
+            false => None,
+        };
+        let fleet = tls.as_ref().map(|t| Fleet::new(&config.fleet, t.member()));
         let pacer = Arc::new(Pacer::new(config.pacing.clone()));
-        let owners = match &fleet {
-            Some(fleet) => Some(fleet_owners(config, fleet, &identities)?),
-            None => None,
+        let owners = match (&fleet, tls) {
+            (Some(fleet), Some(tls)) => Some(fleet_owners(config, fleet, tls, &identities)),
+            _ => None,
         };
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         Ok(Enforcer {
@@ -339,17 +343,24 @@ impl Enforcer {
     }
 }
 
+/// The peer channel's credentials (`fleet.peer_ca`, `fleet.peer_cert`,
+/// `fleet.peer_key`): they name this member.
+fn peer_tls(config: &Config) -> anyhow::Result<PeerTls> {
+    let f = &config.fleet;
+    let file = |path: &Option<std::path::PathBuf>| path.clone().unwrap_or_default();
+    PeerTls::load(&file(&f.peer_ca), &file(&f.peer_cert), &file(&f.peer_key))
+        .map_err(|e| anyhow::anyhow!("key `robotsgate.fleet.peer_*`: {e}"))
+}
+
 /// The fleet's door for `fleet`: the peer channel's credentials, the membership and
 /// ownership settings; budgets counted fleet-wide.
 fn fleet_owners(
     config: &Config,
     fleet: &Arc<Fleet>,
+    tls: PeerTls,
     identities: &Identities,
-) -> anyhow::Result<Arc<Owners>> {
+) -> Arc<Owners> {
     let f = &config.fleet;
-    let file = |path: &Option<std::path::PathBuf>| path.clone().unwrap_or_default();
-    let tls = PeerTls::load(&file(&f.peer_ca), &file(&f.peer_cert), &file(&f.peer_key))
-        .map_err(|e| anyhow::anyhow!("key `robotsgate.fleet.peer_*`: {e}"))?;
     let hold = config.exchange_bounds().longest_hold();
     // Budgets are the fleet's: counted in its backend by every instance.
     let tally = Arc::new(FleetTally::new(fleet.clone(), hold));
@@ -360,14 +371,14 @@ fn fleet_owners(
         crate::config::OnUnavailable::KeepOwned => f.outage_grace_seconds.duration(),
         _ => std::time::Duration::ZERO,
     };
-    Ok(Owners::new(
+    Owners::new(
         fleet.clone(),
         tls,
         f.peer_address(),
         f.lease_seconds.duration(),
         hold,
         grace,
-    ))
+    )
 }
 
 /// Every address robotsgate listens on, as the egress check refuses them.

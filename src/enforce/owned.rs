@@ -118,8 +118,9 @@ impl Enforcer {
         let keys = owners.owned();
         log::info!("fleet: leaving; handing over {} origins", keys.len());
         let deadline = tokio::time::Instant::now() + self.bounds.longest_hold();
-        let mut handed = 0;
-        for key in keys {
+        // Each key is handed over as soon as its own exchanges end: one origin's slow
+        // answer holds no other back.
+        let handing = keys.into_iter().map(|key| async move {
             let entry = self.entry_of_key(&key);
             if let Some(entry) = &entry {
                 while entry.schedules().busy() && tokio::time::Instant::now() < deadline {
@@ -127,8 +128,12 @@ impl Enforcer {
                 }
             }
             let facts = entry.map(|e| e.schedules().facts()).unwrap_or_default();
-            handed += usize::from(owners.release(&key, &facts).await);
-        }
+            usize::from(owners.release(&key, &facts).await)
+        });
+        let handed: usize = futures_util::future::join_all(handing)
+            .await
+            .into_iter()
+            .sum();
         owners.deregister().await;
         log::info!("fleet: left; {handed} origins handed over");
     }

@@ -117,6 +117,9 @@ pub struct Fleet {
     checked: AtomicBool,
     /// This instance's member id: unique fleet-wide (also in tickets and lock tokens).
     pub(crate) instance: String,
+    /// The beat (the membership's renewal) is running: its own calls go through while
+    /// the backend is not yet up.
+    beating: AtomicBool,
     /// Tickets handed out so far.
     tickets: AtomicU64,
     /// Redis' clock minus this process's (ms since `epoch`), from the last answer.
@@ -154,9 +157,10 @@ pub(crate) fn ms(d: Duration) -> i64 {
 }
 
 impl Fleet {
-    /// The backend, not yet connected: [`Fleet::run_in_background`] starts it (after a
-    /// daemon's fork: threads do not survive one).
-    pub fn new(config: &FleetConfig) -> Arc<Fleet> {
+    /// The backend of member `member` (the name its certificate gives it), not yet
+    /// connected: [`Fleet::run_in_background`] starts it (after a daemon's fork: threads
+    /// do not survive one).
+    pub fn new(config: &FleetConfig, member: &str) -> Arc<Fleet> {
         let (events, received) = mpsc::channel(4096);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -168,7 +172,12 @@ impl Fleet {
             up: AtomicBool::new(false),
             down: ArcSwap::from_pointee(Down::new(DownCause::Connecting, "not connected yet")),
             checked: AtomicBool::new(false),
-            instance: format!("{:x}.{}", nanos & 0xffff_ffff_ffff, std::process::id()),
+            beating: AtomicBool::new(false),
+            instance: format!(
+                "{member}/{:x}.{}",
+                nanos & 0xffff_ffff_ffff,
+                std::process::id()
+            ),
             tickets: AtomicU64::new(0),
             clock_offset_ms: AtomicI64::new(i64::MIN),
             epoch: Instant::now(),
@@ -382,9 +391,11 @@ impl Fleet {
                 let mut conn = (*conn).clone();
                 let mut health = self.check(&mut conn).await;
                 if let (Ok(()), Some(beat)) = (&health, self.beat.get()) {
-                    // Up for the beat's own calls; its failure marks the backend down.
-                    self.set_up(Ok(()));
+                    // Up for the beat's own calls, quietly: its failure keeps the backend
+                    // down (a member refused at join is not up and down every beat).
+                    self.beating.store(true, Ordering::Release);
                     health = beat.beat(&self).await;
+                    self.beating.store(false, Ordering::Release);
                 }
                 let down = health.is_err();
                 self.set_up(health);
@@ -532,7 +543,7 @@ impl Fleet {
         name: &'static str,
         invocation: &mut ScriptInvocation<'_>,
     ) -> Result<T, Unavailable> {
-        if !self.up() {
+        if !self.up() && !self.beating.load(Ordering::Acquire) {
             return Err(Unavailable);
         }
         let conn = self.conn.load_full().ok_or(Unavailable)?;

@@ -22,6 +22,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use pingora::utils::tls::{CertKey, WrappedX509};
@@ -70,6 +71,8 @@ pub struct PeerTls {
     client_cert: Arc<CertKey>,
     /// The fleet CA, the only root the owner's certificate is checked against.
     ca: Arc<[WrappedX509]>,
+    /// The member this instance's certificate names.
+    member: String,
 }
 
 impl PeerTls {
@@ -78,6 +81,15 @@ impl PeerTls {
     pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls, ChannelError> {
         let ca_ders = certificates(ca)?;
         let chain = certificates(cert)?;
+        let member = chain
+            .first()
+            .and_then(|leaf| member_named(leaf))
+            .ok_or_else(|| {
+                error(
+                    cert,
+                    "it names no member (make one with robotsgate fleet-cert --member NAME)",
+                )
+            })?;
         let key_der = private_key(key)?;
         let mut roots = rustls::RootCertStore::empty();
         for der in &ca_ders {
@@ -107,7 +119,35 @@ impl PeerTls {
             server: Arc::new(server),
             client_cert: Arc::new(CertKey::new(chain, key_der.secret_der().to_vec())),
             ca: ca_list.into(),
+            member,
         })
+    }
+
+    /// The member this instance's certificate names.
+    pub fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// Which member answers at `addr`, connecting as a member hands a request over (its
+    /// certificate from the fleet CA, and the member it names); an error says what
+    /// answered instead (nothing, or not a member) within `within`.
+    pub async fn answering_member(
+        &self,
+        addr: SocketAddr,
+        within: Duration,
+    ) -> Result<String, String> {
+        let connector = pingora::connectors::TransportConnector::new(None);
+        let peer = self.peer(addr);
+        let stream = match tokio::time::timeout(within, connector.new_stream(&peer)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(format!("no member's peer channel answers at {addr}: {e}")),
+            Err(_) => return Err(format!("nothing answered at {addr} in {within:?}")),
+        };
+        stream
+            .get_ssl_digest()
+            .and_then(|d| d.organization.clone())
+            .filter(|name| member_name_valid(name))
+            .ok_or_else(|| format!("the certificate served at {addr} names no member"))
     }
 
     /// The peer listener's TLS configuration.
@@ -124,6 +164,29 @@ impl PeerTls {
         peer.options.alpn = pingora::protocols::ALPN::H1;
         peer
     }
+}
+
+/// Is `name` usable as a member's name: 1 to 64 letters, digits, `.`, `_` or `-`?
+pub fn member_name_valid(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The member a certificate (DER) names: its subject's organization, when it is a
+/// valid member name (`robotsgate fleet-cert --member NAME` writes it there).
+pub fn member_named(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let organization = cert.subject().iter_organization().next()?;
+    let name = organization.as_str().ok()?;
+    member_name_valid(name).then(|| name.to_string())
+}
+
+/// The member name an instance id starts with (`NAME/start.pid`): the name its
+/// certificate gives it.
+pub fn member_of(instance: &str) -> &str {
+    instance.split_once('/').map_or(instance, |(name, _)| name)
 }
 
 /// The certificates of a PEM file, each parsed once here (so a broken one is this
@@ -167,10 +230,6 @@ fn error(path: &Path, why: impl std::fmt::Display) -> ChannelError {
 /// does not say.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerContext {
-    /// The member that hands the request over (its id): where the key's traffic comes
-    /// from, for ownership to follow it.
-    #[serde(rename = "m", default)]
-    pub member: String,
     /// The client's address.
     #[serde(rename = "c", default)]
     pub client: Option<IpAddr>,
@@ -215,7 +274,6 @@ mod tests {
     #[test]
     fn a_context_round_trips_and_garbage_is_refused() {
         let context = PeerContext {
-            member: "m1".into(),
             client: Some("10.0.0.7".parse().expect("ip")),
             user: Some("ann".into()),
             tunnel: Some("https://example.com:443".into()),

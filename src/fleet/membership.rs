@@ -35,6 +35,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::NewDataSet;
 use crate::fleet::backend::{lock, ms, Beat, Fleet, HEALTH_EVERY};
+use crate::fleet::channel::PeerTls;
 use crate::fleet::down::Down;
 use crate::fleet::scripts::script;
 use crate::fleet::standing::{Ms, Standing};
@@ -95,6 +96,9 @@ pub struct Membership {
     after: Duration,
     /// Where this instance's peer channel listens, as others reach it.
     peer: String,
+    /// The peer channel's TLS: how this member checks, before it joins, that its own
+    /// peer channel answers at `peer`.
+    tls: Arc<PeerTls>,
     /// Its registration, lease, and the keys it holds.
     standing: Mutex<Standing>,
     /// Wakes what waits for the leave to begin ([`Membership::leaves`]).
@@ -107,14 +111,13 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The membership of this instance (its peer channel reached at `peer`), leases of
-    /// `lease` (acted on `grace` past their end without Redis; its exchanges may run
-    /// `hold` after that), renewed by `fleet`'s health task.
+    /// The membership of this instance (its peer channel reached at `peer` through
+    /// `tls`), leases of `lease` (acted on `grace` past their end without Redis; its
+    /// exchanges may run `hold` after that), renewed by `fleet`'s health task.
     pub fn new(
         fleet: Arc<Fleet>,
-        lease: Duration,
-        grace: Duration,
-        hold: Duration,
+        tls: Arc<PeerTls>,
+        (lease, grace, hold): (Duration, Duration, Duration),
         peer: String,
     ) -> Arc<Membership> {
         let membership = Arc::new(Membership {
@@ -122,6 +125,7 @@ impl Membership {
             lease,
             after: grace + hold,
             peer,
+            tls,
             standing: Mutex::new(Standing::new(lease, grace)),
             leave_begins: tokio::sync::Notify::new(),
             members: ArcSwap::from_pointee((0, HashMap::new())),
@@ -134,6 +138,38 @@ impl Membership {
     /// This instance's member id.
     pub fn me(&self) -> &str {
         self.fleet.instance()
+    }
+
+    /// Where this instance's peer channel is reached (`fleet.peer_address`).
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Before this instance joins: does its own peer channel answer at its
+    /// `fleet.peer_address`? Not when the address is not `ip:port`, when nothing or
+    /// something else answers there (an origin, a proxy port, Redis), or when another
+    /// member does (two members announcing one address).
+    async fn check_peer_address(&self) -> Result<(), Down> {
+        let refused = |why: String| {
+            Down::new(
+                DownCause::PeerAddress,
+                format!("fleet.peer_address {}: {why}; not joining", self.peer),
+            )
+        };
+        let addr = self
+            .peer
+            .parse::<std::net::SocketAddr>()
+            .map_err(|_| refused("not an ip:port".into()))?;
+        let within = self.fleet.config().command_timeout_seconds.duration() * 4;
+        let answering = self
+            .tls
+            .answering_member(addr, within)
+            .await
+            .map_err(refused)?;
+        if answering != self.tls.member() {
+            return Err(refused(format!("member {answering} answers there")));
+        }
+        Ok(())
     }
 
     /// This instance's standing, locked.
@@ -253,6 +289,9 @@ impl Membership {
     /// One renewal: the lease extended (or a new registration), the generation and the
     /// members read.
     async fn renew(&self) -> Result<(), Down> {
+        if self.epoch() == 0 {
+            self.check_peer_address().await?;
+        }
         let sent = self.now();
         let (epoch, state, seen, running) = {
             let standing = self.standing();
@@ -289,6 +328,13 @@ impl Membership {
             .run("member_renew", &mut call)
             .await
             .map_err(|_| Down::new(DownCause::Unreachable, "membership renewal failed"))?;
+        if let Some(other) = peer_taken(&answer) {
+            let why = format!(
+                "fleet.peer_address {}: announced by live member {other}; not joining",
+                self.peer
+            );
+            return Err(Down::new(DownCause::PeerAddress, why));
+        }
         let renewal = parse_renewal(&answer)
             .ok_or_else(|| Down::new(DownCause::Error, "membership renewal: unreadable answer"))?;
         self.fleet.saw_redis_time(renewal.now);
@@ -337,6 +383,16 @@ struct Renewal {
     generation: String,
     /// Every member, by id.
     members: HashMap<String, Member>,
+}
+
+/// The live member that announces this one's peer address, when the renewal refused to
+/// register it for that (`peer_taken`, then that member's id).
+fn peer_taken(answer: &[redis::Value]) -> Option<String> {
+    let text = |v: &redis::Value| -> Option<String> { redis::from_redis_value(v.clone()).ok() };
+    match answer {
+        [first, other] if text(first).as_deref() == Some("peer_taken") => text(other),
+        _ => None,
+    }
 }
 
 /// Reads a renewal's answer: Redis' time, the epoch, the generation, the fence, then id,

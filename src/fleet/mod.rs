@@ -35,6 +35,7 @@ mod down;
 pub mod membership;
 mod memory;
 pub mod ownership;
+mod peers;
 pub mod robots;
 mod scripts;
 pub mod standing;
@@ -67,7 +68,7 @@ pub struct Owners {
     /// The keys owned, and the owners known.
     ownership: Arc<Ownership>,
     /// The channel's TLS.
-    tls: PeerTls,
+    tls: Arc<PeerTls>,
 }
 
 impl Owners {
@@ -83,7 +84,8 @@ impl Owners {
         hold: Duration,
         grace: Duration,
     ) -> Arc<Owners> {
-        let members = Membership::new(fleet.clone(), lease, grace, hold, peer);
+        let tls = Arc::new(tls);
+        let members = Membership::new(fleet.clone(), tls.clone(), (lease, grace, hold), peer);
         let ownership = Ownership::new(fleet.clone(), members.clone());
         Arc::new(Owners {
             fleet,
@@ -148,6 +150,28 @@ impl Owners {
     /// The peer listener's TLS configuration.
     pub fn server_tls(&self) -> Arc<rustls::ServerConfig> {
         self.tls.server_config()
+    }
+
+    /// May a connection from `from` reach the peer channel's handshake: an address a
+    /// live member advertises, or one `fleet.peer_allow_clients` lists (see `peers`)?
+    pub async fn peer_admitted(&self, from: std::net::IpAddr) -> bool {
+        peers::admitted(&self.members, self.fleet.config(), from).await
+    }
+
+    /// The live member instance a peer connection from `from` is, its certificate
+    /// naming member `name`; `None`: no such member is live (see `peers`).
+    pub async fn peer_identified(&self, name: &str, from: std::net::IpAddr) -> Option<String> {
+        peers::identified(&self.members, self.fleet.config(), name, from).await
+    }
+
+    /// The member this instance is (the name its certificate gives it).
+    pub fn member_name(&self) -> &str {
+        self.tls.member()
+    }
+
+    /// Is member instance `id` live now (a request it hands over is served)?
+    pub fn is_live_member(&self, id: &str) -> bool {
+        self.members.live(id).is_some()
     }
 
     /// Is this instance's lease valid by its own clock (its grace included)?
@@ -252,6 +276,7 @@ impl Owners {
             "me": self.me(),
             "epoch": self.members.epoch(),
             "lease_valid": self.members.lease_valid(),
+            "unavailable": (!self.fleet.up()).then(|| self.fleet.down_reason()),
             "members": list,
         })
     }

@@ -43,16 +43,13 @@ pub(super) fn owner_peer(
 
 /// The request as it goes to the owner: as the client sent it (its request target and
 /// headers; the owner strips what never goes to an origin), its proxy credentials
-/// removed, and this instance's context for it (`client`: its client's address; its
-/// own member id).
+/// removed, and this instance's context for it (`client`: its client's address).
 pub(super) fn to_owner(
-    enforcer: &Enforcer,
     ctx: &RequestContext,
     client: Option<IpAddr>,
     request: &mut RequestHeader,
 ) -> Result<()> {
-    let member = enforcer.owners().map_or("", |o| o.me());
-    let context = ctx.client.peer_context(member, client);
+    let context = ctx.client.peer_context(client);
     request.remove_header("proxy-authorization");
     request.remove_header(PEER_HEADER);
     request.insert_header(PEER_HEADER, context.encode())?;

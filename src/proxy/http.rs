@@ -351,7 +351,7 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Result<()> {
         if let Stage::HandedOver { .. } = ctx.stage {
             let who = requester(session, &ctx.client).client;
-            return super::handover::to_owner(&self.enforcer, ctx, who, upstream_request);
+            return super::handover::to_owner(ctx, who, upstream_request);
         }
         if has_any(&upstream_request.headers, NEVER_FORWARDED) {
             for name in NEVER_FORWARDED {

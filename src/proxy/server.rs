@@ -17,6 +17,7 @@ use crate::downstream::front::{Door, ProxyFront};
 use crate::downstream::head::HeadLimits;
 use crate::downstream::http2::Http2Limits;
 use crate::downstream::intercept::Interceptor;
+use crate::downstream::peer_door::PeerDoor;
 use crate::downstream::relay::RequestHandOver;
 use crate::downstream::slots::Slots;
 use crate::downstream::transparent::Redirection;
@@ -354,9 +355,12 @@ fn add_client_listeners(
         );
     }
     if let (Some(owners), Some(listen)) = (enforcer.owners(), config.fleet.peer_listen) {
-        let door = Door::Peer {
-            tls: owners.server_tls(),
-        };
+        let door = Door::Peer(Arc::new(PeerDoor::new(
+            owners.clone(),
+            config.fleet.peer_max_connections,
+            config.fleet.peer_max_connections_per_client,
+            config.limits.first_byte_timeout_seconds.duration(),
+        )));
         let peer = server.add_service(client_listener(
             "robotsgate fleet peer",
             front.at(door),
@@ -437,10 +441,8 @@ impl RunArgs {
             config.fleet.redis_cluster.clear();
         }
         if let Some(addr) = args.peer_listen {
+            // How the others reach it follows, unless the file says (a NAT's address).
             config.fleet.peer_listen = Some(addr);
-            if !addr.ip().is_unspecified() {
-                config.fleet.peer_address = Some(addr.to_string());
-            }
         }
         if let Some(addr) = args.transparent_http {
             config.transparent.http_listen = Some(addr);

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::common::{admin, eventually, free_port, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
-/// The fleet CA and one member certificate every test instance presents.
+/// The fleet CA every test member trusts, and a certificate from it naming no member.
 pub(crate) struct FleetCerts {
     /// Keeps the files.
     dir: tempfile::TempDir,
@@ -36,24 +36,23 @@ impl FleetCerts {
             .arg(path("member.pem"))
             .arg("--key")
             .arg(path("member.key"))
+            .args(["--member", "stranger"])
             .status()
             .expect("robotsgate fleet-cert");
         assert!(status.success(), "fleet-cert failed");
         FleetCerts { dir }
     }
 
-    /// One file of the set: `ca.pem`, `member.pem`, `member.key`.
+    /// One file of the set: `ca.pem`, `member.pem`, `member.key` (a certificate from
+    /// the fleet CA naming member `stranger`, which never runs).
     pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    /// The peer channel's keys of a `fleet:` section.
+    /// The peer channel's keys of a `fleet:` section: the fleet CA (each member started
+    /// gets a certificate of its own from it: `Proxy::start`).
     pub(crate) fn conf(&self) -> Conf {
-        let file = |name: &str| self.file(name).to_string_lossy().into_owned();
-        Conf::new()
-            .set("fleet.peer_ca", file("ca.pem"))
-            .set("fleet.peer_cert", file("member.pem"))
-            .set("fleet.peer_key", file("member.key"))
+        Conf::new().set("fleet.peer_ca", self.file("ca.pem").to_string_lossy())
     }
 }
 

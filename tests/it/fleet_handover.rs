@@ -131,8 +131,9 @@ async fn the_peer_channel_admits_only_fleet_members() {
         status_of(Command::new("curl").arg(format!("http://{}/", proxy.peer.expect("peer"))));
     assert_eq!(plain, 0, "plain HTTP on the peer channel");
 
-    let member_cert = certs().file("member.pem");
-    let member_key = certs().file("member.key");
+    // The member's own credential (as a stolen key would be used).
+    let member_cert = proxy.file("member.pem");
+    let member_key = proxy.file("member.key");
     let member = [
         "--cert",
         member_cert.to_str().expect("path"),

@@ -119,7 +119,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         assert!(ok, "{script}: {text}");
     }
 
-    // lintian: no error (the two warnings kept are explained in the README).
+    // lintian: no error (the two warnings kept are explained in docs/install.md).
     let (_, lint) =
         run_output(Command::new("lintian").args(["--tag-display-limit", "0", path(&deb)]));
     let errors: Vec<&str> = lint.lines().filter(|l| l.starts_with("E:")).collect();

@@ -567,12 +567,16 @@ async fn the_upstream_mark_exempts_robotsgate_from_a_rule_matching_everyone() {
     );
 }
 
-/// The documented rules in the README parse (nft -c checks without applying).
+/// The documented rules (docs/transparent.md) parse (nft -c checks without applying).
 #[test]
 fn documented_nftables_rules_are_valid() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
-    let start = readme.find("```nft\n").expect("an nft block in the README") + "```nft\n".len();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/transparent.md"))
+            .expect("docs/transparent.md");
+    let start = readme
+        .find("```nft\n")
+        .expect("an nft block in docs/transparent.md")
+        + "```nft\n".len();
     let block = &readme[start..start + readme[start..].find("```").expect("block end")];
     let ns = Netns::new(&[]);
     let file = tempfile::NamedTempFile::new().expect("file");

@@ -20,8 +20,26 @@
 -- generation this member saw last ('' none), 9 how long its exchanges may still run
 -- (ms, by its own clock), 10 the settle window ms, 11 new_data_set (settle | fence).
 -- Returns Redis' time, this instance's epoch, the generation, the fence (ms, 0: none),
--- then every member: id, record.
+-- then every member: id, record. A member that would register with the peer address a
+-- live member of another name announces is not: {'peer_taken', that member's id}
+-- (an earlier run of the same member, its name before '/', may still hold it).
 local now = now_ms()
+local epoch = tonumber(ARGV[2])
+local held = member(KEYS[1], ARGV[1])
+local joining = epoch == 0 or not (live(held, now) and held.epoch == epoch)
+if joining then
+  local name = string.match(ARGV[1], '^[^/]*')
+  local all, taken = redis.call('HGETALL', KEYS[1]), nil
+  for i = 1, #all, 2 do
+    local other = member(KEYS[1], all[i])
+    if live(other, now) and other.peer == ARGV[4] and string.match(all[i], '^[^/]*') ~= name
+        and (taken == nil or all[i] < taken) then
+      taken = all[i]
+    end
+  end
+  -- The first by id: the answer does not depend on the hash's order.
+  if taken then return {'peer_taken', taken} end
+end
 local lease, after = tonumber(ARGV[3]), tonumber(ARGV[7])
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
 local gen = redis.call('GET', KEYS[3])
@@ -48,9 +66,7 @@ elseif ARGV[8] ~= '' and ARGV[8] ~= gen then
   fence = math.max(fence, now + tonumber(ARGV[9]))
 end
 redis.call('SET', KEYS[5], fence)
-local epoch = tonumber(ARGV[2])
-local held = member(KEYS[1], ARGV[1])
-if epoch == 0 or not (live(held, now) and held.epoch == epoch) then
+if joining then
   epoch = redis.call('INCR', KEYS[2])
 end
 redis.call('HSET', KEYS[1], ARGV[1], table.concat(

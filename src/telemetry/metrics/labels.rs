@@ -134,6 +134,16 @@ labels!(
         Loop => "loop",
         /// A connection on the fleet's peer channel without a member's certificate.
         PeerUnauthenticated => "peer_unauthenticated",
+        /// A peer-channel connection from an address no live member advertises (and
+        /// not in `fleet.peer_allow_clients`).
+        PeerAddress => "peer_address",
+        /// A fleet certificate naming no live member (it left, lapsed, or never was),
+        /// or a request from a member that left or lapsed since it connected.
+        PeerNotMember => "peer_not_member",
+        /// `fleet.peer_max_connections_per_client` held by this address.
+        PeerClientConnectionLimit => "peer_client_connection_limit",
+        /// `fleet.peer_max_connections` held.
+        PeerConnectionLimit => "peer_connection_limit",
     }
 );
 
@@ -211,6 +221,9 @@ labels!(
         ReadOnly => "read_only",
         /// Any other error answer.
         Error => "error",
+        /// This member cannot join: another live member announces its
+        /// `fleet.peer_address`, or no peer channel of its own answers there.
+        PeerAddress => "peer_address",
     }
 );
 

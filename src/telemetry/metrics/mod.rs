@@ -194,6 +194,7 @@ pub fn init() {
         &PACING_QUEUED,
         &DOWNSTREAM_CONNECTIONS,
         &DOWNSTREAM_STREAMS,
+        &PEER_CONNECTIONS,
     ] {
         LazyLock::force(gauge);
     }
@@ -564,6 +565,15 @@ static CLIENTS_LEFT: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
 pub fn record_client_left() {
     CLIENTS_LEFT.inc();
 }
+
+/// `robotsgate_peer_connections`: peer-channel connections open now.
+pub static PEER_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_peer_connections",
+        "Peer-channel connections open now (fleet mode), against fleet.peer_max_connections."
+    )
+    .expect("metric registers once")
+});
 
 /// `robotsgate_downstream_connections`: client connections open now.
 pub static DOWNSTREAM_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {

@@ -78,6 +78,16 @@ impl Conf {
         self
     }
 
+    /// The text `path` is set to, when it is set to text.
+    pub fn text(&self, path: &str) -> Option<String> {
+        let (sections, key) = path.rsplit_once('.').unwrap_or(("", path));
+        let mut section = &self.root;
+        for name in sections.split('.').filter(|s| !s.is_empty()) {
+            section = section.get(name)?.as_mapping()?;
+        }
+        section.get(key)?.as_str().map(str::to_string)
+    }
+
     /// Whether `path` (a section or a key) is set.
     pub fn has(&self, path: &str) -> bool {
         let mut section = &self.root;

@@ -73,6 +73,37 @@ impl Drop for Running {
     }
 }
 
+/// `conf` for a fleet member: one given the fleet CA (`fleet.peer_ca`, its key
+/// `ca.key` beside it) and no certificate of its own gets one, for a member named
+/// after it (`member-N`), made in `dir` by `robotsgate fleet-cert`.
+fn member_certificate(conf: &Conf, dir: &std::path::Path) -> Conf {
+    static MEMBERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let (Some(ca), false) = (conf.text("fleet.peer_ca"), conf.has("fleet.peer_cert")) else {
+        return conf.clone();
+    };
+    let ca = PathBuf::from(ca);
+    let ca_key = ca.with_file_name("ca.key");
+    let n = MEMBERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (cert, key) = (dir.join("member.pem"), dir.join("member.key"));
+    let made = run_output(
+        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("fleet-cert")
+            .arg("--ca")
+            .arg(&ca)
+            .arg("--ca-key")
+            .arg(&ca_key)
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
+            .args(["--member", &format!("member-{n}")]),
+    );
+    assert!(made.0, "fleet-cert: {}", made.1);
+    conf.clone()
+        .set("fleet.peer_cert", cert.to_string_lossy())
+        .set("fleet.peer_key", key.to_string_lossy())
+}
+
 /// A `robotsgate run` process with its own config, ports, pid file and upgrade socket.
 pub struct Proxy {
     child: Child,
@@ -118,6 +149,7 @@ impl Proxy {
             ("grace_period_seconds", 0.into()),
             ("graceful_shutdown_timeout_seconds", 1.into()),
         ];
+        let conf = &member_certificate(conf, dir.path());
         std::fs::write(&config, conf.file(&server)).expect("write config");
         let log_path = dir.path().join("robotsgate.log");
         // A port picked free can be taken by another test before robotsgate binds it; a
@@ -363,6 +395,12 @@ impl Proxy {
     /// The common case: loopback origins allowed.
     pub fn start_for_loopback(conf: &Conf) -> Proxy {
         Proxy::start(conf, &["--allow-destination", "127.0.0.0/8"])
+    }
+
+    /// A file in this process's own directory (its configuration, its member
+    /// certificate `member.pem` and key `member.key`...).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 
     pub fn url(&self) -> String {

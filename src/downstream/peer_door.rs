@@ -1,0 +1,149 @@
+//! The peer channel's door (fleet mode): what a connection passes before another
+//! member's requests are read from it.
+//!
+//! In order, each refusal closing the connection and counted in
+//! `robotsgate_downstream_refusals_total{reason}`:
+//! 1. a slot of the peer channel's own (`fleet.peer_max_connections` in all,
+//!    `fleet.peer_max_connections_per_client` per address; the proxy port's slots are
+//!    its clients'), held while the connection is open;
+//! 2. its address: one a live member advertises, or in `fleet.peer_allow_clients`
+//!    (before any TLS work);
+//! 3. the mutual TLS handshake, within the first-byte timeout (at least 5 s): a
+//!    certificate from the fleet CA;
+//! 4. the member that certificate names, live at that address: the connection is that
+//!    member's from then on, whatever its requests' headers say.
+//!
+//! Each request on it is then served only while that member is live
+//! ([`PeerDoor::still_member`]).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::Stream;
+
+use crate::downstream::slots::{Full, Slot, SlotKind, Slots};
+use crate::fleet::Owners;
+use crate::telemetry::metrics::{self, RefusalReason};
+
+/// What admits a connection to the peer channel.
+pub struct PeerDoor {
+    /// The listener's TLS: a client certificate from the fleet CA required.
+    tls: Arc<rustls::ServerConfig>,
+    /// The fleet: who the live members are.
+    owners: Arc<Owners>,
+    /// The peer channel's connection slots.
+    slots: Arc<Slots>,
+    /// The longest a handshake may take.
+    handshake: Duration,
+}
+
+/// A connection admitted: its stream after the handshake, the member it is, and its slot.
+pub struct Admitted {
+    /// The TLS stream.
+    pub stream: Stream,
+    /// The member instance (its id) the certificate and address say it is.
+    pub member: String,
+    /// Its slot, given back when the connection closes.
+    pub slot: Slot,
+}
+
+impl PeerDoor {
+    /// The door of `owners`' peer channel: `max` connections in all, `per_client` from
+    /// one address, handshakes within `handshake`.
+    pub fn new(
+        owners: Arc<Owners>,
+        max: usize,
+        per_client: usize,
+        handshake: Duration,
+    ) -> PeerDoor {
+        PeerDoor {
+            tls: owners.server_tls(),
+            owners,
+            slots: Slots::new(max, per_client),
+            handshake: handshake.max(Duration::from_secs(5)),
+        }
+    }
+
+    /// Admits `stream` from `from` (see the module docs); `None`: refused, counted and
+    /// logged.
+    pub async fn admit(&self, stream: Stream, from: Option<IpAddr>) -> Option<Admitted> {
+        let Some(from) = from else {
+            return refused(RefusalReason::PeerAddress, None, "no peer address");
+        };
+        let slot = match self.slots.take(Some(from), SlotKind::Peer) {
+            Ok(slot) => slot,
+            Err(Full::Client) => {
+                let why = "fleet.peer_max_connections_per_client held";
+                return refused(RefusalReason::PeerClientConnectionLimit, Some(from), why);
+            }
+            Err(Full::All) => {
+                let why = "fleet.peer_max_connections held";
+                return refused(RefusalReason::PeerConnectionLimit, Some(from), why);
+            }
+        };
+        if !self.owners.peer_admitted(from).await {
+            let why = "no live member advertises this address (fleet.peer_allow_clients)";
+            return refused(RefusalReason::PeerAddress, Some(from), why);
+        }
+        let (stream, name) = self.handshake(stream, from).await?;
+        let Some(member) = self.owners.peer_identified(&name, from).await else {
+            if name == self.owners.member_name() {
+                // This member checking, before it joins, that its peer channel answers.
+                return None;
+            }
+            let why = format!("its certificate names member {name:?}, not live at this address");
+            return refused(RefusalReason::PeerNotMember, Some(from), &why);
+        };
+        Some(Admitted {
+            stream,
+            member,
+            slot,
+        })
+    }
+
+    /// The mutual TLS handshake, and the member name the client's certificate gives.
+    async fn handshake(&self, stream: Stream, from: IpAddr) -> Option<(Stream, String)> {
+        let Ok(l4) = stream.into_any().downcast::<L4Stream>() else {
+            log::error!("the peer listener is not plain TCP");
+            return None;
+        };
+        let acceptor = pingora::listeners::tls::Acceptor::from_server_config(self.tls.clone());
+        let tls = match tokio::time::timeout(self.handshake, acceptor.tls_handshake(*l4)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                let why = format!("no certificate from the fleet CA: {e}");
+                return refused(RefusalReason::PeerUnauthenticated, Some(from), &why);
+            }
+            Err(_) => {
+                let why = "no handshake in time";
+                return refused(RefusalReason::PeerUnauthenticated, Some(from), why);
+            }
+        };
+        let stream: Stream = Box::new(tls);
+        let named = stream
+            .get_ssl_digest()
+            .and_then(|d| d.organization.clone())
+            .filter(|name| crate::fleet::channel::member_name_valid(name));
+        match named {
+            Some(name) => Some((stream, name)),
+            None => {
+                let why = "its certificate names no member (robotsgate fleet-cert --member)";
+                refused(RefusalReason::PeerNotMember, Some(from), why)
+            }
+        }
+    }
+
+    /// Is `member` still live: may a request it hands over now be served?
+    pub fn still_member(&self, member: &str) -> bool {
+        self.owners.is_live_member(member)
+    }
+}
+
+/// Counts and logs a refused peer connection.
+fn refused<T>(reason: RefusalReason, from: Option<IpAddr>, why: &str) -> Option<T> {
+    metrics::record_refusal(reason);
+    log::warn!("peer channel: a connection from {from:?} was refused: {why}");
+    None
+}

@@ -1,0 +1,271 @@
+//! The manual cannot rot: every configuration key the parser accepts has its entry in
+//! `docs/configuration.md` and every entry names a key it accepts; every relative link
+//! and anchor in `README.md` and `docs/` resolves; every repository path the docs name
+//! exists; and the README's tour (`scripts/tour.sh`) runs.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{free_port, run_output};
+
+/// The repository's root.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `README.md` and every page of `docs/`, with their text.
+fn pages() -> Vec<(PathBuf, String)> {
+    let mut files = vec![root().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("read page");
+            (p, text)
+        })
+        .collect()
+}
+
+/// One step of a path into the configuration: a key, and whether it holds a list of
+/// sections (its keys are read inside a list item).
+type Step = (String, bool);
+
+/// The keys under `path` the parser names when it meets an unknown one there, and
+/// whether they sit in a list item; `None` when `path` is not a section.
+fn keys_under(path: &[Step]) -> Option<(Vec<String>, bool)> {
+    for in_list in [false, true] {
+        let mut yaml = String::from("robotsgate:\n");
+        let mut indent = 2;
+        let mut dash = "";
+        for (name, listed) in path {
+            yaml += &format!("{}{dash}{name}:\n", " ".repeat(indent));
+            indent += 2 + dash.len();
+            dash = if *listed { "- " } else { "" };
+        }
+        let last = if in_list { "- " } else { "" };
+        yaml += &format!("{}{dash}{last}__unknown__: 1\n", " ".repeat(indent));
+        let Err(e) = robotsgate::config::Config::from_yaml(&yaml) else {
+            continue;
+        };
+        let message = e.to_string();
+        let Some((_, expected)) = message.split_once("unknown field `__unknown__`, expected ")
+        else {
+            continue;
+        };
+        let list = expected.split(": ").next().unwrap_or(expected);
+        let keys: Vec<String> = list
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        return Some((keys, in_list));
+    }
+    None
+}
+
+/// Every key and section of the `robotsgate:` section, dotted, as the parser knows them.
+fn parsed_keys(path: &mut Vec<Step>, found: &mut BTreeSet<String>) {
+    let Some((keys, listed)) = keys_under(path) else {
+        return;
+    };
+    if let Some(last) = path.last_mut() {
+        last.1 = listed;
+    }
+    for key in keys {
+        path.push((key, false));
+        let dotted: Vec<&str> = path.iter().map(|(k, _)| k.as_str()).collect();
+        found.insert(dotted.join("."));
+        parsed_keys(path, found);
+        path.pop();
+    }
+}
+
+#[test]
+fn every_configuration_key_has_its_entry() {
+    let mut parsed = BTreeSet::new();
+    parsed_keys(&mut Vec::new(), &mut parsed);
+    assert!(parsed.len() > 100, "{parsed:?}");
+    assert!(parsed.contains("fleet.peer_max_connections_per_client"));
+    assert!(
+        parsed.contains("agent.rules.tokens"),
+        "list items are read too"
+    );
+    let reference =
+        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+    let documented: BTreeSet<String> = reference
+        .lines()
+        .filter(|l| l.starts_with("## `") || l.starts_with("### `"))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+        .collect();
+    let missing: Vec<_> = parsed.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&parsed).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "run python3 scripts/config_reference.py\nno entry: {missing:?}\nno such key: {unknown:?}"
+    );
+}
+
+/// The anchors of a page's headings, as the repository host makes them.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let heading = line.trim_start_matches('#').trim();
+        let slug: String = heading
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        found.insert(slug);
+    }
+    found
+}
+
+/// The targets of a page's Markdown links `[text](target)`, outside code.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            found.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn every_link_and_anchor_resolves() {
+    let mut broken = Vec::new();
+    for (page, text) in pages() {
+        for target in links(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let resolved = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().expect("dir").join(file)
+            };
+            if !resolved.exists() {
+                broken.push(format!("{}: {target}: no such file", page.display()));
+                continue;
+            }
+            if !anchor.is_empty() {
+                let text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !anchors(&text).contains(anchor) {
+                    broken.push(format!("{}: {target}: no such anchor", page.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The repository paths a page names in backticks (`src/...`, `tests/...`...).
+fn named_paths(text: &str) -> Vec<String> {
+    const TOP: [&str; 10] = [
+        "src/",
+        "tests/",
+        "conf/",
+        "scripts/",
+        "bench/",
+        "systemd/",
+        "docs/",
+        "fuzz/",
+        "debian/",
+        "examples/",
+    ];
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| TOP.iter().any(|t| s.starts_with(t)))
+        .filter(|s| !s.contains(['*', '{', '<', ' ', '…']))
+        .map(|s| s.split(['#', ':']).next().unwrap_or(s).to_string())
+        .collect()
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    let mut missing = Vec::new();
+    for (page, text) in pages() {
+        for path in named_paths(&text) {
+            if !Path::new(&root()).join(&path).exists() {
+                missing.push(format!("{}: {path}", page.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+/// The README's tour, as `scripts/tour.sh` runs it: a local origin, robotsgate with the
+/// shipped configuration, curl and Python requests through it.
+#[test]
+fn the_readmes_tour_runs() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+    assert!(readme.contains("scripts/tour.sh"));
+    let ports = [free_port(), free_port(), free_port()];
+    let (ok, output) = run_output(
+        Command::new(root().join("scripts/tour.sh"))
+            .env("ROBOTSGATE_BIN", env!("CARGO_BIN_EXE_robotsgate"))
+            .env("TOUR_PROXY_PORT", ports[0].to_string())
+            .env("TOUR_ADMIN_PORT", ports[1].to_string())
+            .env("TOUR_ORIGIN_PORT", ports[2].to_string()),
+    );
+    assert!(ok, "{output}");
+    assert!(output.contains("HTTP/1.1 403"), "{output}");
+    assert!(output.contains("decision=\"disallowed\""), "{output}");
+}
+
+/// A configuration error names its key and links that key's entry in the reference (an
+/// unknown key: its section's).
+#[test]
+fn a_configuration_error_links_its_entry() {
+    let reference =
+        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+    let entries = anchors(&reference);
+    for (yaml, want) in [
+        (
+            "robotsgate:\n  pacing:\n    max_in_flight: -1\n",
+            "pacingmax_in_flight",
+        ),
+        (
+            "robotsgate:\n  agent:\n    rules:\n      - tokens: 3\n",
+            "agentrulestokens",
+        ),
+        ("robotsgate:\n  fleet:\n    no_such_key: 1\n", "fleet"),
+    ] {
+        let error = robotsgate::config::Config::from_yaml(yaml)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let link = format!("(docs/configuration.md#{want})");
+        assert!(error.contains(&link), "{yaml}: {error}");
+        assert!(entries.contains(want), "{want}");
+    }
+}

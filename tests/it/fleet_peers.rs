@@ -1,0 +1,280 @@
+//! A peer is a member (`downstream::peer_door`, `fleet::peers`): a certificate from the
+//! fleet CA is used only by the live member it names, from an address members advertise;
+//! the member a request comes from is its connection's, never what its context says; the
+//! peer port has limits of its own. Real members, a real `redis-server`, curl and raw
+//! sockets as the strangers.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+
+use crate::common::{admin, curl, eventually, status_of, Proxy, TestOrigin};
+use crate::fleet_fixture::{
+    backend_up, certs, fleet_conf, instances, owner_index, owner_seen_by, paced_origin,
+};
+use crate::redis_servers::Redis;
+
+/// A member certificate and key, kept where a test can still use them.
+struct Credential {
+    /// Keeps the files.
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Credential {
+    /// A copy of `proxy`'s own certificate and key (a member's key stolen).
+    fn of(proxy: &Proxy) -> Credential {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = (dir.path().join("m.pem"), dir.path().join("m.key"));
+        std::fs::copy(proxy.file("member.pem"), &cert).expect("copy cert");
+        std::fs::copy(proxy.file("member.key"), &key).expect("copy key");
+        Credential {
+            _dir: dir,
+            cert,
+            key,
+        }
+    }
+}
+
+/// The status of `GET target` sent to `proxy`'s peer channel with `cert`/`key` and
+/// the peer context `context` (JSON); 0 when no HTTP answer came.
+fn as_peer(proxy: &Proxy, cert: &Path, key: &Path, target: &str, context: &str) -> u16 {
+    let peer = proxy.peer.expect("a fleet member");
+    let context = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(context);
+    let host = target.split('/').nth(2).expect("authority");
+    status_of(
+        Command::new("curl")
+            .arg("--resolve")
+            .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
+            .arg("--cacert")
+            .arg(certs().file("ca.pem"))
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .args(["--request-target", target])
+            .args(["-H", &format!("robotsgate-peer: {context}")])
+            .args(["-H", &format!("Host: {host}")])
+            .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
+    )
+}
+
+/// `proxy`'s refusals at the door for `reason`.
+fn refused(proxy: &Proxy, reason: &str) -> f64 {
+    proxy.sum(
+        "robotsgate_downstream_refusals_total",
+        &format!("reason=\"{reason}\""),
+    )
+}
+
+/// `proxy`'s own member id (its `/fleet`).
+fn member_id(proxy: &Proxy) -> String {
+    let (_, body) = admin(proxy, "GET", "/fleet");
+    let fleet: Value = serde_json::from_str(&body).expect("/fleet JSON");
+    fleet["me"].as_str().expect("me").to_string()
+}
+
+/// A certificate from the fleet CA that names no live member, and the certificate of a
+/// member that left, are refused before any exchange (nothing reaches the origin); a
+/// live member's certificate is served — a stolen member key works only while that
+/// member is in the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_live_members_certificate_opens_the_peer_channel() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let mut proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    let context = r#"{"c":"127.0.0.1"}"#;
+    let stranger = (certs().file("member.pem"), certs().file("member.key"));
+    let target = origin.url("/stranger");
+    assert_eq!(
+        as_peer(&proxies[0], &stranger.0, &stranger.1, &target, context),
+        0
+    );
+    assert_eq!(refused(&proxies[0], "peer_not_member"), 1.0);
+
+    let leaver = Credential::of(&proxies[1]);
+    let target = origin.url("/while-member");
+    assert_eq!(
+        as_peer(&proxies[0], &leaver.cert, &leaver.key, &target, context),
+        200
+    );
+    proxies[1].stop();
+    let gone = eventually(Duration::from_secs(5), || {
+        crate::fleet_fixture::members(&proxies[0]) == 1
+    })
+    .await;
+    assert!(gone, "the member never left:\n{}", proxies[0].log());
+    let target = origin.url("/after-leaving");
+    assert_eq!(
+        as_peer(&proxies[0], &leaver.cert, &leaver.key, &target, context),
+        0
+    );
+    assert_eq!(refused(&proxies[0], "peer_not_member"), 2.0);
+    assert_eq!(origin.count("/stranger"), 0);
+    assert_eq!(origin.count("/while-member"), 1);
+    assert_eq!(origin.count("/after-leaving"), 0);
+}
+
+/// The member a request comes from is its connection's certificate's: a member's
+/// context naming another member (`"m"`) moves nothing there. Its traffic, all from
+/// member 2's connection though it names member 1, makes the origin follow member 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_cannot_name_another_member() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let conf = fleet_conf(&redis).set("fleet.follow_traffic_seconds", 1.0);
+    let proxies = instances(3, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let named = member_id(&proxies[1]);
+    let context = format!(r#"{{"c":"127.0.0.1","m":"{named}"}}"#);
+    let sender = Credential::of(&proxies[2]);
+    let mut n = 0;
+    let moved = eventually(Duration::from_secs(15), || {
+        for _ in 0..5 {
+            n += 1;
+            let target = origin.url(&format!("/p/{n}"));
+            let status = as_peer(&proxies[0], &sender.cert, &sender.key, &target, &context);
+            assert!(matches!(status, 200 | 503), "{status}");
+        }
+        owner_index(&proxies, &origin) != Some(0)
+    })
+    .await;
+    assert!(moved, "never followed:\n{}", proxies[0].log());
+    // The former owner hands it to the member its traffic came from: the certificate's.
+    let went_to = owner_seen_by(&proxies[0], &origin);
+    assert_eq!(
+        went_to,
+        Some(member_id(&proxies[2])),
+        "not the certificate's member"
+    );
+    assert_ne!(owner_index(&proxies, &origin), Some(1));
+}
+
+/// The peer port's limits: connections beyond `fleet.peer_max_connections_per_client`
+/// from one address are closed at once and counted; one from an address no member
+/// advertises (127.0.0.2) never reaches a handshake; silent ones are closed at the
+/// handshake timeout, and the members' own hand-overs go on once they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_port_has_limits_of_its_own() {
+    let redis = Redis::start();
+    let origin = TestOrigin::robots("User-agent: *\n").await;
+    let conf = fleet_conf(&redis)
+        .set("fleet.peer_max_connections_per_client", 4)
+        .set("fleet.peer_max_connections", 8)
+        .set("limits.first_byte_timeout_seconds", 1.0);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    let peer = proxies[0].peer.expect("peer");
+
+    let mut silent = Vec::new();
+    for _ in 0..10 {
+        silent.push(tokio::net::TcpStream::connect(peer).await.expect("connect"));
+    }
+    let limited = eventually(Duration::from_secs(3), || {
+        refused(&proxies[0], "peer_client_connection_limit") == 6.0
+    })
+    .await;
+    assert!(limited, "{}", proxies[0].log());
+    assert_eq!(proxies[0].metric("robotsgate_peer_connections"), Some(4.0));
+    // The six refused are closed by robotsgate (end of stream, no handshake).
+    let mut closed = 0;
+    for stream in &mut silent {
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf)).await;
+        if matches!(read, Ok(Ok(0)) | Ok(Err(_))) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 6);
+
+    let stranger = stranger_connection(peer).await;
+    let away = eventually(Duration::from_secs(5), || {
+        refused(&proxies[0], "peer_address") == 1.0
+    })
+    .await;
+    assert!(away, "{}", proxies[0].log());
+    drop(stranger);
+
+    // Silent ones go at the handshake timeout (at least 5 s), and a member's hand-over
+    // is served again.
+    let freed = eventually(Duration::from_secs(10), || {
+        proxies[0].metric("robotsgate_peer_connections") == Some(0.0)
+    })
+    .await;
+    assert!(freed);
+    assert_eq!(curl(&proxies[1], &origin.url("/handed"), &[]).0, 200);
+    assert_eq!(origin.count("/handed"), 1);
+}
+
+/// A TCP connection to `peer` from 127.0.0.2, an address no member advertises.
+async fn stranger_connection(peer: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("addr"))
+        .expect("bind 127.0.0.2");
+    socket.connect(peer).await.expect("connect")
+}
+
+/// A member whose `fleet.peer_address` is another live member's, or an address where
+/// no peer channel answers (an origin), is refused at join: it never registers, says
+/// why in `/readyz`, `/fleet` and its log, and counts it
+/// (`robotsgate_fleet_backend_unavailable{cause="peer_address"}`); the fleet goes on
+/// with the members that are right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_peer_address_is_refused_at_join() {
+    let redis = Redis::start();
+    let origin = TestOrigin::robots("User-agent: *\n").await;
+    let conf = fleet_conf(&redis);
+    let first = instances(1, &conf);
+    backend_up(&first).await;
+    let taken = first[0].peer.expect("peer").to_string();
+    let elsewhere = origin
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    for (address, why) in [(taken, "answers there"), (elsewhere, "answered at")] {
+        let wrong = Proxy::start_for_loopback(&conf.clone().set("fleet.peer_address", &address));
+        let said = eventually(Duration::from_secs(10), || {
+            let (status, body) = admin(&wrong, "GET", "/readyz");
+            status == 503 && body.contains("fleet.peer_address") && body.contains(why)
+        })
+        .await;
+        assert!(
+            said,
+            "{address}: {:?}\n{}",
+            admin(&wrong, "GET", "/readyz"),
+            wrong.log()
+        );
+        let unavailable = wrong.sum(
+            "robotsgate_fleet_backend_unavailable",
+            "cause=\"peer_address\"",
+        );
+        assert_eq!(unavailable, 1.0, "{address}");
+        let (_, fleet) = admin(&wrong, "GET", "/fleet");
+        let fleet: Value = serde_json::from_str(&fleet).expect("/fleet JSON");
+        assert!(
+            fleet["unavailable"]
+                .as_str()
+                .is_some_and(|u| u.contains(why)),
+            "{fleet}"
+        );
+        assert!(wrong.log().contains("not joining"), "{}", wrong.log());
+        assert_eq!(
+            crate::fleet_fixture::members(&first[0]),
+            1,
+            "{address} joined"
+        );
+    }
+    assert_eq!(curl(&first[0], &origin.url("/served"), &[]).0, 200);
+}
