@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds robotsgate and runs it with the shipped configuration (conf/robotsgate.yaml):
 # proxy on 127.0.0.1:8080 (HTTP and HTTPS via CONNECT), admin/metrics on 127.0.0.1:9090.
-# On first run it creates the operator CA in var/ (see README, "HTTPS"). Extra arguments
+# On first run it creates the operator CA in var/ (see docs/https.md). Extra arguments
 # go to `run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

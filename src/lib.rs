@@ -25,7 +25,9 @@
 //! Data flows one way: request → [`policy::target`] (origin + canonical path) →
 //! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
 //! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
-//! [`robots`] (the verdict) → [`pacing`] (the request's turn) → upstream.
+//! [`robots`] (the verdict) → in a fleet, [`fleet`] (who owns the origin: here, or
+//! handed over on the peer channel to its owner, which takes the request from the top)
+//! → [`pacing`] (the request's turn) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
 //! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that
@@ -49,6 +51,9 @@
 //! | [`error`] | the shape typed errors share: a kind, words, the error behind it |
 
 #![warn(missing_docs)]
+// The documentation is for contributors, built with `--document-private-items`
+// (scripts/test.sh denies its warnings): links to private items resolve there.
+#![allow(rustdoc::private_intra_doc_links)]
 // Crate-private items too: a newcomer reads every layer, not only its public face.
 #![warn(clippy::missing_docs_in_private_items)]
 

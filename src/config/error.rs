@@ -163,7 +163,7 @@ impl std::error::Error for ConfigError {
 }
 
 /// One step of a key's path: a name, and an index into the list it holds.
-struct Step<'a> {
+struct KeyStep<'a> {
     /// The mapping key.
     name: &'a str,
     /// `name[i]`: the i-th item of its list.
@@ -172,15 +172,15 @@ struct Step<'a> {
 
 /// The steps of `robotsgate.agent.rules[1].identity` (a combined key such as
 /// `` tls.ca_cert`/`ca_key `` counts as its first part).
-fn steps(key: &str) -> Vec<Step<'_>> {
+fn steps(key: &str) -> Vec<KeyStep<'_>> {
     let key = key.split('`').next().unwrap_or(key);
     key.split('.')
         .map(|part| match part.split_once('[') {
-            Some((name, rest)) => Step {
+            Some((name, rest)) => KeyStep {
                 name,
                 index: rest.trim_end_matches(']').parse().ok(),
             },
-            None => Step {
+            None => KeyStep {
                 name: part,
                 index: None,
             },

@@ -36,12 +36,14 @@ use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
 use crate::downstream::tunnel_handover::{Relayed, TunnelHandOver};
 use crate::enforce::{
-    bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Unpaced,
+    bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Turn, Unpaced,
 };
-use crate::fleet::PeerContext;
+use crate::fleet::{PeerContext, Reroutes};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
 use crate::telemetry::metrics::{self, Outcome, TunnelMode};
+
+mod blind;
 
 /// Blind-tunnel rules applied to a CONNECT's destination.
 impl BlindTunnelRule {
@@ -383,125 +385,6 @@ impl Tunnels {
                 None
             }
         }
-    }
-
-    /// A blind tunnel: host-level checks, a paced connection start, then bytes both ways.
-    /// `destination` is a redirected connection's: the relay goes there, and nothing is
-    /// written to the client before it (no `200` for a CONNECT that was never sent, no
-    /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
-    ///
-    /// In fleet mode it is routed first: to an origin another member owns, it is handed
-    /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
-    /// `200` or refused over HTTP whatever its mode, and never handed on. An owner that
-    /// gave the key up (released it, handed it on, leaving) refuses before opening
-    /// anything: the tunnel is routed once more, as one is whose key this instance gave
-    /// up while it queued for its turn.
-    async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
-        &self,
-        mut l4: S,
-        origin: Origin,
-        who: &Requester<'_>,
-        started: Instant,
-        destination: Option<SocketAddr>,
-        handed: Option<&str>,
-    ) {
-        let shown = origin.to_string();
-        let mode = if destination.is_some() && handed.is_none() {
-            TunnelMode::TransparentBlind
-        } else {
-            TunnelMode::Blind
-        };
-        let root = Target {
-            origin,
-            path: CanonicalPath::new("/").into_owned(),
-        };
-        let connect = mode != TunnelMode::TransparentBlind;
-        let mut reroutes = 0;
-        let (addr, permit) = loop {
-            let decision = self
-                .enforcer
-                .decide_tunnel(&root, who, destination, handed)
-                .await;
-            let owner = match decision {
-                Decision::Refuse(reply) => {
-                    return self
-                        .refuse(&mut l4, &shown, mode, &reply.answer(), started)
-                        .await
-                }
-                Decision::Forward { addr, pace, .. } => match self.enforcer.pace(&pace).await {
-                    Ok(permit) => break (addr, permit),
-                    // Given up here while it queued (see `RobotsGateProxy::act_on`):
-                    // routed once more.
-                    Err(Unpaced::GaveUp(_))
-                        if handed.is_none() && reroutes < crate::fleet::MAX_REROUTES =>
-                    {
-                        reroutes += 1;
-                        continue;
-                    }
-                    Err(unpaced) => {
-                        let answer = unpaced.answer();
-                        return self.refuse(&mut l4, &shown, mode, &answer, started).await;
-                    }
-                },
-                Decision::HandOver(owner) => owner,
-            };
-            let context = PeerContext {
-                client: who.client,
-                user: None,
-                tunnel: None,
-                destination,
-                http2: false,
-            };
-            let relayed = self
-                .handover
-                .relay(
-                    &self.enforcer,
-                    &mut l4,
-                    &owner,
-                    &root.origin,
-                    context,
-                    connect,
-                )
-                .await;
-            match relayed {
-                Err(answer) => return self.refuse(&mut l4, &shown, mode, &answer, started).await,
-                // The owner gave the key up before opening anything: routed once more.
-                Ok(Relayed::GaveUp(_)) if reroutes < crate::fleet::MAX_REROUTES => reroutes += 1,
-                Ok(Relayed::GaveUp(head)) => {
-                    if connect {
-                        let _ = l4.write_all(&head).await;
-                        let _ = l4.flush().await;
-                    }
-                    return log_tunnel(&shown, mode, "fleet_unavailable", started);
-                }
-                Ok(Relayed::Done) => return log_tunnel(&shown, mode, "handed_over", started),
-            }
-        };
-        let upstream = tokio::time::timeout(
-            self.policy.connect_timeout,
-            crate::origin::loops::connect(addr, self.policy.mark),
-        )
-        .await;
-        // The schedule counts connection starts: the next may begin a delay after this one
-        // (what a blind tunnel carries is not seen, so its exchanges cannot be followed).
-        permit.end(ExchangeEnd::Complete);
-        let mut upstream = match upstream {
-            Ok(Ok(upstream)) => upstream,
-            Ok(Err(e)) => {
-                let answer = upstream_unreachable(&shown, &e.to_string());
-                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
-            }
-            Err(_) => {
-                let answer = upstream_unreachable(&shown, "connect timed out");
-                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
-            }
-        };
-        if mode == TunnelMode::Blind && !established(&mut l4).await {
-            return;
-        }
-        metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
-        log_tunnel(&shown, mode, "tunnelled", started);
-        let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
     }
 
     /// A blind tunnel another member handed over on the peer channel (`stream`, its

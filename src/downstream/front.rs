@@ -45,14 +45,13 @@ use crate::downstream::context::{ClientContext, Handed};
 use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
-use crate::downstream::peer_door::PeerDoor;
+use crate::downstream::peer_door::{handed_context, PeerDoor};
 use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::relay::{self, Asked, Relayable, RequestHandOver};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
 use crate::fleet::PeerContext;
-use crate::policy::target::Origin;
 use crate::telemetry::metrics;
 
 /// Which listener a connection arrived on.
@@ -445,7 +444,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             .peer
             .as_deref()
             .and_then(PeerContext::decode)
-            .and_then(|p| self.context_of(p, member).ok());
+            .and_then(|p| handed_context(&self.access, p, member));
         match handed {
             Some(handed) => {
                 *context = handed;
@@ -458,34 +457,6 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 false
             }
         }
-    }
-
-    /// A handed-over request's context, from what `member` (the connection's, from its
-    /// certificate) says of it.
-    fn context_of(&self, peer: PeerContext, member: String) -> Result<ClientContext, ()> {
-        let user = self
-            .access
-            .user_named(peer.user.as_deref())
-            .map_err(|_| ())?;
-        let tunnel = match &peer.tunnel {
-            Some(origin) => Some(Arc::new(Origin::parse(origin).map_err(|_| ())?)),
-            None => None,
-        };
-        Ok(ClientContext {
-            tunnel,
-            user,
-            destination: peer.destination,
-            protocol: if peer.http2 {
-                metrics::Protocol::Http2
-            } else {
-                metrics::Protocol::Http1
-            },
-            handed: Some(Handed {
-                member,
-                client: peer.client,
-            }),
-            started: None,
-        })
     }
 
     /// Opens the tunnel a CONNECT asks for: its TLS stream (the origin kept in

@@ -150,13 +150,13 @@ struct InProgress {
 }
 
 /// One stream in progress (see [`InProgress`]), counted in the process's too.
-struct Serving(Arc<InProgress>, crate::downstream::drain::Serving);
+struct StreamServing(Arc<InProgress>, crate::downstream::drain::Serving);
 
 impl InProgress {
     /// Counts one more stream served until the returned guard drops.
-    fn start(self: &Arc<Self>) -> Serving {
+    fn start(self: &Arc<Self>) -> StreamServing {
         self.count.fetch_add(1, Ordering::AcqRel);
-        Serving(self.clone(), crate::downstream::drain::Serving::start())
+        StreamServing(self.clone(), crate::downstream::drain::Serving::start())
     }
 
     /// Resolves once no stream has been in progress for `idle`.
@@ -176,7 +176,7 @@ impl InProgress {
     }
 }
 
-impl Drop for Serving {
+impl Drop for StreamServing {
     fn drop(&mut self) {
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.none.notify_waiters();

@@ -3,7 +3,7 @@
 //! a client may hold open ([`slots`]), what the front tells the proxy about each request
 //! ([`context`]), [`access`] control, CONNECT tunnels ([`connect`]), TLS interception
 //! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
-//! ([`transparent`]), refusals and answers written on raw client streams ([`reply`]),
+//! ([`transparent`]), refusals and answers written on raw client streams ([`refuse`]),
 //! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
 //! sent together with their bodies ([`coalesce`]), a client that takes none of its
 //! answer ([`unread`]), plain requests relayed to their

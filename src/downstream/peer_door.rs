@@ -14,7 +14,8 @@
 //!    member's from then on, whatever its requests' headers say.
 //!
 //! Each request on it is then served only while that member is live
-//! ([`PeerDoor::still_member`]).
+//! ([`PeerDoor::still_member`]), with the context its header gives
+//! ([`handed_context`]) and the connection's member.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -23,8 +24,11 @@ use std::time::Duration;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 
+use crate::downstream::access::AccessPolicy;
+use crate::downstream::context::{ClientContext, Handed};
 use crate::downstream::slots::{Full, Slot, SlotKind, Slots};
-use crate::fleet::Owners;
+use crate::fleet::{Owners, PeerContext};
+use crate::policy::target::Origin;
 use crate::telemetry::metrics::{self, RefusalReason};
 
 /// What admits a connection to the peer channel.
@@ -146,4 +150,34 @@ fn refused<T>(reason: RefusalReason, from: Option<IpAddr>, why: &str) -> Option<
     metrics::record_refusal(reason);
     log::warn!("peer channel: a connection from {from:?} was refused: {why}");
     None
+}
+
+/// A handed-over request's context: what `member` (the connection's, from its
+/// certificate) says of it in its `robotsgate-peer` header; `None` when it names a
+/// user `access` does not know or an unreadable tunnel origin.
+pub fn handed_context(
+    access: &AccessPolicy,
+    peer: PeerContext,
+    member: String,
+) -> Option<ClientContext> {
+    let user = access.user_named(peer.user.as_deref()).ok()?;
+    let tunnel = match &peer.tunnel {
+        Some(origin) => Some(Arc::new(Origin::parse(origin).ok()?)),
+        None => None,
+    };
+    Some(ClientContext {
+        tunnel,
+        user,
+        destination: peer.destination,
+        protocol: if peer.http2 {
+            metrics::Protocol::Http2
+        } else {
+            metrics::Protocol::Http1
+        },
+        handed: Some(Handed {
+            member,
+            client: peer.client,
+        }),
+        started: None,
+    })
 }

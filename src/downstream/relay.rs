@@ -9,7 +9,7 @@
 //! 1. **The request** is parsed as the proxy's path parses it (Pingora's HTTP/1 server
 //!    session over its head), and the request sent to the owner is rebuilt from that
 //!    parse: its proxy credentials, `Connection` and any `robotsgate-peer` removed, this
-//!    member's [`PeerContext`] added, written by Pingora's client session. A head the
+//!    member's [`PeerContext`](crate::fleet::PeerContext) added, written by Pingora's client session. A head the
 //!    proxy's path accepts is relayed as the proxy's path would have read it.
 //! 2. **The owner's answer** is read by Pingora's HTTP/1 client session on a pooled
 //!    mutual-TLS connection to the owner's peer channel — the library the owner wrote it

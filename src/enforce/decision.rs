@@ -92,7 +92,7 @@ impl std::fmt::Debug for Pace {
 /// itself, rendered into the client's answer in one place ([`Refusal::answer`]).
 #[derive(Debug)]
 pub enum Decision {
-    /// Allowed: wait for `pace` (see [`Enforcer::pace`]), then connect to `addr` and send
+    /// Allowed: wait for `pace` (see [`Enforcer::pace`](crate::enforce::Enforcer::pace)), then connect to `addr` and send
     /// the target's canonical path.
     Forward {
         /// The approved address to connect to.

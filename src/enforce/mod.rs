@@ -1,13 +1,14 @@
-//! Enforcement as a library: the two calls a Pingora `ProxyHttp` makes per request.
+//! Enforcement as a library: the calls a Pingora `ProxyHttp` makes per request.
 //!
 //! [`Enforcer::decide`] takes where a request goes ([`Target`]) and who sends it, and
-//! answers either "forward to this address" or "answer the client with this": the
-//! egress checks, the robots.txt lookup (fetching it if needed) and the verdict, in that
-//! order. [`Enforcer::pace`] then waits for the request's turn and returns the [`Turn`]
-//! to hold until the origin's exchange has ended. Neither knows Pingora's
-//! session types, so any proxy — robotsgate's own (`proxy.rs`) or someone else's
-//! (`examples/embedded.rs`) — can call them from its `request_filter` and write the
-//! [`Answer`] however it writes responses.
+//! answers with a [`Decision`]: forward to this address, hand it to the origin's owner
+//! (fleet mode), or answer the client with this: the egress checks, the robots.txt
+//! lookup (fetching it if needed), the verdict and the routing, in that order.
+//! [`Enforcer::pace`] then waits for the request's turn and returns the [`Turn`] to hold
+//! until the origin's exchange has ended. None knows Pingora's session types, so any
+//! proxy — robotsgate's own (`crate::proxy`) or someone else's (`examples/embedded.rs`)
+//! — can call them from its `request_filter` and write the [`Answer`] however it writes
+//! responses.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -151,6 +152,10 @@ impl Enforcer {
             _ => None,
         };
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
+        if let Some(owners) = owners.clone() {
+            // A robots.txt fetch goes to the origin only from the key's owner.
+            store.act_only_when(Box::new(move |entry| owners.owns(&owned::key_of(entry))));
+        }
         Ok(Enforcer {
             store,
             pacer,

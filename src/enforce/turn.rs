@@ -1,5 +1,5 @@
 //! A request's turn as the proxy holds it: the pacing turns it was granted, and how the
-//! origin's exchange ended, which decides when they end (see the README, "A turn: what
+//! origin's exchange ended, which decides when they end (see docs/enforcement.md, "A turn: what
 //! the origin sees").
 
 use std::sync::Arc;

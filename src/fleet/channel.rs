@@ -38,7 +38,25 @@ pub const PEER_HEADER: &str = "robotsgate-peer";
 /// having given its key up or never received it: twice, for a member can meet a leaving
 /// owner again once (another request of its own learnt it anew before hearing that it
 /// leaves).
-pub const MAX_REROUTES: u8 = 2;
+const MAX_REROUTES: u8 = 2;
+
+/// How many times a request (or a tunnel) was routed once more: the one place that
+/// decides whether it may be again, whichever path it takes (the proxy, the front's
+/// relay, a tunnel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reroutes(u8);
+
+impl Reroutes {
+    /// The next routing, when one more is allowed.
+    pub fn again(self) -> Option<Reroutes> {
+        (self.0 < MAX_REROUTES).then_some(Reroutes(self.0 + 1))
+    }
+
+    /// May it be routed once more?
+    pub fn allowed(self) -> bool {
+        self.again().is_some()
+    }
+}
 
 /// Whether an owner's answer (its status and `X-Robots-Decision`) says it no longer
 /// serves the key — it released it, handed it to another member, or is leaving — and so

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 pub use backend::{Fleet, FleetEvent, Unavailable};
 pub use budgets::FleetTally;
-pub use channel::{owner_gave_up, PeerContext, PeerTls, MAX_REROUTES, PEER_HEADER};
+pub use channel::{owner_gave_up, PeerContext, PeerTls, Reroutes, PEER_HEADER};
 pub use membership::{Member, Membership};
 pub use ownership::{Inherited, Owner, Route};
 pub use robots::{FetchLock, SharedRobots, ROBOTS_KEEP};
@@ -129,6 +129,11 @@ impl Owners {
     /// without routing it (see [`Ownership::peek`]).
     pub fn peek(&self, key: &str) -> Option<Owner> {
         self.ownership.peek(key)
+    }
+
+    /// Does this instance hold `key` as its owner now (see [`Ownership::owns`])?
+    pub fn owns(&self, key: &str) -> bool {
+        self.ownership.owns(key)
     }
 
     /// May this instance act for `key` now: its owner, its lease valid by its own clock?

@@ -11,13 +11,13 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// A script's name, and its source.
-type Source = (&'static str, &'static str);
+type ScriptSource = (&'static str, &'static str);
 
 /// What the membership and ownership scripts share (see the file).
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// Every script, by name.
-const SOURCES: &[Source] = &[
+const SOURCES: &[ScriptSource] = &[
     ("member_renew", include_str!("scripts/member_renew.lua")),
     ("member_leave", include_str!("scripts/member_leave.lua")),
     ("own_claim", include_str!("scripts/own_claim.lua")),

@@ -34,12 +34,12 @@ pub const FOLLOW_AFTER: u32 = 16;
 #[derive(Default)]
 pub struct Traffic {
     /// By key.
-    keys: Mutex<HashMap<String, Asked>>,
+    keys: Mutex<HashMap<String, KeyTraffic>>,
 }
 
 /// When one key was last asked for, and its current streak.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Asked {
+struct KeyTraffic {
     /// Its last request.
     at: Instant,
     /// The member the streak's requests came from; `None`: the last request came from a
@@ -49,7 +49,7 @@ struct Asked {
     length: u32,
 }
 
-impl Asked {
+impl KeyTraffic {
     /// Counts one request, `from` a member (its id) or this instance's own client.
     fn count(&mut self, from: Option<&str>) {
         self.at = Instant::now();
@@ -70,7 +70,7 @@ impl Traffic {
         match keys.get_mut(key) {
             Some(asked) => asked.count(from),
             None => {
-                let mut asked = Asked {
+                let mut asked = KeyTraffic {
                     at: Instant::now(),
                     via: None,
                     length: 0,

@@ -101,25 +101,25 @@ fn network_cause(e: &pingora::Error) -> String {
 }
 
 /// Why one exchange failed: its short cause and the whole story.
-struct Failure {
+struct FetchFailure {
     /// Short and header-safe (`timeout`, `connect-refused`, …).
     cause: String,
     /// What happened, for people.
     why: String,
 }
 
-impl Failure {
+impl FetchFailure {
     /// A failure with its short cause and its story.
-    fn new(cause: impl Into<String>, why: impl Into<String>) -> Failure {
-        Failure {
+    fn new(cause: impl Into<String>, why: impl Into<String>) -> FetchFailure {
+        FetchFailure {
             cause: cause.into(),
             why: why.into(),
         }
     }
 
     /// A network failure while `context`, from Pingora's error.
-    fn network(context: &str, e: &pingora::Error) -> Failure {
-        Failure::new(network_cause(e), format!("{context}: {e}"))
+    fn network(context: &str, e: &pingora::Error) -> FetchFailure {
+        FetchFailure::new(network_cause(e), format!("{context}: {e}"))
     }
 }
 
@@ -170,7 +170,7 @@ pub struct Fetcher {
 }
 
 /// The outcome of a fetch that could not read robots.txt.
-fn unreachable(failure: Failure) -> FetchOutcome {
+fn unreachable(failure: FetchFailure) -> FetchOutcome {
     FetchOutcome::Unreachable {
         status: None,
         why: failure.why,
@@ -251,7 +251,7 @@ impl Fetcher {
     pub async fn fetch(&self, origin: &Origin) -> FetchOutcome {
         match tokio::time::timeout(self.timeout, self.follow(origin)).await {
             Ok(outcome) => outcome,
-            Err(_) => unreachable(Failure::new(
+            Err(_) => unreachable(FetchFailure::new(
                 "timeout",
                 format!("timed out after {:?}", self.timeout),
             )),
@@ -330,7 +330,7 @@ impl Fetcher {
                     };
                 }
                 _ => {
-                    return unreachable(Failure::new(
+                    return unreachable(FetchFailure::new(
                         format!("http-{status}"),
                         format!("unexpected status {status}"),
                     ))
@@ -346,19 +346,19 @@ impl Fetcher {
     }
 
     /// The first address of `origin` that egress allows, or why there is none.
-    async fn destination(&self, origin: &Origin) -> Result<std::net::IpAddr, Failure> {
+    async fn destination(&self, origin: &Origin) -> Result<std::net::IpAddr, FetchFailure> {
         let addrs = crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
             .await
-            .map_err(|r| Failure::new("egress-denied", r.to_string()))?
-            .map_err(|e| Failure::new(e.cause, e.message))?;
+            .map_err(|r| FetchFailure::new("egress-denied", r.to_string()))?
+            .map_err(|e| FetchFailure::new(e.cause, e.message))?;
         addrs
             .first()
             .copied()
-            .ok_or_else(|| Failure::new("dns-no-address", "the name has no address"))
+            .ok_or_else(|| FetchFailure::new("dns-no-address", "the name has no address"))
     }
 
     /// One GET of `path` at `origin`: resolved, checked, paced by its caller, read within limits.
-    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, Failure> {
+    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, FetchFailure> {
         let addr = SocketAddr::new(self.destination(origin).await?, origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
         peer.options.connection_timeout = Some(self.timeout);
@@ -373,23 +373,23 @@ impl Fetcher {
             .connector
             .get_http_session(&peer)
             .await
-            .map_err(|e| Failure::network(&format!("connect {addr}"), &e))?;
+            .map_err(|e| FetchFailure::network(&format!("connect {addr}"), &e))?;
         let request = self.request(&session, origin, path)?;
         session
             .write_request_header(Box::new(request))
             .await
-            .map_err(|e| Failure::network("sending request", &e))?;
+            .map_err(|e| FetchFailure::network("sending request", &e))?;
         session
             .finish_request_body()
             .await
-            .map_err(|e| Failure::network("sending request", &e))?;
+            .map_err(|e| FetchFailure::network("sending request", &e))?;
         session
             .read_response_header()
             .await
-            .map_err(|e| Failure::network("reading response", &e))?;
+            .map_err(|e| FetchFailure::network("reading response", &e))?;
         let head = session
             .response_header()
-            .ok_or_else(|| Failure::new("network-error", "no response header"))?;
+            .ok_or_else(|| FetchFailure::new("network-error", "no response header"))?;
         let status = head.status.as_u16();
         let text = |name: &str| {
             head.headers
@@ -430,8 +430,8 @@ impl Fetcher {
         session: &HttpSession,
         origin: &Origin,
         path: &str,
-    ) -> Result<RequestHeader, Failure> {
-        let internal = |e: Box<pingora::Error>| Failure::new("internal-error", e.to_string());
+    ) -> Result<RequestHeader, FetchFailure> {
+        let internal = |e: Box<pingora::Error>| FetchFailure::new("internal-error", e.to_string());
         let authority = origin.authority().to_string();
         let mut request = if matches!(session, HttpSession::H2(_)) {
             let mut request =
@@ -441,7 +441,7 @@ impl Fetcher {
                 .authority(authority.as_str())
                 .path_and_query(path)
                 .build()
-                .map_err(|e| Failure::new("internal-error", e.to_string()))?;
+                .map_err(|e| FetchFailure::new("internal-error", e.to_string()))?;
             request.set_uri(uri);
             request
         } else {
@@ -473,7 +473,7 @@ impl Fetcher {
 
 /// A 2xx answer's body, read to its end or just past [`MAX_ROBOTS_BYTES`]; whether it
 /// was read to its end.
-async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), Failure> {
+async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), FetchFailure> {
     let mut body = BytesMut::new();
     while body.len() <= MAX_ROBOTS_BYTES {
         match session.read_response_body().await {
@@ -484,7 +484,7 @@ async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), Failur
                     pingora::ErrorType::ReadTimedout => "timeout",
                     _ => "truncated-body",
                 };
-                return Err(Failure::new(cause, format!("reading body: {e}")));
+                return Err(FetchFailure::new(cause, format!("reading body: {e}")));
             }
         }
     }

@@ -147,7 +147,7 @@ impl StateFile {
         load_at_start(store, &self.path, limits, &self.key, upgrade);
     }
 
-    /// Writes it now (see [`write`]).
+    /// Writes it now (see [`write()`]).
     pub fn write(&self, store: &OriginStore, why: &str) {
         write(store, &self.path, &self.key, why);
     }

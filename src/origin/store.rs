@@ -152,6 +152,9 @@ pub struct OriginStore {
     config: RobotsConfig,
     /// The shared backend, in fleet mode.
     fleet: Option<Arc<Fleet>>,
+    /// Fleet mode: does this instance own an entry's key now? A robots.txt fetch is a
+    /// request to the origin like any other, made only by its owner.
+    acting: std::sync::OnceLock<ActingGate>,
     /// This store's counts.
     pub stats: Arc<StoreStats>,
     /// Recent fetches, over all origins.
@@ -161,6 +164,9 @@ pub struct OriginStore {
     /// One fetch per origin at a time.
     flights: Flights,
 }
+
+/// Whether this instance owns an entry's key now (fleet mode).
+pub type ActingGate = Box<dyn Fn(&OriginEntry) -> bool + Send + Sync>;
 
 /// Shards of the store (each with its own lock).
 const SHARDS: usize = 16;
@@ -189,6 +195,7 @@ impl OriginStore {
             pacer,
             config,
             fleet,
+            acting: std::sync::OnceLock::new(),
             stats: Arc::default(),
             fetches: Recent::new(HISTORY),
             changes: Recent::new(CHANGES),
@@ -442,6 +449,12 @@ impl OriginStore {
                 store.adopt(&entry, &shared);
             }
         });
+    }
+
+    /// Fleet mode: robots.txt is fetched only when `gate` says this instance owns the
+    /// key then (set once, by the enforcer that owns the fleet's door).
+    pub fn act_only_when(&self, gate: ActingGate) {
+        let _ = self.acting.set(gate);
     }
 
     /// The entry of `origin` and the policy to apply to a request for it now, fetching

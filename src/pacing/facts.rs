@@ -22,7 +22,10 @@ pub struct ScheduleFacts {
     pub group: String,
     /// When its last exchange ended.
     pub last_end: Option<Instant>,
-    /// Until when the origin asked for no request.
+    /// Until when no request may start: the pause the origin asked for, or the next
+    /// turn the delay in force allows after the last end, whichever is later (a new
+    /// owner that has not read the origin's robots.txt yet does not know its
+    /// Crawl-delay: its first request, a robots.txt fetch, waits for this).
     pub paused_until: Option<Instant>,
     /// The backoff in force.
     pub backoff: Duration,
@@ -33,10 +36,11 @@ impl ScheduleFacts {
     pub(super) fn of(schedule: &Schedule) -> ScheduleFacts {
         let now = Instant::now();
         let t = lock(&schedule.timing);
+        let next = crate::pacing::rules::next_start(&t, now).filter(|at| *at > now);
         ScheduleFacts {
             group: schedule.group.clone(),
             last_end: t.last_end,
-            paused_until: t.paused_until.filter(|p| *p > now),
+            paused_until: later(t.paused_until.filter(|p| *p > now), next),
             backoff: t.backoff,
         }
     }

@@ -92,7 +92,7 @@ impl Timing {
     }
 
     /// Would a schedule made afresh (given the origin's baseline, which outlives it:
-    /// [`ScheduleList::baseline`]) behave the same from now on? Then this one can be
+    /// [`ScheduleList::baseline`](crate::pacing::local::ScheduleList::baseline)) behave the same from now on? Then this one can be
     /// forgotten: no pause, backoff or slow-down, and no delay still running from the
     /// last request.
     pub(super) fn forgettable(&self, now: Instant) -> bool {

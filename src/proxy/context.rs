@@ -39,7 +39,7 @@ pub struct RequestContext {
     pub(super) stage: Stage,
     /// The upstream connection's socket (held by this request until its response
     /// ends), to ask the kernel how long a slow response sat unread
-    /// ([`Turn::origin_answered_read_late`]).
+    /// ([`Turns::origin_answered_read_late`](crate::pacing::Turns::origin_answered_read_late)).
     pub(super) upstream_fd: Option<RawFd>,
     /// robotsgate's own answer to write when an attempt sent again found no turn.
     pub(super) unsent: Option<Answer>,
@@ -120,8 +120,8 @@ pub(super) enum Stage {
         /// request: it is routed once more.
         gave_up: bool,
         /// How many times it was routed once more (at most
-        /// [`MAX_REROUTES`](crate::fleet::MAX_REROUTES)).
-        reroutes: u8,
+        /// [`Reroutes`](crate::fleet::Reroutes)).
+        reroutes: crate::fleet::Reroutes,
     },
 }
 

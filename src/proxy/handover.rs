@@ -20,7 +20,7 @@ use pingora::upstreams::peer::HttpPeer;
 use super::context::{RequestContext, Stage};
 use super::exchange::UpstreamOptions;
 use crate::enforce::{Answer, Enforcer, Refusal};
-use crate::fleet::{Owner, MAX_REROUTES, PEER_HEADER};
+use crate::fleet::{Owner, PEER_HEADER};
 
 /// The owner's peer channel, as Pingora's upstream.
 pub(super) fn owner_peer(
@@ -124,7 +124,8 @@ fn closed_unanswered(e: &Error) -> bool {
 /// left (its listeners close once it has handed its keys over, before the others hear
 /// of it): the owner is forgotten and the request routed once more
 /// (`RobotsGateProxy::route_again`, which asks Redis who owns the key now). Routed again
-/// [`MAX_REROUTES`] times already: sent to the same owner once more at most.
+/// as often as [`Reroutes`](crate::fleet::Reroutes) allows already: sent to the same
+/// owner once more at most.
 pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
     let Stage::HandedOver {
         owner,
@@ -136,7 +137,7 @@ pub(super) fn retry(enforcer: &Enforcer, e: &mut Error, stage: &mut Stage) {
     else {
         return;
     };
-    if *reroutes < MAX_REROUTES && !*gave_up && e.retry() {
+    if reroutes.allowed() && !*gave_up && e.retry() {
         enforcer.forget_owner(owner);
         *gave_up = true;
         e.set_retry(true);

@@ -104,7 +104,10 @@ impl ProxyHttp for RobotsGateProxy {
         };
         let judged = self.judge(session, ctx, &target).await;
         ctx.target = Some(target);
-        match self.act_on(session, ctx, judged, 0).await? {
+        match self
+            .act_on(session, ctx, judged, crate::fleet::Reroutes::default())
+            .await?
+        {
             Some(answer) => answered(session, ctx, &answer).await,
             None => Ok(false),
         }
@@ -254,7 +257,7 @@ impl ProxyHttp for RobotsGateProxy {
             *upstream_status = Some(upstream_response.status.as_u16());
             if super::handover::owner_gave_up(upstream_response) {
                 self.enforcer.forget_owner(owner);
-                if *reroutes < crate::fleet::MAX_REROUTES {
+                if reroutes.allowed() {
                     // Not relayed: the request is routed once more (`upstream_peer`).
                     *gave_up = true;
                     let mut e = Error::explain(

@@ -13,7 +13,7 @@ use super::headers::request_has_no_body;
 use super::http::RobotsGateProxy;
 use super::request::requester;
 use crate::enforce::{Answer, Decision, Judged, Pace, Turn, Unpaced};
-use crate::fleet::MAX_REROUTES;
+use crate::fleet::Reroutes;
 use crate::policy::target::Target;
 use crate::telemetry::metrics::{Outcome, Retry};
 
@@ -95,7 +95,7 @@ impl RobotsGateProxy {
         session: &mut Session,
         ctx: &mut RequestContext,
         judged: Judged,
-        reroutes: u8,
+        reroutes: Reroutes,
     ) -> Result<Option<Answer>> {
         ctx.tokens_from = judged.tokens_from;
         ctx.mode_from = judged.mode_from;
@@ -136,8 +136,9 @@ impl RobotsGateProxy {
             // traffic, went idle, or this instance is leaving): routed once more, as a
             // member routes again one it handed to an owner that gave it up. One
             // handed over is refused instead, and its member routes it again.
-            Err(Unpaced::GaveUp(_)) if ctx.client.handed.is_none() && reroutes < MAX_REROUTES => {
-                return self.judge_again(session, ctx, reroutes + 1).await;
+            Err(Unpaced::GaveUp(_)) if ctx.client.handed.is_none() && reroutes.allowed() => {
+                let again = reroutes.again().unwrap_or(reroutes);
+                return self.judge_again(session, ctx, again).await;
             }
             Err(unpaced) => return Ok(Some(unpaced.answer())),
         };
@@ -171,9 +172,10 @@ impl RobotsGateProxy {
         ctx: &mut RequestContext,
     ) -> Result<()> {
         let reroutes = match ctx.stage {
-            Stage::HandedOver { reroutes, .. } => reroutes + 1,
-            _ => 1,
+            Stage::HandedOver { reroutes, .. } => reroutes,
+            _ => Reroutes::default(),
         };
+        let reroutes = reroutes.again().unwrap_or(reroutes);
         let Some(answer) = self.judge_again(session, ctx, reroutes).await? else {
             return Ok(());
         };
@@ -190,7 +192,7 @@ impl RobotsGateProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
-        reroutes: u8,
+        reroutes: Reroutes,
     ) -> Result<Option<Answer>> {
         let Some(target) = ctx.target.clone() else {
             return Error::e_explain(ErrorType::InternalError, "routed again without a target");

@@ -1,6 +1,6 @@
 //! Usage preferences: what a site says its content may be used for, per purpose.
 //!
-//! Two rules carry them inside robots.txt groups (SPEC-style notes in the README,
+//! Two rules carry them inside robots.txt groups (SPEC-style notes in docs/usage-and-identity.md,
 //! "Usage preferences"):
 //! - IETF aipref `Content-Usage: [path] statement` (draft-ietf-aipref-attach): an
 //!   optional path starting with `/` and ended by white space, then an RFC 9651

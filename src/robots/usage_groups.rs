@@ -34,7 +34,7 @@ impl UsageGroupId {
 
 /// One source group while parsing: its user-agent names (lower-cased; `*` for the
 /// global group), its first line, and the usage rules it holds.
-struct Source {
+struct GroupSource {
     /// Its user-agent names.
     names: Vec<String>,
     /// Its first line.
@@ -47,7 +47,7 @@ struct Source {
 #[derive(Default)]
 pub(crate) struct UsageGrouper {
     /// The source groups so far.
-    sources: Vec<Source>,
+    sources: Vec<GroupSource>,
     /// A member came after the last `User-agent` line: the next one starts a group.
     after_member: bool,
 }
@@ -57,7 +57,7 @@ impl UsageGrouper {
     /// value that names no agent, which still takes part in grouping).
     pub(crate) fn user_agent(&mut self, name: Option<String>, line: u32) {
         if self.after_member || self.sources.is_empty() {
-            self.sources.push(Source {
+            self.sources.push(GroupSource {
                 names: Vec::new(),
                 line,
                 rules: Vec::new(),

@@ -600,3 +600,35 @@ async fn an_evicting_or_full_redis_is_named_in_readyz() {
         "nothing forwarded while Redis was full"
     );
 }
+
+/// A new owner that must fetch robots.txt itself (the fleet's copy is gone, as after
+/// Redis lost it) keeps the Crawl-delay from the last page the old owner sent: the next
+/// turn the delay allows is handed over with the origin, and the robots.txt fetch, a
+/// request to the origin like any other, waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_owners_robots_fetch_keeps_the_delay_from_the_last_page() {
+    let redis = Redis::start();
+    let origin = paced_origin("2").await;
+    let mut proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    let first = curl(&proxies[0], &origin.url("/first"), &[]);
+    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
+    assert_eq!(
+        crate::fleet_fixture::owner_index(&proxies, &origin),
+        Some(0)
+    );
+    assert_eq!(curl(&proxies[0], &origin.url("/last"), &[]).0, 200);
+    let key = format!("rg:{{{}}}:r", origin.url("").trim_end_matches('/'));
+    assert_eq!(redis_cli(redis.port, &["DEL", &key]), "1");
+    proxies[0].stop();
+    let (status, _, body) = curl(&proxies[1], &origin.url("/next"), &[]);
+    assert_eq!(status, 200, "{body}\n{}", proxies[1].log());
+    let seen = origin.seen();
+    let from = seen
+        .iter()
+        .position(|s| s.target == "/last")
+        .expect("/last reached the origin");
+    let after: Vec<&str> = seen[from..].iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(after, ["/last", "/robots.txt", "/next"], "{after:?}");
+    assert_gaps_at_least(&seen[from..], Duration::from_secs(2));
+}

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
 use super::redis::Val;
-use super::world::{Message, Purpose, World, KEY, TICK};
+use super::world::{Awaits, Message, World, KEY, TICK};
 use crate::fleet::standing::Ms;
 
 /// The fingerprint of `world` (see the module).
@@ -198,8 +198,8 @@ impl Alike {
             }
         }
         match &m.purpose {
-            Purpose::Renew(sent) => (0u8, self.time(*sent)).hash(h),
-            Purpose::Claim(epoch, generation, how) => {
+            Awaits::Renew(sent) => (0u8, self.time(*sent)).hash(h),
+            Awaits::Claim(epoch, generation, how) => {
                 (1u8, self.epoch(*epoch), generation, how).hash(h);
             }
             other => other.hash(h),
@@ -260,7 +260,7 @@ fn epochs(world: &World) -> BTreeSet<u64> {
         if let Some(arg) = m.args.get(1) {
             add(arg);
         }
-        if let Purpose::Claim(epoch, ..) = m.purpose {
+        if let Awaits::Claim(epoch, ..) = m.purpose {
             add(&epoch.to_string());
         }
         match (m.script, m.answer.as_deref()) {

@@ -106,7 +106,7 @@ impl Dice {
 }
 
 /// One step: a direct write (`None` script) or a script call.
-struct Step {
+struct Operation {
     /// The script, or `None` for a direct write.
     script: Option<&'static str>,
     /// A direct write's command words, or the script's keys.
@@ -131,17 +131,17 @@ const KEYS5: [&str; 5] = [
 /// A random step at `now`, with `run_id` the real server's: mostly a coherent world
 /// (one generation, made on this server; members alive), so that every branch of every
 /// script is reached, and now and then anything.
-fn step(dice: &mut Dice, now: i64, run_id: &str) -> Step {
+fn step(dice: &mut Dice, now: i64, run_id: &str) -> Operation {
     let id = dice.pick(&["a", "b", "c"]).to_string();
     let epoch = dice.pick(&["1", "2", "1", "2", "3", "0"]).to_string();
     let generation = dice.pick(&["g1", "g1", "g1", "g2"]).to_string();
     let time = |d: &mut Dice| (now + [-5000, -1, 3000, 6000, 6000][d.below(5)]).to_string();
-    let write = |words: Vec<&str>| Step {
+    let write = |words: Vec<&str>| Operation {
         script: None,
         keys: words.iter().map(|w| w.to_string()).collect(),
         args: Vec::new(),
     };
-    let script = |name, keys: &[&str], args: Vec<String>| Step {
+    let script = |name, keys: &[&str], args: Vec<String>| Operation {
         script: Some(name),
         keys: keys.iter().map(|k| k.to_string()).collect(),
         args,

@@ -16,6 +16,8 @@
 
 use std::time::Duration;
 
+mod calls;
+
 use super::redis::{Data, Scripts};
 use crate::fleet::ownership::ClaimAnswer;
 use crate::fleet::standing::{Held, Ms, Reassert, Standing, Taking};
@@ -82,7 +84,7 @@ pub enum Life {
 
 /// What a call was for, to act on its answer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Purpose {
+pub enum Awaits {
     /// A renewal sent at this time.
     Renew(Ms),
     /// A claim (or, with a mode, a reassert) sent in this epoch and generation.
@@ -103,14 +105,14 @@ pub struct Message {
     /// Its arguments.
     pub args: Vec<String>,
     /// What it was for.
-    pub purpose: Purpose,
+    pub purpose: Awaits,
     /// Its answer, once Redis ran it (a renewal's: its epoch and generation only).
     pub answer: Option<Vec<String>>,
 }
 
 /// One member.
 #[derive(Clone, Debug)]
-pub struct Node {
+pub struct ModelMember {
     /// Its id.
     pub id: String,
     /// Where it is in its life.
@@ -146,7 +148,7 @@ pub struct World {
     /// Faults so far: restarts, failovers, crashes, give-ups, lettings go.
     pub spent: [u8; 5],
     /// The members.
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<ModelMember>,
     /// A call a member gave up on that Redis may still run (its answer goes nowhere).
     pub orphan: Option<Message>,
 }
@@ -221,7 +223,7 @@ impl World {
     pub fn new(bounds: Bounds) -> World {
         let tick = |t: Ms| Duration::from_millis(u64::try_from(t * TICK).unwrap_or(0));
         let nodes = (0..bounds.members + bounds.joiners)
-            .map(|i| Node {
+            .map(|i| ModelMember {
                 id: char::from(b'a' + i as u8).to_string(),
                 life: if i < bounds.members {
                     Life::Up
@@ -477,162 +479,6 @@ impl World {
         Ok(())
     }
 
-    /// A message for `script` with `keys` and `args`, for `purpose`.
-    fn message(
-        script: &'static str,
-        keys: &[&str],
-        args: Vec<String>,
-        purpose: Purpose,
-    ) -> Message {
-        Message {
-            script,
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-            args,
-            purpose,
-            answer: None,
-        }
-    }
-
-    /// A send step: the member's message built and (`arrives`) run in Redis at once.
-    fn send(&mut self, action: &Action, scripts: &Scripts, arrives: bool) {
-        let i = match *action {
-            Action::Renew(i) => {
-                self.renew(i);
-                i
-            }
-            Action::Claim(i) => {
-                self.claim(i, None);
-                i
-            }
-            Action::Reassert(i) => {
-                let now = self.now;
-                let how = self.nodes[i]
-                    .standing
-                    .unconfirmed(now)
-                    .first()
-                    .map(|(_, h)| *h);
-                self.claim(i, how);
-                i
-            }
-            Action::Release(i) => {
-                self.release(i);
-                i
-            }
-            Action::Deregister(i) => {
-                self.deregister(i);
-                i
-            }
-            _ => return,
-        };
-        if arrives {
-            let renewal = matches!(action, Action::Renew(_));
-            self.run(i, renewal, scripts);
-        }
-    }
-
-    /// Member `i` sends its renewal.
-    fn renew(&mut self, i: usize) {
-        let b = self.bounds;
-        let node = &mut self.nodes[i];
-        let state = if node.standing.leaving() {
-            "leaving"
-        } else {
-            "up"
-        };
-        let args = vec![
-            node.id.clone(),
-            node.standing.epoch().to_string(),
-            (b.lease * TICK).to_string(),
-            format!("peer-{}", node.id),
-            String::new(), // the generation offer: filled in when Redis runs it
-            state.into(),
-            ((b.grace + b.hold) * TICK).to_string(),
-            node.standing.generation().to_string(),
-            node.standing
-                .valid_until()
-                .map_or(0, |v| (v + (b.grace + b.hold) * TICK - self.now).max(0))
-                .to_string(),
-            TICK.to_string(), // the settle window: one tick
-            b.new_data_set.into(),
-        ];
-        let purpose = Purpose::Renew(self.now);
-        node.renewal = Some(World::message("member_renew", &MEMBERSHIP, args, purpose));
-    }
-
-    /// Member `i` claims the key, or (`how`) writes its claim again.
-    fn claim(&mut self, i: usize, how: Option<Reassert>) {
-        let node = &mut self.nodes[i];
-        let (epoch, generation) = (
-            node.standing.epoch(),
-            node.standing.generation().to_string(),
-        );
-        let mode = how.map_or("claim", Reassert::mode);
-        let args = vec![
-            node.id.clone(),
-            epoch.to_string(),
-            generation.clone(),
-            "604800000".into(),
-            mode.into(),
-        ];
-        let keys = [
-            CLAIM,
-            MEMBERSHIP[0],
-            MEMBERSHIP[2],
-            MEMBERSHIP[4],
-            MEMBERSHIP[3],
-        ];
-        let purpose = Purpose::Claim(epoch, generation, how);
-        node.call = Some(World::message("own_claim", &keys, args, purpose));
-    }
-
-    /// Member `i` stops acting for the key, to release it to `heir` once its exchanges
-    /// are over.
-    fn let_go(&mut self, i: usize, heir: Option<usize>) {
-        let heir = heir.map_or(String::new(), |j| self.nodes[j].id.clone());
-        let node = &mut self.nodes[i];
-        if !node.standing.leaving() {
-            self.spent[LETTINGS_GO] += 1;
-        }
-        if node.standing.mark(KEY, Held::In, Held::Releasing).is_some() {
-            node.releasing_to = Some(heir);
-        }
-    }
-
-    /// Member `i` sends the release it prepared.
-    fn release(&mut self, i: usize) {
-        let now = self.now;
-        let node = &mut self.nodes[i];
-        let (Some(heir), Some(holding)) = (node.releasing_to.take(), node.standing.holding(KEY))
-        else {
-            return;
-        };
-        let args = vec![
-            node.id.clone(),
-            holding.epoch.to_string(),
-            node.standing.generation().to_string(),
-            "604800000".into(),
-            heir,
-            "0".into(),
-            holding.token.to_string(),
-            "*".into(),
-            format!("{now}|0|0"),
-        ];
-        let keys = [CLAIM, MEMBERSHIP[2], MEMBERSHIP[3]];
-        node.call = Some(World::message("own_release", &keys, args, Purpose::Release));
-    }
-
-    /// Member `i`, leaving and holding nothing, deregisters.
-    fn deregister(&mut self, i: usize) {
-        let node = &mut self.nodes[i];
-        let args = vec![node.id.clone(), node.standing.epoch().to_string()];
-        node.call = Some(World::message(
-            "member_leave",
-            &MEMBERSHIP[..1],
-            args,
-            Purpose::Leave,
-        ));
-    }
-
     /// Member `i`'s renewal or call slot.
     fn slot(&mut self, i: usize, renewal: bool) -> &mut Option<Message> {
         let node = &mut self.nodes[i];
@@ -679,7 +525,7 @@ impl World {
         let Some(message) = self.slot(i, renewal).take() else {
             return;
         };
-        if message.purpose == Purpose::Release {
+        if message.purpose == Awaits::Release {
             // The code lets the key go whether Redis answered or not.
             self.nodes[i].standing.drop_key(KEY);
         }
@@ -700,18 +546,18 @@ impl World {
             return;
         }
         match message.purpose {
-            Purpose::Renew(sent) => {
+            Awaits::Renew(sent) => {
                 if let (Some(epoch), Some(generation)) =
                     (answer.first().and_then(|e| e.parse().ok()), answer.get(1))
                 {
                     node.standing.renewed(sent, now, epoch, generation);
                 }
             }
-            Purpose::Claim(epoch, generation, how) => {
+            Awaits::Claim(epoch, generation, how) => {
                 claimed(&mut node.standing, epoch, &generation, how, &answer, now);
             }
-            Purpose::Release => node.standing.drop_key(KEY),
-            Purpose::Leave => node.life = Life::Left,
+            Awaits::Release => node.standing.drop_key(KEY),
+            Awaits::Leave => node.life = Life::Left,
         }
     }
 }

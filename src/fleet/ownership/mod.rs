@@ -16,7 +16,7 @@
 //!   before that member's lease end plus its `after` (its grace and longest hold, from
 //!   its own record): no exchange it left running can still be going on then.
 //!
-//! A member acts for a key only per its [`Standing`]: its lease valid by its own clock,
+//! A member acts for a key only per its [`Standing`](crate::fleet::standing::Standing): its lease valid by its own clock,
 //! the claim written in its current epoch and generation, past the not-before. A member
 //! leaving gracefully, an idle key, and a key whose traffic comes from another member
 //! release the claim with the key's facts (`letting_go.rs`). A pause or backoff is
@@ -242,6 +242,15 @@ impl Ownership {
     /// Does this instance hold `key` (in any way)?
     fn holds(&self, key: &str) -> bool {
         self.members.standing().holding(key).is_some()
+    }
+
+    /// Does this instance hold `key` as its owner now (claimed, not being let go, its
+    /// lease valid by its own clock), whether or not it acts for it yet (a wait for a
+    /// previous owner's exchanges is kept by the pacer's inherited pause)?
+    pub fn owns(&self, key: &str) -> bool {
+        let now = self.members.now();
+        let standing = self.members.standing();
+        standing.may_own(now) && standing.holding(key).is_some_and(|h| h.held == Held::In)
     }
 
     /// Who owns `key` as this instance knows: `here` (it acts for it now), `pending`

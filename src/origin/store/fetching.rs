@@ -223,7 +223,6 @@ impl OriginStore {
         // The fetch is a request to the origin like any other: it waits for the turn of
         // every schedule the origin has (and, with `pacing.key: address`, of the address
         // it goes to), and its end starts their next delay.
-        let turns = self.pacer.turns_for_fetch(entry.place()).await;
         let address = match self.pacer.config().key {
             PacingKey::Address => self
                 .fetcher
@@ -232,10 +231,20 @@ impl OriginStore {
                 .map(|ip| self.address(ip)),
             PacingKey::Origin => None,
         };
+        let keyed = address.as_deref().unwrap_or(entry);
+        let turns = self.pacer.turns_for_fetch(entry.place()).await;
         let address_turns = match &address {
             Some(address) => self.pacer.turns_for_fetch(address.place()).await,
             None => None,
         };
+        // Fleet mode: only from the key's owner, with its turns (which wait out a pause
+        // it inherited: a previous owner's exchanges, the next turn its delay allows).
+        if let Some(acting) = self.acting.get() {
+            let turned = turns.is_some() && (address.is_none() || address_turns.is_some());
+            if !turned || !acting(keyed) {
+                return not_acting(entry);
+            }
+        }
         let started = Instant::now();
         let outcome = self.fetcher.fetch(origin).await;
         drop(address_turns);
@@ -415,4 +424,21 @@ fn to_shared(snapshot: &Snapshot) -> SharedRobots {
         outcome: snapshot.last_outcome.to_string(),
         cause: snapshot.cause().unwrap_or_default().to_string(),
     }
+}
+
+/// What a fetch this instance may not make answers: the copy it holds, or a policy that
+/// refuses for now, kept nowhere (no failure is recorded: the origin was not asked).
+fn not_acting(entry: &OriginEntry) -> Arc<Snapshot> {
+    if let Some(held) = entry.state.load_full() {
+        return held;
+    }
+    Arc::new(Snapshot {
+        policy: Policy::DisallowAll {
+            why: "this member does not pace the origin now (its ownership is moving)".into(),
+        },
+        fresh_until: Instant::now(),
+        fetched_at: None,
+        last_outcome: "not-owner".into(),
+        failing: None,
+    })
 }

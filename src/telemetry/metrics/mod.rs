@@ -597,7 +597,7 @@ pub static DOWNSTREAM_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
 #[cfg(test)]
 mod tests {
     /// The Grafana dashboard in `conf/` only charts metrics this module registers and the
-    /// README documents.
+    /// manual documents (`docs/operations.md`).
     #[test]
     fn dashboard_uses_registered_documented_metrics() {
         let dashboard: serde_json::Value =
@@ -607,7 +607,7 @@ mod tests {
             .as_array()
             .is_some_and(|p| p.len() >= 10));
         let source = [include_str!("mod.rs"), include_str!("fleet.rs")].concat();
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../docs/operations.md");
         let text = dashboard.to_string();
         let mut names: Vec<&str> = text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -627,7 +627,7 @@ mod tests {
             );
             assert!(
                 readme.contains(&format!("`{base}`")),
-                "{base} is not in the README"
+                "{base} is not in docs/operations.md"
             );
         }
     }

@@ -1,0 +1,152 @@
+//! Blind tunnels (`tls.blind_tunnel`, CONNECT or transparent): only what can be judged
+//! without a path — egress, `Disallow: /` for the agent, a paced connection start —
+//! then bytes both ways. In fleet mode a blind tunnel is routed first, and handed to its
+//! origin's owner when another member owns it.
+
+use super::*;
+
+impl Tunnels {
+    /// A blind tunnel: host-level checks, a paced connection start, then bytes both ways.
+    /// `destination` is a redirected connection's: the relay goes there, and nothing is
+    /// written to the client before it (no `200` for a CONNECT that was never sent, no
+    /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
+    ///
+    /// In fleet mode it is routed first: to an origin another member owns, it is handed
+    /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
+    /// `200` or refused over HTTP whatever its mode, and never handed on. An owner that
+    /// gave the key up (released it, handed it on, leaving) refuses before opening
+    /// anything: the tunnel is routed once more, as one is whose key this instance gave
+    /// up while it queued for its turn.
+    pub(super) async fn blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        mut l4: S,
+        origin: Origin,
+        who: &Requester<'_>,
+        started: Instant,
+        destination: Option<SocketAddr>,
+        handed: Option<&str>,
+    ) {
+        let shown = origin.to_string();
+        let mode = if destination.is_some() && handed.is_none() {
+            TunnelMode::TransparentBlind
+        } else {
+            TunnelMode::Blind
+        };
+        let root = Target {
+            origin,
+            path: CanonicalPath::new("/").into_owned(),
+        };
+        let Some((addr, permit)) = self
+            .route_blind(&mut l4, &root, who, started, destination, handed, mode)
+            .await
+        else {
+            return;
+        };
+        let upstream = tokio::time::timeout(
+            self.policy.connect_timeout,
+            crate::origin::loops::connect(addr, self.policy.mark),
+        )
+        .await;
+        // The schedule counts connection starts: the next may begin a delay after this one
+        // (what a blind tunnel carries is not seen, so its exchanges cannot be followed).
+        permit.end(ExchangeEnd::Complete);
+        let mut upstream = match upstream {
+            Ok(Ok(upstream)) => upstream,
+            Ok(Err(e)) => {
+                let answer = upstream_unreachable(&shown, &e.to_string());
+                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+            }
+            Err(_) => {
+                let answer = upstream_unreachable(&shown, "connect timed out");
+                return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+            }
+        };
+        if mode == TunnelMode::Blind && !established(&mut l4).await {
+            return;
+        }
+        metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
+        log_tunnel(&shown, mode, "tunnelled", started);
+        let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
+    }
+
+    /// Where a blind tunnel goes: decided (refused, paced here, or handed to its owner
+    /// and relayed, routed once more when that owner gave its key up). `Some`: the address
+    /// and the turn of a connection this instance opens; `None`: answered, handed over
+    /// or refused.
+    #[allow(clippy::too_many_arguments)]
+    async fn route_blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        l4: &mut S,
+        root: &Target,
+        who: &Requester<'_>,
+        started: Instant,
+        destination: Option<SocketAddr>,
+        handed: Option<&str>,
+        mode: TunnelMode,
+    ) -> Option<(SocketAddr, Turn)> {
+        let shown = root.origin.to_string();
+        let connect = mode != TunnelMode::TransparentBlind;
+        let mut reroutes = Reroutes::default();
+        loop {
+            let decision = self
+                .enforcer
+                .decide_tunnel(root, who, destination, handed)
+                .await;
+            let owner = match decision {
+                Decision::Refuse(reply) => {
+                    self.refuse(l4, &shown, mode, &reply.answer(), started)
+                        .await;
+                    return None;
+                }
+                Decision::Forward { addr, pace, .. } => match self.enforcer.pace(&pace).await {
+                    Ok(permit) => return Some((addr, permit)),
+                    // Given up here while it queued (see `RobotsGateProxy::act_on`):
+                    // routed once more.
+                    Err(Unpaced::GaveUp(_)) if handed.is_none() && reroutes.allowed() => {
+                        reroutes = reroutes.again().unwrap_or(reroutes);
+                        continue;
+                    }
+                    Err(unpaced) => {
+                        let answer = unpaced.answer();
+                        self.refuse(l4, &shown, mode, &answer, started).await;
+                        return None;
+                    }
+                },
+                Decision::HandOver(owner) => owner,
+            };
+            let context = PeerContext {
+                client: who.client,
+                user: None,
+                tunnel: None,
+                destination,
+                http2: false,
+            };
+            let relayed = self
+                .handover
+                .relay(&self.enforcer, l4, &owner, &root.origin, context, connect)
+                .await;
+            match relayed {
+                Err(answer) => {
+                    self.refuse(l4, &shown, mode, &answer, started).await;
+                    return None;
+                }
+                // The owner gave the key up before opening anything: routed once more.
+                Ok(Relayed::GaveUp(_)) if reroutes.allowed() => {
+                    reroutes = reroutes.again().unwrap_or(reroutes);
+                }
+                Ok(Relayed::GaveUp(head)) => {
+                    if connect {
+                        let _ = l4.write_all(&head).await;
+                        let _ = l4.flush().await;
+                    }
+                    log_tunnel(&shown, mode, "fleet_unavailable", started);
+                    return None;
+                }
+                Ok(Relayed::Done) => {
+                    log_tunnel(&shown, mode, "handed_over", started);
+                    return None;
+                }
+            }
+        }
+    }
+}
