@@ -311,7 +311,7 @@ mod tests {
         assert_eq!(e.kind(), ConfigErrorKind::Invalid);
         assert_eq!(
             e.to_string(),
-            "key `robotsgate.agent.rules[1].identity` (line 12): no such identity"
+            "key `robotsgate.agent.rules[1].identity` (line 12): no such identity (docs/configuration.md#agentrulesidentity)"
         );
         assert!(std::error::Error::source(&e).is_none());
     }

@@ -14,7 +14,7 @@ fn shipped_config_parses() {
     let config = Config::from_yaml(text).expect("fleet config is valid");
     assert!(config.fleet.enabled());
     assert_eq!(config.fleet.on_unavailable, OnUnavailable::KeepOwned);
-    assert_eq!(config.fleet.peer_address(), "robotsgate-1.internal:7443");
+    assert_eq!(config.fleet.peer_address(), "10.0.0.5:7443");
 }
 
 #[test]
