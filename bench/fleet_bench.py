@@ -106,11 +106,12 @@ http {{ access_log off; keepalive_requests 1000000;
 def start_haproxy(work, owner_peer):
     """HAProxy (one thread) relaying every request to the owner's peer channel at
     `owner_peer` as a member would: mutual TLS with the member certificate, checked
-    against the fleet CA, a fixed peer context, connections reused. Its process and port."""
-    with open(f"{work}/member.pem") as cert, open(f"{work}/member.key") as key, \
+    against the fleet CA (member b's, in b's place: the member a connection comes from is
+    its certificate's), a fixed peer context, connections reused. Its process and port."""
+    with open(f"{work}/b.pem") as cert, open(f"{work}/b.key") as key, \
             open(f"{work}/haproxy-member.pem", "w") as both:
         both.write(cert.read() + key.read())
-    context = base64.urlsafe_b64encode(b'{"m":"haproxy"}').decode().rstrip("=")
+    context = base64.urlsafe_b64encode(b'{"c":"127.0.0.1"}').decode().rstrip("=")
     port = free_port()
     with open(f"{work}/haproxy.cfg", "w") as f:
         f.write(f"""global
