@@ -29,9 +29,18 @@ TOOLS=(
   "python3 python3"               # Debian's /usr/bin/python3, the crawler uid's
 )
 
+# A module Debian's /usr/bin/python3 imports in the tests (the crawler scripts under
+# tests/helpers/crawler/, run as an unprivileged uid in a network namespace, and any
+# helper run there), and its Debian package: installed when the import fails.
+# tests/helpers/check_python.py --crawler checks this list covers every import.
+DEBIAN_PYTHON=(
+  "requests python3-requests"
+  "h2 python3-h2"
+  "cryptography python3-cryptography"
+)
+
 if [ "${1:-}" = "--packages" ]; then
-  for tool in "${TOOLS[@]}"; do echo "${tool#* }"; done
-  [ ! -x /usr/bin/python3 ] || /usr/bin/python3 tests/helpers/check_python.py --crawler --all-packages
+  for tool in "${TOOLS[@]}" "${DEBIAN_PYTHON[@]}"; do echo "${tool#* }"; done
   echo python3-pip
   exit 0
 fi
@@ -54,14 +63,12 @@ apt_install() {
 }
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
 
-# The transparent tests run the scripts under tests/helpers/crawler/ with Debian's
-# /usr/bin/python3 as an unprivileged uid: every module they import, as Debian's
-# package (check_python.py reads the modules from the scripts and names the packages).
-crawler="$(/usr/bin/python3 tests/helpers/check_python.py --crawler --packages)"
-if [ -n "$crawler" ]; then
-  # shellcheck disable=SC2086 # one package a word
-  apt_install $crawler
-fi
+# Debian's /usr/bin/python3: every module the tests import with it, as Debian's package.
+python=()
+for module in "${DEBIAN_PYTHON[@]}"; do
+  /usr/bin/python3 -c "import ${module%% *}" 2>/dev/null || python+=("${module#* }")
+done
+if ((${#python[@]})); then apt_install "${python[@]}"; fi
 /usr/bin/python3 tests/helpers/check_python.py --crawler
 
 # The tests' own Python (tests/helpers/**/*.py and the inline scripts) runs on the

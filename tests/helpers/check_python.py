@@ -10,12 +10,10 @@ forgotten here:
   check_python.py --crawler   Debian's /usr/bin/python3, which the transparent tests
                               run as the unprivileged crawler uid (65534, which cannot
                               read a pyenv or venv under /root): the scripts under
-                              tests/helpers/crawler/ (installed as Debian packages)
-  ... --packages              print the packages that provide the missing modules, one
-                              a line, and exit 0 (scripts/deps.sh installs them)
-  ... --all-packages          print the packages for every module, missing or not
+                              tests/helpers/crawler/ (installed as Debian packages:
+                              scripts/deps.sh's DEBIAN_PYTHON list)
 
-Without --packages, exits 1 naming the interpreter and each missing module.
+Exits 1 naming the interpreter and each missing module, with the package to install.
 """
 import ast
 import importlib
@@ -67,16 +65,8 @@ def missing(modules: dict[str, str]) -> dict[str, str]:
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    modules = wanted("--crawler" in args)
-    gone = {} if "--all-packages" in args else missing(modules)
-    if "--all-packages" in args:
-        print("\n".join(modules.values()))
-        return 0
-    if "--packages" in args:
-        for module in gone:
-            print(modules[module])
-        return 0
+    modules = wanted("--crawler" in sys.argv[1:])
+    gone = missing(modules)
     if gone:
         why = "; ".join(f"{m} (install {modules[m]}: {e})" for m, e in gone.items())
         print(f"{sys.executable} cannot import: {why}", file=sys.stderr)
