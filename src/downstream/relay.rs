@@ -253,13 +253,20 @@ impl RequestHandOver {
             .write_response_body(Bytes::new(), true)
             .await
             .map_err(|_| ())?;
-        upstream.session.respect_keepalive();
-        if let Some(stream) = upstream.session.reuse().await {
-            self.connector
-                .release_stream(stream, upstream.pool, Some(self.idle));
+        let Upstream { session, pool } = *upstream;
+        if let Some(stream) = reusable(session).await {
+            self.connector.release_stream(stream, pool, Some(self.idle));
         }
         Ok(status)
     }
+}
+
+/// The owner's connection once its answer was read to the end, when its framing says
+/// it may carry another (`None`: close-delimited, an unknown coding, conflicting
+/// lengths, `Connection: close`, or octets past the answer's end).
+async fn reusable(mut session: OwnerSession) -> Option<pingora::protocols::Stream> {
+    session.respect_keepalive();
+    session.reuse().await
 }
 
 /// Parses `head` as the proxy's path does (Pingora's HTTP/1 server session), and keeps it
@@ -373,8 +380,7 @@ pub async fn answer_end(octets: &[u8]) -> Option<usize> {
         }
     }
     while session.read_body_bytes().await.ok()?.is_some() {}
-    session.respect_keepalive();
-    session.reuse().await.map(|_| octets.len())
+    reusable(session).await.map(|_| octets.len())
 }
 
 #[cfg(test)]

@@ -229,6 +229,14 @@ impl Membership {
         self.members.load_full()
     }
 
+    /// Is `id` a live member (its lease not over at the last renewal)? Per request on the
+    /// peer channel: a lookup, nothing copied.
+    pub fn is_live(&self, id: &str) -> bool {
+        let members = self.members.load();
+        let (now, all) = &**members;
+        all.get(id).is_some_and(|m| m.expires_ms > *now)
+    }
+
     /// `id` as a live member (its lease not over at the last renewal), if it is one.
     pub fn live(&self, id: &str) -> Option<Member> {
         let members = self.members.load();

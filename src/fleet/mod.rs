@@ -176,7 +176,7 @@ impl Owners {
 
     /// Is member instance `id` live now (a request it hands over is served)?
     pub fn is_live_member(&self, id: &str) -> bool {
-        self.members.live(id).is_some()
+        self.members.is_live(id)
     }
 
     /// Is this instance's lease valid by its own clock (its grace included)?

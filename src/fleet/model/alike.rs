@@ -250,13 +250,7 @@ fn epochs(world: &World) -> BTreeSet<u64> {
             }
         }
     }
-    let messages = world
-        .nodes
-        .iter()
-        .flat_map(|n| [n.renewal.as_ref(), n.call.as_ref()])
-        .chain([world.orphan.as_ref()])
-        .flatten();
-    for m in messages {
+    for m in messages(world) {
         if let Some(arg) = m.args.get(1) {
             add(arg);
         }
@@ -278,6 +272,16 @@ fn epochs(world: &World) -> BTreeSet<u64> {
     out
 }
 
+/// Every message in flight: each member's renewal and call, and the orphan.
+fn messages(world: &World) -> impl Iterator<Item = &Message> {
+    world
+        .nodes
+        .iter()
+        .flat_map(|n| [n.renewal.as_ref(), n.call.as_ref()])
+        .chain([world.orphan.as_ref()])
+        .flatten()
+}
+
 /// Every taking's number a state mentions.
 fn tokens(world: &World) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
@@ -293,13 +297,7 @@ fn tokens(world: &World) -> BTreeSet<u64> {
             }
         }
     }
-    let messages = world
-        .nodes
-        .iter()
-        .flat_map(|n| [n.renewal.as_ref(), n.call.as_ref()])
-        .chain([world.orphan.as_ref()])
-        .flatten();
-    for m in messages {
+    for m in messages(world) {
         match (m.script, m.answer.as_deref()) {
             ("own_release", _) => add(m.args.get(6).map_or("", String::as_str)),
             ("own_claim", Some([first, _, _, token, ..])) if first == "taken" => add(token),
