@@ -209,11 +209,7 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         .spawn()
         .expect("redis-server");
     // Stopped by its PID when the test ends, however it ends.
-    let _redis = Redis {
-        child: crate::common::Running(child),
-        port,
-        _dir: tempfile::tempdir().expect("tempdir"),
-    };
+    let _redis = crate::common::Running(child);
     let origin = paced_origin("0.3").await;
     let conf = certs()
         .conf()

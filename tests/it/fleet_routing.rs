@@ -3,73 +3,17 @@
 //! the host first and so owns it: almost nothing is handed over. A CONNECT carries its
 //! host in `Host` too, so tunnels (intercepted here) are routed the same way.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{curl_via, free_port, start_listening, Conf, Proxy, TestOrigin};
+use crate::common::{curl_via, Conf, Proxy, TestOrigin};
 use crate::fleet_fixture::{
     backend_up, fleet_conf, handed_over, instances, owner_seen_by, ownership_changes, paced_origin,
     HttpsFleet,
 };
+use crate::haproxy_front::Front;
 use crate::redis_servers::Redis;
-
-/// HAProxy on a free loopback port in front of `members`, stopped by its PID.
-struct Front {
-    _child: crate::common::Running,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Front {
-    /// A client whose proxy is this front.
-    fn client(&self) -> reqwest::Client {
-        let proxy = format!("http://127.0.0.1:{}", self.port);
-        reqwest::Client::builder()
-            .proxy(reqwest::Proxy::http(proxy).expect("proxy"))
-            .timeout(Duration::from_secs(20))
-            .build()
-            .expect("client")
-    }
-
-    /// HAProxy routing by host over `members`, each health-checked.
-    fn start(members: &[&Proxy]) -> Front {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("haproxy.cfg");
-        let servers: String = members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("  server m{i} {} check\n", m.addr))
-            .collect();
-        let text = |port: u16| {
-            format!(
-                "global\n  maxconn 1000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\nfrontend crawlers\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  balance hdr(host)\n  hash-type consistent\n{servers}"
-            )
-        };
-        let haproxy = if std::path::Path::new("/usr/sbin/haproxy").exists() {
-            "/usr/sbin/haproxy"
-        } else {
-            "haproxy"
-        };
-        let (child, port) = start_listening("haproxy", free_port, |port| {
-            std::fs::write(&config, text(port)).expect("haproxy.cfg");
-            Command::new(haproxy)
-                .arg("-db")
-                .arg("-f")
-                .arg(&config)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("haproxy (installed by scripts/deps.sh)")
-        });
-        Front {
-            _child: crate::common::Running(child),
-            port,
-            _dir: dir,
-        }
-    }
-}
 
 /// Three members behind HAProxy routing by host, twenty origins, 600 requests: at most
 /// 1% handed over, and every origin owned by exactly the member HAProxy sends it to.

@@ -4,6 +4,7 @@
 
 mod access;
 mod admin;
+mod campaign;
 mod check_cli;
 mod common;
 mod conformance;
@@ -14,7 +15,6 @@ mod faults;
 mod fetch_status;
 mod fleet;
 mod fleet_campaign;
-
 mod fleet_faults;
 mod fleet_fixture;
 mod fleet_follow;
@@ -25,6 +25,7 @@ mod fleet_routing;
 mod h2_attacks;
 mod h2_clients;
 mod h2_origins;
+mod haproxy_front;
 mod holes;
 mod hostile;
 mod https;

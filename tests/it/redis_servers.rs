@@ -10,7 +10,10 @@ use crate::common::{free_port, Conf};
 pub(crate) struct Redis {
     pub(crate) child: crate::common::Running,
     pub(crate) port: u16,
-    pub(crate) _dir: tempfile::TempDir,
+    /// Its working directory (a Cluster node's nodes file), removed when dropped.
+    _dir: tempfile::TempDir,
+    /// Its command line, to start it again.
+    args: Vec<String>,
 }
 
 impl Redis {
@@ -20,13 +23,14 @@ impl Redis {
 
     pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", &dir.path().to_string_lossy()])
-            .args(extra);
-        Redis::launch(command, port, dir)
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .chain(&["--save", "", "--appendonly", "no", "--dir"])
+            .map(|a| a.to_string())
+            .collect();
+        args.push(dir.path().to_string_lossy().into_owned());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Redis::launch(args, port, dir)
     }
 
     /// A Sentinel (`redis-server --sentinel`) watching the master on `master` as `main`
@@ -43,29 +47,60 @@ impl Redis {
             ),
         )
         .expect("sentinel.conf");
-        let mut command = Command::new("redis-server");
-        command.arg(&conf).arg("--sentinel");
-        Redis::launch(command, port, dir)
+        let args = vec![conf.to_string_lossy().into_owned(), "--sentinel".into()];
+        Redis::launch(args, port, dir)
     }
 
-    /// Runs `command`, a server that answers PING on `port` once up.
-    fn launch(mut command: Command, port: u16, dir: tempfile::TempDir) -> Redis {
-        let child = command
+    /// Runs `redis-server args`, a server that answers PING on `port` once up.
+    fn launch(args: Vec<String>, port: u16, dir: tempfile::TempDir) -> Redis {
+        let redis = Redis {
+            child: Redis::spawn(&args),
+            port,
+            _dir: dir,
+            args,
+        };
+        redis.wait_ping();
+        redis
+    }
+
+    /// `redis-server args`, its output discarded.
+    fn spawn(args: &[String]) -> crate::common::Running {
+        let child = Command::new("redis-server")
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server (installed by scripts/deps.sh)");
-        let redis = Redis {
-            child: crate::common::Running(child),
-            port,
-            _dir: dir,
-        };
+        crate::common::Running(child)
+    }
+
+    /// Waits until it answers PING.
+    fn wait_ping(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while redis_cli(port, &["ping"]) != "PONG" {
+        while redis_cli(self.port, &["ping"]) != "PONG" {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        redis
+    }
+
+    /// SIGKILL, then the same command again in the same directory, once `down` has
+    /// passed: no data kept (no persistence), a Cluster node's nodes file kept (it
+    /// rejoins its cluster).
+    pub(crate) async fn kill_and_restart(&mut self, down: Duration) {
+        let _ = self.child.0.kill();
+        let _ = self.child.0.wait();
+        tokio::time::sleep(down).await;
+        self.child = Redis::spawn(&self.args);
+        self.wait_ping();
+    }
+
+    /// Its role in replication: `master`, `slave`, or empty when it does not answer.
+    pub(crate) fn role(&self) -> String {
+        redis_cli(self.port, &["role"])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// As a Sentinel: the port of the master it names `main`.
@@ -136,18 +171,24 @@ impl Cluster {
             .status()
             .expect("redis-cli --cluster create");
         assert!(created.success());
+        let cluster = Cluster { nodes };
         let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.healthy() {
+            assert!(Instant::now() < deadline, "cluster did not form");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// Every node says the cluster is ok, and every replica's link to its master is up.
+    pub(crate) fn healthy(&self) -> bool {
         let replicating = |n: &Redis| {
             let info = redis_cli(n.port, &["info", "replication"]);
             info.contains("role:master") || info.contains("master_link_status:up")
         };
-        while !nodes.iter().all(|n| {
+        self.nodes.iter().all(|n| {
             redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok") && replicating(n)
-        }) {
-            assert!(Instant::now() < deadline, "cluster did not form");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Cluster { nodes }
+        })
     }
 
     /// The port of the master serving `key`'s slot, as `node` sees the cluster (`None`
