@@ -26,8 +26,9 @@
 //! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
 //! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
 //! [`robots`] (the verdict) → in a fleet, [`fleet`] (who owns the origin: here, or
-//! handed over on the peer channel to its owner, which takes the request from the top)
-//! → [`pacing`] (the request's turn) → upstream.
+//! another member, to which [`handover`] carries the request on the peer channel; the
+//! owner takes it from the top, and a request its owner never received is routed
+//! again) → [`pacing`] (the request's turn) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
 //! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that
@@ -39,6 +40,7 @@
 //! | [`proxy`] | robotsgate's own Pingora proxy and server: wiring only |
 //! | [`ops`] | the admin API and status page |
 //! | [`downstream`] | the client side: front door, request heads, access, CONNECT, TLS interception, the operator CA, transparent (kernel-redirected) connections |
+//! | [`handover`] | the hand-over in one room: a request, a tunnel or a proxy pass carried to its origin's owner, and routed again when the owner never received it |
 //! | [`enforce`] | the plugin API: enforcement as calls any Pingora proxy can make |
 //! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, the state file, origin trust |
 //! | [`fleet`] | several instances as one: membership, ownership of each origin, the channel between instances, durable records in Redis, the Lua scripts |
@@ -64,6 +66,7 @@ pub mod downstream;
 pub mod enforce;
 pub mod error;
 pub mod fleet;
+pub mod handover;
 pub mod identity;
 pub(crate) mod ops;
 pub(crate) mod origin;

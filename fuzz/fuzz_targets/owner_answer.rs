@@ -1,11 +1,11 @@
-//! Any octets as an owner's answer to a relayed `GET` (`downstream::relay`), read as the
+//! Any octets as an owner's answer to a relayed `GET` (`handover::relay`), read as the
 //! relay reads it (Pingora's HTTP/1 client session, the same library the owner writes
 //! answers with): nothing panics, and a connection goes back to the pool only when its
 //! answer ended exactly where the owner's octets end — one octet more, and it is closed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robotsgate::downstream::relay::answer_end;
+use robotsgate::handover::relay::answer_end;
 
 /// Runs `future` to its end on a runtime of its own.
 fn run<T>(future: impl std::future::Future<Output = T>) -> T {

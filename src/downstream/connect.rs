@@ -34,11 +34,11 @@ use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
-use crate::downstream::tunnel_handover::{Relayed, TunnelHandOver};
 use crate::enforce::{
     bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Turn, Unpaced,
 };
 use crate::fleet::{PeerContext, Reroutes};
+use crate::handover::{HandOver, Tunnelled};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
 use crate::telemetry::metrics::{self, Outcome, TunnelMode};
@@ -92,14 +92,16 @@ pub struct Tunnels {
     /// What CONNECT may do.
     policy: ConnectPolicy,
     /// Fleet mode: blind tunnels to origins another member owns.
-    handover: TunnelHandOver,
+    handover: Arc<HandOver>,
 }
 
 impl Tunnels {
-    /// Tunnels judged by `enforcer`, intercepted with `interceptor` when there is one.
+    /// Tunnels judged by `enforcer`, intercepted with `interceptor` when there is one,
+    /// blind ones to another member's origins handed over by `handover`.
     pub fn new(
         enforcer: Arc<Enforcer>,
         interceptor: Option<Arc<Interceptor>>,
+        handover: Arc<HandOver>,
         tls: &TlsConfig,
         connect_timeout: Duration,
         first_byte_timeout: Duration,
@@ -108,7 +110,7 @@ impl Tunnels {
         Tunnels {
             enforcer,
             interceptor,
-            handover: TunnelHandOver::new(connect_timeout),
+            handover,
             policy: ConnectPolicy {
                 ports: tls.connect_ports.clone(),
                 blind: tls.blind_tunnel.clone(),

@@ -11,7 +11,9 @@
 //! 4. hands a CONNECT to [`Tunnels`], and serves an intercepted tunnel's decrypted stream
 //!    with this same loop, or, when the client picked `h2`, as an HTTP/2 connection
 //!    (`http2.rs`) whose every stream is a request;
-//! 5. hands every other request to the HTTP application (robotsgate's Pingora proxy) with the bytes
+//! 5. in a fleet, relays a plain request for an origin another member owns to that
+//!    owner itself (`front/relayed.rs`, [`crate::handover`]);
+//! 6. hands every other request to the HTTP application (robotsgate's Pingora proxy) with the bytes
 //!    already read as a prefix, run within a [`ClientContext`] saying which tunnel and
 //!    user it belongs to.
 //!
@@ -47,12 +49,14 @@ use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError,
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
 use crate::downstream::peer_door::{handed_context, PeerDoor};
 use crate::downstream::refuse::{refuse, FrontRefusal};
-use crate::downstream::relay::{self, Asked, Relayable, RequestHandOver};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
 use crate::fleet::PeerContext;
+use crate::handover::HandOver;
 use crate::telemetry::metrics;
+
+mod relayed;
 
 /// Which listener a connection arrived on.
 #[derive(Clone)]
@@ -79,7 +83,7 @@ pub struct ProxyFront<A> {
     /// CONNECT and redirected TLS.
     tunnels: Arc<Tunnels>,
     /// Plain requests relayed to their fleet owner without a proxy pass.
-    handover: Arc<RequestHandOver>,
+    handover: Arc<HandOver>,
     /// Which clients may use the proxy, and their users.
     access: Arc<AccessPolicy>,
     /// Bounds on a request head.
@@ -97,7 +101,7 @@ impl<A> ProxyFront<A> {
     pub fn new(
         http: A,
         tunnels: Tunnels,
-        handover: RequestHandOver,
+        handover: Arc<HandOver>,
         access: Arc<AccessPolicy>,
         limits: HeadLimits,
         slots: Arc<Slots>,
@@ -106,7 +110,7 @@ impl<A> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
             tunnels: Arc::new(tunnels),
-            handover: Arc::new(handover),
+            handover,
             access,
             limits,
             slots,
@@ -335,15 +339,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 conn = Connection::new(tls, self.limits.first_byte_timeout, &self.limits);
                 continue;
             }
-            let plain = self
-                .handover
-                .eligible(&head.bytes[..head.len], &context)
-                .await;
-            let next = match plain {
+            let next = match self.candidate(&head, &context) {
                 // Boxed, like the proxy's future: an idle connection's task holds only
                 // the loop's small state.
                 Some(plain) => {
-                    Box::pin(self.hand_over(head, conn, &plain, &context, client, shutdown)).await
+                    Box::pin(self.hand_over(head, conn, plain, &context, client, shutdown)).await
                 }
                 None => self.exchange(head, conn, &context, shutdown).await,
             };
@@ -513,45 +513,6 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         Some(tls)
     }
 
-    /// Relays a plain request to the member that owns its origin (`relay.rs`): the
-    /// connection back, or `None` when it ends. One the owner never worked on takes the
-    /// proxy's path.
-    async fn hand_over(
-        &self,
-        head: Head,
-        mut conn: Connection,
-        plain: &Relayable,
-        context: &ClientContext,
-        client: Option<IpAddr>,
-        shutdown: &ShutdownWatch,
-    ) -> Option<Connection> {
-        let serving = Serving::start();
-        let started = std::time::Instant::now();
-        let upstream = match self.handover.ask(plain, context, client).await {
-            Asked::Answer(upstream) => upstream,
-            Asked::NotSent => {
-                drop(serving);
-                return self.exchange(head, conn, context, shutdown).await;
-            }
-            Asked::Silent => {
-                let refusal = crate::enforce::Refusal::FleetUnavailable {
-                    why: "its owner did not answer in time",
-                }
-                .answer();
-                crate::downstream::refuse::write_answer(&mut *conn.stream, &refusal).await;
-                relay::record(plain, context, refusal.status, started);
-                return None;
-            }
-        };
-        let (mut session, pipelined) = self.prepare(head, conn, context, shutdown);
-        session.read_request().await.ok()?;
-        let relayed = self.handover.pass_on(&mut session, upstream).await;
-        relay::record(plain, context, relayed.unwrap_or(0), started);
-        relayed.ok()?;
-        let (stream, _) = session.finish().await.ok()??.into_parts();
-        self.resume(stream, pipelined).await
-    }
-
     /// Serves one request through the proxy: the connection back, with the octets of
     /// the next request read meanwhile, or `None` when it ends.
     async fn exchange(
@@ -561,8 +522,20 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         context: &ClientContext,
         shutdown: &ShutdownWatch,
     ) -> Option<Connection> {
-        let _serving = Serving::start();
         let (session, pipelined) = self.prepare(head, conn, context, shutdown);
+        self.proxy(session, pipelined, context, shutdown).await
+    }
+
+    /// Pingora's proxy pass over `session` (its request not read yet): the connection
+    /// back, its next request's octets `pipelined` and those read meanwhile.
+    async fn proxy(
+        &self,
+        session: ServerSession,
+        pipelined: BytesMut,
+        context: &ClientContext,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Connection> {
+        let _serving = Serving::start();
         let request = context
             .clone()
             .scope(self.http.process_new_http(session, shutdown));

@@ -84,6 +84,25 @@ pub struct Head {
     pub peer: Option<Vec<u8>>,
     /// What follows the head before the next request can begin.
     pub body: Body,
+    /// Where its request target lies in `bytes`.
+    pub target: std::ops::Range<usize>,
+    /// Where its `Host` value lies in `bytes`, if it sent one.
+    pub host: Option<std::ops::Range<usize>>,
+    /// An HTTP/1.1 `GET` or `HEAD` without a body: a request the fleet's relay may
+    /// carry (`relay.rs` checks the rest on Pingora's parse).
+    pub plain: bool,
+}
+
+impl Head {
+    /// Its request target's octets.
+    pub fn target(&self) -> &[u8] {
+        &self.bytes[self.target.clone()]
+    }
+
+    /// Its `Host` value's octets, if it sent one.
+    pub fn host(&self) -> Option<&[u8]> {
+        self.host.clone().map(|h| &self.bytes[h])
+    }
 }
 
 /// A request's body, as its head announces it.
@@ -380,7 +399,22 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         (false, Some(n)) if n > 0 => Body::Length(n),
         _ => Body::None,
     };
+    // Where a slice httparse gave lies in the head (it gives slices of it; anything
+    // else, as the empty target of a head without one, is an empty range).
+    let start = bytes.as_ptr() as usize;
+    let range = |part: &[u8]| {
+        let from = (part.as_ptr() as usize).wrapping_sub(start);
+        if from <= len && part.len() <= len - from {
+            from..from + part.len()
+        } else {
+            0..0
+        }
+    };
+    let plain = bodyless && request.version == Some(1) && body == Body::None;
     Ok(Head {
+        target: range(target.as_bytes()),
+        host: host.map(range),
+        plain,
         bytes,
         len,
         is_connect,
@@ -428,6 +462,27 @@ mod tests {
         let head = read(b"CONNECT a:443 HTTP/1.1\n\n").await.expect("bare LF");
         assert!(head.is_connect);
         assert_eq!(head.len, head.bytes.len());
+    }
+
+    #[tokio::test]
+    async fn the_target_and_host_are_where_the_head_has_them() {
+        let head = read(b"GET http://a.example/x?y HTTP/1.1\r\nHost: a.example\r\n\r\n")
+            .await
+            .expect("valid");
+        assert_eq!(head.target(), b"http://a.example/x?y");
+        assert_eq!(head.host(), Some(&b"a.example"[..]));
+        assert!(head.plain);
+        let head = read(b"HEAD /x HTTP/1.1\n\n").await.expect("bare LF");
+        assert_eq!((head.target(), head.host()), (&b"/x"[..], None));
+        assert!(head.plain);
+        // What the relay leaves to the proxy: another method, a body, HTTP/1.0.
+        for other in [
+            &b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"[..],
+            b"GET /x HTTP/1.0\r\nHost: a\r\n\r\n",
+            b"DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert!(!read(other).await.expect("valid").plain, "{other:?}");
+        }
     }
 
     #[tokio::test]

@@ -6,10 +6,10 @@
 //! ([`transparent`]), refusals and answers written on raw client streams ([`refuse`]),
 //! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
 //! sent together with their bodies ([`coalesce`]), a client that takes none of its
-//! answer ([`unread`]), plain requests relayed to their
-//! fleet owner without a proxy pass ([`relay`]), and the requests in progress a
-//! graceful stop waits for ([`drain`]). Uses [`crate::enforce`] and the
-//! layers below it; never the Pingora proxy that serves the requests.
+//! answer ([`unread`]), and the requests in progress a
+//! graceful stop waits for ([`drain`]). Requests for origins another fleet member
+//! owns go to [`crate::handover`]. Uses it, [`crate::enforce`] and the layers below
+//! them; never the Pingora proxy that serves the requests.
 
 pub mod access;
 pub mod ca;
@@ -25,11 +25,9 @@ pub mod http2;
 pub mod intercept;
 pub mod peer_door;
 pub mod refuse;
-pub mod relay;
 pub mod slots;
 pub mod transparent;
 pub mod tunnel_error;
-mod tunnel_handover;
 pub mod unread;
 
 /// Resolves once the server begins shutting down, or draining when `drains` (at once if

@@ -177,7 +177,7 @@ impl ProxyHttp for RobotsGateProxy {
     ) -> Box<Error> {
         // What the error itself says, before the peer is added to it.
         let unsent =
-            matches!(ctx.stage, Stage::HandedOver { .. }) && super::handover::never_received(&e);
+            matches!(ctx.stage, Stage::HandedOver { .. }) && crate::handover::never_received(&e);
         let mut e = e.more_context(format!("Peer: {peer}"));
         // An owner that gave the key up, or never received the request, never worked on
         // it, whatever its method.
@@ -255,13 +255,13 @@ impl ProxyHttp for RobotsGateProxy {
         {
             // The owner's answer, as the owner gave it (its `X-Robots-*` included).
             *upstream_status = Some(upstream_response.status.as_u16());
-            if super::handover::owner_gave_up(upstream_response) {
+            if crate::handover::gave_up(upstream_response) {
                 self.enforcer.forget_owner(owner);
                 if reroutes.allowed() {
                     // Not relayed: the request is routed once more (`upstream_peer`).
                     *gave_up = true;
                     let mut e = Error::explain(
-                        ErrorType::Custom(super::handover::GAVE_UP),
+                        ErrorType::Custom(crate::handover::GAVE_UP),
                         "the owner no longer serves the key",
                     );
                     e.set_retry(true);

@@ -18,10 +18,10 @@ use crate::downstream::head::HeadLimits;
 use crate::downstream::http2::Http2Limits;
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::peer_door::PeerDoor;
-use crate::downstream::relay::RequestHandOver;
 use crate::downstream::slots::Slots;
 use crate::downstream::transparent::Redirection;
 use crate::enforce::Enforcer;
+use crate::handover::HandOver;
 use crate::ops::admin::{AdminApp, AdminGuard};
 use crate::origin::trust::UpstreamTrust;
 use crate::proxy::http::RobotsGateProxy;
@@ -287,18 +287,19 @@ fn proxy_front(
     );
     // Both connectors have read the root bundle: the temporary file can go.
     drop(trust);
+    let handover = Arc::new(HandOver::new(
+        enforcer.clone(),
+        config.upstream.connect_timeout_seconds.duration(),
+        config.limits.idle_timeout_seconds.duration() / 2,
+    ));
     let tunnels = Tunnels::new(
         enforcer.clone(),
         interceptor,
+        handover.clone(),
         &config.tls,
         config.upstream.connect_timeout_seconds.duration(),
         config.limits.first_byte_timeout_seconds.duration(),
         config.transparent.upstream_mark,
-    );
-    let handover = RequestHandOver::new(
-        enforcer.clone(),
-        config.upstream.connect_timeout_seconds.duration(),
-        config.limits.idle_timeout_seconds.duration() / 2,
     );
     ProxyFront::new(
         http,

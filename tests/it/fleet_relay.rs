@@ -1,5 +1,5 @@
 //! Plain requests relayed by a member's front to their origin's owner
-//! (`downstream::relay`): the owner's answer passed on whatever its framing, and the
+//! (`handover::relay`): the owner's answer passed on whatever its framing, and the
 //! client's connection kept for its next request. Real members, a real `redis-server`,
 //! an origin that logs each request.
 

@@ -166,6 +166,7 @@ fn layers_form_no_cycle() {
         "proxy",
         "ops",
         "downstream",
+        "handover",
         "enforce",
         "origin",
         "fleet",

@@ -12,7 +12,7 @@ impl Tunnels {
     /// HTTP refusal into a TLS handshake: a refused connection is closed, and logged).
     ///
     /// In fleet mode it is routed first: to an origin another member owns, it is handed
-    /// over (`tunnel_handover.rs`); one `handed` over by another member is answered
+    /// over (`handover::tunnel`); one `handed` over by another member is answered
     /// `200` or refused over HTTP whatever its mode, and never handed on. An owner that
     /// gave the key up (released it, handed it on, leaving) refuses before opening
     /// anything: the tunnel is routed once more, as one is whose key this instance gave
@@ -123,7 +123,7 @@ impl Tunnels {
             };
             let relayed = self
                 .handover
-                .relay(&self.enforcer, l4, &owner, &root.origin, context, connect)
+                .tunnel(l4, &owner, &root.origin, context, connect)
                 .await;
             match relayed {
                 Err(answer) => {
@@ -131,10 +131,10 @@ impl Tunnels {
                     return None;
                 }
                 // The owner gave the key up before opening anything: routed once more.
-                Ok(Relayed::GaveUp(_)) if reroutes.allowed() => {
+                Ok(Tunnelled::GaveUp(_)) if reroutes.allowed() => {
                     reroutes = reroutes.again().unwrap_or(reroutes);
                 }
-                Ok(Relayed::GaveUp(head)) => {
+                Ok(Tunnelled::GaveUp(head)) => {
                     if connect {
                         let _ = l4.write_all(&head).await;
                         let _ = l4.flush().await;
@@ -142,7 +142,7 @@ impl Tunnels {
                     log_tunnel(&shown, mode, "fleet_unavailable", started);
                     return None;
                 }
-                Ok(Relayed::Done) => {
+                Ok(Tunnelled::Done) => {
                     log_tunnel(&shown, mode, "handed_over", started);
                     return None;
                 }

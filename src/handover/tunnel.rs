@@ -13,17 +13,15 @@
 //! Costs: one TLS connection to the owner per tunnel (a tunnel is long-lived and owns
 //! its connection: no pooling), one round trip before the client's `200`.
 
-use std::time::Duration;
-
-use pingora::connectors::TransportConnector;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::enforce::{Answer, Enforcer, Refusal};
+use super::HandOver;
+use crate::enforce::{Answer, Refusal};
 use crate::fleet::{Owner, PeerContext, PEER_HEADER};
 use crate::policy::target::Origin;
 
-/// How a hand-over to the owner ended, when the owner could be asked.
-pub(super) enum Relayed {
+/// How a tunnel's hand-over to the owner ended, when the owner could be asked.
+pub enum Tunnelled {
     /// The owner answered: its refusal passed on, or the tunnel relayed to its end.
     Done,
     /// The owner no longer serves the key (it released it, handed it to another member,
@@ -35,43 +33,27 @@ pub(super) enum Relayed {
 /// The owner's answer head can be no longer than this.
 const MAX_ANSWER_HEAD: usize = 16 * 1024;
 
-/// How a blind tunnel is handed over: the connector to owners, and how long to wait.
-pub(super) struct TunnelHandOver {
-    /// Opens TLS connections to owners' peer channels.
-    connector: TransportConnector,
-    /// The longest wait to connect to the owner.
-    connect_timeout: Duration,
-}
-
-impl TunnelHandOver {
-    /// Hand-overs connecting to owners within `connect_timeout`.
-    pub(super) fn new(connect_timeout: Duration) -> TunnelHandOver {
-        TunnelHandOver {
-            connector: TransportConnector::new(None),
-            connect_timeout,
-        }
-    }
-
+impl HandOver {
     /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
     /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
     /// what to answer the client when the owner could not be asked; `GaveUp`: the owner
     /// refused as it no longer serves the key (it is forgotten as the key's owner), and
     /// nothing was written to the client.
-    pub(super) async fn relay<S: AsyncRead + AsyncWrite + Unpin + Send>(
+    pub async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
-        enforcer: &Enforcer,
         client: &mut S,
         owner: &Owner,
         origin: &Origin,
         context: PeerContext,
         connect: bool,
-    ) -> Result<Relayed, Answer> {
+    ) -> Result<Tunnelled, Answer> {
         let unreachable = || {
             Refusal::FleetUnavailable {
                 why: "its owner could not be reached",
             }
             .answer()
         };
+        let enforcer = &self.enforcer;
         let peer = enforcer
             .owners()
             .and_then(|owners| owners.peer(owner))
@@ -102,25 +84,25 @@ impl TunnelHandOver {
         if gave_up {
             // It no longer serves the key: the owner is looked up again.
             enforcer.forget_owner(owner);
-            return Ok(Relayed::GaveUp(head));
+            return Ok(Tunnelled::GaveUp(head));
         }
         if status != 200 {
             if connect {
                 let _ = client.write_all(&head).await;
                 let _ = client.flush().await;
             }
-            return Ok(Relayed::Done);
+            return Ok(Tunnelled::Done);
         }
         if connect {
             let sent = client
                 .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 .await;
             if sent.is_err() || client.flush().await.is_err() {
-                return Ok(Relayed::Done);
+                return Ok(Tunnelled::Done);
             }
         }
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
-        Ok(Relayed::Done)
+        Ok(Tunnelled::Done)
     }
 }
 

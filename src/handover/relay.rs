@@ -4,13 +4,16 @@
 //! A member that does not own a request's origin only carries it: the owner judges,
 //! paces and signs it, and its answer is the client's. For the common request — HTTP/1.1,
 //! `GET` or `HEAD`, no body, to an origin whose owner this member already knows
-//! ([`Enforcer::known_owner`]) — the front relays it here:
+//! ([`crate::enforce::Enforcer::known_owner`]) — the front relays it here:
 //!
-//! 1. **The request** is parsed as the proxy's path parses it (Pingora's HTTP/1 server
-//!    session over its head), and the request sent to the owner is rebuilt from that
-//!    parse: its proxy credentials, `Connection` and any `robotsgate-peer` removed, this
-//!    member's [`PeerContext`](crate::fleet::PeerContext) added, written by Pingora's client session. A head the
-//!    proxy's path accepts is relayed as the proxy's path would have read it.
+//! 1. **The request** is taken on the front's read of its head ([`Candidate`]: an
+//!    HTTP/1.1 `GET` or `HEAD` without a body, its owner known), then parsed once by
+//!    Pingora's HTTP/1 server session — the session the client is answered with, as on
+//!    the proxy's path — and the request sent to the owner is rebuilt from that parse:
+//!    its proxy credentials, `Connection` and any `robotsgate-peer` removed, this
+//!    member's [`PeerContext`] added, written by Pingora's
+//!    client session. A head the proxy's path accepts is relayed as the proxy's path
+//!    would have read it.
 //! 2. **The owner's answer** is read by Pingora's HTTP/1 client session on a pooled
 //!    mutual-TLS connection to the owner's peer channel — the library the owner wrote it
 //!    with — and written to the client by Pingora's server session over the client's
@@ -19,61 +22,61 @@
 //!    framing (close-delimited, a coding Pingora does not read as chunked, octets past
 //!    its end) is closed, never pooled.
 //!
-//! Everything else takes the proxy's path (`proxy::handover`), and so does a request the
+//! Everything else takes the proxy's path ([`super::owner`]), and so does a request the
 //! owner never worked on ([`Asked::NotSent`]: the connection closed before a single
 //! octet of an answer, or the owner said it gave the key up), which the proxy routes
 //! again.
 //!
 //! Why: the proxy's path costs the relaying member a whole proxy pass, a handed-over
-//! request 2.5× a local one, both members counted (`bench/fleet_bench.py`). Costs: two
-//! parses of the request head (the relay's check, the client session's), one of the
-//! answer's, a copy of each body chunk, a pool lookup.
+//! request 2.5× a local one, both members counted (`bench/fleet_bench.py`). Costs: one
+//! parse of the request head (the client session's, which the answer is written with),
+//! one of the answer's, a copy of each body chunk, a pool lookup (no timer for a pooled
+//! connection). A request the relay does not take after Pingora's parse (a rare
+//! `Connection` option, an expectation) or that the owner never worked on is parsed
+//! once more by the proxy's path.
 
 use std::io::Cursor;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as OwnerSession;
 use pingora::protocols::http::v1::server::HttpSession as HeadParser;
 use pingora::protocols::http::ServerSession;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
-use crate::downstream::context::ClientContext;
-use crate::enforce::Enforcer;
-use crate::fleet::{Owner, PEER_HEADER};
+use super::owner::{gave_up, mark_for_owner};
+use super::HandOver;
+use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::{Scheme, Target};
-use crate::telemetry::metrics::{self, Outcome};
+use crate::telemetry::metrics::{self, Mode, Outcome};
 
-/// The front's relay of plain requests to their owners: the connector that pools
-/// mutual-TLS connections to owners' peer channels, and its timeouts.
-pub struct RequestHandOver {
-    /// The fleet's door: owners, their peers, the longest an owner takes to answer.
-    enforcer: std::sync::Arc<Enforcer>,
-    /// Opens, and pools, connections to owners.
-    connector: TransportConnector,
-    /// The longest wait to connect to an owner.
-    connect_timeout: Duration,
-    /// How long a pooled connection to an owner may stay idle.
-    idle: Duration,
-}
-
-/// A request the relay takes: the request for the owner, what the access log needs,
-/// its target and its origin's owner.
-pub(super) struct Relayable {
-    /// The request as it goes to the owner (without this member's context yet).
-    request: RequestHeader,
-    /// Its `User-Agent` (for the access log).
-    agent: Option<String>,
+/// A request the relay may take, as the front read its head: an HTTP/1.1 `GET` or
+/// `HEAD` without a body, for an origin whose owner this member knows.
+pub struct Candidate {
     /// Its origin's owner.
     owner: Owner,
     /// Its target, read as the proxy reads it.
     target: Target,
 }
 
+/// A request the relay takes, once Pingora parsed it: the request for the owner, what
+/// the access log needs, its target and its origin's owner.
+pub struct Relayable {
+    /// The request as it goes to the owner, this member's context included.
+    request: RequestHeader,
+    /// Its `User-Agent` (for the access log).
+    agent: Option<String>,
+    /// How it arrived (for the metrics and the access log).
+    mode: Mode,
+    /// Its origin's owner.
+    owner: Owner,
+    /// Its target.
+    target: Target,
+}
+
 /// What asking the owner gave.
-pub(super) enum Asked {
+pub enum Asked {
     /// The owner's final answer head, read: its body is still to come on the session.
     Answer(Box<Upstream>),
     /// The owner never worked on the request (closed unanswered, gave the key up): the
@@ -86,100 +89,56 @@ pub(super) enum Asked {
 
 /// The owner's side of one relayed exchange: Pingora's client session, its answer head
 /// read, and where its connection goes back to.
-pub(super) struct Upstream {
+pub struct Upstream {
     /// The session.
     session: OwnerSession,
     /// The pool key of the owner's peer.
     pool: u64,
 }
 
-impl RequestHandOver {
-    /// The relay of `enforcer`'s fleet, connecting within `connect_timeout`, keeping
-    /// connections idle at most `idle`.
-    pub fn new(
-        enforcer: std::sync::Arc<Enforcer>,
-        connect_timeout: Duration,
-        idle: Duration,
-    ) -> RequestHandOver {
-        RequestHandOver {
-            enforcer,
-            connector: TransportConnector::new(None),
-            connect_timeout,
-            idle,
-        }
-    }
-
-    /// The request to relay and its owner, when `head` (its octets through the blank
-    /// line) is one this relay takes, in `context`; `None` for the proxy's path.
-    pub(super) async fn eligible(&self, head: &[u8], context: &ClientContext) -> Option<Relayable> {
-        self.enforcer.owners()?;
-        if context.handed.is_some() {
-            return None;
-        }
-        let request = parse_plain(head).await?;
-        let host = request
-            .headers
-            .get(http::header::HOST)
-            .map(|h| h.as_bytes());
-        let target = context.target(request.raw_path(), host).ok()?;
+impl HandOver {
+    /// The request for `target` when its origin's owner is another member this one
+    /// knows: what the front relays itself (`None`: the proxy's path).
+    pub fn candidate(&self, target: Target) -> Option<Candidate> {
         let owner = self.enforcer.known_owner(&target.origin)?;
-        let agent = request
-            .headers
-            .get(http::header::USER_AGENT)
-            .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned());
-        Some(Relayable {
-            request: to_owner(&request),
-            agent,
-            owner,
-            target,
-        })
+        Some(Candidate { owner, target })
     }
 
-    /// Sends `request` (from a client at `client`, in `context`) to its owner and reads
-    /// the owner's final answer head: on a pooled connection, then once more on a new
-    /// one when the pooled one turns out closed.
-    pub(super) async fn ask(
-        &self,
-        request: &Relayable,
-        context: &ClientContext,
-        client: Option<std::net::IpAddr>,
-    ) -> Asked {
+    /// Sends `request` to its owner and reads the owner's final answer head: on a
+    /// pooled connection, then once more on a new one when the pooled one turns out
+    /// closed. A pooled connection is taken without a timer (arming one wakes the
+    /// runtime's driver, a system call per request); a new one within the connect
+    /// timeout.
+    pub async fn ask(&self, request: &Relayable) -> Asked {
         let Some(owners) = self.enforcer.owners() else {
             return Asked::NotSent;
         };
         let Some(peer) = owners.peer(&request.owner) else {
             return Asked::NotSent;
         };
-        let mut sent = request.request.clone();
-        let own = context.peer_context(client).encode();
-        if sent.insert_header(PEER_HEADER, own).is_err() {
-            return Asked::NotSent;
-        }
-        let connected =
-            tokio::time::timeout(self.connect_timeout, self.connector.get_stream(&peer));
-        let Ok(Ok((stream, reused))) = connected.await else {
-            return Asked::NotSent;
+        let asked = match self.connector.reused_stream(&peer).await {
+            Some(pooled) => match self.exchange_head(pooled, &peer, &request.request).await {
+                Some(asked) => Some(asked),
+                None => self.ask_anew(&peer, &request.request).await,
+            },
+            None => self.ask_anew(&peer, &request.request).await,
         };
-        let asked = self.exchange_head(stream, &peer, &sent).await;
-        let asked = match asked {
-            Some(asked) => asked,
-            None if reused => {
-                let fresh =
-                    tokio::time::timeout(self.connect_timeout, self.connector.new_stream(&peer));
-                let Ok(Ok(stream)) = fresh.await else {
-                    return Asked::NotSent;
-                };
-                self.exchange_head(stream, &peer, &sent)
-                    .await
-                    .unwrap_or(Asked::NotSent)
-            }
-            None => Asked::NotSent,
-        };
+        let asked = asked.unwrap_or(Asked::NotSent);
         if let Asked::NotSent = asked {
             // Said it gave the key up, or never answered: learnt afresh next time.
             self.enforcer.forget_owner(&request.owner);
         }
         asked
+    }
+
+    /// [`HandOver::exchange_head`] on a new connection to `peer`.
+    async fn ask_anew(&self, peer: &HttpPeer, sent: &RequestHeader) -> Option<Asked> {
+        let connect = self.connector.new_stream(peer);
+        let stream = pingora::time::timeout(self.connect_timeout, connect)
+            .await
+            .ok()?
+            .ok()?;
+        self.exchange_head(stream, peer, sent).await
     }
 
     /// Writes `sent` on `stream` to the owner at `peer` and reads its answer's final
@@ -212,8 +171,7 @@ impl RequestHandOver {
             if head.status.is_informational() {
                 continue;
             }
-            let decision = head.headers.get("X-Robots-Decision").map(|d| d.as_bytes());
-            if crate::fleet::owner_gave_up(head.status.as_u16(), decision) {
+            if gave_up(head) {
                 return Some(Asked::NotSent);
             }
             let pool = peer.reuse_hash();
@@ -225,7 +183,7 @@ impl RequestHandOver {
     /// over the client's connection, its request read), then gives the owner's
     /// connection back to the pool when its framing ended the answer; `Err` when either
     /// side broke off.
-    pub(super) async fn pass_on(
+    pub async fn pass_on(
         &self,
         client: &mut ServerSession,
         mut upstream: Box<Upstream>,
@@ -269,51 +227,66 @@ async fn reusable(mut session: OwnerSession) -> Option<pingora::protocols::Strea
     session.reuse().await
 }
 
-/// Parses `head` as the proxy's path does (Pingora's HTTP/1 server session), and keeps it
+/// The request the relay sends for `candidate`, from Pingora's parse of the client's
+/// request (`request`, which arrived as `mode`), with this member's `context` for it,
 /// when the relay takes it: HTTP/1.1, `GET` or `HEAD`, without a body, an upgrade, an
 /// expectation or a `Connection` option but `keep-alive` and `close`.
-async fn parse_plain(head: &[u8]) -> Option<RequestHeader> {
-    let mut parser = HeadParser::new(Box::new(Cursor::new(head.to_vec())));
-    parser.read_request().await.ok()??;
-    let request = parser.req_header();
+pub fn relayable(
+    candidate: Candidate,
+    request: &RequestHeader,
+    context: &PeerContext,
+    mode: Mode,
+) -> Option<Relayable> {
+    if !plain(request) {
+        return None;
+    }
+    let mut sent = request.clone();
+    // The connection to the owner stays open whatever the client's does.
+    sent.remove_header("connection");
+    mark_for_owner(&mut sent, context).ok()?;
+    let agent = request
+        .headers
+        .get(http::header::USER_AGENT)
+        .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned());
+    Some(Relayable {
+        request: sent,
+        agent,
+        mode,
+        owner: candidate.owner,
+        target: candidate.target,
+    })
+}
+
+/// Whether the relay takes `request` as Pingora parsed it: HTTP/1.1, `GET` or `HEAD`,
+/// without a body, an upgrade, an expectation or a `Connection` option but
+/// `keep-alive` and `close`.
+fn plain(request: &RequestHeader) -> bool {
     if request.version != http::Version::HTTP_11
         || !matches!(request.method, http::Method::GET | http::Method::HEAD)
     {
-        return None;
+        return false;
     }
     let refused = ["content-length", "transfer-encoding", "upgrade", "expect"];
     if refused.iter().any(|r| request.headers.contains_key(*r)) {
-        return None;
+        return false;
     }
-    for value in request.headers.get_all(http::header::CONNECTION) {
-        let value = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
-        if value
-            .split(',')
-            .any(|t| !matches!(t.trim(), "keep-alive" | "close" | ""))
-        {
-            return None;
-        }
-    }
-    Some(request.clone())
-}
-
-/// The request as it goes to the owner, rebuilt from the parsed one: the client's
-/// method, target, version and headers but its proxy credentials, `Connection` (the
-/// connection to the owner stays open whatever the client's does) and any
-/// `robotsgate-peer`.
-fn to_owner(request: &RequestHeader) -> RequestHeader {
-    let mut sent = request.clone();
-    for dropped in ["proxy-authorization", "connection", PEER_HEADER] {
-        sent.remove_header(dropped);
-    }
-    sent
+    request
+        .headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .all(|value| {
+            let value = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
+            value
+                .split(',')
+                .all(|t| matches!(t.trim(), "keep-alive" | "close" | ""))
+        })
 }
 
 /// Counts a request handed over, and logs it (its `status`, 0 when the client got none).
-pub(super) fn record(relayed: &Relayable, context: &ClientContext, status: u16, started: Instant) {
+pub fn record(relayed: &Relayable, status: u16, started: Instant) {
     let elapsed = started.elapsed().as_secs_f64();
     let target = &relayed.target;
-    let mode = context.mode(relayed.request.raw_path());
+    let mode = relayed.mode;
     let protocol = metrics::Protocol::Http1;
     let https = target.origin.scheme == Scheme::Https;
     metrics::record_request(Outcome::HandedOver, mode, protocol, https, elapsed);
@@ -347,12 +320,25 @@ pub(super) fn record(relayed: &Relayable, context: &ClientContext, status: u16, 
 }
 
 /// The request the owner reads for a client's request `head`, read as the owner reads
-/// it (Pingora's HTTP/1 server session over what this relay writes), beside the request
-/// the proxy's path reads from `head`: `None` when the relay does not take `head`. What
-/// the fuzz target `relayed_request` compares.
+/// it (Pingora's HTTP/1 server session over what this relay writes, with an empty
+/// [`PeerContext`]), beside the request the proxy's path reads from `head`: `None` when
+/// the relay does not take `head`. What the fuzz target `relayed_request` compares.
 pub async fn owner_reads(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
-    let parsed = parse_plain(head).await?;
-    let sent = to_owner(&parsed);
+    let mut parser = HeadParser::new(Box::new(Cursor::new(head.to_vec())));
+    parser.read_request().await.ok()??;
+    let parsed = parser.req_header().clone();
+    // Whose and where do not change what is written: any owner and target do.
+    let candidate = Candidate {
+        owner: Owner {
+            key: String::new(),
+            member: String::new(),
+            epoch: 0,
+            peer: String::new(),
+        },
+        target: Target::from_request(b"http://fuzz.example/", None, Scheme::Http).ok()?,
+    };
+    let context = PeerContext::default();
+    let sent = relayable(candidate, &parsed, &context, Mode::Explicit)?.request;
     let wire = pingora::protocols::http::v1::client::http_req_header_to_wire(&sent)?;
     let mut owner = HeadParser::new(Box::new(Cursor::new(wire.to_vec())));
     owner.read_request().await.ok()??;
@@ -401,9 +387,17 @@ mod tests {
         let (parsed, owner) = run(owner_reads(head)).expect("relayed");
         assert_eq!(owner.method, parsed.method);
         assert_eq!(owner.raw_path(), b"http://a.example/x");
-        for gone in ["proxy-authorization", "connection", PEER_HEADER] {
+        for gone in ["proxy-authorization", "connection"] {
             assert!(owner.headers.get(gone).is_none(), "{gone}");
         }
+        // The client's own context never reaches the owner: only this member's does.
+        let own = PeerContext::default().encode();
+        let contexts: Vec<_> = owner
+            .headers
+            .get_all(crate::fleet::PEER_HEADER)
+            .iter()
+            .collect();
+        assert_eq!(contexts, [own.as_str()]);
         assert_eq!(
             owner.headers.get("user-agent").map(|v| v.as_bytes()),
             Some(&b"Bot/1"[..])

@@ -1,0 +1,79 @@
+//! The hand-over, in one room: how a member that does not own a request's origin
+//! carries it to the member that does (fleet mode).
+//!
+//! **The sequence.** Every request is routed the same way, whatever door it came in by:
+//!
+//! 1. *Route* — [`crate::enforce`] decides, from Redis' word on who owns the origin
+//!    (`enforce/owned.rs`): here (this member paces it), another member (its
+//!    [`Owner`]), or nobody reachable (a refusal).
+//! 2. *Pace* — here: a turn from the one in-memory pacer, and the exchange.
+//! 3. *Hand over* — to another member, on the path the request fits:
+//!    * a plain HTTP/1.1 `GET` or `HEAD` whose owner is known is relayed by the front
+//!      itself ([`relay`]: [`HandOver::candidate`], [`relayable`], [`HandOver::ask`],
+//!      [`HandOver::pass_on`]), one Pingora session each side;
+//!    * a blind tunnel is handed over whole ([`HandOver::tunnel`]): a `CONNECT` to the
+//!      owner, which paces its start;
+//!    * anything else (a body, an HTTP/2 stream, a first request before the owner is
+//!      known) takes the proxy's pass with the owner's peer channel as its upstream
+//!      (`proxy/handover.rs`, marking it with [`mark_for_owner`]).
+//! 4. *Route again* — when the owner never received the request ([`never_received`])
+//!    or answered that it gave the key up ([`gave_up`], [`GAVE_UP`]): the owner is
+//!    forgotten and the request routed once more from step 1, as often as
+//!    [`Reroutes`](crate::fleet::Reroutes) allows. Nothing else is sent twice.
+//!
+//! The owner takes a handed request from the top (its peer door, `downstream/
+//! peer_door.rs`, admits only live members; the context it reads is the certificate's
+//! member's): it judges, paces and signs it. This member only carries it.
+//!
+//! **One HTTP implementation.** Both hops read and write HTTP/1.1 with Pingora's
+//! sessions; an answer whose end its framing does not give closes the connection it
+//! came on. Connections to owners are mutual TLS (rustls, `fleet::channel`), pooled for
+//! requests and one per tunnel.
+//!
+//! Costs (`bench/fleet_bench.py`, `docs/fleet.md`): a relayed request adds one pooled
+//! connection's exchange to the owner — a parse of the owner's answer head, a copy of
+//! each body chunk, no timer when a pooled connection is at hand.
+
+mod owner;
+pub mod relay;
+mod tunnel;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::connectors::TransportConnector;
+
+pub use owner::{gave_up, mark_for_owner, never_received, GAVE_UP};
+pub use relay::{relayable, Asked, Candidate, Relayable};
+pub use tunnel::Tunnelled;
+
+use crate::enforce::Enforcer;
+#[cfg(doc)]
+use crate::fleet::Owner;
+
+/// The one entry to the hand-over the front, the tunnels and the proxy share: the
+/// fleet's door (owners, their peer channels, how long an owner may take to answer)
+/// and the connector that opens, and pools, mutual-TLS connections to owners.
+pub struct HandOver {
+    /// Owners and their peers.
+    enforcer: Arc<Enforcer>,
+    /// Opens connections to owners' peer channels; pools those requests used.
+    connector: TransportConnector,
+    /// The longest wait to connect to an owner.
+    connect_timeout: Duration,
+    /// How long a pooled connection to an owner may stay idle.
+    idle: Duration,
+}
+
+impl HandOver {
+    /// The hand-over of `enforcer`'s fleet, connecting within `connect_timeout`, keeping
+    /// pooled connections idle at most `idle`.
+    pub fn new(enforcer: Arc<Enforcer>, connect_timeout: Duration, idle: Duration) -> HandOver {
+        HandOver {
+            enforcer,
+            connector: TransportConnector::new(None),
+            connect_timeout,
+            idle,
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! What passes between a member and an origin's owner, whichever path carries a
+//! request (the front's relay, the proxy's pass): the request marked for the owner
+//! (this member's [`PeerContext`], nothing the client said in its place), and what the
+//! owner's side tells — an answer saying it gave the key up, an error saying it never
+//! received the request. Both paths route again on these, and only on these.
+
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+
+use crate::fleet::{PeerContext, PEER_HEADER};
+
+/// Marks `request` for the owner: its proxy credentials and any `robotsgate-peer` the
+/// client sent removed, this member's `context` added (the owner strips the rest of
+/// what never goes to an origin).
+pub fn mark_for_owner(request: &mut RequestHeader, context: &PeerContext) -> Result<()> {
+    request.remove_header("proxy-authorization");
+    request.remove_header(PEER_HEADER);
+    request.insert_header(PEER_HEADER, context.encode())?;
+    Ok(())
+}
+
+/// The error an owner's giving up is, for Pingora to send the request again (routed
+/// once more, see `RobotsGateProxy::route_again`).
+pub const GAVE_UP: &str = "owner gave the key up";
+
+/// Whether the owner's answer says it no longer serves the key
+/// ([`crate::fleet::owner_gave_up`]): its cached ownership is then forgotten, and the
+/// request routed again.
+pub fn gave_up(answer: &ResponseHeader) -> bool {
+    let decision = answer.headers.get("x-robots-decision");
+    crate::fleet::owner_gave_up(answer.status.as_u16(), decision.map(|v| v.as_bytes()))
+}
+
+/// Whether `e` (as Pingora gave it) says the owner never worked on the request: its head
+/// could not be written, or the owner closed or reset the connection before answering a
+/// single octet ([`closed_unanswered`]). An owner that stops closes its connections, so
+/// a request sent on one meets one of these. (One that died mid-exchange resets it too;
+/// its keys cannot be taken over before its exchanges must be over, so routed again such
+/// a request finds it gone and is answered 503.)
+pub fn never_received(e: &Error) -> bool {
+    let context = e.context.as_ref().map_or("", |c| c.as_str());
+    let head_unwritten = e.etype() == &ErrorType::WriteError
+        && matches!(
+            context,
+            "while writing request headers" | "flushing request header"
+        );
+    head_unwritten || closed_unanswered(e)
+}
+
+/// Whether `e` is the owner closing a connection before answering a single octet: over
+/// TLS without a `close_notify` (rustls reports it as an unexpected end, which Pingora
+/// does not count as the closed connection it is), or with a reset.
+fn closed_unanswered(e: &Error) -> bool {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    let eof = e
+        .cause
+        .as_ref()
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| matches!(io.kind(), UnexpectedEof | ConnectionReset));
+    let unanswered = e
+        .context
+        .as_ref()
+        .is_some_and(|c| c.as_str().ends_with("bytes already read: 0"));
+    e.etype() == &ErrorType::ReadError && eof && unanswered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Pingora error of `etype` with `context`, caused by an I/O error of `kind`.
+    fn error(etype: ErrorType, context: &'static str, kind: std::io::ErrorKind) -> Box<Error> {
+        Error::because(etype, context, std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn a_request_the_owner_never_received_is_told_from_one_it_may_have() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, UnexpectedEof};
+        use ErrorType::{ReadError, WriteError};
+        let none = "while reading response headers, bytes already read: 0";
+        // Some of the answer came: the owner worked on it.
+        let some = "while reading response headers, bytes already read: 12";
+        let cases = [
+            (
+                WriteError,
+                "while writing request headers",
+                BrokenPipe,
+                true,
+            ),
+            (WriteError, "flushing request header", BrokenPipe, true),
+            (ReadError, none, UnexpectedEof, true),
+            (ReadError, none, ConnectionReset, true),
+            (ReadError, some, UnexpectedEof, false),
+            (ReadError, some, ConnectionRefused, false),
+            (WriteError, "while writing request body", BrokenPipe, false),
+        ];
+        for (etype, context, kind, never) in cases {
+            let e = error(etype, context, kind);
+            assert_eq!(never_received(&e), never, "{context} ({kind:?})");
+        }
+    }
+}
