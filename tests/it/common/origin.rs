@@ -95,7 +95,10 @@ pub struct Seen {
     pub method: String,
     pub target: String,
     pub headers: Vec<(String, String)>,
-    /// When the request head had arrived, and when the response was fully written.
+    /// When the request head had arrived, and when the origin began writing its
+    /// response's last octets: no later than a proxy can have seen the response end (a
+    /// time taken after the write would add the origin's own scheduling delay to every
+    /// gap measured from it, and find gaps shorter than the proxy kept).
     pub arrived: Instant,
     pub done: Option<Instant>,
 }
@@ -113,6 +116,55 @@ impl Seen {
 pub trait OriginStream: AsyncRead + AsyncWrite + Unpin + Send {
     /// Makes the close send RST (SO_LINGER 0).
     fn reset_on_close(&self);
+}
+
+/// An origin's stream that notes when its latest write began.
+struct Timed<S> {
+    /// The connection.
+    inner: S,
+    /// When the latest write call began (before its octets went out).
+    last_write: Option<Instant>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Timed<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Timed<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.last_write = Some(Instant::now());
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: OriginStream> OriginStream for Timed<S> {
+    fn reset_on_close(&self) {
+        self.inner.reset_on_close();
+    }
 }
 
 impl OriginStream for TcpStream {
@@ -305,7 +357,11 @@ impl TestOrigin {
         self.seen().iter().filter(|s| s.target == target).count()
     }
 
-    async fn serve<S: OriginStream>(&self, mut stream: S) {
+    async fn serve<S: OriginStream>(&self, stream: S) {
+        let mut stream = Timed {
+            inner: stream,
+            last_write: None,
+        };
         loop {
             let mut head = Vec::new();
             let mut byte = [0u8; 1];
@@ -346,8 +402,10 @@ impl TestOrigin {
                 .get(&path)
                 .cloned()
                 .unwrap_or_else(|| Behaviour::ok(&format!("page {target}\n")));
+            stream.last_write = None;
             let keep = self.respond(&mut stream, behaviour).await;
-            self.log.lock().expect("log")[index].done = Some(Instant::now());
+            let done = stream.last_write.unwrap_or_else(Instant::now);
+            self.log.lock().expect("log")[index].done = Some(done);
             if !keep {
                 return;
             }
