@@ -2,8 +2,9 @@
 //! through random members and through the HAProxy front, each answer recorded with
 //! when it was asked; the sampler asks every member's `/origins/...` who may grant
 //! turns now; the report puts both beside the faults, by kind: how many, the requests
-//! asked while each lasted (and for 3 s after) answered 5xx or not at all, and the
-//! longest any paced origin went without a request across one.
+//! asked while each lasted (and for 3 s after) answered 5xx or not at all, and how
+//! long after one ended each paced origin received its next request (faults come every
+//! 1 to 2.5 s, so a wait after one can be another's doing).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -172,8 +173,8 @@ struct Tally {
     failed: usize,
     /// Of those, not answered at all.
     lost: usize,
-    /// The longest a paced origin went without a request across one.
-    longest_wait: Duration,
+    /// How long after each one ended each paced origin received its next request.
+    waits: Vec<Duration>,
 }
 
 /// The report by kind of fault: one line each.
@@ -190,32 +191,39 @@ pub(crate) fn by_kind(faults: &[Fault], asked: &[Asked], paced: &[Vec<Seen>]) ->
             tally.failed += usize::from(a.status >= 500);
             tally.lost += usize::from(a.status == 0);
         }
-        for seen in paced {
-            tally.longest_wait = tally.longest_wait.max(wait_across(seen, fault));
-        }
+        tally
+            .waits
+            .extend(paced.iter().filter_map(|seen| served_after(seen, fault)));
     }
     tallies
         .iter()
         .map(|(kind, t)| {
+            let mut waits = t.waits.clone();
+            waits.sort();
+            let at = |q: f64| {
+                let i = ((waits.len() as f64 - 1.0) * q).round() as usize;
+                waits.get(i).map_or(0.0, Duration::as_secs_f64)
+            };
             format!(
-                "{kind:?}: {} faults; of {} requests asked meanwhile or within 3 s, {} answered 5xx, {} not answered; longest a paced origin waited: {:.2} s",
+                "{kind:?}: {} faults; of {} requests asked meanwhile or within 3 s, {} answered 5xx, {} not answered; a paced origin's next request after one: median {:.2} s, p90 {:.2} s, longest {:.2} s",
                 t.faults,
                 t.asked,
                 t.failed,
                 t.lost,
-                t.longest_wait.as_secs_f64()
+                at(0.5),
+                at(0.9),
+                at(1.0)
             )
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// The longest gap between two arrivals at an origin that spans any part of `fault`.
-fn wait_across(seen: &[Seen], fault: &Fault) -> Duration {
-    let (began, ended) = (fault.began.into_std(), fault.ended.into_std());
-    seen.windows(2)
-        .filter(|w| w[1].arrived >= began && w[0].arrived <= ended)
-        .map(|w| w[1].arrived.saturating_duration_since(w[0].arrived))
-        .max()
-        .unwrap_or_default()
+/// How long after `fault` ended the origin that saw `seen` received its next request
+/// (`None`: none came before the crawl stopped).
+fn served_after(seen: &[Seen], fault: &Fault) -> Option<Duration> {
+    let ended = fault.ended.into_std();
+    seen.iter()
+        .find(|s| s.arrived >= ended)
+        .map(|s| s.arrived.saturating_duration_since(ended))
 }
