@@ -21,9 +21,9 @@
 //!    forgotten and the request routed once more from step 1, as often as
 //!    [`Reroutes`](crate::fleet::Reroutes) allows. Nothing else is sent twice.
 //!
-//! The owner takes a handed request from the top (its peer door, `downstream/
-//! peer_door.rs`, admits only live members; the context it reads is the certificate's
-//! member's): it judges, paces and signs it. This member only carries it.
+//! The owner takes a handed request from the top (its peer door,
+//! `downstream/peer_door.rs`, admits only live members; the member it reads is the
+//! certificate's): it judges, paces and signs it. This member only carries it.
 //!
 //! **One HTTP implementation.** Both hops read and write HTTP/1.1 with Pingora's
 //! sessions; an answer whose end its framing does not give closes the connection it
