@@ -61,21 +61,31 @@ pub struct Member {
     pub epoch: u64,
     /// When its lease ends, in Redis time (ms).
     pub expires_ms: i64,
-    /// It is handing its origins over and leaving.
+    /// It is handing its origins over and leaving (or has left).
     pub leaving: bool,
+    /// It has left: no member any more, its record kept until its lease ends only so
+    /// that a claim it could not release waits for that lease (`member_leave.lua`).
+    pub left: bool,
     /// Where its peer channel listens (`host:port`).
     pub peer: String,
 }
 
 impl Member {
+    /// Is it a member at `now` (Redis time, ms): its lease not over, and not left?
+    pub fn live_at(&self, now: i64) -> bool {
+        self.expires_ms > now && !self.left
+    }
+
     /// Reads a member record: `epoch|expires_ms|state|peer|lease_ms|after_ms`.
     fn parse(id: &str, value: &str) -> Option<Member> {
         let mut fields = value.split('|');
+        let (epoch, expires_ms, state) = (fields.next()?, fields.next()?, fields.next()?);
         let member = Member {
             id: id.to_string(),
-            epoch: fields.next()?.parse().ok()?,
-            expires_ms: fields.next()?.parse().ok()?,
-            leaving: fields.next()? == "leaving",
+            epoch: epoch.parse().ok()?,
+            expires_ms: expires_ms.parse().ok()?,
+            leaving: matches!(state, "leaving" | "left"),
+            left: state == "left",
             peer: fields.next()?.to_string(),
         };
         let (lease, after) = (fields.next()?, fields.next()?);
@@ -234,14 +244,14 @@ impl Membership {
     pub fn is_live(&self, id: &str) -> bool {
         let members = self.members.load();
         let (now, all) = &**members;
-        all.get(id).is_some_and(|m| m.expires_ms > *now)
+        all.get(id).is_some_and(|m| m.live_at(*now))
     }
 
     /// `id` as a live member (its lease not over at the last renewal), if it is one.
     pub fn live(&self, id: &str) -> Option<Member> {
         let members = self.members.load();
         let (now, all) = &**members;
-        all.get(id).filter(|m| m.expires_ms > *now).cloned()
+        all.get(id).filter(|m| m.live_at(*now)).cloned()
     }
 
     /// The member that stays (live, not leaving, not this one) that rendezvous hashing
@@ -251,7 +261,7 @@ impl Membership {
         let members = self.members.load();
         let (now, all) = &**members;
         all.values()
-            .filter(|m| m.expires_ms > *now && !m.leaving && m.id != self.me())
+            .filter(|m| m.live_at(*now) && !m.leaving && m.id != self.me())
             .max_by_key(|m| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 (key, &m.id).hash(&mut h);
@@ -361,7 +371,7 @@ impl Membership {
         let live = renewal
             .members
             .values()
-            .filter(|m| m.expires_ms > renewal.now)
+            .filter(|m| m.live_at(renewal.now))
             .count();
         crate::telemetry::metrics::FLEET_MEMBERS.set(live as i64);
         self.members.store(Arc::new((renewal.now, renewal.members)));

@@ -270,7 +270,7 @@ impl Owners {
                     "member": m.id,
                     "epoch": m.epoch,
                     "peer": m.peer,
-                    "state": if m.expires_ms <= *now { "lapsed" } else if m.leaving { "leaving" } else { "up" },
+                    "state": if m.left { "left" } else if m.expires_ms <= *now { "lapsed" } else if m.leaving { "leaving" } else { "up" },
                     "lease_left_seconds": (m.expires_ms - now) as f64 / 1000.0,
                     "owns": counts.get(&m.id).copied().unwrap_or(0),
                     "me": m.id == self.me(),

@@ -88,7 +88,7 @@ fn live_members(members: &Membership) -> impl Iterator<Item = Member> {
     let live: Vec<Member> = view
         .1
         .values()
-        .filter(|m| m.expires_ms > now)
+        .filter(|m| m.live_at(now))
         .cloned()
         .collect();
     live.into_iter()
@@ -139,6 +139,7 @@ mod tests {
             epoch: 1,
             expires_ms: 10,
             leaving: false,
+            left: false,
             peer: "[::ffff:127.0.0.1]:7443".into(),
         };
         assert_eq!(host_of(&member), Some("127.0.0.1".parse().unwrap()));

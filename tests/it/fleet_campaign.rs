@@ -56,6 +56,24 @@ fn lines_naming(fleet: &Fleet, target: &str) -> Vec<String> {
         .collect()
 }
 
+/// What the members logged of `origin`'s ownership, and their warnings: a short gap's
+/// context.
+fn ownership_lines(fleet: &Fleet, origin: &str) -> Vec<String> {
+    let authority = origin.trim_start_matches("http://").trim_end_matches('/');
+    fleet
+        .all_logs()
+        .into_iter()
+        .enumerate()
+        .flat_map(|(n, log)| {
+            log.lines()
+                .filter(|l| !l.contains(" access: "))
+                .filter(|l| l.contains(authority) || l.contains(" WARN ") || l.contains("fleet: l"))
+                .map(|l| format!("log {n}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Each gap under the Crawl-delay at `seen`: both requests, their times from `start`,
 /// and what the members logged of them.
 fn short_gaps(fleet: &Fleet, seen: &[crate::common::Seen], start: Instant) -> Vec<String> {
@@ -220,8 +238,9 @@ async fn run(backend: Backend) {
         let short = short_gaps(&fleet, seen, start);
         assert!(
             short.is_empty(),
-            "gaps under the Crawl-delay at {at}:\n{}\n{record}",
-            short.join("\n")
+            "gaps under the Crawl-delay at {at}:\n{}\nownership:\n  {}\n{record}",
+            short.join("\n"),
+            ownership_lines(&fleet, &at).join("\n  ")
         );
         assert!(
             pages(origin, "/private").is_empty(),

@@ -4,7 +4,8 @@
 --
 -- A member's record (hash {robotsgate}:members, by id):
 --   "epoch|expires_ms|state|peer|lease_ms|after_ms"
--- state is up or leaving; after_ms is how long after its lease ends its exchanges may
+-- state is up, leaving, or left (member_leave.lua: kept until its lease ends, a member
+-- no more); after_ms is how long after its lease ends its exchanges may
 -- still run (its outage grace plus the longest an exchange holds a turn).
 -- A claim (hash {robotsgate}:own:<pacing key>): m (member), e (its epoch), gen (the
 -- generation it was written in), n (a number new each time the claim is taken: what

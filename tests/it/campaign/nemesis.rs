@@ -175,7 +175,9 @@ impl Fleet {
             .with(&backend)
             .set("fleet.new_data_set", "fence")
             .with(&short_fleet(self.mode));
-        let proxy = Proxy::start_for_loopback(&conf);
+        // Ownership changes logged (debug), for a failure's report.
+        let log = [("RUST_LOG", "info,robotsgate::fleet=debug")];
+        let proxy = Proxy::start_with_env(&conf, &["--allow-destination", "127.0.0.0/8"], &log);
         let slot = (0..MOST)
             .find(|s| self.members.iter().all(|m| m.slot != *s))
             .expect("a free slot");
