@@ -22,7 +22,7 @@
 //!    framing (close-delimited, a coding Pingora does not read as chunked, octets past
 //!    its end) is closed, never pooled.
 //!
-//! Everything else takes the proxy's path ([`super::owner`]), and so does a request the
+//! Everything else takes the proxy's path (`proxy/handover.rs`), and so does a request the
 //! owner never worked on ([`Asked::NotSent`]: the connection closed before a single
 //! octet of an answer, or the owner said it gave the key up), which the proxy routes
 //! again.
