@@ -76,4 +76,9 @@ impl HandOver {
             idle,
         }
     }
+
+    /// Whether this instance is a fleet member (alone, nothing is ever handed over).
+    pub fn in_fleet(&self) -> bool {
+        self.enforcer.owners().is_some()
+    }
 }

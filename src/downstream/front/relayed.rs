@@ -23,7 +23,8 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     /// member, whose origin's owner is another member it knows): read from the front's
     /// own read of its head, nothing parsed again.
     pub(super) fn candidate(&self, head: &Head, context: &ClientContext) -> Option<Candidate> {
-        if !head.plain || context.handed.is_some() {
+        // Alone, or not plain: nothing to read (a single instance pays for none of it).
+        if !head.plain || context.handed.is_some() || !self.handover.in_fleet() {
             return None;
         }
         let target = context.target(head.target(), head.host()).ok()?;
