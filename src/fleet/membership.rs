@@ -61,19 +61,40 @@ pub struct Member {
     pub epoch: u64,
     /// When its lease ends, in Redis time (ms).
     pub expires_ms: i64,
-    /// It is handing its origins over and leaving (or has left).
-    pub leaving: bool,
-    /// It has left: no member any more, its record kept until its lease ends only so
-    /// that a claim it could not release waits for that lease (`member_leave.lua`).
-    pub left: bool,
+    /// Up, leaving, or left.
+    pub state: MemberState,
     /// Where its peer channel listens (`host:port`).
     pub peer: String,
 }
 
+/// Where a member is in its life, as its record says (`prelude.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    /// A member taking new origins.
+    Up,
+    /// Handing its origins over and leaving.
+    Leaving,
+    /// Left: a member no more, its record kept until its lease ends only so that a
+    /// claim it could not release waits for that lease (`member_leave.lua`).
+    Left,
+}
+
+impl MemberState {
+    /// The record's word for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            MemberState::Up => "up",
+            MemberState::Leaving => "leaving",
+            MemberState::Left => "left",
+        }
+    }
+}
+
 impl Member {
-    /// Is it a member at `now` (Redis time, ms): its lease not over, and not left?
+    /// Is it a member at `now` (Redis time, ms): its lease not over, and not left (as
+    /// `live` in `prelude.lua`)?
     pub fn live_at(&self, now: i64) -> bool {
-        self.expires_ms > now && !self.left
+        self.expires_ms > now && self.state != MemberState::Left
     }
 
     /// Reads a member record: `epoch|expires_ms|state|peer|lease_ms|after_ms`.
@@ -84,8 +105,12 @@ impl Member {
             id: id.to_string(),
             epoch: epoch.parse().ok()?,
             expires_ms: expires_ms.parse().ok()?,
-            leaving: matches!(state, "leaving" | "left"),
-            left: state == "left",
+            state: match state {
+                "up" => MemberState::Up,
+                "leaving" => MemberState::Leaving,
+                "left" => MemberState::Left,
+                _ => return None,
+            },
             peer: fields.next()?.to_string(),
         };
         let (lease, after) = (fields.next()?, fields.next()?);
@@ -261,7 +286,7 @@ impl Membership {
         let members = self.members.load();
         let (now, all) = &**members;
         all.values()
-            .filter(|m| m.live_at(*now) && !m.leaving && m.id != self.me())
+            .filter(|m| m.live_at(*now) && m.state == MemberState::Up && m.id != self.me())
             .max_by_key(|m| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 (key, &m.id).hash(&mut h);
@@ -447,7 +472,14 @@ mod tests {
     #[test]
     fn member_records_read_back() {
         let m = Member::parse("a.1", "7|1000|leaving|10.0.0.1:7443|5000|130000").expect("member");
-        assert_eq!((m.epoch, m.expires_ms, m.leaving), (7, 1000, true));
+        assert_eq!(
+            (m.epoch, m.expires_ms, m.state),
+            (7, 1000, MemberState::Leaving)
+        );
+        assert!(
+            Member::parse("a", "1|2|gone|p|1|1").is_none(),
+            "a state unknown"
+        );
         assert_eq!(m.peer, "10.0.0.1:7443");
         assert!(Member::parse("a", "x|1|up|p|1|1").is_none());
         assert!(Member::parse("a", "1|2").is_none());

@@ -50,7 +50,7 @@ use std::time::Duration;
 pub use backend::{Fleet, FleetEvent, Unavailable};
 pub use budgets::FleetTally;
 pub use channel::{owner_gave_up, PeerContext, PeerTls, Reroutes, PEER_HEADER};
-pub use membership::{Member, Membership};
+pub use membership::{Member, MemberState, Membership};
 pub use ownership::{Inherited, Owner, Route};
 pub use robots::{FetchLock, SharedRobots, ROBOTS_KEEP};
 
@@ -270,7 +270,11 @@ impl Owners {
                     "member": m.id,
                     "epoch": m.epoch,
                     "peer": m.peer,
-                    "state": if m.left { "left" } else if m.expires_ms <= *now { "lapsed" } else if m.leaving { "leaving" } else { "up" },
+                    "state": match m.state {
+                        MemberState::Left => "left",
+                        _ if m.expires_ms <= *now => "lapsed",
+                        state => state.label(),
+                    },
                     "lease_left_seconds": (m.expires_ms - now) as f64 / 1000.0,
                     "owns": counts.get(&m.id).copied().unwrap_or(0),
                     "me": m.id == self.me(),

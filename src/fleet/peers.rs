@@ -138,8 +138,7 @@ mod tests {
             id: "a/1.2".into(),
             epoch: 1,
             expires_ms: 10,
-            leaving: false,
-            left: false,
+            state: crate::fleet::MemberState::Up,
             peer: "[::ffff:127.0.0.1]:7443".into(),
         };
         assert_eq!(host_of(&member), Some("127.0.0.1".parse().unwrap()));

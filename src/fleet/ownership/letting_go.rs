@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{claim_key, Owner, Ownership, KEEP};
 use crate::fleet::backend::{lock, ms};
-use crate::fleet::membership::{Member, GENERATION, SERVER};
+use crate::fleet::membership::{Member, MemberState, GENERATION, SERVER};
 use crate::fleet::scripts::script;
 use crate::fleet::standing::Held;
 use crate::pacing::ScheduleFacts;
@@ -84,7 +84,7 @@ impl Ownership {
             .into_iter()
             .filter_map(|(key, via)| {
                 let heir = self.members.live(&via)?;
-                let fit = !heir.leaving && heir.id != me && self.acts_for(&key);
+                let fit = heir.state == MemberState::Up && heir.id != me && self.acts_for(&key);
                 fit.then_some((key, heir))
             })
             .collect()

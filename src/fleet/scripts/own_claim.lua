@@ -39,9 +39,7 @@ elseif c.m == ARGV[1] then
   how = c.released and 'handed' or 'reclaimed'
 elseif c.m ~= nil then
   local h = member(KEYS[2], c.m)
-  -- One that left (member_leave.lua) holds nothing more, but its lease still bounds
-  -- what it may have been doing: the wait below.
-  if live(h, now) and h.state ~= 'left' then return {'held', c.m, h.epoch, h.peer, h.state} end
+  if live(h, now) then return {'held', c.m, h.epoch, h.peer, h.state} end
   nb = math.max(nb, h and (h.expires + h.after) or now)
   how = 'taken_over'
 elseif c.released then

@@ -5,6 +5,6 @@ local now = now_ms()
 local m = redis.call('HGET', KEYS[1], 'm')
 if m then
   local h = member(KEYS[2], m)
-  if live(h, now) and h.state ~= 'left' then return {'held', m, h.epoch, h.peer, h.state} end
+  if live(h, now) then return {'held', m, h.epoch, h.peer, h.state} end
 end
 return {'free'}

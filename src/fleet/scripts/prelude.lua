@@ -39,9 +39,10 @@ local function member(members, id)
           lease = tonumber(l), after = tonumber(a)}
 end
 
--- Is `m` (a record or nil) a live member at `now`?
+-- Is `m` (a record or nil) a live member at `now`: its lease not over, and not left
+-- (a left member's record bounds only how long its unreleased claims wait)?
 local function live(m, now)
-  return m ~= nil and m.expires > now
+  return m ~= nil and m.expires > now and m.state ~= 'left'
 end
 
 -- The claim hash `key`: its owner fields, and its facts as a flat list.
