@@ -60,13 +60,11 @@ pub struct Candidate {
     target: Target,
 }
 
-/// A request the relay takes, once Pingora parsed it: the request for the owner, what
-/// the access log needs, its target and its origin's owner.
+/// A request the relay takes, once Pingora parsed it: the request for the owner (its
+/// `User-Agent` the access log's too), how it arrived, its target and its origin's owner.
 pub struct Relayable {
     /// The request as it goes to the owner, this member's context included.
     request: RequestHeader,
-    /// Its `User-Agent` (for the access log).
-    agent: Option<String>,
     /// How it arrived (for the metrics and the access log).
     mode: Mode,
     /// Its origin's owner.
@@ -244,13 +242,8 @@ pub fn relayable(
     // The connection to the owner stays open whatever the client's does.
     sent.remove_header("connection");
     mark_for_owner(&mut sent, context).ok()?;
-    let agent = request
-        .headers
-        .get(http::header::USER_AGENT)
-        .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned());
     Some(Relayable {
         request: sent,
-        agent,
         mode,
         owner: candidate.owner,
         target: candidate.target,
@@ -270,16 +263,17 @@ fn plain(request: &RequestHeader) -> bool {
     if refused.iter().any(|r| request.headers.contains_key(*r)) {
         return false;
     }
+    let allowed = |option: &[u8]| {
+        let option = option.trim_ascii();
+        option.is_empty()
+            || option.eq_ignore_ascii_case(b"keep-alive")
+            || option.eq_ignore_ascii_case(b"close")
+    };
     request
         .headers
         .get_all(http::header::CONNECTION)
         .iter()
-        .all(|value| {
-            let value = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
-            value
-                .split(',')
-                .all(|t| matches!(t.trim(), "keep-alive" | "close" | ""))
-        })
+        .all(|value| value.as_bytes().split(|b| *b == b',').all(allowed))
 }
 
 /// Counts a request handed over, and logs it (its `status`, 0 when the client got none).
@@ -294,10 +288,12 @@ pub fn record(relayed: &Relayable, status: u16, started: Instant) {
         return;
     }
     let owner = &relayed.owner.member;
+    let agent = relayed.request.headers.get(http::header::USER_AGENT);
+    let agent = agent.map(|a| String::from_utf8_lossy(a.as_bytes()));
     crate::telemetry::logging::AccessRecord {
         origin: &target.origin,
         path: target.path.as_str(),
-        agent: relayed.agent.as_deref(),
+        agent: agent.as_deref(),
         tokens_from: "",
         mode_from: "",
         mode: mode.label(),
@@ -323,7 +319,12 @@ pub fn record(relayed: &Relayable, status: u16, started: Instant) {
 /// it (Pingora's HTTP/1 server session over what this relay writes, with an empty
 /// [`PeerContext`]), beside the request the proxy's path reads from `head`: `None` when
 /// the relay does not take `head`. What the fuzz target `relayed_request` compares.
-pub async fn owner_reads(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
+pub fn owner_reads(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
+    on_its_own_runtime(read_by_owner(head))
+}
+
+/// [`owner_reads`], on the caller's runtime.
+async fn read_by_owner(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
     let mut parser = HeadParser::new(Box::new(Cursor::new(head.to_vec())));
     parser.read_request().await.ok()??;
     let parsed = parser.req_header().clone();
@@ -351,7 +352,12 @@ pub async fn owner_reads(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> 
 /// pool — its answer ended by its framing exactly where the octets end — and `None` when
 /// it would close it (or nothing could be read). What the fuzz target `owner_answer`
 /// checks: one octet more is always one too many.
-pub async fn answer_end(octets: &[u8]) -> Option<usize> {
+pub fn answer_end(octets: &[u8]) -> Option<usize> {
+    on_its_own_runtime(read_answer(octets))
+}
+
+/// [`answer_end`], on the caller's runtime.
+async fn read_answer(octets: &[u8]) -> Option<usize> {
     use tokio::io::AsyncWriteExt;
     let (ours, mut theirs) = tokio::io::duplex(octets.len() + 4096);
     theirs.write_all(octets).await.ok()?;
@@ -369,22 +375,24 @@ pub async fn answer_end(octets: &[u8]) -> Option<usize> {
     reusable(session).await.map(|_| octets.len())
 }
 
+/// Runs `future` to its end on a current-thread runtime of its own: the checks above
+/// are called from tests and fuzz targets, outside any runtime.
+fn on_its_own_runtime<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(future)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-            .block_on(future)
-    }
-
     #[test]
     fn a_plain_request_is_rebuilt_without_what_is_never_forwarded() {
         let head = b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nProxy-Authorization: Basic eDp5\r\nConnection: keep-alive\r\nrobotsgate-peer: forged\r\nUser-Agent: Bot/1\r\n\r\n";
-        let (parsed, owner) = run(owner_reads(head)).expect("relayed");
+        let (parsed, owner) = owner_reads(head).expect("relayed");
         assert_eq!(owner.method, parsed.method);
         assert_eq!(owner.raw_path(), b"http://a.example/x");
         for gone in ["proxy-authorization", "connection"] {
@@ -411,7 +419,7 @@ mod tests {
             b"GET /x HTTP/1.1\r\nHost: a.example\r\n\n",
             b"GET /x HTTP/1.1\r\nHost: a.example\n\r\n",
         ] {
-            let (parsed, owner) = run(owner_reads(head)).expect("relayed");
+            let (parsed, owner) = owner_reads(head).expect("relayed");
             assert_eq!(owner.raw_path(), parsed.raw_path());
             assert_eq!(owner.headers.get("host"), parsed.headers.get("host"));
         }
@@ -427,7 +435,7 @@ mod tests {
             b"GET /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(
-                run(owner_reads(head)).is_none(),
+                owner_reads(head).is_none(),
                 "{}",
                 String::from_utf8_lossy(head)
             );
@@ -443,19 +451,15 @@ mod tests {
             b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
         ];
         for answer in pooled {
-            assert_eq!(run(answer_end(answer)), Some(answer.len()), "{answer:?}");
+            assert_eq!(answer_end(answer), Some(answer.len()), "{answer:?}");
             let past = [answer, b"X"].concat();
-            assert_eq!(
-                run(answer_end(&past)),
-                None,
-                "octets past its end: {past:?}"
-            );
+            assert_eq!(answer_end(&past), None, "octets past its end: {past:?}");
         }
         // A coding Pingora does not read as chunked is close-delimited: never pooled,
         // whatever its `Connection` says (the break of a hand-written relay).
         let smuggled = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\nConnection: keep-alive\r\n\r\n0\r\n\r\n";
-        assert_eq!(run(answer_end(smuggled)), None);
+        assert_eq!(answer_end(smuggled), None);
         let conflicting = b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nok";
-        assert_eq!(run(answer_end(conflicting)), None);
+        assert_eq!(answer_end(conflicting), None);
     }
 }

@@ -40,38 +40,32 @@ fn campaign() -> Duration {
     Duration::from_secs(seconds)
 }
 
-/// Every line of every member's log (running or not) that names `target`.
+/// The lines of every member's log (running or not) that `keep` keeps, each with its
+/// log's number.
+fn log_lines(fleet: &Fleet, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let logs = fleet.all_logs();
+    let numbered = logs.iter().enumerate().flat_map(|(n, log)| {
+        log.lines()
+            .filter(|l| keep(l))
+            .map(move |l| format!("log {n}: {l}"))
+    });
+    numbered.collect()
+}
+
+/// Every line of every member's log that names `target`.
 fn lines_naming(fleet: &Fleet, target: &str) -> Vec<String> {
     let needle = format!("path=\"{target}\"");
-    fleet
-        .all_logs()
-        .into_iter()
-        .enumerate()
-        .flat_map(|(n, log)| {
-            log.lines()
-                .filter(|l| l.contains(&needle))
-                .map(|l| format!("log {n}: {l}"))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    log_lines(fleet, |l| l.contains(&needle))
 }
 
 /// What the members logged of `origin`'s ownership, and their warnings: a short gap's
 /// context.
 fn ownership_lines(fleet: &Fleet, origin: &str) -> Vec<String> {
     let authority = origin.trim_start_matches("http://").trim_end_matches('/');
-    fleet
-        .all_logs()
-        .into_iter()
-        .enumerate()
-        .flat_map(|(n, log)| {
-            log.lines()
-                .filter(|l| !l.contains(" access: "))
-                .filter(|l| l.contains(authority) || l.contains(" WARN ") || l.contains("fleet: l"))
-                .map(|l| format!("log {n}: {l}"))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    log_lines(fleet, |l| {
+        !l.contains(" access: ")
+            && (l.contains(authority) || l.contains(" WARN ") || l.contains("fleet: l"))
+    })
 }
 
 /// Each gap under the Crawl-delay at `seen`: both requests, their times from `start`,
@@ -79,12 +73,9 @@ fn ownership_lines(fleet: &Fleet, origin: &str) -> Vec<String> {
 fn short_gaps(fleet: &Fleet, seen: &[crate::common::Seen], start: Instant) -> Vec<String> {
     let at = |i: std::time::Instant| i.saturating_duration_since(start.into_std());
     seen.windows(2)
-        .filter(|w| {
-            let done = w[0].done.unwrap_or(w[0].arrived);
-            w[1].arrived.saturating_duration_since(done) < DELAY
-        })
+        .filter(|w| gap(&w[0], &w[1]) < DELAY)
         .map(|w| {
-            let done = w[0].done.unwrap_or(w[0].arrived);
+            let done = ended(&w[0]);
             format!(
                 "{} arrived {:?} ended {:?}; {} arrived {:?}\n  {}\n  {}",
                 w[0].target,
@@ -99,14 +90,19 @@ fn short_gaps(fleet: &Fleet, seen: &[crate::common::Seen], start: Instant) -> Ve
         .collect()
 }
 
+/// When the origin answered `request` (its arrival, for one still unanswered).
+fn ended(request: &crate::common::Seen) -> std::time::Instant {
+    request.done.unwrap_or(request.arrived)
+}
+
+/// The gap from `before`'s answer to `after`'s arrival at the origin.
+fn gap(before: &crate::common::Seen, after: &crate::common::Seen) -> Duration {
+    after.arrived.saturating_duration_since(ended(before))
+}
+
 /// The shortest gap between an answer's end and the next request's arrival in `seen`.
 fn shortest_gap(seen: &[crate::common::Seen]) -> Option<Duration> {
-    seen.windows(2)
-        .map(|w| {
-            let done = w[0].done.unwrap_or(w[0].arrived);
-            w[1].arrived.saturating_duration_since(done)
-        })
-        .min()
+    seen.windows(2).map(|w| gap(&w[0], &w[1])).min()
 }
 
 /// The seed of this run: `ROBOTSGATE_CAMPAIGN_SEED`, or the clock's.

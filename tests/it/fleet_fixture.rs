@@ -118,7 +118,7 @@ pub(crate) fn owner_index(proxies: &[Proxy], origin: &TestOrigin) -> Option<usiz
 }
 
 /// Percent-encodes an origin for an admin path.
-fn urlencode(text: &str) -> String {
+pub(crate) fn urlencode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),

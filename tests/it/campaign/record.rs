@@ -107,13 +107,7 @@ async fn owner_seen(
     admin: std::net::SocketAddr,
     origin: &str,
 ) -> Option<String> {
-    let encoded: String = origin
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = crate::fleet_fixture::urlencode(origin);
     let url = format!("http://{admin}/origins/{encoded}");
     let body = client.get(url).send().await.ok()?.text().await.ok()?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
