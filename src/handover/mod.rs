@@ -35,6 +35,7 @@
 //! each body chunk, no timer when a pooled connection is at hand.
 
 mod owner;
+mod pool;
 pub mod relay;
 mod tunnel;
 
@@ -50,6 +51,7 @@ pub use tunnel::Tunnelled;
 use crate::enforce::Enforcer;
 #[cfg(doc)]
 use crate::fleet::Owner;
+use pool::Pool;
 
 /// The one entry to the hand-over the front, the tunnels and the proxy share: the
 /// fleet's door (owners, their peer channels, how long an owner may take to answer)
@@ -57,12 +59,12 @@ use crate::fleet::Owner;
 pub struct HandOver {
     /// Owners and their peers.
     enforcer: Arc<Enforcer>,
-    /// Opens connections to owners' peer channels; pools those requests used.
+    /// Opens connections to owners' peer channels.
     connector: TransportConnector,
+    /// The relay's idle connections to owners.
+    pool: Pool,
     /// The longest wait to connect to an owner.
     connect_timeout: Duration,
-    /// How long a pooled connection to an owner may stay idle.
-    idle: Duration,
 }
 
 impl HandOver {
@@ -72,8 +74,8 @@ impl HandOver {
         HandOver {
             enforcer,
             connector: TransportConnector::new(None),
+            pool: Pool::new(idle),
             connect_timeout,
-            idle,
         }
     }
 

@@ -43,7 +43,6 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as OwnerSession;
 use pingora::protocols::http::v1::server::HttpSession as HeadParser;
 use pingora::protocols::http::ServerSession;
-use pingora::upstreams::peer::{HttpPeer, Peer};
 
 use super::owner::{gave_up, mark_for_owner};
 use super::HandOver;
@@ -86,12 +85,10 @@ pub enum Asked {
 }
 
 /// The owner's side of one relayed exchange: Pingora's client session, its answer head
-/// read, and where its connection goes back to.
+/// read.
 pub struct Upstream {
     /// The session.
     session: OwnerSession,
-    /// The pool key of the owner's peer.
-    pool: u64,
 }
 
 impl HandOver {
@@ -102,53 +99,53 @@ impl HandOver {
         Some(Candidate { owner, target })
     }
 
-    /// Sends `request` to its owner and reads the owner's final answer head: on a
-    /// pooled connection, then once more on a new one when the pooled one turns out
-    /// closed. A pooled connection is taken without a timer (arming one wakes the
-    /// runtime's driver, a system call per request); a new one within the connect
-    /// timeout.
+    /// Sends `request` to its owner and reads the owner's final answer head: on an idle
+    /// connection from the pool, then once more on a new one when the idle one turns out
+    /// closed (the owner never read the request). A new connection is opened within the
+    /// connect timeout.
     pub async fn ask(&self, request: &Relayable) -> Asked {
-        let Some(owners) = self.enforcer.owners() else {
-            return Asked::NotSent;
-        };
-        let Some(peer) = owners.peer(&request.owner) else {
-            return Asked::NotSent;
-        };
-        let asked = match self.connector.reused_stream(&peer).await {
-            Some(pooled) => match self.exchange_head(pooled, &peer, &request.request).await {
+        let owner = &request.owner;
+        let asked = match self.pool.take(&owner.peer) {
+            Some(idle) => match self.exchange_head(idle, &request.request).await {
                 Some(asked) => Some(asked),
-                None => self.ask_anew(&peer, &request.request).await,
+                None => {
+                    log::debug!(
+                        "a kept connection to {} was closed: the request goes on a new one",
+                        owner.member
+                    );
+                    self.ask_anew(owner, &request.request).await
+                }
             },
-            None => self.ask_anew(&peer, &request.request).await,
+            None => self.ask_anew(owner, &request.request).await,
         };
         let asked = asked.unwrap_or(Asked::NotSent);
         if let Asked::NotSent = asked {
             // Said it gave the key up, or never answered: learnt afresh next time.
-            self.enforcer.forget_owner(&request.owner);
+            self.enforcer.forget_owner(owner);
         }
         asked
     }
 
-    /// [`HandOver::exchange_head`] on a new connection to `peer`.
-    async fn ask_anew(&self, peer: &HttpPeer, sent: &RequestHeader) -> Option<Asked> {
-        let connect = self.connector.new_stream(peer);
+    /// [`HandOver::exchange_head`] on a new connection to `owner`'s peer channel.
+    async fn ask_anew(&self, owner: &Owner, sent: &RequestHeader) -> Option<Asked> {
+        let peer = self.enforcer.owners()?.peer(owner)?;
+        let connect = self.connector.new_stream(&peer);
         let stream = pingora::time::timeout(self.connect_timeout, connect)
             .await
             .ok()?
             .ok()?;
-        self.exchange_head(stream, peer, sent).await
+        self.exchange_head(stream, sent).await
     }
 
-    /// Writes `sent` on `stream` to the owner at `peer` and reads its answer's final
-    /// head (informational ones skipped). `None`: the request could not be written, or
-    /// the connection closed before a single octet of an answer.
+    /// Writes `sent` on `stream` to its owner and reads its answer's final head
+    /// (informational ones skipped). `None`: the request could not be written, or the
+    /// connection closed before a single octet of an answer.
     async fn exchange_head(
         &self,
         stream: pingora::protocols::Stream,
-        peer: &HttpPeer,
         sent: &RequestHeader,
     ) -> Option<Asked> {
-        let mut session = OwnerSession::new_with_options(stream, peer);
+        let mut session = OwnerSession::new(stream);
         session.read_timeout = Some(self.enforcer.owner_answers_within());
         session
             .write_request_header(Box::new(sent.clone()))
@@ -172,8 +169,7 @@ impl HandOver {
             if gave_up(head) {
                 return Some(Asked::NotSent);
             }
-            let pool = peer.reuse_hash();
-            return Some(Asked::Answer(Box::new(Upstream { session, pool })));
+            return Some(Asked::Answer(Box::new(Upstream { session })));
         }
     }
 
@@ -185,6 +181,7 @@ impl HandOver {
         &self,
         client: &mut ServerSession,
         mut upstream: Box<Upstream>,
+        request: &Relayable,
     ) -> Result<u16, ()> {
         let Some(head) = upstream.session.resp_header() else {
             return Err(());
@@ -209,9 +206,8 @@ impl HandOver {
             .write_response_body(Bytes::new(), true)
             .await
             .map_err(|_| ())?;
-        let Upstream { session, pool } = *upstream;
-        if let Some(stream) = reusable(session).await {
-            self.connector.release_stream(stream, pool, Some(self.idle));
+        if let Some(stream) = reusable(upstream.session).await {
+            self.pool.give(&request.owner.peer, stream);
         }
         Ok(status)
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, raw_status, Behaviour, TestOrigin};
+use crate::common::{curl, eventually, raw_status, Behaviour, Proxy, TestOrigin};
 use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
 use crate::redis_servers::Redis;
 
@@ -223,4 +223,48 @@ async fn heads_with_bare_lf_and_repeated_lengths_are_relayed_as_served() {
         assert_eq!(origin.count(&path), 1, "{path}");
     }
     assert_eq!(handed_over(&proxies[1]) - before, 4.0);
+}
+
+/// A connection the relay keeps idle for an owner that closed it meanwhile (the owner's
+/// idle timeout shorter than the relaying member's): the next request is sent once more
+/// on a new connection, reaches the origin once and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_once() {
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![]).await;
+    let redis = Redis::start();
+    let owner =
+        Proxy::start_for_loopback(&fleet_conf(&redis).set("limits.idle_timeout_seconds", 1));
+    // The relay's retries logged (debug).
+    let log = [("RUST_LOG", "info,robotsgate::handover=debug")];
+    let loopback = ["--allow-destination", "127.0.0.0/8"];
+    let relay = Proxy::start_with_env(&fleet_conf(&redis), &loopback, &log);
+    let proxies = [owner, relay];
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    let before = handed_over(&proxies[1]);
+    for round in 0..3 {
+        let path = format!("/kept-{round}");
+        assert_eq!(curl(&proxies[1], &origin.url(&path), &[]).0, 200, "{path}");
+        assert_eq!(origin.count(&path), 1, "{path}");
+        // The owner closes the relay's idle connection after its idle timeout.
+        let open = || {
+            proxies[0]
+                .metric("robotsgate_peer_connections")
+                .unwrap_or(-1.0)
+        };
+        let closed = eventually(Duration::from_secs(10), || open() == 0.0).await;
+        assert!(closed, "{} peer connections open", open());
+    }
+    let relayed = proxies[1]
+        .log()
+        .lines()
+        .filter(|l| l.contains("/kept-") && l.contains("why=\"handed to "))
+        .count();
+    assert_eq!(relayed, 3, "{}", proxies[1].log());
+    assert_eq!(handed_over(&proxies[1]) - before, 3.0);
+    // The last two took a kept connection the owner had closed, and were sent again.
+    let again = proxies[1].log().matches("a kept connection to ").count();
+    assert_eq!(again, 2, "{}", proxies[1].log());
 }

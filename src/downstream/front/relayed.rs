@@ -80,7 +80,10 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 return None;
             }
         };
-        let relayed = self.handover.pass_on(&mut session, upstream).await;
+        let relayed = self
+            .handover
+            .pass_on(&mut session, upstream, &relayable)
+            .await;
         relay::record(&relayable, relayed.unwrap_or(0), started);
         relayed.ok()?;
         let (stream, _) = session.finish().await.ok()??.into_parts();

@@ -1,0 +1,150 @@
+//! Idle connections to owners' peer channels, kept for the relay's next request.
+//!
+//! **How.** One stack per owner (its peer address), the most recently used on top:
+//! [`Pool::take`] pops the newest connection idle no longer than the pool's `keep`
+//! (any older one under it is closed), [`Pool::give`] pushes one back unless that
+//! owner already has [`MOST_IDLE`] waiting. The relay gives back only a connection whose
+//! last answer ended by its framing (`relay::reusable`).
+//!
+//! **Why not Pingora's pool.** Pingora's connection pool hashes the peer (its client
+//! certificate's serial formatted as text, each time), checks the socket's peer address
+//! with a system call on every take, and spawns a task with a timer to watch each
+//! released connection: together a tenth of a relaying member's CPU per request
+//! (`bench/fleet_bench.py`). Here nothing watches an idle connection: one the owner
+//! closed meanwhile is found on its next use, when the owner's answer ends before its
+//! first octet, and the relay sends the request once more on a new connection (the
+//! owner never read it). Connections are kept for less than the owners' idle timeout
+//! (half of it), so an owner rarely closes one first.
+//!
+//! **Costs and limits.** A lock and a hash lookup per take and per give, no system call,
+//! no allocation once an owner's stack exists. At most [`MOST_IDLE`] idle connections per
+//! owner; an owner whose connections all expired loses its stack at the next give.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pingora::protocols::Stream;
+
+/// The most idle connections kept for one owner: those past it are closed.
+pub const MOST_IDLE: usize = 64;
+
+/// Idle mutual-TLS connections to owners, by peer address.
+pub struct Pool {
+    /// Each owner's idle connections, the newest last.
+    idle: Mutex<HashMap<String, Vec<Idle>>>,
+    /// How long a connection may stay idle and still be used.
+    keep: Duration,
+}
+
+/// A connection waiting for the relay's next request to its owner, and since when.
+struct Idle {
+    /// The connection.
+    stream: Stream,
+    /// When its last answer ended.
+    since: Instant,
+}
+
+impl Pool {
+    /// An empty pool whose connections are used after at most `keep` idle.
+    pub fn new(keep: Duration) -> Pool {
+        Pool {
+            idle: Mutex::new(HashMap::new()),
+            keep,
+        }
+    }
+
+    /// The newest idle connection to the owner at `peer`, if one idled no longer than
+    /// the pool keeps them (older ones are closed).
+    pub fn take(&self, peer: &str) -> Option<Stream> {
+        self.take_at(peer, Instant::now())
+    }
+
+    /// Keeps `stream`, whose last answer just ended, for the owner at `peer`'s next
+    /// request (closes it when that owner has [`MOST_IDLE`] waiting already).
+    pub fn give(&self, peer: &str, stream: Stream) {
+        self.give_at(peer, stream, Instant::now());
+    }
+
+    /// [`Pool::take`] at `now`.
+    fn take_at(&self, peer: &str, now: Instant) -> Option<Stream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let stack = idle.get_mut(peer)?;
+        let newest = stack.pop()?;
+        if now.saturating_duration_since(newest.since) <= self.keep {
+            return Some(newest.stream);
+        }
+        // The newest is too old: all under it are older.
+        stack.clear();
+        None
+    }
+
+    /// [`Pool::give`] at `now`.
+    fn give_at(&self, peer: &str, stream: Stream, now: Instant) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if !idle.contains_key(peer) {
+            // A new owner: forget those whose connections all expired.
+            idle.retain(|_, stack| {
+                stack
+                    .last()
+                    .is_some_and(|i| now.saturating_duration_since(i.since) <= self.keep)
+            });
+        }
+        let stack = idle.entry(peer.to_string()).or_default();
+        if stack.len() < MOST_IDLE {
+            stack.push(Idle { stream, since: now });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream() -> Stream {
+        let (ours, _theirs) = tokio::io::duplex(16);
+        Box::new(ours)
+    }
+
+    #[test]
+    fn the_newest_connection_is_taken_first_and_each_only_once() {
+        let pool = Pool::new(Duration::from_secs(60));
+        assert!(pool.take("127.0.0.1:1").is_none());
+        pool.give("127.0.0.1:1", stream());
+        pool.give("127.0.0.1:1", stream());
+        assert!(pool.take("127.0.0.1:2").is_none(), "another owner's");
+        assert!(pool.take("127.0.0.1:1").is_some());
+        assert!(pool.take("127.0.0.1:1").is_some());
+        assert!(pool.take("127.0.0.1:1").is_none());
+    }
+
+    #[test]
+    fn a_connection_idle_too_long_is_closed_not_used() {
+        let keep = Duration::from_secs(30);
+        let pool = Pool::new(keep);
+        let then = Instant::now();
+        pool.give_at("127.0.0.1:1", stream(), then);
+        pool.give_at("127.0.0.1:1", stream(), then);
+        assert!(
+            pool.take_at("127.0.0.1:1", then + keep).is_some(),
+            "just in time"
+        );
+        let late = then + keep + Duration::from_millis(1);
+        assert!(pool.take_at("127.0.0.1:1", late).is_none());
+        // Its owner's stack goes when another owner's connection comes.
+        pool.give_at("127.0.0.1:1", stream(), then);
+        pool.give_at("127.0.0.1:2", stream(), late);
+        let idle = pool.idle.lock().expect("lock");
+        assert!(!idle.contains_key("127.0.0.1:1"));
+    }
+
+    #[test]
+    fn an_owner_keeps_at_most_the_limit() {
+        let pool = Pool::new(Duration::from_secs(60));
+        for _ in 0..MOST_IDLE + 5 {
+            pool.give("127.0.0.1:1", stream());
+        }
+        let taken = std::iter::from_fn(|| pool.take("127.0.0.1:1")).count();
+        assert_eq!(taken, MOST_IDLE);
+    }
+}
