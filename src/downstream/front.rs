@@ -120,9 +120,9 @@ impl<A> ProxyFront<A> {
     }
 
     /// The same front (application, limits, connection counts) at another door.
-    pub fn at(&self, door: Door) -> ProxyFront<A> {
+    pub fn at(&self, door: Door, http: A) -> ProxyFront<A> {
         ProxyFront {
-            http: self.http.clone(),
+            http: Arc::new(http),
             tunnels: self.tunnels.clone(),
             handover: self.handover.clone(),
             access: self.access.clone(),

@@ -224,12 +224,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         },
     ));
-    let front = proxy_front(&server, &config, &enforcer, interceptor, access, trust);
+    let origins = OriginProxies {
+        server: server.configuration.clone(),
+        config: &config,
+        enforcer: &enforcer,
+        _trust: trust,
+    };
+    let front = proxy_front(&origins, &config, &enforcer, interceptor, access);
     let listening = Listening {
         bootstrap: &bootstrap,
         background: &background,
     };
-    add_client_listeners(&mut server, &config, front, &enforcer, &listening);
+    add_client_listeners(&mut server, &config, front, &origins, &listening);
+    // Every connector has read the root bundle: its temporary file can go.
+    drop(origins);
     add_ops_listeners(
         &mut server,
         &config,
@@ -268,25 +276,12 @@ struct Listening<'a> {
 /// The front door every client listener shares: robotsgate's Pingora proxy, the
 /// tunnels, access control and the limits.
 fn proxy_front(
-    server: &Server,
+    origins: &OriginProxies<'_>,
     config: &Config,
     enforcer: &Arc<Enforcer>,
     interceptor: Option<Arc<Interceptor>>,
     access: AccessPolicy,
-    trust: UpstreamTrust,
 ) -> ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>> {
-    let http = pingora::proxy::http_proxy(
-        &server.configuration,
-        RobotsGateProxy {
-            enforcer: enforcer.clone(),
-            upstream: (&config.upstream).into(),
-            max_body_bytes: config.limits.max_body_bytes,
-            socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),
-            via: crate::origin::loops::OwnTraffic::new(&config.transparent).via(),
-        },
-    );
-    // Both connectors have read the root bundle: the temporary file can go.
-    drop(trust);
     let handover = Arc::new(HandOver::new(
         enforcer.clone(),
         config.upstream.connect_timeout_seconds.duration(),
@@ -302,7 +297,7 @@ fn proxy_front(
         config.transparent.upstream_mark,
     );
     ProxyFront::new(
-        http,
+        origins.make(),
         tunnels,
         handover,
         Arc::new(access),
@@ -315,15 +310,51 @@ fn proxy_front(
     )
 }
 
+/// Makes robotsgate's Pingora proxy towards origins, one per client listener.
+///
+/// Each listener is a Pingora service with a runtime of its own, and each proxy its own
+/// pool of connections to origins: a connection opened on one runtime is polled by that
+/// runtime's driver, so one reused from another listener's requests would wake that
+/// other runtime's thread on every read (measured: a tenth of a fleet member's CPU for
+/// the requests handed to it, `bench/fleet_bench.py`).
+struct OriginProxies<'a> {
+    /// Pingora's settings (the root bundle the connectors read included).
+    server: Arc<pingora::server::configuration::ServerConf>,
+    /// robotsgate's settings.
+    config: &'a Config,
+    /// Decides and paces every request.
+    enforcer: &'a Arc<Enforcer>,
+    /// The root bundle's file, kept until every proxy has read it.
+    _trust: UpstreamTrust,
+}
+
+impl OriginProxies<'_> {
+    /// One more proxy towards origins, with a pool of its own.
+    fn make(&self) -> pingora::proxy::HttpProxy<RobotsGateProxy> {
+        let config = self.config;
+        pingora::proxy::http_proxy(
+            &self.server,
+            RobotsGateProxy {
+                enforcer: self.enforcer.clone(),
+                upstream: (&config.upstream).into(),
+                max_body_bytes: config.limits.max_body_bytes,
+                socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),
+                via: crate::origin::loops::OwnTraffic::new(&config.transparent).via(),
+            },
+        )
+    }
+}
+
 /// The proxy listener, the transparent listeners when configured, and in fleet mode the
 /// peer channel's.
 fn add_client_listeners(
     server: &mut Server,
     config: &Config,
     front: ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>,
-    enforcer: &Enforcer,
+    origins: &OriginProxies<'_>,
     listening: &Listening<'_>,
 ) {
+    let enforcer = origins.enforcer;
     let redirection = Arc::new(Redirection::new(
         config.transparent.mode,
         config.own_listeners(),
@@ -346,7 +377,11 @@ fn add_client_listeners(
             redirection: redirection.clone(),
             tls,
         };
-        let service = server.add_service(client_listener(name, front.at(door), listen));
+        let service = server.add_service(client_listener(
+            name,
+            front.at(door, origins.make()),
+            listen,
+        ));
         service.add_dependency(listening.bootstrap);
         service.add_dependency(listening.background);
         log::info!(
@@ -364,7 +399,7 @@ fn add_client_listeners(
         )));
         let peer = server.add_service(client_listener(
             "robotsgate fleet peer",
-            front.at(door),
+            front.at(door, origins.make()),
             listen,
         ));
         peer.add_dependency(listening.bootstrap);
