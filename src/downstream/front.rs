@@ -119,12 +119,14 @@ impl<A> ProxyFront<A> {
         }
     }
 
-    /// The same front (application, limits, connection counts) at another door.
+    /// The same front (limits, connection counts) at another door, with its own
+    /// application `http` and hand-over: connections to origins and owners each pooled
+    /// per door, on the runtime of the door's service.
     pub fn at(&self, door: Door, http: A) -> ProxyFront<A> {
         ProxyFront {
             http: Arc::new(http),
             tunnels: self.tunnels.clone(),
-            handover: self.handover.clone(),
+            handover: Arc::new(self.handover.another()),
             access: self.access.clone(),
             limits: self.limits.clone(),
             slots: self.slots.clone(),

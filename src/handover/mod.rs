@@ -79,6 +79,18 @@ impl HandOver {
         }
     }
 
+    /// The same hand-over with a pool of its own, for another listener: a connection
+    /// is polled by the runtime that opened it, so each listener's runtime keeps its
+    /// own (see `proxy/server.rs`, `OriginProxies`).
+    pub fn another(&self) -> HandOver {
+        HandOver {
+            enforcer: self.enforcer.clone(),
+            connector: TransportConnector::new(None),
+            pool: Pool::new(self.pool.keep()),
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
     /// Whether this instance is a fleet member (alone, nothing is ever handed over).
     pub fn in_fleet(&self) -> bool {
         self.enforcer.owners().is_some()

@@ -54,6 +54,11 @@ impl Pool {
         }
     }
 
+    /// How long a connection may stay idle and still be used.
+    pub fn keep(&self) -> Duration {
+        self.keep
+    }
+
     /// The newest idle connection to the owner at `peer`, if one idled no longer than
     /// the pool keeps them (older ones are closed).
     pub fn take(&self, peer: &str) -> Option<Stream> {
