@@ -143,6 +143,10 @@ pub struct Membership {
     /// Counts the renewals that brought a new epoch or generation (the claims are to be
     /// written again).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Whether this instance left the membership for good: no renewal is sent after
+    /// that. Held while a renewal or the leave runs, so no renewal lands after the leave
+    /// (which would register the instance anew).
+    left: tokio::sync::Mutex<bool>,
 }
 
 impl Membership {
@@ -165,6 +169,7 @@ impl Membership {
             leave_begins: tokio::sync::Notify::new(),
             members: ArcSwap::from_pointee((0, HashMap::new())),
             changes: tokio::sync::watch::Sender::new(0),
+            left: tokio::sync::Mutex::new(false),
         });
         fleet.set_beat(membership.clone());
         membership
@@ -321,8 +326,11 @@ impl Membership {
         self.changes.subscribe()
     }
 
-    /// Leaves the membership for good (after every origin was handed over).
+    /// Leaves the membership for good (after every origin was handed over): its record
+    /// marked left, and no renewal sent any more (one would register it anew).
     pub async fn deregister(&self) {
+        let mut left = self.left.lock().await;
+        *left = true;
         let key = [MEMBERS];
         let mut call = script("member_leave").prepare_invoke();
         call.key(&key).arg(self.me()).arg(self.epoch());
@@ -330,8 +338,12 @@ impl Membership {
     }
 
     /// One renewal: the lease extended (or a new registration), the generation and the
-    /// members read.
+    /// members read. None once this instance left for good.
     async fn renew(&self) -> Result<(), Down> {
+        let left = self.left.lock().await;
+        if *left {
+            return Ok(());
+        }
         if self.epoch() == 0 {
             self.check_peer_address().await?;
         }

@@ -9,13 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::{
-    assert_gaps_at_least, curl, eventually, most_at_once, pages, Proxy, TestOrigin,
+    assert_gaps_at_least, curl, eventually, most_at_once, pages, Behaviour, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
     backend_up, fleet_conf, handed_over, instances, load, owner_index, ownership_changes,
     paced_origin, signal, slow_origin,
 };
-use crate::redis_servers::Redis;
+use crate::redis_servers::{redis_cli, Redis};
 
 /// Two members of one Redis that follow traffic every `follow` seconds (0: never), and
 /// `page` of `origin` fetched through the first, which so owns it. The Redis is kept.
@@ -260,4 +260,64 @@ async fn a_request_through_the_old_owner_reaches_an_heir_that_has_not_taken_over
     assert_eq!(status, 200, "{head}");
     assert_eq!(owner_index(&proxies, &origin), Some(1));
     assert_eq!(origin.count("/p/old-owner"), 1);
+}
+
+/// A member that left the membership (SIGTERM; it owns nothing) while a request it
+/// handed over still runs stays left until it exits: its record in Redis reads `left`
+/// from its leave on, and is never registered anew by a renewal it would still send
+/// (which would make it a member again, `leaving`, under a new epoch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_left_is_never_registered_again_before_it_exits() {
+    let slow = Behaviour::Delayed {
+        delay: Duration::from_secs(3),
+        body: b"slow\n".to_vec(),
+    };
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/slow", slow)]).await;
+    let redis = Redis::start();
+    // Renewals every half second; time for the handed request to end at the stop.
+    let conf = fleet_conf(&redis)
+        .set("fleet.lease_seconds", 1.5)
+        .server("graceful_shutdown_timeout_seconds", 20);
+    let mut proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let leaver = proxies.remove(1);
+    let id = instance_id(&redis, leaver.pid()).expect("the leaver's record");
+    let (client, url) = (leaver.client(), origin.url("/slow"));
+    let handed = tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
+    signal(leaver.pid(), "-TERM");
+    // Its record, read until the process exits (the handed request keeps it running).
+    let mut leaver = leaver;
+    let mut states = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !leaver.exited() && Instant::now() < deadline {
+        let record = redis_cli(redis.port, &["HGET", "{robotsgate}:members", &id]);
+        let state = record.split('|').nth(2).unwrap_or("gone").to_string();
+        if states.last() != Some(&state) {
+            states.push(state);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(leaver.exited(), "never exited:\n{}", leaver.log());
+    let answer = handed.await.expect("task").map_err(|e| e.to_string());
+    assert_eq!(answer, Ok(reqwest::StatusCode::OK));
+    let left = states.iter().position(|s| s == "left");
+    let left = left.unwrap_or_else(|| panic!("never marked left: {states:?}"));
+    assert!(
+        states[left..].iter().all(|s| s == "left" || s == "gone"),
+        "registered again after its leave: {states:?}\n{}",
+        leaver.log()
+    );
+}
+
+/// The member instance id of the robotsgate process `pid` (`NAME/start.pid`), from
+/// Redis' membership records.
+fn instance_id(redis: &Redis, pid: u32) -> Option<String> {
+    let ids = redis_cli(redis.port, &["HKEYS", "{robotsgate}:members"]);
+    let suffix = format!(".{pid}");
+    ids.lines()
+        .find(|id| id.ends_with(&suffix))
+        .map(str::to_string)
 }
