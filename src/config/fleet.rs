@@ -74,7 +74,8 @@ pub struct FleetConfig {
     /// Open peer-channel connections, from every member together; more are closed
     /// before their handshake.
     pub peer_max_connections: usize,
-    /// Open peer-channel connections from one address (one member's pool).
+    /// Open peer-channel connections from one address (one member's: those its requests
+    /// are in, and up to 64 idle per listener it relays from).
     pub peer_max_connections_per_client: usize,
 }
 

@@ -28,6 +28,10 @@ pub struct LimitsConfig {
     /// From a request's first octet to its complete head (slowloris): 408 after it.
     pub header_read_timeout_seconds: Timeout,
     /// A kept-alive connection waiting for its next request is closed after this long.
+    /// In fleet mode this is also how long a member's peer channel keeps another
+    /// member's idle connection; a member keeps its own idle connections to owners for
+    /// half of it (at most 64 per owner and listener), so an owner rarely closes one
+    /// first.
     pub idle_timeout_seconds: Timeout,
     /// HTTP/2: requests (streams) one client connection may have in progress at once
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`). Each stream in progress also takes a slot

@@ -27,12 +27,12 @@
 //!
 //! **One HTTP implementation.** Both hops read and write HTTP/1.1 with Pingora's
 //! sessions; an answer whose end its framing does not give closes the connection it
-//! came on. Connections to owners are mutual TLS (rustls, `fleet::channel`), pooled for
-//! requests and one per tunnel.
+//! came on. Connections to owners are mutual TLS (rustls, `fleet::channel`): the relay's
+//! kept idle in a pool of its own per listener (`pool.rs`), one per tunnel.
 //!
-//! Costs (`bench/fleet_bench.py`, `docs/fleet.md`): a relayed request adds one pooled
+//! Costs (`bench/fleet_bench.py`, `docs/fleet.md`): a relayed request adds one kept
 //! connection's exchange to the owner — a parse of the owner's answer head, a copy of
-//! each body chunk, no timer when a pooled connection is at hand.
+//! each body chunk, a lock and a hash lookup to take the connection and to give it back.
 
 mod owner;
 mod pool;
@@ -54,8 +54,8 @@ use crate::fleet::Owner;
 use pool::Pool;
 
 /// The one entry to the hand-over the front, the tunnels and the proxy share: the
-/// fleet's door (owners, their peer channels, how long an owner may take to answer)
-/// and the connector that opens, and pools, mutual-TLS connections to owners.
+/// fleet's door (owners, their peer channels, how long an owner may take to answer),
+/// the connector that opens mutual-TLS connections to owners, and the relay's idle ones.
 pub struct HandOver {
     /// Owners and their peers.
     enforcer: Arc<Enforcer>,

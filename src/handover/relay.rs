@@ -14,8 +14,8 @@
 //!    member's [`PeerContext`] added, written by Pingora's
 //!    client session. A head the proxy's path accepts is relayed as the proxy's path
 //!    would have read it.
-//! 2. **The owner's answer** is read by Pingora's HTTP/1 client session on a pooled
-//!    mutual-TLS connection to the owner's peer channel — the library the owner wrote it
+//! 2. **The owner's answer** is read by Pingora's HTTP/1 client session on a kept
+//!    mutual-TLS connection to the owner's peer channel (`pool.rs`) — the library the owner wrote it
 //!    with — and written to the client by Pingora's server session over the client's
 //!    connection (the same session the proxy's path answers with). Its body's end is
 //!    Pingora's to find; a connection whose answer ended any other way than by its
@@ -30,8 +30,8 @@
 //! Why: the proxy's path costs the relaying member a whole proxy pass, a handed-over
 //! request 2.5× a local one, both members counted (`bench/fleet_bench.py`). Costs: one
 //! parse of the request head (the client session's, which the answer is written with),
-//! one of the answer's, a copy of each body chunk, a pool lookup (no timer for a pooled
-//! connection). A request the relay does not take after Pingora's parse (a rare
+//! one of the answer's, a copy of each body chunk, a pool lookup (no timer, no system
+//! call). A request the relay does not take after Pingora's parse (a rare
 //! `Connection` option, an expectation) or that the owner never worked on is parsed
 //! once more by the proxy's path.
 
