@@ -226,8 +226,8 @@ async fn heads_with_bare_lf_and_repeated_lengths_are_relayed_as_served() {
 }
 
 /// A connection the relay keeps idle for an owner that closed it meanwhile (the owner's
-/// idle timeout shorter than the relaying member's): the next request is sent once more
-/// on a new connection, reaches the origin once and is answered.
+/// idle timeout shorter than the relaying member's): the next request goes on a new
+/// connection, reaches the origin once and is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_once() {
     let origin = TestOrigin::robots_and("User-agent: *\n", vec![]).await;
@@ -264,7 +264,8 @@ async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_onc
         .count();
     assert_eq!(relayed, 3, "{}", proxies[1].log());
     assert_eq!(handed_over(&proxies[1]) - before, 3.0);
-    // The last two took a kept connection the owner had closed, and were sent again.
+    // The last two met a kept connection the owner had closed: passed over when the
+    // runtime had seen it close, else sent on it and then on a new one.
     let again = proxies[1].log().matches("a kept connection to ").count();
     assert_eq!(again, 2, "{}", proxies[1].log());
 }
