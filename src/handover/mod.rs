@@ -83,12 +83,11 @@ impl HandOver {
     /// is polled by the runtime that opened it, so each listener's runtime keeps its
     /// own (see `proxy/server.rs`, `OriginProxies`).
     pub fn another(&self) -> HandOver {
-        HandOver {
-            enforcer: self.enforcer.clone(),
-            connector: TransportConnector::new(None),
-            pool: Pool::new(self.pool.keep()),
-            connect_timeout: self.connect_timeout,
-        }
+        HandOver::new(
+            self.enforcer.clone(),
+            self.connect_timeout,
+            self.pool.keep(),
+        )
     }
 
     /// Whether this instance is a fleet member (alone, nothing is ever handed over).

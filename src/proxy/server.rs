@@ -230,12 +230,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         enforcer: &enforcer,
         _trust: trust,
     };
-    let front = proxy_front(&origins, &config, &enforcer, interceptor, access);
+    let front = proxy_front(&origins, interceptor, access);
     let listening = Listening {
         bootstrap: &bootstrap,
         background: &background,
     };
-    add_client_listeners(&mut server, &config, front, &origins, &listening);
+    add_client_listeners(&mut server, front, &origins, &listening);
     // Every connector has read the root bundle: its temporary file can go.
     drop(origins);
     add_ops_listeners(
@@ -277,11 +277,10 @@ struct Listening<'a> {
 /// tunnels, access control and the limits.
 fn proxy_front(
     origins: &OriginProxies<'_>,
-    config: &Config,
-    enforcer: &Arc<Enforcer>,
     interceptor: Option<Arc<Interceptor>>,
     access: AccessPolicy,
 ) -> ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>> {
+    let (config, enforcer) = (origins.config, origins.enforcer);
     let handover = Arc::new(HandOver::new(
         enforcer.clone(),
         config.upstream.connect_timeout_seconds.duration(),
@@ -310,7 +309,8 @@ fn proxy_front(
     )
 }
 
-/// Makes robotsgate's Pingora proxy towards origins, one per client listener.
+/// Makes robotsgate's Pingora proxy towards origins, one per client listener, from the
+/// settings and the enforcer every client listener shares.
 ///
 /// Each listener is a Pingora service with a runtime of its own, and each proxy its own
 /// pool of connections to origins: a connection opened on one runtime is polled by that
@@ -349,12 +349,11 @@ impl OriginProxies<'_> {
 /// peer channel's.
 fn add_client_listeners(
     server: &mut Server,
-    config: &Config,
     front: ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>>,
     origins: &OriginProxies<'_>,
     listening: &Listening<'_>,
 ) {
-    let enforcer = origins.enforcer;
+    let (config, enforcer) = (origins.config, origins.enforcer);
     let redirection = Arc::new(Redirection::new(
         config.transparent.mode,
         config.own_listeners(),

@@ -101,6 +101,13 @@ pub(crate) fn members(proxy: &Proxy) -> usize {
         .unwrap_or(0)
 }
 
+/// `proxy`'s own member id (its `/fleet`): its instance's, as Redis' records name it.
+pub(crate) fn member_id(proxy: &Proxy) -> String {
+    let (_, body) = admin(proxy, "GET", "/fleet");
+    let fleet: serde_json::Value = serde_json::from_str(&body).expect("/fleet JSON");
+    fleet["me"].as_str().expect("me").to_string()
+}
+
 /// The member id that owns `origin` as `proxy` knows (`here` when it is `proxy`).
 pub(crate) fn owner_seen_by(proxy: &Proxy, origin: &TestOrigin) -> Option<String> {
     let url = origin.url("");

@@ -12,8 +12,8 @@ use crate::common::{
     assert_gaps_at_least, curl, eventually, most_at_once, pages, Behaviour, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, handed_over, instances, load, owner_index, ownership_changes,
-    paced_origin, signal, slow_origin,
+    backend_up, fleet_conf, handed_over, instances, load, member_id, owner_index,
+    ownership_changes, paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::{redis_cli, Redis};
 
@@ -282,14 +282,13 @@ async fn a_member_that_left_is_never_registered_again_before_it_exits() {
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
     assert_eq!(owner_index(&proxies, &origin), Some(0));
-    let leaver = proxies.remove(1);
-    let id = instance_id(&redis, leaver.pid()).expect("the leaver's record");
+    let mut leaver = proxies.remove(1);
+    let id = member_id(&leaver);
     let (client, url) = (leaver.client(), origin.url("/slow"));
     let handed = tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) });
     assert!(eventually(Duration::from_secs(5), || origin.count("/slow") == 1).await);
     signal(leaver.pid(), "-TERM");
     // Its record, read until the process exits (the handed request keeps it running).
-    let mut leaver = leaver;
     let mut states = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !leaver.exited() && Instant::now() < deadline {
@@ -310,14 +309,4 @@ async fn a_member_that_left_is_never_registered_again_before_it_exits() {
         "registered again after its leave: {states:?}\n{}",
         leaver.log()
     );
-}
-
-/// The member instance id of the robotsgate process `pid` (`NAME/start.pid`), from
-/// Redis' membership records.
-fn instance_id(redis: &Redis, pid: u32) -> Option<String> {
-    let ids = redis_cli(redis.port, &["HKEYS", "{robotsgate}:members"]);
-    let suffix = format!(".{pid}");
-    ids.lines()
-        .find(|id| id.ends_with(&suffix))
-        .map(str::to_string)
 }

@@ -15,7 +15,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::common::{admin, curl, eventually, status_of, Proxy, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, owner_index, owner_seen_by, paced_origin,
+    backend_up, certs, fleet_conf, instances, member_id, owner_index, owner_seen_by, paced_origin,
 };
 use crate::redis_servers::Redis;
 
@@ -71,13 +71,6 @@ fn refused(proxy: &Proxy, reason: &str) -> f64 {
         "robotsgate_downstream_refusals_total",
         &format!("reason=\"{reason}\""),
     )
-}
-
-/// `proxy`'s own member id (its `/fleet`).
-fn member_id(proxy: &Proxy) -> String {
-    let (_, body) = admin(proxy, "GET", "/fleet");
-    let fleet: Value = serde_json::from_str(&body).expect("/fleet JSON");
-    fleet["me"].as_str().expect("me").to_string()
 }
 
 /// A certificate from the fleet CA that names no live member, and the certificate of a
