@@ -13,6 +13,8 @@
 //! Costs: one TLS connection to the owner per tunnel (a tunnel is long-lived and owns
 //! its connection: no pooling), one round trip before the client's `200`.
 
+use std::time::Duration;
+
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::HandOver;
@@ -25,13 +27,17 @@ pub enum Tunnelled {
     /// The owner answered: its refusal passed on, or the tunnel relayed to its end.
     Done,
     /// The owner no longer serves the key (it released it, handed it to another member,
-    /// or is leaving) and opened nothing: its answer head, not passed on yet (the
-    /// tunnel may be routed once more).
-    GaveUp(Vec<u8>),
+    /// or is leaving) and opened nothing: nothing was written to the client (the tunnel
+    /// may be routed once more).
+    GaveUp,
 }
 
 /// The owner's answer head can be no longer than this.
 const MAX_ANSWER_HEAD: usize = 16 * 1024;
+
+/// What follows the head of an owner's refusal (its body, then the owner closes) is
+/// passed on up to this many octets: a refusal's body is a line of text.
+const MAX_REFUSAL_BODY: u64 = 64 * 1024;
 
 impl HandOver {
     /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
@@ -84,12 +90,12 @@ impl HandOver {
         if gave_up {
             // It no longer serves the key: the owner is looked up again.
             enforcer.forget_owner(owner);
-            return Ok(Tunnelled::GaveUp(head));
+            return Ok(Tunnelled::GaveUp);
         }
         if status != 200 {
             if connect {
-                let _ = client.write_all(&head).await;
-                let _ = client.flush().await;
+                let within = enforcer.owner_answers_within();
+                pass_refusal(&mut upstream, client, &head, within).await;
             }
             return Ok(Tunnelled::Done);
         }
@@ -104,6 +110,22 @@ impl HandOver {
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
         Ok(Tunnelled::Done)
     }
+}
+
+/// Passes the owner's refusal on whole: its `head`, then what follows it until the
+/// owner closes (it answers a refusal with `Connection: close`), at most
+/// [`MAX_REFUSAL_BODY`] octets and for at most `within`.
+async fn pass_refusal<O, C>(owner: &mut O, client: &mut C, head: &[u8], within: Duration)
+where
+    O: AsyncRead + Unpin,
+    C: AsyncWrite + Unpin,
+{
+    if client.write_all(head).await.is_err() {
+        return;
+    }
+    let mut body = owner.take(MAX_REFUSAL_BODY);
+    let _ = tokio::time::timeout(within, tokio::io::copy(&mut body, client)).await;
+    let _ = client.flush().await;
 }
 
 /// The owner's answer to a tunnel handed over, as read.

@@ -104,6 +104,17 @@ pub(super) const NEVER_FORWARDED: &[&str] = &[
     "robotsgate-peer",
 ];
 
+/// Removes every header of `request` named in `names` (lower-case): one pass over the
+/// names it carries (a few) per header removed, a hashed removal only for a name found.
+/// (A removal per listed name cost a handed-over request, which always carries one of
+/// them, a microsecond at its owner.)
+pub(super) fn remove_listed(request: &mut RequestHeader, names: &[&str]) {
+    let listed = |name: &&http::HeaderName| names.contains(&name.as_str());
+    while let Some(name) = request.headers.keys().find(listed).cloned() {
+        request.remove_header(&name);
+    }
+}
+
 /// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer
 /// sent (a few), instead of a hashed removal per listed name on every message: the
 /// removals run only when this says so.
@@ -186,5 +197,31 @@ mod framing_tests {
         assert!(ends_by_close(&answer(&[("Content-Length", "2, 3")]), &get));
         assert!(ends_by_close(&answer(&[]), &get));
         assert!(!ends_by_close(&answer(&[]), &http::Method::HEAD));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_header_goes_whatever_its_case_and_count() {
+        let mut request = RequestHeader::build("GET", b"/", None).expect("request");
+        for (name, value) in [
+            ("Proxy-Authorization", "Basic eDp5"),
+            ("proxy-authorization", "Basic eTp6"),
+            ("robotsgate-peer", "e30"),
+            ("X-Forwarded-Host", "elsewhere.example"),
+            ("User-Agent", "Bot/1"),
+            ("Signature", "sig1=:AA==:"),
+        ] {
+            request.append_header(name, value).expect("header");
+        }
+        remove_listed(&mut request, NEVER_FORWARDED);
+        let left: Vec<_> = request.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["user-agent"]);
+        let mut wire = Vec::new();
+        request.header_to_h1_wire(&mut wire);
+        assert_eq!(wire, b"User-Agent: Bot/1\r\n");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::common::{curl, pages, status_of, Conf, Proxy, TestCa, TestOrigin};
+use crate::common::{curl, pages, raw_exchange, status_of, Conf, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{
     backend_up, certs, fleet_conf, handed_over, instances, owner_index, paced_origin, HttpsFleet,
 };
@@ -77,6 +77,22 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
 }
 
 /// The `X-Robots-*` lines of a response head, as sent.
+/// The body of a whole HTTP/1.1 answer (`answer` read to its connection's close): its
+/// head's `Content-Length` checked against what followed the head.
+fn whole_body(answer: &str) -> &str {
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("content-length: ")
+                .or(l.strip_prefix("Content-Length: "))
+        })
+        .and_then(|l| l.trim().parse::<usize>().ok())
+        .expect("a Content-Length");
+    assert_eq!(body.len(), length, "{answer}");
+    body
+}
+
 fn robots_headers(head: &str) -> Vec<String> {
     head.lines()
         .filter(|l| l.to_ascii_lowercase().starts_with("x-robots"))
@@ -367,6 +383,16 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
             refused.1
         );
     }
+    // A client's own CONNECT, refused: the owner's refusal arrives whole through the
+    // member that relays it (its body as long as its `Content-Length` says, the same as
+    // the owner's own answer), not its head alone.
+    let authority = blocked.url("").replace("https://", "").replace('/', "");
+    let connect = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    let direct = raw_exchange(fleet.member(0).addr, connect.as_bytes()).await;
+    let relayed = raw_exchange(fleet.member(1).addr, connect.as_bytes()).await;
+    assert!(relayed.starts_with("HTTP/1.1 403"), "{relayed}");
+    assert_eq!(whole_body(&relayed), whole_body(&direct), "{relayed}");
+    assert!(!whole_body(&direct).is_empty(), "{direct}");
     assert_eq!(blocked.count("/anything"), 0);
     let tunnels = |i: usize| {
         fleet.member(i).sum(

@@ -131,15 +131,13 @@ impl Tunnels {
                     return None;
                 }
                 // The owner gave the key up before opening anything: routed once more.
-                Ok(Tunnelled::GaveUp(_)) if reroutes.allowed() => {
+                Ok(Tunnelled::GaveUp) if reroutes.allowed() => {
                     reroutes = reroutes.again().unwrap_or(reroutes);
                 }
-                Ok(Tunnelled::GaveUp(head)) => {
-                    if connect {
-                        let _ = l4.write_all(&head).await;
-                        let _ = l4.flush().await;
-                    }
-                    log_tunnel(&shown, mode, "fleet_unavailable", started);
+                Ok(Tunnelled::GaveUp) => {
+                    let why = "its owner kept giving it up";
+                    let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
+                    self.refuse(l4, &shown, mode, &answer, started).await;
                     return None;
                 }
                 Ok(Tunnelled::Done) => {
