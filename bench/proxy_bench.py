@@ -19,7 +19,7 @@ together. The script prints each one's CPU time per request (utime+stime of the 
 process from /proc, all threads) as the median and range over the rounds, then the
 ratios robotsgate / passthrough, each taken within a round and given as median and
 range. `--sequential` loads one proxy at a time instead (each alone on CPU 1, back to
-back). Last, one connection at a time, also `--rounds` times: the p50 latency each proxy
+back, in an order rotated each round, each after one second of unmeasured load). Last, one connection at a time, also `--rounds` times: the p50 latency each proxy
 adds to the round's direct request.
 
 `--usage` measures the usage judgement's cost alone (`--signed`: signing every request as
@@ -28,9 +28,12 @@ a Web Bot Auth identity, `rg+signed`): robotsgate, the feature's row and `rg-aga
 to robotsgate is this host's noise), loaded one at a time in an order rotated each round.
 
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
-                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage | --signed]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage | --signed | --versus]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
-same run as another row, "other" (access log on).
+same run as another row, "other" (access log on). `--versus` (with --compare) loads only
+this build (`rg+log`), the other and `rg-again` (this build again: the A/A control), all
+with the access log on, one at a time in an order rotated each round, and prints this
+build's ratio to the other's.
 Needs wrk, nginx and libjemalloc2 (Debian packages `wrk`, `nginx-light`, `libjemalloc2`);
 installs them if missing. Only processes this script started are stopped, by PID.
 """
@@ -53,11 +56,12 @@ def pinned(cpu, command):
     return ["taskset", "-c", str(cpu), *command]
 
 
-def wrk_start(args, url, lua, pid, connections=None):
-    """Starts wrk (on CPU 0) against `url`; `pid`'s CPU time is counted from now."""
+def wrk_start(args, url, lua, pid, connections=None, seconds=None):
+    """Starts wrk (on CPU 0) against `url`, for `seconds` (default `--seconds`); `pid`'s
+    CPU time is counted from now."""
     before = cpu_seconds(pid) if pid else 0.0
     proc = subprocess.Popen(
-        pinned(0, ["wrk", "-t1", f"-c{connections or args.connections}", f"-d{args.seconds}s", "--latency",
+        pinned(0, ["wrk", "-t1", f"-c{connections or args.connections}", f"-d{seconds or args.seconds}s", "--latency",
                    "-s", lua, url]),
         stdout=subprocess.PIPE, text=True,
     )
@@ -100,10 +104,16 @@ def main():
                         help="only robotsgate, rg+usage and the A/A control rg-again, one at a time")
     parser.add_argument("--signed", action="store_true",
                         help="only robotsgate, rg+signed and the A/A control rg-again, one at a time")
+    parser.add_argument("--versus", action="store_true",
+                        help="with --compare: only rg+log, the other binary and the A/A control "
+                             "rg-again (access log on for all three), one at a time")
     args = parser.parse_args()
-    # --usage / --signed: one feature's cost against robotsgate without it, beside A/A.
+    if args.versus and not args.compare:
+        parser.error("--versus needs --compare")
+    # --usage / --signed: one feature's cost against robotsgate without it, beside A/A;
+    # --versus: this build against another, beside A/A.
     feature = "rg+usage" if args.usage else "rg+signed" if args.signed else None
-    if feature:
+    if feature or args.versus:
         args.sequential = True
     ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
     if not os.path.exists(JEMALLOC):
@@ -171,19 +181,23 @@ http {{ access_log off; keepalive_requests 1000000;
 
         passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
         rgbin = f"{ROOT}/target/release/robotsgate"
-        if not feature:
+        if not feature and not args.versus:
             start("passthrough", passthrough, {"RUST_LOG": "warn"})
             start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})
         # rg+usage right after robotsgate, the row it is compared with (with
         # --sequential, neighbours in a round run closest in time).
-        start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
-        if feature != "rg+signed":
+        if args.versus:
+            start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
+            start("rg-again", robotsgate(rgbin), {"RUST_LOG": "info"})
+        else:
+            start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
+        if feature != "rg+signed" and not args.versus:
             start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
-        if feature != "rg+usage":
+        if feature != "rg+usage" and not args.versus:
             start("rg+signed", robotsgate(rgbin, conf_signed), {"RUST_LOG": "warn"})
         if feature:
             start("rg-again", robotsgate(rgbin), {"RUST_LOG": "warn"})
-        else:
+        elif not args.versus:
             start("rg+log", robotsgate(rgbin), {"RUST_LOG": "info"})
         if args.compare:
             start("other", robotsgate(args.compare), {"RUST_LOG": "info"})
@@ -211,13 +225,17 @@ http {{ access_log off; keepalive_requests 1000000;
             for round_ in range(args.rounds):
                 runs.setdefault((mode, "direct"), []).append(wrk(args, f"http://{origin}", lua[mode, "direct"], None))
                 load = lambda proc, port: wrk_start(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], proc.pid)
-                if feature:
+
+                def warmed(proc, port):
+                    # One second unmeasured first: a proxy loaded right after another
+                    # (or after the direct run) ran up to 30% dearer for its first seconds.
+                    wrk_result(wrk_start(args, f"http://127.0.0.1:{port}", lua[mode, "proxy"], None, seconds=1))
+                    return wrk_result(load(proc, port))
+                if args.sequential:
                     # Rotated each round: no row always runs first, or right after another.
                     names = list(proxies)
                     names = names[round_ % len(names):] + names[:round_ % len(names)]
-                    results = {name: wrk_result(load(*proxies[name])) for name in names}
-                elif args.sequential:
-                    results = {name: wrk_result(load(*proxy)) for name, proxy in proxies.items()}
+                    results = {name: warmed(*proxies[name]) for name in names}
                 else:
                     started_now = {name: load(*proxy) for name, proxy in proxies.items()}
                     results = {name: wrk_result(w) for name, w in started_now.items()}
@@ -258,14 +276,24 @@ http {{ access_log off; keepalive_requests 1000000;
                 for name in [n for n in proxies if n not in ("passthrough", "pt+jemalloc")]:
                     print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
                           f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
-        print("\nusage preferences judged (two purposes), and every request signed, against the same "
-              "robotsgate without, CPU per request, the ratio of each round, median [min-max]:")
-        for mode in ("keep-alive", "close"):
+        if not args.versus:
+            print("\nusage preferences judged (two purposes), and every request signed, against the same "
+                  "robotsgate without, CPU per request, the ratio of each round, median [min-max]:")
+        for mode in ("keep-alive", "close") if not args.versus else ():
             for name in ("rg+usage", "rg+signed"):
                 if name in proxies:
                     print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'robotsgate'))} robotsgate")
             if "rg-again" in proxies:
                 print(f"{mode:<11} rg-again    {ratios(cpus(mode, 'rg-again'), cpus(mode, 'robotsgate'))} robotsgate "
+                      f"(the same configuration twice: this host's noise)")
+        if args.versus:
+            print("\nthis build against the other (--compare), access log on for both, CPU per request, "
+                  "the ratio of each round, median [min-max]:")
+            for mode in ("keep-alive", "close"):
+                for name in ("rg+log", "rg-again", "other"):
+                    print(f"{mode:<11} {name:<11} each round: " + ", ".join(f"{c:.1f}" for c in cpus(mode, name)))
+                print(f"{mode:<11} rg+log      {ratios(cpus(mode, 'rg+log'), cpus(mode, 'other'))} other")
+                print(f"{mode:<11} rg-again    {ratios(cpus(mode, 'rg-again'), cpus(mode, 'rg+log'))} rg+log "
                       f"(the same configuration twice: this host's noise)")
         print("\none connection, keep-alive, p50 added to the direct request of the round, median [min-max]:")
         for name, added in single.items():

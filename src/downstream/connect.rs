@@ -143,7 +143,7 @@ impl Tunnels {
                 return None;
             }
         };
-        let Admitted {
+        let CheckedConnect {
             origin,
             user_agent,
             addrs,
@@ -211,7 +211,7 @@ pub struct ConnectRequest {
 }
 
 /// A CONNECT that passed the checks every tunnel gets.
-struct Admitted {
+struct CheckedConnect {
     /// The tunnel's origin.
     origin: Origin,
     /// The CONNECT's User-Agent, for judging a blind tunnel.
@@ -224,7 +224,7 @@ impl Tunnels {
     /// Applies the checks every tunnel gets: a valid `host:port`, a port in
     /// `tls.connect_ports`, an allowed destination. `Err` carries the answer and what to
     /// call the target in the log.
-    async fn admit(&self, head: &[u8]) -> Result<Admitted, (String, Answer)> {
+    async fn admit(&self, head: &[u8]) -> Result<CheckedConnect, (String, Answer)> {
         let request =
             parse_connect_head(head).map_err(|why| ("-".into(), bad_request(400, why)))?;
         let origin = parse_authority(&request.authority, Scheme::Https).map_err(|e| {
@@ -258,7 +258,7 @@ impl Tunnels {
             }
             Err(why) => return Err((origin.to_string(), egress_denied(why.to_string()))),
         };
-        Ok(Admitted {
+        Ok(CheckedConnect {
             origin,
             user_agent: request.user_agent,
             addrs,

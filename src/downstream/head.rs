@@ -318,6 +318,69 @@ fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Result<(), HeadError> {
     Ok(())
 }
 
+/// The header fields the front reads itself, as one pass over a head's fields found them.
+#[derive(Default)]
+struct Fields<'h> {
+    /// The `Proxy-Authorization` value.
+    proxy_authorization: Option<Vec<u8>>,
+    /// The `robotsgate-peer` value.
+    peer: Option<Vec<u8>>,
+    /// The `Content-Length` (one length, however often repeated).
+    content_length: Option<u64>,
+    /// A `Transfer-Encoding` was sent.
+    chunked: bool,
+    /// The `Host` value.
+    host: Option<&'h [u8]>,
+}
+
+impl<'h> Fields<'h> {
+    /// Reads `headers`: an upgrade, a second `Host` or `robotsgate-peer`, an unreadable,
+    /// conflicting or too large `Content-Length` are refused.
+    fn read(headers: &[httparse::Header<'h>], limits: &HeadLimits) -> Result<Self, HeadError> {
+        let mut read = Fields::default();
+        let Fields {
+            proxy_authorization,
+            peer,
+            content_length,
+            chunked,
+            host,
+        } = &mut read;
+        for field in headers {
+            if field.name.eq_ignore_ascii_case("upgrade") {
+                return Err(HeadError::Upgrade);
+            } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
+                *chunked = true;
+            } else if field.name.eq_ignore_ascii_case("host") {
+                if host.replace(field.value).is_some() {
+                    return Err(HeadError::Malformed("more than one Host header".into()));
+                }
+            } else if field.name.eq_ignore_ascii_case("proxy-authorization") {
+                *proxy_authorization = Some(field.value.to_vec());
+            } else if field.name.eq_ignore_ascii_case(crate::fleet::PEER_HEADER) {
+                if peer.replace(field.value.to_vec()).is_some() {
+                    return Err(HeadError::Malformed(
+                        "more than one robotsgate-peer header".into(),
+                    ));
+                }
+            } else if field.name.eq_ignore_ascii_case("content-length") {
+                let length = std::str::from_utf8(field.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                match length {
+                    None => return Err(HeadError::Malformed("invalid Content-Length".into())),
+                    // Two different lengths are a request-smuggling attempt (RFC 9112 §6.3).
+                    Some(n) if content_length.is_some_and(|m| m != n) => {
+                        return Err(HeadError::Malformed("conflicting Content-Length".into()))
+                    }
+                    Some(n) if n > limits.max_body => return Err(HeadError::BodyTooLarge),
+                    Some(n) => *content_length = Some(n),
+                }
+            }
+        }
+        Ok(read)
+    }
+}
+
 /// Parses the head in `bytes[..len]` within `limits`.
 fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadError> {
     check_sizes(&bytes[..len], limits)?;
@@ -335,43 +398,13 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
         Err(e) => return Err(HeadError::Malformed(e.to_string())),
     }
-    let mut proxy_authorization = None;
-    let mut peer = None;
-    let mut content_length = None;
-    let mut chunked = false;
-    let mut host = None;
-    for field in request.headers.iter() {
-        if field.name.eq_ignore_ascii_case("upgrade") {
-            return Err(HeadError::Upgrade);
-        } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        } else if field.name.eq_ignore_ascii_case("host") {
-            if host.replace(field.value).is_some() {
-                return Err(HeadError::Malformed("more than one Host header".into()));
-            }
-        } else if field.name.eq_ignore_ascii_case("proxy-authorization") {
-            proxy_authorization = Some(field.value.to_vec());
-        } else if field.name.eq_ignore_ascii_case(crate::fleet::PEER_HEADER) {
-            if peer.replace(field.value.to_vec()).is_some() {
-                return Err(HeadError::Malformed(
-                    "more than one robotsgate-peer header".into(),
-                ));
-            }
-        } else if field.name.eq_ignore_ascii_case("content-length") {
-            let length = std::str::from_utf8(field.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok());
-            match length {
-                None => return Err(HeadError::Malformed("invalid Content-Length".into())),
-                // Two different lengths are a request-smuggling attempt (RFC 9112 §6.3).
-                Some(n) if content_length.is_some_and(|m| m != n) => {
-                    return Err(HeadError::Malformed("conflicting Content-Length".into()))
-                }
-                Some(n) if n > limits.max_body => return Err(HeadError::BodyTooLarge),
-                Some(n) => content_length = Some(n),
-            }
-        }
-    }
+    let Fields {
+        proxy_authorization,
+        peer,
+        content_length,
+        chunked,
+        host,
+    } = Fields::read(request.headers, limits)?;
     // Both framings at once: which one a server reads is the smuggling (RFC 9112 §6.3).
     if chunked && content_length.is_some() {
         return Err(HeadError::Malformed(

@@ -14,7 +14,7 @@ use crate::fleet::{PeerContext, PEER_HEADER};
 /// what never goes to an origin).
 pub fn mark_for_owner(request: &mut RequestHeader, context: &PeerContext) -> Result<()> {
     request.remove_header("proxy-authorization");
-    request.remove_header(PEER_HEADER);
+    // Inserting replaces every value the client sent under the name.
     request.insert_header(PEER_HEADER, context.encode())?;
     Ok(())
 }
