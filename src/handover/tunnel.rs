@@ -10,6 +10,12 @@
 //! client sent a CONNECT), or passes the refusal on (a redirected client, which sent no
 //! CONNECT, is closed).
 //!
+//! The `CONNECT` is written by Pingora's HTTP/1 request writer, as the relay's requests
+//! are; the owner's answer head is read an octet at a time (nothing of the tunnel may be
+//! read past it, which Pingora's client session would) and parsed by httparse, the
+//! parser Pingora reads heads with. A refusal is passed on whole, its body read to the
+//! owner's close.
+//!
 //! Costs: one TLS connection to the owner per tunnel (a tunnel is long-lived and owns
 //! its connection: no pooling), one round trip before the client's `200`.
 
@@ -19,7 +25,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::HandOver;
 use crate::enforce::{Answer, Refusal};
-use crate::fleet::{Owner, PeerContext, PEER_HEADER};
+use pingora::http::RequestHeader;
+use pingora::protocols::http::v1::client::http_req_header_to_wire;
+
+use super::owner::mark_for_owner;
+use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::Origin;
 
 /// How a tunnel's hand-over to the owner ended, when the owner could be asked.
@@ -69,12 +79,8 @@ impl HandOver {
         let Ok(Ok(mut upstream)) = connected else {
             return Err(unreachable());
         };
-        let authority = format!("{}:{}", origin.host_name(), origin.port);
-        let head = format!(
-            "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{PEER_HEADER}: {}\r\n\r\n",
-            context.encode()
-        );
-        if upstream.write_all(head.as_bytes()).await.is_err() || upstream.flush().await.is_err() {
+        let head = connect_head(origin, &context).ok_or_else(unreachable)?;
+        if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
             return Err(unreachable());
         }
         let answered =
@@ -110,6 +116,17 @@ impl HandOver {
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
         Ok(Tunnelled::Done)
     }
+}
+
+/// The `CONNECT` sent to the owner for `origin`: authority-form, its `Host`, marked for
+/// the owner with `context` as every request handed over is ([`mark_for_owner`]), written
+/// by Pingora's HTTP/1 request writer (the relay's). `None`: not writable.
+fn connect_head(origin: &Origin, context: &PeerContext) -> Option<bytes::BytesMut> {
+    let authority = format!("{}:{}", origin.host_name(), origin.port);
+    let mut head = RequestHeader::build("CONNECT", authority.as_bytes(), None).ok()?;
+    head.insert_header(http::header::HOST, &authority).ok()?;
+    mark_for_owner(&mut head, context).ok()?;
+    http_req_header_to_wire(&head)
 }
 
 /// Passes the owner's refusal on whole: its `head`, then what follows it until the
@@ -171,6 +188,20 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<OwnerHead> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connect_is_authority_form_with_its_host_and_context() {
+        let origin =
+            crate::policy::target::Origin::parse("https://a.example:8443").expect("origin");
+        let context = PeerContext::default();
+        let head = connect_head(&origin, &context).expect("head");
+        let expected = format!(
+            "CONNECT a.example:8443 HTTP/1.1\r\nHost: a.example:8443\r\n{}: {}\r\n\r\n",
+            crate::fleet::PEER_HEADER,
+            context.encode()
+        );
+        assert_eq!(String::from_utf8_lossy(&head), expected);
+    }
 
     #[tokio::test]
     async fn a_fleet_refusal_is_told_from_other_answers() {
