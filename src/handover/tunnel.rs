@@ -21,14 +21,13 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-use super::HandOver;
-use crate::enforce::{Answer, Refusal};
 use pingora::http::RequestHeader;
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::owner::mark_for_owner;
+use super::HandOver;
+use crate::enforce::{Answer, Refusal};
 use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::Origin;
 

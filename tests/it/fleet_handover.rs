@@ -76,7 +76,6 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
     assert_eq!(refusing.count("/private/x"), 0);
 }
 
-/// The `X-Robots-*` lines of a response head, as sent.
 /// The body of a whole HTTP/1.1 answer (`answer` read to its connection's close): its
 /// head's `Content-Length` checked against what followed the head.
 fn whole_body(answer: &str) -> &str {
@@ -84,8 +83,8 @@ fn whole_body(answer: &str) -> &str {
     let length = head
         .lines()
         .find_map(|l| {
-            l.strip_prefix("content-length: ")
-                .or(l.strip_prefix("Content-Length: "))
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length").then_some(value)
         })
         .and_then(|l| l.trim().parse::<usize>().ok())
         .expect("a Content-Length");
@@ -93,6 +92,7 @@ fn whole_body(answer: &str) -> &str {
     body
 }
 
+/// The `X-Robots-*` lines of a response head, as sent.
 fn robots_headers(head: &str) -> Vec<String> {
     head.lines()
         .filter(|l| l.to_ascii_lowercase().starts_with("x-robots"))
