@@ -121,7 +121,8 @@ impl HandOver {
 /// the owner with `context` as every request handed over is ([`mark_for_owner`]), written
 /// by Pingora's HTTP/1 request writer (the relay's). `None`: not writable.
 fn connect_head(origin: &Origin, context: &PeerContext) -> Option<bytes::BytesMut> {
-    let authority = format!("{}:{}", origin.host_name(), origin.port);
+    // `Host`'s own form: an IPv6 address in brackets, as authority-form needs it.
+    let authority = format!("{}:{}", origin.host, origin.port);
     let mut head = RequestHeader::build("CONNECT", authority.as_bytes(), None).ok()?;
     head.insert_header(http::header::HOST, &authority).ok()?;
     mark_for_owner(&mut head, context).ok()?;
@@ -200,6 +201,13 @@ mod tests {
             context.encode()
         );
         assert_eq!(String::from_utf8_lossy(&head), expected);
+        let v6 = crate::policy::target::Origin::parse("https://[2001:db8::1]").expect("origin");
+        let head = connect_head(&v6, &context).expect("head");
+        assert!(
+            head.starts_with(b"CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
     }
 
     #[tokio::test]
