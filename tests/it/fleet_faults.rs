@@ -517,11 +517,8 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_keeps_the_promise() {
     let master = Redis::start();
-    let replica_port = free_port();
-    let _replica = Redis::start_on(
-        replica_port,
-        &["--replicaof", "127.0.0.1", &master.port.to_string()],
-    );
+    let replica = Redis::start_free(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let replica_port = replica.port;
     let synced = eventually(Duration::from_secs(10), || {
         redis_cli(replica_port, &["info", "replication"]).contains("master_link_status:up")
     })
@@ -569,7 +566,7 @@ async fn a_sentinel_failover_keeps_the_promise() {
 /// an origin nobody can claim while it is full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_or_full_redis_is_named_in_readyz() {
-    let redis = Redis::start_on(free_port(), &["--maxmemory-policy", "volatile-ttl"]);
+    let redis = Redis::start_free(&["--maxmemory-policy", "volatile-ttl"]);
     let origin = TestOrigin::robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start_for_loopback(&fleet_conf(&redis));
     let named = |what: &'static str| {

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, Conf};
+use crate::common::{free_port, listens_on, Conf};
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
 pub(crate) struct Redis {
@@ -18,10 +18,24 @@ pub(crate) struct Redis {
 
 impl Redis {
     pub(crate) fn start() -> Redis {
-        Redis::start_on(free_port(), &[])
+        Redis::start_free(&[])
     }
 
+    /// A `redis-server` with `extra` arguments on a port picked free, picked again when
+    /// another process took it first (another test's server, whose PING would answer
+    /// for this one: two tests' fleets would share one Redis).
+    pub(crate) fn start_free(extra: &[&str]) -> Redis {
+        on_a_free_port(u16::MAX, |port| Redis::try_start_on(port, extra))
+    }
+
+    /// A `redis-server` with `extra` arguments on `port`, which must be free.
     pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
+        Redis::try_start_on(port, extra)
+            .unwrap_or_else(|| panic!("redis-server could not listen on {port}: taken"))
+    }
+
+    /// A `redis-server` on `port`; `None` when it could not listen there.
+    fn try_start_on(port: u16, extra: &[&str]) -> Option<Redis> {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
             .iter()
@@ -36,8 +50,12 @@ impl Redis {
     /// A Sentinel (`redis-server --sentinel`) watching the master on `master` as `main`
     /// (quorum 2, down after 1 s).
     pub(crate) fn sentinel(master: u16) -> Redis {
+        on_a_free_port(u16::MAX, |port| Redis::try_sentinel(port, master))
+    }
+
+    /// [`Redis::sentinel`] on `port`; `None` when it could not listen there.
+    fn try_sentinel(port: u16, master: u16) -> Option<Redis> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(
             &conf,
@@ -51,16 +69,16 @@ impl Redis {
         Redis::launch(args, port, dir)
     }
 
-    /// Runs `redis-server args`, a server that answers PING on `port` once up.
-    fn launch(args: Vec<String>, port: u16, dir: tempfile::TempDir) -> Redis {
-        let redis = Redis {
+    /// Runs `redis-server args`, up once it listens on `port` itself and answers PING
+    /// there; `None` when it exited first (the port was taken).
+    fn launch(args: Vec<String>, port: u16, dir: tempfile::TempDir) -> Option<Redis> {
+        let mut redis = Redis {
             child: Redis::spawn(&args),
             port,
             _dir: dir,
             args,
         };
-        redis.wait_ping();
-        redis
+        redis.wait_up().then_some(redis)
     }
 
     /// `redis-server args`, its output discarded.
@@ -74,10 +92,17 @@ impl Redis {
         crate::common::Running(child)
     }
 
-    /// Waits until it answers PING.
-    fn wait_ping(&self) {
+    /// Waits until this process listens on its port and answers PING: `false` when it
+    /// exited first.
+    fn wait_up(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while redis_cli(self.port, &["ping"]) != "PONG" {
+        loop {
+            if let Ok(Some(_)) = self.child.0.try_wait() {
+                return false;
+            }
+            if listens_on(self.child.id(), self.port) && redis_cli(self.port, &["ping"]) == "PONG" {
+                return true;
+            }
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -91,7 +116,11 @@ impl Redis {
         let _ = self.child.0.wait();
         tokio::time::sleep(down).await;
         self.child = Redis::spawn(&self.args);
-        self.wait_ping();
+        let port = self.port;
+        assert!(
+            self.wait_up(),
+            "redis-server could not listen on {port} again: taken"
+        );
     }
 
     /// Its role in replication: `master`, `slave`, or empty when it does not answer.
@@ -142,20 +171,19 @@ impl Cluster {
         let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
                 // A Cluster node also listens on port + 10000 (its bus): at most 55535.
-                let port = std::iter::repeat_with(free_port)
-                    .find(|p| *p <= 55_535)
-                    .expect("a port");
-                Redis::start_on(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &format!("nodes-{port}.conf"),
-                        "--cluster-node-timeout",
-                        "1000",
-                    ],
-                )
+                on_a_free_port(55_535, |port| {
+                    Redis::try_start_on(
+                        port,
+                        &[
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            &format!("nodes-{port}.conf"),
+                            "--cluster-node-timeout",
+                            "1000",
+                        ],
+                    )
+                })
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -221,4 +249,27 @@ impl Cluster {
             .conf()
             .set("fleet.redis_cluster", seeds)
     }
+}
+
+/// `start` on a port picked free (at most `highest`), again on another while it gives
+/// `None` (the port was taken before the server bound it).
+fn on_a_free_port(highest: u16, start: impl Fn(u16) -> Option<Redis>) -> Redis {
+    for _ in 0..5 {
+        let port = std::iter::repeat_with(free_port)
+            .find(|p| *p <= highest)
+            .expect("a port");
+        if let Some(redis) = start(port) {
+            return redis;
+        }
+    }
+    panic!("redis-server found five free ports taken");
+}
+
+/// A port another `redis-server` holds is never taken for a new one (its PING would
+/// answer, and two tests would share one Redis): the new one is not started there.
+#[test]
+fn a_port_another_server_holds_is_not_taken_for_a_new_one() {
+    let first = Redis::start();
+    assert!(Redis::try_start_on(first.port, &[]).is_none());
+    assert_ne!(Redis::start().port, first.port);
 }
