@@ -17,6 +17,7 @@ pub(crate) struct Redis {
 }
 
 impl Redis {
+    /// A `redis-server` on a port picked free ([`Redis::start_free`]).
     pub(crate) fn start() -> Redis {
         Redis::start_free(&[])
     }
