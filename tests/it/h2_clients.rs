@@ -73,6 +73,18 @@ fn curl_h2(s: &Setup, url: &str, extra: &[&str]) -> (u16, String, String) {
 /// as few connections as robotsgate's stream limit allows): how many came back `200`
 /// over HTTP/2, and what curl said.
 fn curl_parallel(s: &Setup, urls: &[String]) -> (usize, String) {
+    let (fetched, said) = curl_parallel_once(s, urls);
+    // curl 7.88 in `--parallel` through a proxy sometimes fails a transfer inside curl,
+    // before it sends a single octet ("send: no filter connected"), and aborts the
+    // others: nothing reached robotsgate, so the same transfers are started once more.
+    if fetched == 0 && said.contains("no filter connected") {
+        return curl_parallel_once(s, urls);
+    }
+    (fetched, said)
+}
+
+/// [`curl_parallel`]'s one run of curl.
+fn curl_parallel_once(s: &Setup, urls: &[String]) -> (usize, String) {
     let ca = s.operator_ca.to_string_lossy().into_owned();
     let out = Command::new("curl")
         .args(["-s", "-S", "--max-time", "30", "--http2", "--parallel"])
