@@ -338,26 +338,19 @@ impl<'h> Fields<'h> {
     /// conflicting or too large `Content-Length` are refused.
     fn read(headers: &[httparse::Header<'h>], limits: &HeadLimits) -> Result<Self, HeadError> {
         let mut read = Fields::default();
-        let Fields {
-            proxy_authorization,
-            peer,
-            content_length,
-            chunked,
-            host,
-        } = &mut read;
         for field in headers {
             if field.name.eq_ignore_ascii_case("upgrade") {
                 return Err(HeadError::Upgrade);
             } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
-                *chunked = true;
+                read.chunked = true;
             } else if field.name.eq_ignore_ascii_case("host") {
-                if host.replace(field.value).is_some() {
+                if read.host.replace(field.value).is_some() {
                     return Err(HeadError::Malformed("more than one Host header".into()));
                 }
             } else if field.name.eq_ignore_ascii_case("proxy-authorization") {
-                *proxy_authorization = Some(field.value.to_vec());
+                read.proxy_authorization = Some(field.value.to_vec());
             } else if field.name.eq_ignore_ascii_case(crate::fleet::PEER_HEADER) {
-                if peer.replace(field.value.to_vec()).is_some() {
+                if read.peer.replace(field.value.to_vec()).is_some() {
                     return Err(HeadError::Malformed(
                         "more than one robotsgate-peer header".into(),
                     ));
@@ -369,11 +362,11 @@ impl<'h> Fields<'h> {
                 match length {
                     None => return Err(HeadError::Malformed("invalid Content-Length".into())),
                     // Two different lengths are a request-smuggling attempt (RFC 9112 §6.3).
-                    Some(n) if content_length.is_some_and(|m| m != n) => {
+                    Some(n) if read.content_length.is_some_and(|m| m != n) => {
                         return Err(HeadError::Malformed("conflicting Content-Length".into()))
                     }
                     Some(n) if n > limits.max_body => return Err(HeadError::BodyTooLarge),
-                    Some(n) => *content_length = Some(n),
+                    Some(n) => read.content_length = Some(n),
                 }
             }
         }
