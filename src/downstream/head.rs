@@ -28,6 +28,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncRead;
 
 use crate::config::LimitsConfig;
+use crate::policy::target::{authority_len, split_scheme};
 use crate::telemetry::metrics::RefusalReason;
 
 /// The limits [`read_head`] applies (from `robotsgate.limits`).
@@ -412,8 +413,8 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
     // Absolute-form: the Host header must say the same (Pingora refuses a mismatch too,
     // with a bare 400; this answer names the problem and is counted).
     let target = request.path.unwrap_or("");
-    if let (false, Some((_, rest)), Some(host)) = (is_connect, target.split_once("://"), host) {
-        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if let (false, Some((_, rest)), Some(host)) = (is_connect, split_scheme(target), host) {
+        let authority = &rest[..authority_len(rest)];
         if authority.as_bytes() != host {
             return Err(HeadError::Malformed(
                 "Host header differs from the request target's authority".into(),

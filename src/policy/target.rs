@@ -248,13 +248,11 @@ impl Target {
                 path: CanonicalPath::new(raw).into_owned(),
             });
         }
-        let (scheme_text, rest) = raw
-            .split_once("://")
+        let (scheme_text, rest) = split_scheme(raw)
             .ok_or(TargetError::Unusable("neither an absolute URL nor a /path"))?;
         let scheme = Scheme::parse(scheme_text)
             .ok_or_else(|| TargetError::Scheme(scheme_text.to_string()))?;
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, path) = rest.split_at(end);
+        let (authority, path) = rest.split_at(authority_len(rest));
         let origin = parse_authority(authority, scheme)?;
         Ok(Target {
             origin,
@@ -380,6 +378,22 @@ impl Target {
     }
 }
 
+/// An absolute URL split at its first `://`: the scheme, and the authority with what
+/// follows. (Octets compared in place: `str::split_once("://")` builds a substring
+/// searcher, a few hundred instructions, for every request.)
+pub fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let at = url.as_bytes().windows(3).position(|w| w == b"://")?;
+    Some((&url[..at], &url[at + 3..]))
+}
+
+/// The length of the authority that `rest` (an absolute URL past its `://`) starts
+/// with: up to its first `/`, `?` or `#`.
+pub fn authority_len(rest: &str) -> usize {
+    rest.bytes()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len())
+}
+
 /// `host`, `host:port`, `[v6]`, `[v6]:port` → origin. Names are lower-cased and IDNs
 /// converted to punycode (SPEC §1).
 pub fn parse_authority(authority: &str, scheme: Scheme) -> Result<Origin, TargetError> {
@@ -435,6 +449,30 @@ mod tests {
     }
 
     /// IPv4 origins and ports read as the standard library writes them.
+    #[test]
+    fn a_scheme_ends_at_the_first_colon_slash_slash_and_an_authority_at_a_delimiter() {
+        assert_eq!(
+            split_scheme("http://a.example/x"),
+            Some(("http", "a.example/x"))
+        );
+        assert_eq!(split_scheme("h://x://y"), Some(("h", "x://y")));
+        assert_eq!(split_scheme("://"), Some(("", "")));
+        for none in ["/index.html", "http:/a", "http:", "", "a:b//"] {
+            assert_eq!(split_scheme(none), None, "{none}");
+        }
+        for (rest, authority) in [
+            ("a.example/x", "a.example"),
+            ("a.example?q", "a.example"),
+            ("a.example#f", "a.example"),
+            ("[::1]:8/x", "[::1]:8"),
+            ("a.example", "a.example"),
+            ("", ""),
+            ("bücher.example/x", "bücher.example"),
+        ] {
+            assert_eq!(&rest[..authority_len(rest)], authority);
+        }
+    }
+
     #[test]
     fn ipv4_origins_are_written_as_std_writes_them() {
         let octets = [0u8, 1, 9, 10, 99, 100, 127, 199, 200, 255];

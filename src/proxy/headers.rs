@@ -45,14 +45,15 @@ pub(super) fn usage_mark(
 
 /// Response headers only robotsgate sets: an origin's own are removed before
 /// robotsgate adds its, so a crawler can trust that these came from robotsgate.
-pub(super) const OWN_RESPONSE_HEADERS: &[&str] = &["x-robots-decision", "x-robots-usage"];
+pub(super) const OWN_RESPONSE_HEADERS: HeaderNames =
+    HeaderNames::new(&["x-robots-decision", "x-robots-usage"]);
 
 /// Removes [`OWN_RESPONSE_HEADERS`] from an origin's response, logging the forgery.
 pub(super) fn strip_own_headers(response: &mut ResponseHeader, target: Option<&Target>) {
-    if !has_any(&response.headers, OWN_RESPONSE_HEADERS) {
+    if !OWN_RESPONSE_HEADERS.any_in(&response.headers) {
         return;
     }
-    for name in OWN_RESPONSE_HEADERS {
+    for name in OWN_RESPONSE_HEADERS.names {
         if response.remove_header(*name).is_some() {
             let origin: &dyn std::fmt::Display = match target {
                 Some(t) => &t.origin,
@@ -69,7 +70,7 @@ pub(super) fn strip_own_headers(response: &mut ResponseHeader, target: Option<&T
 /// setups, Envoy) read as the path or the site to serve, which would let a client fetch
 /// a path the robots decision never saw. Method overrides go too: a crawler's GET stays
 /// a GET. Removed before robotsgate signs, so only its own signature headers go.
-pub(super) const NEVER_FORWARDED: &[&str] = &[
+pub(super) const NEVER_FORWARDED: HeaderNames = HeaderNames::new(&[
     "proxy-authorization",
     "proxy-connection",
     "x-original-url",
@@ -102,24 +103,60 @@ pub(super) const NEVER_FORWARDED: &[&str] = &[
     "crawler-exact-price",
     // The fleet's peer channel context: a member's own only, never a client's.
     "robotsgate-peer",
-];
+]);
 
-/// Removes every header of `request` named in `names` (lower-case): one pass over the
-/// names it carries (a few) per header removed, a hashed removal only for a name found.
-/// (A removal per listed name cost a handed-over request, which always carries one of
-/// them, a microsecond at its owner.)
-pub(super) fn remove_listed(request: &mut RequestHeader, names: &[&str]) {
-    let listed = |name: &&http::HeaderName| names.contains(&name.as_str());
-    while let Some(name) = request.headers.keys().find(listed).cloned() {
-        request.remove_header(&name);
+/// A fixed set of lower-case header names, asked about for every message: a name is
+/// compared with the set's only when its length is one of theirs (a bit of `lengths`),
+/// so most of a request's names (`host`, `accept`, ...) cost one test each.
+pub(super) struct HeaderNames {
+    /// The names, lower-case.
+    names: &'static [&'static str],
+    /// Bit `n` set: some name is `n` octets long (63: 63 or more).
+    lengths: u64,
+}
+
+impl HeaderNames {
+    /// The set of `names` (lower-case).
+    pub(super) const fn new(names: &'static [&'static str]) -> HeaderNames {
+        let mut lengths = 0;
+        let mut i = 0;
+        while i < names.len() {
+            lengths |= 1 << min_63(names[i].len());
+            i += 1;
+        }
+        HeaderNames { names, lengths }
+    }
+
+    /// Is `name` (lower-case, as `http` keeps names) one of the set?
+    fn contains(&self, name: &http::HeaderName) -> bool {
+        let name = name.as_str();
+        self.lengths & (1 << min_63(name.len())) != 0 && self.names.contains(&name)
+    }
+
+    /// Does `headers` carry any of the set? One pass over the names it carries (a few),
+    /// instead of a hashed lookup per name of the set.
+    pub(super) fn any_in(&self, headers: &http::HeaderMap) -> bool {
+        headers.keys().any(|name| self.contains(name))
+    }
+
+    /// Removes every header of `request` named in the set: one pass over the names it
+    /// carries, and again per header removed; a hashed removal only for a name found.
+    /// (A removal per listed name cost a handed-over request, which always carries one
+    /// of them, a microsecond at its owner.)
+    pub(super) fn remove_from(&self, request: &mut RequestHeader) {
+        while let Some(name) = request.headers.keys().find(|n| self.contains(n)).cloned() {
+            request.remove_header(&name);
+        }
     }
 }
 
-/// Does `headers` carry any of `names` (lower-case)? One pass over the names the peer
-/// sent (a few), instead of a hashed removal per listed name on every message: the
-/// removals run only when this says so.
-pub(super) fn has_any(headers: &http::HeaderMap, names: &[&str]) -> bool {
-    headers.keys().any(|name| names.contains(&name.as_str()))
+/// `len`, or 63 when longer (a bit index of [`HeaderNames::lengths`]).
+const fn min_63(len: usize) -> usize {
+    if len < 63 {
+        len
+    } else {
+        63
+    }
 }
 
 /// A request whose end is its header: no `Content-Length` (or 0), no `Transfer-Encoding`.
@@ -142,27 +179,39 @@ pub(super) fn ends_by_close(response: &ResponseHeader, method: &http::Method) ->
         return false;
     }
     let headers = &response.headers;
+    // Read as octets, without a copy: this runs on every answer.
     if let Some(last) = headers
         .get_all(http::header::TRANSFER_ENCODING)
         .iter()
         .next_back()
     {
-        let codings = String::from_utf8_lossy(last.as_bytes()).to_ascii_lowercase();
-        return codings.rsplit(',').next().map(str::trim) != Some("chunked");
+        let coding = last.as_bytes().rsplit(|b| *b == b',').next();
+        return !coding.is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
     }
-    let mut lengths = headers
-        .get_all(http::header::CONTENT_LENGTH)
-        .iter()
-        .flat_map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .split(',')
-                .map(|n| n.trim().parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        });
-    match lengths.next() {
-        Some(Some(first)) => !lengths.all(|n| n == Some(first)),
-        _ => true,
+    let mut length = None;
+    for value in headers.get_all(http::header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|b| *b == b',') {
+            let Some(n) = decimal(part.trim_ascii()) else {
+                return true;
+            };
+            if length.is_some_and(|l| l != n) {
+                return true;
+            }
+            length = Some(n);
+        }
     }
+    length.is_none()
+}
+
+/// `1*DIGIT` (RFC 9110 §8.6) as a number; `None` for anything else, or beyond `u64`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        let digit = d.is_ascii_digit().then(|| u64::from(d - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
 }
 
 #[cfg(test)]
@@ -195,6 +244,23 @@ mod framing_tests {
             &get
         ));
         assert!(ends_by_close(&answer(&[("Content-Length", "2, 3")]), &get));
+        assert!(ends_by_close(&answer(&[("Content-Length", "+2")]), &get));
+        assert!(ends_by_close(&answer(&[("Content-Length", "2,")]), &get));
+        assert!(ends_by_close(
+            &answer(&[("Content-Length", "18446744073709551616")]),
+            &get
+        ));
+        assert!(!ends_by_close(
+            &answer(&[("Content-Length", "2"), ("Content-Length", " 2 ")]),
+            &get
+        ));
+        assert!(!ends_by_close(
+            &answer(&[
+                ("Transfer-Encoding", "gzip"),
+                ("Transfer-Encoding", " Chunked ")
+            ]),
+            &get
+        ));
         assert!(ends_by_close(&answer(&[]), &get));
         assert!(!ends_by_close(&answer(&[]), &http::Method::HEAD));
     }
@@ -217,11 +283,38 @@ mod tests {
         ] {
             request.append_header(name, value).expect("header");
         }
-        remove_listed(&mut request, NEVER_FORWARDED);
+        NEVER_FORWARDED.remove_from(&mut request);
         let left: Vec<_> = request.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["user-agent"]);
         let mut wire = Vec::new();
         request.header_to_h1_wire(&mut wire);
         assert_eq!(wire, b"User-Agent: Bot/1\r\n");
+    }
+
+    #[test]
+    fn a_set_holds_its_names_and_no_other_whatever_their_length() {
+        for name in NEVER_FORWARDED.names {
+            assert!(
+                NEVER_FORWARDED.contains(&http::HeaderName::from_static(name)),
+                "{name}"
+            );
+        }
+        // Past 63 octets every length shares one bit.
+        const LONG: &str =
+            "x-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let names = HeaderNames::new(&[LONG]);
+        assert!(names.contains(&http::HeaderName::from_static(LONG)));
+        let longer = http::HeaderName::from_bytes(format!("{LONG}b").as_bytes()).expect("name");
+        assert!(!names.contains(&longer));
+        // Same lengths as listed names, not listed.
+        for other in [
+            "x-forwarded-for",
+            "accept-encoding",
+            "forwarde",
+            "signatures",
+        ] {
+            let other = http::HeaderName::from_bytes(other.as_bytes()).expect("name");
+            assert!(!NEVER_FORWARDED.contains(&other), "{other}");
+        }
     }
 }

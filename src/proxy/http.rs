@@ -21,9 +21,7 @@ use pingora::ErrorSource;
 
 use super::context::{RequestContext, Stage};
 use super::exchange::{unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE};
-use super::headers::{
-    ends_by_close, remove_listed, strip_own_headers, usage_mark, NEVER_FORWARDED,
-};
+use super::headers::{ends_by_close, strip_own_headers, usage_mark, NEVER_FORWARDED};
 use super::request::{requester, target_of, target_refused};
 use crate::downstream::context::ClientContext;
 use crate::enforce::{Answer, Enforcer};
@@ -358,7 +356,7 @@ impl ProxyHttp for RobotsGateProxy {
             let who = requester(session, &ctx.client).client;
             return super::handover::to_owner(ctx, who, upstream_request);
         }
-        remove_listed(upstream_request, NEVER_FORWARDED);
+        NEVER_FORWARDED.remove_from(upstream_request);
         if let Some(target) = &ctx.target {
             // Origin-form, exactly the canonical path the verdict was made on.
             let uri = http::Uri::try_from(target.path.as_str()).map_err(|e| {

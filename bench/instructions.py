@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Instructions per request of this build against another, counted by callgrind: where a
+difference in CPU time comes from, on a host without hardware counters.
+
+CPU time per request (bench/proxy_bench.py) moves 10-20% between runs on this host, more
+than most changes it is asked to judge. An instruction count under callgrind is the same
+from run to run within a few hundred instructions, and callgrind says which function
+each instruction ran in. Each build serves the same nginx origin through one keep-alive
+connection at a time (or `--close`: one request per connection), access log on, pacing
+off; counting starts after 400 unmeasured requests, so the robots.txt is cached and the
+pools are warm.
+
+Printed: instructions per request of each build and their ratio, then the functions whose
+own instructions (inlined code included, callees not) changed most. `memcpy` counts one
+instruction per octet of its `rep movsb` copies: large and cheap (Pingora boxes each
+request's future, several KiB, once or twice), so the ratio is given without it too.
+
+Usage: bench/instructions.py --compare OTHER_ROBOTSGATE_BINARY [--requests 2000] [--close] [--top 30]
+Needs valgrind and nginx (installs them if missing). Only processes this script started
+are stopped, by PID.
+"""
+
+import argparse
+import glob
+import http.client
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, nginx_binary, robotsgate_config,
+                      stop, wait_port)
+
+
+def load(port, origin, count, close):
+    """`count` GETs through the proxy on `port`, one at a time; each must be a 200."""
+    conn = None
+    for _ in range(count):
+        if conn is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"Host": origin, **({"Connection": "close"} if close else {})}
+        conn.request("GET", f"http://{origin}/index.html", headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            sys.exit(f"the proxy answered {answer.status}")
+        if close:
+            conn.close()
+            conn = None
+    if conn is not None:
+        conn.close()
+
+
+def self_costs(dump):
+    """Function -> own instructions, from a callgrind dump (inlined code summed by name)."""
+    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", dump],
+                          capture_output=True, text=True, check=True).stdout
+    costs = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*([\d.]+)%\)\s+(.*?)(?: \[.*\])?$", line)
+        # Threads' outer frames are listed with their callees' cost: left out.
+        if not m or "PROGRAM TOTALS" in m.group(3) or float(m.group(2)) > 50:
+            continue
+        name = re.sub(r"::h[0-9a-f]{16}$", "", m.group(3).split(":", 1)[-1])
+        costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def measure(binary, conf, origin, work, name, args):
+    """Self costs per request of `binary` serving `args.requests` requests."""
+    port = free_port()
+    out = f"{work}/{name}.callgrind"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "--config", conf,
+         "--listen", f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
+        env={**os.environ, "RUST_LOG": "info"}, stdout=subprocess.DEVNULL,
+        stderr=open(f"{work}/{name}.log", "w"))
+    try:
+        wait_port(port, 120)
+        load(port, origin, 400, args.close)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        load(port, origin, args.requests, args.close)
+        subprocess.run(["callgrind_control", "-d", "measured", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        stop([proc])
+    dumps = [d for d in glob.glob(out + "*") if "Trigger: dump measured" in open(d, errors="replace").read(4096)]
+    if len(dumps) != 1:
+        sys.exit(f"expected one measured dump of {name}, found {dumps}")
+    return {k: v / args.requests for k, v in self_costs(dumps[0]).items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compare", required=True, help="the other robotsgate binary")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--close", action="store_true", help="one request per connection")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    ensure_packages({"valgrind": "valgrind", "nginx": "nginx-light"})
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    work = tempfile.mkdtemp(prefix="robotsgate-instructions-")
+    os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
+    started = []
+    try:
+        nginx_port = free_port()
+        os.makedirs(f"{work}/www")
+        with open(f"{work}/www/index.html", "w") as f:
+            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+        with open(f"{work}/www/robots.txt", "w") as f:
+            rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
+            f.write("\n".join(l for l in rules if not l.lower().startswith("crawl-delay")) + "\n")
+        with open(f"{work}/nginx.conf", "w") as f:
+            f.write(f"daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;\n"
+                    "events { worker_connections 64; }\n"
+                    f"http {{ access_log off; keepalive_requests 1000000; "
+                    f"server {{ listen 127.0.0.1:{nginx_port}; root {work}/www; }} }}\n")
+        started.append(subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
+        wait_port(nginx_port)
+        origin = f"127.0.0.1:{nginx_port}"
+        conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
+        this = measure(f"{ROOT}/target/release/robotsgate", conf, origin, work, "this", args)
+        other = measure(args.compare, conf, origin, work, "other", args)
+    finally:
+        stop(started)
+        shutil.rmtree(work, ignore_errors=True)
+
+    total = lambda costs, memcpy=True: sum(v for k, v in costs.items() if memcpy or "memcpy" not in k)
+    mode = "one request per connection" if args.close else "keep-alive"
+    print(f"\ninstructions per request ({mode}, {args.requests} requests, access log on):")
+    print(f"  this build  {total(this):9.0f}   without memcpy {total(this, False):9.0f}")
+    print(f"  other       {total(other):9.0f}   without memcpy {total(other, False):9.0f}")
+    print(f"  ratio       {total(this) / total(other):9.3f}x  without memcpy "
+          f"{total(this, False) / total(other, False):9.3f}x")
+    print(f"\nfunctions whose own instructions per request changed most (this - other, other, this):")
+    names = sorted(set(this) | set(other), key=lambda k: -abs(this.get(k, 0) - other.get(k, 0)))
+    for name in names[:args.top]:
+        print(f"  {this.get(name, 0) - other.get(name, 0):+7.0f} {other.get(name, 0):7.0f} "
+              f"{this.get(name, 0):7.0f}  {name[:130]}")
+
+
+if __name__ == "__main__":
+    main()
