@@ -45,8 +45,9 @@ pub struct ClientContext {
 #[derive(Clone, Debug)]
 pub struct Handed {
     /// The member that handed it over (its instance id, from the connection's
-    /// certificate and address).
-    pub member: String,
+    /// certificate and address): shared, as every request on the connection and each
+    /// clone of the context name it.
+    pub member: Arc<str>,
     /// Its client's address there.
     pub client: Option<std::net::IpAddr>,
 }

@@ -228,7 +228,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         };
         let context = ClientContext {
             handed: Some(Handed {
-                member: admitted.member,
+                member: admitted.member.into(),
                 client: None,
             }),
             ..ClientContext::default()

@@ -158,7 +158,7 @@ fn refused<T>(reason: RefusalReason, from: Option<IpAddr>, why: &str) -> Option<
 pub fn handed_context(
     access: &AccessPolicy,
     peer: PeerContext,
-    member: String,
+    member: Arc<str>,
 ) -> Option<ClientContext> {
     let user = access.user_named(peer.user.as_deref()).ok()?;
     let tunnel = match &peer.tunnel {

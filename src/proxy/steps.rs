@@ -81,7 +81,7 @@ impl RobotsGateProxy {
         target: &Target,
     ) -> Judged {
         let who = requester(session, &ctx.client);
-        let handed = ctx.client.handed.as_ref().map(|h| h.member.as_str());
+        let handed = ctx.client.handed.as_ref().map(|h| &*h.member);
         self.enforcer
             .judge_request(target, &who, ctx.client.destination, handed)
             .await
