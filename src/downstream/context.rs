@@ -53,20 +53,28 @@ pub struct Handed {
 }
 
 tokio::task_local! {
-    static CURRENT: Cell<Option<ClientContext>>;
+    // Boxed: the task-local's value is swapped in and out on every poll of the request's
+    // future.
+    static CURRENT: Cell<Option<Box<ClientContext>>>;
 }
 
 impl ClientContext {
     /// Runs `request` (the proxy's future for one request) with this context.
     pub async fn scope<F: Future>(self, request: F) -> F::Output {
-        CURRENT.scope(Cell::new(Some(self)), request).await
+        CURRENT
+            .scope(Cell::new(Some(Box::new(self))), request)
+            .await
     }
 
     /// The context of the request being served, handed over once (Pingora makes a
     /// request's context once); `None` outside [`ClientContext::scope`] (a request that
     /// did not come through the front) or when already taken.
     pub fn take() -> Option<ClientContext> {
-        CURRENT.try_with(Cell::take).ok().flatten()
+        CURRENT
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .map(|context| *context)
     }
 
     /// The target of a request whose target is `raw` (as sent) and `Host` is `host`,
