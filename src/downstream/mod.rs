@@ -45,6 +45,8 @@ pub(crate) async fn shutting_down(mut shutdown: pingora::server::ShutdownWatch, 
         }
     };
     tokio::select! {
+        // In order: no random draw each time an idle connection waits.
+        biased;
         () = pingora => {}
         () = drain::began(), if drains => {}
     }
