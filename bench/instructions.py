@@ -15,7 +15,11 @@ own instructions (inlined code included, callees not) changed most. `memcpy` cou
 instruction per octet of its `rep movsb` copies: large and cheap (Pingora boxes each
 request's future, several KiB, once or twice), so the ratio is given without it too.
 
-Usage: bench/instructions.py --compare OTHER_ROBOTSGATE_BINARY [--requests 2000] [--close] [--top 30]
+`--cache` adds callgrind's cache and branch simulation (slower): first-level and
+last-level misses and mispredicted branches per request, for where instructions alone
+do not explain a difference in time.
+
+Usage: bench/instructions.py --compare OTHER_ROBOTSGATE_BINARY [--requests 2000] [--close] [--top 30] [--cache]
 Needs valgrind and nginx (installs them if missing). Only processes this script started
 are stopped, by PID.
 """
@@ -68,12 +72,24 @@ def self_costs(dump):
     return costs
 
 
+def simulated(dump):
+    """Event -> count of the whole dump (`--cache`: cache and branch simulation)."""
+    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", dump],
+                          capture_output=True, text=True, check=True).stdout
+    events = re.search(r"^Events shown:\s+(.*)$", text, re.M).group(1).split()
+    totals = re.search(r"^(.*)PROGRAM TOTALS", text, re.M).group(1)
+    counts = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+)(?: \([^)]*\))?", totals)]
+    return dict(zip(events, counts))
+
+
 def measure(binary, conf, origin, work, name, args):
-    """Self costs per request of `binary` serving `args.requests` requests."""
+    """Self costs per request of `binary` serving `args.requests` requests (and, with
+    `--cache`, the simulated cache and branch events per request under "events")."""
     port = free_port()
     out = f"{work}/{name}.callgrind"
+    simulate = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache else []
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "--config", conf,
+        ["valgrind", "--tool=callgrind", *simulate, f"--callgrind-out-file={out}", binary, "run", "--config", conf,
          "--listen", f"127.0.0.1:{port}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"],
         env={**os.environ, "RUST_LOG": "info"}, stdout=subprocess.DEVNULL,
         stderr=open(f"{work}/{name}.log", "w"))
@@ -88,7 +104,10 @@ def measure(binary, conf, origin, work, name, args):
     dumps = [d for d in glob.glob(out + "*") if "Trigger: dump measured" in open(d, errors="replace").read(4096)]
     if len(dumps) != 1:
         sys.exit(f"expected one measured dump of {name}, found {dumps}")
-    return {k: v / args.requests for k, v in self_costs(dumps[0]).items()}
+    costs = {k: v / args.requests for k, v in self_costs(dumps[0]).items()}
+    if args.cache:
+        costs["events"] = {k: v / args.requests for k, v in simulated(dumps[0]).items()}
+    return costs
 
 
 def main():
@@ -97,6 +116,8 @@ def main():
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--close", action="store_true", help="one request per connection")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--cache", action="store_true",
+                        help="also simulate caches and branches: misses and mispredictions per request")
     args = parser.parse_args()
     ensure_packages({"valgrind": "valgrind", "nginx": "nginx-light"})
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
@@ -126,6 +147,7 @@ def main():
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
 
+    events = (this.pop("events", None), other.pop("events", None))
     total = lambda costs, memcpy=True: sum(v for k, v in costs.items() if memcpy or "memcpy" not in k)
     mode = "one request per connection" if args.close else "keep-alive"
     print(f"\ninstructions per request ({mode}, {args.requests} requests, access log on):")
@@ -133,6 +155,11 @@ def main():
     print(f"  other       {total(other):9.0f}   without memcpy {total(other, False):9.0f}")
     print(f"  ratio       {total(this) / total(other):9.3f}x  without memcpy "
           f"{total(this, False) / total(other, False):9.3f}x")
+    if events[0] and events[1]:
+        print("\nsimulated per request (callgrind's cache and branch models), this build, other, ratio:")
+        for event in events[0]:
+            print(f"  {event:<6} {events[0][event]:10.0f} {events[1].get(event, 0):10.0f} "
+                  f"{events[0][event] / max(events[1].get(event, 0), 1e-9):7.3f}x")
     print(f"\nfunctions whose own instructions per request changed most (this - other, other, this):")
     names = sorted(set(this) | set(other), key=lambda k: -abs(this.get(k, 0) - other.get(k, 0)))
     for name in names[:args.top]:
