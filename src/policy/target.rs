@@ -448,7 +448,6 @@ mod tests {
         Target::from_request(raw.as_bytes(), host.map(str::as_bytes), Scheme::Http)
     }
 
-    /// IPv4 origins and ports read as the standard library writes them.
     #[test]
     fn scheme_and_authority_split_as_the_str_methods_they_replace() {
         for url in [
@@ -471,6 +470,7 @@ mod tests {
         }
     }
 
+    /// IPv4 origins and ports read as the standard library writes them.
     #[test]
     fn ipv4_origins_are_written_as_std_writes_them() {
         let octets = [0u8, 1, 9, 10, 99, 100, 127, 199, 200, 255];
