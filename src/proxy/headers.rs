@@ -107,7 +107,7 @@ pub(super) const NEVER_FORWARDED: HeaderNames = HeaderNames::new(&[
 
 /// A fixed set of lower-case header names, asked about for every message: a name is
 /// compared with the set's only when its length is one of theirs (a bit of `lengths`),
-/// so many of a request's names (`host`, `user-agent`, `cookie`, ...) cost one test each.
+/// so many of a request's names (`host`, `user-agent`, `referer`, ...) cost one test each.
 pub(super) struct HeaderNames {
     /// The names, lower-case.
     names: &'static [&'static str],
