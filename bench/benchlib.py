@@ -80,6 +80,33 @@ def nginx_binary():
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
+def page_origin(work, started, prefix=()):
+    """Starts nginx (`prefix` before its command, e.g. `taskset -c 0`) serving the
+    benchmark origin from `{work}/www` and returns it as `127.0.0.1:port`: a small page,
+    `/index.html`, and the large robots.txt without its Crawl-delay lines (the
+    per-request cost of cached decisions, not pacing: bench/pacing_load.py measures
+    that), with usage preferences in its `*` group (parsed by every proxy, judged only
+    by one that declares purposes)."""
+    port = free_port()
+    os.makedirs(f"{work}/www")
+    with open(f"{work}/www/index.html", "w") as f:
+        f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+    rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
+    rules = [l for l in rules if not l.lower().startswith("crawl-delay")]
+    star = rules.index("User-agent: *")
+    rules[star + 1:star + 1] = ["Content-Signal: search=yes, ai-train=no", "Content-Usage: /index train-ai=y"]
+    with open(f"{work}/www/robots.txt", "w") as f:
+        f.write("\n".join(rules) + "\n")
+    with open(f"{work}/nginx.conf", "w") as f:
+        f.write(f"daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;\n"
+                "events { worker_connections 4096; }\n"
+                "http { access_log off; keepalive_requests 1000000;\n"
+                f"  server {{ listen 127.0.0.1:{port}; root {work}/www; }} }}\n")
+    started.append(subprocess.Popen([*prefix, nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
+    wait_port(port)
+    return f"127.0.0.1:{port}"
+
+
 def stop(processes):
     """SIGINT to each process this script started (newest first), SIGKILL if it lingers."""
     for proc in reversed(processes):

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, nginx_binary, robotsgate_config,
+from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, page_origin, robotsgate_config,
                       stop, wait_port)
 
 
@@ -125,21 +125,7 @@ def main():
     os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
     started = []
     try:
-        nginx_port = free_port()
-        os.makedirs(f"{work}/www")
-        with open(f"{work}/www/index.html", "w") as f:
-            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
-        with open(f"{work}/www/robots.txt", "w") as f:
-            rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
-            f.write("\n".join(l for l in rules if not l.lower().startswith("crawl-delay")) + "\n")
-        with open(f"{work}/nginx.conf", "w") as f:
-            f.write(f"daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;\n"
-                    "events { worker_connections 64; }\n"
-                    f"http {{ access_log off; keepalive_requests 1000000; "
-                    f"server {{ listen 127.0.0.1:{nginx_port}; root {work}/www; }} }}\n")
-        started.append(subprocess.Popen([nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
-        wait_port(nginx_port)
-        origin = f"127.0.0.1:{nginx_port}"
+        origin = page_origin(work, started)
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
         this = measure(f"{ROOT}/target/release/robotsgate", conf, origin, work, "this", args)
         other = measure(args.compare, conf, origin, work, "other", args)

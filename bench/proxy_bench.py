@@ -47,7 +47,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import POOL, ROOT, UNPACED, ms, cpu_seconds, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import (POOL, ROOT, UNPACED, ms, cpu_seconds, ensure_packages, free_port, page_origin,
+                      robotsgate_config, stop, wait_port)
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -125,31 +126,7 @@ def main():
     os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
     started = []
     try:
-        nginx_port = free_port()
-        os.makedirs(f"{work}/www")
-        with open(f"{work}/www/index.html", "w") as f:
-            f.write("<html><body>" + "x" * 512 + "</body></html>\n")
-        with open(f"{work}/www/robots.txt", "w") as f:
-            # The large benchmark file without its Crawl-delay lines: this measures the
-            # per-request cost of cached decisions, not pacing (bench/pacing_load.py does).
-            rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
-            rules = [l for l in rules if not l.lower().startswith("crawl-delay")]
-            # Usage preferences in the `*` group, for the rg+usage row (the other rows
-            # parse them too, and never judge them).
-            star = rules.index("User-agent: *")
-            rules[star + 1:star + 1] = ["Content-Signal: search=yes, ai-train=no",
-                                        "Content-Usage: /index train-ai=y"]
-            f.write("\n".join(rules) + "\n")
-        with open(f"{work}/nginx.conf", "w") as f:
-            f.write(f"""daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx.err;
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{nginx_port} root {work}/www; }} }}
-""".replace(f"{nginx_port} root", f"{nginx_port}; root"))
-        nginx = subprocess.Popen(pinned(0, [nginx_binary(), "-c", f"{work}/nginx.conf", "-p", work]))
-        started.append(nginx)
-        wait_port(nginx_port)
-        origin = f"127.0.0.1:{nginx_port}"
+        origin = page_origin(work, started, pinned(0, []))
 
         # Pacing off: this measures the cost of a cached decision (benchlib.UNPACED).
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)

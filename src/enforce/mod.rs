@@ -458,20 +458,23 @@ impl Enforcer {
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
+        // Fleet mode: the schedules' key, written once, checked as acted for and
+        // recorded by the turn.
         let keyed = pace.address.as_ref().unwrap_or(&pace.entry);
-        let turn = |turns| {
+        let fleet = self.owners.clone().map(|o| (o, owned::key_of(keyed)));
+        let turn = |turns, fleet| {
             Turn::new(
                 turns,
                 pace.entry.clone(),
                 pace.address.clone(),
                 &self.bounds,
             )
-            .recorded_by(self.owners.clone().map(|o| (o, owned::key_of(keyed))))
+            .recorded_by(fleet)
         };
         if pace.report {
             let (turns, would_wait) = self.pacer.report(request);
             crate::telemetry::metrics::record_would_wait(would_wait.as_secs_f64());
-            return Ok(turn(turns));
+            return Ok(turn(turns, fleet));
         }
         let gave_up = || {
             Unpaced::GaveUp(
@@ -494,13 +497,13 @@ impl Enforcer {
         match paced {
             // Its turn came, but this instance may no longer act for the origin (its
             // lease lapsed by its own clock meanwhile, or it let the origin go).
-            Ok(turns) if !self.acts_for(keyed) => {
+            Ok(turns) if fleet.as_ref().is_some_and(|(o, key)| !o.acts_for(key)) => {
                 turns.forgo();
                 Err(gave_up())
             }
             Ok(turns) => {
                 crate::telemetry::metrics::record_pacing_wait(turns.waited.as_secs_f64());
-                Ok(turn(turns))
+                Ok(turn(turns, fleet))
             }
             Err(refused) => {
                 let retry = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;

@@ -9,9 +9,10 @@
 //! never handed on: if its key moved meanwhile, it is refused, so a request crosses the
 //! peer channel at most once.
 //!
-//! A turn granted to an owned key is checked once more ([`Enforcer::acts_for`]): an
-//! instance stalled past its lease (by its own clock) must not start an exchange. A
-//! pause or backoff an origin asks for is recorded when it starts, for a next owner.
+//! A turn granted to an owned key is checked once more ([`Enforcer::pace`] asks
+//! [`Owners::acts_for`](crate::fleet::Owners::acts_for)): an instance stalled past its
+//! lease (by its own clock) must not start an exchange. A pause or backoff an origin
+//! asks for is recorded when it starts, for a next owner.
 //!
 //! Costs: an owned key's route is a hash-map lookup; a key owned elsewhere, an LRU
 //! lookup; Redis only the first time an instance meets a key (see `fleet::ownership`).
@@ -87,13 +88,6 @@ impl Enforcer {
             return None;
         }
         owners.peek(&key_of(&self.store.entry(origin)))
-    }
-
-    /// May this instance start an exchange on `entry`'s key now (always, alone)?
-    pub(super) fn acts_for(&self, entry: &OriginEntry) -> bool {
-        self.owners
-            .as_ref()
-            .is_none_or(|owners| owners.acts_for(&key_of(entry)))
     }
 
     /// The longest an owner can take to start answering a request handed to it: its

@@ -528,7 +528,7 @@ mod tests {
             values.push(
                 (state >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((state % 24) as i32 - 8),
             );
-            // Durations, as requests' seconds are: whole nanoseconds, up to 10^7 s.
+            // Durations, as requests' seconds are: whole nanoseconds, up to 10^8 s.
             let nanos = (state >> 14) % 10u64.pow((state % 17) as u32 + 1);
             values.push(std::time::Duration::from_nanos(nanos).as_secs_f64());
         }
