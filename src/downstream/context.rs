@@ -50,6 +50,10 @@ pub struct Handed {
     pub member: Arc<str>,
     /// Its client's address there.
     pub client: Option<std::net::IpAddr>,
+    /// The `robotsgate-peer` value this context was read from (`None` before the
+    /// connection's first request): a next request on the connection with the same value
+    /// keeps the context, read once.
+    pub read_from: Option<Arc<[u8]>>,
 }
 
 tokio::task_local! {

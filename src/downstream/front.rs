@@ -230,6 +230,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             handed: Some(Handed {
                 member: admitted.member.into(),
                 client: None,
+                read_from: None,
             }),
             ..ClientContext::default()
         };
@@ -442,11 +443,16 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 return false;
             }
         }
-        let handed = head
-            .peer
-            .as_deref()
-            .and_then(PeerContext::decode)
-            .and_then(|p| handed_context(&self.access, p, member));
+        let value = head.peer.as_deref();
+        let read_from = context.handed.as_ref().and_then(|h| h.read_from.as_deref());
+        if value.is_some() && value == read_from {
+            // As the connection's last request: the same context (the access policy
+            // that read it does not change while it runs).
+            return true;
+        }
+        let handed = value
+            .and_then(|v| Some((PeerContext::decode(v)?, v)))
+            .and_then(|(p, v)| handed_context(&self.access, p, member, v));
         match handed {
             Some(handed) => {
                 *context = handed;

@@ -154,7 +154,7 @@ impl Enforcer {
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         if let Some(owners) = owners.clone() {
             // A robots.txt fetch goes to the origin only from the key's owner.
-            store.act_only_when(Box::new(move |entry| owners.owns(&owned::key_of(entry))));
+            store.act_only_when(Box::new(move |entry| owners.owns(entry.pacing_key())));
         }
         Ok(Enforcer {
             store,
@@ -458,10 +458,9 @@ impl Enforcer {
             max_in_flight: pace.max_in_flight,
             robots_fetched_at: pace.robots_fetched_at,
         };
-        // Fleet mode: the schedules' key, written once, checked as acted for and
-        // recorded by the turn.
+        // Fleet mode: the schedules' key, checked as acted for and recorded by the turn.
         let keyed = pace.address.as_ref().unwrap_or(&pace.entry);
-        let fleet = self.owners.clone().map(|o| (o, owned::key_of(keyed)));
+        let fleet = self.owners.clone().map(|o| (o, keyed.pacing_key().clone()));
         let turn = |turns, fleet| {
             Turn::new(
                 turns,

@@ -46,8 +46,8 @@ impl Enforcer {
         let Some(owners) = &self.owners else {
             return Routed::Here;
         };
-        let (key, entry) = self.fleet_key(origin, addrs);
-        match owners.route(&key, handed).await {
+        let entry = self.keyed_entry(origin, addrs);
+        match owners.route(entry.pacing_key(), handed).await {
             Route::Here(inherited) => {
                 if let Some(inherited) = inherited {
                     self.pacer
@@ -65,17 +65,17 @@ impl Enforcer {
         }
     }
 
-    /// The pacing key of a request for `origin` going to `addrs` and the entry its
-    /// schedules live in: the origin's, or with `pacing.key: address` the first
+    /// The entry whose schedules (and pacing key) a request for `origin` going to
+    /// `addrs` is paced by: the origin's, or with `pacing.key: address` the first
     /// address's (the one it connects to).
-    fn fleet_key(&self, origin: &Origin, addrs: &[IpAddr]) -> (String, Arc<OriginEntry>) {
+    fn keyed_entry(&self, origin: &Origin, addrs: &[IpAddr]) -> Arc<OriginEntry> {
         let entry = match addrs.first() {
             Some(ip) if self.pacer.config().key == crate::config::PacingKey::Address => {
                 self.store.address(*ip)
             }
             _ => self.store.entry(origin),
         };
-        (key_of(&entry), entry)
+        entry
     }
 
     /// The member a request of this instance's clients for `origin` is handed to, when
@@ -87,7 +87,7 @@ impl Enforcer {
         if self.pacer.config().key != crate::config::PacingKey::Origin {
             return None;
         }
-        owners.peek(&key_of(&self.store.entry(origin)))
+        owners.peek(self.store.entry(origin).pacing_key())
     }
 
     /// The longest an owner can take to start answering a request handed to it: its
@@ -231,18 +231,4 @@ impl Enforcer {
         }
         self.store.peek(&Origin::parse(key).ok()?)
     }
-}
-
-/// The pacing key of `entry`'s schedules: `addr:<ip>` for an address's
-/// (`OriginStore::address` keeps them under port 0), the origin otherwise.
-pub(super) fn key_of(entry: &OriginEntry) -> String {
-    use std::fmt::Write;
-    // Written into room made once: grown from empty (`to_string`), it was reallocated
-    // three times, on every request a fleet member routes or acts for.
-    let mut key = String::with_capacity(64);
-    let _ = match &entry.origin().host {
-        crate::policy::target::Host::Ip(ip) if entry.origin().port == 0 => write!(key, "addr:{ip}"),
-        _ => write!(key, "{}", entry.origin()),
-    };
-    key
 }

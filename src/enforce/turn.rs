@@ -58,7 +58,7 @@ pub struct Turn {
     answered: bool,
     /// Fleet mode: where a pause or backoff the origin asks for is recorded, under
     /// which pacing key (a next owner starts from it).
-    recorder: Option<(Arc<Owners>, String)>,
+    recorder: Option<(Arc<Owners>, Arc<str>)>,
 }
 
 /// How an upstream exchange ended, as the origin saw it: what decides when its turns end.
@@ -123,7 +123,7 @@ impl Turn {
     }
 
     /// Records the pauses and backoffs the origin asks for with `recorder` (fleet mode).
-    pub(super) fn recorded_by(mut self, recorder: Option<(Arc<Owners>, String)>) -> Turn {
+    pub(super) fn recorded_by(mut self, recorder: Option<(Arc<Owners>, Arc<str>)>) -> Turn {
         self.recorder = recorder;
         self
     }

@@ -245,24 +245,26 @@ fn error(path: &Path, why: impl std::fmt::Display) -> ChannelError {
 }
 
 /// What the receiving member knows of a request handed over that the request itself
-/// does not say.
+/// does not say. Written without its empty fields (a request's usual context is its
+/// client's address alone): the header is encoded on every request the relay hands over
+/// and read on every one the owner serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerContext {
     /// The client's address.
-    #[serde(rename = "c", default)]
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
     pub client: Option<IpAddr>,
     /// The proxy user's name, authenticated by the sender (the owner takes its tokens
     /// and purposes from its own credentials file).
-    #[serde(rename = "u", default)]
+    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Inside an intercepted tunnel: its origin (`https://host:port`).
-    #[serde(rename = "t", default)]
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<String>,
     /// On a redirected connection: where it was going.
-    #[serde(rename = "d", default)]
+    #[serde(rename = "d", default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<SocketAddr>,
     /// The client spoke HTTP/2.
-    #[serde(rename = "h2", default)]
+    #[serde(rename = "h2", default, skip_serializing_if = "std::ops::Not::not")]
     pub http2: bool,
 }
 
@@ -288,6 +290,27 @@ impl PeerContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_fields_are_left_out_and_read_as_absent() {
+        let client_only = PeerContext {
+            client: Some("10.0.0.7".parse().expect("ip")),
+            ..PeerContext::default()
+        };
+        let encoded = client_only.encode();
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&encoded)
+            .expect("base64url");
+        assert_eq!(json, br#"{"c":"10.0.0.7"}"#);
+        assert_eq!(
+            PeerContext::decode(encoded.as_bytes()),
+            Some(client_only.clone())
+        );
+        // Written with every field (as a member of an earlier version writes it): the same.
+        let full = br#"{"c":"10.0.0.7","u":null,"t":null,"d":null,"h2":false}"#;
+        let full = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(full);
+        assert_eq!(PeerContext::decode(full.as_bytes()), Some(client_only));
+    }
 
     #[test]
     fn a_context_round_trips_and_garbage_is_refused() {

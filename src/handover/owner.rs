@@ -7,16 +7,26 @@
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 
+use http::HeaderValue;
+
 use crate::fleet::{PeerContext, PEER_HEADER};
 
 /// Marks `request` for the owner: its proxy credentials and any `robotsgate-peer` the
-/// client sent removed, this member's `context` added (the owner strips the rest of
-/// what never goes to an origin).
-pub fn mark_for_owner(request: &mut RequestHeader, context: &PeerContext) -> Result<()> {
+/// client sent removed, this member's `context` added, as [`peer_header`] writes it (the
+/// owner strips the rest of what never goes to an origin).
+pub fn mark_for_owner(request: &mut RequestHeader, context: HeaderValue) -> Result<()> {
     request.remove_header("proxy-authorization");
-    // Inserting replaces every value the client sent under the name.
-    request.insert_header(PEER_HEADER, context.encode())?;
+    // Inserting replaces every value the client sent under the name. The name as static
+    // octets: nothing copied to remember its case.
+    let name = bytes::Bytes::from_static(PEER_HEADER.as_bytes());
+    request.insert_header(name, context)?;
     Ok(())
+}
+
+/// This member's `context` for a request it hands over, as the `robotsgate-peer` value.
+pub fn peer_header(context: &PeerContext) -> Result<HeaderValue> {
+    HeaderValue::try_from(context.encode())
+        .or_err(InvalidHTTPHeader, "the peer context as a header value")
 }
 
 /// The error an owner's giving up is, for Pingora to send the request again (routed

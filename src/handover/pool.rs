@@ -100,18 +100,21 @@ impl Pool {
     /// [`Pool::give`] at `now`.
     fn give_at(&self, peer: &str, stream: Stream, now: Instant) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if !idle.contains_key(peer) {
-            // A new owner: forget those whose connections all expired.
-            idle.retain(|_, stack| {
-                stack
-                    .last()
-                    .is_some_and(|i| now.saturating_duration_since(i.since) <= self.keep)
-            });
+        let idle_one = Idle { stream, since: now };
+        // The usual case, an owner's stack already there: one lookup, nothing allocated.
+        if let Some(stack) = idle.get_mut(peer) {
+            if stack.len() < MOST_IDLE {
+                stack.push(idle_one);
+            }
+            return;
         }
-        let stack = idle.entry(peer.to_string()).or_default();
-        if stack.len() < MOST_IDLE {
-            stack.push(Idle { stream, since: now });
-        }
+        // A new owner: forget those whose connections all expired.
+        idle.retain(|_, stack| {
+            stack
+                .last()
+                .is_some_and(|i| now.saturating_duration_since(i.since) <= self.keep)
+        });
+        idle.insert(peer.to_string(), vec![idle_one]);
     }
 }
 

@@ -44,7 +44,7 @@ use pingora::protocols::http::v1::client::HttpSession as OwnerSession;
 use pingora::protocols::http::v1::server::HttpSession as HeadParser;
 use pingora::protocols::http::ServerSession;
 
-use super::owner::{gave_up, mark_for_owner};
+use super::owner::{gave_up, mark_for_owner, peer_header};
 use super::HandOver;
 use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::{Scheme, Target};
@@ -62,8 +62,14 @@ pub struct Candidate {
 /// A request the relay takes, once Pingora parsed it: the request for the owner (its
 /// `User-Agent` the access log's too), how it arrived, its target and its origin's owner.
 pub struct Relayable {
-    /// The request as it goes to the owner, this member's context included.
-    request: RequestHeader,
+    /// The request as it goes to the owner, this member's context included, until it is
+    /// written (Pingora's client session takes it).
+    request: Option<Box<RequestHeader>>,
+    /// This member's context for it, as the header: a request written on a kept
+    /// connection that turned out closed is rebuilt with it for a new one.
+    context: http::HeaderValue,
+    /// The client's `User-Agent`, for the access log.
+    agent: Option<http::HeaderValue>,
     /// How it arrived (for the metrics and the access log).
     mode: Mode,
     /// Its origin's owner.
@@ -101,22 +107,30 @@ impl HandOver {
 
     /// Sends `request` to its owner and reads the owner's final answer head: on an idle
     /// connection from the pool, then once more on a new one when the idle one turns out
-    /// closed (the owner never read the request). A new connection is opened within the
-    /// connect timeout.
-    pub async fn ask(&self, request: &Relayable) -> Asked {
+    /// closed (the owner never read the request), the request rebuilt from `client`'s
+    /// (the client's request as Pingora parsed it: one copy on the usual path). A new
+    /// connection is opened within the connect timeout.
+    pub async fn ask(&self, request: &mut Relayable, client: &RequestHeader) -> Asked {
         let owner = &request.owner;
-        let asked = match self.pool.take(&owner.peer) {
-            Some(idle) => match self.exchange_head(idle, &request.request).await {
+        let asked = match (request.request.take(), self.pool.take(&owner.peer)) {
+            (None, _) => None,
+            (Some(sent), Some(idle)) => match self.exchange_head(idle, sent).await {
                 Some(asked) => Some(asked),
                 None => {
                     log::debug!(
                         "a kept connection to {} was closed: the request goes on a new one",
                         owner.member
                     );
-                    self.ask_anew(owner, &request.request).await
+                    match for_owner(client, &request.context) {
+                        Some(sent) => Box::pin(self.ask_anew(owner, sent)).await,
+                        None => None,
+                    }
                 }
             },
-            None => self.ask_anew(owner, &request.request).await,
+            // Boxed, as above: a new connection's future (its TLS handshake) is kilobytes
+            // that the usual request, on a kept connection, would otherwise carry and
+            // copy.
+            (Some(sent), None) => Box::pin(self.ask_anew(owner, sent)).await,
         };
         let asked = asked.unwrap_or(Asked::NotSent);
         if let Asked::NotSent = asked {
@@ -127,7 +141,7 @@ impl HandOver {
     }
 
     /// [`HandOver::exchange_head`] on a new connection to `owner`'s peer channel.
-    async fn ask_anew(&self, owner: &Owner, sent: &RequestHeader) -> Option<Asked> {
+    async fn ask_anew(&self, owner: &Owner, sent: Box<RequestHeader>) -> Option<Asked> {
         let peer = self.enforcer.owners()?.peer(owner)?;
         let connect = self.connector.new_stream(&peer);
         let stream = pingora::time::timeout(self.connect_timeout, connect)
@@ -143,14 +157,11 @@ impl HandOver {
     async fn exchange_head(
         &self,
         stream: pingora::protocols::Stream,
-        sent: &RequestHeader,
+        sent: Box<RequestHeader>,
     ) -> Option<Asked> {
         let mut session = OwnerSession::new(stream);
         session.read_timeout = Some(self.enforcer.owner_answers_within());
-        session
-            .write_request_header(Box::new(sent.clone()))
-            .await
-            .ok()?;
+        session.write_request_header(sent).await.ok()?;
         loop {
             if let Err(e) = session.read_response().await {
                 let unanswered = session.resp_header().is_none()
@@ -234,16 +245,25 @@ pub fn relayable(
     if !plain(request) {
         return None;
     }
-    let mut sent = request.clone();
-    // The connection to the owner stays open whatever the client's does.
-    sent.remove_header("connection");
-    mark_for_owner(&mut sent, context).ok()?;
+    let context = peer_header(context).ok()?;
     Some(Relayable {
-        request: sent,
+        request: Some(for_owner(request, &context)?),
+        context,
+        agent: request.headers.get(http::header::USER_AGENT).cloned(),
         mode,
         owner: candidate.owner,
         target: candidate.target,
     })
+}
+
+/// The request for the owner from the client's `request`: its `Connection` (the
+/// connection to the owner stays open whatever the client's does) and proxy credentials
+/// removed, this member's `context` (encoded) in place of any the client sent.
+fn for_owner(request: &RequestHeader, context: &http::HeaderValue) -> Option<Box<RequestHeader>> {
+    let mut sent = Box::new(request.clone());
+    sent.remove_header("connection");
+    mark_for_owner(&mut sent, context.clone()).ok()?;
+    Some(sent)
 }
 
 /// Whether the relay takes `request` as Pingora parsed it: HTTP/1.1, `GET` or `HEAD`,
@@ -284,7 +304,7 @@ pub fn record(relayed: &Relayable, status: u16, started: Instant) {
         return;
     }
     let owner = &relayed.owner.member;
-    let agent = relayed.request.headers.get(http::header::USER_AGENT);
+    let agent = relayed.agent.as_ref();
     let agent = agent.map(|a| String::from_utf8_lossy(a.as_bytes()));
     crate::telemetry::logging::AccessRecord {
         origin: &target.origin,
@@ -335,7 +355,7 @@ async fn read_by_owner(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
         target: Target::from_request(b"http://fuzz.example/", None, Scheme::Http).ok()?,
     };
     let context = PeerContext::default();
-    let sent = relayable(candidate, &parsed, &context, Mode::Explicit)?.request;
+    let sent = relayable(candidate, &parsed, &context, Mode::Explicit)?.request?;
     let wire = pingora::protocols::http::v1::client::http_req_header_to_wire(&sent)?;
     let mut owner = HeadParser::new(Box::new(Cursor::new(wire.to_vec())));
     owner.read_request().await.ok()??;

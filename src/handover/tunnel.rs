@@ -25,7 +25,7 @@ use pingora::http::RequestHeader;
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::owner::mark_for_owner;
+use super::owner::{mark_for_owner, peer_header};
 use super::HandOver;
 use crate::enforce::{Answer, Refusal};
 use crate::fleet::{Owner, PeerContext};
@@ -125,7 +125,7 @@ fn connect_head(origin: &Origin, context: &PeerContext) -> Option<bytes::BytesMu
     let authority = format!("{}:{}", origin.host, origin.port);
     let mut head = RequestHeader::build("CONNECT", authority.as_bytes(), None).ok()?;
     head.insert_header(http::header::HOST, &authority).ok()?;
-    mark_for_owner(&mut head, context).ok()?;
+    mark_for_owner(&mut head, peer_header(context).ok()?).ok()?;
     http_req_header_to_wire(&head)
 }
 

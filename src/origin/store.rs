@@ -71,6 +71,17 @@ pub struct OriginEntry {
     schedules: Schedules,
     /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
+    /// The key its schedules are paced, and in a fleet owned, under: written once, as a
+    /// fleet member reads it on every request it routes.
+    key: Arc<str>,
+}
+
+/// [`OriginEntry::pacing_key`] of `origin`'s entry.
+fn pacing_key(origin: &Origin) -> Arc<str> {
+    match &origin.host {
+        crate::policy::target::Host::Ip(ip) if origin.port == 0 => format!("addr:{ip}").into(),
+        _ => origin.to_string().into(),
+    }
 }
 
 impl OriginEntry {
@@ -82,8 +93,15 @@ impl OriginEntry {
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
             version: AtomicU64::new(0),
+            key: pacing_key(&origin),
             origin,
         }
+    }
+
+    /// The key its schedules are paced, and in a fleet owned, under: `addr:<ip>` for an
+    /// address's ([`OriginStore::address`] keeps them under port 0), the origin otherwise.
+    pub fn pacing_key(&self) -> &Arc<str> {
+        &self.key
     }
 
     /// Which origin this is.

@@ -47,7 +47,8 @@ pub(super) fn to_owner(
     client: Option<IpAddr>,
     request: &mut RequestHeader,
 ) -> Result<()> {
-    crate::handover::mark_for_owner(request, &ctx.client.peer_context(client))
+    let context = crate::handover::peer_header(&ctx.client.peer_context(client))?;
+    crate::handover::mark_for_owner(request, context)
 }
 
 /// The answer for a request the owner could not be asked (the connection failed

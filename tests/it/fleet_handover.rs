@@ -406,3 +406,71 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
         0.0
     );
 }
+
+/// Each request on one peer connection is judged by its own context, however many came
+/// before it with another (the owner reads a connection's context once while it stays
+/// the same): a client address under a report-mode rule has its disallowed page fetched,
+/// any other has it refused, alternating on one kept connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_on_a_peer_connection_has_its_own_context() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let rule =
+        serde_json::json!([{"client": "10.9.9.0/24", "tokens": ["ExampleBot"], "mode": "report"}]);
+    let proxies = instances(1, &fleet_conf(&redis).set("agent.rules", rule));
+    backend_up(&proxies).await;
+    let proxy = &proxies[0];
+    let peer = proxy.peer.expect("a fleet member");
+    let reported = peer_context(r#"{"c":"10.9.9.9"}"#);
+    let enforced = peer_context(r#"{"c":"127.0.0.1"}"#);
+    let sent = [
+        ("/private/a", &reported, 200),
+        ("/private/b", &enforced, 403),
+        ("/private/c", &reported, 200),
+        ("/private/d", &reported, 200),
+        ("/private/e", &enforced, 403),
+        ("/private/f", &enforced, 403),
+        ("/private/g", &reported, 200),
+    ];
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "-o", "/dev/null", "--resolve"])
+        .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()));
+    for (i, (path, context, _)) in sent.iter().enumerate() {
+        if i > 0 {
+            curl.arg("--next").args(["-s", "-o", "/dev/null"]);
+        }
+        let target = origin.url(path);
+        let host = target.split('/').nth(2).expect("authority").to_string();
+        curl.arg("--cacert")
+            .arg(certs().file("ca.pem"))
+            .arg("--cert")
+            .arg(proxy.file("member.pem"))
+            .arg("--key")
+            .arg(proxy.file("member.key"))
+            .args(["--request-target", &target])
+            .args(["-H", &format!("Host: {host}")])
+            .args(["-H", &format!("robotsgate-peer: {context}")])
+            .args(["-w", "%{http_code} %{num_connects}\n"])
+            .arg(format!("https://robotsgate-fleet:{}/", peer.port()));
+    }
+    let out = curl.output().expect("curl");
+    let lines = String::from_utf8_lossy(&out.stdout).to_string();
+    let got: Vec<(u16, u32)> = lines
+        .lines()
+        .map(|l| {
+            let (status, connects) = l.split_once(' ').expect("status and connects");
+            (
+                status.parse().expect("status"),
+                connects.parse().expect("connects"),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), sent.len(), "{lines}");
+    // One connection for all of them: each after the first reused it.
+    assert!(got[1..].iter().all(|(_, c)| *c == 0), "{lines}");
+    for ((path, _, want), (status, _)) in sent.iter().zip(&got) {
+        assert_eq!(status, want, "{path}: {lines}");
+        let received = origin.count(path);
+        assert_eq!(received, usize::from(*want == 200), "{path} at the origin");
+    }
+}

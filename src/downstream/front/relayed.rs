@@ -50,15 +50,15 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let again = BytesMut::from(&head.bytes[..head.len]);
         let (mut session, pipelined) = self.prepare(head, conn, context, shutdown);
         let read = matches!(session.read_request().await, Ok(true));
-        let relayable = read
+        let mut relayable = read
             .then(|| {
                 let request = session.req_header();
                 let own = context.peer_context(client);
                 handover::relayable(candidate, request, &own, context.mode(request.raw_path()))
             })
             .flatten();
-        let asked = match &relayable {
-            Some(relayable) => self.handover.ask(relayable).await,
+        let asked = match &mut relayable {
+            Some(relayable) => self.handover.ask(relayable, session.req_header()).await,
             None => Asked::NotSent,
         };
         let (relayable, upstream) = match (relayable, asked) {
@@ -80,13 +80,13 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 return None;
             }
         };
-        let relayed = self
-            .handover
-            .pass_on(&mut session, upstream, &relayable)
-            .await;
+        // The two largest futures, boxed: this one is boxed whole, and so copied once,
+        // on every request it relays (without them, 5.8 KiB instead of 1.x).
+        let passed = Box::pin(self.handover.pass_on(&mut session, upstream, &relayable));
+        let relayed = passed.await;
         relay::record(&relayable, relayed.unwrap_or(0), started);
         relayed.ok()?;
-        let (stream, _) = session.finish().await.ok()??.into_parts();
+        let (stream, _) = Box::pin(session.finish()).await.ok()??.into_parts();
         self.resume(stream, pipelined).await
     }
 }

@@ -317,7 +317,7 @@ fn the_models_redis_answers_and_stores_as_redis_does() {
         .to_string();
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for seed in 1..=16u64 {
-        let mut dice = Dice(seed * 0x9E37_79B9_7F4A_7C15);
+        let mut dice = Dice(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let _: () = real.cmd(&redis::cmd("FLUSHALL"));
         let mut model = Data::new();
         // A coherent start: generation g1, made on this server.
