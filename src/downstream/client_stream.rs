@@ -110,7 +110,9 @@ impl ClientStream {
         written: Poll<io::Result<T>>,
     ) -> Poll<io::Result<()>> {
         match written {
-            Poll::Ready(Ok(_)) => self.stalled = None,
+            // Tested first: dropping even an empty timer is a call, on every write.
+            Poll::Ready(Ok(_)) if self.stalled.is_some() => self.stalled = None,
+            Poll::Ready(Ok(_)) => {}
             Poll::Ready(Err(_)) => self.left(),
             Poll::Pending => {
                 let unread = self.unread;

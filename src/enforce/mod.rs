@@ -398,11 +398,13 @@ impl Enforcer {
     /// The egress checks alone: the destination port, then every resolved address. `Err`
     /// says why the destination is refused (a 403). A failed lookup passes (`Ok(Err(_))`): robots.txt is then
     /// unreachable too, and that decides (SPEC §2).
-    pub(crate) async fn check_egress(
-        &self,
-        origin: &Origin,
-    ) -> Result<Result<Vec<IpAddr>, ResolveError>, Forbidden> {
-        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin).await
+    pub(crate) fn check_egress<'a>(
+        &'a self,
+        origin: &'a Origin,
+    ) -> impl std::future::Future<Output = Result<Result<Vec<IpAddr>, ResolveError>, Forbidden>> + 'a
+    {
+        // The lookup's own future, not one wrapping it: this runs on every request.
+        crate::origin::dns::allowed_destination(&self.resolver, &self.egress, origin)
     }
 
     /// Fleet mode: the decision when it is not this instance's to make (handed over,
