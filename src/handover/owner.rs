@@ -15,7 +15,7 @@ use crate::fleet::{PeerContext, PEER_HEADER};
 /// client sent removed, this member's `context` added, as [`peer_header`] writes it (the
 /// owner strips the rest of what never goes to an origin).
 pub fn mark_for_owner(request: &mut RequestHeader, context: HeaderValue) -> Result<()> {
-    request.remove_header("proxy-authorization");
+    request.remove_header(&http::header::PROXY_AUTHORIZATION);
     // Inserting replaces every value the client sent under the name. The name as static
     // octets: nothing copied to remember its case.
     let name = bytes::Bytes::from_static(PEER_HEADER.as_bytes());

@@ -112,9 +112,12 @@ impl HandOver {
     /// connection is opened within the connect timeout.
     pub async fn ask(&self, request: &mut Relayable, client: &RequestHeader) -> Asked {
         let owner = &request.owner;
-        let asked = match (request.request.take(), self.pool.take(&owner.peer)) {
-            (None, _) => None,
-            (Some(sent), Some(idle)) => match self.exchange_head(idle, sent).await {
+        // Asked once: a second ask has no request left to send.
+        let Some(sent) = request.request.take() else {
+            return Asked::Silent;
+        };
+        let asked = match self.pool.take(&owner.peer) {
+            Some(idle) => match self.exchange_head(idle, sent).await {
                 Some(asked) => Some(asked),
                 None => {
                     log::debug!(
@@ -130,7 +133,7 @@ impl HandOver {
             // Boxed, as above: a new connection's future (its TLS handshake) is kilobytes
             // that the usual request, on a kept connection, would otherwise carry and
             // copy.
-            (Some(sent), None) => Box::pin(self.ask_anew(owner, sent)).await,
+            None => Box::pin(self.ask_anew(owner, sent)).await,
         };
         let asked = asked.unwrap_or(Asked::NotSent);
         if let Asked::NotSent = asked {
@@ -261,7 +264,7 @@ pub fn relayable(
 /// removed, this member's `context` (encoded) in place of any the client sent.
 fn for_owner(request: &RequestHeader, context: &http::HeaderValue) -> Option<Box<RequestHeader>> {
     let mut sent = Box::new(request.clone());
-    sent.remove_header("connection");
+    sent.remove_header(&http::header::CONNECTION);
     mark_for_owner(&mut sent, context.clone()).ok()?;
     Some(sent)
 }
