@@ -69,13 +69,12 @@ impl Enforcer {
     /// `addrs` is paced by: the origin's, or with `pacing.key: address` the first
     /// address's (the one it connects to).
     fn keyed_entry(&self, origin: &Origin, addrs: &[IpAddr]) -> Arc<OriginEntry> {
-        let entry = match addrs.first() {
+        match addrs.first() {
             Some(ip) if self.pacer.config().key == crate::config::PacingKey::Address => {
                 self.store.address(*ip)
             }
             _ => self.store.entry(origin),
-        };
-        entry
+        }
     }
 
     /// The member a request of this instance's clients for `origin` is handed to, when

@@ -71,9 +71,10 @@ pub struct OriginEntry {
     schedules: Schedules,
     /// Fleet mode: the shared robots.txt version the snapshot is from (0: none).
     version: AtomicU64,
-    /// The key its schedules are paced, and in a fleet owned, under: written once, as a
-    /// fleet member reads it on every request it routes.
-    key: Arc<str>,
+    /// The key its schedules are paced, and in a fleet owned, under: written once, when
+    /// first asked for (a fleet member reads it on every request it routes; a single
+    /// instance never does, and holds none).
+    key: std::sync::OnceLock<Arc<str>>,
 }
 
 /// [`OriginEntry::pacing_key`] of `origin`'s entry.
@@ -93,7 +94,7 @@ impl OriginEntry {
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
             version: AtomicU64::new(0),
-            key: pacing_key(&origin),
+            key: std::sync::OnceLock::new(),
             origin,
         }
     }
@@ -101,7 +102,7 @@ impl OriginEntry {
     /// The key its schedules are paced, and in a fleet owned, under: `addr:<ip>` for an
     /// address's ([`OriginStore::address`] keeps them under port 0), the origin otherwise.
     pub fn pacing_key(&self) -> &Arc<str> {
-        &self.key
+        self.key.get_or_init(|| pacing_key(&self.origin))
     }
 
     /// Which origin this is.
@@ -493,6 +494,36 @@ impl OriginStore {
         }
         let snapshot = self.fetch_once(&entry, origin).await;
         (entry, snapshot)
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn an_entrys_pacing_key_is_its_origin_or_its_address() {
+        for (origin, key) in [
+            ("http://a.example", "http://a.example"),
+            ("https://a.example:8443", "https://a.example:8443"),
+            ("http://10.0.0.1:8080", "http://10.0.0.1:8080"),
+        ] {
+            let entry = OriginEntry::new(Origin::parse(origin).expect("origin"));
+            assert_eq!(&**entry.pacing_key(), key);
+        }
+        for (ip, key) in [
+            ("10.0.0.1", "addr:10.0.0.1"),
+            ("2001:db8::1", "addr:2001:db8::1"),
+        ] {
+            let entry = OriginEntry::new(Origin {
+                scheme: crate::policy::target::Scheme::Http,
+                host: crate::policy::target::Host::Ip(ip.parse().expect("ip")),
+                port: 0,
+            });
+            assert_eq!(&**entry.pacing_key(), key);
+            // Written once: the same key each time.
+            assert!(Arc::ptr_eq(entry.pacing_key(), entry.pacing_key()));
+        }
     }
 }
 

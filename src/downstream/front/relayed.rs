@@ -80,8 +80,9 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 return None;
             }
         };
-        // The two largest futures, boxed: this one is boxed whole, and so copied once,
-        // on every request it relays (without them, 5.8 KiB instead of 1.x).
+        // The two largest futures, boxed apart: this one is boxed whole, and so copied,
+        // on every request it relays (11 KiB before they and a new connection's in `ask`
+        // were, 2.8 KiB since).
         let passed = Box::pin(self.handover.pass_on(&mut session, upstream, &relayable));
         let relayed = passed.await;
         relay::record(&relayable, relayed.unwrap_or(0), started);
