@@ -155,6 +155,37 @@ def fleet_certs(work, member):
     return f"    peer_ca: {paths[0]}\n    peer_cert: {paths[2]}\n    peer_key: {paths[3]}\n"
 
 
+def start_redis(work, started):
+    """A redis-server on a free loopback port that persists nothing (kept in `started`):
+    its port."""
+    port = free_port()
+    started.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
+    wait_port(port)
+    return port
+
+
+def fleet_member(work, name, redis_port, started, prefix=()):
+    """Member `name` of the fleet on the redis-server at `redis_port`, as the fleet benches
+    run it: no admin listener, pacing that makes no request wait (no margin, no in-flight
+    limit), every origin staying with the member that met it first (none follows another
+    member's traffic), started under `prefix` (taskset, valgrind) and kept in `started`:
+    (process, proxy port, peer channel port)."""
+    path = robotsgate_config(work, name, "  admin_listen: null\n"
+                             "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
+                             f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
+                             f"    follow_traffic_seconds: 0\n{fleet_certs(work, name)}", POOL)
+    port, peer = free_port(), free_port()
+    command = [*prefix, f"{ROOT}/target/release/robotsgate", "run", "--config", path,
+               "--listen", f"127.0.0.1:{port}", "--peer-listen", f"127.0.0.1:{peer}",
+               "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
+    proc = subprocess.Popen(command, env={**os.environ, "RUST_LOG": "warn"}, stdout=subprocess.DEVNULL,
+                            stderr=open(f"{work}/{name}.log", "w"))
+    started.append(proc)
+    wait_port(port, 120)  # under valgrind, start-up takes seconds
+    return proc, port, peer
+
+
 # The HTTPS load client (examples/https_load), shared by https_bench.py and h2_bench.py.
 LOAD = f"{ROOT}/target/release/examples/https_load"
 

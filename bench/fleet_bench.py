@@ -47,8 +47,8 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import (POOL, ROOT, ms, cpu_seconds, ensure_packages, fleet_certs, free_port, nginx_binary,
-                      robotsgate_config, stop, wait_port)
+from benchlib import (ROOT, ms, cpu_seconds, ensure_packages, fleet_member, free_port, nginx_binary, start_redis,
+                      stop, wait_port)
 
 ORIGINS = 16
 
@@ -154,30 +154,10 @@ def main():
         # Everything but A off the first CPU (children inherit it).
         os.sched_setaffinity(0, set(cpus[1:]) or set(cpus))
         ports = start_origins(work, started)
-        redis_port = free_port()
-        started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save",
-                                         "", "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
-        wait_port(redis_port)
-        env = {**os.environ, "RUST_LOG": "warn"}
-
-        def member(name, cpu):
-            path = robotsgate_config(work, name, "  admin_listen: null\n"
-                                     "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
-                                     f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
-                                     # A keeps every origin: none follows B's traffic.
-                                     f"    follow_traffic_seconds: 0\n{fleet_certs(work, name)}", POOL)
-            port, peer = free_port(), free_port()
-            command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
-                       "--peer-listen", f"127.0.0.1:{peer}", "--allow-destination", "127.0.0.0/8",
-                       "--agent", "ExampleBot"]
-            if cpu is not None:
-                command = ["taskset", "-c", str(cpu), *command]
-            proc = subprocess.Popen(command, env=env, stderr=open(f"{work}/{name}.log", "w"))
-            started.append(proc)
-            wait_port(port)
-            return proc, port, peer
-
-        (a, a_port, a_peer), (b, b_port, _) = member("a", cpus[0]), member("b", None)
+        redis_port = start_redis(work, started)
+        # A pinned to the first CPU; A keeps every origin: none follows B's traffic.
+        a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])))
+        b, b_port, _ = fleet_member(work, "b", redis_port, started)
         time.sleep(1.5)  # both registered, each knowing the other
         for p in ports:  # A meets every origin first: it owns them all
             subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{a_port}",

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import POOL, ROOT, ensure_packages, fleet_certs, free_port, robotsgate_config, stop, wait_port
+from benchlib import ROOT, ensure_packages, fleet_member, start_redis, stop
 from fleet_bench import start_origins
 from instructions import self_costs
 
@@ -51,34 +51,15 @@ def load(port, origins, count):
     conn.close()
 
 
-def member(work, name, redis_port, counted, started):
-    """Fleet member `name` (under callgrind when `counted`): its process and proxy port."""
-    path = robotsgate_config(work, name, "  admin_listen: null\n"
-                             "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
-                             f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
-                             f"    follow_traffic_seconds: 0\n{fleet_certs(work, name)}", POOL)
-    port, peer = free_port(), free_port()
-    command = [f"{ROOT}/target/release/robotsgate", "run", "--config", path, "--listen", f"127.0.0.1:{port}",
-               "--peer-listen", f"127.0.0.1:{peer}", "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
-    if counted:
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/{name}.callgrind", *command]
-    proc = subprocess.Popen(command, env={**os.environ, "RUST_LOG": "warn"}, stdout=subprocess.DEVNULL,
-                            stderr=open(f"{work}/{name}.log", "w"))
-    started.append(proc)
-    wait_port(port, 120)
-    return proc, port
-
-
 def measure(work, origins, counted, through, requests):
     """Instructions per request of member `counted` ("a" or "b") while `requests` go
     through member `through`, in a fresh fleet: (all, memcpy's)."""
     started = []
     try:
-        redis_port = free_port()
-        started.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save",
-                                         "", "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
-        wait_port(redis_port)
-        members = {name: member(work, name, redis_port, name == counted, started) for name in ("a", "b")}
+        redis_port = start_redis(work, started)
+        callgrind = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/{counted}.callgrind")
+        members = {name: fleet_member(work, name, redis_port, started, callgrind if name == counted else ())
+                   for name in ("a", "b")}
         time.sleep(1.5)  # both registered, each knowing the other
         load(members["a"][1], origins, len(origins))  # A meets every origin first: it owns them all
         load(members[through][1], origins, 300)

@@ -52,7 +52,6 @@ use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
 use crate::downstream::transparent::{NoDestination, Redirection};
-use crate::fleet::PeerContext;
 use crate::handover::HandOver;
 use crate::telemetry::metrics;
 
@@ -433,10 +432,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         peer: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> bool {
-        let member = context.handed.as_ref().map(|h| h.member.clone());
-        let member = member.unwrap_or_default();
+        let handed = context.handed.as_ref();
         if let Door::Peer(door) = &self.door {
-            if !door.still_member(&member) {
+            if !door.still_member(handed.map_or("", |h| &h.member)) {
                 let why = "the member this connection is left the fleet or lapsed";
                 let refusal = FrontRefusal::new(403, metrics::RefusalReason::PeerNotMember, why);
                 refuse(&mut *conn.stream, peer, refusal).await;
@@ -444,16 +442,13 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             }
         }
         let value = head.peer.as_deref();
-        let read_from = context.handed.as_ref().and_then(|h| h.read_from.as_deref());
-        if value.is_some() && value == read_from {
+        if value.is_some() && value == handed.and_then(|h| h.read_from.as_deref()) {
             // As the connection's last request: the same context (the access policy
             // that read it does not change while it runs).
             return true;
         }
-        let handed = value
-            .and_then(|v| Some((PeerContext::decode(v)?, v)))
-            .and_then(|(p, v)| handed_context(&self.access, p, member, v));
-        match handed {
+        let member = handed.map(|h| h.member.clone()).unwrap_or_default();
+        match value.and_then(|value| handed_context(&self.access, value, member)) {
             Some(handed) => {
                 *context = handed;
                 true

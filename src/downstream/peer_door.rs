@@ -153,15 +153,15 @@ fn refused<T>(reason: RefusalReason, from: Option<IpAddr>, why: &str) -> Option<
 }
 
 /// A handed-over request's context: what `member` (the connection's, from its
-/// certificate) says of it in its `robotsgate-peer` header (`peer`, read from the value
-/// `read_from`); `None` when it names a user `access` does not know or an unreadable
-/// tunnel origin.
+/// certificate) says of it in its `robotsgate-peer` header, whose value is `value`;
+/// `None` when that is unreadable, or names a user `access` does not know or an
+/// unreadable tunnel origin.
 pub fn handed_context(
     access: &AccessPolicy,
-    peer: PeerContext,
+    value: &[u8],
     member: Arc<str>,
-    read_from: &[u8],
 ) -> Option<ClientContext> {
+    let peer = PeerContext::decode(value)?;
     let user = access.user_named(peer.user.as_deref()).ok()?;
     let tunnel = match &peer.tunnel {
         Some(origin) => Some(Arc::new(Origin::parse(origin).ok()?)),
@@ -179,7 +179,7 @@ pub fn handed_context(
         handed: Some(Handed {
             member,
             client: peer.client,
-            read_from: Some(read_from.into()),
+            read_from: Some(value.into()),
         }),
         started: None,
     })

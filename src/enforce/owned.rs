@@ -114,7 +114,7 @@ impl Enforcer {
         // Each key is handed over as soon as its own exchanges end: one origin's slow
         // answer holds no other back.
         let handing = keys.into_iter().map(|key| async move {
-            let entry = self.entry_of_key(&key);
+            let entry = self.store.peek_key(&key);
             if let Some(entry) = &entry {
                 while entry.schedules().busy() && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -159,7 +159,7 @@ impl Enforcer {
             return;
         };
         for key in owners.idle(self.idle_release) {
-            let entry = self.entry_of_key(&key);
+            let entry = self.store.peek_key(&key);
             let idle = || match &entry {
                 // The store's hold, and this sweep's.
                 Some(e) if Arc::strong_count(e) > 2 => None,
@@ -199,7 +199,7 @@ impl Enforcer {
             .followers()
             .into_iter()
             .map(|(key, heir)| async move {
-                let entry = self.entry_of_key(&key);
+                let entry = self.store.peek_key(&key);
                 let quiet = || match &entry {
                     Some(e) if e.schedules().busy() => None,
                     Some(e) => Some(e.schedules().facts()),
@@ -221,13 +221,5 @@ impl Enforcer {
         if let Some(owners) = &self.owners {
             owners.forget(owner);
         }
-    }
-
-    /// The store's entry of a pacing key, if it is held.
-    fn entry_of_key(&self, key: &str) -> Option<Arc<OriginEntry>> {
-        if let Some(ip) = key.strip_prefix("addr:") {
-            return self.store.peek_address(ip.parse().ok()?);
-        }
-        self.store.peek(&Origin::parse(key).ok()?)
     }
 }

@@ -59,12 +59,10 @@ pub struct Candidate {
     target: Target,
 }
 
-/// A request the relay takes, once Pingora parsed it: the request for the owner (its
-/// `User-Agent` the access log's too), how it arrived, its target and its origin's owner.
+/// A request the relay takes, once Pingora parsed it: what the request for the owner
+/// (written once, apart: Pingora's client session takes it) is rebuilt from, its
+/// `User-Agent` for the access log, how it arrived, its target and its origin's owner.
 pub struct Relayable {
-    /// The request as it goes to the owner, this member's context included, until it is
-    /// written (Pingora's client session takes it).
-    request: Option<Box<RequestHeader>>,
     /// This member's context for it, as the header: a request written on a kept
     /// connection that turned out closed is rebuilt with it for a new one.
     context: http::HeaderValue,
@@ -105,17 +103,18 @@ impl HandOver {
         Some(Candidate { owner, target })
     }
 
-    /// Sends `request` to its owner and reads the owner's final answer head: on an idle
-    /// connection from the pool, then once more on a new one when the idle one turns out
-    /// closed (the owner never read the request), the request rebuilt from `client`'s
-    /// (the client's request as Pingora parsed it: one copy on the usual path). A new
-    /// connection is opened within the connect timeout.
-    pub async fn ask(&self, request: &mut Relayable, client: &RequestHeader) -> Asked {
+    /// Sends `sent` (the request for `request`'s owner) and reads the owner's final answer
+    /// head: on an idle connection from the pool, then once more on a new one when the
+    /// idle one turns out closed (the owner never read the request), the request rebuilt
+    /// from `client`'s (the client's request as Pingora parsed it: one copy on the usual
+    /// path). A new connection is opened within the connect timeout.
+    pub async fn ask(
+        &self,
+        sent: Box<RequestHeader>,
+        request: &Relayable,
+        client: &RequestHeader,
+    ) -> Asked {
         let owner = &request.owner;
-        // Asked once: a second ask has no request left to send.
-        let Some(sent) = request.request.take() else {
-            return Asked::Silent;
-        };
         let asked = match self.pool.take(&owner.peer) {
             Some(idle) => match self.exchange_head(idle, sent).await {
                 Some(asked) => Some(asked),
@@ -235,28 +234,30 @@ async fn reusable(mut session: OwnerSession) -> Option<pingora::protocols::Strea
     session.reuse().await
 }
 
-/// The request the relay sends for `candidate`, from Pingora's parse of the client's
-/// request (`request`, which arrived as `mode`), with this member's `context` for it,
-/// when the relay takes it: HTTP/1.1, `GET` or `HEAD`, without a body, an upgrade, an
-/// expectation or a `Connection` option but `keep-alive` and `close`.
+/// The request the relay sends for `candidate`, and what else it keeps of it, from
+/// Pingora's parse of the client's request (`request`, which arrived as `mode`), with
+/// this member's `context` for it, when the relay takes it: HTTP/1.1, `GET` or `HEAD`,
+/// without a body, an upgrade, an expectation or a `Connection` option but `keep-alive`
+/// and `close`.
 pub fn relayable(
     candidate: Candidate,
     request: &RequestHeader,
     context: &PeerContext,
     mode: Mode,
-) -> Option<Relayable> {
+) -> Option<(Box<RequestHeader>, Relayable)> {
     if !plain(request) {
         return None;
     }
     let context = peer_header(context).ok()?;
-    Some(Relayable {
-        request: Some(for_owner(request, &context)?),
+    let sent = for_owner(request, &context)?;
+    let relayable = Relayable {
         context,
         agent: request.headers.get(http::header::USER_AGENT).cloned(),
         mode,
         owner: candidate.owner,
         target: candidate.target,
-    })
+    };
+    Some((sent, relayable))
 }
 
 /// The request for the owner from the client's `request`: its `Connection` (the
@@ -358,7 +359,7 @@ async fn read_by_owner(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
         target: Target::from_request(b"http://fuzz.example/", None, Scheme::Http).ok()?,
     };
     let context = PeerContext::default();
-    let sent = relayable(candidate, &parsed, &context, Mode::Explicit)?.request?;
+    let (sent, _) = relayable(candidate, &parsed, &context, Mode::Explicit)?;
     let wire = pingora::protocols::http::v1::client::http_req_header_to_wire(&sent)?;
     let mut owner = HeadParser::new(Box::new(Cursor::new(wire.to_vec())));
     owner.read_request().await.ok()??;

@@ -274,13 +274,17 @@ impl OriginStore {
         })
     }
 
-    /// The entry of an address's schedules ([`OriginStore::address`]), if it is held.
-    pub fn peek_address(&self, ip: std::net::IpAddr) -> Option<Arc<OriginEntry>> {
-        self.peek(&Origin {
-            scheme: crate::policy::target::Scheme::Http,
-            host: crate::policy::target::Host::Ip(ip),
-            port: 0,
-        })
+    /// The entry whose [`OriginEntry::pacing_key`] is `key`, if it is held.
+    pub fn peek_key(&self, key: &str) -> Option<Arc<OriginEntry>> {
+        let origin = match key.strip_prefix("addr:") {
+            Some(ip) => Origin {
+                scheme: crate::policy::target::Scheme::Http,
+                host: crate::policy::target::Host::Ip(ip.parse().ok()?),
+                port: 0,
+            },
+            None => Origin::parse(key).ok()?,
+        };
+        self.peek(&origin)
     }
 
     /// Every origin with a robots.txt snapshot, with its pauses (for the state file).
@@ -498,36 +502,6 @@ impl OriginStore {
 }
 
 #[cfg(test)]
-mod key_tests {
-    use super::*;
-
-    #[test]
-    fn an_entrys_pacing_key_is_its_origin_or_its_address() {
-        for (origin, key) in [
-            ("http://a.example", "http://a.example"),
-            ("https://a.example:8443", "https://a.example:8443"),
-            ("http://10.0.0.1:8080", "http://10.0.0.1:8080"),
-        ] {
-            let entry = OriginEntry::new(Origin::parse(origin).expect("origin"));
-            assert_eq!(&**entry.pacing_key(), key);
-        }
-        for (ip, key) in [
-            ("10.0.0.1", "addr:10.0.0.1"),
-            ("2001:db8::1", "addr:2001:db8::1"),
-        ] {
-            let entry = OriginEntry::new(Origin {
-                scheme: crate::policy::target::Scheme::Http,
-                host: crate::policy::target::Host::Ip(ip.parse().expect("ip")),
-                port: 0,
-            });
-            assert_eq!(&**entry.pacing_key(), key);
-            // Written once: the same key each time.
-            assert!(Arc::ptr_eq(entry.pacing_key(), entry.pacing_key()));
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::EgressConfig;
@@ -548,6 +522,35 @@ mod tests {
         );
         let pacer = Arc::new(Pacer::new(crate::config::PacingConfig::default()));
         OriginStore::new(Arc::new(fetcher), pacer, config, None)
+    }
+
+    /// An entry's pacing key is its origin, or `addr:<ip>` for an address's, written once;
+    /// the store finds the entry again by it.
+    #[test]
+    fn an_entry_is_found_again_by_its_pacing_key() {
+        let store = store(RobotsConfig::default());
+        let entries = [
+            store.entry(&Origin::parse("https://a.example:8443").expect("origin")),
+            store.entry(&Origin::parse("http://10.0.0.1:8080").expect("origin")),
+            store.address("10.0.0.1".parse().expect("ip")),
+            store.address("2001:db8::1".parse().expect("ip")),
+        ];
+        let keys: Vec<&str> = entries.iter().map(|e| &**e.pacing_key()).collect();
+        let written = [
+            "https://a.example:8443",
+            "http://10.0.0.1:8080",
+            "addr:10.0.0.1",
+            "addr:2001:db8::1",
+        ];
+        assert_eq!(keys, written);
+        for entry in &entries {
+            assert!(Arc::ptr_eq(entry.pacing_key(), entry.pacing_key()));
+            let found = store.peek_key(entry.pacing_key()).expect("held");
+            assert!(Arc::ptr_eq(&found, entry));
+        }
+        for unknown in ["http://b.example", "addr:10.0.0.2", "addr:", "nonsense"] {
+            assert!(store.peek_key(unknown).is_none(), "{unknown}");
+        }
     }
 
     /// A fetch lock exists while it is held or awaited, and goes with its last user.

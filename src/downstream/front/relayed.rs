@@ -50,16 +50,20 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let again = BytesMut::from(&head.bytes[..head.len]);
         let (mut session, pipelined) = self.prepare(head, conn, context, shutdown);
         let read = matches!(session.read_request().await, Ok(true));
-        let mut relayable = read
+        let relayable = read
             .then(|| {
                 let request = session.req_header();
                 let own = context.peer_context(client);
                 handover::relayable(candidate, request, &own, context.mode(request.raw_path()))
             })
             .flatten();
-        let asked = match &mut relayable {
-            Some(relayable) => self.handover.ask(relayable, session.req_header()).await,
-            None => Asked::NotSent,
+        let (relayable, asked) = match relayable {
+            Some((sent, relayable)) => {
+                let client_request = session.req_header();
+                let asked = self.handover.ask(sent, &relayable, client_request).await;
+                (Some(relayable), asked)
+            }
+            None => (None, Asked::NotSent),
         };
         let (relayable, upstream) = match (relayable, asked) {
             (Some(relayable), Asked::Answer(upstream)) => (relayable, upstream),
