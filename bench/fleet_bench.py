@@ -21,7 +21,8 @@ Three rounds, the order rotated each round. Per run: requests/s, p50/p99 latency
 per request of both members (and HAProxy) together (utime+stime from /proc) and Redis commands per
 request (INFO commandstats; the lease renewals included: the steady state makes no
 other). Then the ratios to local (handed, handed by HAProxy, local again), median
-[min-max] over the rounds, and the p50 each adds.
+[min-max] over the rounds, and the p50 each adds; and handed / handed by HAProxy, the
+relay against the named baseline round by round.
 
 A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
 cannot give each proxy a core of its own and the load one more).
@@ -197,6 +198,11 @@ def main():
             print(f"{kind + '/local:':<26} CPU per request {statistics.median(ratios):.2f}x "
                   f"[{min(ratios):.2f}-{max(ratios):.2f}], p50 {statistics.median(added):+.3f} ms "
                   f"[{min(added):+.3f} to {max(added):+.3f}]")
+        # The relay against the named baseline in the same rounds: the two runs differ
+        # only in which process hands the request over.
+        ratios = [h["cpu_us"] / p["cpu_us"] for h, p in zip(rows["handed"], rows["handed by HAProxy"])]
+        print(f"{'handed/handed by HAProxy:':<26} CPU per request {statistics.median(ratios):.2f}x "
+              f"[{min(ratios):.2f}-{max(ratios):.2f}]")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
