@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cargo fmt --all --check
 if cargo clippy --version >/dev/null 2>&1; then
-  # The dev profile, as `cargo doc` and the fuzz check below: the three share one
-  # checked build of the dependencies (the release one is for the tests).
-  cargo clippy --all-targets --locked -- -D warnings
+  # The release profile throughout: clippy, `cargo doc` and the fuzz check share one
+  # checked build of the dependencies, and the tests the build scripts and macros.
+  cargo clippy --release --all-targets --locked -- -D warnings
 fi
 # Every Python module the tests import, for the interpreters they run (names the
 # interpreter and the module when one is missing).
@@ -16,7 +16,7 @@ python3 tests/helpers/check_python.py
 /usr/bin/python3 tests/helpers/check_python.py --crawler
 cargo test --release --locked
 # The contributors' documentation builds without a warning (a broken link fails).
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --locked --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --document-private-items --locked --quiet
 # The fuzz targets still build against today's API (they run by hand: docs/testing.md),
 # checked in this crate's target directory, so with the dependencies checked above.
-CARGO_TARGET_DIR="$PWD/target" cargo check --manifest-path fuzz/Cargo.toml --locked --quiet
+CARGO_TARGET_DIR="$PWD/target" cargo check --release --manifest-path fuzz/Cargo.toml --locked --quiet
