@@ -11,6 +11,7 @@ import signal
 import statistics
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -65,6 +66,21 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def prepare(name, packages, examples=()):
+    """A benchmark's start: the Debian packages of `packages` (`{executable: package}`)
+    installed when missing, robotsgate (and the `examples`) built for release, and a new
+    work directory `robotsgate-{name}-*` that nginx's unprivileged workers can read: its
+    path."""
+    ensure_packages(packages)
+    build = ["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"]
+    for example in examples:
+        build += ["--example", example]
+    subprocess.run(build, cwd=ROOT, check=True)
+    work = tempfile.mkdtemp(prefix=f"robotsgate-{name}-")
+    os.chmod(work, 0o755)
+    return work
 
 
 def ensure_packages(commands):

@@ -45,10 +45,9 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 
-from benchlib import (ROOT, ms, cpu_seconds, ensure_packages, fleet_member, free_port, nginx_binary, start_redis,
+from benchlib import (ms, cpu_seconds, prepare, fleet_member, free_port, nginx_binary, start_redis,
                       stop, wait_port)
 
 ORIGINS = 16
@@ -62,7 +61,6 @@ def redis_commands(port):
 
 def wrk(args, proxy_port, lua, pids, redis_port):
     each_before = [cpu_seconds(p) for p in pids]
-    before = sum(each_before)
     commands_before = redis_commands(redis_port)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", lua,
@@ -145,11 +143,9 @@ def main():
     parser.add_argument("--pause-ms", type=float, default=0,
                         help="each connection pauses this long after each answer (0: none, full load)")
     args = parser.parse_args()
-    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server", "haproxy": "haproxy"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
+    work = prepare("fleet-bench", {"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server",
+                                   "haproxy": "haproxy"})
     cpus = sorted(os.sched_getaffinity(0))
-    work = tempfile.mkdtemp(prefix="robotsgate-fleet-bench-")
-    os.chmod(work, 0o755)
     started = []
     try:
         # Everything but A off the first CPU (children inherit it).

@@ -29,10 +29,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-from benchlib import ROOT, ensure_packages, fleet_member, start_redis, stop
+from benchlib import prepare, fleet_member, start_redis, stop
 from fleet_bench import start_origins
 from instructions import self_costs
 
@@ -84,10 +83,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=1000)
     args = parser.parse_args()
-    ensure_packages({"valgrind": "valgrind", "nginx": "nginx-light", "redis-server": "redis-server"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
-    work = tempfile.mkdtemp(prefix="robotsgate-fleet-instructions-")
-    os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
+    work = prepare("fleet-instructions", {"valgrind": "valgrind", "nginx": "nginx-light", "redis-server": "redis-server"})
     started = []
     try:
         origins = start_origins(work, started)

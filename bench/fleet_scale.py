@@ -38,12 +38,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
-from benchlib import (ROOT, cpu_seconds, ensure_packages, fleet_certs, free_port, robotsgate_config, stop,
+from benchlib import (ROOT, cpu_seconds, prepare, fleet_certs, free_port, robotsgate_config, stop,
                       wait_port)
 from origins import most_at_once, serve_origins
 
@@ -301,9 +300,7 @@ def main():
         # children inherit this) on the others: Redis' CPU per request is then its own,
         # not inflated by being preempted mid-script by the load it serves.
         os.sched_setaffinity(0, set(range(os.cpu_count() - 1)))
-    ensure_packages({"redis-server": "redis-server", **({"haproxy": "haproxy"} if args.front else {})})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
-    work = tempfile.mkdtemp(prefix="robotsgate-fleet-scale-")
+    work = prepare("fleet-scale", {"redis-server": "redis-server", **({"haproxy": "haproxy"} if args.front else {})})
     try:
         runs = [(int(s), False, front) for s in args.sizes.split(",") for front in ([False, True] if args.front else [False])]
         runs += [(8, True, False)] if args.cluster else []

@@ -30,9 +30,8 @@ import argparse
 import os
 import shutil
 import subprocess
-import tempfile
 
-from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, run_load, ensure_packages, free_port, leaf_certificate, nginx_binary, robotsgate_config,
+from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, run_load, prepare, free_port, leaf_certificate, nginx_binary, robotsgate_config,
                       spread, stop, wait_port)
 
 
@@ -44,12 +43,8 @@ def main():
     parser.add_argument("--h2-connections", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    ensure_packages({"nginx": "nginx-light", "openssl": "openssl"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load"],
-                   cwd=ROOT, check=True)
+    work = prepare("h2-bench", {"nginx": "nginx-light", "openssl": "openssl"}, ["https_load"])
     rgbin = f"{ROOT}/target/release/robotsgate"
-    work = tempfile.mkdtemp(prefix="robotsgate-h2-bench-")
-    os.chmod(work, 0o755)
     started = []
     try:
         for ca in ("origin-ca", "operator-ca"):

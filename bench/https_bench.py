@@ -49,15 +49,13 @@ Only processes this script started are stopped, by PID.
 """
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 
-from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, ensure_packages, free_port,
+from benchlib import (CLIENT_CPU, POOL, PROXY_CPU, ROOT, UNPACED, ensure_packages, prepare, free_port,
                       leaf_certificate, nginx_binary, robotsgate_config, run_load, spread, start_load, load_result,
                       stop, wait_port)
 
@@ -120,13 +118,9 @@ def main():
     parser.add_argument("--handshakes", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    ensure_packages({"nginx": "nginx-light", "openssl": "openssl", "squid": "squid-openssl"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "https_load",
-                    "--example", "passthrough"], cwd=ROOT, check=True)
+    work = prepare("https-bench", {"nginx": "nginx-light", "openssl": "openssl", "squid": "squid-openssl"},
+                   ["https_load", "passthrough"])
     rgbin = f"{ROOT}/target/release/robotsgate"
-
-    work = tempfile.mkdtemp(prefix="robotsgate-https-bench-")
-    os.chmod(work, 0o755)
     started = []
     try:
         # Origin CA and nginx's certificate (IP SAN: the load client addresses 127.0.0.1).

@@ -32,9 +32,8 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
-from benchlib import (POOL, ROOT, UNPACED, ensure_packages, free_port, page_origin, robotsgate_config,
+from benchlib import (POOL, ROOT, UNPACED, prepare, free_port, page_origin, robotsgate_config,
                       stop, wait_port)
 
 
@@ -119,10 +118,7 @@ def main():
     parser.add_argument("--cache", action="store_true",
                         help="also simulate caches and branches: misses and mispredictions per request")
     args = parser.parse_args()
-    ensure_packages({"valgrind": "valgrind", "nginx": "nginx-light"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
-    work = tempfile.mkdtemp(prefix="robotsgate-instructions-")
-    os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
+    work = prepare("instructions", {"valgrind": "valgrind", "nginx": "nginx-light"})
     started = []
     try:
         origin = page_origin(work, started)
@@ -146,7 +142,7 @@ def main():
         for event in events[0]:
             print(f"  {event:<6} {events[0][event]:10.0f} {events[1].get(event, 0):10.0f} "
                   f"{events[0][event] / max(events[1].get(event, 0), 1e-9):7.3f}x")
-    print(f"\nfunctions whose own instructions per request changed most (this - other, other, this):")
+    print("\nfunctions whose own instructions per request changed most (this - other, other, this):")
     names = sorted(set(this) | set(other), key=lambda k: -abs(this.get(k, 0) - other.get(k, 0)))
     for name in names[:args.top]:
         print(f"  {this.get(name, 0) - other.get(name, 0):+7.0f} {other.get(name, 0):7.0f} "

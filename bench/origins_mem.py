@@ -26,11 +26,10 @@ import asyncio
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, ensure_packages, free_port, nginx_binary, robotsgate_config, stop, wait_port
+from benchlib import ROOT, prepare, free_port, nginx_binary, robotsgate_config, stop, wait_port
 
 ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /tmp/\nAllow: /private/open\nSitemap: http://{host}/sitemap.xml\n"
 
@@ -115,11 +114,7 @@ def main():
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--only", choices=["distinct", "same"])
     args = parser.parse_args()
-    ensure_packages({"nginx": "nginx-light"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate"], cwd=ROOT, check=True)
-
-    work = tempfile.mkdtemp(prefix="robotsgate-origins-mem-")
-    os.chmod(work, 0o755)
+    work = prepare("origins-mem", {"nginx": "nginx-light"})
     started = []
     try:
         distinct_port, same_port = free_port(), free_port()

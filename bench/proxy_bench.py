@@ -45,9 +45,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 
-from benchlib import (POOL, ROOT, UNPACED, ms, cpu_seconds, ensure_packages, free_port, page_origin,
+from benchlib import (POOL, ROOT, UNPACED, ms, cpu_seconds, prepare, free_port, page_origin,
                       robotsgate_config, stop, wait_port)
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -116,14 +115,10 @@ def main():
     feature = "rg+usage" if args.usage else "rg+signed" if args.signed else None
     if feature or args.versus:
         args.sequential = True
-    ensure_packages({"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"})
     if not os.path.exists(JEMALLOC):
         subprocess.run(["apt-get", "install", "-y", "-qq", "libjemalloc2"], check=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "robotsgate", "--example", "passthrough"], cwd=ROOT, check=True)
-
-    work = tempfile.mkdtemp(prefix="robotsgate-bench-")
-    os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the files
+    work = prepare("bench", {"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"}, ["passthrough"])
     started = []
     try:
         origin = page_origin(work, started, pinned(0, []))
