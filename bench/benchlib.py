@@ -181,18 +181,19 @@ def start_redis(work, started):
     return port
 
 
-def fleet_member(work, name, redis_port, started, prefix=()):
+def fleet_member(work, name, redis_port, started, prefix=(), binary=f"{ROOT}/target/release/robotsgate"):
     """Member `name` of the fleet on the redis-server at `redis_port`, as the fleet benches
     run it: no admin listener, pacing that makes no request wait (no margin, no in-flight
     limit), every origin staying with the member that met it first (none follows another
-    member's traffic), started under `prefix` (taskset, valgrind) and kept in `started`:
-    (process, proxy port, peer channel port)."""
+    member's traffic), started under `prefix` (taskset, valgrind) from `binary` (another
+    build to compare with: its certificate is this build's, naming the member) and kept in
+    `started`: (process, proxy port, peer channel port)."""
     path = robotsgate_config(work, name, "  admin_listen: null\n"
                              "  pacing:\n    margin_seconds: 0\n    max_in_flight: 0\n"
                              f"  fleet:\n    redis: redis://127.0.0.1:{redis_port}/0\n"
                              f"    follow_traffic_seconds: 0\n{fleet_certs(work, name)}", POOL)
     port, peer = free_port(), free_port()
-    command = [*prefix, f"{ROOT}/target/release/robotsgate", "run", "--config", path,
+    command = [*prefix, binary, "run", "--config", path,
                "--listen", f"127.0.0.1:{port}", "--peer-listen", f"127.0.0.1:{peer}",
                "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
     proc = subprocess.Popen(command, env={**os.environ, "RUST_LOG": "warn"}, stdout=subprocess.DEVNULL,

@@ -33,7 +33,15 @@ equally busy (at full load the handed run is slower, a member waits more between
 requests, and each wake-up costs it more per request; this mode shows how much of the
 ratio that is).
 
+With --compare BINARY, a second fleet of another build (C pinned as A, D relaying as B,
+its own redis-server; the certificates are this build's) runs in the same rounds:
+"other local" and "other handed", and the ratios other handed / other local, handed /
+other handed (what the hand-over costs against that build's, in microseconds) and local /
+other local. The handed/local ratio divides by the local cost, so a cheaper local path
+raises it; the comparison in the same run says which part moved.
+
 Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3] [--pause-ms N]
+                            [--compare OTHER_ROBOTSGATE_BINARY]
 Needs wrk, nginx, redis-server and haproxy (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
@@ -81,6 +89,13 @@ def wrk(args, proxy_port, lua, pids, redis_port):
         "redis": (redis_commands(redis_port) - commands_before) / max(requests, 1),
         "non2xx": int(errors.group(1)) if errors else 0,
     }
+
+
+def meet(member_port, ports):
+    """One request to each origin on `ports` through the member at `member_port`."""
+    for p in ports:
+        subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{member_port}",
+                        f"http://127.0.0.1:{p}/index.html"], check=True)
 
 
 def start_origins(work, started):
@@ -140,6 +155,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", metavar="OTHER_ROBOTSGATE_BINARY",
+                        help="also run a fleet of another build (C owning, D relaying): 'other local', 'other handed'")
     parser.add_argument("--pause-ms", type=float, default=0,
                         help="each connection pauses this long after each answer (0: none, full load)")
     args = parser.parse_args()
@@ -155,15 +172,24 @@ def main():
         # A pinned to the first CPU; A keeps every origin: none follows B's traffic.
         a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])))
         b, b_port, _ = fleet_member(work, "b", redis_port, started)
-        time.sleep(1.5)  # both registered, each knowing the other
-        for p in ports:  # A meets every origin first: it owns them all
-            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{a_port}",
-                            f"http://127.0.0.1:{p}/index.html"], check=True)
-        for p in ports:  # B learns the owner, and its pooled connection to A opens
-            subprocess.run(["curl", "-s", "-o", "/dev/null", "-x", f"http://127.0.0.1:{b_port}",
-                            f"http://127.0.0.1:{p}/index.html"], check=True)
+        kinds = {"local": a_port, "handed": b_port}
+        pids = [a.pid, b.pid]
+        if args.compare:  # the other build's fleet, C owning every origin as A does
+            other_redis = start_redis(work, started)
+            c, c_port, _ = fleet_member(work, "c", other_redis, started, ("taskset", "-c", str(cpus[0])), args.compare)
+            d, d_port, _ = fleet_member(work, "d", other_redis, started, (), args.compare)
+            kinds.update({"other local": c_port, "other handed": d_port})
+            pids += [c.pid, d.pid]
+        time.sleep(1.5)  # all registered, each knowing the others
+        for owner in [a_port] + ([c_port] if args.compare else []):  # meets every origin first: owns them all
+            meet(owner, ports)
+        for relay in [b_port] + ([d_port] if args.compare else []):  # learns the owner, pools a connection
+            meet(relay, ports)
         haproxy, haproxy_port = start_haproxy(work, a_peer)
         started.append(haproxy)
+        kinds.update({"handed by HAProxy": haproxy_port, "local again": a_port})
+        pids.append(haproxy.pid)
+        names = "A, B, C, D, HAProxy" if args.compare else "A, B, HAProxy"
         lua = f"{work}/rotate.lua"
         with open(lua, "w") as f:
             f.write("local ports = {" + ",".join(map(str, ports)) + "}\nlocal i = 0\n"
@@ -171,17 +197,16 @@ def main():
                     "  return wrk.format('GET', 'http://127.0.0.1:' .. p .. '/index.html', {Host = '127.0.0.1:' .. p})\nend\n")
             if args.pause_ms:
                 f.write(f"delay = function()\n  return {args.pause_ms}\nend\n")
-        kinds = {"local": a_port, "handed": b_port, "handed by HAProxy": haproxy_port, "local again": a_port}
         order = list(kinds)
         rows = {k: [] for k in kinds}
         paused = f", {args.pause_ms:g} ms pause after each answer" if args.pause_ms else ""
         print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins{paused}, members threads: 1, "
               f"A on CPU {cpus[0]}\n")
-        print(f"{'round':<6} {'run':<18} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU µs/req all (A, B, HAProxy)':>32} "
+        print(f"{'round':<6} {'run':<18} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {f'CPU µs/req all ({names})':>32} "
               f"{'Redis cmds/req':>15} {'non-2xx':>8}")
         for n in range(args.rounds):
             for kind in order[n % len(order):] + order[:n % len(order)]:
-                r = wrk(args, kinds[kind], lua, [a.pid, b.pid, haproxy.pid], redis_port)
+                r = wrk(args, kinds[kind], lua, pids, other_redis if kind.startswith("other") else redis_port)
                 rows[kind].append(r)
                 each = ", ".join(f"{c:.1f}" for c in r["each_us"])
                 print(f"{n + 1:<6} {kind:<18} {r['rps']:>8.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
@@ -196,9 +221,13 @@ def main():
                   f"[{min(added):+.3f} to {max(added):+.3f}]")
         # The relay against the named baseline in the same rounds: the two runs differ
         # only in which process hands the request over.
-        ratios = [h["cpu_us"] / p["cpu_us"] for h, p in zip(rows["handed"], rows["handed by HAProxy"])]
-        print(f"{'handed/handed by HAProxy:':<26} CPU per request {statistics.median(ratios):.2f}x "
-              f"[{min(ratios):.2f}-{max(ratios):.2f}]")
+        pairs = [("handed", "handed by HAProxy")]
+        if args.compare:  # the other build's own ratio, and each run against the other build's
+            pairs += [("other handed", "other local"), ("handed", "other handed"), ("local", "other local")]
+        for kind, base in pairs:
+            ratios = [h["cpu_us"] / p["cpu_us"] for h, p in zip(rows[kind], rows[base])]
+            print(f"{kind + '/' + base + ':':<26} CPU per request {statistics.median(ratios):.2f}x "
+                  f"[{min(ratios):.2f}-{max(ratios):.2f}]")
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
