@@ -76,6 +76,11 @@ impl Pace {
     pub(super) fn address_place(&self) -> Option<Place<'_>> {
         self.address.as_deref().map(OriginEntry::place)
     }
+
+    /// The group key of the origin's upstream connection pool.
+    pub fn pool_key(&self) -> u64 {
+        self.entry.pool_key()
+    }
 }
 
 impl std::fmt::Debug for Pace {

@@ -75,6 +75,9 @@ pub struct OriginEntry {
     /// first asked for (a fleet member reads it on every request it routes; a single
     /// instance never does, and holds none).
     key: std::sync::OnceLock<Arc<str>>,
+    /// Its key in the store (a keyed hash of the origin), also the group key of its
+    /// connection pool: origins sharing an address share no connection.
+    hash: u64,
 }
 
 /// [`OriginEntry::pacing_key`] of `origin`'s entry.
@@ -86,9 +89,10 @@ fn pacing_key(origin: &Origin) -> Arc<str> {
 }
 
 impl OriginEntry {
-    /// An entry for `origin` with nothing known yet.
-    fn new(origin: Origin) -> OriginEntry {
+    /// An entry for `origin`, whose store key is `hash`, with nothing known yet.
+    fn new(origin: Origin, hash: u64) -> OriginEntry {
         OriginEntry {
+            hash,
             state: ArcSwapOption::empty(),
             refreshing: AtomicBool::new(false),
             requests: AtomicU64::new(0),
@@ -103,6 +107,12 @@ impl OriginEntry {
     /// address's ([`OriginStore::address`] keeps them under port 0), the origin otherwise.
     pub fn pacing_key(&self) -> &Arc<str> {
         self.key.get_or_init(|| pacing_key(&self.origin))
+    }
+
+    /// The group key of the origin's upstream connection pool: one pool per origin,
+    /// without hashing the origin again for each request.
+    pub fn pool_key(&self) -> u64 {
+        self.hash
     }
 
     /// Which origin this is.
@@ -259,7 +269,7 @@ impl OriginStore {
                 map.push(key, busy);
             }
         }
-        let entry = Arc::new(OriginEntry::new(origin.clone()));
+        let entry = Arc::new(OriginEntry::new(origin.clone(), key));
         map.push(key, entry.clone());
         entry
     }
@@ -559,6 +569,7 @@ mod tests {
         let flights = Flights::default();
         let entry = Arc::new(OriginEntry::new(
             Origin::parse("http://flight.test").expect("origin"),
+            1,
         ));
         let first = flights.lock(&entry).await;
         let second = flights.lock(&entry);

@@ -204,6 +204,10 @@ pub struct PaceRequest<'a> {
 pub struct Pacer {
     /// `pacing`.
     config: PacingConfig,
+    /// `pacing.max_wait_seconds`, converted once: read on every request.
+    max_wait: Duration,
+    /// `pacing.margin_seconds`, converted once: read on every paced request.
+    margin: Duration,
     /// Requests waiting for or holding a turn, over every schedule.
     total: Arc<AtomicUsize>,
 }
@@ -212,6 +216,8 @@ impl Pacer {
     /// Pacing in memory with `config`.
     pub fn new(config: PacingConfig) -> Pacer {
         Pacer {
+            max_wait: config.max_wait_seconds.duration(),
+            margin: config.margin_seconds.duration(),
             config,
             total: Arc::default(),
         }
@@ -325,11 +331,10 @@ impl Pacer {
             |best, c| if c.0 > best.0 { c } else { best },
         );
         let delay = seconds(wanted.min(ceiling));
-        let ceiling = seconds(ceiling);
         let delay = if delay.is_zero() {
             delay
         } else {
-            delay + self.config.margin_seconds.duration()
+            delay + self.margin
         };
         // Say so once per schedule, not on every request: a schedule already running at
         // the clamped delay has been reported.
@@ -340,11 +345,10 @@ impl Pacer {
                 .find(|s| s.group == group)
                 .is_some_and(|s| lock(&s.timing).delay == delay)
         };
-        if asked_seconds > self.config.ceiling_seconds.get() && !already_clamped() {
+        if asked_seconds > ceiling && !already_clamped() {
             metrics::CRAWL_DELAYS_CLAMPED.inc();
             log::warn!(
-                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {:.1} s",
-                ceiling.as_secs_f64()
+                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {ceiling:.1} s"
             );
         }
         (delay, rule)
@@ -437,7 +441,7 @@ impl Pacer {
             // Each queue a request waits in is bounded by `max_wait` from when it
             // joined it (as a group turn taken after an in-flight one always was).
             let now = Instant::now();
-            let deadline = now + self.config.max_wait_seconds.duration();
+            let deadline = now + self.max_wait;
             let free = self.free_local_turn(group, deadline).await;
             if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
                 held.push(self.held(group.clone(), turn));
@@ -530,7 +534,7 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        if estimate > self.config.max_wait_seconds.duration() {
+        if estimate > self.max_wait {
             return Err(Refused {
                 reason: TurnRefusal::WaitTooLong,
                 retry_after,
@@ -539,7 +543,7 @@ impl Pacer {
         }
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
-        Ok(now + self.config.max_wait_seconds.duration())
+        Ok(now + self.max_wait)
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).

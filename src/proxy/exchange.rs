@@ -72,18 +72,24 @@ impl From<&UpstreamConfig> for UpstreamOptions {
 }
 
 /// The upstream peer for a forward decision: the approved address, TLS for https, one
-/// connection pool per origin, and the configured timeouts (and h2, when on).
-pub fn upstream_peer(target: &Target, addr: SocketAddr, options: &UpstreamOptions) -> HttpPeer {
+/// connection pool per origin (`pool_key`, its entry's), and the configured timeouts
+/// (and h2, when on).
+pub fn upstream_peer(
+    target: &Target,
+    addr: SocketAddr,
+    pool_key: u64,
+    options: &UpstreamOptions,
+) -> HttpPeer {
     let tls = target.origin.scheme == Scheme::Https;
     // The SNI (and the name the certificate is verified for): only TLS has one. Plain
-    // HTTP connections are pooled by `group_key`, one pool per origin, without it.
+    // HTTP connections are pooled by the group key, one pool per origin, without it.
     let sni = if tls {
         target.origin.host_name()
     } else {
         String::new()
     };
     let mut peer = HttpPeer::new(addr, tls, sni);
-    peer.group_key = group_key(target);
+    peer.group_key = pool_key;
     let o = &mut peer.options;
     o.connection_timeout = Some(options.connect);
     o.total_connection_timeout = Some(options.connect * 2);
@@ -97,14 +103,6 @@ pub fn upstream_peer(target: &Target, addr: SocketAddr, options: &UpstreamOption
         o.max_h2_streams = H2_STREAMS_PER_CONNECTION;
     }
     peer
-}
-
-/// A stable per-origin key so origins sharing an address do not share connections.
-fn group_key(target: &Target) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    target.origin.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// How long ago the socket `fd` last received data (the kernel's `tcpi_last_data_recv`,

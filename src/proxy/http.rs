@@ -150,13 +150,13 @@ impl ProxyHttp for RobotsGateProxy {
             *attempts += 1;
             return super::handover::owner_peer(&self.enforcer, owner, &self.upstream);
         }
-        let (Some(target), Stage::Forwarded { addr, .. }) = (&ctx.target, &ctx.stage) else {
+        let (Some(target), Stage::Forwarded { addr, pace, .. }) = (&ctx.target, &ctx.stage) else {
             return Err(Error::explain(
                 ErrorType::InternalError,
                 "no forward decision",
             ));
         };
-        let mut peer = upstream_peer(target, *addr, &self.upstream);
+        let mut peer = upstream_peer(target, *addr, pace.pool_key(), &self.upstream);
         peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
         self.next_attempt(ctx).await?;
         Ok(Box::new(peer))

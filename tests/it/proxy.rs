@@ -33,6 +33,41 @@ async fn curl_allowed_reaches_origin_disallowed_does_not() {
     assert_eq!(seen, ["/robots.txt", "/allowed?x=1"]);
 }
 
+/// Two origins on one address (`a.test` and `b.test`, both 127.0.0.1 in the proxy's
+/// name server) each keep their own connections: one origin's kept connection is never
+/// lent to the other's requests, and each origin's second request reuses its first one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_sharing_an_address_share_no_connection() {
+    let origin = TestOrigin::robots(ROBOTS).await;
+    let dns = crate::common::static_dns(vec![std::net::Ipv4Addr::LOCALHOST]).await;
+    let proxy = Proxy::start_for_loopback(&Conf::new().set("dns.nameservers", [dns.to_string()]));
+    let by_name = |name: &str, path: &str| origin.url(path).replace("127.0.0.1", name);
+    for round in 0..2 {
+        for name in ["a.test", "b.test"] {
+            let url = by_name(name, &format!("/{name}/{round}"));
+            let (status, _, body) = curl(&proxy, &url, &[]);
+            assert_eq!(status, 200, "{url}: {body}");
+        }
+    }
+    let connection = |target: &str| origin.first(target).connection;
+    for name in ["a.test", "b.test"] {
+        let (first, second) = (
+            connection(&format!("/{name}/0")),
+            connection(&format!("/{name}/1")),
+        );
+        assert_eq!(
+            first, second,
+            "{name}'s second request reuses its connection"
+        );
+    }
+    assert_ne!(
+        connection("/a.test/0"),
+        connection("/b.test/0"),
+        "two origins, one connection: {:?}",
+        origin.seen()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reqwest_through_the_proxy_and_agent_from_user_agent() {
     let origin = TestOrigin::robots(ROBOTS).await;

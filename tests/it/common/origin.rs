@@ -101,6 +101,8 @@ pub struct Seen {
     /// gap measured from it, and find gaps shorter than the proxy kept).
     pub arrived: Instant,
     pub done: Option<Instant>,
+    /// Which connection it came on: the order of its accept, from 0.
+    pub connection: usize,
 }
 
 impl Seen {
@@ -291,21 +293,21 @@ impl TestOrigin {
         let server = origin.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                server
-                    .accepted
-                    .lock()
-                    .expect("accepted")
-                    .push(Instant::now());
+                let connection = {
+                    let mut accepted = server.accepted.lock().expect("accepted");
+                    accepted.push(Instant::now());
+                    accepted.len() - 1
+                };
                 let server = server.clone();
                 // The TLS config current at accept time (see `set_tls`).
                 let tls = server.tls.as_ref().map(|t| t.lock().expect("tls").clone());
                 tokio::spawn(async move {
                     match tls {
-                        None => server.serve(stream).await,
+                        None => server.serve(stream, connection).await,
                         Some(config) => {
                             let acceptor = tokio_rustls::TlsAcceptor::from(config);
                             if let Ok(stream) = acceptor.accept(stream).await {
-                                server.serve(stream).await;
+                                server.serve(stream, connection).await;
                             }
                         }
                     }
@@ -357,7 +359,7 @@ impl TestOrigin {
         self.seen().iter().filter(|s| s.target == target).count()
     }
 
-    async fn serve<S: OriginStream>(&self, stream: S) {
+    async fn serve<S: OriginStream>(&self, stream: S, connection: usize) {
         let mut stream = Timed {
             inner: stream,
             last_write: None,
@@ -391,6 +393,7 @@ impl TestOrigin {
                     headers,
                     arrived: Instant::now(),
                     done: None,
+                    connection,
                 });
                 log.len() - 1
             };
