@@ -39,6 +39,10 @@ pub struct ClientContext {
     /// An HTTP/2 stream's flag, set when its exchange with the origin starts: from then
     /// on a reset of the stream does not end the exchange (`h2_stream`).
     pub started: Option<Arc<crate::downstream::h2_stream::Started>>,
+    /// The `robotsgate-peer` value last sent for a request relayed from this connection,
+    /// with the context it encodes: a next one with the same context (the usual case:
+    /// same client, same user) sends it again rather than encoding it anew.
+    pub relayed_as: Option<Arc<(PeerContext, http::HeaderValue)>>,
 }
 
 /// Where a request handed over by another member came from.
@@ -114,6 +118,18 @@ impl ClientContext {
             destination: self.destination,
             http2: self.protocol == Protocol::Http2,
         }
+    }
+
+    /// [`crate::handover::peer_header`] of [`ClientContext::peer_context`]: encoded once
+    /// for as long as it stays the same on this connection.
+    pub fn peer_header(&mut self, client: Option<IpAddr>) -> Option<http::HeaderValue> {
+        let own = self.peer_context(client);
+        if let Some(memo) = self.relayed_as.as_deref().filter(|memo| memo.0 == own) {
+            return Some(memo.1.clone());
+        }
+        let value = crate::handover::peer_header(&own).ok()?;
+        self.relayed_as = Some(Arc::new((own, value.clone())));
+        Some(value)
     }
 
     /// The request holds its turn: its exchange with the origin has started, and only

@@ -345,7 +345,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 // Boxed, like the proxy's future: an idle connection's task holds only
                 // the loop's small state.
                 Some(plain) => {
-                    Box::pin(self.hand_over(head, conn, plain, &context, client, shutdown)).await
+                    Box::pin(self.hand_over(head, conn, plain, &mut context, client, shutdown))
+                        .await
                 }
                 None => self.exchange(head, conn, &context, shutdown).await,
             };

@@ -182,5 +182,6 @@ pub fn handed_context(
             read_from: Some(value.into()),
         }),
         started: None,
+        relayed_as: None,
     })
 }

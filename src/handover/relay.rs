@@ -236,19 +236,18 @@ async fn reusable(mut session: OwnerSession) -> Option<pingora::protocols::Strea
 
 /// The request the relay sends for `candidate`, and what else it keeps of it, from
 /// Pingora's parse of the client's request (`request`, which arrived as `mode`), with
-/// this member's `context` for it, when the relay takes it: HTTP/1.1, `GET` or `HEAD`,
-/// without a body, an upgrade, an expectation or a `Connection` option but `keep-alive`
-/// and `close`.
+/// this member's `context` for it (its [`peer_header`]), when the relay takes it:
+/// HTTP/1.1, `GET` or `HEAD`, without a body, an upgrade, an expectation or a
+/// `Connection` option but `keep-alive` and `close`.
 pub fn relayable(
     candidate: Candidate,
     request: &RequestHeader,
-    context: &PeerContext,
+    context: http::HeaderValue,
     mode: Mode,
 ) -> Option<(Box<RequestHeader>, Relayable)> {
     if !plain(request) {
         return None;
     }
-    let context = peer_header(context).ok()?;
     let sent = for_owner(request, &context)?;
     let relayable = Relayable {
         context,
@@ -358,8 +357,8 @@ async fn read_by_owner(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
         },
         target: Target::from_request(b"http://fuzz.example/", None, Scheme::Http).ok()?,
     };
-    let context = PeerContext::default();
-    let (sent, _) = relayable(candidate, &parsed, &context, Mode::Explicit)?;
+    let context = peer_header(&PeerContext::default()).ok()?;
+    let (sent, _) = relayable(candidate, &parsed, context, Mode::Explicit)?;
     let wire = pingora::protocols::http::v1::client::http_req_header_to_wire(&sent)?;
     let mut owner = HeadParser::new(Box::new(Cursor::new(wire.to_vec())));
     owner.read_request().await.ok()??;

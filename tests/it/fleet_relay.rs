@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{curl, eventually, raw_status, Behaviour, Proxy, TestOrigin};
+use crate::common::{curl, eventually, passwd_line, raw_status, Behaviour, Proxy, TestOrigin};
 use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
 use crate::redis_servers::Redis;
 
@@ -268,4 +268,65 @@ async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_onc
     // runtime had seen it close, else sent on it and then on a new one.
     let again = proxies[1].log().matches("a kept connection to ").count();
     assert_eq!(again, 2, "{}", proxies[1].log());
+}
+
+/// Two proxy users taking turns on one kept-alive connection to a relaying member: the
+/// owner judges each request as its own user (the user's tokens choose the robots.txt
+/// group), so what reaches the origin is what each user may fetch, never what the
+/// previous request's user could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_relayed_request_carries_its_own_user() {
+    let origin = TestOrigin::robots(
+        "User-agent: TeamBot\nDisallow: /team-only/\n\nUser-agent: *\nDisallow: /everyone/\n",
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    let lines = [
+        passwd_line("team", "team-secret", &["TeamBot"]),
+        passwd_line("plain", "plain-secret", &[]),
+    ];
+    std::fs::write(&users, lines.join("\n")).expect("write users");
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("access.credentials_file", users.display().to_string());
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let team = ["--proxy-user", "team:team-secret"];
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &team).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &team).0, 200);
+
+    let basic = |user: &str| {
+        use base64::Engine;
+        let credentials = base64::engine::general_purpose::STANDARD.encode(user);
+        format!("Basic {credentials}")
+    };
+    // One client, so one kept connection, the user changing from request to request.
+    let relay = proxies[1].client();
+    let before = handed_over(&proxies[1]);
+    let turns = [
+        ("team:team-secret", "/team-only/1", 403),
+        ("plain:plain-secret", "/team-only/2", 200),
+        ("team:team-secret", "/everyone/3", 200),
+        ("plain:plain-secret", "/everyone/4", 403),
+        ("plain:plain-secret", "/team-only/5", 200),
+        ("team:team-secret", "/team-only/6", 403),
+    ];
+    for (user, path, status) in turns {
+        let answer = relay
+            .get(origin.url(path))
+            .header("Proxy-Authorization", basic(user))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status().as_u16(), status, "{user} {path}");
+    }
+    assert_eq!(handed_over(&proxies[1]) - before, turns.len() as f64);
+    let fetched: Vec<String> = origin
+        .seen()
+        .iter()
+        .map(|s| s.target.clone())
+        .filter(|t| t.starts_with("/team-only/") || t.starts_with("/everyone/"))
+        .collect();
+    assert_eq!(fetched, ["/team-only/2", "/everyone/3", "/team-only/5"]);
 }

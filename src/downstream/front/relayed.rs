@@ -41,7 +41,7 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         head: Head,
         conn: Connection,
         candidate: Candidate,
-        context: &ClientContext,
+        context: &mut ClientContext,
         client: Option<IpAddr>,
         shutdown: &ShutdownWatch,
     ) -> Option<Connection> {
@@ -53,8 +53,8 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let relayable = read
             .then(|| {
                 let request = session.req_header();
-                let own = context.peer_context(client);
-                handover::relayable(candidate, request, &own, context.mode(request.raw_path()))
+                let own = context.peer_header(client)?;
+                handover::relayable(candidate, request, own, context.mode(request.raw_path()))
             })
             .flatten();
         let (relayable, asked) = match relayable {
