@@ -60,11 +60,23 @@ impl ProxyHttp for Passthrough {
                 "passthrough needs IP literals",
             ));
         };
-        // robotsgate's own peer: the same pool key and the same timeouts (a read or
+        // robotsgate's own peer: one pool per origin and the same timeouts (a read or
         // write timeout is a timer per upstream read and write; no deployed proxy
-        // goes without them).
+        // goes without them). The pool key hashed per request, as before robotsgate
+        // kept it in its origin store: this baseline stays what it was.
         let addr = std::net::SocketAddr::new(ip, target.origin.port);
-        Ok(Box::new(upstream_peer(target, addr, &self.timeouts)))
+        let pool_key = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            target.origin.hash(&mut hasher);
+            hasher.finish()
+        };
+        Ok(Box::new(upstream_peer(
+            target,
+            addr,
+            pool_key,
+            &self.timeouts,
+        )))
     }
 
     async fn upstream_request_filter(
