@@ -271,3 +271,45 @@ async fn a_wrong_peer_address_is_refused_at_join() {
     }
     assert_eq!(curl(&first[0], &origin.url("/served"), &[]).0, 200);
 }
+
+/// The peer channel's cipher: AES-128-GCM whatever order a member's client offers the
+/// TLS 1.3 suites in (OpenSSL's `s_client`, an independent implementation, asked to
+/// prefer AES-256-GCM), and AES-256-GCM still for a client offering nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_channel_chooses_aes_128_gcm() {
+    let redis = Redis::start();
+    let proxies = instances(1, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    let member = Credential::of(&proxies[0]);
+    let peer = proxies[0].peer.expect("a fleet member");
+    let negotiated = |suites: &str| {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &peer.to_string()])
+            .args(["-servername", "robotsgate-fleet", "-alpn", "http/1.1"])
+            .arg("-CAfile")
+            .arg(certs().file("ca.pem"))
+            .arg("-cert")
+            .arg(&member.cert)
+            .arg("-key")
+            .arg(&member.key)
+            .args(["-ciphersuites", suites])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl s_client");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| {
+                l.split_once("Cipher is ")
+                    .map(|(_, c)| c.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no cipher negotiated:\n{text}"))
+    };
+    assert_eq!(
+        negotiated("TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256"),
+        "TLS_AES_128_GCM_SHA256"
+    );
+    assert_eq!(
+        negotiated("TLS_AES_256_GCM_SHA384"),
+        "TLS_AES_256_GCM_SHA384"
+    );
+}
