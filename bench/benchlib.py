@@ -11,8 +11,8 @@ import signal
 import statistics
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -172,24 +172,29 @@ def main():
         # A pinned to the first CPU; A keeps every origin: none follows B's traffic.
         a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])))
         b, b_port, _ = fleet_member(work, "b", redis_port, started)
-        kinds = {"local": a_port, "handed": b_port}
-        pids = [a.pid, b.pid]
+        # Each run: the port it loads and the redis-server of that port's fleet.
+        kinds = {"local": (a_port, redis_port), "handed": (b_port, redis_port)}
+        members = {"A": a, "B": b}
+        owners, relays = [a_port], [b_port]
         if args.compare:  # the other build's fleet, C owning every origin as A does
             other_redis = start_redis(work, started)
             c, c_port, _ = fleet_member(work, "c", other_redis, started, ("taskset", "-c", str(cpus[0])), args.compare)
             d, d_port, _ = fleet_member(work, "d", other_redis, started, (), args.compare)
-            kinds.update({"other local": c_port, "other handed": d_port})
-            pids += [c.pid, d.pid]
+            kinds.update({"other local": (c_port, other_redis), "other handed": (d_port, other_redis)})
+            members.update({"C": c, "D": d})
+            owners.append(c_port)
+            relays.append(d_port)
         time.sleep(1.5)  # all registered, each knowing the others
-        for owner in [a_port] + ([c_port] if args.compare else []):  # meets every origin first: owns them all
-            meet(owner, ports)
-        for relay in [b_port] + ([d_port] if args.compare else []):  # learns the owner, pools a connection
-            meet(relay, ports)
+        # Each owner meets every origin first, so owns them all; then each relaying member
+        # learns its owner, and its pooled connection to it opens.
+        for member_port in owners + relays:
+            meet(member_port, ports)
         haproxy, haproxy_port = start_haproxy(work, a_peer)
         started.append(haproxy)
-        kinds.update({"handed by HAProxy": haproxy_port, "local again": a_port})
-        pids.append(haproxy.pid)
-        names = "A, B, C, D, HAProxy" if args.compare else "A, B, HAProxy"
+        kinds.update({"handed by HAProxy": (haproxy_port, redis_port), "local again": (a_port, redis_port)})
+        members["HAProxy"] = haproxy
+        names = ", ".join(members)
+        pids = [m.pid for m in members.values()]
         lua = f"{work}/rotate.lua"
         with open(lua, "w") as f:
             f.write("local ports = {" + ",".join(map(str, ports)) + "}\nlocal i = 0\n"
@@ -206,7 +211,8 @@ def main():
               f"{'Redis cmds/req':>15} {'non-2xx':>8}")
         for n in range(args.rounds):
             for kind in order[n % len(order):] + order[:n % len(order)]:
-                r = wrk(args, kinds[kind], lua, pids, other_redis if kind.startswith("other") else redis_port)
+                port, redis = kinds[kind]
+                r = wrk(args, port, lua, pids, redis)
                 rows[kind].append(r)
                 each = ", ".join(f"{c:.1f}" for c in r["each_us"])
                 print(f"{n + 1:<6} {kind:<18} {r['rps']:>8.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "

@@ -7,7 +7,7 @@ scripts/deps.sh
 cargo fmt --all --check
 if cargo clippy --version >/dev/null 2>&1; then
   # The release profile throughout: clippy, `cargo doc` and the fuzz check share one
-  # checked build of the dependencies, and the tests the build scripts and macros.
+  # checked build of the dependencies, and the tests reuse its build scripts and macros.
   cargo clippy --release --all-targets --locked -- -D warnings
 fi
 # Every Python module the tests import, for the interpreters they run (names the

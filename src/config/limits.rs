@@ -50,15 +50,15 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_connections: 10_000,
             max_connections_per_client: 1024,
-            first_byte_timeout_seconds: Timeout(5.0),
+            first_byte_timeout_seconds: Timeout::new(5.0),
             max_request_line_bytes: 16 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_body_bytes: 16 * 1024 * 1024,
-            header_read_timeout_seconds: Timeout(10.0),
-            idle_timeout_seconds: Timeout(60.0),
+            header_read_timeout_seconds: Timeout::new(10.0),
+            idle_timeout_seconds: Timeout::new(60.0),
             max_streams_per_connection: 100,
-            unread_timeout_seconds: Timeout(10.0),
+            unread_timeout_seconds: Timeout::new(10.0),
         }
     }
 }

@@ -207,7 +207,7 @@ impl Default for DnsConfig {
     fn default() -> Self {
         DnsConfig {
             nameservers: Vec::new(),
-            timeout_seconds: Seconds(2.0),
+            timeout_seconds: Seconds::new(2.0),
         }
     }
 }
@@ -272,10 +272,10 @@ pub enum Http2 {
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
-            connect_timeout_seconds: Timeout(5.0),
-            read_timeout_seconds: Timeout(60.0),
-            write_timeout_seconds: Timeout(60.0),
-            idle_timeout_seconds: Seconds(60.0),
+            connect_timeout_seconds: Timeout::new(5.0),
+            read_timeout_seconds: Timeout::new(60.0),
+            write_timeout_seconds: Timeout::new(60.0),
+            idle_timeout_seconds: Seconds::new(60.0),
             http2: Http2::Auto,
             max_retries: 1,
         }
@@ -323,7 +323,7 @@ impl Default for TlsConfig {
             blind_tunnel: Vec::new(),
             leaf_cache_size: 10_000,
             leaf_validity_days: 7,
-            handshake_timeout_seconds: Timeout(10.0),
+            handshake_timeout_seconds: Timeout::new(10.0),
             http2: Http2::Auto,
         }
     }

@@ -100,10 +100,10 @@ pub struct PacingOverride {
 impl Default for PacingConfig {
     fn default() -> Self {
         PacingConfig {
-            floor_seconds: Seconds(0.0),
-            ceiling_seconds: Seconds(120.0),
-            margin_seconds: Seconds(0.005),
-            max_wait_seconds: Seconds(60.0),
+            floor_seconds: Seconds::new(0.0),
+            ceiling_seconds: Seconds::new(120.0),
+            margin_seconds: Seconds::new(0.005),
+            max_wait_seconds: Seconds::new(60.0),
             max_queue: 256,
             max_in_flight: 2,
             key: PacingKey::Origin,

@@ -52,19 +52,19 @@ impl Default for RobotsConfig {
     fn default() -> Self {
         RobotsConfig {
             max_origins: 100_000,
-            fetch_timeout_seconds: Timeout(10.0),
-            ttl_seconds: Timeout(86_400.0),
-            min_ttl_seconds: Seconds(60.0),
-            max_ttl_seconds: Seconds(7.0 * 86_400.0),
-            refresh_ahead_seconds: Seconds(300.0),
-            retry_initial_seconds: Timeout(5.0),
-            retry_max_seconds: Timeout(600.0),
-            unreachable_allow_after_seconds: Seconds(30.0 * 86_400.0),
+            fetch_timeout_seconds: Timeout::new(10.0),
+            ttl_seconds: Timeout::new(86_400.0),
+            min_ttl_seconds: Seconds::new(60.0),
+            max_ttl_seconds: Seconds::new(7.0 * 86_400.0),
+            refresh_ahead_seconds: Seconds::new(300.0),
+            retry_initial_seconds: Timeout::new(5.0),
+            retry_max_seconds: Timeout::new(600.0),
+            unreachable_allow_after_seconds: Seconds::new(30.0 * 86_400.0),
             max_redirects: 5,
             user_agent: DEFAULT_USER_AGENT.into(),
             state_file: None,
             state_key_file: None,
-            state_save_seconds: Timeout(300.0),
+            state_save_seconds: Timeout::new(300.0),
         }
     }
 }

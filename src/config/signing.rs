@@ -158,7 +158,7 @@ impl PaymentConfig {
 
 /// A signature's default lifetime.
 fn default_expires() -> Seconds {
-    Seconds(60.0)
+    Seconds::new(60.0)
 }
 
 impl SigningConfig {

@@ -175,16 +175,22 @@ impl PortRange {
 
 /// A number of seconds from the configuration, checked when the file is read: finite, 0
 /// or more, at most [`MAX_DURATION`]. A negative, infinite or huge value is an error
-/// naming the key and line, never a silent zero.
+/// naming the key and line, never a silent zero. Kept with its [`Duration`], converted
+/// once: many are read on every request.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Deserialize)]
 #[serde(try_from = "f64")]
-pub struct Seconds(pub(crate) f64);
+pub struct Seconds {
+    /// The number as configured.
+    value: f64,
+    /// [`seconds`] of it.
+    duration: Duration,
+}
 
 impl TryFrom<f64> for Seconds {
     type Error = ValueError;
     fn try_from(value: f64) -> Result<Self, ValueError> {
         if value.is_finite() && (0.0..=MAX_DURATION.as_secs_f64()).contains(&value) {
-            Ok(Seconds(value))
+            Ok(Seconds::new(value))
         } else {
             Err(ValueError::new(
                 ValueKind::Seconds,
@@ -198,14 +204,22 @@ impl TryFrom<f64> for Seconds {
 }
 
 impl Seconds {
+    /// `value` seconds, unchecked (defaults and tests; a file's go through `TryFrom`).
+    pub(crate) fn new(value: f64) -> Seconds {
+        Seconds {
+            value,
+            duration: seconds(value),
+        }
+    }
+
     /// The number.
     pub fn get(self) -> f64 {
-        self.0
+        self.value
     }
 
     /// As a [`Duration`].
     pub fn duration(self) -> Duration {
-        seconds(self.0)
+        self.duration
     }
 }
 
@@ -213,13 +227,13 @@ impl Seconds {
 /// [`Seconds`], and 0 is an error too.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Deserialize)]
 #[serde(try_from = "f64")]
-pub struct Timeout(pub(crate) f64);
+pub struct Timeout(Seconds);
 
 impl TryFrom<f64> for Timeout {
     type Error = ValueError;
     fn try_from(value: f64) -> Result<Self, ValueError> {
         match Seconds::try_from(value)? {
-            Seconds(v) if v > 0.0 => Ok(Timeout(v)),
+            checked if checked.get() > 0.0 => Ok(Timeout(checked)),
             _ => Err(ValueError::new(
                 ValueKind::Seconds,
                 format!("`{value}` seconds: must be more than 0"),
@@ -229,14 +243,19 @@ impl TryFrom<f64> for Timeout {
 }
 
 impl Timeout {
+    /// `value` seconds, unchecked (defaults and tests; a file's go through `TryFrom`).
+    pub(crate) fn new(value: f64) -> Timeout {
+        Timeout(Seconds::new(value))
+    }
+
     /// The number.
     pub fn get(self) -> f64 {
-        self.0
+        self.0.get()
     }
 
     /// As a [`Duration`].
     pub fn duration(self) -> Duration {
-        seconds(self.0)
+        self.0.duration()
     }
 }
 

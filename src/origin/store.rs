@@ -640,8 +640,8 @@ mod tests {
     #[tokio::test]
     async fn max_age_is_clamped() {
         let s = store(RobotsConfig {
-            min_ttl_seconds: crate::config::Seconds(60.0),
-            max_ttl_seconds: crate::config::Seconds(3600.0),
+            min_ttl_seconds: crate::config::Seconds::new(60.0),
+            max_ttl_seconds: crate::config::Seconds::new(3600.0),
             ..RobotsConfig::default()
         });
         let now = Instant::now();

@@ -34,7 +34,7 @@ impl Pacer {
         list.sort_by(|a, b| {
             (a.group == IN_FLIGHT, &a.group).cmp(&(b.group == IN_FLIGHT, &b.group))
         });
-        let deadline = Instant::now() + self.max_wait;
+        let deadline = Instant::now() + self.config.max_wait_seconds.duration();
         let mut held = Vec::new();
         for schedule in list {
             let turn = self.local_turn(&schedule, 1, deadline).await.ok()?;

@@ -204,10 +204,6 @@ pub struct PaceRequest<'a> {
 pub struct Pacer {
     /// `pacing`.
     config: PacingConfig,
-    /// `pacing.max_wait_seconds`, converted once: read on every request.
-    max_wait: Duration,
-    /// `pacing.margin_seconds`, converted once: read on every paced request.
-    margin: Duration,
     /// Requests waiting for or holding a turn, over every schedule.
     total: Arc<AtomicUsize>,
 }
@@ -216,8 +212,6 @@ impl Pacer {
     /// Pacing in memory with `config`.
     pub fn new(config: PacingConfig) -> Pacer {
         Pacer {
-            max_wait: config.max_wait_seconds.duration(),
-            margin: config.margin_seconds.duration(),
             config,
             total: Arc::default(),
         }
@@ -334,7 +328,7 @@ impl Pacer {
         let delay = if delay.is_zero() {
             delay
         } else {
-            delay + self.margin
+            delay + self.config.margin_seconds.duration()
         };
         // Say so once per schedule, not on every request: a schedule already running at
         // the clamped delay has been reported.
@@ -441,7 +435,7 @@ impl Pacer {
             // Each queue a request waits in is bounded by `max_wait` from when it
             // joined it (as a group turn taken after an in-flight one always was).
             let now = Instant::now();
-            let deadline = now + self.max_wait;
+            let deadline = now + self.config.max_wait_seconds.duration();
             let free = self.free_local_turn(group, deadline).await;
             if let Some(turn) = free.map_err(|at| Refused::comes_at(at, now, None))? {
                 held.push(self.held(group.clone(), turn));
@@ -534,7 +528,7 @@ impl Pacer {
                 backed_off_for,
             });
         }
-        if estimate > self.max_wait {
+        if estimate > self.config.max_wait_seconds.duration() {
             return Err(Refused {
                 reason: TurnRefusal::WaitTooLong,
                 retry_after,
@@ -543,7 +537,7 @@ impl Pacer {
         }
         // The estimate can be overtaken (backoff grows while this request waits): the
         // bound holds for the real wait too, answered like an estimate over it.
-        Ok(now + self.max_wait)
+        Ok(now + self.config.max_wait_seconds.duration())
     }
 
     /// Requests waiting for or holding a turn, over all schedules (a gauge).

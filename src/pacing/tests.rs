@@ -36,7 +36,7 @@ impl Pacer {
 
 fn pacer() -> Pacer {
     Pacer::new(PacingConfig {
-        max_wait_seconds: crate::config::Seconds(10.0),
+        max_wait_seconds: crate::config::Seconds::new(10.0),
         max_queue: 3,
         ..PacingConfig::default()
     })
@@ -145,9 +145,9 @@ async fn no_delay_means_no_serialisation() {
 #[tokio::test(start_paused = true)]
 async fn delays_clamp_to_floor_and_ceiling() {
     let p = Pacer::new(PacingConfig {
-        floor_seconds: crate::config::Seconds(0.2),
-        ceiling_seconds: crate::config::Seconds(30.0),
-        margin_seconds: crate::config::Seconds(0.0),
+        floor_seconds: crate::config::Seconds::new(0.2),
+        ceiling_seconds: crate::config::Seconds::new(30.0),
+        margin_seconds: crate::config::Seconds::new(0.0),
         ..PacingConfig::default()
     });
     let k = schedules();
@@ -197,9 +197,9 @@ proptest::proptest! {
     ) {
         let ceiling = floor + extra;
         let p = Pacer::new(PacingConfig {
-            floor_seconds: crate::config::Seconds(floor),
-            ceiling_seconds: crate::config::Seconds(ceiling),
-            margin_seconds: crate::config::Seconds(0.0),
+            floor_seconds: crate::config::Seconds::new(floor),
+            ceiling_seconds: crate::config::Seconds::new(ceiling),
+            margin_seconds: crate::config::Seconds::new(0.0),
             ..PacingConfig::default()
         });
         let want = d.max(floor).min(ceiling);
@@ -255,7 +255,7 @@ async fn pause_from_retry_after_and_backoff() {
 #[tokio::test(start_paused = true)]
 async fn the_wait_bound_holds_when_backoff_grows_meanwhile() {
     let p = std::sync::Arc::new(Pacer::new(PacingConfig {
-        max_wait_seconds: crate::config::Seconds(3.0),
+        max_wait_seconds: crate::config::Seconds::new(3.0),
         ..PacingConfig::default()
     }));
     let k = schedules();

@@ -76,7 +76,7 @@ mod tests {
     fn entry(host: &str, delay: f64) -> PacingOverride {
         PacingOverride {
             host: host.into(),
-            delay_seconds: Some(crate::config::Seconds(delay)),
+            delay_seconds: Some(crate::config::Seconds::new(delay)),
             max_in_flight: None,
             block: false,
             reason: None,

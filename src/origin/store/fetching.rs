@@ -78,13 +78,11 @@ impl OriginStore {
             return;
         }
         let lifetime = snapshot.fresh_until.saturating_duration_since(fetched);
-        // Tested first, as it settles nearly every request without converting a
-        // configured number of seconds: further than a tenth of its lifetime from expiry.
-        let tenth = lifetime / 10;
-        if now + tenth < snapshot.fresh_until {
-            return;
-        }
-        let ahead = self.config.refresh_ahead_seconds.duration().min(tenth);
+        let ahead = self
+            .config
+            .refresh_ahead_seconds
+            .duration()
+            .min(lifetime / 10);
         if now + ahead < snapshot.fresh_until
             || now < fetched + self.config.min_ttl_seconds.duration()
         {
