@@ -321,7 +321,7 @@ fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Result<(), HeadError> {
 
 /// The header fields the front reads itself, as one pass over a head's fields found them.
 #[derive(Default)]
-struct Fields<'h> {
+struct HeadFields<'h> {
     /// The `Proxy-Authorization` value.
     proxy_authorization: Option<Vec<u8>>,
     /// The `robotsgate-peer` value.
@@ -334,11 +334,11 @@ struct Fields<'h> {
     host: Option<&'h [u8]>,
 }
 
-impl<'h> Fields<'h> {
+impl<'h> HeadFields<'h> {
     /// Reads `headers`: an upgrade, a second `Host` or `robotsgate-peer`, an unreadable,
     /// conflicting or too large `Content-Length` are refused.
     fn read(headers: &[httparse::Header<'h>], limits: &HeadLimits) -> Result<Self, HeadError> {
-        let mut read = Fields::default();
+        let mut read = HeadFields::default();
         for field in headers {
             if field.name.eq_ignore_ascii_case("upgrade") {
                 return Err(HeadError::Upgrade);
@@ -392,13 +392,13 @@ fn parse(bytes: BytesMut, len: usize, limits: &HeadLimits) -> Result<Head, HeadE
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
         Err(e) => return Err(HeadError::Malformed(e.to_string())),
     }
-    let Fields {
+    let HeadFields {
         proxy_authorization,
         peer,
         content_length,
         chunked,
         host,
-    } = Fields::read(request.headers, limits)?;
+    } = HeadFields::read(request.headers, limits)?;
     // Both framings at once: which one a server reads is the smuggling (RFC 9112 §6.3).
     if chunked && content_length.is_some() {
         return Err(HeadError::Malformed(

@@ -42,6 +42,7 @@ mod redis_servers;
 mod reload;
 mod report;
 mod robots_props;
+mod shape;
 mod signing;
 mod state;
 mod status_page;
