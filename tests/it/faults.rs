@@ -84,104 +84,7 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
             .set("pacing.max_wait_seconds", 3),
     );
     let healthy = TestOrigin::robots(RULES).await;
-    let one = |b: Behaviour| vec![("/robots.txt".to_string(), b)];
-
-    let trickle = origin(one(Behaviour::Trickle {
-        body: RULES.as_bytes().to_vec(),
-        every: Duration::from_secs(1),
-    }))
-    .await;
-    let reset = origin(one(Behaviour::ResetMidBody {
-        body: RULES.as_bytes().to_vec(),
-        total: 100_000,
-    }))
-    .await;
-    let mut big = Vec::new();
-    for _ in 0..6 {
-        big.push(origin(one(big_robots())).await);
-    }
-    let binary = origin(one(garbage())).await;
-    let html = origin(one(Behaviour::ok(
-        "<!DOCTYPE html><html><body><h1>Welcome</h1><p>Not a robots.txt</p></body></html>\n",
-    )))
-    .await;
-    let looping = origin(vec![
-        ("/robots.txt".into(), Behaviour::redirect(302, "/loop.txt")),
-        ("/loop.txt".into(), Behaviour::redirect(302, "/robots.txt")),
-    ])
-    .await;
-    let six_hops = origin(chain(6)).await;
-    let hanging = origin(vec![
-        ("/robots.txt".into(), Behaviour::ok(RULES)),
-        (
-            "/hang".into(),
-            Behaviour::Delayed {
-                delay: Duration::from_secs(3600),
-                body: vec![],
-            },
-        ),
-    ])
-    .await;
-
-    let mut faults = vec![
-        Fault {
-            name: "robots.txt trickles 1 octet/s",
-            url: trickle.url("/page"),
-            status: 503,
-            decision: "robots-unreachable",
-        },
-        Fault {
-            name: "robots.txt resets mid-body",
-            url: reset.url("/page"),
-            status: 503,
-            decision: "robots-unreachable",
-        },
-        Fault {
-            name: "robots.txt is binary garbage",
-            url: binary.url("/private"),
-            status: 200,
-            decision: "",
-        },
-        Fault {
-            name: "robots.txt is an HTML page",
-            url: html.url("/private"),
-            status: 200,
-            decision: "",
-        },
-        Fault {
-            name: "robots.txt redirects in a loop",
-            url: looping.url("/private"),
-            status: 200,
-            decision: "",
-        },
-        Fault {
-            name: "robots.txt behind 6 redirects",
-            url: six_hops.url("/private"),
-            status: 200,
-            decision: "",
-        },
-        Fault {
-            name: "name does not resolve",
-            url: format!("http://unresolvable.test:{}/page", healthy.addr.port()),
-            status: 503,
-            decision: "robots-unreachable",
-        },
-        Fault {
-            name: "origin accepts and never answers",
-            url: hanging.url("/hang"),
-            status: 504,
-            decision: "upstream-error; reason=\"timeout\"",
-        },
-    ];
-    for (i, b) in big.iter().enumerate() {
-        // The first 500 KiB hold the rules: /private is disallowed, the rest ignored.
-        faults.push(Fault {
-            name: "robots.txt is 10 MB",
-            url: b.url(&format!("/private/{i}")),
-            status: 403,
-            decision: "disallowed",
-        });
-    }
+    let (faults, _origins) = faulty_origins(&healthy).await;
 
     // Warm up, then take the memory baseline.
     let client = proxy.client();
@@ -239,24 +142,7 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
     }
     for task in tasks {
         let (fault, result, took) = task.await.expect("task");
-        let (status, decision) = result.unwrap_or_else(|e| panic!("{}: {e}", fault.name));
-        println!(
-            "{:<36} {status} after {:.2} s  {decision}",
-            fault.name,
-            took.as_secs_f64()
-        );
-        assert_eq!(
-            status,
-            fault.status,
-            "{}: {decision}\n{}",
-            fault.name,
-            proxy.log()
-        );
-        assert!(
-            decision.contains(fault.decision),
-            "{}: {decision}",
-            fault.name
-        );
+        fault.was_decided(result, took, &proxy);
     }
     assert!(
         during_faults >= 10,
@@ -280,6 +166,140 @@ async fn every_fault_gets_its_decision_while_a_healthy_origin_is_served() {
         rss_after as f64 / 1048576.0
     );
     assert!(grew < 40 * 1024 * 1024, "RSS grew by {grew} bytes");
+}
+
+/// The origins each fault comes from (kept until the test ends) and each fault's URL,
+/// with the answer and decision expected: robots.txt trickling, reset, 10 MB (six),
+/// binary, HTML, redirecting in a loop or six times, an unresolvable name, an origin
+/// that never answers.
+async fn faulty_origins(healthy: &TestOrigin) -> (Vec<Fault>, Vec<TestOrigin>) {
+    let one = |b: Behaviour| vec![("/robots.txt".to_string(), b)];
+
+    let trickle = origin(one(Behaviour::Trickle {
+        body: RULES.as_bytes().to_vec(),
+        every: Duration::from_secs(1),
+    }))
+    .await;
+    let reset = origin(one(Behaviour::ResetMidBody {
+        body: RULES.as_bytes().to_vec(),
+        total: 100_000,
+    }))
+    .await;
+    let mut big = Vec::new();
+    for _ in 0..6 {
+        big.push(origin(one(big_robots())).await);
+    }
+    let binary = origin(one(garbage())).await;
+    let html = origin(one(Behaviour::ok(
+        "<!DOCTYPE html><html><body><h1>Welcome</h1><p>Not a robots.txt</p></body></html>\n",
+    )))
+    .await;
+    let looping = origin(vec![
+        ("/robots.txt".into(), Behaviour::redirect(302, "/loop.txt")),
+        ("/loop.txt".into(), Behaviour::redirect(302, "/robots.txt")),
+    ])
+    .await;
+    let six_hops = origin(chain(6)).await;
+    let hanging = origin(vec![
+        ("/robots.txt".into(), Behaviour::ok(RULES)),
+        (
+            "/hang".into(),
+            Behaviour::Delayed {
+                delay: Duration::from_secs(3600),
+                body: vec![],
+            },
+        ),
+    ])
+    .await;
+
+    let mut faults = vec![
+        Fault::new(
+            "robots.txt trickles 1 octet/s",
+            trickle.url("/page"),
+            503,
+            "robots-unreachable",
+        ),
+        Fault::new(
+            "robots.txt resets mid-body",
+            reset.url("/page"),
+            503,
+            "robots-unreachable",
+        ),
+        Fault::new(
+            "robots.txt is binary garbage",
+            binary.url("/private"),
+            200,
+            "",
+        ),
+        Fault::new("robots.txt is an HTML page", html.url("/private"), 200, ""),
+        Fault::new(
+            "robots.txt redirects in a loop",
+            looping.url("/private"),
+            200,
+            "",
+        ),
+        Fault::new(
+            "robots.txt behind 6 redirects",
+            six_hops.url("/private"),
+            200,
+            "",
+        ),
+        Fault::new(
+            "name does not resolve",
+            format!("http://unresolvable.test:{}/page", healthy.addr.port()),
+            503,
+            "robots-unreachable",
+        ),
+        Fault::new(
+            "origin accepts and never answers",
+            hanging.url("/hang"),
+            504,
+            "upstream-error; reason=\"timeout\"",
+        ),
+    ];
+    for (i, b) in big.iter().enumerate() {
+        // The first 500 KiB hold the rules: /private is disallowed, the rest ignored.
+        let url = b.url(&format!("/private/{i}"));
+        faults.push(Fault::new("robots.txt is 10 MB", url, 403, "disallowed"));
+    }
+    let mut origins = vec![trickle, reset, binary, html, looping, six_hops, hanging];
+    origins.extend(big);
+    (faults, origins)
+}
+
+impl Fault {
+    /// A fault named `name`, met by a GET of `url`, expected to be answered `status` with
+    /// `decision` in `X-Robots-Decision`.
+    fn new(name: &'static str, url: String, status: u16, decision: &'static str) -> Fault {
+        Fault {
+            name,
+            url,
+            status,
+            decision,
+        }
+    }
+
+    /// Asserts the answer this fault's request got after `took`: its status and decision.
+    fn was_decided(&self, result: reqwest::Result<(u16, String)>, took: Duration, proxy: &Proxy) {
+        let (status, decision) = result.unwrap_or_else(|e| panic!("{}: {e}", self.name));
+        println!(
+            "{:<36} {status} after {:.2} s  {decision}",
+            self.name,
+            took.as_secs_f64()
+        );
+        assert_eq!(
+            status,
+            self.status,
+            "{}: {decision}\n{}",
+            self.name,
+            proxy.log()
+        );
+        assert!(
+            decision.contains(self.decision),
+            "{}: {decision}",
+            self.name
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

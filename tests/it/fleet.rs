@@ -122,10 +122,10 @@ async fn a_refresh_through_one_instance_reaches_the_others_within_a_second() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_over_tls_works_like_a_plain_one() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+/// A CA and a leaf certificate for 127.0.0.1 it signed, made by OpenSSL in `dir`:
+/// `ca.pem`, `leaf.pem` and `leaf.key`.
+fn redis_certificates(dir: &std::path::Path) {
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
     let openssl = |args: &[&str]| {
         let ok = Command::new("openssl")
             .args(args)
@@ -181,6 +181,15 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
         "-out",
         &path("leaf.pem"),
     ]);
+}
+
+/// Two members on a redis-server reached over TLS (`rediss://`, its CA trusted through
+/// `SSL_CERT_FILE`) share an origin's pacing and its robots.txt as over plain TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_over_tls_works_like_a_plain_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    redis_certificates(dir.path());
     let port = free_port();
     let child = Command::new("redis-server")
         .args([

@@ -41,8 +41,16 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         std::fs::metadata(&deb).expect("size").len()
     );
 
-    // Its files.
-    let (ok, listing) = run_output(Command::new("dpkg-deb").args(["--contents", path(&deb)]));
+    its_files(&deb);
+    its_control_data(&deb, dir.path());
+    lintian_finds_no_error(&deb);
+    the_unit_as_installed(&deb, dir.path());
+}
+
+/// The package's files: the binary (executable), the unit and its drop-in, the
+/// tmpfiles entry, the configuration, the dashboard and alerts, the copyright and changelog.
+fn its_files(deb: &Path) {
+    let (ok, listing) = run_output(Command::new("dpkg-deb").args(["--contents", path(deb)]));
     assert!(ok, "{listing}");
     for file in [
         "./usr/bin/robotsgate",
@@ -66,14 +74,17 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
             .any(|l| l.starts_with("-rwxr-xr-x 0/0") && l.ends_with("./usr/bin/robotsgate")),
         "{listing}"
     );
+}
 
-    // Its control data: the conffile, dependencies, maintainer scripts.
-    let (ok, info) = run_output(Command::new("dpkg-deb").args(["--info", path(&deb)]));
+/// Its control data: the conffile, the dependency on adduser, maintainer scripts that
+/// set up the user, CA, token and key and remove them only on purge (checked by `sh -n`).
+fn its_control_data(deb: &Path, dir: &Path) {
+    let (ok, info) = run_output(Command::new("dpkg-deb").args(["--info", path(deb)]));
     assert!(ok, "{info}");
     assert!(info.contains("Depends: adduser"), "{info}");
-    let control = dir.path().join("control");
+    let control = dir.join("control");
     let (ok, text) =
-        run_output(Command::new("dpkg-deb").args(["--control", path(&deb), path(&control)]));
+        run_output(Command::new("dpkg-deb").args(["--control", path(deb), path(&control)]));
     assert!(ok, "{text}");
     let read = |name: &str| std::fs::read_to_string(control.join(name)).expect(name);
     assert_eq!(read("conffiles").trim(), "/etc/robotsgate/robotsgate.yaml");
@@ -118,18 +129,24 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         let (ok, text) = run_output(Command::new("sh").args(["-n", path(&control.join(script))]));
         assert!(ok, "{script}: {text}");
     }
+}
 
-    // lintian: no error (the two warnings kept are explained in docs/install.md).
+/// lintian: no error (the two warnings kept are explained in docs/install.md).
+fn lintian_finds_no_error(deb: &Path) {
     let (_, lint) =
-        run_output(Command::new("lintian").args(["--tag-display-limit", "0", path(&deb)]));
+        run_output(Command::new("lintian").args(["--tag-display-limit", "0", path(deb)]));
     let errors: Vec<&str> = lint.lines().filter(|l| l.starts_with("E:")).collect();
     assert!(errors.is_empty(), "{lint}");
     println!("lintian:\n{lint}");
+}
 
-    // The unit as installed, its binary the extracted one.
-    let tree = dir.path().join("tree");
+/// The unit as installed, its binary the extracted one: `systemd-analyze verify` clean
+/// with and without the net-admin drop-in, exposure at most 2.0, and the packaged
+/// configuration the production one.
+fn the_unit_as_installed(deb: &Path, dir: &Path) {
+    let tree = dir.join("tree");
     let (ok, text) =
-        run_output(Command::new("dpkg-deb").args(["--extract", path(&deb), path(&tree)]));
+        run_output(Command::new("dpkg-deb").args(["--extract", path(deb), path(&tree)]));
     assert!(ok, "{text}");
     let binary = tree.join("usr/bin/robotsgate");
     let (ok, version) = run_output(Command::new(&binary).arg("--version"));
@@ -137,7 +154,7 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
         ok && version.contains(env!("CARGO_PKG_VERSION")),
         "{version}"
     );
-    let units = dir.path().join("units");
+    let units = dir.join("units");
     std::fs::create_dir(&units).expect("units");
     let unit = std::fs::read_to_string(tree.join("usr/lib/systemd/system/robotsgate.service"))
         .expect("unit")

@@ -380,7 +380,13 @@ async fn overcharges_count_as_the_offer_and_origins_name_no_labels() {
             "{s:?}"
         );
     }
-    // Counted: USD 0.03, in USD alone; the overcharges by kind and by origin.
+    overcharges_are_counted(&proxy).await;
+}
+
+/// What the test above counted: USD 0.03 charged, in USD alone (the one currency a
+/// label); overcharges by kind (one above the offer, one unreadable, one in another
+/// currency, 40 never offered) and by origin (one origin, 43).
+async fn overcharges_are_counted(proxy: &Proxy) {
     assert_eq!(
         proxy.counter("robotsgate_crawl_charges_total{currency=\"USD\",identity=\"main\"}"),
         0.03
@@ -410,7 +416,7 @@ async fn overcharges_count_as_the_offer_and_origins_name_no_labels() {
             "{kind}"
         );
     }
-    let (_, status) = crate::common::admin(&proxy, "GET", "/status.json");
+    let (_, status) = crate::common::admin(proxy, "GET", "/status.json");
     let status: Value = serde_json::from_str(&status).expect("JSON");
     let by_origin = status["overcharges"].as_array().expect("overcharges");
     assert_eq!(by_origin.len(), 1, "{status}");

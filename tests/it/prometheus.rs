@@ -245,33 +245,7 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     // ---- Instance B: fleet mode, TLS interception, a transparent listener ----
     let redis = Redis::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ca_cert, ca_key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-    let (ok, text) = run_output(Command::new(env!("CARGO_BIN_EXE_robotsgate")).args([
-        "ca",
-        "init",
-        "--cert",
-        ca_cert.to_str().expect("utf-8"),
-        "--key",
-        ca_key.to_str().expect("utf-8"),
-        "--days",
-        "20",
-    ]));
-    assert!(ok, "{text}");
-    let transparent = free_port();
-    let b = Proxy::start(
-        &crate::fleet_fixture::fleet_conf(&redis).set(
-            "transparent.http_listen",
-            format!("127.0.0.1:{transparent}"),
-        ),
-        &[
-            "--allow-destination",
-            "127.0.0.0/8",
-            "--ca-cert",
-            ca_cert.to_str().expect("utf-8"),
-            "--ca-key",
-            ca_key.to_str().expect("utf-8"),
-        ],
-    );
+    let (b, ca_cert, transparent) = instance_b(&redis, dir.path());
 
     let prometheus = Prometheus::start(&[a.admin, b.admin]);
     // Both scraped once before the load: its first events are increases from zero.
@@ -285,50 +259,8 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
         prometheus.log()
     );
 
-    // A's load: 12 pages of the paced origin at once (a queue of 4: some refused for
-    // waiting too long), disallowed paths, 4 slow pages at once (in-flight limit 2),
-    // errors from an origin (adaptive slow-down), a malformed request.
-    let mut urls: Vec<(String, &'static str)> = (0..12)
-        .map(|i| (paced.url(&format!("/page/{i}")), "ExampleBot/1.0"))
-        .collect();
-    urls.extend((0..4).map(|i| (paced.url(&format!("/private/{i}")), "ExampleBot/1.0")));
-    urls.extend((0..4).map(|_| (slow.url("/slow"), "ExampleBot/1.0")));
-    urls.extend((0..2).map(|_| (failing.url("/fail"), "ExampleBot/1.0")));
-    let statuses = concurrent(&a, urls).await;
-    assert!(
-        statuses.contains(&200) && statuses.contains(&403),
-        "{statuses:?}"
-    );
-    assert!(
-        statuses.contains(&503),
-        "nothing refused or failed: {statuses:?}"
-    );
-    let answer = raw_exchange(a.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    // What the origins received: no disallowed path, paced pages.
-    assert_eq!(pages(&paced, "/private").len(), 0);
-
-    // B's load: a page through the fleet, a CONNECT intercepted with the expiring CA,
-    // a direct (not redirected) connection on the transparent listener.
-    let fleet_origin = TestOrigin::start(vec![]).await;
-    assert_eq!(curl(&b, &fleet_origin.url("/fleet"), &[]).0, 200);
-    let closed = free_port();
-    let (status, head, _) = curl(
-        &b,
-        &format!("https://127.0.0.1:{closed}/x"),
-        &[
-            "--cacert",
-            ca_cert.to_str().expect("utf-8"),
-            "--http1.1",
-            "--suppress-connect-headers",
-        ],
-    );
-    assert!(status >= 500, "the intercepted request: {status} {head}");
-    let _ = raw_exchange(
-        format!("127.0.0.1:{transparent}").parse().expect("addr"),
-        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    )
-    .await;
+    load_a(&a, &paced, &slow, &failing).await;
+    load_b(&b, &ca_cert, transparent).await;
     let load_end = now();
 
     // Prometheus has scraped both after the load: A's requests as A counts them.
@@ -367,7 +299,95 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
     assert!(eventually(Duration::from_secs(30), scraped_after_load).await);
     let at = now();
 
-    // Every panel query is valid, and every panel shows data (but those listed).
+    every_panel_shows_data(&prometheus, at);
+    only_the_ca_alert_is_active(&prometheus, &b, at).await;
+}
+
+/// Instance B: a fleet member on `redis` intercepting TLS with a CA (made in `dir`) that
+/// expires in 20 days, and a transparent listener: (B, the CA's certificate, the
+/// listener's port).
+fn instance_b(redis: &Redis, dir: &std::path::Path) -> (Proxy, std::path::PathBuf, u16) {
+    let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let (ok, text) = run_output(Command::new(env!("CARGO_BIN_EXE_robotsgate")).args([
+        "ca",
+        "init",
+        "--cert",
+        ca_cert.to_str().expect("utf-8"),
+        "--key",
+        ca_key.to_str().expect("utf-8"),
+        "--days",
+        "20",
+    ]));
+    assert!(ok, "{text}");
+    let transparent = free_port();
+    let b = Proxy::start(
+        &crate::fleet_fixture::fleet_conf(redis).set(
+            "transparent.http_listen",
+            format!("127.0.0.1:{transparent}"),
+        ),
+        &[
+            "--allow-destination",
+            "127.0.0.0/8",
+            "--ca-cert",
+            ca_cert.to_str().expect("utf-8"),
+            "--ca-key",
+            ca_key.to_str().expect("utf-8"),
+        ],
+    );
+    (b, ca_cert, transparent)
+}
+
+/// A's load: 12 pages of the paced origin at once (a queue of 4: some refused for
+/// waiting too long), disallowed paths, 4 slow pages at once (in-flight limit 2),
+/// errors from an origin (adaptive slow-down), a malformed request.
+async fn load_a(a: &Proxy, paced: &TestOrigin, slow: &TestOrigin, failing: &TestOrigin) {
+    let mut urls: Vec<(String, &'static str)> = (0..12)
+        .map(|i| (paced.url(&format!("/page/{i}")), "ExampleBot/1.0"))
+        .collect();
+    urls.extend((0..4).map(|i| (paced.url(&format!("/private/{i}")), "ExampleBot/1.0")));
+    urls.extend((0..4).map(|_| (slow.url("/slow"), "ExampleBot/1.0")));
+    urls.extend((0..2).map(|_| (failing.url("/fail"), "ExampleBot/1.0")));
+    let statuses = concurrent(a, urls).await;
+    assert!(
+        statuses.contains(&200) && statuses.contains(&403),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.contains(&503),
+        "nothing refused or failed: {statuses:?}"
+    );
+    let answer = raw_exchange(a.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // What the origins received: no disallowed path, paced pages.
+    assert_eq!(pages(paced, "/private").len(), 0);
+}
+
+/// B's load: a page through the fleet, a CONNECT intercepted with the expiring CA,
+/// a direct (not redirected) connection on the transparent listener.
+async fn load_b(b: &Proxy, ca_cert: &std::path::Path, transparent: u16) {
+    let fleet_origin = TestOrigin::start(vec![]).await;
+    assert_eq!(curl(b, &fleet_origin.url("/fleet"), &[]).0, 200);
+    let closed = free_port();
+    let (status, head, _) = curl(
+        b,
+        &format!("https://127.0.0.1:{closed}/x"),
+        &[
+            "--cacert",
+            ca_cert.to_str().expect("utf-8"),
+            "--http1.1",
+            "--suppress-connect-headers",
+        ],
+    );
+    assert!(status >= 500, "the intercepted request: {status} {head}");
+    let _ = raw_exchange(
+        format!("127.0.0.1:{transparent}").parse().expect("addr"),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+}
+
+/// Every panel query is valid, and every panel shows data (but those listed).
+fn every_panel_shows_data(prometheus: &Prometheus, at: f64) {
     let mut missing = Vec::new();
     for (title, queries) in panels() {
         let mut shown = false;
@@ -401,11 +421,13 @@ async fn dashboard_and_alerts_evaluate_in_a_real_prometheus() {
             "{title} is no longer a panel"
         );
     }
+}
 
-    // Every alert expression is valid; on these instances only the CA's is true (B's
-    // CA expires in 20 days): Prometheus holds it pending for its `for: 1h`. (The
-    // backend's latency alert is left out of that: a loaded host can take 50 ms over a
-    // Redis round trip.)
+/// Every alert expression is valid; on these instances only the CA's is true (B's
+/// CA expires in 20 days): Prometheus holds it pending for its `for: 1h`. (The
+/// backend's latency alert is left out of that: a loaded host can take 50 ms over a
+/// Redis round trip.) Every rule evaluates without error.
+async fn only_the_ca_alert_is_active(prometheus: &Prometheus, b: &Proxy, at: f64) {
     const HOST_DEPENDENT: &str = "RobotsgateFleetBackendDegraded";
     for (name, expr) in alert_rules() {
         let answer = prometheus.query(&expr, at);

@@ -321,7 +321,14 @@ async fn a_state_file_is_trusted_no_further_than_its_owner_and_the_limits() {
     assert!(pause <= 30.0, "clamped to the ceiling: {v}");
     drop(proxy);
 
-    // Files robotsgate did not write, or cannot be sure it did: refused, by name.
+    files_it_did_not_write_are_refused(&setup, &origin).await;
+}
+
+/// Files robotsgate did not write, or cannot be sure it did (a FIFO, a symbolic link,
+/// one others may write or another uid owns): refused by `check state` and at start-up,
+/// each by name, and the origin's robots.txt judges as if no state were kept.
+async fn files_it_did_not_write_are_refused(setup: &Setup, origin: &TestOrigin) {
+    use std::os::unix::fs::PermissionsExt;
     let refusals: [(&str, &MakeFile); 4] = [
         ("not a regular file", &|p| {
             crate::common::run_ok(std::process::Command::new("mkfifo").arg(p));

@@ -48,6 +48,36 @@ enum Rules {
     Tproxy,
 }
 
+impl Rules {
+    /// Installs these rules in `ns`: the crawler uid's connections to ports 80 and 443
+    /// go to robotsgate's listeners on `http_port` and `tls_port`.
+    fn install(self, ns: &Netns, http_port: u16, tls_port: u16) {
+        match self {
+            Rules::Iptables => ns.sh(&format!(
+                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
+                 iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 443 -j REDIRECT --to-ports {tls_port}"
+            )),
+            Rules::Nftables => ns.sh(&format!(
+                "nft add table ip robotsgate
+                 nft add chain ip robotsgate out '{{ type nat hook output priority -100; }}'
+                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 80 redirect to :{http_port}
+                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 443 redirect to :{tls_port}"
+            )),
+            Rules::DualStack => ns.sh(&format!(
+                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
+                 ip6tables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}"
+            )),
+            Rules::Tproxy => ns.sh(&format!(
+                "iptables -t mangle -A OUTPUT -p tcp -m owner --uid-owner 65534 -m multiport --dports 80,443 -j MARK --set-mark 1
+                 iptables -t mangle -A PREROUTING -p tcp --dport 80 -m mark --mark 1 -j TPROXY --on-port {http_port} --on-ip 127.0.0.1 --tproxy-mark 1
+                 iptables -t mangle -A PREROUTING -p tcp --dport 443 -m mark --mark 1 -j TPROXY --on-port {tls_port} --on-ip 127.0.0.1 --tproxy-mark 1
+                 ip rule add fwmark 1 lookup 100
+                 ip route add local 0.0.0.0/0 dev lo table 100"
+            )),
+        }
+    }
+}
+
 impl World {
     async fn new(robots: &str, rules: Rules, conf: &Conf) -> World {
         World::build(robots, rules, conf, false).await
@@ -124,29 +154,7 @@ impl World {
                 &origin_ca_file.to_string_lossy(),
             ],
         );
-        match rules {
-            Rules::Iptables => ns.sh(&format!(
-                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
-                 iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 443 -j REDIRECT --to-ports {tls_port}"
-            )),
-            Rules::Nftables => ns.sh(&format!(
-                "nft add table ip robotsgate
-                 nft add chain ip robotsgate out '{{ type nat hook output priority -100; }}'
-                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 80 redirect to :{http_port}
-                 nft add rule ip robotsgate out meta skuid 65534 tcp dport 443 redirect to :{tls_port}"
-            )),
-            Rules::DualStack => ns.sh(&format!(
-                "iptables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}
-                 ip6tables -t nat -A OUTPUT -p tcp -m owner --uid-owner 65534 --dport 80 -j REDIRECT --to-ports {http_port}"
-            )),
-            Rules::Tproxy => ns.sh(&format!(
-                "iptables -t mangle -A OUTPUT -p tcp -m owner --uid-owner 65534 -m multiport --dports 80,443 -j MARK --set-mark 1
-                 iptables -t mangle -A PREROUTING -p tcp --dport 80 -m mark --mark 1 -j TPROXY --on-port {http_port} --on-ip 127.0.0.1 --tproxy-mark 1
-                 iptables -t mangle -A PREROUTING -p tcp --dport 443 -m mark --mark 1 -j TPROXY --on-port {tls_port} --on-ip 127.0.0.1 --tproxy-mark 1
-                 ip rule add fwmark 1 lookup 100
-                 ip route add local 0.0.0.0/0 dev lo table 100"
-            )),
-        }
+        rules.install(&ns, http_port, tls_port);
         World {
             ns,
             proxy,

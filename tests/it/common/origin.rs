@@ -451,21 +451,7 @@ impl TestOrigin {
                 }
                 ok_after(stream, delay, &body).await
             }
-            Behaviour::Endless { every, chunk } => {
-                let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-                if stream.write_all(head.as_bytes()).await.is_err() {
-                    return false;
-                }
-                let mut part = format!("{chunk:x}\r\n").into_bytes();
-                part.extend(std::iter::repeat_n(b'.', chunk));
-                part.extend_from_slice(b"\r\n");
-                loop {
-                    tokio::time::sleep(every).await;
-                    if stream.write_all(&part).await.is_err() {
-                        return false;
-                    }
-                }
-            }
+            Behaviour::Endless { every, chunk } => endless(stream, every, chunk).await,
             Behaviour::ResetMidBody { body, total } => {
                 let mut bytes =
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").into_bytes();
@@ -483,22 +469,7 @@ impl TestOrigin {
                 let _ = stream.write_all(&bytes).await;
                 false
             }
-            Behaviour::Chunked { body, chunk } => {
-                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-                if stream.write_all(head).await.is_err() {
-                    return false;
-                }
-                for part in body.chunks(chunk.max(1)) {
-                    let mut bytes = format!("{:x}\r\n", part.len()).into_bytes();
-                    bytes.extend_from_slice(part);
-                    bytes.extend_from_slice(b"\r\n");
-                    if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
-                        return false;
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                stream.write_all(b"0\r\nX-Trailer: t\r\n\r\n").await.is_ok()
-            }
+            Behaviour::Chunked { body, chunk } => chunked(stream, &body, chunk).await,
             Behaviour::UntilClose { body } => {
                 let mut bytes = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
                 bytes.extend_from_slice(&body);
@@ -520,19 +491,7 @@ impl TestOrigin {
                 let rest = vec![b'z'; total.saturating_sub(first.len())];
                 stream.write_all(&rest).await.is_ok()
             }
-            Behaviour::Trickle { body, every } => {
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                if stream.write_all(head.as_bytes()).await.is_err() {
-                    return false;
-                }
-                for b in body {
-                    tokio::time::sleep(every).await;
-                    if stream.write_all(&[b]).await.is_err() {
-                        return false;
-                    }
-                }
-                true
-            }
+            Behaviour::Trickle { body, every } => trickle(stream, &body, every).await,
         }
     }
 }
@@ -596,3 +555,55 @@ pub fn most_at_once(seen: &[Seen]) -> usize {
 
 /// How late an origin task may note a response's end on a loaded machine.
 pub const JITTER: Duration = Duration::from_millis(20);
+
+/// An endless chunked answer: a chunk of `chunk` dots every `every`, until the reader
+/// goes. False: the connection is not reused.
+async fn endless<S: OriginStream>(stream: &mut S, every: Duration, chunk: usize) -> bool {
+    let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut part = format!("{chunk:x}\r\n").into_bytes();
+    part.extend(std::iter::repeat_n(b'.', chunk));
+    part.extend_from_slice(b"\r\n");
+    loop {
+        tokio::time::sleep(every).await;
+        if stream.write_all(&part).await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// `body` chunked in parts of `chunk` octets, each flushed and 2 ms apart, then a
+/// trailer. True when all of it was written.
+async fn chunked<S: OriginStream>(stream: &mut S, body: &[u8], chunk: usize) -> bool {
+    let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if stream.write_all(head).await.is_err() {
+        return false;
+    }
+    for part in body.chunks(chunk.max(1)) {
+        let mut bytes = format!("{:x}\r\n", part.len()).into_bytes();
+        bytes.extend_from_slice(part);
+        bytes.extend_from_slice(b"\r\n");
+        if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    stream.write_all(b"0\r\nX-Trailer: t\r\n\r\n").await.is_ok()
+}
+
+/// `body` with its length, one octet every `every`. True when all of it was written.
+async fn trickle<S: OriginStream>(stream: &mut S, body: &[u8], every: Duration) -> bool {
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return false;
+    }
+    for &b in body {
+        tokio::time::sleep(every).await;
+        if stream.write_all(&[b]).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
