@@ -1,7 +1,8 @@
 //! The code keeps its shape: no Rust file over 700 lines and no function over 100 (in
 //! `src/`, `tests/`, `examples/` and `fuzz/`), and one type per name in `src/` (a name
-//! says which concept it is wherever it is read). Reads the files as `cargo fmt` lays them out: a function's body ends at the
-//! first `}` line indented as its `fn` line.
+//! says which concept it is wherever it is read). Reads the files as `cargo fmt` lays
+//! them out: a function's body ends at the first `}` line indented as its `fn` line, or
+//! on the `fn` line itself.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,18 +22,18 @@ fn files(dir: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The name after `fn ` when `line` opens a function with a body (not a trait's
-/// declaration), with its indentation.
+/// The name after `fn ` when `line` opens a function whose body goes on past it (not a
+/// trait's declaration, not a one-line body), with its indentation.
 fn function_opened(line: &str) -> Option<(&str, &str)> {
     let code = line.trim_start();
     let indent = &line[..line.len() - code.len()];
-    let mut words = code.split_whitespace().peekable();
+    let mut words = code.split_whitespace();
     while let Some(word) = words.next() {
         let modifier = word.starts_with("pub")
             || matches!(word, "async" | "const" | "unsafe" | "extern" | "\"C\"");
         if word == "fn" {
             let name = words.next()?.split(['<', '(']).next()?;
-            return (!code.ends_with(';')).then_some((indent, name));
+            return (!code.ends_with(';') && !code.ends_with('}')).then_some((indent, name));
         }
         if !modifier {
             return None;
@@ -144,7 +145,7 @@ fn each_type_name_in_src_is_defined_once() {
 fn the_checks_find_what_they_look_for() {
     let body = "    x();\n".repeat(FUNCTION_LINES - 2);
     let text = format!(
-        "pub(crate) async fn long<T>(t: T) {{\n{body}}}\n\
+        "pub(crate) async fn long<T>(t: T) {{\n{body}}}\nfn one_line() {{}}\n\
          impl A {{\n    fn short(&self) {{\n    }}\n    const fn fits(&self) {{\n{}    }}\n}}\n\
          trait Shape {{\n    fn declared(&self);\n    type Output;\n}}\n",
         "        y();\n".repeat(FUNCTION_LINES - 2)
