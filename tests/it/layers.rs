@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Every `.rs` file under `dir`.
 pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
         let path = entry.expect("entry").path();
         if path.is_dir() {
             sources(&path, out);

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::common::{
-    admin, concurrent, curl, eventually, free_port, pages, raw_exchange, run_output, Behaviour,
-    Conf, Proxy, TestOrigin,
+    admin, assert_gaps_at_least, concurrent, curl, eventually, free_port, pages, raw_exchange,
+    run_output, Behaviour, Conf, Proxy, TestOrigin, JITTER,
 };
 use crate::redis_servers::Redis;
 
@@ -358,8 +358,12 @@ async fn load_a(a: &Proxy, paced: &TestOrigin, slow: &TestOrigin, failing: &Test
     );
     let answer = raw_exchange(a.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    // What the origins received: no disallowed path, paced pages.
+    // What the origins received: no disallowed path, and the pages served paced by the
+    // Crawl-delay clamped to the 0.2 s ceiling (less the origin's noting of an end).
     assert_eq!(pages(paced, "/private").len(), 0);
+    let served = pages(paced, "/page/");
+    assert!(served.len() >= 2, "{served:?}");
+    assert_gaps_at_least(&served, Duration::from_millis(200) - JITTER);
 }
 
 /// B's load: a page through the fleet, a CONNECT intercepted with the expiring CA,
@@ -367,6 +371,7 @@ async fn load_a(a: &Proxy, paced: &TestOrigin, slow: &TestOrigin, failing: &Test
 async fn load_b(b: &Proxy, ca_cert: &std::path::Path, transparent: u16) {
     let fleet_origin = TestOrigin::start(vec![]).await;
     assert_eq!(curl(b, &fleet_origin.url("/fleet"), &[]).0, 200);
+    assert_eq!(fleet_origin.count("/fleet"), 1);
     let closed = free_port();
     let (status, head, _) = curl(
         b,
