@@ -61,11 +61,32 @@ def wait_port(port, timeout=20):
     sys.exit(f"nothing listening on {port}")
 
 
-def cpu_seconds(pid):
-    """utime + stime of the whole process (all threads), from /proc."""
+def cpu_split(pid):
+    """(utime, stime) of the whole process (all threads) in seconds, from /proc."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def cpu_seconds(pid):
+    """utime + stime of the whole process (all threads), from /proc."""
+    return sum(cpu_split(pid))
+
+
+def switches(pid):
+    """(voluntary, involuntary) context switches of all the process's threads, from /proc."""
+    counts = [0, 0]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        counts[0] += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        counts[1] += int(line.split()[1])
+        except FileNotFoundError:  # a thread that ended since the listing
+            pass
+    return tuple(counts)
 
 
 def prepare(name, packages, examples=()):

@@ -21,8 +21,10 @@ Three rounds, the order rotated each round. Per run: requests/s, p50/p99 latency
 per request of both members (and HAProxy) together (utime+stime from /proc) and Redis commands per
 request (INFO commandstats; the lease renewals included: the steady state makes no
 other). Then the ratios to local (handed, handed by HAProxy, local again), median
-[min-max] over the rounds, and the p50 each adds; and handed / handed by HAProxy, the
-relay against the named baseline round by round.
+[min-max] over the rounds, and the p50 each adds; each run's CPU split into user space
+and the kernel, with the context switches per request (a thread that slept, one that was
+preempted), and handed/local for each part; and handed / handed by HAProxy, the relay
+against the named baseline round by round.
 
 A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
 cannot give each proxy a core of its own and the load one more).
@@ -55,7 +57,7 @@ import statistics
 import subprocess
 import time
 
-from benchlib import (ms, cpu_seconds, prepare, fleet_member, free_port, nginx_binary, start_redis,
+from benchlib import (ms, cpu_split, switches, prepare, fleet_member, free_port, nginx_binary, start_redis,
                       stop, wait_port)
 
 ORIGINS = 16
@@ -68,16 +70,20 @@ def redis_commands(port):
 
 
 def wrk(args, proxy_port, lua, pids, redis_port):
-    each_before = [cpu_seconds(p) for p in pids]
+    split_before = [cpu_split(p) for p in pids]
+    switches_before = [switches(p) for p in pids]
     commands_before = redis_commands(redis_port)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", lua,
          f"http://127.0.0.1:{proxy_port}"],
         capture_output=True, text=True, check=True,
     ).stdout
-    each = [cpu_seconds(p) - b for p, b in zip(pids, each_before)]
+    split = [tuple(a - b for a, b in zip(cpu_split(p), before)) for p, before in zip(pids, split_before)]
+    switched = [tuple(a - b for a, b in zip(switches(p), before)) for p, before in zip(pids, switches_before)]
+    each = [user + system for user, system in split]
     cpu = sum(each)
     requests = int(re.search(r"(\d+) requests in", out).group(1))
+    per_request = 1 / max(requests, 1)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
@@ -86,6 +92,10 @@ def wrk(args, proxy_port, lua, pids, redis_port):
         "p99": ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
         "cpu_us": cpu / max(requests, 1) * 1e6,
         "each_us": [c / max(requests, 1) * 1e6 for c in each],
+        "user_us": sum(u for u, _ in split) * per_request * 1e6,
+        "system_us": sum(k for _, k in split) * per_request * 1e6,
+        "voluntary": sum(v for v, _ in switched) * per_request,
+        "involuntary": sum(i for _, i in switched) * per_request,
         "redis": (redis_commands(redis_port) - commands_before) / max(requests, 1),
         "non2xx": int(errors.group(1)) if errors else 0,
     }
@@ -225,6 +235,21 @@ def main():
             print(f"{kind + '/local:':<26} CPU per request {statistics.median(ratios):.2f}x "
                   f"[{min(ratios):.2f}-{max(ratios):.2f}], p50 {statistics.median(added):+.3f} ms "
                   f"[{min(added):+.3f} to {max(added):+.3f}]")
+        # Where the ratio goes: user space (what fleet_instructions.py counts), the
+        # kernel's part (system calls, and the wake-ups of members that wait on each other),
+        # and how often the processes' threads slept (voluntary) or were preempted.
+        print(f"\n{'run':<18} {'user µs/req':>12} {'kernel µs/req':>14} {'slept/req':>10} {'preempted/req':>14}")
+        for kind in order:
+            r = rows[kind]
+            print(f"{kind:<18} {statistics.median(x['user_us'] for x in r):>12.1f} "
+                  f"{statistics.median(x['system_us'] for x in r):>14.1f} "
+                  f"{statistics.median(x['voluntary'] for x in r):>10.2f} "
+                  f"{statistics.median(x['involuntary'] for x in r):>14.2f}")
+        for part in ("user_us", "system_us"):
+            ratios = [h[part] / max(l[part], 1e-9) for h, l in zip(rows["handed"], rows["local"])]
+            print(f"handed/local, {part[:-3]:<12} {statistics.median(ratios):.2f}x "
+                  f"[{min(ratios):.2f}-{max(ratios):.2f}]")
+        print()
         # The relay against the named baseline in the same rounds: the two runs differ
         # only in which process hands the request over.
         pairs = [("handed", "handed by HAProxy")]
