@@ -4,6 +4,8 @@
 //!   ends the exchange on both legs, so two unread never-ending answers cannot lock an
 //!   origin's other clients out for `pacing.max_exchange_seconds`;
 //! * a client that left is a sink for at most that long, then the same;
+//! * the same when the client stops reading at a fleet member that relays its request
+//!   to the origin's owner;
 //! * an exchange cut before the origin answered holds its turn until
 //!   `pacing.max_exchange_seconds` from its start: the origin may still be working.
 
@@ -14,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{curl, eventually, most_at_once, pages, Behaviour, Conf, Proxy, TestOrigin};
+use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
+use crate::redis_servers::Redis;
 
 /// A chunked answer that never ends, sent as fast as the connection takes it.
 fn firehose() -> Behaviour {
@@ -34,16 +38,20 @@ fn warm(origin: &TestOrigin, conf: &Conf) -> Proxy {
 /// `max_exchange_seconds`: without the unread rule an unread answer would hold its
 /// turn for a minute.
 fn two_turns() -> Conf {
-    Conf::new()
-        .set(
-            "pacing",
-            json!({"max_in_flight": 2, "max_wait_seconds": 30, "max_exchange_seconds": 60}),
-        )
-        .set(
-            "upstream",
-            json!({"read_timeout_seconds": 1, "write_timeout_seconds": 60}),
-        )
-        .set("limits.unread_timeout_seconds", 1)
+    two_turns_of(Conf::new())
+}
+
+/// `conf` with [`two_turns`]' settings.
+fn two_turns_of(conf: Conf) -> Conf {
+    conf.set(
+        "pacing",
+        json!({"max_in_flight": 2, "max_wait_seconds": 30, "max_exchange_seconds": 60}),
+    )
+    .set(
+        "upstream",
+        json!({"read_timeout_seconds": 1, "write_timeout_seconds": 60}),
+    )
+    .set("limits.unread_timeout_seconds", 1)
 }
 
 /// A request for `path` of `origin` through `proxy` on a raw connection with a small
@@ -126,6 +134,40 @@ async fn clients_that_leave_a_never_ending_answer_free_the_origin() {
         "{}",
         proxy.log()
     );
+}
+
+/// The same through a fleet: two clients that stop reading at a member that hands
+/// their requests over (the front's relay) hold the owner's two turns no longer than
+/// the unread time, whichever of the two members notices first; the origin's next
+/// client is then served, only after both never-ending answers ended at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_at_a_relaying_member_free_the_origin() {
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/forever", firehose())]).await;
+    let redis = Redis::start();
+    let proxies = instances(2, &two_turns_of(fleet_conf(&redis)));
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/warm"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    let relay = &proxies[1];
+    let unread = [
+        unread_request(relay, &origin, "/forever?1").await,
+        unread_request(relay, &origin, "/forever?2").await,
+    ];
+    assert!(
+        eventually(Duration::from_secs(5), || pages(&origin, "/forever").len()
+            == 2)
+        .await
+    );
+    next_client_is_served_after(relay, &origin).await;
+    assert!(handed_over(relay) >= 4.0, "{}", relay.log());
+    assert_eq!(
+        proxies[0].counter("robotsgate_upstream_exchange_ends_total{end=\"cut_client\"}"),
+        2.0,
+        "{}",
+        proxies[0].log()
+    );
+    drop(unread);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
