@@ -2,7 +2,9 @@
 //! IPv4-mapped literals, userinfo, and a catalogue of path encodings aimed at a disallowed
 //! prefix. Raw bytes over real sockets, so nothing is tidied up by a client library.
 
-use crate::common::{raw_exchange, raw_status, Conf, Proxy, TestOrigin};
+use crate::common::{curl, raw_exchange, raw_status, Conf, Proxy, TestOrigin};
+use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
+use crate::redis_servers::Redis;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private/\n";
 
@@ -55,45 +57,47 @@ fn the_reference_reading_is_itself_lenient() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
-    let origin = TestOrigin::robots(ROBOTS).await;
-    let proxy = Proxy::start_for_loopback(&Conf::new());
-    let catalogue = [
-        "/private/x",
-        "/%70rivate/x",
-        "/privat%65/x",
-        "/%2e%2e/private/x",
-        "/public/../private/x",
-        "/public/%2e%2e/private/x",
-        "/public/%2E%2E/private/x",
-        "/public/.%2e/private/x",
-        "/public/%2e./private/x",
-        "/./private/x",
-        "/public/./../private/x",
-        "//private/x",
-        "///private/x",
-        "/private%2Fx",
-        "/private%2fx",
-        "/%2Fprivate/x",
-        "/%2fprivate%2fx",
-        "/public%2F..%2Fprivate/x",
-        "/public/..%2Fprivate/x",
-        "/public/%2e%2e%2fprivate/x",
-        "/public/..;/private/x",
-        "/public/..;x=1/private/x",
-        "/private;jsessionid=1/x",
-        "/private;/x",
-        "/public%5C..%5Cprivate/x",
-        "/public%5c..%5cprivate%5cx",
-        "/public\\..\\private\\x",
-        "/private/x#fragment",
-        "/private/x?query=1",
-        "/private/",
-    ];
+/// Spellings of paths under the disallowed `/private/`: escapes, dot segments, doubled
+/// and escaped slashes, parameters, backslashes.
+const CATALOGUE: [&str; 30] = [
+    "/private/x",
+    "/%70rivate/x",
+    "/privat%65/x",
+    "/%2e%2e/private/x",
+    "/public/../private/x",
+    "/public/%2e%2e/private/x",
+    "/public/%2E%2E/private/x",
+    "/public/.%2e/private/x",
+    "/public/%2e./private/x",
+    "/./private/x",
+    "/public/./../private/x",
+    "//private/x",
+    "///private/x",
+    "/private%2Fx",
+    "/private%2fx",
+    "/%2Fprivate/x",
+    "/%2fprivate%2fx",
+    "/public%2F..%2Fprivate/x",
+    "/public/..%2Fprivate/x",
+    "/public/%2e%2e%2fprivate/x",
+    "/public/..;/private/x",
+    "/public/..;x=1/private/x",
+    "/private;jsessionid=1/x",
+    "/private;/x",
+    "/public%5C..%5Cprivate/x",
+    "/public%5c..%5cprivate%5cx",
+    "/public\\..\\private\\x",
+    "/private/x#fragment",
+    "/private/x?query=1",
+    "/private/",
+];
+
+/// Sends every spelling of [`CATALOGUE`] to `proxy` for `origin`, in the explicit proxy
+/// form and origin-form (as transparent egress sends it), each on its own connection;
+/// each must be refused (403 or 400). Returns each spelling's status.
+async fn every_spelling_refused(proxy: &Proxy, origin: &TestOrigin) -> Vec<(&'static str, String)> {
     let mut answers = Vec::new();
-    for path in catalogue {
-        // Explicit proxy form, then the same path origin-form as transparent egress sends it.
+    for path in CATALOGUE {
         for request in [
             format!(
                 "GET http://{}{path} HTTP/1.1\r\nConnection: close\r\n\r\n",
@@ -114,17 +118,12 @@ async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
             answers.push((path, status));
         }
     }
-    // A control: the same client, an allowed path, reaches the origin.
-    let _reply = raw_status(
-        proxy.addr,
-        format!(
-            "GET http://{}/public/x HTTP/1.1\r\nConnection: close\r\n\r\n",
-            origin.addr
-        ),
-        200,
-    )
-    .await;
+    answers
+}
 
+/// Asserts that no request `origin` received reads, as a lenient server reads it, as a
+/// path under `/private/`, and that it received exactly `expected`.
+fn nothing_private_received(origin: &TestOrigin, expected: &[&str]) {
     let seen = origin.seen();
     for request in &seen {
         let read = as_a_lenient_origin_reads(&request.target);
@@ -136,14 +135,68 @@ async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
     }
     assert_eq!(
         seen.iter().map(|s| s.target.as_str()).collect::<Vec<_>>(),
-        ["/robots.txt", "/public/x"]
+        expected
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_spelling_of_a_disallowed_path_reaches_the_origin() {
+    let origin = TestOrigin::robots(ROBOTS).await;
+    let proxy = Proxy::start_for_loopback(&Conf::new());
+    let answers = every_spelling_refused(&proxy, &origin).await;
+    // A control: the same client, an allowed path, reaches the origin.
+    let _reply = raw_status(
+        proxy.addr,
+        format!(
+            "GET http://{}/public/x HTTP/1.1\r\nConnection: close\r\n\r\n",
+            origin.addr
+        ),
+        200,
+    )
+    .await;
+    nothing_private_received(&origin, &["/robots.txt", "/public/x"]);
     let refused_403 = answers.iter().filter(|(_, s)| s == "403").count();
     println!(
         "{} spellings x 2 forms: {refused_403} answered 403 (robots.txt), {} answered 400 (malformed)",
-        catalogue.len(),
+        CATALOGUE.len(),
         answers.len() - refused_403
     );
+}
+
+/// The same catalogue sent to a fleet member that hands the origin's requests to its
+/// owner (the front's relay): refused alike, and nothing under `/private/` reaches the
+/// origin, whichever member reads the spelling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_spelling_of_a_disallowed_path_reaches_the_origin_through_a_hand_over() {
+    let origin = TestOrigin::robots(ROBOTS).await;
+    let redis = Redis::start();
+    let proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/public/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/public/learn"), &[]).0, 200);
+    let before = handed_over(&proxies[1]);
+    let answers = every_spelling_refused(&proxies[1], &origin).await;
+    // Every 403 is the owner's judgement, relayed.
+    let refused_403 = answers.iter().filter(|(_, s)| s == "403").count() as f64;
+    let judged = proxies[0].sum("robotsgate_requests_total", "decision=\"disallowed\"");
+    assert_eq!(judged, refused_403, "{}", proxies[0].log());
+    assert!(refused_403 > 0.0, "{answers:?}");
+    let _reply = raw_status(
+        proxies[1].addr,
+        format!(
+            "GET http://{}/public/x HTTP/1.1\r\nConnection: close\r\n\r\n",
+            origin.addr
+        ),
+        200,
+    )
+    .await;
+    assert!(handed_over(&proxies[1]) - before >= 1.0);
+    nothing_private_received(
+        &origin,
+        &["/robots.txt", "/public/first", "/public/learn", "/public/x"],
+    );
+    assert_eq!(answers.len(), 2 * CATALOGUE.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
