@@ -5,11 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cargo fmt --all --check
-if cargo clippy --version >/dev/null 2>&1; then
-  # The release profile throughout: clippy, `cargo doc` and the fuzz check share one
-  # checked build of the dependencies, and the tests reuse its build scripts and macros.
-  cargo clippy --release --all-targets --locked -- -D warnings
+# Lints are part of the suite, never skipped: a toolchain without clippy gets it from
+# rustup, or the run stops here saying so.
+if ! cargo clippy --version >/dev/null 2>&1; then
+  rustup component add clippy || {
+    echo "clippy is not installed and rustup could not add it (rustup component add clippy)" >&2
+    exit 1
+  }
 fi
+# The release profile throughout: clippy, `cargo doc` and the fuzz check share one
+# checked build of the dependencies, and the tests reuse its build scripts and macros.
+cargo clippy --release --all-targets --locked -- -D warnings
 # Every Python module the tests import, for the interpreters they run (names the
 # interpreter and the module when one is missing).
 python3 tests/helpers/check_python.py
