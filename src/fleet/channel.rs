@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use pingora::protocols::tls::SslDigest;
 use pingora::utils::tls::{CertKey, WrappedX509};
 use serde::{Deserialize, Serialize};
 
@@ -209,6 +210,25 @@ pub fn member_named(der: &[u8]) -> Option<String> {
     member_name_valid(name).then(|| name.to_string())
 }
 
+/// Whether a connection opened to an owner was answered by that owner: the
+/// certificate it presented (`answered`, as the handshake checked it against the fleet
+/// CA) names the member of `owner` (an instance id). Any other key from the fleet CA —
+/// a member that left, or one stolen and used between the two — is sent nothing: removing
+/// a member revokes its key as an owner too. Counted, and logged without the
+/// certificate's contents beyond the member it names.
+pub fn answered_by(owner: &str, answered: Option<&SslDigest>) -> bool {
+    let named = answered.and_then(|d| d.organization.as_deref());
+    if named == Some(member_of(owner)) {
+        return true;
+    }
+    crate::telemetry::metrics::record_impostor();
+    log::warn!(
+        "fleet: the peer address of owner {owner} answered with a certificate naming {}: nothing sent, the owner looked up again",
+        named.unwrap_or("no member")
+    );
+    false
+}
+
 /// The member name an instance id starts with (`NAME/start.pid`): the name its
 /// certificate gives it.
 pub fn member_of(instance: &str) -> &str {
@@ -318,6 +338,17 @@ mod tests {
         let full = br#"{"c":"10.0.0.7","u":null,"t":null,"d":null,"h2":false}"#;
         let full = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(full);
         assert_eq!(PeerContext::decode(full.as_bytes()), Some(client_only));
+    }
+
+    #[test]
+    fn an_owner_is_answered_only_by_a_certificate_naming_its_member() {
+        let naming =
+            |org: Option<&str>| SslDigest::new("", "", org.map(str::to_string), None, Vec::new());
+        assert!(answered_by("a/1.2", Some(&naming(Some("a")))));
+        for other in [Some("b"), Some("a/1.2"), Some("a."), Some(""), None] {
+            assert!(!answered_by("a/1.2", Some(&naming(other))), "{other:?}");
+        }
+        assert!(!answered_by("a/1.2", None), "no certificate");
     }
 
     #[test]

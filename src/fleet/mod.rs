@@ -49,7 +49,7 @@ use std::time::Duration;
 
 pub use backend::{Fleet, FleetEvent, Unavailable};
 pub use budgets::FleetTally;
-pub use channel::{owner_gave_up, PeerContext, PeerTls, Reroutes, PEER_HEADER};
+pub use channel::{answered_by, owner_gave_up, PeerContext, PeerTls, Reroutes, PEER_HEADER};
 pub use membership::{Member, MemberState, Membership};
 pub use ownership::{Inherited, Owner, Route};
 pub use robots::{FetchLock, SharedRobots, ROBOTS_KEEP};

@@ -142,7 +142,8 @@ impl HandOver {
         asked
     }
 
-    /// [`HandOver::exchange_head`] on a new connection to `owner`'s peer channel.
+    /// [`HandOver::exchange_head`] on a new connection to `owner`'s peer channel, when
+    /// `owner` answers it ([`crate::fleet::answered_by`]).
     async fn ask_anew(&self, owner: &Owner, sent: Box<RequestHeader>) -> Option<Asked> {
         let peer = self.enforcer.owners()?.peer(owner)?;
         let connect = self.connector.new_stream(&peer);
@@ -150,6 +151,9 @@ impl HandOver {
             .await
             .ok()?
             .ok()?;
+        if !crate::fleet::answered_by(&owner.member, stream.get_ssl_digest().as_deref()) {
+            return None;
+        }
         self.exchange_head(stream, sent).await
     }
 

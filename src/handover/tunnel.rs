@@ -78,6 +78,10 @@ impl HandOver {
         let Ok(Ok(mut upstream)) = connected else {
             return Err(unreachable());
         };
+        if !crate::fleet::answered_by(&owner.member, upstream.get_ssl_digest().as_deref()) {
+            enforcer.forget_owner(owner);
+            return Err(unreachable());
+        }
         let head = connect_head(origin, &context).ok_or_else(unreachable)?;
         if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
             return Err(unreachable());

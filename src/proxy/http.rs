@@ -213,16 +213,22 @@ impl ProxyHttp for RobotsGateProxy {
         e
     }
 
+    /// A connection to an owner carries the request only when that owner answered it
+    /// (`handover::not_the_owner`).
     async fn connected_to_upstream(
         &self,
         _session: &mut Session,
         _reused: bool,
         _peer: &HttpPeer,
         fd: RawFd,
-        _digest: Option<&Digest>,
+        digest: Option<&Digest>,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_fd = Some(fd);
+        if let Stage::HandedOver { .. } = ctx.stage {
+            let answered = digest.and_then(|d| d.ssl_digest.as_deref());
+            return super::handover::not_the_owner(&self.enforcer, &mut ctx.stage, answered);
+        }
         Ok(())
     }
 

@@ -253,9 +253,21 @@ pub(crate) struct HttpsFleet {
 
 impl HttpsFleet {
     pub(crate) async fn start(extra: &Conf) -> HttpsFleet {
+        HttpsFleet::start_routed(extra, &Conf::new(), |_| {}).await
+    }
+
+    /// As [`HttpsFleet::start`], the first member with `first` added to its settings
+    /// and handed to `started` before the fleet is waited for (a test routing its peer
+    /// address, say).
+    pub(crate) async fn start_routed(
+        extra: &Conf,
+        first: &Conf,
+        started: impl FnOnce(&Proxy),
+    ) -> HttpsFleet {
         let redis = Redis::start();
         let conf = fleet_conf(&redis).with(extra);
-        let setup = crate::https::Setup::start(&conf).await;
+        let setup = crate::https::Setup::start(&conf.clone().with(first)).await;
+        started(&setup.proxy);
         let second = setup.another(&conf);
         crate::fleet_fixture::members_up(&[&setup.proxy, &second]).await;
         HttpsFleet {

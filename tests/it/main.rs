@@ -19,6 +19,7 @@ mod fleet_faults;
 mod fleet_fixture;
 mod fleet_follow;
 mod fleet_handover;
+mod fleet_impostor;
 mod fleet_peers;
 mod fleet_relay;
 mod fleet_routing;

@@ -4,8 +4,8 @@ use std::sync::LazyLock;
 
 use super::DownCause;
 use prometheus::{
-    register_histogram_vec, register_int_counter_vec, register_int_gauge, HistogramVec,
-    IntCounterVec, IntGauge,
+    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 /// 1 while the fleet backend (Redis) answers, 0 while it does not (fleet mode only).
@@ -108,10 +108,26 @@ pub fn record_ownership(how: &'static str) {
     FLEET_OWNERSHIP.with_label_values(&[how]).inc();
 }
 
+/// `robotsgate_fleet_impostors_total`: connections to an owner's peer address that
+/// another certificate answered.
+static FLEET_IMPOSTORS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "robotsgate_fleet_impostors_total",
+        "Connections this instance opened to an owner's peer address that a certificate from the fleet CA naming another member answered (a member that left, or a fleet key used between the two): closed before anything was sent on them, the owner looked up again."
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one connection to an owner answered by another member's certificate.
+pub fn record_impostor() {
+    FLEET_IMPOSTORS.inc();
+}
+
 /// Registers the fleet metrics whose labels are known, at zero (see [`super::init`]):
 /// called when the fleet backend starts.
 pub fn init_fleet() {
     LazyLock::force(&FLEET_MEMBERS);
+    LazyLock::force(&FLEET_IMPOSTORS);
     LazyLock::force(&FLEET_OWNED);
     LazyLock::force(&FLEET_LEASE_VALID);
     for how in OWNERSHIP_CHANGES {
