@@ -350,7 +350,10 @@ async fn an_origin_is_not_released_while_its_crawl_delay_runs() {
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     let origin = paced_origin("2").await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    // Once, in a full run of 2026-11-28, this first request was answered 404 (not
+    // reproduced since): the answer and the member's log are kept for the next time.
+    let (status, head, body) = curl(&proxies[0], &origin.url("/p/first"), &[]);
+    assert_eq!(status, 200, "{head}\n{body}\n{}", proxies[0].log());
     let ended = std::time::Instant::now();
     // Past the idle time (and several sweeps), the delay still runs: still owned.
     while ended.elapsed() < Duration::from_millis(1200) {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::common::{curl, eventually, free_port, Conf, TestOrigin};
+use crate::common::{curl, eventually, free_port, listens_on, Conf, TestOrigin};
 use crate::fleet_fixture::{backend_up, certs, fleet_conf, owner_index, HttpsFleet};
 use crate::redis_servers::Redis;
 
@@ -87,32 +87,41 @@ struct Impostor {
 }
 
 impl Impostor {
-    /// Started and listening.
+    /// Started and listening (on another port when the one picked was taken before
+    /// s_server bound it).
     async fn start() -> Impostor {
-        let output = tempfile::NamedTempFile::new().expect("output file");
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let child = Command::new("openssl")
-            .args(["s_server", "-accept", &addr.to_string(), "-quiet"])
-            .args(["-alpn", "http/1.1", "-cert"])
-            .arg(certs().file("member.pem"))
-            .arg("-key")
-            .arg(certs().file("member.key"))
-            // Its standard input held open: at its end, s_server stops.
-            .stdin(Stdio::piped())
-            .stdout(output.reopen().expect("output"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("openssl s_server");
-        let listening = eventually(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(addr).is_ok()
-        })
-        .await;
-        assert!(listening, "s_server never listened on {addr}");
-        Impostor {
-            child,
-            addr,
-            output,
+        for _attempt in 0..5 {
+            let output = tempfile::NamedTempFile::new().expect("output file");
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let mut child = Command::new("openssl")
+                .args(["s_server", "-accept", &addr.to_string(), "-quiet"])
+                .args(["-alpn", "http/1.1", "-cert"])
+                .arg(certs().file("member.pem"))
+                .arg("-key")
+                .arg(certs().file("member.key"))
+                // Its standard input held open: at its end, s_server stops.
+                .stdin(Stdio::piped())
+                .stdout(output.reopen().expect("output"))
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("openssl s_server");
+            let pid = child.id();
+            // Listening itself: a port picked free may be another test's by now.
+            let up = eventually(Duration::from_secs(10), || {
+                listens_on(pid, addr.port()) || matches!(child.try_wait(), Ok(Some(_)))
+            })
+            .await;
+            if up && listens_on(pid, addr.port()) {
+                return Impostor {
+                    child,
+                    addr,
+                    output,
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        panic!("s_server never listened");
     }
 
     /// Every octet it received.
