@@ -81,7 +81,6 @@ def wrk(args, proxy_port, lua, pids, redis_port):
     split = [tuple(a - b for a, b in zip(cpu_split(p), before)) for p, before in zip(pids, split_before)]
     switched = [tuple(a - b for a, b in zip(switches(p), before)) for p, before in zip(pids, switches_before)]
     each = [user + system for user, system in split]
-    cpu = sum(each)
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     per_request = 1 / max(requests, 1)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -90,13 +89,13 @@ def wrk(args, proxy_port, lua, pids, redis_port):
         # The latency distribution's lines ("     50%  880.00us"), not a "+/- Stdev" column.
         "p50": ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
         "p99": ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
-        "cpu_us": cpu / max(requests, 1) * 1e6,
-        "each_us": [c / max(requests, 1) * 1e6 for c in each],
+        "cpu_us": sum(each) * per_request * 1e6,
+        "each_us": [c * per_request * 1e6 for c in each],
         "user_us": sum(u for u, _ in split) * per_request * 1e6,
         "system_us": sum(k for _, k in split) * per_request * 1e6,
         "voluntary": sum(v for v, _ in switched) * per_request,
         "involuntary": sum(i for _, i in switched) * per_request,
-        "redis": (redis_commands(redis_port) - commands_before) / max(requests, 1),
+        "redis": (redis_commands(redis_port) - commands_before) * per_request,
         "non2xx": int(errors.group(1)) if errors else 0,
     }
 

@@ -126,11 +126,8 @@ impl PeerDoor {
             }
         };
         let stream: Stream = Box::new(tls);
-        let named = stream
-            .get_ssl_digest()
-            .and_then(|d| d.organization.clone())
-            .filter(|name| crate::fleet::channel::member_name_valid(name));
-        match named {
+        let digest = stream.get_ssl_digest();
+        match crate::fleet::channel::member_in(digest.as_deref()).map(str::to_string) {
             Some(name) => Some((stream, name)),
             None => {
                 let why = "its certificate names no member (robotsgate fleet-cert --member)";

@@ -170,10 +170,9 @@ impl PeerTls {
             Ok(Err(e)) => return Err(format!("no member's peer channel answers at {addr}: {e}")),
             Err(_) => return Err(format!("nothing answered at {addr} in {within:?}")),
         };
-        stream
-            .get_ssl_digest()
-            .and_then(|d| d.organization.clone())
-            .filter(|name| member_name_valid(name))
+        let digest = stream.get_ssl_digest();
+        member_in(digest.as_deref())
+            .map(str::to_string)
             .ok_or_else(|| format!("the certificate served at {addr} names no member"))
     }
 
@@ -210,6 +209,14 @@ pub fn member_named(der: &[u8]) -> Option<String> {
     member_name_valid(name).then(|| name.to_string())
 }
 
+/// The member a connection's certificate names (`digest`, what its handshake checked
+/// against the fleet CA): its subject's organization, when that is a valid member name.
+pub fn member_in(digest: Option<&SslDigest>) -> Option<&str> {
+    digest
+        .and_then(|d| d.organization.as_deref())
+        .filter(|name| member_name_valid(name))
+}
+
 /// Whether a connection opened to an owner was answered by that owner: the
 /// certificate it presented (`answered`, as the handshake checked it against the fleet
 /// CA) names the member of `owner` (an instance id). Any other key from the fleet CA —
@@ -217,7 +224,7 @@ pub fn member_named(der: &[u8]) -> Option<String> {
 /// a member revokes its key as an owner too. Counted, and logged without the
 /// certificate's contents beyond the member it names.
 pub fn answered_by(owner: &str, answered: Option<&SslDigest>) -> bool {
-    let named = answered.and_then(|d| d.organization.as_deref());
+    let named = member_in(answered);
     if named == Some(member_of(owner)) {
         return true;
     }

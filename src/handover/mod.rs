@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use pingora::connectors::TransportConnector;
 
-pub use owner::{gave_up, mark_for_owner, never_received, peer_header, GAVE_UP};
+pub use owner::{gave_up, mark_for_owner, never_received, peer_header, GAVE_UP, NOT_THE_OWNER};
 pub use relay::{relayable, Asked, Candidate, Relayable};
 pub use tunnel::Tunnelled;
 

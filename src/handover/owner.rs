@@ -29,6 +29,12 @@ pub fn peer_header(context: &PeerContext) -> Result<HeaderValue> {
         .or_err(InvalidHTTPHeader, "the peer context as a header value")
 }
 
+/// The error a connection to an owner answered by another member's certificate is
+/// ([`crate::fleet::answered_by`]): nothing was sent on it, so the owner never received
+/// the request ([`never_received`]).
+pub const NOT_THE_OWNER: &str =
+    "the owner's peer address answered with another member's certificate";
+
 /// The error an owner's giving up is, for Pingora to send the request again (routed
 /// once more, see `RobotsGateProxy::route_again`).
 pub const GAVE_UP: &str = "owner gave the key up";
@@ -41,9 +47,10 @@ pub fn gave_up(answer: &ResponseHeader) -> bool {
     crate::fleet::owner_gave_up(answer.status.as_u16(), decision.map(|v| v.as_bytes()))
 }
 
-/// Whether `e` (as Pingora gave it) says the owner never worked on the request: its head
-/// could not be written, or the owner closed or reset the connection before answering a
-/// single octet ([`closed_unanswered`]). An owner that stops closes its connections, so
+/// Whether `e` (as Pingora gave it) says the owner never worked on the request: its
+/// connection was answered by another member ([`NOT_THE_OWNER`]), its head could not be
+/// written, or the owner closed or reset the connection before answering a single octet
+/// ([`closed_unanswered`]). An owner that stops closes its connections, so
 /// a request sent on one meets one of these. (One that died mid-exchange resets it too;
 /// its keys cannot be taken over before its exchanges must be over, so routed again such
 /// a request finds it gone and is answered 503.)
@@ -54,7 +61,8 @@ pub fn never_received(e: &Error) -> bool {
             context,
             "while writing request headers" | "flushing request header"
         );
-    head_unwritten || closed_unanswered(e)
+    let not_the_owner = e.etype() == &ErrorType::Custom(NOT_THE_OWNER);
+    not_the_owner || head_unwritten || closed_unanswered(e)
 }
 
 /// Whether `e` is the owner closing a connection before answering a single octet: over
@@ -108,5 +116,8 @@ mod tests {
             let e = error(etype, context, kind);
             assert_eq!(never_received(&e), never, "{context} ({kind:?})");
         }
+        // Answered by another member: closed before anything was sent.
+        let impostor = Error::explain(ErrorType::Custom(NOT_THE_OWNER), "nothing sent on it");
+        assert!(never_received(&impostor));
     }
 }

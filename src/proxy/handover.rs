@@ -39,39 +39,6 @@ pub(super) fn owner_peer(
     Ok(Box::new(peer))
 }
 
-/// `Err` when a connection to the owner of a request handed over (`stage`) was answered
-/// by another certificate than its member's ([`crate::fleet::answered_by`]): nothing is
-/// sent on it, Pingora closes it, the owner is forgotten and the request routed once more
-/// as when an owner gives its key up (answered here when it was routed as often as
-/// allowed already).
-pub(super) fn not_the_owner(
-    enforcer: &Enforcer,
-    stage: &mut Stage,
-    answered: Option<&pingora::protocols::tls::SslDigest>,
-) -> Result<()> {
-    let Stage::HandedOver {
-        owner,
-        gave_up,
-        reroutes,
-        ..
-    } = stage
-    else {
-        return Ok(());
-    };
-    if crate::fleet::answered_by(&owner.member, answered) {
-        return Ok(());
-    }
-    enforcer.forget_owner(owner);
-    let mut e = Error::explain(
-        ErrorType::ConnectError,
-        "the owner's peer address answered with another member's certificate",
-    );
-    // Routed once more (`upstream_peer`), or not sent at all.
-    *gave_up = reroutes.allowed();
-    e.set_retry(*gave_up);
-    Err(e)
-}
-
 /// The request as it goes to the owner: as the client sent it (its request target and
 /// headers; the owner strips what never goes to an origin), its proxy credentials
 /// removed, and this instance's context for it (`client`: its client's address).

@@ -213,21 +213,25 @@ impl ProxyHttp for RobotsGateProxy {
         e
     }
 
-    /// A connection to an owner carries the request only when that owner answered it
-    /// (`handover::not_the_owner`).
+    /// A new connection to an owner carries the request only when that owner answered
+    /// it (`fleet::answered_by`; a reused one was checked when it was made); otherwise
+    /// the owner never received it, and it is routed once more (`handover::retry`).
     async fn connected_to_upstream(
         &self,
         _session: &mut Session,
-        _reused: bool,
+        reused: bool,
         _peer: &HttpPeer,
         fd: RawFd,
         digest: Option<&Digest>,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_fd = Some(fd);
-        if let Stage::HandedOver { .. } = ctx.stage {
+        if let (false, Stage::HandedOver { owner, .. }) = (reused, &ctx.stage) {
             let answered = digest.and_then(|d| d.ssl_digest.as_deref());
-            return super::handover::not_the_owner(&self.enforcer, &mut ctx.stage, answered);
+            if !crate::fleet::answered_by(&owner.member, answered) {
+                let not_the_owner = ErrorType::Custom(crate::handover::NOT_THE_OWNER);
+                return Error::e_explain(not_the_owner, "nothing sent on it");
+            }
         }
         Ok(())
     }

@@ -16,7 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{curl, eventually, most_at_once, pages, Behaviour, Conf, Proxy, TestOrigin};
-use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
+use crate::fleet_fixture::{
+    backend_up, first_owns_second_learns, fleet_conf, handed_over, instances,
+};
 use crate::redis_servers::Redis;
 
 /// A chunked answer that never ends, sent as fast as the connection takes it.
@@ -146,9 +148,7 @@ async fn clients_that_stop_reading_at_a_relaying_member_free_the_origin() {
     let redis = Redis::start();
     let proxies = instances(2, &two_turns_of(fleet_conf(&redis)));
     backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/warm"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    first_owns_second_learns(&proxies, &origin);
     let relay = &proxies[1];
     let unread = [
         unread_request(relay, &origin, "/forever?1").await,

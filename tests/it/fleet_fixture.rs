@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use serde_json::json;
 
-use crate::common::{admin, eventually, free_port, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{admin, curl, eventually, free_port, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
 /// The fleet CA every test member trusts, and a certificate from it naming no member.
@@ -122,6 +122,15 @@ pub(crate) fn owner_index(proxies: &[Proxy], origin: &TestOrigin) -> Option<usiz
     proxies
         .iter()
         .position(|p| owner_seen_by(p, origin).as_deref() == Some("here"))
+}
+
+/// `origin` met first through `proxies[0]`, which so owns it (`/first`), then through
+/// `proxies[1]`, which learns its owner and hands that request over (`/learn`): the
+/// second member's next requests for it go to the owner on the front's relay.
+pub(crate) fn first_owns_second_learns(proxies: &[Proxy], origin: &TestOrigin) {
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(proxies, origin), Some(0));
+    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
 }
 
 /// Percent-encodes an origin for an admin path.

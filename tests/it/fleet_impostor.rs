@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::common::{curl, eventually, free_port, listens_on, Conf, TestOrigin};
-use crate::fleet_fixture::{backend_up, certs, fleet_conf, owner_index, HttpsFleet};
+use crate::common::{curl, eventually, free_port, listens_on, Conf, Proxy, TestOrigin};
+use crate::fleet_fixture::{backend_up, certs, first_owns_second_learns, fleet_conf, HttpsFleet};
 use crate::redis_servers::Redis;
 
 /// The network between the members: each connection to it is piped to its current
@@ -147,17 +147,15 @@ async fn an_owners_address_answered_by_another_fleet_key_is_sent_nothing() {
     let origin = TestOrigin::robots("User-agent: *\n").await;
     let network = Forwarder::start().await;
     let conf = fleet_conf(&redis);
-    let owner = crate::common::Proxy::start_for_loopback(
+    let owner = Proxy::start_for_loopback(
         &conf
             .clone()
             .set("fleet.peer_address", network.addr.to_string()),
     );
     network.switch(owner.peer.expect("a fleet member"));
-    let proxies = [owner, crate::common::Proxy::start_for_loopback(&conf)];
+    let proxies = [owner, Proxy::start_for_loopback(&conf)];
     backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    first_owns_second_learns(&proxies, &origin);
     assert_eq!(origin.count("/learn"), 1, "handed over through the network");
 
     let impostor = Impostor::start().await;

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use crate::common::{curl, eventually, passwd_line, raw_status, Behaviour, Proxy, TestOrigin};
-use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, owner_index};
+use crate::fleet_fixture::{
+    backend_up, first_owns_second_learns, fleet_conf, handed_over, instances, owner_index,
+};
 use crate::redis_servers::Redis;
 
 /// What a client got: status, the headers robotsgate and the origin set that must
@@ -82,10 +84,7 @@ async fn relayed_answers_keep_their_framing() {
     let redis = Redis::start();
     let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
-    // The first member meets the origin first and owns it; the second learns that.
-    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    first_owns_second_learns(&proxies, &origin);
 
     let (owner, relay) = (proxies[0].client(), proxies[1].client());
     let paths = [
@@ -153,9 +152,7 @@ async fn a_hostile_answers_framing_never_reaches_another_client() {
     let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     for origin in [&hostile, &victim] {
-        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-        assert_eq!(owner_index(&proxies, origin), Some(0));
-        assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+        first_owns_second_learns(&proxies, origin);
     }
     let (attacker, bystander) = (proxies[1].client(), proxies[1].client());
     for round in 0..5 {
@@ -191,9 +188,7 @@ async fn heads_with_bare_lf_and_repeated_lengths_are_relayed_as_served() {
     let redis = Redis::start();
     let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    first_owns_second_learns(&proxies, &origin);
     let before = handed_over(&proxies[1]);
 
     let (_, _, body) = fetch(
@@ -240,9 +235,7 @@ async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_onc
     let relay = Proxy::start_with_env(&fleet_conf(&redis), &loopback, &log);
     let proxies = [owner, relay];
     backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(curl(&proxies[1], &origin.url("/learn"), &[]).0, 200);
+    first_owns_second_learns(&proxies, &origin);
     let before = handed_over(&proxies[1]);
     for round in 0..3 {
         let path = format!("/kept-{round}");
