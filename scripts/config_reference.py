@@ -180,6 +180,68 @@ def entries(found, default_values, struct, path, out, sources=None, item=False):
             out.append(("key", key, rust_type, field_doc, default))
 
 
+# Pingora's own keys (the file's top level), written by hand: Pingora's ServerConf.
+PINGORA = """## Pingora's server settings (the file's top level)
+
+The keys at the file's top level are Pingora's `ServerConf`, read by Pingora itself;
+every one the shipped configurations set is here (a test, `docs.rs`, checks that). The
+rest: [Pingora's configuration guide](https://github.com/cloudflare/pingora/blob/main/docs/user_guide/conf.md).
+
+### `version`
+
+Type: integer; required: `1`.
+
+The configuration file's format version.
+
+### `threads`
+
+Type: integer; default: `1`.
+
+Worker threads of each service (the proxy, the admin listener, ...). One per core.
+
+### `pid_file`
+
+Type: path; default: `/tmp/pingora.pid`.
+
+Where the process writes its PID (a daemon; `systemctl reload` reads it).
+
+### `upgrade_sock`
+
+Type: path; default: `/tmp/pingora_upgrade.sock`.
+
+The socket a graceful upgrade hands the listening sockets over: each instance on a
+host needs its own.
+
+### `error_log`
+
+Type: path or `null`; default: `null`.
+
+Pingora's own error log; `null` logs to standard error (the journal, under systemd).
+
+### `grace_period_seconds`
+
+Type: integer (seconds); default: `300`.
+
+On a stop or a graceful upgrade, how long the old process goes on serving the requests
+it has (its `/readyz` answering 503, no keep-alive) before it shuts its runtimes down.
+
+### `graceful_shutdown_timeout_seconds`
+
+Type: integer (seconds); default: `5`.
+
+Then, how long the runtimes are given to finish before the process exits.
+
+### `upstream_keepalive_pool_size`
+
+Type: integer; default: `128`.
+
+Idle connections to origins kept for reuse, per worker thread: the pool holds at most
+this many times `threads`. The shipped files set 1024: a crawler fleet talks to many
+origins, and a connection kept saves a TCP (and TLS) handshake per request.
+
+"""
+
+
 def main():
     sources = read_sources()
     found = structs(sources)
@@ -197,10 +259,8 @@ def main():
         "Check a file before you use it: `robotsgate check-config --config FILE` names the",
         "key and the line of each error. Durations are in seconds (decimals allowed),",
         "networks in CIDR notation (`10.0.0.0/8`; a bare address is one host).",
-        "The keys at the file's top level (`version`, `threads`, `pid_file`,",
-        "`upgrade_sock`, `grace_period_seconds`, `graceful_shutdown_timeout_seconds`) are",
-        "Pingora's server settings: see [Pingora's configuration guide]"
-        "(https://github.com/cloudflare/pingora/blob/main/docs/user_guide/conf.md).",
+        "The keys at the file's top level are Pingora's server settings: see",
+        "[below](#pingoras-server-settings-the-files-top-level).",
         "",
         "A full example with comments: [`conf/robotsgate.yaml`](../conf/robotsgate.yaml);",
         "a fleet member's: [`conf/fleet.yaml`](../conf/fleet.yaml).",
@@ -217,6 +277,7 @@ def main():
         lines += ["; ".join(facts) + ".", ""]
         if doc:
             lines += [doc, ""]
+    lines += [PINGORA]
     with open(OUT, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     print(f"wrote {OUT}: {sum(1 for e in out if e[0] == 'key')} keys", file=sys.stderr)

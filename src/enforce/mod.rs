@@ -153,8 +153,12 @@ impl Enforcer {
         };
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         if let Some(owners) = owners.clone() {
-            // A robots.txt fetch goes to the origin only from the key's owner.
-            store.act_only_when(Box::new(move |entry| owners.owns(entry.pacing_key())));
+            // A robots.txt fetch goes to the origin only from the member acting for the
+            // key: its claim confirmed, past any fence and not-before, its lease valid.
+            store.act_only_when(Box::new(move |entry| {
+                let (owners, key) = (owners.clone(), entry.pacing_key().to_string());
+                Box::pin(async move { owners.acts_for_confirmed(&key).await })
+            }));
         }
         Ok(Enforcer {
             store,
@@ -495,10 +499,15 @@ impl Enforcer {
             },
             None => self.pacer.pace(request).await,
         };
+        // Its turn came, but this instance may no longer act for the origin (its lease
+        // lapsed by its own clock meanwhile, or it let the origin go); a provisional
+        // claim whose wait is over is confirmed first.
+        let acting = match (&paced, &fleet) {
+            (Ok(_), Some((owners, key))) => owners.acts_for_confirmed(key).await,
+            _ => true,
+        };
         match paced {
-            // Its turn came, but this instance may no longer act for the origin (its
-            // lease lapsed by its own clock meanwhile, or it let the origin go).
-            Ok(turns) if fleet.as_ref().is_some_and(|(o, key)| !o.acts_for(key)) => {
+            Ok(turns) if !acting => {
                 turns.forgo();
                 Err(gave_up())
             }

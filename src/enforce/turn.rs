@@ -12,6 +12,10 @@ use crate::fleet::Owners;
 use crate::origin::store::OriginEntry;
 use crate::pacing::Turns;
 
+/// Added to the hold after a cut of an answer under way: the way back of the origin's
+/// write after the close, and its scheduling (see [`Turn::hold_after_cut`]).
+pub const CUT_SETTLE: Duration = Duration::from_secs(1);
+
 /// Why a request got no turn from [`Enforcer::pace`](super::Enforcer::pace), with the
 /// answer to send instead.
 pub enum Unpaced {
@@ -56,6 +60,10 @@ pub struct Turn {
     linger: Duration,
     /// The origin's answer (its final response head) arrived.
     answered: bool,
+    /// When the origin's last octets arrived (its head, then each part of its body).
+    last_octets: Option<Instant>,
+    /// The longest the origin was silent between two writes of its answer: its pace.
+    longest_gap: Duration,
     /// Fleet mode: where a pause or backoff the origin asks for is recorded, under
     /// which pacing key (a next owner starts from it).
     recorder: Option<(Arc<Owners>, Arc<str>)>,
@@ -118,6 +126,8 @@ impl Turn {
             deadline: Instant::now() + bounds.max_exchange,
             linger: bounds.linger,
             answered: false,
+            last_octets: None,
+            longest_gap: Duration::ZERO,
             recorder: None,
         }
     }
@@ -126,6 +136,25 @@ impl Turn {
     pub(super) fn recorded_by(mut self, recorder: Option<(Arc<Owners>, Arc<str>)>) -> Turn {
         self.recorder = recorder;
         self
+    }
+
+    /// Fleet mode: does this instance still act for the turn's key? Asked again right
+    /// before the request head is written: a process stopped between its turn and its
+    /// request (a SIGSTOP, a paused VM, a slow connect) must not send it once its lease
+    /// lapsed by its own clock, or the key moved. Alone: always.
+    pub fn still_acting(&self) -> bool {
+        self.recorder
+            .as_ref()
+            .is_none_or(|(owners, key)| owners.acts_for(key))
+    }
+
+    /// Gives the turn back unused: nothing was sent with it, so the schedules' last end
+    /// stays the last exchange's and nothing is held on.
+    pub fn forgo(mut self) {
+        if let Some(turns) = self.turns.take() {
+            turns.forgo();
+            self.entry.schedules().forget_idle();
+        }
     }
 
     /// When the exchange must have ended: a response still running then is cut.
@@ -148,10 +177,20 @@ impl Turn {
         unread: impl FnOnce() -> Duration,
     ) {
         self.answered = true;
+        self.last_octets = Some(Instant::now());
         if let Some(turns) = &self.turns {
             turns.origin_answered_read_late(status, retry_after, unread);
             self.record(turns, status);
         }
+    }
+
+    /// More of the origin's answer arrived at `now`: the exchange's pace, which bounds
+    /// how long the origin may go on after a cut ([`Turn::hold_after_cut`]).
+    pub fn origin_wrote(&mut self, now: Instant) {
+        if let Some(last) = self.last_octets {
+            self.longest_gap = self.longest_gap.max(now.saturating_duration_since(last));
+        }
+        self.last_octets = Some(now);
     }
 
     /// Fleet mode: a 429 or a 5xx starts (or lengthens) a pause or backoff: written now,
@@ -173,18 +212,28 @@ impl Turn {
     }
 
     /// How long the turns are still held after robotsgate cut the exchange now: the
-    /// origin may still be working on the request. Once it answered, it stops at its
-    /// next write to the closed connection: a read timeout more
+    /// origin may still be working on the request.
+    ///
+    /// Once it answered, it is writing, and learns of the close from its writes: the
+    /// first after the close draws a reset, the second fails. Its writes come as far
+    /// apart as the exchange showed (the longest silence between its octets, or since
+    /// the last ones if longer), so it has stopped two of those after the close; held
+    /// that long plus [`CUT_SETTLE`], and never longer than a read timeout
     /// ([`ExchangeBounds::linger`]), as long as robotsgate would have waited for its
     /// next octets. Before it answered, nothing tells when it stops: until the exchange
     /// could no longer be running there, `pacing.max_exchange_seconds` from the turn
     /// (at least the linger).
     pub fn hold_after_cut(&self) -> Duration {
+        let now = Instant::now();
         if self.answered {
-            return self.linger;
+            let silent = self
+                .last_octets
+                .map_or(Duration::ZERO, |last| now.saturating_duration_since(last));
+            let pace = self.longest_gap.max(silent);
+            return self.linger.min(pace.saturating_mul(2) + CUT_SETTLE);
         }
         self.linger
-            .max(self.deadline.saturating_duration_since(Instant::now()))
+            .max(self.deadline.saturating_duration_since(now))
     }
 
     /// The exchange ended so: the turns end now, or after [`Turn::hold_after_cut`]

@@ -122,10 +122,14 @@ pub struct Fleet {
     beating: AtomicBool,
     /// Tickets handed out so far.
     tickets: AtomicU64,
-    /// Redis' clock minus this process's (ms since `epoch`), from the last answer.
+    /// Redis' clock minus this process's ([`Fleet::local_ms`]), at least: from the last
+    /// answer, as if Redis read its clock when the answer arrived.
     clock_offset_ms: AtomicI64,
-    /// This process's origin for `clock_offset_ms`.
-    epoch: Instant,
+    /// Redis' clock minus this process's, at most: as if Redis read its clock when the
+    /// call was sent.
+    clock_offset_high_ms: AtomicI64,
+    /// This process's clock: counts a suspend ([`Clock`]).
+    clock: Clock,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Where the other instances' news go.
@@ -180,7 +184,8 @@ impl Fleet {
             ),
             tickets: AtomicU64::new(0),
             clock_offset_ms: AtomicI64::new(i64::MIN),
-            epoch: Instant::now(),
+            clock_offset_high_ms: AtomicI64::new(i64::MIN),
+            clock: Clock::new(),
             robots_waiters: Mutex::default(),
             events,
             received: Mutex::new(Some(received)),
@@ -272,38 +277,61 @@ impl Fleet {
         }
     }
 
-    /// This process's clock in milliseconds, relative to the backend's (for lease arithmetic).
+    /// This process's clock in milliseconds since the backend was made, counting a
+    /// suspend (for lease arithmetic: [`Clock`]).
     pub(crate) fn local_ms(&self) -> i64 {
-        ms(self.epoch.elapsed())
+        self.clock.ms()
     }
 
-    /// `local` (this process's milliseconds, see [`Fleet::local_ms`]) as an instant.
+    /// `local` (this process's milliseconds, see [`Fleet::local_ms`]) as an instant of
+    /// the runtime's clock, counted from now (the two clocks differ by any suspend; a
+    /// time before the backend was made is that moment, later and so on the safe side).
     pub(crate) fn local_instant(&self, local: i64) -> Instant {
-        self.epoch + Duration::from_millis(u64::try_from(local).unwrap_or(0))
+        let (now, now_ms) = (Instant::now(), self.local_ms());
+        let local = local.max(0);
+        if local >= now_ms {
+            now + Duration::from_millis((local - now_ms).unsigned_abs())
+        } else {
+            let back = Duration::from_millis((now_ms - local).unsigned_abs());
+            now.checked_sub(back).unwrap_or(now)
+        }
     }
 
-    /// Learns Redis' clock from an answer carrying its `TIME` (ms), received now. The
-    /// estimate errs early by the answer's way back, which only makes fences earlier.
-    pub(crate) fn saw_redis_time(&self, redis_now_ms: i64) {
+    /// `instant` of the runtime's clock in this process's milliseconds (as
+    /// [`Fleet::local_instant`], the other way).
+    fn local_of(&self, instant: Instant) -> i64 {
+        let (now, now_ms) = (Instant::now(), self.local_ms());
+        match instant.checked_duration_since(now) {
+            Some(ahead) => now_ms + ms(ahead),
+            None => now_ms - ms(now.saturating_duration_since(instant)),
+        }
+    }
+
+    /// Learns Redis' clock from an answer carrying its `TIME` (ms), to a call sent at
+    /// `sent` (this process's ms) and received now. Redis read its clock in between: its
+    /// offset from this process's clock lies between the two readings, each used on the
+    /// safe side of a conversion (see [`Fleet::redis_time_of`], [`Fleet::instant_of`]).
+    pub(crate) fn saw_redis_time(&self, redis_now_ms: i64, sent: i64) {
+        self.clock_offset_high_ms
+            .store(redis_now_ms - sent, Ordering::Release);
         self.clock_offset_ms
             .store(redis_now_ms - self.local_ms(), Ordering::Release);
     }
 
-    /// `instant` (in this process) in Redis time (ms), when Redis' clock is known.
+    /// `instant` (in this process) in Redis time (ms), when Redis' clock is known: never
+    /// earlier than it was (the offset as if Redis read its clock when the call left),
+    /// so a last end or a pause handed to another member is never shortened.
     pub(crate) fn redis_time_of(&self, instant: Instant) -> Option<i64> {
-        let offset = self.clock_offset_ms.load(Ordering::Acquire);
-        (offset != i64::MIN).then(|| ms(instant.saturating_duration_since(self.epoch)) + offset)
+        let offset = self.clock_offset_high_ms.load(Ordering::Acquire);
+        (offset != i64::MIN).then(|| self.local_of(instant) + offset)
     }
 
-    /// A Redis time (ms) in this process's clock, when Redis' clock is known (a time
-    /// before this process started is its start).
+    /// A Redis time (ms) in this process's clock, when Redis' clock is known: never
+    /// earlier than it is (the offset as if Redis read its clock when its answer
+    /// arrived), so a bound handed over is never shortened.
     pub(crate) fn instant_of(&self, redis_ms: i64) -> Option<Instant> {
         let offset = self.clock_offset_ms.load(Ordering::Acquire);
-        if offset == i64::MIN {
-            return None;
-        }
-        let local = redis_ms - offset;
-        Some(self.epoch + Duration::from_millis(u64::try_from(local).unwrap_or(0)))
+        (offset != i64::MIN).then(|| self.local_instant(redis_ms - offset))
     }
 
     /// Marks the backend up (`Ok`) or down, and why.
@@ -414,11 +442,12 @@ impl Fleet {
     async fn check(&self, conn: &mut Conn) -> Result<(), Down> {
         let timeout = self.config.command_timeout_seconds.duration();
         let started = Instant::now();
+        let sent = self.local_ms();
         let time =
             tokio::time::timeout(timeout, redis::cmd("TIME").query_async::<(i64, i64)>(conn)).await;
         metrics::observe_fleet_command("time", started.elapsed().as_secs_f64());
         match time {
-            Ok(Ok((seconds, micros))) => self.saw_redis_time(seconds * 1000 + micros / 1000),
+            Ok(Ok((seconds, micros))) => self.saw_redis_time(seconds * 1000 + micros / 1000, sent),
             Ok(Err(e)) => return Err(Down::of(&e)),
             Err(_) => return Err(Down::timed_out("TIME")),
         }
@@ -577,4 +606,42 @@ impl Fleet {
             }
         }
     }
+}
+
+/// This process's clock for leases: `CLOCK_BOOTTIME`, which goes on counting while the
+/// host is suspended (`CLOCK_MONOTONIC`, the runtime's, stops then): a member resumed
+/// from a suspend finds its lease as old as it really is, and does not act on it.
+struct Clock {
+    /// The clock's reading when this one was made (ms).
+    origin: i64,
+}
+
+impl Clock {
+    /// A clock counting from now.
+    fn new() -> Clock {
+        Clock {
+            origin: boottime_ms(),
+        }
+    }
+
+    /// Milliseconds since the clock was made.
+    fn ms(&self) -> i64 {
+        boottime_ms() - self.origin
+    }
+}
+
+/// `CLOCK_BOOTTIME` in milliseconds (Linux; `CLOCK_MONOTONIC` elsewhere).
+fn boottime_ms() -> i64 {
+    #[cfg(target_os = "linux")]
+    const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
+    #[cfg(not(target_os = "linux"))]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the
+    // platform defines. The call cannot fail for it (and a failure leaves 0).
+    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
+    ts.tv_sec.saturating_mul(1000) + ts.tv_nsec / 1_000_000
 }

@@ -13,7 +13,7 @@
 //! (`scripts/own_claim.lua`), never another member from its view of them.
 //!
 //! **Own lease, own clock.** An instance acts as an owner only while its lease is valid
-//! by its *own* monotonic clock ([`Standing`]): it counts from when it sent the renewal
+//! by its *own* clock (`CLOCK_BOOTTIME`, [`Standing`]): it counts from when it sent the renewal
 //! that Redis answered (which is before Redis set the expiry), so it stops at the latest
 //! when Redis says its lease ends — a process stopped past its lease and resumed does not
 //! act on a lease that lapsed, until a renewal registers it again with a new epoch (its
@@ -28,6 +28,7 @@
 //! member list is small (instances, not origins).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ use crate::config::NewDataSet;
 use crate::fleet::backend::{lock, ms, Beat, Fleet, HEALTH_EVERY};
 use crate::fleet::channel::PeerTls;
 use crate::fleet::down::Down;
+use crate::fleet::redis_clock::{RedisClock, Sample};
 use crate::fleet::scripts::script;
 use crate::fleet::standing::{Ms, Standing};
 use crate::telemetry::metrics::DownCause;
@@ -147,6 +149,11 @@ pub struct Membership {
     /// that. Held while a renewal or the leave runs, so no renewal lands after the leave
     /// (which would register the instance anew).
     left: tokio::sync::Mutex<bool>,
+    /// Redis' clock as the renewals saw it, watched for forward steps.
+    redis_clock: Mutex<RedisClock>,
+    /// A forward step of Redis' clock seen and not yet written into its fence (ms; 0:
+    /// none).
+    step_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Membership {
@@ -170,6 +177,8 @@ impl Membership {
             members: ArcSwap::from_pointee((0, HashMap::new())),
             changes: tokio::sync::watch::Sender::new(0),
             left: tokio::sync::Mutex::new(false),
+            redis_clock: Mutex::default(),
+            step_ms: std::sync::atomic::AtomicI64::new(0),
         });
         fleet.set_beat(membership.clone());
         membership
@@ -377,7 +386,8 @@ impl Membership {
             .arg(match self.fleet.config().new_data_set {
                 NewDataSet::Settle => "settle",
                 NewDataSet::Fence => "fence",
-            });
+            })
+            .arg(self.step_ms.load(Ordering::Acquire));
         let answer: Vec<redis::Value> = self
             .fleet
             .run("member_renew", &mut call)
@@ -392,8 +402,13 @@ impl Membership {
         }
         let renewal = parse_renewal(&answer)
             .ok_or_else(|| Down::new(DownCause::Error, "membership renewal: unreadable answer"))?;
-        self.fleet.saw_redis_time(renewal.now);
+        self.fleet.saw_redis_time(renewal.now, sent);
         let received = self.now();
+        self.watch_redis_clock(Sample {
+            sent,
+            received,
+            redis: renewal.now,
+        });
         let changed = self
             .standing()
             .renewed(sent, received, renewal.epoch, &renewal.generation);
@@ -416,10 +431,31 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// Compares a renewal's readings with the last one's: a forward step of Redis'
+    /// clock is logged, counted, and written into Redis' fence by the next renewal
+    /// (sent at once); a renewal that carried it clears it.
+    fn watch_redis_clock(&self, sample: Sample) {
+        self.step_ms.store(0, Ordering::Release);
+        if let Some(step) = lock(&self.redis_clock).saw(sample) {
+            log::warn!(
+                "fleet: Redis' clock stepped forward by about {step} ms; takeovers fenced \
+                 until every member's lease and exchanges must be over"
+            );
+            crate::telemetry::metrics::record_redis_clock_step();
+            self.step_ms.store(step.max(1), Ordering::Release);
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Beat for Membership {
     async fn beat(&self, _fleet: &Arc<Fleet>) -> Result<(), Down> {
-        let renewed = self.renew().await;
+        let mut renewed = self.renew().await;
+        if renewed.is_ok() && self.step_ms.load(Ordering::Acquire) > 0 {
+            // A step just seen: its fence is written now, not a beat later.
+            renewed = self.renew().await;
+        }
         // The gauge follows the lease every beat, renewed or not (a lapse happens
         // between renewals); requests only read the lease.
         let valid = self.lease_valid();

@@ -8,6 +8,7 @@
 //! * [`membership`]: each instance registered with a lease and an epoch, renewed in the
 //!   background; every instance learns of a join, a leave or a lapse within a renewal;
 //!   and the data set's generation (a new one when Redis lost or may have lost writes);
+//!   `redis_clock`: Redis' clock watched for forward steps, which fence takeovers;
 //! * [`standing`]: what one instance knows of its own right to act, and every decision
 //!   it takes about acting (pure: the model drives it too);
 //! * [`ownership`]: one owner per pacing key, decided in Redis from the members' records
@@ -36,6 +37,7 @@ pub mod membership;
 mod memory;
 pub mod ownership;
 mod peers;
+mod redis_clock;
 pub mod robots;
 mod scripts;
 pub mod standing;
@@ -139,6 +141,12 @@ impl Owners {
     /// May this instance act for `key` now: its owner, its lease valid by its own clock?
     pub fn acts_for(&self, key: &str) -> bool {
         self.ownership.acts_for(key)
+    }
+
+    /// [`Owners::acts_for`], a provisional claim whose wait is over confirmed first
+    /// (see [`Ownership::acts_for_confirmed`]).
+    pub async fn acts_for_confirmed(&self, key: &str) -> bool {
+        self.ownership.acts_for_confirmed(key).await
     }
 
     /// Writes a fact of an owned key when it happens, for a new owner to start from.

@@ -195,7 +195,11 @@ pub struct OriginStore {
 }
 
 /// Whether this instance owns an entry's key now (fleet mode).
-pub type ActingGate = Box<dyn Fn(&OriginEntry) -> bool + Send + Sync>;
+pub type ActingGate = Box<
+    dyn Fn(&OriginEntry) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Shards of the store (each with its own lock).
 const SHARDS: usize = 16;

@@ -126,7 +126,9 @@ impl Schedules {
             timing: Mutex::new(Timing {
                 baseline: list.baseline(),
                 paused_until: list.not_before.filter(|at| *at > Instant::now()),
-                last_end: list.not_before.filter(|at| *at > Instant::now()),
+                // Past or not: a previous owner's last exchange ended by then, and the
+                // delay counts from it.
+                last_end: list.not_before,
                 ..Timing::default()
             }),
             pending: AtomicUsize::new(0),

@@ -333,19 +333,23 @@ impl ProxyHttp for RobotsGateProxy {
     }
 
     /// An exchange past its turn's deadline (`pacing.max_exchange_seconds`) is cut at
-    /// its next octets.
+    /// its next octets; each part of the answer tells the turn the origin's pace.
     fn upstream_response_body_filter(
         &self,
         _session: &mut Session,
-        _body: &mut Option<bytes::Bytes>,
+        body: &mut Option<bytes::Bytes>,
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<Duration>> {
         if let Stage::Forwarded {
             turn: Some(turn), ..
-        } = &ctx.stage
+        } = &mut ctx.stage
         {
-            if !end_of_stream && tokio::time::Instant::now() >= turn.deadline() {
+            let now = tokio::time::Instant::now();
+            if body.as_ref().is_some_and(|b| !b.is_empty()) {
+                turn.origin_wrote(now);
+            }
+            if !end_of_stream && now >= turn.deadline() {
                 return Error::e_explain(
                     ErrorType::Custom(MAX_EXCHANGE),
                     "response longer than pacing.max_exchange_seconds: cut",
@@ -365,6 +369,7 @@ impl ProxyHttp for RobotsGateProxy {
             let who = requester(session, &ctx.client).client;
             return super::handover::to_owner(ctx, who, upstream_request);
         }
+        not_acting_any_more(ctx)?;
         NEVER_FORWARDED.remove_from(upstream_request);
         if let Some(target) = &ctx.target {
             // Origin-form, exactly the canonical path the verdict was made on.
@@ -550,4 +555,23 @@ impl ProxyHttp for RobotsGateProxy {
         }
         .emit();
     }
+}
+
+/// Fleet mode, right before a forwarded request's head is written: when this instance
+/// no longer acts for the origin's key (it was stopped between its turn and now, past
+/// its lease by its own clock, or the key moved), its turn is given back unused and the
+/// request answered `503 fleet-unavailable`, never sent.
+fn not_acting_any_more(ctx: &mut RequestContext) -> Result<()> {
+    let Stage::Forwarded { turn, .. } = &mut ctx.stage else {
+        return Ok(());
+    };
+    if turn.as_ref().is_none_or(crate::enforce::Turn::still_acting) {
+        return Ok(());
+    }
+    if let Some(turn) = turn.take() {
+        turn.forgo();
+    }
+    let why = "this instance no longer acts for the origin";
+    ctx.unsent = Some(crate::enforce::Refusal::FleetUnavailable { why }.answer());
+    Error::e_explain(ErrorType::InternalError, why)
 }

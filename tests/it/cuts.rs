@@ -242,3 +242,49 @@ async fn an_exchange_cut_before_the_origin_answered_holds_its_turn_until_max_exc
         1.0
     );
 }
+
+/// Two clients leave a trickling, never-ending answer (an octet every half second)
+/// unread and close. Their exchanges are cut, and their turns are held for the pace
+/// those exchanges showed, not the read timeout (60 s by default): the origin's third
+/// client, queued for `max_in_flight: 2` with a 20 s `max_wait_seconds`, is served
+/// (held a read timeout, it would be refused `wait-too-long`), and only after both
+/// trickles ended at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_left_unread_holds_its_turn_for_its_own_pace_not_the_read_timeout() {
+    let trickle = Behaviour::Endless {
+        every: Duration::from_millis(500),
+        chunk: 1,
+    };
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/forever", trickle)]).await;
+    let proxy = warm(
+        &origin,
+        &Conf::new()
+            .set(
+                "pacing",
+                json!({"max_in_flight": 2, "max_wait_seconds": 20}),
+            )
+            .set("limits.unread_timeout_seconds", 2),
+    );
+    let unread = [
+        unread_request(&proxy, &origin, "/forever?1").await,
+        unread_request(&proxy, &origin, "/forever?2").await,
+    ];
+    let both = eventually(Duration::from_secs(5), || {
+        pages(&origin, "/forever").len() == 2
+    })
+    .await;
+    assert!(both, "{:#?}", origin.seen());
+    // The trickles run a while unread, then their clients close.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(unread);
+    next_client_is_served_after(&proxy, &origin).await;
+    let cut = ["cut_client", "cut_other", "cut_timeout"]
+        .iter()
+        .map(|end| {
+            proxy.counter(&format!(
+                "robotsgate_upstream_exchange_ends_total{{end=\"{end}\"}}"
+            ))
+        })
+        .sum::<f64>();
+    assert_eq!(cut, 2.0, "both trickles cut: {}", proxy.log());
+}

@@ -100,17 +100,52 @@ fn every_configuration_key_has_its_entry() {
     );
     let reference =
         std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
-    let documented: BTreeSet<String> = reference
-        .lines()
-        .filter(|l| l.starts_with("## `") || l.starts_with("### `"))
-        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
-        .collect();
+    let (ours, _) = reference
+        .split_once(PINGORA_SECTION)
+        .expect("the Pingora section");
+    let documented = entries(ours);
     let missing: Vec<_> = parsed.difference(&documented).collect();
     let unknown: Vec<_> = documented.difference(&parsed).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
         "run python3 scripts/config_reference.py\nno entry: {missing:?}\nno such key: {unknown:?}"
     );
+}
+
+/// Where the reference's section of Pingora's own keys begins.
+const PINGORA_SECTION: &str = "## Pingora's server settings";
+
+/// The keys a part of the reference has an entry for.
+fn entries(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| l.starts_with("## `") || l.starts_with("### `"))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+        .collect()
+}
+
+/// Every key the shipped configurations set at the file's top level (Pingora's) has
+/// its entry in the reference's Pingora section.
+#[test]
+fn every_pingora_key_the_shipped_files_set_has_its_entry() {
+    let reference =
+        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+    let (_, pingora) = reference
+        .split_once(PINGORA_SECTION)
+        .expect("the Pingora section");
+    let documented = entries(pingora);
+    for file in ["robotsgate.yaml", "fleet.yaml", "production.yaml"] {
+        let text = std::fs::read_to_string(root().join("conf").join(file)).expect(file);
+        let conf: serde_yaml::Mapping = serde_yaml::from_str(&text).expect(file);
+        let top: Vec<String> = conf
+            .keys()
+            .filter_map(|k| k.as_str())
+            .filter(|k| *k != "robotsgate")
+            .map(str::to_string)
+            .collect();
+        assert!(top.contains(&"upstream_keepalive_pool_size".to_string()));
+        let missing: Vec<&String> = top.iter().filter(|k| !documented.contains(*k)).collect();
+        assert!(missing.is_empty(), "conf/{file}: no entry for {missing:?}");
+    }
 }
 
 /// The anchors of a page's headings, as the repository host makes them.

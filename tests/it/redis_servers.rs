@@ -14,6 +14,8 @@ pub(crate) struct Redis {
     _dir: tempfile::TempDir,
     /// Its command line, to start it again.
     args: Vec<String>,
+    /// Its environment beyond the test's (a preloaded clock).
+    env: Vec<(String, String)>,
 }
 
 impl Redis {
@@ -29,6 +31,27 @@ impl Redis {
         on_a_free_port(u16::MAX, |port| Redis::try_start_on(port, extra))
     }
 
+    /// A `redis-server` whose wall clock (its `TIME`) is this machine's plus the offset
+    /// in milliseconds the file `offset` holds, read at every reading: `clock_shim.c`
+    /// (built as `shim`) preloaded.
+    pub(crate) fn start_with_clock(shim: &std::path::Path, offset: &std::path::Path) -> Redis {
+        let env = vec![
+            (
+                "LD_PRELOAD".to_string(),
+                shim.to_string_lossy().into_owned(),
+            ),
+            (
+                "CLOCK_SHIM_FILE".to_string(),
+                offset.to_string_lossy().into_owned(),
+            ),
+        ];
+        on_a_free_port(u16::MAX, |port| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let args = Redis::plain_args(port, &dir, &[]);
+            Redis::launch(args, env.clone(), port, dir)
+        })
+    }
+
     /// A `redis-server` with `extra` arguments on `port`, which must be free.
     pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
         Redis::try_start_on(port, extra)
@@ -38,6 +61,12 @@ impl Redis {
     /// A `redis-server` on `port`; `None` when it could not listen there.
     fn try_start_on(port: u16, extra: &[&str]) -> Option<Redis> {
         let dir = tempfile::tempdir().expect("tempdir");
+        let args = Redis::plain_args(port, &dir, extra);
+        Redis::launch(args, Vec::new(), port, dir)
+    }
+
+    /// The command line of a server on `port` in `dir`, with `extra` arguments.
+    fn plain_args(port: u16, dir: &tempfile::TempDir, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
             .iter()
             .chain(&["--save", "", "--appendonly", "no", "--dir"])
@@ -45,7 +74,7 @@ impl Redis {
             .collect();
         args.push(dir.path().to_string_lossy().into_owned());
         args.extend(extra.iter().map(|a| a.to_string()));
-        Redis::launch(args, port, dir)
+        args
     }
 
     /// A Sentinel (`redis-server --sentinel`) watching the master on `master` as `main`
@@ -67,25 +96,32 @@ impl Redis {
         )
         .expect("sentinel.conf");
         let args = vec![conf.to_string_lossy().into_owned(), "--sentinel".into()];
-        Redis::launch(args, port, dir)
+        Redis::launch(args, Vec::new(), port, dir)
     }
 
     /// Runs `redis-server args`, up once it listens on `port` itself and answers PING
     /// there; `None` when it exited first (the port was taken).
-    fn launch(args: Vec<String>, port: u16, dir: tempfile::TempDir) -> Option<Redis> {
+    fn launch(
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        port: u16,
+        dir: tempfile::TempDir,
+    ) -> Option<Redis> {
         let mut redis = Redis {
-            child: Redis::spawn(&args),
+            child: Redis::spawn(&args, &env),
             port,
             _dir: dir,
             args,
+            env,
         };
         redis.wait_up().then_some(redis)
     }
 
     /// `redis-server args`, its output discarded.
-    fn spawn(args: &[String]) -> crate::common::Running {
+    fn spawn(args: &[String], env: &[(String, String)]) -> crate::common::Running {
         let child = Command::new("redis-server")
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -116,7 +152,7 @@ impl Redis {
         let _ = self.child.0.kill();
         let _ = self.child.0.wait();
         tokio::time::sleep(down).await;
-        self.child = Redis::spawn(&self.args);
+        self.child = Redis::spawn(&self.args, &self.env);
         let port = self.port;
         assert!(
             self.wait_up(),

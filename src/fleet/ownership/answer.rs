@@ -5,13 +5,15 @@
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimAnswer {
     /// The caller holds the key now: `how` it came to (`claimed`, `handed`,
-    /// `reclaimed`, `taken_over`), how long (ms) before it may act for it, the taking's
+    /// `reclaimed`, `taken_over`), its not-before from now (ms: positive, it waits that
+    /// long; negative, a previous owner's exchanges ended by then, that long ago; 0, no
+    /// previous owner bounds it), the taking's
     /// number (what it releases and records by), and the facts the last owner left
     /// (group, `last_end|paused_until|backoff` pairs).
     Taken {
         /// How it came to hold it.
         how: String,
-        /// Milliseconds before it may act for the key.
+        /// The not-before, in milliseconds from now (see above).
         wait_ms: i64,
         /// The taking's number.
         token: u64,

@@ -82,7 +82,9 @@ pub struct Owner {
 /// What a new owner starts a key from: the previous owner's facts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Inherited {
-    /// Nothing may start before this: a previous owner's exchanges may still run.
+    /// A previous owner's exchanges may run until then: nothing starts before it, and
+    /// the delay in force counts from it (past or not: a takeover asked for long after
+    /// the owner vanished still keeps the Crawl-delay from its last possible end).
     pub not_before: Option<Instant>,
     /// Per robots.txt group: its last end, its pause, its backoff.
     pub groups: Vec<ScheduleFacts>,
@@ -214,6 +216,29 @@ impl Ownership {
         self.members.standing().acts_for(key, now)
     }
 
+    /// [`Ownership::acts_for`], confirming first a claim taken provisionally (a
+    /// takeover, or a claim made while a fence held) whose wait is over: written again
+    /// in Redis, which applies a fence extended meanwhile (a step of its clock, a lost
+    /// data set), so it may still not act. Asked by a turn granted and by a robots.txt
+    /// fetch, both past the claim's not-before.
+    pub async fn acts_for_confirmed(&self, key: &str) -> bool {
+        if self.acts_for(key) {
+            return true;
+        }
+        let due = {
+            let now = self.members.now();
+            let standing = self.members.standing();
+            standing.may_own(now)
+                && standing
+                    .holding(key)
+                    .is_some_and(|h| h.held == Held::In && h.provisional && now >= h.not_before)
+        };
+        if due && self.reassert_key(key, Reassert::Plain).await.is_err() {
+            return false;
+        }
+        self.acts_for(key)
+    }
+
     /// A leaving instance's route: a key it still holds waits for its hand-over (its
     /// exchanges ending, at most the longest hold); then the request goes to the key's
     /// owner, or — nobody has claimed it yet — to a member that stays, chosen by
@@ -321,7 +346,8 @@ impl Ownership {
             .arg(epoch)
             .arg(&generation)
             .arg(ms(KEEP))
-            .arg(mode);
+            .arg(mode)
+            .arg(ms(self.members.news_within()));
         let answer: Vec<String> = self.fleet.run("own_claim", &mut call).await?;
         let received = self.members.now();
         let answer = ClaimAnswer::parse(&answer).ok_or(Unavailable)?;
@@ -393,7 +419,10 @@ impl Ownership {
         facts: &[(String, String)],
     ) -> Inherited {
         let inherited = Inherited {
-            not_before: (wait_ms > 0).then(|| self.fleet.local_instant(not_before)),
+            // A bound in the past is kept too: a vanished owner's last exchange ended by
+            // then at the latest, and the Crawl-delay in force counts from it, however
+            // late the key is taken over.
+            not_before: (wait_ms != 0).then(|| self.fleet.local_instant(not_before)),
             groups: facts
                 .iter()
                 .map(|(group, value)| self.group_facts(group, value))
@@ -551,7 +580,7 @@ impl Ownership {
                 };
                 standing.took(key, epoch, &generation, taking);
                 Ok(Some(
-                    (wait_ms > 0).then(|| self.fleet.local_instant(not_before)),
+                    (wait_ms != 0).then(|| self.fleet.local_instant(not_before)),
                 ))
             }
             ClaimAnswer::Lost => {

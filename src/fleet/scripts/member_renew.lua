@@ -18,7 +18,10 @@
 -- ARGV: 1 member id, 2 epoch held (0: none), 3 lease ms, 4 peer address, 5 a new
 -- generation to set when one is due, 6 state (up | leaving), 7 after ms, 8 the
 -- generation this member saw last ('' none), 9 how long its exchanges may still run
--- (ms, by its own clock), 10 the settle window ms, 11 new_data_set (settle | fence).
+-- (ms, by its own clock), 10 the settle window ms, 11 new_data_set (settle | fence),
+-- 12 a forward step of Redis' clock this member saw (ms, 0: none; absent from older
+-- members): every member may then look lapsed while it still acts, so the fence is
+-- extended as for another server.
 -- Returns Redis' time, this instance's epoch, the generation, the fence (ms, 0: none),
 -- then every member: id, record. A member that would register with the peer address a
 -- live member of another name announces is not: {'peer_taken', that member's id}
@@ -44,16 +47,24 @@ local lease, after = tonumber(ARGV[3]), tonumber(ARGV[7])
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
 local gen = redis.call('GET', KEYS[3])
 local fence = tonumber(redis.call('GET', KEYS[5]) or '0')
+-- The longest any member recorded may still act and have exchanges running.
+local function every_span(span)
+  local all = redis.call('HVALS', KEYS[1])
+  for i = 1, #all do
+    local l, a = string.match(all[i], '|(%d+)|(%d+)$')
+    if l then span = math.max(span, tonumber(l) + tonumber(a)) end
+  end
+  return span
+end
+if tonumber(ARGV[12] or '0') > 0 then
+  fence = math.max(fence, now + every_span(lease + after))
+end
 if (not gen) or redis.call('GET', KEYS[4]) ~= run then
   local span = lease + after
   if gen then
     -- Another server: every member recorded may still act and have exchanges running
     -- (a record's expiry may be one a lost renewal had extended).
-    local all = redis.call('HVALS', KEYS[1])
-    for i = 1, #all do
-      local l, a = string.match(all[i], '|(%d+)|(%d+)$')
-      if l then span = math.max(span, tonumber(l) + tonumber(a)) end
-    end
+    span = every_span(span)
   elseif ARGV[8] == '' and ARGV[11] ~= 'fence' then
     span = tonumber(ARGV[10])
   end

@@ -15,10 +15,16 @@
 -- another owner. One taken while the fence holds is provisional: its holder confirms
 -- it again once its wait is over (a fence extended meanwhile applies to it).
 --
+-- A takeover is always provisional, and waits at least the confirmation window (ARGV
+-- 6): a forward step of Redis' clock makes a live owner look lapsed, and the window
+-- lets a renewal see the step and extend the fence (member_renew.lua), which the
+-- confirmation then waits for. A takeover waits for the fence too.
 -- KEYS: 1 the claim, 2 members, 3 generation, 4 fence, 5 the generation's server.
--- ARGV: 1 member id, 2 epoch, 3 generation, 4 keep ms, 5 mode (claim | reassert | vouch).
--- Returns {'taken', how, wait ms, n, provisional (1 | 0), facts...} (how: claimed,
--- handed, reclaimed, taken_over; n the taking's number), {'held', member, epoch, peer, state}, {'lost'}, {'stale'} (another
+-- ARGV: 1 member id, 2 epoch, 3 generation, 4 keep ms, 5 mode (claim | reassert | vouch),
+-- 6 the confirmation window ms (absent from older members: 0).
+-- Returns {'taken', how, bound ms, n, provisional (1 | 0), facts...} (how: claimed,
+-- handed, reclaimed, taken_over; bound: the not-before from now, negative when past,
+-- 0 when none; n the taking's number), {'held', member, epoch, peer, state}, {'lost'}, {'stale'} (another
 -- generation, or another server than the generation's: renew first) or
 -- {'unregistered'} (not a live member in that epoch).
 local now = now_ms()
@@ -42,6 +48,7 @@ elseif c.m ~= nil then
   if live(h, now) then return {'held', c.m, h.epoch, h.peer, h.state} end
   nb = math.max(nb, h and (h.expires + h.after) or now)
   how = 'taken_over'
+  c.pv = true
 elseif c.released then
   how = 'handed'
 end
@@ -49,7 +56,10 @@ local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (c.gen ~= ARGV[3] or c.pv) and mode ~= 'vouch' then
   nb = math.max(nb, fence)
 end
-local provisional = fence > now and nb > now
+if how == 'taken_over' then
+  nb = math.max(nb, now + tonumber(ARGV[6] or '0'))
+end
+local provisional = (fence > now and nb > now) or how == 'taken_over'
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
 if provisional then
   redis.call('HSET', KEYS[1], 'pv', 1)
@@ -59,6 +69,14 @@ end
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 redis.call('HDEL', KEYS[1], 'released')
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-local out = {'taken', how, math.max(0, nb - now), n, provisional and 1 or 0}
+-- The bound from now (ms): positive, how long the caller waits; negative, how long ago
+-- a previous owner's last exchange must have ended (its Crawl-delay counts from then);
+-- 0 only when there is none (a key nobody held).
+local bound = 0
+if nb > 0 then
+  bound = nb - now
+  if bound == 0 then bound = 1 end
+end
+local out = {'taken', how, bound, n, provisional and 1 or 0}
 for i = 1, #c.facts do out[#out + 1] = c.facts[i] end
 return out

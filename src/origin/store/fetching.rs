@@ -241,7 +241,7 @@ impl OriginStore {
         // it inherited: a previous owner's exchanges, the next turn its delay allows).
         if let Some(acting) = self.acting.get() {
             let turned = turns.is_some() && (address.is_none() || address_turns.is_some());
-            if !turned || !acting(keyed) {
+            if !turned || !acting(keyed).await {
                 return not_acting(entry);
             }
         }

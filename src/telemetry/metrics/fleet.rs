@@ -123,11 +123,26 @@ pub fn record_impostor() {
     FLEET_IMPOSTORS.inc();
 }
 
+/// `robotsgate_fleet_redis_clock_steps_total`: forward steps of Redis' clock seen.
+static FLEET_CLOCK_STEPS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "robotsgate_fleet_redis_clock_steps_total",
+        "Forward steps of Redis' clock this instance saw between two renewals (Redis' TIME advanced more than this instance's clock allows): each extended Redis' fence, so that no origin is taken over before its owner's exchanges must be over."
+    )
+    .expect("metric registers once")
+});
+
+/// Counts one forward step of Redis' clock.
+pub fn record_redis_clock_step() {
+    FLEET_CLOCK_STEPS.inc();
+}
+
 /// Registers the fleet metrics whose labels are known, at zero (see [`super::init`]):
 /// called when the fleet backend starts.
 pub fn init_fleet() {
     LazyLock::force(&FLEET_MEMBERS);
     LazyLock::force(&FLEET_IMPOSTORS);
+    LazyLock::force(&FLEET_CLOCK_STEPS);
     LazyLock::force(&FLEET_OWNED);
     LazyLock::force(&FLEET_LEASE_VALID);
     for how in OWNERSHIP_CHANGES {

@@ -1,0 +1,144 @@
+//! The fleet's takeovers against the clocks they trust, kept at the origin: a takeover
+//! asked for long after the owner vanished keeps the Crawl-delay from the owner's last
+//! exchange, and Redis' wall clock stepped forward under a crawl does not hand an origin
+//! to a second member while its owner still acts.
+//!
+//! Real `redis-server`s and robotsgate processes; a vanished owner is SIGKILLed; Redis'
+//! clock is stepped by `clock_shim.c` (tests/helpers), a preload library that adds an
+//! offset the test writes to a file to the wall clock Redis reads for `TIME`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+use crate::fleet_fixture::{backend_up, fleet_conf, instances, owner_index, short_fleet, signal};
+use crate::redis_servers::Redis;
+
+/// The Crawl-delay of the takeover tests: longer than the lease plus the longest hold
+/// of [`short_fleet`] (about 5 s), so that the bound a takeover waits for is past long
+/// before the delay is.
+const LONG_DELAY: u64 = 12;
+
+/// Where the gap after `before` ends at the origin: the first request that arrived
+/// after `before`'s arrival, and the gap from `before`'s end to it.
+fn gap_after(origin: &TestOrigin, before: &str) -> (String, Duration) {
+    let seen = pages(origin, "/");
+    let at = seen
+        .iter()
+        .position(|s| s.target == before)
+        .unwrap_or_else(|| panic!("{before} never reached the origin: {seen:?}"));
+    let next = seen
+        .get(at + 1)
+        .unwrap_or_else(|| panic!("nothing reached the origin after {before}"));
+    let gap = gaps(&seen[at..at + 2])[0];
+    (next.target.clone(), gap)
+}
+
+/// The owner SIGKILLed, and nothing asked for until well past its lease and longest
+/// hold: the member that then takes the origin over (the fleet's robots.txt copy in
+/// hand) still keeps the Crawl-delay from the dead owner's last page. The takeover's
+/// bound (lease end plus the longest hold) is long past; the delay counts from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_asked_for_late_keeps_the_crawl_delay() {
+    let redis = Redis::start();
+    let origin = crate::fleet_fixture::paced_origin(&LONG_DELAY.to_string()).await;
+    let mut proxies = instances(2, &fleet_conf(&redis).with(&short_fleet("refuse")));
+    backend_up(&proxies).await;
+    let first = curl(&proxies[0], &origin.url("/last-of-a"), &[]);
+    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    signal(proxies[0].pid(), "-KILL");
+    let killed = Instant::now();
+    drop(proxies.remove(0));
+    // Well past the lease (1.5 s) and the longest hold (3 s): the bound a takeover
+    // waits for has passed.
+    tokio::time::sleep_until(killed + Duration::from_secs(8)).await;
+    let next = curl(
+        &proxies[0],
+        &origin.url("/first-of-b"),
+        &["--max-time", "30"],
+    );
+    assert_eq!(next.0, 200, "{next:?}\n{}", proxies[0].log());
+    let (target, gap) = gap_after(&origin, "/last-of-a");
+    assert_eq!(
+        target, "/first-of-b",
+        "the fleet's robots.txt copy was used"
+    );
+    assert!(
+        gap >= Duration::from_secs(LONG_DELAY),
+        "the origin received the new owner's page {gap:?} after the dead owner's ended, \
+         under a {LONG_DELAY} s Crawl-delay\n{}",
+        proxies[0].log()
+    );
+    assert_eq!(
+        crate::fleet_fixture::ownership_changes(&proxies[0], "taken_over"),
+        1.0
+    );
+}
+
+/// `tests/helpers/clock_shim.c` built into `dir` with the system's compiler.
+fn clock_shim(dir: &std::path::Path) -> std::path::PathBuf {
+    let source =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/clock_shim.c");
+    let shim = dir.join("clock_shim.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .status()
+        .expect("cc (installed by scripts/deps.sh)");
+    assert!(built.success(), "clock_shim.c did not build");
+    shim
+}
+
+/// Redis' wall clock stepped 30 s forward (past every lease and longest hold) while two
+/// members crawl an origin one of them owns, the owner stopped for a second across the
+/// step: every member looks lapsed to Redis at once, and the other member asks for the
+/// origin before the owner renews. The members see the step at their next renewal and
+/// fence takeovers, a takeover waits for its confirmation, and the origin still
+/// receives one member's requests at a time, no gap below the Crawl-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_stepped_forward_keeps_one_owner_and_the_delay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "0").expect("offset");
+    let redis = Redis::start_with_clock(&clock_shim(dir.path()), &offset);
+    let origin = crate::fleet_fixture::paced_origin("1").await;
+    let proxies = instances(2, &fleet_conf(&redis).with(&short_fleet("refuse")));
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let stepped = Instant::now() + Duration::from_secs(4);
+    let until = stepped + Duration::from_secs(12);
+    // The owner is stopped across the step (its next renewal comes a second late, its
+    // lease still valid by its own clock when it resumes), so the other member sees it
+    // lapsed first and asks for the origin.
+    let owner = proxies[0].pid();
+    let step = async {
+        tokio::time::sleep_until(stepped).await;
+        signal(owner, "-STOP");
+        std::fs::write(&offset, "30000").expect("step");
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        signal(owner, "-CONT");
+    };
+    let crawled = [&origin];
+    let (statuses, ()) = tokio::join!(
+        crate::fleet_fixture::load(&proxies, &crawled, "/p/", 4, 2000, until),
+        step
+    );
+    assert!(statuses.contains(&200), "{statuses:?}");
+    let seen = pages(&origin, "/p/");
+    assert!(seen.len() >= 6, "the crawl went on: {seen:#?}");
+    assert_gaps_at_least(&seen, Duration::from_secs(1));
+    let steps: f64 = proxies
+        .iter()
+        .map(|p| p.counter("robotsgate_fleet_redis_clock_steps_total"))
+        .sum();
+    assert!(
+        steps >= 1.0,
+        "no member saw the step:\n{}\n{}",
+        proxies[0].log(),
+        proxies[1].log()
+    );
+}
