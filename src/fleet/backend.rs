@@ -128,8 +128,8 @@ pub struct Fleet {
     /// Redis' clock minus this process's, at most: as if Redis read its clock when the
     /// call was sent.
     clock_offset_high_ms: AtomicI64,
-    /// This process's clock: counts a suspend ([`Clock`]).
-    clock: Clock,
+    /// This process's clock: counts a suspend ([`LeaseClock`]).
+    clock: LeaseClock,
     /// Instances waiting for another's robots.txt fetch, by origin.
     robots_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Where the other instances' news go.
@@ -185,7 +185,7 @@ impl Fleet {
             tickets: AtomicU64::new(0),
             clock_offset_ms: AtomicI64::new(i64::MIN),
             clock_offset_high_ms: AtomicI64::new(i64::MIN),
-            clock: Clock::new(),
+            clock: LeaseClock::new(),
             robots_waiters: Mutex::default(),
             events,
             received: Mutex::new(Some(received)),
@@ -278,7 +278,7 @@ impl Fleet {
     }
 
     /// This process's clock in milliseconds since the backend was made, counting a
-    /// suspend (for lease arithmetic: [`Clock`]).
+    /// suspend (for lease arithmetic: [`LeaseClock`]).
     pub(crate) fn local_ms(&self) -> i64 {
         self.clock.ms()
     }
@@ -611,15 +611,15 @@ impl Fleet {
 /// This process's clock for leases: `CLOCK_BOOTTIME`, which goes on counting while the
 /// host is suspended (`CLOCK_MONOTONIC`, the runtime's, stops then): a member resumed
 /// from a suspend finds its lease as old as it really is, and does not act on it.
-struct Clock {
+struct LeaseClock {
     /// The clock's reading when this one was made (ms).
     origin: i64,
 }
 
-impl Clock {
+impl LeaseClock {
     /// A clock counting from now.
-    fn new() -> Clock {
-        Clock {
+    fn new() -> LeaseClock {
+        LeaseClock {
             origin: boottime_ms(),
         }
     }

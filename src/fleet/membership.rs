@@ -38,7 +38,7 @@ use crate::config::NewDataSet;
 use crate::fleet::backend::{lock, ms, Beat, Fleet, HEALTH_EVERY};
 use crate::fleet::channel::PeerTls;
 use crate::fleet::down::Down;
-use crate::fleet::redis_clock::{RedisClock, Sample};
+use crate::fleet::redis_clock::{Reading, RedisClock};
 use crate::fleet::scripts::script;
 use crate::fleet::standing::{Ms, Standing};
 use crate::telemetry::metrics::DownCause;
@@ -404,7 +404,7 @@ impl Membership {
             .ok_or_else(|| Down::new(DownCause::Error, "membership renewal: unreadable answer"))?;
         self.fleet.saw_redis_time(renewal.now, sent);
         let received = self.now();
-        self.watch_redis_clock(Sample {
+        self.watch_redis_clock(Reading {
             sent,
             received,
             redis: renewal.now,
@@ -435,7 +435,7 @@ impl Membership {
     /// Compares a renewal's readings with the last one's: a forward step of Redis'
     /// clock is logged, counted, and written into Redis' fence by the next renewal
     /// (sent at once); a renewal that carried it clears it.
-    fn watch_redis_clock(&self, sample: Sample) {
+    fn watch_redis_clock(&self, sample: Reading) {
         self.step_ms.store(0, Ordering::Release);
         if let Some(step) = lock(&self.redis_clock).saw(sample) {
             log::warn!(

@@ -29,7 +29,7 @@ pub const SLACK_MS: i64 = 100;
 /// One renewal's readings: this member's clock when the call left and when its answer
 /// arrived, and Redis' `TIME` in the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sample {
+pub struct Reading {
     /// This member's clock when the call left.
     pub sent: Ms,
     /// This member's clock when the answer arrived.
@@ -42,13 +42,13 @@ pub struct Sample {
 #[derive(Debug, Default)]
 pub struct RedisClock {
     /// The previous sample.
-    last: Option<Sample>,
+    last: Option<Reading>,
 }
 
 impl RedisClock {
     /// Takes a renewal's readings: `Some(ms)` when Redis' clock stepped forward by
     /// more than this member's clock allows since the last one (by about that much).
-    pub fn saw(&mut self, sample: Sample) -> Option<i64> {
+    pub fn saw(&mut self, sample: Reading) -> Option<i64> {
         let step = self.last.and_then(|last| {
             let most = sample.received - last.sent;
             let allowed = most + most.max(0) * DRIFT_PERCENT / 100 + SLACK_MS;
@@ -64,8 +64,8 @@ impl RedisClock {
 mod tests {
     use super::*;
 
-    fn at(sent: Ms, received: Ms, redis: i64) -> Sample {
-        Sample {
+    fn at(sent: Ms, received: Ms, redis: i64) -> Reading {
+        Reading {
             sent,
             received,
             redis,
