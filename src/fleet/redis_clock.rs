@@ -11,7 +11,8 @@
 //! plus [`DRIFT_PERCENT`] of it and [`SLACK_MS`]. More than that is a step
 //! ([`RedisClock::saw`] returns its size): the membership then extends Redis' fence by
 //! every member's lease and `after` (`member_renew.lua`), as a lost data set does, and
-//! a takeover, always provisional for [`CONFIRM_AFTER`] at least, is confirmed only
+//! a takeover, always provisional for two renewals and a command timeout at least
+//! (`Membership::news_within`), is confirmed only
 //! after that fence (`own_claim.lua`). A step backward only makes leases and bounds
 //! last longer: it is not acted on.
 //!
