@@ -3,8 +3,10 @@
 types themselves (src/config/*.rs): each key's path, type, default and doc comment.
 
 Run it after adding, renaming or removing a key:  python3 scripts/config_reference.py
-The test `docs::every_configuration_key_has_its_entry` fails until the reference
-lists exactly the keys the parser accepts."""
+`--check` writes nothing and fails when the reference differs from what it would write
+(the test `docs::the_configuration_reference_is_what_its_generator_writes` runs it);
+`docs::every_configuration_key_has_its_entry` fails until the reference lists exactly
+the keys the parser accepts."""
 
 import os
 import re
@@ -105,7 +107,7 @@ def shown_default(expression):
     if expression in simple:
         return simple[expression]
     for wrapper in ("Timeout", "Seconds"):
-        match = re.match(rf"^{wrapper}\(([\d._ *]+)\)$", expression)
+        match = re.match(rf"^{wrapper}(?:::new)?\(([\d._ *]+)\)$", expression)
         if match:
             return arithmetic(match.group(1))
     if re.match(r"^[\d_. *]+$", expression):
@@ -222,14 +224,17 @@ Pingora's own error log; `null` logs to standard error (the journal, under syste
 
 Type: integer (seconds); default: `300`.
 
-On a stop or a graceful upgrade, how long the old process goes on serving the requests
-it has (its `/readyz` answering 503, no keep-alive) before it shuts its runtimes down.
+On a graceful upgrade (SIGQUIT), how long the old process goes on serving the requests
+it has before it shuts its runtimes down. A stop (SIGTERM) does not wait for it: it
+drains instead (`graceful_shutdown_timeout_seconds`).
 
 ### `graceful_shutdown_timeout_seconds`
 
 Type: integer (seconds); default: `5`.
 
-Then, how long the runtimes are given to finish before the process exits.
+How long a stop (SIGTERM) waits for the requests in progress (`/readyz` answering
+503, no keep-alive meanwhile) before the process stops. On a graceful upgrade, the
+old process's runtimes get that long to finish after `grace_period_seconds`.
 
 ### `upstream_keepalive_pool_size`
 
@@ -278,8 +283,16 @@ def main():
         if doc:
             lines += [doc, ""]
     lines += [PINGORA]
+    text = "\n".join(lines).rstrip() + "\n"
+    if "--check" in sys.argv[1:]:
+        with open(OUT) as f:
+            if f.read() != text:
+                sys.exit(f"{OUT} differs from what the configuration types say: "
+                         "run python3 scripts/config_reference.py")
+        print(f"{OUT} is current", file=sys.stderr)
+        return
     with open(OUT, "w") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
+        f.write(text)
     print(f"wrote {OUT}: {sum(1 for e in out if e[0] == 'key')} keys", file=sys.stderr)
 
 

@@ -64,8 +64,9 @@ pub struct Turn {
     last_octets: Option<Instant>,
     /// The longest the origin was silent between two writes of its answer: its pace.
     longest_gap: Duration,
-    /// Fleet mode: where a pause or backoff the origin asks for is recorded, under
-    /// which pacing key (a next owner starts from it).
+    /// Fleet mode: the fleet's door and the pacing key: where a pause or backoff the
+    /// origin asks for is recorded (a next owner starts from it), and who is asked
+    /// whether this instance still acts for the key ([`Turn::still_acting`]).
     recorder: Option<(Arc<Owners>, Arc<str>)>,
 }
 
@@ -153,7 +154,7 @@ impl Turn {
     pub fn forgo(mut self) {
         if let Some(turns) = self.turns.take() {
             turns.forgo();
-            self.entry.schedules().forget_idle();
+            forget_idle(&self.entry, self.address.as_ref());
         }
     }
 
@@ -258,6 +259,11 @@ impl Turn {
 /// the schedules left with nothing in force.
 fn end_turns(turns: Turns, entry: &OriginEntry, address: Option<&Arc<OriginEntry>>) {
     drop(turns);
+    forget_idle(entry, address);
+}
+
+/// Forgets the schedules of `entry` (and `address`) left with nothing in force.
+fn forget_idle(entry: &OriginEntry, address: Option<&Arc<OriginEntry>>) {
     entry.schedules().forget_idle();
     if let Some(address) = address {
         address.schedules().forget_idle();

@@ -28,7 +28,7 @@
 //! member list is small (instances, not origins).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -153,7 +153,7 @@ pub struct Membership {
     redis_clock: Mutex<RedisClock>,
     /// A forward step of Redis' clock seen and not yet written into its fence (ms; 0:
     /// none).
-    step_ms: std::sync::atomic::AtomicI64,
+    step_ms: AtomicI64,
 }
 
 impl Membership {
@@ -178,7 +178,7 @@ impl Membership {
             changes: tokio::sync::watch::Sender::new(0),
             left: tokio::sync::Mutex::new(false),
             redis_clock: Mutex::default(),
-            step_ms: std::sync::atomic::AtomicI64::new(0),
+            step_ms: AtomicI64::new(0),
         });
         fleet.set_beat(membership.clone());
         membership
@@ -429,15 +429,13 @@ impl Membership {
         self.members.store(Arc::new((renewal.now, renewal.members)));
         Ok(())
     }
-}
 
-impl Membership {
     /// Compares a renewal's readings with the last one's: a forward step of Redis'
     /// clock is logged, counted, and written into Redis' fence by the next renewal
     /// (sent at once); a renewal that carried it clears it.
-    fn watch_redis_clock(&self, sample: Reading) {
+    fn watch_redis_clock(&self, reading: Reading) {
         self.step_ms.store(0, Ordering::Release);
-        if let Some(step) = lock(&self.redis_clock).saw(sample) {
+        if let Some(step) = lock(&self.redis_clock).saw(reading) {
             log::warn!(
                 "fleet: Redis' clock stepped forward by about {step} ms; takeovers fenced \
                  until every member's lease and exchanges must be over"

@@ -133,11 +133,6 @@ impl Owners {
         self.ownership.peek(key)
     }
 
-    /// Does this instance hold `key` as its owner now (see [`Ownership::owns`])?
-    pub fn owns(&self, key: &str) -> bool {
-        self.ownership.owns(key)
-    }
-
     /// May this instance act for `key` now: its owner, its lease valid by its own clock?
     pub fn acts_for(&self, key: &str) -> bool {
         self.ownership.acts_for(key)

@@ -4,7 +4,7 @@
 //! while each still acts on its lease by its own clock, so another member could take
 //! an origin its owner still serves.
 //!
-//! **Algorithm.** Each renewal is a sample: this member's clock when the call left and
+//! **Algorithm.** Each renewal is a [`Reading`]: this member's clock when the call left and
 //! when its answer came back ([`Ms`], which counts a suspend), and Redis' `TIME` in
 //! between. From one renewal to the next Redis' clock may advance no more than this
 //! member's did between the first call's departure and the second answer's arrival,
@@ -16,7 +16,7 @@
 //! after that fence (`own_claim.lua`). A step backward only makes leases and bounds
 //! last longer: it is not acted on.
 //!
-//! Costs: two subtractions per renewal; memory: one sample.
+//! Costs: two subtractions per renewal; memory: one reading.
 
 use crate::fleet::standing::Ms;
 
@@ -42,21 +42,21 @@ pub struct Reading {
 /// The last renewal's readings, to compare the next one's with.
 #[derive(Debug, Default)]
 pub struct RedisClock {
-    /// The previous sample.
+    /// The previous renewal's.
     last: Option<Reading>,
 }
 
 impl RedisClock {
     /// Takes a renewal's readings: `Some(ms)` when Redis' clock stepped forward by
     /// more than this member's clock allows since the last one (by about that much).
-    pub fn saw(&mut self, sample: Reading) -> Option<i64> {
+    pub fn saw(&mut self, reading: Reading) -> Option<i64> {
         let step = self.last.and_then(|last| {
-            let most = sample.received - last.sent;
+            let most = reading.received - last.sent;
             let allowed = most + most.max(0) * DRIFT_PERCENT / 100 + SLACK_MS;
-            let advanced = sample.redis - last.redis;
+            let advanced = reading.redis - last.redis;
             (advanced > allowed).then_some(advanced - most)
         });
-        self.last = Some(sample);
+        self.last = Some(reading);
         step
     }
 }
@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn a_forward_step_is_seen_and_steady_clocks_are_not() {
         let mut clock = RedisClock::default();
-        assert_eq!(clock.saw(at(0, 10, 1_000_000)), None, "the first sample");
+        assert_eq!(clock.saw(at(0, 10, 1_000_000)), None, "the first reading");
         // Half a second, Redis' clock a little fast (within the drift).
         assert_eq!(clock.saw(at(500, 505, 1_000_520)), None);
         // A renewal delayed by a stall here: both clocks advanced alike.

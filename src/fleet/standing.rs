@@ -263,10 +263,7 @@ impl Standing {
     pub fn unconfirmed(&self, now: Ms) -> Vec<(String, Reassert)> {
         self.keys
             .iter()
-            .filter(|(_, h)| {
-                let due = h.provisional && now >= h.not_before;
-                h.held == Held::In && (!self.confirmed(h) || due)
-            })
+            .filter(|(_, h)| h.held == Held::In && (!self.confirmed(h) || Self::due(h, now)))
             .map(|(key, h)| {
                 let how = if h.vouched {
                     Reassert::Vouch
@@ -276,6 +273,21 @@ impl Standing {
                 (key.clone(), how)
             })
             .collect()
+    }
+
+    /// Is `holding` provisional with its wait over at `now` (to be confirmed again)?
+    fn due(holding: &Holding, now: Ms) -> bool {
+        holding.provisional && now >= holding.not_before
+    }
+
+    /// Is `key` held in, provisional, its wait over at `now`, with this member free to
+    /// own: to be confirmed again before it is acted for?
+    pub fn confirmation_due(&self, key: &str, now: Ms) -> bool {
+        self.may_own(now)
+            && self
+                .keys
+                .get(key)
+                .is_some_and(|h| h.held == Held::In && Self::due(h, now))
     }
 
     /// A claim of `key` made in `epoch` and `generation` was taken (or written again),

@@ -29,6 +29,14 @@ fn firehose() -> Behaviour {
     }
 }
 
+/// An origin allowing everything whose `path` answers as `behaviour`, and robotsgate
+/// for it with `conf`, robots.txt fetched by a first request.
+async fn warmed(path: &str, behaviour: Behaviour, conf: &Conf) -> (TestOrigin, Proxy) {
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![(path, behaviour)]).await;
+    let proxy = warm(&origin, conf);
+    (origin, proxy)
+}
+
 /// robotsgate for `origin` with `conf`, robots.txt fetched by a first request.
 fn warm(origin: &TestOrigin, conf: &Conf) -> Proxy {
     let proxy = Proxy::start_for_loopback(conf);
@@ -93,8 +101,7 @@ async fn next_client_is_served_after(proxy: &Proxy, origin: &TestOrigin) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_stop_reading_end_their_exchanges_and_free_the_origin() {
-    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/forever", firehose())]).await;
-    let proxy = warm(&origin, &two_turns());
+    let (origin, proxy) = warmed("/forever", firehose(), &two_turns()).await;
     let unread = [
         unread_request(&proxy, &origin, "/forever?1").await,
         unread_request(&proxy, &origin, "/forever?2").await,
@@ -116,8 +123,7 @@ async fn clients_that_stop_reading_end_their_exchanges_and_free_the_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_leave_a_never_ending_answer_free_the_origin() {
-    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/forever", firehose())]).await;
-    let proxy = warm(&origin, &two_turns());
+    let (origin, proxy) = warmed("/forever", firehose(), &two_turns()).await;
     for i in 0..2 {
         let mut stream = unread_request(&proxy, &origin, &format!("/forever?{i}")).await;
         let mut first = [0u8; 1];
@@ -175,14 +181,15 @@ async fn an_answer_that_ends_soon_after_its_client_left_ends_the_turn_with_it() 
     // The client leaves 300 ms in; the origin answers at 800 ms, well within the unread
     // time: the answer is read to its end, and the turn ends with the origin's end.
     let slow = Behaviour::delayed(800, "slow\n");
-    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/slow", slow)]).await;
-    let proxy = warm(
-        &origin,
+    let (origin, proxy) = warmed(
+        "/slow",
+        slow,
         &two_turns()
             .set("pacing.max_in_flight", 1)
             .set("upstream.read_timeout_seconds", 5)
             .set("limits.unread_timeout_seconds", 5),
-    );
+    )
+    .await;
     let mut stream = unread_request(&proxy, &origin, "/slow").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     stream.shutdown().await.expect("FIN");
@@ -212,16 +219,17 @@ async fn an_exchange_cut_before_the_origin_answered_holds_its_turn_until_max_exc
     // the origin at 2 s, while it still works on /silent; held until max_exchange (4 s)
     // from its start, the next request arrives once the origin is done.
     let silent = Behaviour::delayed(3500, "late\n");
-    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/silent", silent)]).await;
-    let proxy = warm(
-        &origin,
+    let (origin, proxy) = warmed(
+        "/silent",
+        silent,
         &Conf::new()
             .set(
                 "pacing",
                 json!({"max_in_flight": 1, "max_wait_seconds": 30, "max_exchange_seconds": 4}),
             )
             .set("upstream.read_timeout_seconds", 1),
-    );
+    )
+    .await;
     let (status, _, _) = curl(&proxy, &origin.url("/silent"), &[]);
     assert_eq!(status, 504, "{}", proxy.log());
     let (status, _, _) = curl(&proxy, &origin.url("/after"), &[]);
@@ -244,27 +252,28 @@ async fn an_exchange_cut_before_the_origin_answered_holds_its_turn_until_max_exc
 }
 
 /// Two clients leave a trickling, never-ending answer (an octet every half second)
-/// unread and close. Their exchanges are cut, and their turns are held for the pace
-/// those exchanges showed, not the read timeout (60 s by default): the origin's third
-/// client, queued for `max_in_flight: 2` with a 20 s `max_wait_seconds`, is served
-/// (held a read timeout, it would be refused `wait-too-long`), and only after both
-/// trickles ended at the origin.
+/// unread and close as soon as it began. Their exchanges are cut, and their turns are
+/// held for the pace those exchanges showed, not the read timeout (60 s by default):
+/// the origin's third client, queued for `max_in_flight: 2` with a 20 s
+/// `max_wait_seconds`, is served (held a read timeout, it would be refused
+/// `wait-too-long`), and only after both trickles ended at the origin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickle_left_unread_holds_its_turn_for_its_own_pace_not_the_read_timeout() {
     let trickle = Behaviour::Endless {
         every: Duration::from_millis(500),
         chunk: 1,
     };
-    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/forever", trickle)]).await;
-    let proxy = warm(
-        &origin,
+    let (origin, proxy) = warmed(
+        "/forever",
+        trickle,
         &Conf::new()
             .set(
                 "pacing",
                 json!({"max_in_flight": 2, "max_wait_seconds": 20}),
             )
             .set("limits.unread_timeout_seconds", 2),
-    );
+    )
+    .await;
     let unread = [
         unread_request(&proxy, &origin, "/forever?1").await,
         unread_request(&proxy, &origin, "/forever?2").await,
@@ -274,8 +283,6 @@ async fn a_trickle_left_unread_holds_its_turn_for_its_own_pace_not_the_read_time
     })
     .await;
     assert!(both, "{:#?}", origin.seen());
-    // The trickles run a while unread, then their clients close.
-    tokio::time::sleep(Duration::from_secs(3)).await;
     drop(unread);
     next_client_is_served_after(&proxy, &origin).await;
     let cut = ["cut_client", "cut_other", "cut_timeout"]

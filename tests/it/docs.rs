@@ -98,12 +98,7 @@ fn every_configuration_key_has_its_entry() {
         parsed.contains("agent.rules.tokens"),
         "list items are read too"
     );
-    let reference =
-        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
-    let (ours, _) = reference
-        .split_once(PINGORA_SECTION)
-        .expect("the Pingora section");
-    let documented = entries(ours);
+    let (documented, _) = reference_entries();
     let missing: Vec<_> = parsed.difference(&documented).collect();
     let unknown: Vec<_> = documented.difference(&parsed).collect();
     assert!(
@@ -115,24 +110,44 @@ fn every_configuration_key_has_its_entry() {
 /// Where the reference's section of Pingora's own keys begins.
 const PINGORA_SECTION: &str = "## Pingora's server settings";
 
-/// The keys a part of the reference has an entry for.
-fn entries(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter(|l| l.starts_with("## `") || l.starts_with("### `"))
-        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
-        .collect()
+/// The keys the configuration reference has an entry for: the `robotsgate:` section's,
+/// and Pingora's (the file's top level).
+fn reference_entries() -> (BTreeSet<String>, BTreeSet<String>) {
+    let reference =
+        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+    let (ours, pingora) = reference
+        .split_once(PINGORA_SECTION)
+        .expect("the Pingora section");
+    let entries = |text: &str| -> BTreeSet<String> {
+        text.lines()
+            .filter(|l| l.starts_with("## `") || l.starts_with("### `"))
+            .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+            .collect()
+    };
+    (entries(ours), entries(pingora))
+}
+
+/// The reference is exactly what its generator writes from the configuration types
+/// (keys, types, defaults, docs): `scripts/config_reference.py --check`.
+#[test]
+fn the_configuration_reference_is_what_its_generator_writes() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/config_reference.py"))
+        .arg("--check")
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Every key the shipped configurations set at the file's top level (Pingora's) has
 /// its entry in the reference's Pingora section.
 #[test]
 fn every_pingora_key_the_shipped_files_set_has_its_entry() {
-    let reference =
-        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
-    let (_, pingora) = reference
-        .split_once(PINGORA_SECTION)
-        .expect("the Pingora section");
-    let documented = entries(pingora);
+    let (_, documented) = reference_entries();
     for file in ["robotsgate.yaml", "fleet.yaml", "production.yaml"] {
         let text = std::fs::read_to_string(root().join("conf").join(file)).expect(file);
         let conf: serde_yaml::Mapping = serde_yaml::from_str(&text).expect(file);

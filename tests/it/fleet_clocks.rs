@@ -3,8 +3,8 @@
 //! exchange, and Redis' wall clock stepped forward under a crawl does not hand an origin
 //! to a second member while its owner still acts.
 //!
-//! Real `redis-server`s and robotsgate processes; a vanished owner is SIGKILLed; Redis'
-//! clock is stepped by `clock_shim.c` (tests/helpers), a preload library that adds an
+//! Real `redis-server`s and robotsgate processes; a vanished owner is SIGKILLed, a
+//! partition is a relay the test cuts; Redis' clock is stepped by `clock_shim.c` (tests/helpers), a preload library that adds an
 //! offset the test writes to a file to the wall clock Redis reads for `TIME`.
 
 use std::time::Duration;
@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::*;
-use crate::fleet_fixture::{backend_up, fleet_conf, instances, owner_index, short_fleet, signal};
+use crate::fleet_fixture::{
+    backend_up, certs, fleet_conf, instances, owner_index, short_fleet, signal, Relay,
+};
 use crate::redis_servers::Redis;
 
 /// The Crawl-delay of the takeover tests: longer than the lease plus the longest hold
@@ -93,34 +95,37 @@ fn clock_shim(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// Redis' wall clock stepped 30 s forward (past every lease and longest hold) while two
-/// members crawl an origin one of them owns, the owner stopped for a second across the
-/// step: every member looks lapsed to Redis at once, and the other member asks for the
-/// origin before the owner renews. The members see the step at their next renewal and
-/// fence takeovers, a takeover waits for its confirmation, and the origin still
-/// receives one member's requests at a time, no gap below the Crawl-delay.
+/// members crawl an origin the first owns, the owner cut from Redis at that moment (it
+/// keeps serving until its lease ends by its own clock). To Redis the owner lapsed 30 s
+/// ago, so the other member may take the origin over at once, while the owner still
+/// serves it: the other member sees the step at its next renewal and fences takeovers,
+/// its takeover waits for its confirmation and then for the fence, and the origin
+/// receives no gap below the Crawl-delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_clock_stepped_forward_keeps_one_owner_and_the_delay() {
     let dir = tempfile::tempdir().expect("tempdir");
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "0").expect("offset");
     let redis = Redis::start_with_clock(&clock_shim(dir.path()), &offset);
+    let mut relay = Relay::start(redis.port).await;
     let origin = crate::fleet_fixture::paced_origin("1").await;
-    let proxies = instances(2, &fleet_conf(&redis).with(&short_fleet("refuse")));
+    let through_relay = certs()
+        .conf()
+        .set("fleet.redis", format!("redis://127.0.0.1:{}", relay.port))
+        .with(&short_fleet("refuse"));
+    let proxies = vec![
+        Proxy::start_for_loopback(&through_relay),
+        Proxy::start_for_loopback(&fleet_conf(&redis).with(&short_fleet("refuse"))),
+    ];
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
     assert_eq!(owner_index(&proxies, &origin), Some(0));
-    let stepped = Instant::now() + Duration::from_secs(4);
-    let until = stepped + Duration::from_secs(12);
-    // The owner is stopped across the step (its next renewal comes a second late, its
-    // lease still valid by its own clock when it resumes), so the other member sees it
-    // lapsed first and asks for the origin.
-    let owner = proxies[0].pid();
+    let until = Instant::now() + Duration::from_secs(14);
     let step = async {
-        tokio::time::sleep_until(stepped).await;
-        signal(owner, "-STOP");
+        let loaded = eventually(Duration::from_secs(10), || pages(&origin, "/p/").len() >= 4).await;
+        assert!(loaded, "the load never reached the origin");
+        relay.cut();
         std::fs::write(&offset, "30000").expect("step");
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        signal(owner, "-CONT");
     };
     let crawled = [&origin];
     let (statuses, ()) = tokio::join!(

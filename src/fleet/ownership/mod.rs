@@ -225,14 +225,8 @@ impl Ownership {
         if self.acts_for(key) {
             return true;
         }
-        let due = {
-            let now = self.members.now();
-            let standing = self.members.standing();
-            standing.may_own(now)
-                && standing
-                    .holding(key)
-                    .is_some_and(|h| h.held == Held::In && h.provisional && now >= h.not_before)
-        };
+        let now = self.members.now();
+        let due = self.members.standing().confirmation_due(key, now);
         if due && self.reassert_key(key, Reassert::Plain).await.is_err() {
             return false;
         }
@@ -267,15 +261,6 @@ impl Ownership {
     /// Does this instance hold `key` (in any way)?
     fn holds(&self, key: &str) -> bool {
         self.members.standing().holding(key).is_some()
-    }
-
-    /// Does this instance hold `key` as its owner now (claimed, not being let go, its
-    /// lease valid by its own clock), whether or not it acts for it yet (a wait for a
-    /// previous owner's exchanges is kept by the pacer's inherited pause)?
-    pub fn owns(&self, key: &str) -> bool {
-        let now = self.members.now();
-        let standing = self.members.standing();
-        standing.may_own(now) && standing.holding(key).is_some_and(|h| h.held == Held::In)
     }
 
     /// Who owns `key` as this instance knows: `here` (it acts for it now), `pending`

@@ -46,7 +46,9 @@ elseif c.m == ARGV[1] then
 elseif c.m ~= nil then
   local h = member(KEYS[2], c.m)
   if live(h, now) then return {'held', c.m, h.epoch, h.peer, h.state} end
-  nb = math.max(nb, h and (h.expires + h.after) or now)
+  -- Not before its exchanges must be over, nor before the confirmation window; and
+  -- confirmed again as a provisional claim is (the fence applies).
+  nb = math.max(nb, h and (h.expires + h.after) or now, now + tonumber(ARGV[6] or '0'))
   how = 'taken_over'
   c.pv = true
 elseif c.released then
@@ -55,9 +57,6 @@ end
 local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (c.gen ~= ARGV[3] or c.pv) and mode ~= 'vouch' then
   nb = math.max(nb, fence)
-end
-if how == 'taken_over' then
-  nb = math.max(nb, now + tonumber(ARGV[6] or '0'))
 end
 local provisional = (fence > now and nb > now) or how == 'taken_over'
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
