@@ -190,33 +190,36 @@ async fn a_redis_over_tls_works_like_a_plain_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
     redis_certificates(dir.path());
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
-            "--tls-cert-file",
-            &path("leaf.pem"),
-            "--tls-key-file",
-            &path("leaf.key"),
-        ])
-        .args([
-            "--tls-ca-cert-file",
-            &path("ca.pem"),
-            "--tls-auth-clients",
-            "no",
-        ])
-        .args(["--save", "", "--appendonly", "no", "--dir", &path("")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server");
+    // A port picked free may be taken before the server binds it: picked again then.
+    let (child, port) =
+        crate::common::start_listening("redis-server over TLS", free_port, |port| {
+            Command::new("redis-server")
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .args([
+                    "--tls-cert-file",
+                    &path("leaf.pem"),
+                    "--tls-key-file",
+                    &path("leaf.key"),
+                ])
+                .args([
+                    "--tls-ca-cert-file",
+                    &path("ca.pem"),
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .args(["--save", "", "--appendonly", "no", "--dir", &path("")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server")
+        });
     // Stopped by its PID when the test ends, however it ends.
     let _redis = crate::common::Running(child);
     let origin = paced_origin("0.3").await;

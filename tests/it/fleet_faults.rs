@@ -353,7 +353,7 @@ async fn a_partitioned_owner(mode: &str) {
         crawled.under_load().await;
         relay.cut();
         let over = taken_over_by(others, &crawled).await;
-        relay.restore().await;
+        relay.restore();
         assert!(over, "the origins were never taken over");
     };
     let statuses = crawled.during(&proxies, until, partition).await;
@@ -380,18 +380,15 @@ async fn a_partitioned_owner_with_keep_owned() {
 /// Redis killed and restarted empty under load, in each mode: owners write their claims
 /// again, no key nobody claims is taken meanwhile, and the promise holds.
 async fn redis_restarted_empty(mode: &str) {
-    let port = free_port();
-    let mut redis = Some(Redis::start_on(port, &[]));
+    let mut redis = Redis::start();
     let crawled = Crawled::start().await;
-    let proxies = members_of(redis.as_ref().expect("redis"), 3, mode);
+    let proxies = members_of(&redis, 3, mode);
     backend_up(&proxies).await;
     let until = Instant::now() + Duration::from_secs(10);
     let restart = async {
         crawled.under_load().await;
-        drop(redis.take());
         // Down for two seconds: past the lease (1.5 s), within keep_owned's grace.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        redis = Some(Redis::start_on(port, &[]));
+        redis.kill_and_restart(Duration::from_secs(2)).await;
     };
     let statuses = crawled.during(&proxies, until, restart).await;
     assert!(statuses.contains(&200));

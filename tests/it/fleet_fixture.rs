@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use serde_json::json;
 
-use crate::common::{admin, curl, eventually, free_port, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{admin, curl, eventually, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
 /// The fleet CA every test member trusts, and a certificate from it naming no member.
@@ -337,52 +337,74 @@ pub(crate) fn short_fleet(mode: &str) -> Conf {
 }
 
 /// A TCP relay between one member and Redis, which the test cuts (every connection
-/// dropped, nothing accepted) and restores on the same port: a partition.
+/// dropped, each new one reset as a port nobody listens on) and restores: a partition.
+/// It keeps its listener throughout, so no other process can take its port meanwhile.
 pub(crate) struct Relay {
     /// Where the member connects.
     pub(crate) port: u16,
-    /// Redis' port.
-    target: u16,
-    /// The listener and its connections, while not cut.
-    tasks: Option<tokio::task::JoinSet<()>>,
+    /// Whether it is cut: its connections watch it.
+    cut: tokio::sync::watch::Sender<bool>,
+    /// The listener's task.
+    accepting: tokio::task::JoinHandle<()>,
 }
 
 impl Relay {
     /// A relay to Redis on `target`, accepting.
     pub(crate) async fn start(target: u16) -> Relay {
-        let mut relay = Relay {
-            port: free_port(),
-            target,
-            tasks: None,
-        };
-        relay.restore().await;
-        relay
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("relay port");
+        let port = listener.local_addr().expect("relay address").port();
+        let (cut, _) = tokio::sync::watch::channel(false);
+        let watch = cut.clone();
+        let accepting = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if *watch.borrow() {
+                    if let Ok(client) = client.into_std() {
+                        crate::common::reset(client);
+                    }
+                    continue;
+                }
+                tokio::spawn(relay_one(client, target, watch.subscribe()));
+            }
+        });
+        Relay {
+            port,
+            cut,
+            accepting,
+        }
     }
 
     /// Accepts again, forwarding each connection to Redis.
-    pub(crate) async fn restore(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .expect("relay port");
-        let target = self.target;
-        let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                connections.spawn(async move {
-                    if let Ok(mut redis) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
-                    }
-                });
-            }
-        });
-        self.tasks = Some(tasks);
+    pub(crate) fn restore(&mut self) {
+        self.cut.send_replace(false);
     }
 
-    /// Cuts every connection and stops accepting.
+    /// Cuts every connection; new ones are reset until [`Relay::restore`].
     pub(crate) fn cut(&mut self) {
-        self.tasks = None;
+        self.cut.send_replace(true);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accepting.abort();
+        // Every connection ends too: its watch sees the relay cut.
+        self.cut.send_replace(true);
+    }
+}
+
+/// Forwards `client` to Redis on `target` until either side closes or the relay is cut.
+async fn relay_one(
+    mut client: tokio::net::TcpStream,
+    target: u16,
+    mut cut: tokio::sync::watch::Receiver<bool>,
+) {
+    let Ok(mut redis) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut redis) => {}
+        _ = cut.wait_for(|cut| *cut) => {}
     }
 }

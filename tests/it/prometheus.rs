@@ -142,19 +142,21 @@ impl Prometheus {
             ),
         )
         .expect("config");
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
-        let child = Command::new(tool("prometheus"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
+        // A port picked free may be taken before Prometheus binds it: picked again then.
+        let (child, port) = crate::common::start_listening("prometheus", free_port, |port| {
+            let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
+            Command::new(tool("prometheus"))
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start prometheus")
+        });
         let prometheus = Prometheus {
             _child: crate::common::Running(child),
             port,

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, listens_on, Conf};
+use crate::common::{free_port, listens_on, Conf, PortHold};
 
 /// A `redis-server` on a free loopback port, stopped (by its PID) when dropped.
 pub(crate) struct Redis {
@@ -50,12 +50,6 @@ impl Redis {
             let args = Redis::plain_args(port, &dir, &[]);
             Redis::launch(args, env.clone(), port, dir)
         })
-    }
-
-    /// A `redis-server` with `extra` arguments on `port`, which must be free.
-    pub(crate) fn start_on(port: u16, extra: &[&str]) -> Redis {
-        Redis::try_start_on(port, extra)
-            .unwrap_or_else(|| panic!("redis-server could not listen on {port}: taken"))
     }
 
     /// A `redis-server` on `port`; `None` when it could not listen there.
@@ -147,11 +141,14 @@ impl Redis {
 
     /// SIGKILL, then the same command again in the same directory, once `down` has
     /// passed: no data kept (no persistence), a Cluster node's nodes file kept (it
-    /// rejoins its cluster).
+    /// rejoins its cluster). Its port is held meanwhile ([`PortHold`]: connections
+    /// reset, no other process taking it).
     pub(crate) async fn kill_and_restart(&mut self, down: Duration) {
         let _ = self.child.0.kill();
         let _ = self.child.0.wait();
+        let hold = PortHold::new(self.port);
         tokio::time::sleep(down).await;
+        drop(hold);
         self.child = Redis::spawn(&self.args, &self.env);
         let port = self.port;
         assert!(

@@ -94,8 +94,8 @@ pub(crate) struct Endpoint {
 
 /// The store the members share.
 enum Store {
-    /// One `redis-server` on a port it keeps across restarts (`None` while down).
-    Single { port: u16, redis: Option<Redis> },
+    /// One `redis-server`, restarted on its port ([`Redis::kill_and_restart`]).
+    Single(Redis),
     /// A Cluster.
     Cluster(Cluster),
 }
@@ -129,13 +129,7 @@ impl Fleet {
     /// The backend and three members behind the front.
     pub(crate) async fn start(backend: Backend, mode: &'static str) -> Fleet {
         let store = match backend {
-            Backend::Single => {
-                let port = crate::common::free_port();
-                Store::Single {
-                    port,
-                    redis: Some(Redis::start_on(port, &[])),
-                }
-            }
+            Backend::Single => Store::Single(Redis::start()),
             Backend::Cluster => Store::Cluster(Cluster::start_with(1)),
         };
         let mut fleet = Fleet {
@@ -155,7 +149,7 @@ impl Fleet {
     /// Its backend.
     pub(crate) fn backend(&self) -> Backend {
         match self.store {
-            Store::Single { .. } => Backend::Single,
+            Store::Single(_) => Backend::Single,
             Store::Cluster(_) => Backend::Cluster,
         }
     }
@@ -163,8 +157,8 @@ impl Fleet {
     /// A new member in the first free slot.
     async fn add(&mut self) {
         let (backend, relay) = match &self.store {
-            Store::Single { port, .. } => {
-                let relay = Relay::start(*port).await;
+            Store::Single(redis) => {
+                let relay = Relay::start(redis.port).await;
                 let url = format!("redis://127.0.0.1:{}", relay.port);
                 (Conf::new().set("fleet.redis", url), Some(relay))
             }
@@ -253,7 +247,7 @@ impl Fleet {
                 let relay = self.members[i].relay.as_mut().expect("a relay");
                 relay.cut();
                 tokio::time::sleep(cut).await;
-                relay.restore().await;
+                relay.restore();
                 format!("member {pid} cut from Redis {cut:?}")
             }
             Kind::Kill => {
@@ -281,22 +275,19 @@ impl Fleet {
 
     /// A fault done to a single Redis.
     async fn on_redis(&mut self, kind: Kind, dice: &mut Dice) -> String {
-        let Store::Single { port, redis } = &mut self.store else {
+        let Store::Single(redis) = &mut self.store else {
             unreachable!("single-Redis faults are picked for a single Redis only")
         };
         if kind == Kind::RedisStall {
             let stall = dice.millis(500, 2500);
-            if let Some(pid) = redis.as_ref().map(|r| r.child.id()) {
-                signal(pid, "-STOP");
-                tokio::time::sleep(stall).await;
-                signal(pid, "-CONT");
-            }
+            let pid = redis.child.id();
+            signal(pid, "-STOP");
+            tokio::time::sleep(stall).await;
+            signal(pid, "-CONT");
             return format!("Redis stalled {stall:?}");
         }
         let down = dice.millis(200, 1500);
-        drop(redis.take());
-        tokio::time::sleep(down).await;
-        *redis = Some(Redis::start_on(*port, &[]));
+        redis.kill_and_restart(down).await;
         format!("Redis restarted empty after {down:?}")
     }
 

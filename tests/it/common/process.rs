@@ -25,6 +25,54 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback port kept from every other process while the server listening there is
+/// down: bound and listening, each connection reset at once (as a stopped server's port
+/// refuses it). A port merely released can be taken by another test's process while its
+/// server is down, which then answers for it or keeps it from starting again. Dropping
+/// the hold closes the port (synchronously), right before the server starts again.
+pub struct PortHold {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PortHold {
+    /// Holds `port`, which its server has just released.
+    pub fn new(port: u16) -> PortHold {
+        let listener = StdListener::bind(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("port {port} taken the moment its server stopped: {e}"));
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(std::sync::atomic::Ordering::Acquire) {
+                match listener.accept() {
+                    Ok((stream, _)) => reset(stream),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        PortHold {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PortHold {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Closes `stream` with a reset (no linger), as a port nobody listens on answers.
+pub fn reset(stream: impl Into<socket2::Socket>) {
+    let socket: socket2::Socket = stream.into();
+    let _ = socket.set_linger(Some(Duration::ZERO));
+}
+
 /// Runs `command`: whether it succeeded, and its stdout followed by its stderr.
 pub fn run_output(command: &mut Command) -> (bool, String) {
     let out = command.output().expect("run command");
