@@ -233,8 +233,11 @@ drains instead (`graceful_shutdown_timeout_seconds`).
 Type: integer (seconds); default: `5`.
 
 How long a stop (SIGTERM) waits for the requests in progress (`/readyz` answering
-503, no keep-alive meanwhile) before the process stops. On a graceful upgrade, the
-old process's runtimes get that long to finish after `grace_period_seconds`.
+503, no keep-alive meanwhile) before the process stops. Requests still waiting then
+(for a turn, for another member's answer) are answered 503 with `Retry-After` half a
+second before that bound from the signal (`reason=stopping` for a turn). On a graceful
+upgrade, the old process's runtimes get that long to finish after
+`grace_period_seconds`.
 
 ### `upstream_keepalive_pool_size`
 

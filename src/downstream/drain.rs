@@ -6,8 +6,9 @@
 //! still in progress then is cut, whatever it was doing. So a graceful stop (SIGTERM)
 //! first [`drain`]s: from then on idle connections close, no connection is kept alive
 //! past its request, HTTP/2 connections send their GOAWAY, `/readyz` answers 503, and it
-//! waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`
-//! — before Pingora stops the listeners. A request counts from
+//! waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`,
+//! by which every request still waiting was answered (`enforce::stop`) — before
+//! Pingora stops the listeners. A request counts from
 //! its head read to its answer's end ([`Serving`]): HTTP/1.1 (plain, inside a tunnel,
 //! on the peer channel) and every HTTP/2 stream. Blind tunnels do not: they last as
 //! long as their client keeps them.
@@ -71,11 +72,10 @@ pub async fn began() {
     }
 }
 
-/// Drains ([`begin`]), and resolves once no request is in progress, or `within` has
-/// passed. Returns how many were still in progress.
-pub async fn drain(within: Duration) -> usize {
+/// Drains ([`begin`]), and resolves once no request is in progress, or at `deadline`.
+/// Returns how many were still in progress.
+pub async fn drain_until(deadline: Instant) -> usize {
     begin();
-    let deadline = Instant::now() + within;
     loop {
         let left = IN_PROGRESS.load(Ordering::Acquire);
         if left == 0 || Instant::now() >= deadline {

@@ -24,7 +24,7 @@ use crate::origin::store::OriginStore;
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 pub use crate::pacing::DelayRule;
-use crate::pacing::{PaceRequest, Pacer, TurnRefusal};
+use crate::pacing::{PaceRequest, Pacer, Refused, TurnRefusal};
 use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::{EgressPolicy, Forbidden};
@@ -38,6 +38,7 @@ mod decision;
 mod judge;
 mod owned;
 mod refusal;
+mod stop;
 mod turn;
 mod views;
 pub use decision::{Allowed, Decision, Pace};
@@ -87,6 +88,8 @@ pub struct Enforcer {
     bounds: ExchangeBounds,
     /// The identities forwarded requests are signed as.
     identities: Arc<Identities>,
+    /// A graceful stop's deadline, once one began.
+    stop: stop::Stop,
 }
 
 impl Enforcer {
@@ -178,6 +181,7 @@ impl Enforcer {
             overrides: Overrides::new(&config.pacing.overrides),
             bounds: config.exchange_bounds(),
             identities,
+            stop: stop::Stop::new(),
         })
     }
 
@@ -496,8 +500,12 @@ impl Enforcer {
             Some(owners) => tokio::select! {
                 paced = self.pacer.pace(request) => paced,
                 () = owners.leaves() => return Err(gave_up()),
+                () = self.stop.due() => Err(Refused::stopping()),
             },
-            None => self.pacer.pace(request).await,
+            None => tokio::select! {
+                paced = self.pacer.pace(request) => paced,
+                () = self.stop.due() => Err(Refused::stopping()),
+            },
         };
         // Its turn came, but this instance may no longer act for the origin (its lease
         // lapsed by its own clock meanwhile, or it let the origin go); a provisional
@@ -520,6 +528,7 @@ impl Enforcer {
                 let reason = match refused.reason {
                     TurnRefusal::QueueFull => "queue-full",
                     TurnRefusal::WaitTooLong => "wait-too-long",
+                    TurnRefusal::Stopping => "stopping",
                 };
                 let backoff = refused
                     .backed_off_for

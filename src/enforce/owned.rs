@@ -90,9 +90,18 @@ impl Enforcer {
     }
 
     /// The longest an owner can take to start answering a request handed to it: its
-    /// longest wait for a turn, then the longest an exchange can hold one.
+    /// longest wait for a turn, then the longest an exchange can hold one. During a
+    /// graceful stop, no longer than is left before waiting requests are answered
+    /// (`stop.rs`): a request handed over is answered before the process ends.
     pub fn owner_answers_within(&self) -> std::time::Duration {
-        self.pacer.config().max_wait_seconds.duration() + self.bounds.longest_hold()
+        let within = self.pacer.config().max_wait_seconds.duration() + self.bounds.longest_hold();
+        self.stop.bound(within)
+    }
+
+    /// A graceful stop began: requests still waiting for a turn here or for an owner's
+    /// answer are answered before `by`.
+    pub fn stopping(&self, by: tokio::time::Instant) {
+        self.stop.until(by);
     }
 
     /// The fleet's door, in fleet mode.

@@ -11,6 +11,8 @@ pub enum TurnRefusal {
     QueueFull,
     /// The wait would pass `max_wait_seconds`.
     WaitTooLong,
+    /// This instance stops before the turn comes (a graceful stop's deadline).
+    Stopping,
 }
 
 /// A request refused by pacing: why, when to come back, and whether the origin's own
@@ -26,6 +28,16 @@ pub struct Refused {
 }
 
 impl Refused {
+    /// A request still waiting when a graceful stop must answer it: come back in a
+    /// second (another instance, or this one restarted, will pace it).
+    pub fn stopping() -> Refused {
+        Refused {
+            reason: TurnRefusal::Stopping,
+            retry_after: Duration::from_secs(1),
+            backed_off_for: None,
+        }
+    }
+
     /// A wait that would end at `at`, past the request's deadline (asked at `now`).
     pub(super) fn comes_at(at: Instant, now: Instant, backed_off_for: Option<Duration>) -> Refused {
         Refused {
@@ -42,6 +54,7 @@ impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.reason {
             TurnRefusal::QueueFull => f.write_str("pacing queue full")?,
+            TurnRefusal::Stopping => f.write_str("this instance stops before the turn comes")?,
             TurnRefusal::WaitTooLong => write!(
                 f,
                 "pacing wait of {:.1} s would exceed the limit",

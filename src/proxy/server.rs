@@ -584,8 +584,11 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
 /// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
 /// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
-/// fast stop); a graceful stop drains the requests in progress (`downstream::drain`,
-/// for at most `graceful_shutdown_timeout_seconds`), after which Pingora stops at once;
+/// fast stop); a graceful stop answers every request still waiting (for a turn, for an
+/// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
+/// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
+/// most `graceful_shutdown_timeout_seconds` once the leave ended), after which Pingora
+/// stops at once;
 /// an upgrade's old process serves what it has in progress for Pingora's 5 s and
 /// `grace_period_seconds`;
 /// then the state file is written when there is one (before the listeners
@@ -620,6 +623,11 @@ impl pingora::server::ShutdownSignalWatch for Signals {
         };
         if matches!(signal, ShutdownSignal::GracefulTerminate) {
             crate::downstream::drain::begin();
+            // Requests still waiting (for a turn, for an owner's answer) are answered
+            // within the drain's bound of the signal (`enforce::stop`); the drain
+            // itself ends no sooner.
+            self.enforcer
+                .stopping(tokio::time::Instant::now() + self.drain_within);
         }
         if !matches!(signal, ShutdownSignal::FastShutdown) {
             self.enforcer.leave_fleet().await;
@@ -627,7 +635,8 @@ impl pingora::server::ShutdownSignalWatch for Signals {
         if matches!(signal, ShutdownSignal::GracefulTerminate) {
             // Pingora drops what is still in progress when it stops: the requests in
             // progress end first (those handed to other owners too).
-            let left = crate::downstream::drain::drain(self.drain_within).await;
+            let drained_by = tokio::time::Instant::now() + self.drain_within;
+            let left = crate::downstream::drain::drain_until(drained_by).await;
             if left > 0 {
                 log::warn!("stop: {left} requests still in progress are cut");
             }

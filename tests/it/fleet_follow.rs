@@ -193,6 +193,61 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     );
 }
 
+/// More requests queued at a leaving owner than its stop's bound lets the next owner
+/// serve (Crawl-delay 1, eight queued, `graceful_shutdown_timeout_seconds: 3`): each is
+/// answered, 200 through the next owner or 503 with `Retry-After` before the leaver
+/// ends; none is closed unanswered. At the origin: each page at most once, each page
+/// answered 200 seen there, a Crawl-delay apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_a_leaving_owner_accepted_is_answered() {
+    let origin = paced_origin("1").await;
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", 3);
+    let mut proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let client = proxies[0].client();
+    let queued: Vec<_> = (0..8)
+        .map(|i| {
+            let (client, path) = (client.clone(), format!("/p/queued-{i}"));
+            let url = origin.url(&path);
+            tokio::spawn(async move {
+                let answer = client.get(url).send().await.map_err(|e| e.to_string())?;
+                let retry = answer.headers().get("retry-after").is_some();
+                Ok::<_, String>((path, answer.status().as_u16(), retry))
+            })
+        })
+        .collect();
+    let waiting = eventually(Duration::from_secs(5), || {
+        proxies[0].metric("robotsgate_pacing_queued_requests") == Some(8.0)
+    });
+    assert!(waiting.await, "never queued");
+    signal(proxies[0].pid(), "-TERM");
+    let mut answered = Vec::new();
+    for task in queued {
+        let answer = task.await.expect("task");
+        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", proxies[0].log()));
+        answered.push(answer);
+    }
+    let mut leaver = proxies.remove(0);
+    assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
+    let seen = pages(&origin, "/p/");
+    for (path, status, retry) in &answered {
+        let times = seen.iter().filter(|p| p.target == *path).count();
+        match status {
+            200 => assert_eq!(times, 1, "{path} answered 200"),
+            503 => assert!(*retry && times <= 1, "{path}: 503 without Retry-After"),
+            other => panic!("{path}: {other}\n{}", refusals(&leaver)),
+        }
+    }
+    assert!(
+        answered.iter().any(|(_, status, _)| *status == 503),
+        "the bound was never reached: {answered:?}"
+    );
+    assert_gaps_at_least(&seen, Duration::from_secs(1));
+}
+
 /// Two members; `origin` owned by the first, crawled through the second (`{prefix}{i}`)
 /// while the first leaves (SIGTERM): every request answered 200 and seen once at the
 /// origin, the origin handed over, and owned by the member that stays.

@@ -133,6 +133,53 @@ async fn a_graceful_stop_lets_requests_in_progress_end() {
     tokio::task::block_in_place(|| proxy.wait_exit(Duration::from_secs(10)));
 }
 
+/// A graceful stop answers every request still waiting for its turn before it ends:
+/// four requests queued behind a Crawl-delay of 5 s when SIGTERM comes, with
+/// `graceful_shutdown_timeout_seconds: 2`, are each answered 503 `reason=stopping`
+/// with `Retry-After` (none closed unanswered), and none reaches the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_answers_the_requests_waiting_for_their_turns() {
+    let origin = TestOrigin::robots("User-agent: *\nCrawl-delay: 5\n").await;
+    let conf = Conf::new().server("graceful_shutdown_timeout_seconds", 2);
+    let mut proxy = Proxy::start_for_loopback(&conf);
+    assert_eq!(
+        crate::common::curl(&proxy, &origin.url("/first"), &[]).0,
+        200
+    );
+    let client = proxy.client();
+    let queued: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, url) = (client.clone(), origin.url(&format!("/queued-{i}")));
+            tokio::spawn(async move {
+                let answer = client.get(url).send().await.map_err(|e| e.to_string())?;
+                let header = |name: &str| {
+                    let value = answer.headers().get(name);
+                    value.and_then(|v| v.to_str().ok()).map(str::to_string)
+                };
+                let decision = header("x-robots-decision").unwrap_or_default();
+                Ok::<_, String>((answer.status().as_u16(), decision, header("retry-after")))
+            })
+        })
+        .collect();
+    let waiting = eventually(Duration::from_secs(5), || {
+        proxy.metric("robotsgate_pacing_queued_requests") == Some(4.0)
+    });
+    assert!(waiting.await, "never queued");
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &proxy.pid().to_string()])
+        .status();
+    assert!(term.expect("kill").success());
+    for task in queued {
+        let answer = task.await.expect("task");
+        let (status, decision, retry) = answer.unwrap_or_else(|e| panic!("{e}\n{}", proxy.log()));
+        assert_eq!(status, 503, "{decision}");
+        assert!(decision.contains("reason=stopping"), "{decision}");
+        assert_eq!(retry.as_deref(), Some("1"));
+    }
+    tokio::task::block_in_place(|| proxy.wait_exit(Duration::from_secs(10)));
+    assert_eq!(crate::common::pages(&origin, "/queued").len(), 0);
+}
+
 /// A reload's old process serves what it has in progress for Pingora's 5 s and
 /// `grace_period_seconds` more after handing its listeners over: a request the origin
 /// takes 6.5 s to answer, in progress at the reload, is answered in full.
