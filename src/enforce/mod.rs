@@ -157,10 +157,13 @@ impl Enforcer {
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
         if let Some(owners) = owners.clone() {
             // A robots.txt fetch goes to the origin only from the member acting for the
-            // key: its claim confirmed, past any fence and not-before, its lease valid.
+            // key: its claim confirmed, past any fence and not-before, its lease valid
+            // (waited for while the key stays held here, as long as a request waits for
+            // its turn).
+            let within = config.pacing.max_wait_seconds.duration();
             store.act_only_when(Box::new(move |entry| {
                 let (owners, key) = (owners.clone(), entry.pacing_key().to_string());
-                Box::pin(async move { owners.acts_for_confirmed(&key).await })
+                Box::pin(async move { owners.acts_for_when_due(&key, within).await })
             }));
         }
         Ok(Enforcer {

@@ -144,6 +144,12 @@ impl Owners {
         self.ownership.acts_for_confirmed(key).await
     }
 
+    /// [`Owners::acts_for_confirmed`], waited for while the key stays held here, for at
+    /// most `within` (see [`Ownership::acts_for_when_due`]).
+    pub async fn acts_for_when_due(&self, key: &str, within: std::time::Duration) -> bool {
+        self.ownership.acts_for_when_due(key, within).await
+    }
+
     /// Writes a fact of an owned key when it happens, for a new owner to start from.
     pub fn record(&self, key: &str, facts: ScheduleFacts) {
         self.ownership.record(key, facts);

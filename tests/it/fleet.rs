@@ -183,6 +183,25 @@ fn redis_certificates(dir: &std::path::Path) {
     ]);
 }
 
+/// A new fleet's data set is fenced for its settle window (two renewals and a command
+/// timeout: 7 s with a 6 s command timeout): an origin first asked for inside it is
+/// claimed provisionally, its robots.txt fetch waits for the fence's end (as the
+/// request's turn would), and the page is served, not answered 503 "ownership moving".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_first_asked_for_inside_a_new_fleets_fence_is_served() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis)
+        .set("fleet.lease_seconds", 9)
+        .set("fleet.command_timeout_seconds", 6);
+    let proxies = instances(1, &conf);
+    backend_up(&proxies).await;
+    let origin = paced_origin("0.5").await;
+    let (status, head, body) = curl(&proxies[0], &origin.url("/p/first"), &["--max-time", "30"]);
+    assert_eq!(status, 200, "{head}\n{body}\n{}", proxies[0].log());
+    assert_eq!(origin.count("/robots.txt"), 1);
+    assert_eq!(pages(&origin, "/p/").len(), 1);
+}
+
 /// Two members on a redis-server reached over TLS (`rediss://`, its CA trusted through
 /// `SSL_CERT_FILE`) share an origin's pacing and its robots.txt as over plain TCP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

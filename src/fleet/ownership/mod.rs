@@ -233,6 +233,32 @@ impl Ownership {
         self.acts_for(key)
     }
 
+    /// [`Ownership::acts_for_confirmed`], waited for while the key stays held here, for
+    /// at most `within`: a claim made inside a fence or a takeover's confirmation
+    /// window acts from its not-before, a claim being written again or a renewal
+    /// answered late acts again once they are done. Asked by a robots.txt fetch, which
+    /// a claim's first request waits for anyway: refused at once, that request would
+    /// be answered 503.
+    pub async fn acts_for_when_due(&self, key: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.acts_for_confirmed(key).await {
+                return true;
+            }
+            let now = self.members.now();
+            let wait = match self.members.standing().here(key, now) {
+                None => return false,
+                Some(Here::From(from)) => u64::try_from(from - now).unwrap_or(0) + 1,
+                Some(_) => 50,
+            };
+            let wait = Duration::from_millis(wait);
+            if Instant::now() + wait > deadline {
+                return false;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     /// A leaving instance's route: a key it still holds waits for its hand-over (its
     /// exchanges ending, at most the longest hold); then the request goes to the key's
     /// owner, or — nobody has claimed it yet — to a member that stays, chosen by
