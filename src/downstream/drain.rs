@@ -4,8 +4,9 @@
 //! Pingora stops a service by dropping its tasks once `grace_period_seconds` have
 //! passed (`graceful_shutdown_timeout_seconds` only bounds blocking work): a request
 //! still in progress then is cut, whatever it was doing. So a graceful stop (SIGTERM)
-//! first [`drain`]s: from then on idle connections close, no connection is kept alive
-//! past its request, HTTP/2 connections send their GOAWAY, `/readyz` answers 503, and it
+//! first drains ([`drain_until`]): from then on idle connections close, no connection
+//! is kept alive past its request, HTTP/2 connections send their GOAWAY, `/readyz`
+//! answers 503, and it
 //! waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`,
 //! by which every request still waiting was answered (`enforce::stop`) — before
 //! Pingora stops the listeners. A request counts from
