@@ -496,19 +496,19 @@ impl Enforcer {
                 .answer(),
             )
         };
-        let paced = match &self.owners {
-            // Leaving: a request still queued here goes to the next owner at once, which
-            // paces it from the facts handed over, rather than waiting for a turn here
-            // only to be refused it (and holding the hand-over back meanwhile).
-            Some(owners) => tokio::select! {
-                paced = self.pacer.pace(request) => paced,
-                () = owners.leaves() => return Err(gave_up()),
-                () = self.stop.due() => Err(Refused::stopping()),
-            },
-            None => tokio::select! {
-                paced = self.pacer.pace(request) => paced,
-                () = self.stop.due() => Err(Refused::stopping()),
-            },
+        // Leaving the fleet: a request still queued here goes to the next owner at once,
+        // which paces it from the facts handed over, rather than waiting for a turn here
+        // only to be refused it (and holding the hand-over back meanwhile).
+        let leaves = async {
+            match &self.owners {
+                Some(owners) => owners.leaves().await,
+                None => std::future::pending().await,
+            }
+        };
+        let paced = tokio::select! {
+            paced = self.pacer.pace(request) => paced,
+            () = leaves => return Err(gave_up()),
+            () = self.stop.due() => Err(Refused::stopping()),
         };
         // Its turn came, but this instance may no longer act for the origin (its lease
         // lapsed by its own clock meanwhile, or it let the origin go); a provisional

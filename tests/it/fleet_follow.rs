@@ -143,24 +143,8 @@ async fn requests_handed_to_an_owner_leaving_slowly_are_routed_again() {
 async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     let delay = Duration::from_secs(3);
     let origin = paced_origin("3").await;
-    let redis = Redis::start();
     // Time for the requests handed on to end once the leaver's shutdown begins.
-    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", 20);
-    let mut proxies = instances(2, &conf);
-    backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    let client = proxies[0].client();
-    let queued: Vec<_> = (0..2)
-        .map(|i| {
-            let (client, url) = (client.clone(), origin.url(&format!("/p/queued-{i}")));
-            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) })
-        })
-        .collect();
-    let waiting = eventually(Duration::from_secs(5), || {
-        proxies[0].metric("robotsgate_pacing_queued_requests") == Some(2.0)
-    });
-    assert!(waiting.await, "never queued");
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 20, 2).await;
     signal(proxies[0].pid(), "-TERM");
     let moved = eventually(Duration::from_secs(10), || {
         owner_index(&proxies, &origin) == Some(1)
@@ -169,13 +153,8 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     let moved_at = std::time::Instant::now();
     for task in queued {
         let answer = task.await.expect("task");
-        let status = answer.map_err(|e| format!("{e}\nthe leaver:\n{}", proxies[0].log()));
-        assert_eq!(
-            status,
-            Ok(reqwest::StatusCode::OK),
-            "{}",
-            refusals(&proxies[0])
-        );
+        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", proxies[0].log()));
+        assert_eq!(answer.1, 200, "{}", refusals(&proxies[0]));
     }
     let mut leaver = proxies.remove(0);
     assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
@@ -201,28 +180,7 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_a_leaving_owner_accepted_is_answered() {
     let origin = paced_origin("1").await;
-    let redis = Redis::start();
-    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", 3);
-    let mut proxies = instances(2, &conf);
-    backend_up(&proxies).await;
-    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    let client = proxies[0].client();
-    let queued: Vec<_> = (0..8)
-        .map(|i| {
-            let (client, path) = (client.clone(), format!("/p/queued-{i}"));
-            let url = origin.url(&path);
-            tokio::spawn(async move {
-                let answer = client.get(url).send().await.map_err(|e| e.to_string())?;
-                let retry = answer.headers().get("retry-after").is_some();
-                Ok::<_, String>((path, answer.status().as_u16(), retry))
-            })
-        })
-        .collect();
-    let waiting = eventually(Duration::from_secs(5), || {
-        proxies[0].metric("robotsgate_pacing_queued_requests") == Some(8.0)
-    });
-    assert!(waiting.await, "never queued");
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 3, 8).await;
     signal(proxies[0].pid(), "-TERM");
     let mut answered = Vec::new();
     for task in queued {
@@ -246,6 +204,43 @@ async fn every_request_a_leaving_owner_accepted_is_answered() {
         "the bound was never reached: {answered:?}"
     );
     assert_gaps_at_least(&seen, Duration::from_secs(1));
+}
+
+/// A queued request's answer: its path, status and whether it had `Retry-After`; or
+/// the client's error.
+type Queued = tokio::task::JoinHandle<Result<(String, u16, bool), String>>;
+
+/// Two members of one Redis (`graceful_shutdown_timeout_seconds: stop_within`),
+/// `origin` owned by the first, and `n` requests (`/p/queued-{i}`) waiting there for
+/// their turns. The Redis is kept.
+async fn queued_at_the_owner(
+    origin: &TestOrigin,
+    stop_within: u64,
+    n: usize,
+) -> (Redis, Vec<Proxy>, Vec<Queued>) {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", stop_within);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, origin), Some(0));
+    let client = proxies[0].client();
+    let queued: Vec<Queued> = (0..n)
+        .map(|i| {
+            let (client, path) = (client.clone(), format!("/p/queued-{i}"));
+            let url = origin.url(&path);
+            tokio::spawn(async move {
+                let answer = client.get(url).send().await.map_err(|e| e.to_string())?;
+                let retry = answer.headers().get("retry-after").is_some();
+                Ok((path, answer.status().as_u16(), retry))
+            })
+        })
+        .collect();
+    let waiting = eventually(Duration::from_secs(5), || {
+        proxies[0].metric("robotsgate_pacing_queued_requests") == Some(n as f64)
+    });
+    assert!(waiting.await, "never queued");
+    (redis, proxies, queued)
 }
 
 /// Two members; `origin` owned by the first, crawled through the second (`{prefix}{i}`)
