@@ -35,6 +35,9 @@ struct Call {
     run_id: String,
 }
 
+/// A change to one script: its name, a text in it, what replaces that text.
+pub type Mutation = (&'static str, &'static str, &'static str);
+
 /// The scripts, compiled once in one Lua state.
 pub struct Scripts {
     /// The Lua state (its `redis` global is the model's).
@@ -56,6 +59,13 @@ pub const NAMES: [&str; 6] = [
 impl Scripts {
     /// Compiles the scripts.
     pub fn new() -> Scripts {
+        Scripts::mutated(None)
+    }
+
+    /// Compiles the scripts, one of them changed by `mutation` (a rule removed, to show
+    /// the model fails without it): in script `.0`, the text `.1` (which must be there)
+    /// replaced by `.2`.
+    pub fn mutated(mutation: Option<Mutation>) -> Scripts {
         let lua = Lua::new();
         let redis = lua.create_table().expect("table");
         let call = lua
@@ -66,7 +76,11 @@ impl Scripts {
         let compiled = NAMES
             .iter()
             .map(|name| {
-                let source = crate::fleet::scripts::source(name);
+                let mut source = crate::fleet::scripts::source(name);
+                if let Some((script, from, to)) = mutation.filter(|m| m.0 == *name) {
+                    assert!(source.contains(from), "{script} has no {from:?} to change");
+                    source = source.replace(from, to);
+                }
                 let function = lua
                     .load(&source)
                     .set_name(*name)

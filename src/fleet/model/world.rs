@@ -14,6 +14,7 @@
 //! replica takes the master's data set whenever it catches up, and a failover promotes
 //! it as it is. Faults are budgets, zero unless a search gives some.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 mod calls;
@@ -139,10 +140,10 @@ pub struct World {
     pub bounds: Bounds,
     /// Now, in ms.
     pub now: Ms,
-    /// The master's data set.
-    pub data: Data,
+    /// The master's data set (shared between worlds until one writes it).
+    pub data: Rc<Data>,
     /// The replica's, as of its last catch-up.
-    pub replica: Data,
+    pub replica: Rc<Data>,
     /// The server's incarnation (a restart or a failover makes a new one).
     pub server: u32,
     /// Faults so far: restarts, failovers, crashes, give-ups, lettings go.
@@ -240,8 +241,8 @@ impl World {
         World {
             bounds,
             now: 0,
-            data: Data::new(),
-            replica: Data::new(),
+            data: Rc::default(),
+            replica: Rc::default(),
             server: 0,
             spent: [0; 5],
             nodes,
@@ -257,7 +258,7 @@ impl World {
     /// The state, briefly: Redis' data set and each member's standing.
     pub fn describe(&self) -> String {
         let mut out = format!("at {} (server {}):\n", self.now, self.server);
-        for (key, value) in &self.data {
+        for (key, value) in self.data.iter() {
             out.push_str(&format!("  {key} = {value:?}\n"));
         }
         for node in &self.nodes {
@@ -274,6 +275,18 @@ impl World {
             ));
         }
         out
+    }
+
+    /// The member whose exchange started last, if any.
+    pub fn last_actor(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].granted.is_some())
+            .max_by_key(|&i| self.nodes[i].granted)
+    }
+
+    /// Has any fault been spent?
+    pub fn faults_spent(&self) -> bool {
+        self.spent.iter().any(|&n| n > 0)
     }
 
     /// How far back any rule looks, in ms: a lease, its grace and a hold.
@@ -308,7 +321,10 @@ impl World {
         if self.orphan.is_some() {
             out.push(Action::RunOrphan);
         }
-        if self.may(FAILOVERS) && self.replica != self.data {
+        if self.may(FAILOVERS)
+            && !Rc::ptr_eq(&self.replica, &self.data)
+            && self.replica != self.data
+        {
             out.push(Action::Sync);
             out.push(Action::Failover);
         }
@@ -430,8 +446,8 @@ impl World {
             }
             Action::Sync => self.replica = self.data.clone(),
             Action::Restart => {
-                self.data = Data::new();
-                self.replica = Data::new();
+                self.data = Rc::default();
+                self.replica = Rc::default();
                 self.server += 1;
                 self.spent[RESTARTS] += 1;
             }
@@ -508,7 +524,7 @@ impl World {
         let keys = &message.keys;
         let mut answer = scripts.run(
             message.script,
-            &mut self.data,
+            Rc::make_mut(&mut self.data),
             self.now,
             &run_id,
             keys,
