@@ -140,6 +140,13 @@ pub struct SentinelConfig {
     pub master: String,
     /// The sentinels: `redis://host:port` each.
     pub sentinels: Vec<String>,
+    /// Accept a master that takes writes with no replica connected (Redis'
+    /// `min-replicas-to-write 0`, its default). By default such a master is refused as a
+    /// backend (`/readyz` names it): cut from its replicas by a partition, it goes on
+    /// taking claims while the sentinels promote another master, and members on each side
+    /// take the other side's origins.
+    #[serde(default)]
+    pub allow_unreplicated_writes: bool,
 }
 
 /// `fleet.on_unavailable`: what an owner does while Redis cannot renew its lease (a

@@ -7,7 +7,8 @@
 //! the Redis times durable records use, [`Fleet::redis_time_of`]) and `INFO memory`; a
 //! failed or slow command marks the backend down at once, and the next good answer marks
 //! it up. A `maxmemory-policy` that can evict robotsgate's keys (unless
-//! `fleet.allow_eviction`), or a Redis out of memory, keeps the backend down, the reason
+//! `fleet.allow_eviction`), a Redis out of memory, or a Sentinel-managed master that
+//! accepts writes with no replica (`replicas.rs`), keeps the backend down, the reason
 //! named in `/readyz` ([`Fleet::down_reason`]). A return (down → up) is only that: whether
 //! Redis lost writes meanwhile is for Redis to say (the generation, `membership.rs`).
 //!
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 use crate::config::FleetConfig;
 use crate::fleet::down::Down;
 use crate::fleet::memory::{memory_fit, texts};
+use crate::fleet::replicas::replicated_writes;
 use crate::telemetry::metrics;
 use crate::telemetry::metrics::DownCause;
 
@@ -451,21 +453,30 @@ impl Fleet {
             Ok(Err(e)) => return Err(Down::of(&e)),
             Err(_) => return Err(Down::timed_out("TIME")),
         }
-        // A Cluster answers per node (a map): every master is checked.
-        let info = tokio::time::timeout(
-            timeout,
-            redis::cmd("INFO").arg("memory").query_async::<Value>(conn),
-        )
-        .await;
-        let info = match info {
-            Ok(Ok(info)) => info,
-            Ok(Err(e)) => return Err(Down::of(&e)),
-            Err(_) => return Err(Down::timed_out("INFO")),
-        };
-        for node in texts(info) {
+        for node in Fleet::info(conn, "memory", timeout).await? {
             memory_fit(&node, self.config.allow_eviction)?;
         }
+        if let Some(sentinel) = &self.config.redis_sentinel {
+            for node in Fleet::info(conn, "replication", timeout).await? {
+                replicated_writes(&node, sentinel.allow_unreplicated_writes)?;
+            }
+        }
         Ok(())
+    }
+
+    /// `INFO section`'s text: one, or one per master of a Cluster (which answers per
+    /// node, a map).
+    async fn info(conn: &mut Conn, section: &str, timeout: Duration) -> Result<Vec<String>, Down> {
+        let info = tokio::time::timeout(
+            timeout,
+            redis::cmd("INFO").arg(section).query_async::<Value>(conn),
+        )
+        .await;
+        match info {
+            Ok(Ok(info)) => Ok(texts(info)),
+            Ok(Err(e)) => Err(Down::of(&e)),
+            Err(_) => Err(Down::timed_out("INFO")),
+        }
     }
 
     /// Listens on [`CHANNEL`], reconnecting (to each seed in turn, or where Sentinel

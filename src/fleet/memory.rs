@@ -50,7 +50,7 @@ pub(super) fn memory_fit(info: &str, allow_eviction: bool) -> Result<(), Down> {
 }
 
 /// `field:value` from an `INFO` answer.
-fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+pub(super) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .map(str::trim)

@@ -3,7 +3,9 @@
 //!
 //! The layer, from the bottom:
 //! * [`backend`]: the connection to Redis (one server, a Sentinel-managed master, or a
-//!   Cluster), its health, Redis' clock, the Pub/Sub channel;
+//!   Cluster), its health, Redis' clock, the Pub/Sub channel; what its health checks
+//!   read: `memory` (an evicting policy, a full Redis) and `replicas` (a Sentinel
+//!   master that accepts writes with no replica); `down` (why it is down);
 //! * [`scripts`]: every Lua script, a `.lua` file each, behind one loader;
 //! * [`membership`]: each instance registered with a lease and an epoch, renewed in the
 //!   background; every instance learns of a join, a leave or a lapse within a renewal;
@@ -38,6 +40,7 @@ mod memory;
 pub mod ownership;
 mod peers;
 mod redis_clock;
+mod replicas;
 pub mod robots;
 mod scripts;
 pub mod standing;

@@ -509,23 +509,37 @@ async fn a_cluster_master_killed_and_its_replica_promoted_keeps_the_promise() {
     drop(cluster.nodes.remove(node));
 }
 
-/// Sentinel-managed Redis: the master SIGKILLed under load, the sentinels promote the
-/// replica, the fleet follows without a restart, and the promise holds.
+/// Sentinel-managed Redis, as `docs/fleet.md` says to run it (`min-replicas-to-write 1`,
+/// two replicas): the master SIGKILLed under load, the sentinels promote a replica, the
+/// fleet follows without a restart, and the promise holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_keeps_the_promise() {
-    let master = Redis::start();
-    let replica = Redis::start_free(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    let replica_port = replica.port;
+    let guarded = [
+        "--min-replicas-to-write",
+        "1",
+        "--min-replicas-max-lag",
+        "5",
+    ];
+    let master = Redis::start_free(&guarded);
+    let replicate = [
+        &guarded[..],
+        &["--replicaof", "127.0.0.1", &master.port.to_string()],
+    ];
+    let replicas: Vec<Redis> = (0..2)
+        .map(|_| Redis::start_free(&replicate.concat()))
+        .collect();
     let synced = eventually(Duration::from_secs(10), || {
-        redis_cli(replica_port, &["info", "replication"]).contains("master_link_status:up")
+        replicas
+            .iter()
+            .all(|r| redis_cli(r.port, &["info", "replication"]).contains("master_link_status:up"))
     })
     .await;
-    assert!(synced, "the replica never synced");
+    assert!(synced, "the replicas never synced");
     let sentinels: Vec<Redis> = (0..3).map(|_| Redis::sentinel(master.port)).collect();
     let met = eventually(Duration::from_secs(20), || {
         sentinels.iter().all(|s| {
             let info = redis_cli(s.port, &["sentinel", "master", "main"]);
-            info.contains("num-slaves\n1") && info.contains("num-other-sentinels\n2")
+            info.contains("num-slaves\n2") && info.contains("num-other-sentinels\n2")
         })
     })
     .await;
@@ -548,7 +562,8 @@ async fn a_sentinel_failover_keeps_the_promise() {
         crawled.under_load().await;
         drop(master.take());
         let promoted = eventually(Duration::from_secs(30), || {
-            sentinels[0].sentinel_master() == Some(replica_port)
+            let master = sentinels[0].sentinel_master();
+            replicas.iter().any(|r| master == Some(r.port))
         })
         .await;
         assert!(promoted, "the sentinels never promoted the replica");

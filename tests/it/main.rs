@@ -24,6 +24,7 @@ mod fleet_impostor;
 mod fleet_peers;
 mod fleet_relay;
 mod fleet_routing;
+mod fleet_sentinel;
 mod h2_attacks;
 mod h2_clients;
 mod h2_origins;

@@ -217,6 +217,9 @@ labels!(
         OutOfMemory => "out_of_memory",
         /// Redis' `maxmemory-policy` may evict the schedules.
         EvictionPolicy => "eviction_policy",
+        /// A Sentinel-managed master accepts writes with no replica connected
+        /// (`min-replicas-to-write 0`).
+        UnreplicatedWrites => "unreplicated_writes",
         /// Redis answers `READONLY` (a replica, or a failover in progress).
         ReadOnly => "read_only",
         /// Any other error answer.
