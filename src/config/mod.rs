@@ -130,6 +130,13 @@ pub struct EnforceConfig {
     pub report_clients: Vec<Cidr>,
     /// Proxy users (`access.credentials_file`) in report mode.
     pub report_users: Vec<String>,
+    /// Fleet mode: let a request handed over by another member be reported, not
+    /// enforced, when what that member says of it (its client's address, its proxy
+    /// user) or an agent rule matched on its client's address puts it in report mode.
+    /// By default such a request is enforced (robots.txt and pacing) whatever its member
+    /// says: a member's key, stolen or misused, can switch neither off. `mode: report`
+    /// applies to every request either way.
+    pub report_handed_over: bool,
 }
 
 /// `enforce.mode` (and `agent.rules[].mode`).

@@ -160,6 +160,7 @@ impl Tunnels {
                 tokens,
                 user: None,
                 purposes: None,
+                handed: false,
             };
             self.blind(l4, origin, &who, started, None, None).await;
             return None;
@@ -360,6 +361,7 @@ impl Tunnels {
                 tokens: None,
                 user: None,
                 purposes: None,
+                handed: false,
             };
             self.blind(l4, origin, &who, started, Some(destination), None)
                 .await;
@@ -433,6 +435,7 @@ impl Tunnels {
             tokens: None,
             user: None,
             purposes: None,
+            handed: true,
         };
         self.blind(
             stream,

@@ -149,6 +149,8 @@ pub struct Requester<'a> {
     pub user: Option<&'a str>,
     /// The authenticated proxy user's purposes, when its credentials line names any.
     pub purposes: Option<Purposes>,
+    /// Handed over by another member: its client and user are that member's word.
+    pub handed: bool,
 }
 
 impl<'a> Requester<'a> {
@@ -170,6 +172,7 @@ impl<'a> Requester<'a> {
             tokens: None,
             user: None,
             purposes: None,
+            handed: false,
         }
     }
 }
@@ -262,6 +265,13 @@ impl AgentResolver {
         let report = |from| ModeChoice { report: true, from };
         if e.mode == EnforceMode::Report {
             return report(ModeFrom::Config);
+        }
+        if who.handed && !e.report_handed_over {
+            // A peer's word never switches enforcement off.
+            return ModeChoice {
+                report: false,
+                from: ModeFrom::Config,
+            };
         }
         if who
             .user
@@ -454,6 +464,14 @@ mod tests {
         };
         assert_eq!(r.tokens_for(&from_net).list(), ["NetBot"]);
         assert!(r.reports(&from_net).report);
+        // Handed over by another member: its word about the client chooses the tokens,
+        // never report mode (unless enforce.report_handed_over).
+        let handed = Requester {
+            handed: true,
+            ..from_net
+        };
+        assert_eq!(r.tokens_for(&handed).list(), ["NetBot"]);
+        assert!(!r.reports(&handed).report);
     }
 
     #[test]

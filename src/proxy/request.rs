@@ -53,6 +53,7 @@ pub(super) fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> 
         tokens: user.map(|u| u.tokens.as_slice()),
         user: user.map(|u| u.name.as_str()),
         purposes: user.map(|u| u.purposes),
+        handed: client.handed.is_some(),
     }
 }
 

@@ -313,3 +313,32 @@ async fn the_peer_channel_chooses_aes_128_gcm() {
         "TLS_AES_256_GCM_SHA384"
     );
 }
+
+/// A member's word cannot switch enforcement off: an owner whose
+/// `enforce.report_clients` names 10.9.9.0/24, sent with another member's own key a
+/// context naming client 10.9.9.9 and requests for a disallowed path, refuses each one
+/// and nothing reaches the origin; only `enforce.report_handed_over: true` lets that
+/// word choose report mode (the same requests forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_word_cannot_switch_enforcement_off() {
+    for (reported, expected) in [(false, 403), (true, 200)] {
+        let redis = Redis::start();
+        let origin = paced_origin("0").await;
+        let conf = fleet_conf(&redis)
+            .set("enforce.report_clients", vec!["10.9.9.0/24"])
+            .set("enforce.report_handed_over", reported);
+        let proxies = instances(2, &conf);
+        backend_up(&proxies).await;
+        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+        assert_eq!(owner_index(&proxies, &origin), Some(0));
+        let sender = Credential::of(&proxies[1]);
+        let context = r#"{"c":"10.9.9.9"}"#;
+        for n in 0..3 {
+            let target = origin.url(&format!("/private/{n}"));
+            let status = as_peer(&proxies[0], &sender.cert, &sender.key, &target, context);
+            assert_eq!(status, expected, "report_handed_over: {reported}");
+        }
+        let reached: usize = (0..3).map(|n| origin.count(&format!("/private/{n}"))).sum();
+        assert_eq!(reached, if reported { 3 } else { 0 });
+    }
+}
