@@ -61,6 +61,8 @@ pub struct FleetConfig {
     /// member joins: its own peer channel must answer there.
     pub peer_address: Option<String>,
     /// The fleet CA (PEM), the only root a member's certificate is checked against.
+    /// Never the interception CA (`tls.ca_cert`, the same file or the same contents),
+    /// whose key every member holds: the configuration is refused.
     pub peer_ca: Option<PathBuf>,
     /// This member's certificate (PEM, for the name `robotsgate-fleet`, signed by the
     /// fleet CA, naming the member: `robotsgate fleet-cert --member NAME` makes one).

@@ -535,6 +535,14 @@ impl Config {
                 "key `robotsgate.transparent.tls_listen`: needs tls.ca_cert and tls.ca_key (redirected TLS is intercepted with the operator CA)",
             ));
         }
+        if let (Some(ca), Some(peer)) = (&t.ca_cert, &self.fleet.peer_ca) {
+            let read = |path| std::fs::read(path).ok();
+            if ca == peer || read(ca).is_some_and(|c| Some(c) == read(peer)) {
+                return Err(ConfigError::invalid(
+                    "key `robotsgate.fleet.peer_ca`: the interception CA (tls.ca_cert), whose key every member holds to make certificates: anyone with one member's files could pass for any member; give the fleet a CA of its own (robotsgate fleet-cert)",
+                ));
+            }
+        }
         Ok(())
     }
 }

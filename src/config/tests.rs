@@ -71,6 +71,29 @@ fn fleet_mode_needs_a_complete_peer_channel() {
 }
 
 #[test]
+fn the_fleet_ca_is_never_the_interception_ca() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [ca, copy, other] = ["ca.pem", "copy.pem", "fleet.pem"].map(|f| dir.path().join(f));
+    std::fs::write(&ca, "the interception CA").expect("write");
+    std::fs::write(&copy, "the interception CA").expect("write");
+    std::fs::write(&other, "a fleet CA").expect("write");
+    let yaml = |peer: &std::path::Path| {
+        format!(
+            "robotsgate:\n  tls:\n    ca_cert: {}\n    ca_key: k\n  fleet:\n    peer_ca: {}\n",
+            ca.display(),
+            peer.display()
+        )
+    };
+    for same in [&ca, &copy] {
+        let err = Config::from_yaml(&yaml(same))
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("robotsgate.fleet.peer_ca"), "{err}");
+    }
+    assert!(Config::from_yaml(&yaml(&other)).is_ok());
+}
+
+#[test]
 fn pingora_keys_and_missing_section_are_fine() {
     let config = Config::from_yaml("threads: 2\npid_file: /tmp/x.pid\n").expect("valid");
     assert_eq!(config.robots.max_redirects, 5);
