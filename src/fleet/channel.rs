@@ -128,6 +128,7 @@ impl PeerTls {
         )
         .build()
         .map_err(|e| error(ca, e))?;
+        let verifier = Arc::new(OneMember(verifier));
         let chain_der: Vec<rustls::pki_types::CertificateDer<'static>> =
             chain.iter().map(|d| d.clone().into()).collect();
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
@@ -200,13 +201,68 @@ pub fn member_name_valid(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// The member a certificate (DER) names: its subject's organization, when it is a
-/// valid member name (`robotsgate fleet-cert --member NAME` writes it there).
+/// The member a certificate (DER) names: its subject's one organization, when it is a
+/// valid member name (`robotsgate fleet-cert --member NAME` writes it there). A subject
+/// with more than one organization names none: Pingora's digest, which [`member_in`]
+/// reads, joins them all, so it would read another name than this.
 pub fn member_named(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let organization = cert.subject().iter_organization().next()?;
+    let mut organizations = cert.subject().iter_organization();
+    let (Some(organization), None) = (organizations.next(), organizations.next()) else {
+        return None;
+    };
     let name = organization.as_str().ok()?;
     member_name_valid(name).then(|| name.to_string())
+}
+
+/// The peer listener's check of a client's certificate: the fleet CA's (WebPKI), and
+/// then [`member_named`]: a certificate that names no member, or more than one
+/// organization, fails the handshake, so the name [`member_in`] reads afterwards is the
+/// one [`member_named`] reads.
+#[derive(Debug)]
+struct OneMember(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for OneMember {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let verified = self.0.verify_client_cert(end_entity, intermediates, now)?;
+        if member_named(end_entity).is_none() {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// The member a connection's certificate names (`digest`, what its handshake checked

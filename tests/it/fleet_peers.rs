@@ -342,3 +342,81 @@ async fn a_members_word_cannot_switch_enforcement_off() {
         assert_eq!(reached, if reported { 3 } else { 0 });
     }
 }
+
+/// A certificate from the fleet CA whose subject has two organizations, `head` and
+/// `tail` (OpenSSL's `req` and `x509`, not robotsgate's `fleet-cert`, which writes one).
+fn two_organizations(dir: &Path, head: &str, tail: &str) -> Credential {
+    let (cert, key, csr) = (
+        dir.join("two.pem"),
+        dir.join("two.key"),
+        dir.join("two.csr"),
+    );
+    let subject = format!("/CN=robotsgate-fleet/O={head}/O={tail}");
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-subj", &subject, "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr)
+        .status()
+        .expect("openssl req");
+    assert!(made.success());
+    let extensions = dir.join("ext.cnf");
+    std::fs::write(
+        &extensions,
+        "subjectAltName=DNS:robotsgate-fleet\nextendedKeyUsage=clientAuth,serverAuth\n",
+    )
+    .expect("ext.cnf");
+    let signed = Command::new("openssl")
+        .args(["x509", "-req", "-days", "2", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(certs().file("ca.pem"))
+        .arg("-CAkey")
+        .arg(certs().file("ca.key"))
+        .args(["-CAcreateserial", "-extfile"])
+        .arg(&extensions)
+        .arg("-out")
+        .arg(&cert)
+        .status()
+        .expect("openssl x509");
+    assert!(signed.success());
+    Credential {
+        _dir: tempfile::tempdir().expect("tempdir"),
+        cert,
+        key,
+    }
+}
+
+/// A certificate with two organizations names no member: the peer channel refuses it
+/// at the handshake, though Pingora's digest would read the two joined — here, a live
+/// member's name split in two — and nothing reaches the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_naming_two_organizations_is_refused() {
+    let redis = Redis::start();
+    let origin = paced_origin("0").await;
+    let proxies = instances(2, &fleet_conf(&redis));
+    backend_up(&proxies).await;
+    let id = member_id(&proxies[1]);
+    let name = id.split_once('/').map_or(id.as_str(), |(name, _)| name);
+    let (head, tail) = name.split_at(name.len() / 2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let two = two_organizations(dir.path(), head, tail);
+    let target = origin.url("/two");
+    let status = as_peer(
+        &proxies[0],
+        &two.cert,
+        &two.key,
+        &target,
+        r#"{"c":"127.0.0.1"}"#,
+    );
+    assert_eq!(status, 0, "a certificate with two organizations was served");
+    assert_eq!(origin.count("/two"), 0);
+}
