@@ -410,14 +410,18 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
 /// Each request on one peer connection is judged by its own context, however many came
 /// before it with another (the owner reads a connection's context once while it stays
 /// the same): a client address under a report-mode rule has its disallowed page fetched,
-/// any other has it refused, alternating on one kept connection.
+/// any other has it refused, alternating on one kept connection (the owner lets its
+/// members' word choose report mode: `enforce.report_handed_over`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_request_on_a_peer_connection_has_its_own_context() {
     let redis = Redis::start();
     let origin = paced_origin("0").await;
     let rule =
         serde_json::json!([{"client": "10.9.9.0/24", "tokens": ["ExampleBot"], "mode": "report"}]);
-    let proxies = instances(1, &fleet_conf(&redis).set("agent.rules", rule));
+    let conf = fleet_conf(&redis)
+        .set("agent.rules", rule)
+        .set("enforce.report_handed_over", true);
+    let proxies = instances(1, &conf);
     backend_up(&proxies).await;
     let proxy = &proxies[0];
     let peer = proxy.peer.expect("a fleet member");
