@@ -6,8 +6,7 @@
 //! still in progress then is cut, whatever it was doing. So a graceful stop (SIGTERM)
 //! first drains ([`drain_until`]): from then on idle connections close, no connection
 //! is kept alive past its request, HTTP/2 connections send their GOAWAY, `/readyz`
-//! answers 503, and it
-//! waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`,
+//! answers 503, and it waits until no request is in progress — at most `graceful_shutdown_timeout_seconds`,
 //! by which every request still waiting was answered (`enforce::stop`) — before
 //! Pingora stops the listeners. A request counts from
 //! its head read to its answer's end ([`Serving`]): HTTP/1.1 (plain, inside a tunnel,

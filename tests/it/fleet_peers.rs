@@ -345,7 +345,9 @@ async fn a_members_word_cannot_switch_enforcement_off() {
 
 /// A certificate from the fleet CA whose subject has two organizations, `head` and
 /// `tail` (OpenSSL's `req` and `x509`, not robotsgate's `fleet-cert`, which writes one).
-fn two_organizations(dir: &Path, head: &str, tail: &str) -> Credential {
+fn two_organizations(head: &str, tail: &str) -> Credential {
+    let kept = tempfile::tempdir().expect("tempdir");
+    let dir = kept.path();
     let (cert, key, csr) = (
         dir.join("two.pem"),
         dir.join("two.key"),
@@ -389,7 +391,7 @@ fn two_organizations(dir: &Path, head: &str, tail: &str) -> Credential {
         .expect("openssl x509");
     assert!(signed.success());
     Credential {
-        _dir: tempfile::tempdir().expect("tempdir"),
+        _dir: kept,
         cert,
         key,
     }
@@ -405,10 +407,9 @@ async fn a_certificate_naming_two_organizations_is_refused() {
     let proxies = instances(2, &fleet_conf(&redis));
     backend_up(&proxies).await;
     let id = member_id(&proxies[1]);
-    let name = id.split_once('/').map_or(id.as_str(), |(name, _)| name);
+    let name = robotsgate::fleet::channel::member_of(&id);
     let (head, tail) = name.split_at(name.len() / 2);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let two = two_organizations(dir.path(), head, tail);
+    let two = two_organizations(head, tail);
     let target = origin.url("/two");
     let status = as_peer(
         &proxies[0],
