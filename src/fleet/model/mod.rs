@@ -23,17 +23,19 @@
 //!   to 5 ticks. In the crash and letting-go searches the lease and the hold are one
 //!   tick, so that a takeover after a crash, and a hand-over, are acted on within the
 //!   horizon (each test fails when its search reached none); the give-ups, restart and
-//!   failover searches (horizon 2) act on no takeover. Three members, a joiner and
-//!   every fault at once over 40 ticks are reached only by random walks, from a new
+//!   failover searches (horizon 2) act on no takeover. Three members, two keys and
+//!   each fault class with a takeover acted on are searched by the specification
+//!   (`spec/`: the same rules in pure Rust, its store checked against these scripts);
+//!   every fault at once over 40 ticks is reached only by random walks here, from a new
 //!   seed each run (printed; `WALK_SEED` replays one), which fail when they acted on no
 //!   takeover after a fault.
 //! - One rule is removed by a test to show the model needs it: the takeover's wait for
 //!   the last owner's `after` (`own_claim.lua`), with [`Scripts::mutated`].
-//! - Not modelled: ownership following traffic (`Held::Moving`), two calls for one
-//!   key in flight at once, the facts handed over (hashed to a constant: no
-//!   Crawl-delay is checked between two owners), the robots.txt fetch gate, exchanges
-//!   that outlive a stopped process, per-member clocks (integer ticks, one clock, no
-//!   drift or step).
+//! - Not modelled here (the specification models the first four): ownership
+//!   following traffic (`Held::Moving`), two calls for one key in flight at once, the
+//!   facts handed over (hashed to a constant: no Crawl-delay is checked between two
+//!   owners), per-member clocks (integer ticks, one clock, no drift or step); nor, in
+//!   either, the robots.txt fetch gate.
 //! - A member's check and its grant are one step; faults are bounded. A fingerprint
 //!   collision could hide a state (odds of the order of states² / 2⁶⁴). Every figure
 //!   `docs/fleet-proof.md` gives for a search is compared with what it found.
@@ -43,6 +45,7 @@
 mod alike;
 mod fidelity;
 mod redis;
+mod spec;
 mod world;
 
 use std::collections::HashSet;

@@ -7,7 +7,8 @@
 --   member: then not before the holder's lease end plus its `after` (its exchanges may
 --   run until then). A live holder is returned instead, for the caller to hand to.
 -- mode reassert: the caller holds the key in an earlier epoch or generation and writes
---   it again; 'lost' when another member holds it, or it was let go.
+--   it again; 'lost' when another member holds it, or it was let go (even to the
+--   caller: a hand-over is taken by a claim, which carries its facts).
 -- mode vouch: a reassert by an owner that acted for the key without a break up to the
 --   generation's change: it alone can have been acting, so the fence does not apply.
 -- A claim written before the current generation (or none at all) is not acted on
@@ -38,11 +39,20 @@ end
 local mode = ARGV[5]
 local c = read_claim(KEYS[1])
 local nb, how = c.nb, 'claimed'
-if mode ~= 'claim' and (c.m ~= ARGV[1]) then
+-- A claim let go since (released, or handed to this very member) is not written
+-- again but lost: its heir takes it with a claim, and the facts handed over with it.
+if mode ~= 'claim' and (c.m ~= ARGV[1] or c.released) then
   if c.m ~= nil or c.released then return {'lost'} end
   how = 'reclaimed'  -- lost with the data set
 elseif c.m == ARGV[1] then
   how = c.released and 'handed' or 'reclaimed'
+  if how == 'reclaimed' and c.pv and mode == 'claim' then
+    -- A takeover (or a claim made inside a fence) this member never confirmed, its
+    -- answer lost or the call run late: claimed again, it is provisional again and its
+    -- window counts from now, as Redis' clock may have stepped since.
+    nb = math.max(nb, now + tonumber(ARGV[6] or '0'))
+    how = 'retaken'
+  end
 elseif c.m ~= nil then
   local h = member(KEYS[2], c.m)
   if live(h, now) then return {'held', c.m, h.epoch, h.peer, h.state} end
@@ -58,7 +68,8 @@ local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (c.gen ~= ARGV[3] or c.pv) and mode ~= 'vouch' then
   nb = math.max(nb, fence)
 end
-local provisional = (fence > now and nb > now) or how == 'taken_over'
+local provisional = (fence > now and nb > now) or how == 'taken_over' or how == 'retaken'
+if how == 'retaken' then how = 'reclaimed' end
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
 if provisional then
   redis.call('HSET', KEYS[1], 'pv', 1)

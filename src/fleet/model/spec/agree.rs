@@ -1,0 +1,399 @@
+//! The specification's store decides as the Lua scripts do: random stores and calls,
+//! each run by `store.rs`'s rules and by the scripts themselves (the model's Redis,
+//! `model/redis.rs`, which `model/fidelity.rs` holds to a real `redis-server`); their
+//! answers, word for word, and the data sets they leave must be the same.
+
+use std::collections::BTreeMap;
+
+use super::store::{
+    ClaimAnswer, Claiming, How, Mid, Mode, Ms, Record, Releasing, Renewal, State, Store, KEYS,
+};
+use crate::fleet::model::redis::{Data, Scripts, Val};
+
+/// The membership's keys, in `member_renew.lua`'s order.
+const MEMBERSHIP: [&str; 5] = [
+    "{robotsgate}:members",
+    "{robotsgate}:epoch",
+    "{robotsgate}:generation",
+    "{robotsgate}:server",
+    "{robotsgate}:fence",
+];
+
+/// Member `i`'s id.
+fn id(i: Mid) -> String {
+    char::from(b'a' + i).to_string()
+}
+
+/// Key `k`'s claim key.
+fn claim_key(k: usize) -> String {
+    format!("{{robotsgate}}:own:k{k}")
+}
+
+/// A generation's name.
+fn gen(g: Option<u8>) -> String {
+    g.map_or(String::new(), |g| format!("g{g}"))
+}
+
+/// A server's run id.
+fn run_id(server: u8) -> String {
+    format!("server{server}")
+}
+
+/// `store` as Redis holds it.
+fn data(store: &Store) -> Data {
+    let mut out = Data::new();
+    let s = |v: String| Val::Str(v);
+    let members: BTreeMap<String, String> = store
+        .members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.map(|r| (i as Mid, r)))
+        .map(|(i, r)| {
+            let state = ["up", "leaving", "left"][r.state as usize];
+            let v = format!(
+                "{}|{}|{state}|peer-{}|{}|{}",
+                r.epoch,
+                r.expires,
+                id(i),
+                r.lease,
+                r.after
+            );
+            (id(i), v)
+        })
+        .collect();
+    if !members.is_empty() {
+        out.insert(MEMBERSHIP[0].into(), Val::Hash(members));
+    }
+    if store.epochs > 0 {
+        out.insert(MEMBERSHIP[1].into(), s(store.epochs.to_string()));
+    }
+    if store.generation.is_some() {
+        out.insert(MEMBERSHIP[2].into(), s(gen(store.generation)));
+    }
+    if let Some(server) = store.server {
+        out.insert(MEMBERSHIP[3].into(), s(run_id(server)));
+    }
+    if let Some(fence) = store.fence {
+        out.insert(MEMBERSHIP[4].into(), s(fence.to_string()));
+    }
+    for (k, claim) in store.claims.iter().enumerate() {
+        let Some(c) = claim else { continue };
+        let mut h = BTreeMap::new();
+        if let Some((m, e)) = c.holder {
+            h.insert("m".to_string(), id(m));
+            h.insert("e".to_string(), e.to_string());
+        }
+        if c.generation.is_some() {
+            h.insert("gen".into(), gen(c.generation));
+        }
+        h.insert("n".into(), c.n.to_string());
+        h.insert("nb".into(), c.nb.to_string());
+        if c.pv {
+            h.insert("pv".into(), "1".into());
+        }
+        if let Some(r) = c.released {
+            h.insert("released".into(), r.to_string());
+        }
+        if let Some(e) = c.last_end {
+            h.insert("f:*".into(), format!("{e}|0|0"));
+        }
+        out.insert(claim_key(k), Val::Hash(h));
+    }
+    out
+}
+
+/// A small xorshift generator.
+struct Dice(u64);
+
+impl Dice {
+    /// A number below `n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    /// A coin.
+    fn coin(&mut self) -> bool {
+        self.below(2) == 0
+    }
+
+    /// A time near `now` (in half-seconds, from 3 s before to 4 s after).
+    fn time(&mut self, now: Ms) -> Ms {
+        now - 3000 + 500 * self.below(15) as Ms
+    }
+
+    /// `Some` of `f`'s value, or not.
+    fn maybe<T>(&mut self, f: impl FnOnce(&mut Dice) -> T) -> Option<T> {
+        self.coin().then(|| f(self))
+    }
+}
+
+/// A random store at `now`.
+fn random_store(d: &mut Dice, now: Ms) -> Store {
+    let mut store = Store::default();
+    for r in store.members.iter_mut().take(3) {
+        *r = d.maybe(|d| Record {
+            epoch: 1 + d.below(4) as u8,
+            expires: d.time(now),
+            state: [State::Up, State::Up, State::Up, State::Leaving, State::Left]
+                [d.below(5) as usize],
+            lease: 1000 * (1 + d.below(2) as Ms),
+            after: 1000 * d.below(3) as Ms,
+        });
+    }
+    store.epochs = 4 + d.below(2) as u8;
+    store.generation = (d.below(4) > 0).then(|| d.below(2) as u8);
+    store.server = (d.below(4) > 0).then(|| d.below(2) as u8);
+    store.fence = d.maybe(|d| d.time(now));
+    for c in store.claims.iter_mut() {
+        *c = d.maybe(|d| super::store::Claim {
+            holder: d.maybe(|d| (d.below(3) as u8, 1 + d.below(4) as u8)),
+            generation: d.maybe(|d| d.below(2) as u8),
+            n: 1 + d.below(3) as u8,
+            nb: if d.coin() { 0 } else { d.time(now) },
+            pv: d.coin(),
+            released: d.maybe(|d| d.time(now)),
+            last_end: d.maybe(|d| d.time(now)),
+        });
+    }
+    store
+}
+
+/// One random call, run on `store` by the rules: the script, its keys and arguments,
+/// and the answer's words.
+fn random_call(
+    d: &mut Dice,
+    store: &mut Store,
+    now: Ms,
+    server: u8,
+) -> (&'static str, Vec<String>, Vec<String>, Vec<String>) {
+    let member = d.below(3) as Mid;
+    // Mostly a call that fits the store (its member's epoch, the generation), so that
+    // every branch of the rules is reached.
+    let fits = d.below(4) > 0;
+    let record = store.members[usize::from(member)];
+    let epoch = match record {
+        Some(r) if fits => r.epoch,
+        _ => d.below(5) as u8,
+    };
+    let generation = if fits {
+        store.generation
+    } else {
+        d.maybe(|d| d.below(2) as u8)
+    };
+    let k = d.below(KEYS as u64) as usize;
+    match d.below(4) {
+        0 => {
+            let r = Renewal {
+                member,
+                epoch,
+                lease: 1000 * (1 + d.below(2) as Ms),
+                after: 1000 * d.below(3) as Ms,
+                leaving: d.below(4) == 0,
+                offer: 5 + d.below(2) as u8,
+                saw: generation,
+                runs_for: 500 * d.below(6) as Ms,
+                settle: 1000,
+                fence_new: d.coin(),
+                step: if d.coin() { 0 } else { 3000 },
+            };
+            let a = store.renew(&r, now, server);
+            let args = vec![
+                id(member),
+                epoch.to_string(),
+                r.lease.to_string(),
+                format!("peer-{}", id(member)),
+                gen(Some(r.offer)),
+                if r.leaving { "leaving" } else { "up" }.into(),
+                r.after.to_string(),
+                gen(r.saw),
+                r.runs_for.to_string(),
+                r.settle.to_string(),
+                if r.fence_new { "fence" } else { "settle" }.into(),
+                r.step.to_string(),
+            ];
+            let answer = vec![
+                a.now.to_string(),
+                a.epoch.to_string(),
+                gen(Some(a.generation)),
+                a.fence.to_string(),
+            ];
+            ("member_renew", keys(&MEMBERSHIP), args, answer)
+        }
+        1 => {
+            let mode = [Mode::Claim, Mode::Reassert, Mode::Vouch][d.below(3) as usize];
+            let c = Claiming {
+                member,
+                epoch,
+                generation,
+                key: k,
+                mode,
+                window: 1000 * d.below(3) as Ms,
+            };
+            let answer = claim_words(&store.claim(&c, now, server, true));
+            let mode = ["claim", "reassert", "vouch"][mode as usize];
+            let args = vec![
+                id(member),
+                epoch.to_string(),
+                gen(generation),
+                "604800000".into(),
+                mode.into(),
+                c.window.to_string(),
+            ];
+            let k5 = [
+                claim_key(k).as_str(),
+                MEMBERSHIP[0],
+                MEMBERSHIP[2],
+                MEMBERSHIP[4],
+                MEMBERSHIP[3],
+            ]
+            .map(String::from);
+            ("own_claim", k5.to_vec(), args, answer)
+        }
+        2 => {
+            let heir = d.maybe(|d| (d.below(3) as u8, d.below(4) as u8));
+            let claim = store.claims[k].filter(|_| fits);
+            let ((member, epoch), n) = match claim {
+                Some(c) => (c.holder.unwrap_or((member, epoch)), c.n),
+                None => ((member, epoch), 1 + d.below(3) as u8),
+            };
+            let r = Releasing {
+                member,
+                epoch,
+                generation,
+                key: k,
+                heir,
+                n,
+                last_end: d.time(now),
+            };
+            let done = store.release(&r, now, server);
+            let (h, he) = heir.map_or((String::new(), "0".into()), |(j, e)| (id(j), e.to_string()));
+            let args = vec![
+                id(member),
+                epoch.to_string(),
+                gen(generation),
+                "604800000".into(),
+                h,
+                he,
+                r.n.to_string(),
+                "*".into(),
+                format!("{}|0|0", r.last_end),
+            ];
+            let k3 = [claim_key(k).as_str(), MEMBERSHIP[2], MEMBERSHIP[3]].map(String::from);
+            (
+                "own_release",
+                k3.to_vec(),
+                args,
+                vec![u8::from(done).to_string()],
+            )
+        }
+        _ => {
+            let done = store.leave(member, epoch);
+            let args = vec![id(member), epoch.to_string()];
+            (
+                "member_leave",
+                keys(&MEMBERSHIP[..1]),
+                args,
+                vec![u8::from(done).to_string()],
+            )
+        }
+    }
+}
+
+/// `keys` as owned strings.
+fn keys(keys: &[&str]) -> Vec<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+/// A claim's answer as the script's words.
+fn claim_words(a: &ClaimAnswer) -> Vec<String> {
+    let w = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    match *a {
+        ClaimAnswer::Taken(how, bound, n, pv, last_end) => {
+            let how = match how {
+                How::Claimed => "claimed",
+                How::Handed => "handed",
+                How::Reclaimed => "reclaimed",
+                How::TakenOver => "taken_over",
+            };
+            let mut out = w(&["taken", how]);
+            out.extend([bound.to_string(), n.to_string(), u8::from(pv).to_string()]);
+            if let Some(e) = last_end {
+                out.extend(["*".to_string(), format!("{e}|0|0")]);
+            }
+            out
+        }
+        ClaimAnswer::Held(m, e, s) => {
+            let state = ["up", "leaving", "left"][s as usize];
+            vec![
+                "held".into(),
+                id(m),
+                e.to_string(),
+                format!("peer-{}", id(m)),
+                state.into(),
+            ]
+        }
+        ClaimAnswer::Lost => w(&["lost"]),
+        ClaimAnswer::Stale => w(&["stale"]),
+        ClaimAnswer::Unregistered => w(&["unregistered"]),
+    }
+}
+
+/// Random stores and calls: the rules and the scripts answer and store alike.
+#[test]
+fn the_specifications_store_decides_as_the_scripts_do() {
+    let scripts = Scripts::new();
+    let seed = super::super::walk_seed();
+    let mut d = Dice(seed | 1);
+    let mut answers = BTreeMap::new();
+    for case in 0..40_000 {
+        let now = 10_000 + 500 * d.below(20) as Ms;
+        let mut store = random_store(&mut d, now);
+        let server = match store.server {
+            Some(s) if d.below(4) > 0 => s,
+            _ => d.below(2) as u8,
+        };
+        let mut lua = data(&store);
+        let before = lua.clone();
+        let (script, keys, args, expected) = random_call(&mut d, &mut store, now, server);
+        let mut answer = scripts.run(script, &mut lua, now, &run_id(server), &keys, &args);
+        if script == "member_renew" {
+            answer.truncate(4);
+        }
+        let context = || format!("seed {seed} case {case}: {script} {args:?} on {before:?}");
+        assert_eq!(answer, expected, "answers differ: {}", context());
+        assert_eq!(lua, data(&store), "data sets differ: {}", context());
+        let kind = match script {
+            "own_claim" if expected[0] == "taken" => format!("claim taken {}", expected[1]),
+            "own_claim" => format!("claim {}", expected[0]),
+            "member_renew" => script.to_string(),
+            _ => format!("{script} {}", expected[0]),
+        };
+        *answers.entry(kind).or_insert(0) += 1;
+    }
+    eprintln!("spec agrees with the scripts: seed {seed}, answers {answers:?}");
+    // Every answer of every script was compared.
+    let kinds = [
+        "claim held",
+        "claim lost",
+        "claim stale",
+        "claim unregistered",
+        "claim taken claimed",
+        "claim taken handed",
+        "claim taken reclaimed",
+        "claim taken taken_over",
+        "member_renew",
+        "member_leave 0",
+        "member_leave 1",
+        "own_release 0",
+        "own_release 1",
+    ];
+    for kind in kinds {
+        assert!(
+            answers.contains_key(kind),
+            "seed {seed}: no case answered {kind}"
+        );
+    }
+}

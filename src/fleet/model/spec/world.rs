@@ -1,0 +1,674 @@
+//! The specification's world: Redis (a store, a lagging replica, a server that can
+//! restart empty or fail over, a clock that can step forward), the members, the calls
+//! between them, true time, and each key's last exchange as the origin saw it. Every
+//! step is one [`Action`]; [`World::actions`] lists those enabled, [`World::apply`] takes
+//! one, then every member that may start an exchange does (the worst case), checking
+//! the invariant at the origin: no exchange of a key starts before the last one ended,
+//! nor, by another member, before its Crawl-delay has passed since.
+
+use super::member::{claim_slot, release_slot, Answer, Call, Held, Life, Member, Message};
+use super::member::{RENEWAL, SLOTS};
+use super::store::{ClaimAnswer, Claiming, Mid, Mode, Ms, Renewal, Store, KEYS, MEMBERS};
+use super::{Bounds, Fault, FAULTS};
+
+/// One tick of true time, in ms.
+pub const TICK: Ms = 1000;
+
+/// The world (its bounds are kept apart: [`Bounds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    /// True time.
+    pub now: Ms,
+    /// How far Redis' clock is ahead of true time (its steps).
+    pub redis_ahead: Ms,
+    /// The master's store.
+    pub store: Store,
+    /// The replica's, as of its last catch-up.
+    pub replica: Store,
+    /// The server's incarnation.
+    pub server: u8,
+    /// Faults spent, by [`Fault`].
+    pub spent: [u8; FAULTS],
+    /// The members.
+    pub members: [Member; MEMBERS],
+    /// Per key, its last exchange at the origin: when it started (true time), by whom.
+    pub last: [Option<(Ms, Mid)>; KEYS],
+    /// A call given up on that Redis may still run, and whose it was.
+    pub orphan: Option<(Mid, Call)>,
+}
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// True time moves one tick.
+    Tick,
+    /// Member `i` starts.
+    Join(Mid),
+    /// Member `i` renews.
+    Renew(Mid),
+    /// Member `i` claims key `k` (a request for it came).
+    Claim(Mid, usize),
+    /// Member `i` writes its claim of `k` again.
+    Reassert(Mid, usize),
+    /// Member `i` lets `k` go (to heir `j`): it stops acting for it.
+    LetGo(Mid, usize, Option<Mid>),
+    /// Member `i` starts handing `k` to `j`, its traffic's member (`Held::Moving`).
+    Move(Mid, usize, Mid),
+    /// Member `i`'s hand-over of `k` goes ahead: released to the heir.
+    Moved(Mid, usize),
+    /// Member `i`'s hand-over of `k` did not happen: held in again.
+    Stay(Mid, usize),
+    /// Member `i` sends `k`'s release.
+    Release(Mid, usize),
+    /// Member `i` begins to leave.
+    BeginLeave(Mid),
+    /// Member `i` deregisters.
+    Deregister(Mid),
+    /// Member `i` crashes.
+    Crash(Mid),
+    /// Member `i` is stopped (a pause) until resumed.
+    Pause(Mid),
+    /// Member `i` will be stopped right after its next turn, before its head is sent.
+    Arm(Mid),
+    /// Member `i` resumes (and sends the head of the turn it held, if still its own).
+    Resume(Mid),
+    /// Member `i` receives the late answer in slot `s`.
+    Deliver(Mid, usize),
+    /// Member `i` gives up on the late call in slot `s` (its answer never comes).
+    GiveUp(Mid, usize),
+    /// A send whose answer comes late: Redis runs it now, the member receives the
+    /// answer at any later step (`Deliver`), or never (`GiveUp`).
+    Late(Mid, Box<Action>),
+    /// A send whose answer is lost: Redis runs it now, the member gives up on it.
+    Lose(Mid, Box<Action>),
+    /// A send held up on its way: the member gives up, Redis may run it later.
+    Strand(Mid, Box<Action>),
+    /// Redis runs the orphan.
+    RunOrphan,
+    /// The replica catches up.
+    Sync,
+    /// Redis restarts empty.
+    Restart,
+    /// The replica is promoted.
+    Failover,
+    /// Redis' clock steps forward by the longest lease and `after`.
+    StepRedisClock,
+}
+
+impl Action {
+    /// Does it send a call?
+    fn sends(&self) -> bool {
+        matches!(
+            self,
+            Action::Renew(_)
+                | Action::Claim(..)
+                | Action::Reassert(..)
+                | Action::Release(..)
+                | Action::Deregister(_)
+        )
+    }
+}
+
+impl Action {
+    /// The member a send is of.
+    fn member(&self) -> Mid {
+        match *self {
+            Action::Renew(i)
+            | Action::Claim(i, _)
+            | Action::Reassert(i, _)
+            | Action::Release(i, _)
+            | Action::Deregister(i) => i,
+            _ => 0,
+        }
+    }
+}
+
+impl World {
+    /// The start: `b.members` up (not registered yet), `b.joiners` waiting.
+    pub fn new(b: &Bounds) -> World {
+        let mut members = [Member::new(false, 0); MEMBERS];
+        for (i, m) in members.iter_mut().enumerate().take(b.members + b.joiners) {
+            let rate = if b.drift { [-5, 5, 0, 0][i] } else { 0 };
+            *m = Member::new(i < b.members, rate);
+        }
+        for m in members.iter_mut().skip(b.members + b.joiners) {
+            m.life = Life::Crashed; // not in this world
+        }
+        World {
+            now: 0,
+            redis_ahead: 0,
+            store: Store::default(),
+            replica: Store::default(),
+            server: 0,
+            spent: [0; FAULTS],
+            members,
+            last: [None; KEYS],
+            orphan: None,
+        }
+    }
+
+    /// Redis' clock.
+    fn redis_now(&self) -> Ms {
+        self.now + self.redis_ahead
+    }
+
+    /// Member `i`'s clock.
+    fn own_now(&self, i: usize) -> Ms {
+        self.members[i].clock(self.now)
+    }
+
+    /// Is there budget left for `f`?
+    fn may(&self, b: &Bounds, f: Fault) -> bool {
+        self.spent[f as usize] < b.budget(f)
+    }
+
+    /// Has any fault been spent?
+    pub fn faults_spent(&self) -> bool {
+        self.spent.iter().any(|&n| n > 0)
+    }
+
+    /// The member in the world: `0..n`.
+    fn ids(b: &Bounds) -> impl Iterator<Item = usize> {
+        0..b.members + b.joiners
+    }
+
+    /// Every step enabled now.
+    pub fn actions(&self, b: &Bounds) -> Vec<Action> {
+        let mut out = Vec::new();
+        let renewed = Self::ids(b).all(|i| {
+            let m = &self.members[i];
+            let answered = m.slots.iter().all(Option::is_none);
+            m.life != Life::Up || (m.renewed_at == Some(self.now) && answered && m.step == 0)
+        });
+        if renewed && self.now < b.horizon * TICK {
+            out.push(Action::Tick);
+        }
+        for i in Self::ids(b) {
+            let start = out.len();
+            self.own_actions(b, i, &mut out);
+            if self.may(b, Fault::GiveUp) && self.orphan.is_none() {
+                let sends: Vec<Action> =
+                    out[start..].iter().filter(|a| a.sends()).cloned().collect();
+                for a in sends {
+                    out.push(Action::Late(i as Mid, Box::new(a.clone())));
+                    out.push(Action::Lose(i as Mid, Box::new(a.clone())));
+                    out.push(Action::Strand(i as Mid, Box::new(a)));
+                }
+            }
+            self.message_actions(b, i, &mut out);
+        }
+        if self.orphan.is_some() {
+            out.push(Action::RunOrphan);
+        }
+        if self.may(b, Fault::Failover) && self.replica != self.store {
+            out.push(Action::Sync);
+            out.push(Action::Failover);
+        }
+        if self.may(b, Fault::Restart) {
+            out.push(Action::Restart);
+        }
+        if self.may(b, Fault::ClockStep) {
+            out.push(Action::StepRedisClock);
+        }
+        out
+    }
+
+    /// What member `i` may do with its answers.
+    fn message_actions(&self, b: &Bounds, i: usize, out: &mut Vec<Action>) {
+        let m = &self.members[i];
+        if m.life != Life::Up {
+            return;
+        }
+        for s in 0..SLOTS {
+            if m.slots[s].is_some() {
+                out.push(Action::Deliver(i as Mid, s));
+                if self.may(b, Fault::GiveUp) {
+                    out.push(Action::GiveUp(i as Mid, s));
+                }
+            }
+        }
+    }
+
+    /// The steps member `i` may take of its own.
+    fn own_actions(&self, b: &Bounds, i: usize, out: &mut Vec<Action>) {
+        let (m, id) = (&self.members[i], i as Mid);
+        match m.life {
+            Life::Waiting => return out.push(Action::Join(id)),
+            Life::Paused => return out.push(Action::Resume(id)),
+            Life::Up => {}
+            Life::Crashed | Life::Left => return,
+        }
+        let now = self.own_now(i);
+        // Renewals keep a cadence; a step of Redis' clock just seen is written into
+        // the fence by a renewal sent at once (`Membership::beat`).
+        if m.slots[RENEWAL].is_none() && (m.renewed_at != Some(self.now) || m.step > 0) {
+            out.push(Action::Renew(id));
+        }
+        if self.may(b, Fault::Crash) {
+            out.push(Action::Crash(id));
+        }
+        if self.may(b, Fault::Pause) {
+            out.push(Action::Pause(id));
+            if !m.armed {
+                out.push(Action::Arm(id));
+            }
+        }
+        if !m.leaving && self.may(b, Fault::LetGo) {
+            out.push(Action::BeginLeave(id));
+        }
+        for k in 0..b.keys {
+            self.key_actions(b, i, k, now, out);
+        }
+        let idle = m.holds.iter().all(Option::is_none) && m.slots[1..].iter().all(Option::is_none);
+        if m.leaving && idle {
+            out.push(Action::Deregister(id));
+        }
+    }
+
+    /// The steps member `i` may take for key `k` at own time `now`.
+    fn key_actions(&self, b: &Bounds, i: usize, k: usize, now: Ms, out: &mut Vec<Action>) {
+        let (m, id) = (&self.members[i], i as Mid);
+        let claim_free = m.slots[claim_slot(k)].is_none();
+        let Some(h) = m.holds[k] else {
+            if !m.leaving && m.may_own(now, b.grace * TICK) && claim_free {
+                out.push(Action::Claim(id, k));
+            }
+            return;
+        };
+        let confirmed = h.epoch == m.epoch && h.generation == m.generation;
+        match h.held {
+            Held::Releasing(_) => {
+                let over = m.exchange[k].is_none_or(|s| s + b.hold * TICK <= self.now);
+                if over && m.slots[release_slot(k)].is_none() {
+                    out.push(Action::Release(id, k));
+                }
+            }
+            Held::Moving(_) => {
+                out.push(Action::Moved(id, k));
+                out.push(Action::Stay(id, k));
+            }
+            Held::In => {
+                if m.unconfirmed(k, now).is_some() && m.may_own(now, b.grace * TICK) && claim_free {
+                    out.push(Action::Reassert(id, k));
+                }
+                if !confirmed || h.provisional {
+                    return;
+                }
+                if m.leaving {
+                    return out.push(Action::LetGo(id, k, None));
+                }
+                if self.may(b, Fault::LetGo) {
+                    out.push(Action::LetGo(id, k, None));
+                    for j in Self::ids(b).filter(|&j| j != i) {
+                        out.push(Action::LetGo(id, k, Some(j as Mid)));
+                        out.push(Action::Move(id, k, j as Mid));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes `action`, then every member that may start an exchange does: `Err` with
+    /// what broke when the invariant does.
+    pub fn apply(&mut self, b: &Bounds, action: &Action) -> Result<(), String> {
+        match *action {
+            Action::Tick => self.now += TICK,
+            Action::Join(i) => self.members[usize::from(i)].life = Life::Up,
+            Action::Crash(i) => self.fault(Fault::Crash, i, Life::Crashed),
+            Action::Pause(i) => self.fault(Fault::Pause, i, Life::Paused),
+            Action::Arm(i) => {
+                self.spent[Fault::Pause as usize] += 1;
+                self.members[usize::from(i)].armed = true;
+            }
+            Action::Resume(i) => self.resume(b, usize::from(i))?,
+            Action::BeginLeave(i) => {
+                self.spent[Fault::LetGo as usize] += 1;
+                self.members[usize::from(i)].leaving = true;
+            }
+            Action::LetGo(i, k, heir) => self.let_go(i, k, heir),
+            Action::Move(i, k, j) => {
+                self.spent[Fault::LetGo as usize] += 1;
+                self.hold_as(i, k, Held::In, Held::Moving(j));
+            }
+            Action::Moved(i, k) => {
+                let held = self.members[usize::from(i)].holds[k].map(|h| h.held);
+                if let Some(Held::Moving(j)) = held {
+                    self.hold_as(i, k, Held::Moving(j), Held::Releasing(Some(j)));
+                }
+            }
+            Action::Stay(i, k) => {
+                if let Some(h) = self.members[usize::from(i)].holds[k] {
+                    self.hold_as(i, k, h.held, Held::In);
+                }
+            }
+            Action::Deliver(i, s) => self.deliver(b, usize::from(i), s),
+            Action::GiveUp(i, s) => {
+                self.spent[Fault::GiveUp as usize] += 1;
+                self.give_up(usize::from(i), s);
+            }
+            Action::Late(_, ref send) => {
+                self.spent[Fault::GiveUp as usize] += 1;
+                self.send(b, send, true);
+            }
+            Action::Lose(i, ref send) | Action::Strand(i, ref send) => {
+                self.spent[Fault::GiveUp as usize] += 1;
+                let s = self.send(b, send, matches!(action, Action::Lose(..)));
+                self.give_up(usize::from(i), s);
+            }
+            Action::RunOrphan => {
+                if let Some((_, call)) = self.orphan.take() {
+                    self.run(b, &call);
+                }
+            }
+            Action::Sync => self.replica = self.store,
+            Action::Restart => {
+                self.store = Store::default();
+                self.replica = Store::default();
+                self.server += 1;
+                self.spent[Fault::Restart as usize] += 1;
+            }
+            Action::Failover => {
+                self.store = self.replica;
+                self.server += 1;
+                self.spent[Fault::Failover as usize] += 1;
+            }
+            Action::StepRedisClock => {
+                self.spent[Fault::ClockStep as usize] += 1;
+                self.redis_ahead += (b.lease + b.grace + b.hold) * TICK;
+            }
+            _ => {
+                // Sent, run and answered in one step: no other member's step between
+                // them changes what this member knows (it learns only from its
+                // answers, within the tick); a late answer is a fault (`Late`).
+                let i = usize::from(action.member());
+                let s = self.send(b, action, true);
+                self.deliver(b, i, s);
+            }
+        }
+        self.act(b)?;
+        self.normalize(b);
+        Ok(())
+    }
+
+    /// Forgets what no rule reads any more, so that states alike but for it are one:
+    /// times already past where only "has it passed?" is asked, a key's last exchange
+    /// once its Crawl-delay is over (who made it is kept), answered calls' arguments,
+    /// and what members do not read of an answer.
+    fn normalize(&mut self, b: &Bounds) {
+        let past = Ms::MIN / 4;
+        for last in self.last.iter_mut().flatten() {
+            if self.now >= last.0 + (b.hold + b.delay) * TICK {
+                last.0 = past;
+            }
+        }
+        for m in self.members.iter_mut() {
+            let now = m.clock(self.now);
+            for pace in m.pace.iter_mut() {
+                if *pace <= now {
+                    *pace = 0;
+                }
+            }
+            for h in m.holds.iter_mut().flatten() {
+                if h.not_before <= now {
+                    h.not_before = 0;
+                }
+            }
+            for msg in m.slots.iter_mut().flatten() {
+                match (&mut msg.call, &mut msg.answer) {
+                    (Call::Renew(r, _), Some(Answer::Renewed(a))) => {
+                        *r = Renewal {
+                            member: r.member,
+                            ..Renewal::default()
+                        };
+                        a.fence = 0;
+                    }
+                    (_, Some(Answer::Claimed(a)))
+                        if !matches!(a, ClaimAnswer::Taken(..) | ClaimAnswer::Lost) =>
+                    {
+                        msg.answer = Some(Answer::Done);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Member `i` is stopped (a crash, a pause): `f` spent.
+    fn fault(&mut self, f: Fault, i: Mid, life: Life) {
+        self.spent[f as usize] += 1;
+        self.members[usize::from(i)].life = life;
+    }
+
+    /// Member `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
+    fn hold_as(&mut self, i: Mid, k: usize, from: Held, to: Held) {
+        if let Some(h) = self.members[usize::from(i)].holds[k].as_mut() {
+            if h.held == from {
+                h.held = to;
+            }
+        }
+    }
+
+    /// Member `i` stops acting for `k`, to release it to `heir` once its exchange is
+    /// over (`Standing::mark`: only a key held in, in its current epoch and generation).
+    fn let_go(&mut self, i: Mid, k: usize, heir: Option<Mid>) {
+        let m = &mut self.members[usize::from(i)];
+        if !m.leaving {
+            self.spent[Fault::LetGo as usize] += 1;
+        }
+        let (epoch, generation) = (m.epoch, m.generation);
+        if let Some(h) = m.holds[k].as_mut() {
+            if h.held == Held::In && h.epoch == epoch && h.generation == generation {
+                h.held = Held::Releasing(heir);
+            }
+        }
+    }
+
+    /// Member `i` resumes; the head of the turn it held is sent if it still acts for
+    /// the key (the re-check before the head is written), else the turn is given back.
+    fn resume(&mut self, b: &Bounds, i: usize) -> Result<(), String> {
+        self.members[i].life = Life::Up;
+        let Some(k) = self.members[i].turn.take() else {
+            return Ok(());
+        };
+        let k = usize::from(k);
+        if !b.rules.recheck_head || self.members[i].acts_for(k, self.own_now(i), b.grace * TICK) {
+            return self.start(b, i, k);
+        }
+        Ok(())
+    }
+
+    /// Builds the call `action` sends; runs it at once when it `arrives`. Its slot.
+    fn send(&mut self, b: &Bounds, action: &Action, arrives: bool) -> usize {
+        let (i, slot, call) = match *action {
+            Action::Renew(i) => (i, RENEWAL, self.renewal(b, usize::from(i))),
+            Action::Claim(i, k) => (i, claim_slot(k), self.claiming(b, i, k, Mode::Claim)),
+            Action::Reassert(i, k) => {
+                let m = &self.members[usize::from(i)];
+                let vouch = m.unconfirmed(k, self.own_now(usize::from(i))) == Some(true);
+                let mode = if vouch { Mode::Vouch } else { Mode::Reassert };
+                (i, claim_slot(k), self.claiming(b, i, k, mode))
+            }
+            Action::Release(i, k) => {
+                let m = &self.members[usize::from(i)];
+                let Some(Held::Releasing(heir)) = m.holds[k].map(|h| h.held) else {
+                    return release_slot(k);
+                };
+                let ended = m.exchange[k].map_or(0, |s| m.clock(s + b.hold * TICK));
+                let heir = heir.map(|j| (j, 0));
+                match m.releasing(i, k, heir, ended) {
+                    Some(r) => (i, release_slot(k), Call::Release(r)),
+                    None => return release_slot(k),
+                }
+            }
+            Action::Deregister(i) => {
+                let epoch = self.members[usize::from(i)].epoch;
+                (i, release_slot(0), Call::Leave(i, epoch))
+            }
+            _ => return RENEWAL,
+        };
+        let answer = arrives.then(|| self.run(b, &call));
+        if let Action::Renew(_) = action {
+            self.members[usize::from(i)].renewed_at = Some(self.now);
+        }
+        self.members[usize::from(i)].slots[slot] = Some(Message { call, answer });
+        slot
+    }
+
+    /// Member `i`'s renewal, as `membership` builds it.
+    fn renewal(&self, b: &Bounds, i: usize) -> Call {
+        let (m, now) = (&self.members[i], self.own_now(i));
+        let after = (b.grace + b.hold) * TICK;
+        let r = Renewal {
+            member: i as Mid,
+            epoch: m.epoch,
+            lease: b.lease * TICK,
+            after,
+            leaving: m.leaving,
+            offer: 0, // filled in when Redis runs it
+            saw: m.generation,
+            runs_for: m.valid_until.map_or(0, |v| (v + after - now).max(0)),
+            settle: TICK,
+            fence_new: b.new_data_set_fence,
+            step: if b.rules.step_fence { m.step } else { 0 },
+        };
+        Call::Renew(r, now)
+    }
+
+    /// Member `i`'s claim of `k`, in `mode`.
+    fn claiming(&self, b: &Bounds, i: Mid, k: usize, mode: Mode) -> Call {
+        let m = &self.members[usize::from(i)];
+        Call::Claim(Claiming {
+            member: i,
+            epoch: m.epoch,
+            generation: m.generation,
+            key: k,
+            mode,
+            window: b.window * TICK,
+        })
+    }
+
+    /// Redis runs `call` now: its answer.
+    fn run(&mut self, b: &Bounds, call: &Call) -> Answer {
+        let (now, server) = (self.redis_now(), self.server);
+        match *call {
+            Call::Renew(mut r, _) => {
+                r.offer = server;
+                Answer::Renewed(self.store.renew(&r, now, server))
+            }
+            Call::Claim(c) => {
+                Answer::Claimed(self.store.claim(&c, now, server, b.rules.retake_window))
+            }
+            Call::Release(r) => {
+                self.store.release(&r, now, server);
+                Answer::Done
+            }
+            Call::Leave(i, epoch) => {
+                self.store.leave(i, epoch);
+                Answer::Done
+            }
+        }
+    }
+
+    /// Member `i` gives up on slot `s`: Redis may still run its call.
+    fn give_up(&mut self, i: usize, s: usize) {
+        let Some(message) = self.members[i].slots[s].take() else {
+            return;
+        };
+        if let Call::Release(r) = message.call {
+            self.members[i].holds[r.key] = None; // let go, answered or not
+        }
+        if message.answer.is_none() {
+            self.orphan = Some((i as Mid, message.call));
+        }
+    }
+
+    /// Member `i` receives slot `s`'s answer and acts on it as the code does.
+    fn deliver(&mut self, b: &Bounds, i: usize, s: usize) {
+        let now = self.own_now(i);
+        let Some(Message { call, answer }) = self.members[i].slots[s].take() else {
+            return;
+        };
+        let m = &mut self.members[i];
+        match (call, answer) {
+            (Call::Renew(_, sent), Some(Answer::Renewed(r))) => {
+                m.renewed(sent, now, &r, b.lease * TICK, b.grace * TICK);
+            }
+            (Call::Claim(c), Some(Answer::Claimed(a))) => {
+                if let Some(end) = m.claimed(&c, &a, now) {
+                    if b.rules.inherit_gap {
+                        m.pace[c.key] = m.pace[c.key].max(end + b.delay * TICK);
+                    }
+                }
+            }
+            (Call::Release(r), _) => m.holds[r.key] = None,
+            (Call::Leave(..), _) => m.life = Life::Left,
+            _ => {}
+        }
+    }
+
+    /// Every member that may start an exchange now does (or, armed, takes its turn and
+    /// stops before sending it).
+    fn act(&mut self, b: &Bounds) -> Result<(), String> {
+        for i in Self::ids(b) {
+            for k in 0..b.keys {
+                let (m, now) = (&self.members[i], self.own_now(i));
+                let running = m.exchange[k].is_some_and(|s| s + b.hold * TICK > self.now);
+                let may = m.life == Life::Up
+                    && m.acts_for(k, now, b.grace * TICK)
+                    && now >= m.pace[k]
+                    && !running;
+                if !may {
+                    continue;
+                }
+                if m.armed {
+                    let m = &mut self.members[i];
+                    (m.armed, m.turn, m.life) = (false, Some(k as u8), Life::Paused);
+                    break;
+                }
+                self.start(b, i, k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Member `i` starts an exchange of key `k` at the origin now: the invariant.
+    fn start(&mut self, b: &Bounds, i: usize, k: usize) -> Result<(), String> {
+        let (hold, delay) = (b.hold * TICK, b.delay * TICK);
+        if let Some((s, j)) = self.last[k] {
+            let gap = if usize::from(j) == i { 0 } else { delay };
+            if self.now < s + hold + gap {
+                return Err(format!(
+                    "{} starts an exchange of key {k} at {} while {}'s, started at {s}, \
+                     may run until {} (its Crawl-delay then {gap} ms)",
+                    name(i),
+                    self.now,
+                    name(usize::from(j)),
+                    s + hold
+                ));
+            }
+        }
+        self.last[k] = Some((self.now, i as Mid));
+        let m = &mut self.members[i];
+        m.exchange[k] = Some(self.now);
+        m.pace[k] = m.clock(self.now + hold) + delay;
+        Ok(())
+    }
+
+    /// The state, briefly.
+    pub fn describe(&self, b: &Bounds) -> String {
+        let mut out = format!(
+            "at {} (Redis {} ahead, server {}): {:?}\n",
+            self.now, self.redis_ahead, self.server, self.store
+        );
+        for i in Self::ids(b) {
+            out.push_str(&format!("  {}: {:?}\n", name(i), self.members[i]));
+        }
+        out.push_str(&format!("  last exchanges: {:?}\n", self.last));
+        out
+    }
+}
+
+/// Member `i`'s id.
+pub fn name(i: usize) -> char {
+    char::from(b'a' + i as u8)
+}
