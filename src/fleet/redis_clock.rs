@@ -29,7 +29,7 @@ pub const SLACK_MS: i64 = 100;
 
 /// One renewal's readings: this member's clock when the call left and when its answer
 /// arrived, and Redis' `TIME` in the answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reading {
     /// This member's clock when the call left.
     pub sent: Ms,
@@ -40,7 +40,7 @@ pub struct Reading {
 }
 
 /// The last renewal's readings, to compare the next one's with.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RedisClock {
     /// The previous renewal's.
     last: Option<Reading>,
@@ -58,6 +58,12 @@ impl RedisClock {
         });
         self.last = Some(reading);
         step
+    }
+
+    /// The last renewal's readings, if any (the model converts times by them).
+    #[cfg(test)]
+    pub fn last(&self) -> Option<Reading> {
+        self.last
     }
 }
 

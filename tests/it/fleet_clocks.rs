@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use crate::common::*;
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, owner_index, short_fleet, signal, Relay,
+    backend_up, certs, fleet_conf, instances, members, owner_index, owner_seen_by, short_fleet,
+    signal, HttpsFleet, Relay,
 };
 use crate::redis_servers::Redis;
 
@@ -146,4 +147,85 @@ async fn redis_clock_stepped_forward_keeps_one_owner_and_the_delay() {
         proxies[0].log(),
         proxies[1].log()
     );
+}
+
+/// A member stopped between its turn and its request, resumed after another member took
+/// the origin over, never sends it. The origin holds the member's TLS handshake (its
+/// connect, which comes after the turn); the test SIGSTOPs the member there, waits until
+/// the other member took the origin over and served a page, resumes it and lets the
+/// handshake finish. The request is checked right before its head is written, given
+/// back and answered 503; the origin never receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stopped_between_its_turn_and_its_request_never_sends_it() {
+    let conf = short_fleet("refuse")
+        .set("upstream.http2", "off")
+        .set("upstream.connect_timeout_seconds", 60);
+    let fleet = HttpsFleet::start(&conf).await;
+    let origin = fleet.origin("User-agent: *\nCrawl-delay: 1\n").await;
+    let closing = Behaviour::with_headers(200, &[("Connection", "close")], "closing");
+    origin.set("/first", closing);
+    let ca = fleet.setup.dir.path().join("operator-ca.pem");
+    let ca = ca.to_str().expect("path").to_string();
+    let args = move || {
+        let max = ["--max-time", "60", "--suppress-connect-headers"];
+        [&["--cacert", ca.as_str()][..], &max[..]]
+            .concat()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<String>>()
+    };
+    let through = |i: usize, path: &str| {
+        let args = args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl(fleet.member(i), &origin.url(path), &args)
+    };
+    let first = through(0, "/first");
+    assert_eq!(first.0, 200, "{first:?}\n{}", fleet.member(0).log());
+    assert_eq!(
+        owner_seen_by(fleet.member(0), &origin).as_deref(),
+        Some("here")
+    );
+    let handshake = origin.hold_next_handshake();
+    let accepted = origin.accepted().len();
+    let stopped_request = {
+        let (proxy, url, args) = (fleet.member(0).url(), origin.url("/second"), args());
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl_via(&proxy, &url, &args)
+        })
+    };
+    let connecting = eventually(Duration::from_secs(10), || {
+        origin.accepted().len() > accepted
+    })
+    .await;
+    assert!(
+        connecting,
+        "no connect for /second\n{}",
+        fleet.member(0).log()
+    );
+    signal(fleet.member(0).pid(), "-STOP");
+    // The stopped member's lease lapses; the other member takes the origin over.
+    let lapsed = eventually(Duration::from_secs(15), || members(fleet.member(1)) == 1).await;
+    let third = through(1, "/third");
+    signal(fleet.member(0).pid(), "-CONT");
+    assert!(
+        lapsed,
+        "the stopped member never lapsed\n{}",
+        fleet.member(1).log()
+    );
+    assert_eq!(third.0, 200, "{third:?}\n{}", fleet.member(1).log());
+    assert_eq!(
+        owner_seen_by(fleet.member(1), &origin).as_deref(),
+        Some("here")
+    );
+    handshake.add_permits(1);
+    let (status, _, body) = stopped_request.await.expect("the stopped member's request");
+    assert_eq!(status, 503, "{body}\n{}", fleet.member(0).log());
+    assert_eq!(
+        origin.count("/second"),
+        0,
+        "sent after all: {:?}",
+        origin.seen()
+    );
+    assert_eq!(origin.count("/third"), 1);
 }

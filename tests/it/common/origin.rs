@@ -194,6 +194,9 @@ pub struct TestOrigin {
     tls: Option<Arc<Mutex<Arc<rustls::ServerConfig>>>>,
     /// When each connection was accepted.
     accepted: Arc<Mutex<Vec<Instant>>>,
+    /// The next connection's TLS handshake waits for a permit of this (a connect held,
+    /// as a slow origin holds it).
+    hold: Arc<Mutex<Option<Arc<tokio::sync::Semaphore>>>>,
 }
 
 impl TestOrigin {
@@ -289,6 +292,7 @@ impl TestOrigin {
             log: Arc::default(),
             tls: tls.map(|(config, _)| Arc::new(Mutex::new(config))),
             accepted: Arc::default(),
+            hold: Arc::default(),
         };
         let server = origin.clone();
         tokio::spawn(async move {
@@ -301,10 +305,14 @@ impl TestOrigin {
                 let server = server.clone();
                 // The TLS config current at accept time (see `set_tls`).
                 let tls = server.tls.as_ref().map(|t| t.lock().expect("tls").clone());
+                let hold = server.hold.lock().expect("hold").take();
                 tokio::spawn(async move {
                     match tls {
                         None => server.serve(stream, connection).await,
                         Some(config) => {
+                            if let Some(gate) = hold {
+                                let _ = gate.acquire().await;
+                            }
                             let acceptor = tokio_rustls::TlsAcceptor::from(config);
                             if let Ok(stream) = acceptor.accept(stream).await {
                                 server.serve(stream, connection).await;
@@ -319,6 +327,14 @@ impl TestOrigin {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The next connection to this TLS origin is accepted, and its handshake waits
+    /// until the test adds a permit to the semaphore returned: a connect held open.
+    pub fn hold_next_handshake(&self) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *self.hold.lock().expect("hold") = Some(gate.clone());
+        gate
     }
 
     /// New connections to this TLS origin get `config` from now on.

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::store::{
-    ClaimAnswer, Claiming, How, Mid, Mode, Ms, Record, Releasing, Renewal, State, Store, KEYS,
+    ClaimMode, ClaimReply, Claiming, How, MemberRecord, Mid, Ms, Releasing, Renewing, State, Store,
+    KEYS,
 };
 use crate::fleet::model::redis::{Data, Scripts, Val};
 
@@ -19,7 +20,7 @@ const MEMBERSHIP: [&str; 5] = [
     "{robotsgate}:fence",
 ];
 
-/// Member `i`'s id.
+/// Instance `i`'s id.
 fn id(i: Mid) -> String {
     char::from(b'a' + i).to_string()
 }
@@ -103,9 +104,9 @@ fn data(store: &Store) -> Data {
 }
 
 /// A small xorshift generator.
-struct Dice(u64);
+struct Xorshift(u64);
 
-impl Dice {
+impl Xorshift {
     /// A number below `n`.
     fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
@@ -125,16 +126,16 @@ impl Dice {
     }
 
     /// `Some` of `f`'s value, or not.
-    fn maybe<T>(&mut self, f: impl FnOnce(&mut Dice) -> T) -> Option<T> {
+    fn maybe<T>(&mut self, f: impl FnOnce(&mut Xorshift) -> T) -> Option<T> {
         self.coin().then(|| f(self))
     }
 }
 
 /// A random store at `now`.
-fn random_store(d: &mut Dice, now: Ms) -> Store {
+fn random_store(d: &mut Xorshift, now: Ms) -> Store {
     let mut store = Store::default();
     for r in store.members.iter_mut().take(3) {
-        *r = d.maybe(|d| Record {
+        *r = d.maybe(|d| MemberRecord {
             epoch: 1 + d.below(4) as u8,
             expires: d.time(now),
             state: [State::Up, State::Up, State::Up, State::Leaving, State::Left]
@@ -161,20 +162,30 @@ fn random_store(d: &mut Dice, now: Ms) -> Store {
     store
 }
 
-/// One random call, run on `store` by the rules: the script, its keys and arguments,
-/// and the answer's words.
-fn random_call(
-    d: &mut Dice,
-    store: &mut Store,
-    now: Ms,
-    server: u8,
-) -> (&'static str, Vec<String>, Vec<String>, Vec<String>) {
+/// A script call: its name, keys, arguments, and the answer's words the rules gave.
+type ScriptCase = (&'static str, Vec<String>, Vec<String>, Vec<String>);
+
+/// Who calls: a member, the epoch and generation it names, a key.
+#[derive(Clone, Copy)]
+struct Caller {
+    /// The member.
+    member: Mid,
+    /// The epoch it names.
+    epoch: u8,
+    /// The generation it names.
+    generation: Option<u8>,
+    /// The key.
+    key: usize,
+    /// Does the call fit the store (its member's epoch, the generation)?
+    fits: bool,
+}
+
+/// One random call, run on `store` by the rules.
+fn random_call(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8) -> ScriptCase {
     let member = d.below(3) as Mid;
-    // Mostly a call that fits the store (its member's epoch, the generation), so that
-    // every branch of the rules is reached.
+    // Mostly a call that fits the store, so that every branch of the rules is reached.
     let fits = d.below(4) > 0;
-    let record = store.members[usize::from(member)];
-    let epoch = match record {
+    let epoch = match store.members[usize::from(member)] {
         Some(r) if fits => r.epoch,
         _ => d.below(5) as u8,
     };
@@ -183,123 +194,141 @@ fn random_call(
     } else {
         d.maybe(|d| d.below(2) as u8)
     };
-    let k = d.below(KEYS as u64) as usize;
+    let key = d.below(KEYS as u64) as usize;
+    let who = Caller {
+        member,
+        epoch,
+        generation,
+        key,
+        fits,
+    };
     match d.below(4) {
-        0 => {
-            let r = Renewal {
-                member,
-                epoch,
-                lease: 1000 * (1 + d.below(2) as Ms),
-                after: 1000 * d.below(3) as Ms,
-                leaving: d.below(4) == 0,
-                offer: 5 + d.below(2) as u8,
-                saw: generation,
-                runs_for: 500 * d.below(6) as Ms,
-                settle: 1000,
-                fence_new: d.coin(),
-                step: if d.coin() { 0 } else { 3000 },
-            };
-            let a = store.renew(&r, now, server);
-            let args = vec![
-                id(member),
-                epoch.to_string(),
-                r.lease.to_string(),
-                format!("peer-{}", id(member)),
-                gen(Some(r.offer)),
-                if r.leaving { "leaving" } else { "up" }.into(),
-                r.after.to_string(),
-                gen(r.saw),
-                r.runs_for.to_string(),
-                r.settle.to_string(),
-                if r.fence_new { "fence" } else { "settle" }.into(),
-                r.step.to_string(),
-            ];
-            let answer = vec![
-                a.now.to_string(),
-                a.epoch.to_string(),
-                gen(Some(a.generation)),
-                a.fence.to_string(),
-            ];
-            ("member_renew", keys(&MEMBERSHIP), args, answer)
-        }
-        1 => {
-            let mode = [Mode::Claim, Mode::Reassert, Mode::Vouch][d.below(3) as usize];
-            let c = Claiming {
-                member,
-                epoch,
-                generation,
-                key: k,
-                mode,
-                window: 1000 * d.below(3) as Ms,
-            };
-            let answer = claim_words(&store.claim(&c, now, server, true));
-            let mode = ["claim", "reassert", "vouch"][mode as usize];
-            let args = vec![
-                id(member),
-                epoch.to_string(),
-                gen(generation),
-                "604800000".into(),
-                mode.into(),
-                c.window.to_string(),
-            ];
-            let k5 = [
-                claim_key(k).as_str(),
-                MEMBERSHIP[0],
-                MEMBERSHIP[2],
-                MEMBERSHIP[4],
-                MEMBERSHIP[3],
-            ]
-            .map(String::from);
-            ("own_claim", k5.to_vec(), args, answer)
-        }
-        2 => {
-            let heir = d.maybe(|d| (d.below(3) as u8, d.below(4) as u8));
-            let claim = store.claims[k].filter(|_| fits);
-            let ((member, epoch), n) = match claim {
-                Some(c) => (c.holder.unwrap_or((member, epoch)), c.n),
-                None => ((member, epoch), 1 + d.below(3) as u8),
-            };
-            let r = Releasing {
-                member,
-                epoch,
-                generation,
-                key: k,
-                heir,
-                n,
-                last_end: d.time(now),
-            };
-            let done = store.release(&r, now, server);
-            let (h, he) = heir.map_or((String::new(), "0".into()), |(j, e)| (id(j), e.to_string()));
-            let args = vec![
-                id(member),
-                epoch.to_string(),
-                gen(generation),
-                "604800000".into(),
-                h,
-                he,
-                r.n.to_string(),
-                "*".into(),
-                format!("{}|0|0", r.last_end),
-            ];
-            let k3 = [claim_key(k).as_str(), MEMBERSHIP[2], MEMBERSHIP[3]].map(String::from);
-            (
-                "own_release",
-                k3.to_vec(),
-                args,
-                vec![u8::from(done).to_string()],
-            )
-        }
+        0 => renew_case(d, store, now, server, who),
+        1 => claim_case(d, store, now, server, who),
+        2 => release_case(d, store, now, server, who),
         _ => {
             let done = store.leave(member, epoch);
             let args = vec![id(member), epoch.to_string()];
-            (
-                "member_leave",
-                keys(&MEMBERSHIP[..1]),
-                args,
-                vec![u8::from(done).to_string()],
-            )
+            let answer = vec![u8::from(done).to_string()];
+            ("member_leave", keys(&MEMBERSHIP[..1]), args, answer)
         }
     }
+}
+
+/// A random renewal by `who`.
+fn renew_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
+    let r = Renewing {
+        member: who.member,
+        epoch: who.epoch,
+        lease: 1000 * (1 + d.below(2) as Ms),
+        after: 1000 * d.below(3) as Ms,
+        leaving: d.below(4) == 0,
+        offer: 5 + d.below(2) as u8,
+        saw: who.generation,
+        runs_for: 500 * d.below(6) as Ms,
+        settle: 1000,
+        fence_new: d.coin(),
+        step: if d.coin() { 0 } else { 3000 },
+    };
+    let a = store.renew(&r, now, server);
+    let args = vec![
+        id(r.member),
+        r.epoch.to_string(),
+        r.lease.to_string(),
+        format!("peer-{}", id(r.member)),
+        gen(Some(r.offer)),
+        if r.leaving { "leaving" } else { "up" }.into(),
+        r.after.to_string(),
+        gen(r.saw),
+        r.runs_for.to_string(),
+        r.settle.to_string(),
+        if r.fence_new { "fence" } else { "settle" }.into(),
+        r.step.to_string(),
+    ];
+    let answer = vec![
+        a.now.to_string(),
+        a.epoch.to_string(),
+        gen(Some(a.generation)),
+        a.fence.to_string(),
+    ];
+    ("member_renew", keys(&MEMBERSHIP), args, answer)
+}
+
+/// A random claim by `who`.
+fn claim_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
+    let mode = [ClaimMode::Claim, ClaimMode::Reassert, ClaimMode::Vouch][d.below(3) as usize];
+    let c = Claiming {
+        member: who.member,
+        epoch: who.epoch,
+        generation: who.generation,
+        key: who.key,
+        mode,
+        window: 1000 * d.below(3) as Ms,
+    };
+    let answer = claim_words(&store.claim(&c, now, server, true));
+    let mode = ["claim", "reassert", "vouch"][mode as usize];
+    let args = vec![
+        id(c.member),
+        c.epoch.to_string(),
+        gen(c.generation),
+        "604800000".into(),
+        mode.into(),
+        c.window.to_string(),
+    ];
+    let claim = claim_key(c.key);
+    let k5 = [
+        &claim,
+        MEMBERSHIP[0],
+        MEMBERSHIP[2],
+        MEMBERSHIP[4],
+        MEMBERSHIP[3],
+    ];
+    ("own_claim", keys(&k5), args, answer)
+}
+
+/// A random release by `who` (mostly by the claim's holder, with its number).
+fn release_case(
+    d: &mut Xorshift,
+    store: &mut Store,
+    now: Ms,
+    server: u8,
+    who: Caller,
+) -> ScriptCase {
+    let heir = d.maybe(|d| (d.below(3) as u8, d.below(4) as u8));
+    let ((member, epoch), n) = match store.claims[who.key].filter(|_| who.fits) {
+        Some(c) => (c.holder.unwrap_or((who.member, who.epoch)), c.n),
+        None => ((who.member, who.epoch), 1 + d.below(3) as u8),
+    };
+    let r = Releasing {
+        member,
+        epoch,
+        generation: who.generation,
+        key: who.key,
+        heir,
+        n,
+        last_end: d.time(now),
+    };
+    let done = store.release(&r, now, server);
+    let (h, he) = heir.map_or((String::new(), "0".into()), |(j, e)| (id(j), e.to_string()));
+    let args = vec![
+        id(member),
+        epoch.to_string(),
+        gen(r.generation),
+        "604800000".into(),
+        h,
+        he,
+        n.to_string(),
+        "*".into(),
+        format!("{}|0|0", r.last_end),
+    ];
+    let claim = claim_key(r.key);
+    let k3 = [&claim, MEMBERSHIP[2], MEMBERSHIP[3]];
+    (
+        "own_release",
+        keys(&k3),
+        args,
+        vec![u8::from(done).to_string()],
+    )
 }
 
 /// `keys` as owned strings.
@@ -308,10 +337,10 @@ fn keys(keys: &[&str]) -> Vec<String> {
 }
 
 /// A claim's answer as the script's words.
-fn claim_words(a: &ClaimAnswer) -> Vec<String> {
+fn claim_words(a: &ClaimReply) -> Vec<String> {
     let w = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     match *a {
-        ClaimAnswer::Taken(how, bound, n, pv, last_end) => {
+        ClaimReply::Taken(how, bound, n, pv, last_end) => {
             let how = match how {
                 How::Claimed => "claimed",
                 How::Handed => "handed",
@@ -325,7 +354,7 @@ fn claim_words(a: &ClaimAnswer) -> Vec<String> {
             }
             out
         }
-        ClaimAnswer::Held(m, e, s) => {
+        ClaimReply::Held(m, e, s) => {
             let state = ["up", "leaving", "left"][s as usize];
             vec![
                 "held".into(),
@@ -335,9 +364,9 @@ fn claim_words(a: &ClaimAnswer) -> Vec<String> {
                 state.into(),
             ]
         }
-        ClaimAnswer::Lost => w(&["lost"]),
-        ClaimAnswer::Stale => w(&["stale"]),
-        ClaimAnswer::Unregistered => w(&["unregistered"]),
+        ClaimReply::Lost => w(&["lost"]),
+        ClaimReply::Stale => w(&["stale"]),
+        ClaimReply::Unregistered => w(&["unregistered"]),
     }
 }
 
@@ -346,7 +375,7 @@ fn claim_words(a: &ClaimAnswer) -> Vec<String> {
 fn the_specifications_store_decides_as_the_scripts_do() {
     let scripts = Scripts::new();
     let seed = super::super::walk_seed();
-    let mut d = Dice(seed | 1);
+    let mut d = Xorshift(seed | 1);
     let mut answers = BTreeMap::new();
     for case in 0..40_000 {
         let now = 10_000 + 500 * d.below(20) as Ms;

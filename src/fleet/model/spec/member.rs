@@ -1,17 +1,19 @@
 //! A member as the specification sees it: its standing (`standing.rs`'s rules: epoch,
 //! generation, lease by its own clock, the keys it holds and when it may act for them),
-//! its pacer's next start per key, its view of Redis' clock (`redis_clock.rs`'s step
+//! its pacer's next start per key, its view of Redis' clock (`redis_clock.rs`'s own step
 //! check, `backend.rs`'s two offsets), its calls in flight, and its clock.
 //!
 //! **Clocks.** A member's clock is a function of true time: `t + t × rate / 100` (a
 //! drift of `rate` percent, within `redis_clock::DRIFT_PERCENT`), `CLOCK_BOOTTIME`'s:
 //! it counts while the member is paused.
 
-use super::store::{ClaimAnswer, Claiming, Mid, Ms, Releasing, Renewal, Renewed, KEYS};
+use crate::fleet::redis_clock::{Reading, RedisClock};
+
+use super::store::{ClaimReply, Claiming, Mid, Ms, Releasing, Renewed, Renewing, KEYS};
 
 /// Where a member is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Life {
+pub enum Phase {
     /// Not started yet (joins later).
     Waiting,
     /// Running.
@@ -24,9 +26,9 @@ pub enum Life {
     Left,
 }
 
-/// How a member holds a key (`standing::Held`).
+/// How a member holds a key (`standing::HeldAs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Held {
+pub enum HeldAs {
     /// It acts for it.
     In,
     /// Being handed to the member its traffic comes from: it still acts for it.
@@ -35,9 +37,9 @@ pub enum Held {
     Releasing(Option<Mid>),
 }
 
-/// One key held (`standing::Holding`).
+/// One key held (`standing::KeyHeld`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Holding {
+pub struct KeyHeld {
     /// The epoch its claim was written in.
     pub epoch: u8,
     /// The generation.
@@ -45,7 +47,7 @@ pub struct Holding {
     /// The taking's number.
     pub token: u8,
     /// How it is held.
-    pub held: Held,
+    pub held: HeldAs,
     /// Not acted for before (own clock).
     pub not_before: Ms,
     /// Acted for right up to the last change: written again as a vouch.
@@ -56,9 +58,9 @@ pub struct Holding {
 
 /// A call a member sent, and its answer once Redis ran it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Call {
+pub enum Sent {
     /// A renewal, sent at this own time.
-    Renew(Renewal, Ms),
+    Renew(Renewing, Ms),
     /// A claim or a claim written again.
     Claim(Claiming),
     /// A release.
@@ -69,33 +71,22 @@ pub enum Call {
 
 /// What Redis answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Answer {
+pub enum Answered {
     /// A renewal's.
     Renewed(Renewed),
     /// A claim's.
-    Claimed(ClaimAnswer),
+    Claimed(ClaimReply),
     /// A release's or a leave's (answered; what it says changes nothing here).
     Done,
 }
 
 /// A call on its way and its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Message {
+pub struct InFlight {
     /// The call.
-    pub call: Call,
+    pub call: Sent,
     /// Its answer, once run.
-    pub answer: Option<Answer>,
-}
-
-/// One renewal's readings (`redis_clock::Reading`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Reading {
-    /// Own clock when the call left.
-    pub sent: Ms,
-    /// Own clock when its answer came.
-    pub received: Ms,
-    /// Redis' clock in it.
-    pub redis: Ms,
+    pub answer: Option<Answered>,
 }
 
 /// Where a member's calls wait: its renewal, and per key a claim (or claim written
@@ -104,9 +95,9 @@ pub const SLOTS: usize = 1 + 2 * KEYS;
 
 /// One member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Member {
+pub struct Instance {
     /// Where it is in its life.
-    pub life: Life,
+    pub life: Phase,
     /// Its clock's drift, in percent.
     pub rate: i8,
     /// Its epoch (0: none).
@@ -118,15 +109,15 @@ pub struct Member {
     /// Leaving: no new ownership, no turns.
     pub leaving: bool,
     /// The keys it holds.
-    pub holds: [Option<Holding>; KEYS],
+    pub holds: [Option<KeyHeld>; KEYS],
     /// Per key, its pacer's next start (own clock; 0: any time).
     pub pace: [Ms; KEYS],
     /// Per key, when its last exchange started (true time).
     pub exchange: [Option<Ms>; KEYS],
     /// Calls in flight, by slot (`SLOTS`).
-    pub slots: [Option<Message>; SLOTS],
-    /// The last renewal's readings.
-    pub reading: Option<Reading>,
+    pub slots: [Option<InFlight>; SLOTS],
+    /// Redis' clock as its renewals saw it (the code's own step check).
+    pub redis_clock: RedisClock,
     /// A step of Redis' clock seen, for the next renewal to carry (0: none).
     pub step: Ms,
     /// When it last sent a renewal (true time; renewals keep a cadence).
@@ -137,11 +128,11 @@ pub struct Member {
     pub turn: Option<u8>,
 }
 
-impl Member {
+impl Instance {
     /// A member, up (`true`) or waiting to join, its clock drifting by `rate` percent.
-    pub fn new(up: bool, rate: i8) -> Member {
-        Member {
-            life: if up { Life::Up } else { Life::Waiting },
+    pub fn new(up: bool, rate: i8) -> Instance {
+        Instance {
+            life: if up { Phase::Up } else { Phase::Waiting },
             rate,
             epoch: 0,
             generation: None,
@@ -151,7 +142,7 @@ impl Member {
             pace: [0; KEYS],
             exchange: [None; KEYS],
             slots: [None; SLOTS],
-            reading: None,
+            redis_clock: RedisClock::default(),
             step: 0,
             renewed_at: None,
             armed: false,
@@ -175,14 +166,14 @@ impl Member {
     }
 
     /// Was `h` written in its current epoch and generation?
-    fn confirmed(&self, h: &Holding) -> bool {
+    fn confirmed(&self, h: &KeyHeld) -> bool {
         h.epoch == self.epoch && h.generation == self.generation
     }
 
     /// Does it act for `h` at `now`, the not-before aside (`Standing::acting`)?
-    fn acting(&self, h: &Holding, now: Ms, grace: Ms) -> bool {
+    fn acting(&self, h: &KeyHeld, now: Ms, grace: Ms) -> bool {
         self.may_own(now, grace)
-            && !matches!(h.held, Held::Releasing(_))
+            && !matches!(h.held, HeldAs::Releasing(_))
             && self.confirmed(h)
             && !h.provisional
     }
@@ -197,7 +188,7 @@ impl Member {
     pub fn unconfirmed(&self, k: usize, now: Ms) -> Option<bool> {
         let h = self.holds[k]?;
         let due = h.provisional && now >= h.not_before;
-        (h.held == Held::In && (!self.confirmed(&h) || due)).then_some(h.vouched)
+        (h.held == HeldAs::In && (!self.confirmed(&h) || due)).then_some(h.vouched)
     }
 
     /// A renewal sent at `sent` was answered at `received` (`Standing::renewed`, the
@@ -223,48 +214,41 @@ impl Member {
             received,
             redis: r.now,
         };
-        self.step = 0;
-        if let Some(last) = self.reading {
-            let most = reading.received - last.sent;
-            let allowed = most
-                + most.max(0) * crate::fleet::redis_clock::DRIFT_PERCENT / 100
-                + crate::fleet::redis_clock::SLACK_MS;
-            let advanced = reading.redis - last.redis;
-            if advanced > allowed {
-                self.step = (advanced - most).max(1);
-            }
-        }
-        self.reading = Some(reading);
+        self.step = self.redis_clock.saw(reading).map_or(0, |step| step.max(1));
     }
 
     /// Redis' time as this member converts an own time to it, never earlier than it
     /// was (`Fleet::redis_time_of`): 0 when it knows no offset.
     pub fn redis_time_of(&self, own: Ms) -> Ms {
-        self.reading.map_or(0, |r| own + (r.redis - r.sent))
+        self.redis_clock
+            .last()
+            .map_or(0, |r| own + (r.redis - r.sent))
     }
 
     /// An own time from Redis' time, never earlier than it is (`Fleet::instant_of`).
     pub fn own_time_of(&self, redis: Ms) -> Option<Ms> {
-        self.reading.map(|r| redis - (r.redis - r.received))
+        self.redis_clock
+            .last()
+            .map(|r| redis - (r.redis - r.received))
     }
 
     /// A claim's answer, acted on as `ownership` does: `Some(last end)` (own clock) for
     /// the pacer to start from when it carried one.
-    pub fn claimed(&mut self, c: &Claiming, answer: &ClaimAnswer, received: Ms) -> Option<Ms> {
-        let reassert = c.mode != super::store::Mode::Claim;
-        let held_in = self.holds[c.key].is_some_and(|h| h.held == Held::In);
+    pub fn claimed(&mut self, c: &Claiming, answer: &ClaimReply, received: Ms) -> Option<Ms> {
+        let reassert = c.mode != super::store::ClaimMode::Claim;
+        let held_in = self.holds[c.key].is_some_and(|h| h.held == HeldAs::In);
         if reassert && !held_in {
             return None; // released or handed on meanwhile: that decides
         }
         match *answer {
-            ClaimAnswer::Taken(_, bound, token, provisional, last_end) => {
+            ClaimReply::Taken(_, bound, token, provisional, last_end) => {
                 let not_before = received + bound;
                 let earlier = self.holds[c.key].map_or(not_before, |h| h.not_before);
-                self.holds[c.key] = Some(Holding {
+                self.holds[c.key] = Some(KeyHeld {
                     epoch: c.epoch,
                     generation: c.generation,
                     token,
-                    held: Held::In,
+                    held: HeldAs::In,
                     not_before: not_before.max(earlier),
                     vouched: false,
                     provisional,
@@ -278,7 +262,7 @@ impl Member {
                     (false, a, b) => a.max(b),
                 }
             }
-            ClaimAnswer::Lost => {
+            ClaimReply::Lost => {
                 self.holds[c.key] = None;
                 None
             }

@@ -26,7 +26,7 @@
 //! leave, a release or a hand-over (`Moving` too), Redis restarting empty, failing
 //! over to a lagging replica, and its clock stepping forward by a lease and `after`.
 //!
-//! **Rules removed** ([`Rules`]): each test that turns one off expects a violation.
+//! **Safeguards removed** ([`Safeguards`]): each test that turns one off expects a violation.
 //!
 //! **Limits.** Whole ticks for every step but a clock's drift; one hold length and one
 //! Crawl-delay; a member's own exchanges are spaced by its own clock (not checked at the
@@ -42,7 +42,7 @@ mod world;
 
 use std::collections::HashSet;
 
-use world::{Action, World};
+use world::{Event, System};
 
 /// The fault classes, as indexes of a world's budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,9 +66,9 @@ pub enum Fault {
 /// How many fault classes.
 pub const FAULTS: usize = 7;
 
-/// Rules a test may turn off, to show the search needs them.
+/// Safeguards a test may turn off, to show the search needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rules {
+pub struct Safeguards {
     /// A new owner keeps the Crawl-delay from the last owner's end (a bound in the
     /// past, or the facts handed over).
     pub inherit_gap: bool,
@@ -82,7 +82,7 @@ pub struct Rules {
 }
 
 /// Every rule in force.
-pub const ALL_RULES: Rules = Rules {
+pub const ALL_RULES: Safeguards = Safeguards {
     inherit_gap: true,
     step_fence: true,
     recheck_head: true,
@@ -91,7 +91,7 @@ pub const ALL_RULES: Rules = Rules {
 
 /// What a search explores. Times in ticks.
 #[derive(Clone, Copy, Debug)]
-pub struct Bounds {
+pub struct Scope {
     /// Members up at the start.
     pub members: usize,
     /// Members that join later.
@@ -117,10 +117,10 @@ pub struct Bounds {
     /// Budgets, by [`Fault`].
     pub faults: [u8; FAULTS],
     /// The rules in force.
-    pub rules: Rules,
+    pub rules: Safeguards,
 }
 
-impl Bounds {
+impl Scope {
     /// The budget for `f`.
     pub fn budget(&self, f: Fault) -> u8 {
         self.faults[f as usize]
@@ -132,7 +132,7 @@ const STATES_AT_MOST: usize = 20_000_000;
 
 /// What a search found.
 #[derive(Debug, Default)]
-pub struct Explored {
+pub struct Searched {
     /// Distinct states (up to renaming).
     pub states: usize,
     /// Steps taken.
@@ -145,16 +145,16 @@ pub struct Explored {
 }
 
 /// One frame of the search: a world, the actions left to try, the action that led here.
-type Frame = (World, Vec<Action>, Option<Action>);
+type Branch = (System, Vec<Event>, Option<Event>);
 
 /// Explores every state reachable within `b`: `Err` with the trace to a violation.
-pub fn explore(b: &Bounds) -> Result<Explored, String> {
-    let start = World::new(b);
+pub fn explore(b: &Scope) -> Result<Searched, String> {
+    let start = System::new(b);
     let renamings = symmetry::renamings(b, &start);
     let mut seen = HashSet::new();
     seen.insert(symmetry::canonical(&start, &renamings));
-    let mut stack: Vec<Frame> = vec![(start, start.actions(b), None)];
-    let mut found = Explored::default();
+    let mut stack: Vec<Branch> = vec![(start, start.actions(b), None)];
+    let mut found = Searched::default();
     while let Some((world, actions, _)) = stack.last_mut() {
         let Some(action) = actions.pop() else {
             stack.pop();
@@ -183,7 +183,7 @@ pub fn explore(b: &Bounds) -> Result<Explored, String> {
 }
 
 /// Did some key's exchange pass to another member in this step, after a fault?
-fn taken_over(before: &World, after: &World) -> bool {
+fn taken_over(before: &System, after: &System) -> bool {
     after.faults_spent()
         && before
             .last
@@ -193,7 +193,7 @@ fn taken_over(before: &World, after: &World) -> bool {
 }
 
 /// The steps from the start to `last`, and what broke.
-fn trace(stack: &[Frame], last: &Action, why: &str) -> String {
+fn trace(stack: &[Branch], last: &Event, why: &str) -> String {
     let mut out = String::from("the invariant broke:\n");
     for (world, _, action) in stack.iter().skip(1) {
         out.push_str(&format!("  t={:>5}  {action:?}\n", world.now));
@@ -214,8 +214,8 @@ fn faults(list: &[Fault]) -> [u8; FAULTS] {
 /// The bounds every search starts from: two members, one key, eight ticks; a lease of
 /// two ticks (members renew every tick), a hold of one, a Crawl-delay of two, a
 /// confirmation window of two (two renewals), no grace; no fault.
-fn base() -> Bounds {
-    Bounds {
+fn base() -> Scope {
+    Scope {
         members: 2,
         joiners: 0,
         keys: 1,
@@ -248,63 +248,63 @@ const SEARCHES: [&str; 11] = [
 ];
 
 /// The bounds of search `name`.
-fn search(name: &str) -> Bounds {
+fn search(name: &str) -> Scope {
     let b = base();
     let f = faults;
     match name {
-        "crash" => Bounds {
+        "crash" => Scope {
             members: 3,
             keys: 2,
             faults: f(&[Fault::Crash]),
             ..b
         },
-        "joining" => Bounds {
+        "joining" => Scope {
             joiners: 1,
             faults: f(&[Fault::Crash]),
             ..b
         },
-        "letting go" => Bounds {
+        "letting go" => Scope {
             members: 3,
             faults: f(&[Fault::LetGo]),
             ..b
         },
-        "two keys handed over" => Bounds {
+        "two keys handed over" => Scope {
             keys: 2,
             faults: f(&[Fault::LetGo]),
             ..b
         },
-        "lost and late answers" => Bounds {
+        "lost and late answers" => Scope {
             keys: 2,
             faults: f(&[Fault::GiveUp]),
             ..b
         },
-        "pause" => Bounds {
+        "pause" => Scope {
             keys: 2,
             faults: f(&[Fault::Pause]),
             ..b
         },
-        "restart" => Bounds {
+        "restart" => Scope {
             keys: 2,
             faults: f(&[Fault::Restart]),
             ..b
         },
-        "failover" => Bounds {
+        "failover" => Scope {
             faults: f(&[Fault::Failover]),
             ..b
         },
-        "clock step" => Bounds {
+        "clock step" => Scope {
             lease: 3,
             delay: 1,
             faults: f(&[Fault::ClockStep, Fault::Pause]),
             ..b
         },
-        "clock step, pause, lost answer" => Bounds {
+        "clock step, pause, lost answer" => Scope {
             horizon: 4,
             delay: 1,
             faults: f(&[Fault::ClockStep, Fault::Pause, Fault::GiveUp]),
             ..b
         },
-        "drift" => Bounds {
+        "drift" => Scope {
             drift: true,
             faults: f(&[Fault::Crash]),
             ..b
@@ -314,7 +314,7 @@ fn search(name: &str) -> Bounds {
 }
 
 /// One row of `docs/fleet-proof.md`'s table for the specification: bounds and findings.
-fn row(name: &str, b: &Bounds, found: &Explored) -> String {
+fn row(name: &str, b: &Scope, found: &Searched) -> String {
     let names = [
         "crash",
         "pause",
@@ -398,7 +398,7 @@ fn every_other_fault_class_with_a_takeover_acted_on() {
 }
 
 /// Search `b`, a rule off, must break the invariant: the protocol needs `rule`.
-fn needs(rule: &str, b: Bounds) {
+fn needs(rule: &str, b: Scope) {
     let started = std::time::Instant::now();
     let trace = explore(&b).expect_err(&format!("the search passed without {rule}"));
     eprintln!("spec without {rule}: broken in {:.1?}", started.elapsed());
@@ -407,11 +407,11 @@ fn needs(rule: &str, b: Bounds) {
 
 #[test]
 fn without_the_inherited_gap_a_takeover_shortens_the_crawl_delay() {
-    let b = Bounds {
+    let b = Scope {
         horizon: 7,
         delay: 4,
         faults: faults(&[Fault::Crash]),
-        rules: Rules {
+        rules: Safeguards {
             inherit_gap: false,
             ..ALL_RULES
         },
@@ -423,18 +423,18 @@ fn without_the_inherited_gap_a_takeover_shortens_the_crawl_delay() {
 #[test]
 fn without_the_clock_step_fence_a_step_of_redis_clock_makes_two_owners() {
     let b = search("clock step");
-    let rules = Rules {
+    let rules = Safeguards {
         step_fence: false,
         ..ALL_RULES
     };
-    needs("the clock-step fence", Bounds { rules, ..b });
+    needs("the clock-step fence", Scope { rules, ..b });
 }
 
 #[test]
 fn without_the_check_before_the_head_a_resumed_member_sends_for_a_key_it_lost() {
-    let b = Bounds {
+    let b = Scope {
         faults: faults(&[Fault::Pause]),
-        rules: Rules {
+        rules: Safeguards {
             recheck_head: false,
             ..ALL_RULES
         },
@@ -445,12 +445,12 @@ fn without_the_check_before_the_head_a_resumed_member_sends_for_a_key_it_lost() 
 
 #[test]
 fn without_the_retake_window_a_lost_takeover_answer_skips_its_confirmation() {
-    let rules = Rules {
+    let rules = Safeguards {
         retake_window: false,
         ..ALL_RULES
     };
     let b = search("clock step, pause, lost answer");
-    needs("the retake window", Bounds { rules, ..b });
+    needs("the retake window", Scope { rules, ..b });
 }
 
 /// Deeper searches by hand, bounds from the environment (a benchmark, not a test):
@@ -486,7 +486,7 @@ fn deeper() {
     for (i, k) in budgets.iter().enumerate() {
         b.faults[i] = env(k, 0) as u8;
     }
-    b.rules = Rules {
+    b.rules = Safeguards {
         inherit_gap: env("R_GAP", 1) == 1,
         step_fence: env("R_STEP", 1) == 1,
         recheck_head: env("R_HEAD", 1) == 1,

@@ -9,8 +9,8 @@
 //! day-old records' clean-up, `own_look` and `own_record` (routing and pause facts),
 //! and facts of more than one robots.txt group (one, `*`, with its last end only).
 
-/// A time in Redis' clock, in ms.
-pub type Ms = i64;
+/// A time in ms (Redis' clock here).
+pub use crate::fleet::standing::Ms;
 
 /// A member's index (its id is `a`, `b`, …).
 pub type Mid = u8;
@@ -34,7 +34,7 @@ pub enum State {
 
 /// A member's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Record {
+pub struct MemberRecord {
     /// Its epoch.
     pub epoch: u8,
     /// Its lease ends then.
@@ -47,7 +47,7 @@ pub struct Record {
     pub after: Ms,
 }
 
-impl Record {
+impl MemberRecord {
     /// Is it a live member at `now` (`prelude.lua`'s `live`)?
     fn live(&self, now: Ms) -> bool {
         self.expires > now && self.state != State::Left
@@ -77,7 +77,7 @@ pub struct Claim {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Store {
     /// Members' records.
-    pub members: [Option<Record>; MEMBERS],
+    pub members: [Option<MemberRecord>; MEMBERS],
     /// The epoch counter.
     pub epochs: u8,
     /// The data set's generation.
@@ -92,7 +92,7 @@ pub struct Store {
 
 /// A renewal: `member_renew.lua`'s arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Renewal {
+pub struct Renewing {
     /// Who renews.
     pub member: Mid,
     /// The epoch it holds (0: none).
@@ -132,7 +132,7 @@ pub struct Renewed {
 
 /// `own_claim.lua`'s modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub enum ClaimMode {
     /// A claim.
     Claim,
     /// A claim written again.
@@ -153,7 +153,7 @@ pub struct Claiming {
     /// The key.
     pub key: usize,
     /// How.
-    pub mode: Mode,
+    pub mode: ClaimMode,
     /// The confirmation window.
     pub window: Ms,
 }
@@ -173,7 +173,7 @@ pub enum How {
 
 /// A claim's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ClaimAnswer {
+pub enum ClaimReply {
     /// Taken: how, the bound from now (0: none), the taking's number, provisional, the
     /// last end handed over.
     Taken(How, Ms, u8, bool, Option<Ms>),
@@ -222,7 +222,7 @@ impl Store {
     }
 
     /// `member_renew.lua` at `now` on `server`.
-    pub fn renew(&mut self, r: &Renewal, now: Ms, server: u8) -> Renewed {
+    pub fn renew(&mut self, r: &Renewing, now: Ms, server: u8) -> Renewed {
         let held = self.members[usize::from(r.member)];
         let joining = r.epoch == 0 || !held.is_some_and(|h| h.live(now) && h.epoch == r.epoch);
         let mut fence = self.fence.unwrap_or(0);
@@ -252,7 +252,7 @@ impl Store {
             self.epochs += 1;
             epoch = self.epochs;
         }
-        self.members[usize::from(r.member)] = Some(Record {
+        self.members[usize::from(r.member)] = Some(MemberRecord {
             epoch,
             expires: now + r.lease,
             state: if r.leaving { State::Leaving } else { State::Up },
@@ -280,21 +280,21 @@ impl Store {
 
     /// `own_claim.lua` at `now` on `server` (`retake`: with its rule that a takeover
     /// never confirmed, claimed again, waits its window again).
-    pub fn claim(&mut self, c: &Claiming, now: Ms, server: u8, retake: bool) -> ClaimAnswer {
+    pub fn claim(&mut self, c: &Claiming, now: Ms, server: u8, retake: bool) -> ClaimReply {
         if c.generation.is_none() || self.generation != c.generation || !self.same_server(server) {
-            return ClaimAnswer::Stale;
+            return ClaimReply::Stale;
         }
         let me = self.members[usize::from(c.member)];
         if !me.is_some_and(|m| m.live(now) && m.epoch == c.epoch && m.state == State::Up) {
-            return ClaimAnswer::Unregistered;
+            return ClaimReply::Unregistered;
         }
         let mut claim = self.claims[c.key].unwrap_or_default();
         let holder = claim.holder.map(|(m, _)| m);
         let (mut nb, mut retaken) = (claim.nb, false);
         let how;
-        if c.mode != Mode::Claim && (holder != Some(c.member) || claim.released.is_some()) {
+        if c.mode != ClaimMode::Claim && (holder != Some(c.member) || claim.released.is_some()) {
             if holder.is_some() || claim.released.is_some() {
-                return ClaimAnswer::Lost;
+                return ClaimReply::Lost;
             }
             how = How::Reclaimed;
         } else if holder == Some(c.member) {
@@ -302,14 +302,14 @@ impl Store {
                 Some(_) => How::Handed,
                 None => How::Reclaimed,
             };
-            if retake && how == How::Reclaimed && claim.pv && c.mode == Mode::Claim {
+            if retake && how == How::Reclaimed && claim.pv && c.mode == ClaimMode::Claim {
                 nb = nb.max(now + c.window);
                 retaken = true;
             }
         } else if let Some(h) = holder {
             let record = self.members[usize::from(h)];
             if let Some(r) = record.filter(|r| r.live(now)) {
-                return ClaimAnswer::Held(h, r.epoch, r.state);
+                return ClaimReply::Held(h, r.epoch, r.state);
             }
             let ends = record.map_or(now, |r| r.expires + r.after);
             nb = nb.max(ends).max(now + c.window);
@@ -321,7 +321,7 @@ impl Store {
             how = How::Claimed;
         }
         let fence = self.fence.unwrap_or(0);
-        if (claim.generation != c.generation || claim.pv) && c.mode != Mode::Vouch {
+        if (claim.generation != c.generation || claim.pv) && c.mode != ClaimMode::Vouch {
             nb = nb.max(fence);
         }
         let provisional = (fence > now && nb > now) || how == How::TakenOver || retaken;
@@ -337,7 +337,7 @@ impl Store {
             nb if nb == now => 1,
             nb => nb - now,
         };
-        ClaimAnswer::Taken(how, bound, claim.n, provisional, claim.last_end)
+        ClaimReply::Taken(how, bound, claim.n, provisional, claim.last_end)
     }
 
     /// `own_release.lua` at `now` on `server`: `true` when released.

@@ -8,15 +8,15 @@
 
 use std::hash::{Hash, Hasher};
 
-use super::member::{Call, Held, Member, Message, SLOTS};
-use super::store::{ClaimAnswer, Mid, Store, KEYS, MEMBERS};
-use super::world::World;
-use super::Bounds;
+use super::member::{HeldAs, InFlight, Instance, Sent, SLOTS};
+use super::store::{ClaimReply, Mid, Store, KEYS, MEMBERS};
+use super::world::System;
+use super::Scope;
 
 /// A renaming: new index of each member, and of each key.
 #[derive(Clone, Copy, Debug)]
 pub struct Renaming {
-    /// Member `i` becomes `members[i]`.
+    /// Instance `i` becomes `members[i]`.
     members: [Mid; MEMBERS],
     /// Key `k` becomes `keys[k]`.
     keys: [usize; KEYS],
@@ -24,7 +24,7 @@ pub struct Renaming {
 
 /// Every renaming the bounds allow: members in the world with the same clock rate are
 /// permuted among themselves, keys in use among themselves.
-pub fn renamings(b: &Bounds, world: &World) -> Vec<Renaming> {
+pub fn renamings(b: &Scope, world: &System) -> Vec<Renaming> {
     let n = b.members + b.joiners;
     let mut member_perms = vec![];
     permute(&mut (0..n as Mid).collect::<Vec<_>>(), 0, &mut member_perms);
@@ -63,7 +63,7 @@ fn permute<T: Copy>(items: &mut Vec<T>, at: usize, out: &mut Vec<Vec<T>>) {
 }
 
 /// The least fingerprint of `world` over `renamings`.
-pub fn canonical(world: &World, renamings: &[Renaming]) -> u64 {
+pub fn canonical(world: &System, renamings: &[Renaming]) -> u64 {
     renamings
         .iter()
         .map(|r| fingerprint(&r.world(world)))
@@ -72,7 +72,7 @@ pub fn canonical(world: &World, renamings: &[Renaming]) -> u64 {
 }
 
 /// A 64-bit hash of `world` (FNV-1a over its derived `Hash`).
-fn fingerprint(world: &World) -> u64 {
+fn fingerprint(world: &System) -> u64 {
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
     world.hash(&mut h);
     h.0
@@ -93,13 +93,13 @@ impl Hasher for Fnv {
 }
 
 impl Renaming {
-    /// Member `i`'s new index.
+    /// Instance `i`'s new index.
     fn m(&self, i: Mid) -> Mid {
         self.members[usize::from(i)]
     }
 
     /// `world` renamed.
-    fn world(&self, w: &World) -> World {
+    fn world(&self, w: &System) -> System {
         let mut out = *w;
         out.store = self.store(&w.store);
         out.replica = self.store(&w.replica);
@@ -129,15 +129,15 @@ impl Renaming {
     }
 
     /// A member renamed (the keys it holds, its calls, its heirs).
-    fn member(&self, m: &Member) -> Member {
+    fn member(&self, m: &Instance) -> Instance {
         let mut out = *m;
         for k in 0..KEYS {
             let to = self.keys[k];
             out.holds[to] = m.holds[k].map(|mut h| {
                 h.held = match h.held {
-                    Held::In => Held::In,
-                    Held::Moving(j) => Held::Moving(self.m(j)),
-                    Held::Releasing(j) => Held::Releasing(j.map(|j| self.m(j))),
+                    HeldAs::In => HeldAs::In,
+                    HeldAs::Moving(j) => HeldAs::Moving(self.m(j)),
+                    HeldAs::Releasing(j) => HeldAs::Releasing(j.map(|j| self.m(j))),
                 };
                 h
             });
@@ -155,11 +155,11 @@ impl Renaming {
     }
 
     /// A message renamed.
-    fn message(&self, msg: &Message) -> Message {
+    fn message(&self, msg: &InFlight) -> InFlight {
         let mut out = *msg;
         out.call = self.call(&msg.call);
-        if let Some(super::member::Answer::Claimed(ClaimAnswer::Held(j, e, s))) = msg.answer {
-            out.answer = Some(super::member::Answer::Claimed(ClaimAnswer::Held(
+        if let Some(super::member::Answered::Claimed(ClaimReply::Held(j, e, s))) = msg.answer {
+            out.answer = Some(super::member::Answered::Claimed(ClaimReply::Held(
                 self.m(j),
                 e,
                 s,
@@ -169,24 +169,24 @@ impl Renaming {
     }
 
     /// A call renamed.
-    fn call(&self, c: &Call) -> Call {
+    fn call(&self, c: &Sent) -> Sent {
         match *c {
-            Call::Renew(mut r, sent) => {
+            Sent::Renew(mut r, sent) => {
                 r.member = self.m(r.member);
-                Call::Renew(r, sent)
+                Sent::Renew(r, sent)
             }
-            Call::Claim(mut c) => {
+            Sent::Claim(mut c) => {
                 c.member = self.m(c.member);
                 c.key = self.keys[c.key];
-                Call::Claim(c)
+                Sent::Claim(c)
             }
-            Call::Release(mut r) => {
+            Sent::Release(mut r) => {
                 r.member = self.m(r.member);
                 r.key = self.keys[r.key];
                 r.heir = r.heir.map(|(j, e)| (self.m(j), e));
-                Call::Release(r)
+                Sent::Release(r)
             }
-            Call::Leave(i, e) => Call::Leave(self.m(i), e),
+            Sent::Leave(i, e) => Sent::Leave(self.m(i), e),
         }
     }
 }

@@ -1,22 +1,22 @@
 //! The specification's world: Redis (a store, a lagging replica, a server that can
 //! restart empty or fail over, a clock that can step forward), the members, the calls
 //! between them, true time, and each key's last exchange as the origin saw it. Every
-//! step is one [`Action`]; [`World::actions`] lists those enabled, [`World::apply`] takes
+//! step is one [`Event`]; [`System::actions`] lists those enabled, [`System::apply`] takes
 //! one, then every member that may start an exchange does (the worst case), checking
 //! the invariant at the origin: no exchange of a key starts before the last one ended,
 //! nor, by another member, before its Crawl-delay has passed since.
 
-use super::member::{claim_slot, release_slot, Answer, Call, Held, Life, Member, Message};
+use super::member::{claim_slot, release_slot, Answered, HeldAs, InFlight, Instance, Phase, Sent};
 use super::member::{RENEWAL, SLOTS};
-use super::store::{ClaimAnswer, Claiming, Mid, Mode, Ms, Renewal, Store, KEYS, MEMBERS};
-use super::{Bounds, Fault, FAULTS};
+use super::store::{ClaimMode, ClaimReply, Claiming, Mid, Ms, Renewing, Store, KEYS, MEMBERS};
+use super::{Fault, Scope, FAULTS};
 
 /// One tick of true time, in ms.
 pub const TICK: Ms = 1000;
 
-/// The world (its bounds are kept apart: [`Bounds`]).
+/// The world (its bounds are kept apart: [`Scope`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct World {
+pub struct System {
     /// True time.
     pub now: Ms,
     /// How far Redis' clock is ahead of true time (its steps).
@@ -30,59 +30,59 @@ pub struct World {
     /// Faults spent, by [`Fault`].
     pub spent: [u8; FAULTS],
     /// The members.
-    pub members: [Member; MEMBERS],
+    pub members: [Instance; MEMBERS],
     /// Per key, its last exchange at the origin: when it started (true time), by whom.
     pub last: [Option<(Ms, Mid)>; KEYS],
     /// A call given up on that Redis may still run, and whose it was.
-    pub orphan: Option<(Mid, Call)>,
+    pub orphan: Option<(Mid, Sent)>,
 }
 
 /// One step.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Event {
     /// True time moves one tick.
     Tick,
-    /// Member `i` starts.
+    /// Instance `i` starts.
     Join(Mid),
-    /// Member `i` renews.
+    /// Instance `i` renews.
     Renew(Mid),
-    /// Member `i` claims key `k` (a request for it came).
+    /// Instance `i` claims key `k` (a request for it came).
     Claim(Mid, usize),
-    /// Member `i` writes its claim of `k` again.
+    /// Instance `i` writes its claim of `k` again.
     Reassert(Mid, usize),
-    /// Member `i` lets `k` go (to heir `j`): it stops acting for it.
+    /// Instance `i` lets `k` go (to heir `j`): it stops acting for it.
     LetGo(Mid, usize, Option<Mid>),
-    /// Member `i` starts handing `k` to `j`, its traffic's member (`Held::Moving`).
+    /// Instance `i` starts handing `k` to `j`, its traffic's member (`HeldAs::Moving`).
     Move(Mid, usize, Mid),
-    /// Member `i`'s hand-over of `k` goes ahead: released to the heir.
+    /// Instance `i`'s hand-over of `k` goes ahead: released to the heir.
     Moved(Mid, usize),
-    /// Member `i`'s hand-over of `k` did not happen: held in again.
+    /// Instance `i`'s hand-over of `k` did not happen: held in again.
     Stay(Mid, usize),
-    /// Member `i` sends `k`'s release.
+    /// Instance `i` sends `k`'s release.
     Release(Mid, usize),
-    /// Member `i` begins to leave.
+    /// Instance `i` begins to leave.
     BeginLeave(Mid),
-    /// Member `i` deregisters.
+    /// Instance `i` deregisters.
     Deregister(Mid),
-    /// Member `i` crashes.
+    /// Instance `i` crashes.
     Crash(Mid),
-    /// Member `i` is stopped (a pause) until resumed.
+    /// Instance `i` is stopped (a pause) until resumed.
     Pause(Mid),
-    /// Member `i` will be stopped right after its next turn, before its head is sent.
+    /// Instance `i` will be stopped right after its next turn, before its head is sent.
     Arm(Mid),
-    /// Member `i` resumes (and sends the head of the turn it held, if still its own).
+    /// Instance `i` resumes (and sends the head of the turn it held, if still its own).
     Resume(Mid),
-    /// Member `i` receives the late answer in slot `s`.
+    /// Instance `i` receives the late answer in slot `s`.
     Deliver(Mid, usize),
-    /// Member `i` gives up on the late call in slot `s` (its answer never comes).
+    /// Instance `i` gives up on the late call in slot `s` (its answer never comes).
     GiveUp(Mid, usize),
     /// A send whose answer comes late: Redis runs it now, the member receives the
     /// answer at any later step (`Deliver`), or never (`GiveUp`).
-    Late(Mid, Box<Action>),
+    Late(Mid, Box<Event>),
     /// A send whose answer is lost: Redis runs it now, the member gives up on it.
-    Lose(Mid, Box<Action>),
+    Lose(Mid, Box<Event>),
     /// A send held up on its way: the member gives up, Redis may run it later.
-    Strand(Mid, Box<Action>),
+    Strand(Mid, Box<Event>),
     /// Redis runs the orphan.
     RunOrphan,
     /// The replica catches up.
@@ -95,46 +95,46 @@ pub enum Action {
     StepRedisClock,
 }
 
-impl Action {
+impl Event {
     /// Does it send a call?
     fn sends(&self) -> bool {
         matches!(
             self,
-            Action::Renew(_)
-                | Action::Claim(..)
-                | Action::Reassert(..)
-                | Action::Release(..)
-                | Action::Deregister(_)
+            Event::Renew(_)
+                | Event::Claim(..)
+                | Event::Reassert(..)
+                | Event::Release(..)
+                | Event::Deregister(_)
         )
     }
 }
 
-impl Action {
+impl Event {
     /// The member a send is of.
     fn member(&self) -> Mid {
         match *self {
-            Action::Renew(i)
-            | Action::Claim(i, _)
-            | Action::Reassert(i, _)
-            | Action::Release(i, _)
-            | Action::Deregister(i) => i,
+            Event::Renew(i)
+            | Event::Claim(i, _)
+            | Event::Reassert(i, _)
+            | Event::Release(i, _)
+            | Event::Deregister(i) => i,
             _ => 0,
         }
     }
 }
 
-impl World {
+impl System {
     /// The start: `b.members` up (not registered yet), `b.joiners` waiting.
-    pub fn new(b: &Bounds) -> World {
-        let mut members = [Member::new(false, 0); MEMBERS];
+    pub fn new(b: &Scope) -> System {
+        let mut members = [Instance::new(false, 0); MEMBERS];
         for (i, m) in members.iter_mut().enumerate().take(b.members + b.joiners) {
             let rate = if b.drift { [-5, 5, 0, 0][i] } else { 0 };
-            *m = Member::new(i < b.members, rate);
+            *m = Instance::new(i < b.members, rate);
         }
         for m in members.iter_mut().skip(b.members + b.joiners) {
-            m.life = Life::Crashed; // not in this world
+            m.life = Phase::Crashed; // not in this world
         }
-        World {
+        System {
             now: 0,
             redis_ahead: 0,
             store: Store::default(),
@@ -152,13 +152,13 @@ impl World {
         self.now + self.redis_ahead
     }
 
-    /// Member `i`'s clock.
+    /// Instance `i`'s clock.
     fn own_now(&self, i: usize) -> Ms {
         self.members[i].clock(self.now)
     }
 
     /// Is there budget left for `f`?
-    fn may(&self, b: &Bounds, f: Fault) -> bool {
+    fn may(&self, b: &Scope, f: Fault) -> bool {
         self.spent[f as usize] < b.budget(f)
     }
 
@@ -168,140 +168,140 @@ impl World {
     }
 
     /// The member in the world: `0..n`.
-    fn ids(b: &Bounds) -> impl Iterator<Item = usize> {
+    fn ids(b: &Scope) -> impl Iterator<Item = usize> {
         0..b.members + b.joiners
     }
 
     /// Every step enabled now.
-    pub fn actions(&self, b: &Bounds) -> Vec<Action> {
+    pub fn actions(&self, b: &Scope) -> Vec<Event> {
         let mut out = Vec::new();
         let renewed = Self::ids(b).all(|i| {
             let m = &self.members[i];
             let answered = m.slots.iter().all(Option::is_none);
-            m.life != Life::Up || (m.renewed_at == Some(self.now) && answered && m.step == 0)
+            m.life != Phase::Up || (m.renewed_at == Some(self.now) && answered && m.step == 0)
         });
         if renewed && self.now < b.horizon * TICK {
-            out.push(Action::Tick);
+            out.push(Event::Tick);
         }
         for i in Self::ids(b) {
             let start = out.len();
             self.own_actions(b, i, &mut out);
             if self.may(b, Fault::GiveUp) && self.orphan.is_none() {
-                let sends: Vec<Action> =
+                let sends: Vec<Event> =
                     out[start..].iter().filter(|a| a.sends()).cloned().collect();
                 for a in sends {
-                    out.push(Action::Late(i as Mid, Box::new(a.clone())));
-                    out.push(Action::Lose(i as Mid, Box::new(a.clone())));
-                    out.push(Action::Strand(i as Mid, Box::new(a)));
+                    out.push(Event::Late(i as Mid, Box::new(a.clone())));
+                    out.push(Event::Lose(i as Mid, Box::new(a.clone())));
+                    out.push(Event::Strand(i as Mid, Box::new(a)));
                 }
             }
             self.message_actions(b, i, &mut out);
         }
         if self.orphan.is_some() {
-            out.push(Action::RunOrphan);
+            out.push(Event::RunOrphan);
         }
         if self.may(b, Fault::Failover) && self.replica != self.store {
-            out.push(Action::Sync);
-            out.push(Action::Failover);
+            out.push(Event::Sync);
+            out.push(Event::Failover);
         }
         if self.may(b, Fault::Restart) {
-            out.push(Action::Restart);
+            out.push(Event::Restart);
         }
         if self.may(b, Fault::ClockStep) {
-            out.push(Action::StepRedisClock);
+            out.push(Event::StepRedisClock);
         }
         out
     }
 
     /// What member `i` may do with its answers.
-    fn message_actions(&self, b: &Bounds, i: usize, out: &mut Vec<Action>) {
+    fn message_actions(&self, b: &Scope, i: usize, out: &mut Vec<Event>) {
         let m = &self.members[i];
-        if m.life != Life::Up {
+        if m.life != Phase::Up {
             return;
         }
         for s in 0..SLOTS {
             if m.slots[s].is_some() {
-                out.push(Action::Deliver(i as Mid, s));
+                out.push(Event::Deliver(i as Mid, s));
                 if self.may(b, Fault::GiveUp) {
-                    out.push(Action::GiveUp(i as Mid, s));
+                    out.push(Event::GiveUp(i as Mid, s));
                 }
             }
         }
     }
 
     /// The steps member `i` may take of its own.
-    fn own_actions(&self, b: &Bounds, i: usize, out: &mut Vec<Action>) {
+    fn own_actions(&self, b: &Scope, i: usize, out: &mut Vec<Event>) {
         let (m, id) = (&self.members[i], i as Mid);
         match m.life {
-            Life::Waiting => return out.push(Action::Join(id)),
-            Life::Paused => return out.push(Action::Resume(id)),
-            Life::Up => {}
-            Life::Crashed | Life::Left => return,
+            Phase::Waiting => return out.push(Event::Join(id)),
+            Phase::Paused => return out.push(Event::Resume(id)),
+            Phase::Up => {}
+            Phase::Crashed | Phase::Left => return,
         }
         let now = self.own_now(i);
         // Renewals keep a cadence; a step of Redis' clock just seen is written into
         // the fence by a renewal sent at once (`Membership::beat`).
         if m.slots[RENEWAL].is_none() && (m.renewed_at != Some(self.now) || m.step > 0) {
-            out.push(Action::Renew(id));
+            out.push(Event::Renew(id));
         }
         if self.may(b, Fault::Crash) {
-            out.push(Action::Crash(id));
+            out.push(Event::Crash(id));
         }
         if self.may(b, Fault::Pause) {
-            out.push(Action::Pause(id));
+            out.push(Event::Pause(id));
             if !m.armed {
-                out.push(Action::Arm(id));
+                out.push(Event::Arm(id));
             }
         }
         if !m.leaving && self.may(b, Fault::LetGo) {
-            out.push(Action::BeginLeave(id));
+            out.push(Event::BeginLeave(id));
         }
         for k in 0..b.keys {
             self.key_actions(b, i, k, now, out);
         }
         let idle = m.holds.iter().all(Option::is_none) && m.slots[1..].iter().all(Option::is_none);
         if m.leaving && idle {
-            out.push(Action::Deregister(id));
+            out.push(Event::Deregister(id));
         }
     }
 
     /// The steps member `i` may take for key `k` at own time `now`.
-    fn key_actions(&self, b: &Bounds, i: usize, k: usize, now: Ms, out: &mut Vec<Action>) {
+    fn key_actions(&self, b: &Scope, i: usize, k: usize, now: Ms, out: &mut Vec<Event>) {
         let (m, id) = (&self.members[i], i as Mid);
         let claim_free = m.slots[claim_slot(k)].is_none();
         let Some(h) = m.holds[k] else {
             if !m.leaving && m.may_own(now, b.grace * TICK) && claim_free {
-                out.push(Action::Claim(id, k));
+                out.push(Event::Claim(id, k));
             }
             return;
         };
         let confirmed = h.epoch == m.epoch && h.generation == m.generation;
         match h.held {
-            Held::Releasing(_) => {
+            HeldAs::Releasing(_) => {
                 let over = m.exchange[k].is_none_or(|s| s + b.hold * TICK <= self.now);
                 if over && m.slots[release_slot(k)].is_none() {
-                    out.push(Action::Release(id, k));
+                    out.push(Event::Release(id, k));
                 }
             }
-            Held::Moving(_) => {
-                out.push(Action::Moved(id, k));
-                out.push(Action::Stay(id, k));
+            HeldAs::Moving(_) => {
+                out.push(Event::Moved(id, k));
+                out.push(Event::Stay(id, k));
             }
-            Held::In => {
+            HeldAs::In => {
                 if m.unconfirmed(k, now).is_some() && m.may_own(now, b.grace * TICK) && claim_free {
-                    out.push(Action::Reassert(id, k));
+                    out.push(Event::Reassert(id, k));
                 }
                 if !confirmed || h.provisional {
                     return;
                 }
                 if m.leaving {
-                    return out.push(Action::LetGo(id, k, None));
+                    return out.push(Event::LetGo(id, k, None));
                 }
                 if self.may(b, Fault::LetGo) {
-                    out.push(Action::LetGo(id, k, None));
+                    out.push(Event::LetGo(id, k, None));
                     for j in Self::ids(b).filter(|&j| j != i) {
-                        out.push(Action::LetGo(id, k, Some(j as Mid)));
-                        out.push(Action::Move(id, k, j as Mid));
+                        out.push(Event::LetGo(id, k, Some(j as Mid)));
+                        out.push(Event::Move(id, k, j as Mid));
                     }
                 }
             }
@@ -310,69 +310,69 @@ impl World {
 
     /// Takes `action`, then every member that may start an exchange does: `Err` with
     /// what broke when the invariant does.
-    pub fn apply(&mut self, b: &Bounds, action: &Action) -> Result<(), String> {
+    pub fn apply(&mut self, b: &Scope, action: &Event) -> Result<(), String> {
         match *action {
-            Action::Tick => self.now += TICK,
-            Action::Join(i) => self.members[usize::from(i)].life = Life::Up,
-            Action::Crash(i) => self.fault(Fault::Crash, i, Life::Crashed),
-            Action::Pause(i) => self.fault(Fault::Pause, i, Life::Paused),
-            Action::Arm(i) => {
+            Event::Tick => self.now += TICK,
+            Event::Join(i) => self.members[usize::from(i)].life = Phase::Up,
+            Event::Crash(i) => self.fault(Fault::Crash, i, Phase::Crashed),
+            Event::Pause(i) => self.fault(Fault::Pause, i, Phase::Paused),
+            Event::Arm(i) => {
                 self.spent[Fault::Pause as usize] += 1;
                 self.members[usize::from(i)].armed = true;
             }
-            Action::Resume(i) => self.resume(b, usize::from(i))?,
-            Action::BeginLeave(i) => {
+            Event::Resume(i) => self.resume(b, usize::from(i))?,
+            Event::BeginLeave(i) => {
                 self.spent[Fault::LetGo as usize] += 1;
                 self.members[usize::from(i)].leaving = true;
             }
-            Action::LetGo(i, k, heir) => self.let_go(i, k, heir),
-            Action::Move(i, k, j) => {
+            Event::LetGo(i, k, heir) => self.let_go(i, k, heir),
+            Event::Move(i, k, j) => {
                 self.spent[Fault::LetGo as usize] += 1;
-                self.hold_as(i, k, Held::In, Held::Moving(j));
+                self.hold_as(i, k, HeldAs::In, HeldAs::Moving(j));
             }
-            Action::Moved(i, k) => {
+            Event::Moved(i, k) => {
                 let held = self.members[usize::from(i)].holds[k].map(|h| h.held);
-                if let Some(Held::Moving(j)) = held {
-                    self.hold_as(i, k, Held::Moving(j), Held::Releasing(Some(j)));
+                if let Some(HeldAs::Moving(j)) = held {
+                    self.hold_as(i, k, HeldAs::Moving(j), HeldAs::Releasing(Some(j)));
                 }
             }
-            Action::Stay(i, k) => {
+            Event::Stay(i, k) => {
                 if let Some(h) = self.members[usize::from(i)].holds[k] {
-                    self.hold_as(i, k, h.held, Held::In);
+                    self.hold_as(i, k, h.held, HeldAs::In);
                 }
             }
-            Action::Deliver(i, s) => self.deliver(b, usize::from(i), s),
-            Action::GiveUp(i, s) => {
+            Event::Deliver(i, s) => self.deliver(b, usize::from(i), s),
+            Event::GiveUp(i, s) => {
                 self.spent[Fault::GiveUp as usize] += 1;
                 self.give_up(usize::from(i), s);
             }
-            Action::Late(_, ref send) => {
+            Event::Late(_, ref send) => {
                 self.spent[Fault::GiveUp as usize] += 1;
                 self.send(b, send, true);
             }
-            Action::Lose(i, ref send) | Action::Strand(i, ref send) => {
+            Event::Lose(i, ref send) | Event::Strand(i, ref send) => {
                 self.spent[Fault::GiveUp as usize] += 1;
-                let s = self.send(b, send, matches!(action, Action::Lose(..)));
+                let s = self.send(b, send, matches!(action, Event::Lose(..)));
                 self.give_up(usize::from(i), s);
             }
-            Action::RunOrphan => {
+            Event::RunOrphan => {
                 if let Some((_, call)) = self.orphan.take() {
                     self.run(b, &call);
                 }
             }
-            Action::Sync => self.replica = self.store,
-            Action::Restart => {
+            Event::Sync => self.replica = self.store,
+            Event::Restart => {
                 self.store = Store::default();
                 self.replica = Store::default();
                 self.server += 1;
                 self.spent[Fault::Restart as usize] += 1;
             }
-            Action::Failover => {
+            Event::Failover => {
                 self.store = self.replica;
                 self.server += 1;
                 self.spent[Fault::Failover as usize] += 1;
             }
-            Action::StepRedisClock => {
+            Event::StepRedisClock => {
                 self.spent[Fault::ClockStep as usize] += 1;
                 self.redis_ahead += (b.lease + b.grace + b.hold) * TICK;
             }
@@ -394,7 +394,7 @@ impl World {
     /// times already past where only "has it passed?" is asked, a key's last exchange
     /// once its Crawl-delay is over (who made it is kept), answered calls' arguments,
     /// and what members do not read of an answer.
-    fn normalize(&mut self, b: &Bounds) {
+    fn normalize(&mut self, b: &Scope) {
         let past = Ms::MIN / 4;
         for last in self.last.iter_mut().flatten() {
             if self.now >= last.0 + (b.hold + b.delay) * TICK {
@@ -415,17 +415,17 @@ impl World {
             }
             for msg in m.slots.iter_mut().flatten() {
                 match (&mut msg.call, &mut msg.answer) {
-                    (Call::Renew(r, _), Some(Answer::Renewed(a))) => {
-                        *r = Renewal {
+                    (Sent::Renew(r, _), Some(Answered::Renewed(a))) => {
+                        *r = Renewing {
                             member: r.member,
-                            ..Renewal::default()
+                            ..Renewing::default()
                         };
                         a.fence = 0;
                     }
-                    (_, Some(Answer::Claimed(a)))
-                        if !matches!(a, ClaimAnswer::Taken(..) | ClaimAnswer::Lost) =>
+                    (_, Some(Answered::Claimed(a)))
+                        if !matches!(a, ClaimReply::Taken(..) | ClaimReply::Lost) =>
                     {
-                        msg.answer = Some(Answer::Done);
+                        msg.answer = Some(Answered::Done);
                     }
                     _ => {}
                 }
@@ -433,14 +433,14 @@ impl World {
         }
     }
 
-    /// Member `i` is stopped (a crash, a pause): `f` spent.
-    fn fault(&mut self, f: Fault, i: Mid, life: Life) {
+    /// Instance `i` is stopped (a crash, a pause): `f` spent.
+    fn fault(&mut self, f: Fault, i: Mid, life: Phase) {
         self.spent[f as usize] += 1;
         self.members[usize::from(i)].life = life;
     }
 
-    /// Member `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
-    fn hold_as(&mut self, i: Mid, k: usize, from: Held, to: Held) {
+    /// Instance `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
+    fn hold_as(&mut self, i: Mid, k: usize, from: HeldAs, to: HeldAs) {
         if let Some(h) = self.members[usize::from(i)].holds[k].as_mut() {
             if h.held == from {
                 h.held = to;
@@ -448,7 +448,7 @@ impl World {
         }
     }
 
-    /// Member `i` stops acting for `k`, to release it to `heir` once its exchange is
+    /// Instance `i` stops acting for `k`, to release it to `heir` once its exchange is
     /// over (`Standing::mark`: only a key held in, in its current epoch and generation).
     fn let_go(&mut self, i: Mid, k: usize, heir: Option<Mid>) {
         let m = &mut self.members[usize::from(i)];
@@ -457,16 +457,16 @@ impl World {
         }
         let (epoch, generation) = (m.epoch, m.generation);
         if let Some(h) = m.holds[k].as_mut() {
-            if h.held == Held::In && h.epoch == epoch && h.generation == generation {
-                h.held = Held::Releasing(heir);
+            if h.held == HeldAs::In && h.epoch == epoch && h.generation == generation {
+                h.held = HeldAs::Releasing(heir);
             }
         }
     }
 
-    /// Member `i` resumes; the head of the turn it held is sent if it still acts for
+    /// Instance `i` resumes; the head of the turn it held is sent if it still acts for
     /// the key (the re-check before the head is written), else the turn is given back.
-    fn resume(&mut self, b: &Bounds, i: usize) -> Result<(), String> {
-        self.members[i].life = Life::Up;
+    fn resume(&mut self, b: &Scope, i: usize) -> Result<(), String> {
+        self.members[i].life = Phase::Up;
         let Some(k) = self.members[i].turn.take() else {
             return Ok(());
         };
@@ -478,47 +478,51 @@ impl World {
     }
 
     /// Builds the call `action` sends; runs it at once when it `arrives`. Its slot.
-    fn send(&mut self, b: &Bounds, action: &Action, arrives: bool) -> usize {
+    fn send(&mut self, b: &Scope, action: &Event, arrives: bool) -> usize {
         let (i, slot, call) = match *action {
-            Action::Renew(i) => (i, RENEWAL, self.renewal(b, usize::from(i))),
-            Action::Claim(i, k) => (i, claim_slot(k), self.claiming(b, i, k, Mode::Claim)),
-            Action::Reassert(i, k) => {
+            Event::Renew(i) => (i, RENEWAL, self.renewal(b, usize::from(i))),
+            Event::Claim(i, k) => (i, claim_slot(k), self.claiming(b, i, k, ClaimMode::Claim)),
+            Event::Reassert(i, k) => {
                 let m = &self.members[usize::from(i)];
                 let vouch = m.unconfirmed(k, self.own_now(usize::from(i))) == Some(true);
-                let mode = if vouch { Mode::Vouch } else { Mode::Reassert };
+                let mode = if vouch {
+                    ClaimMode::Vouch
+                } else {
+                    ClaimMode::Reassert
+                };
                 (i, claim_slot(k), self.claiming(b, i, k, mode))
             }
-            Action::Release(i, k) => {
+            Event::Release(i, k) => {
                 let m = &self.members[usize::from(i)];
-                let Some(Held::Releasing(heir)) = m.holds[k].map(|h| h.held) else {
+                let Some(HeldAs::Releasing(heir)) = m.holds[k].map(|h| h.held) else {
                     return release_slot(k);
                 };
                 let ended = m.exchange[k].map_or(0, |s| m.clock(s + b.hold * TICK));
                 let heir = heir.map(|j| (j, 0));
                 match m.releasing(i, k, heir, ended) {
-                    Some(r) => (i, release_slot(k), Call::Release(r)),
+                    Some(r) => (i, release_slot(k), Sent::Release(r)),
                     None => return release_slot(k),
                 }
             }
-            Action::Deregister(i) => {
+            Event::Deregister(i) => {
                 let epoch = self.members[usize::from(i)].epoch;
-                (i, release_slot(0), Call::Leave(i, epoch))
+                (i, release_slot(0), Sent::Leave(i, epoch))
             }
             _ => return RENEWAL,
         };
         let answer = arrives.then(|| self.run(b, &call));
-        if let Action::Renew(_) = action {
+        if let Event::Renew(_) = action {
             self.members[usize::from(i)].renewed_at = Some(self.now);
         }
-        self.members[usize::from(i)].slots[slot] = Some(Message { call, answer });
+        self.members[usize::from(i)].slots[slot] = Some(InFlight { call, answer });
         slot
     }
 
-    /// Member `i`'s renewal, as `membership` builds it.
-    fn renewal(&self, b: &Bounds, i: usize) -> Call {
+    /// Instance `i`'s renewal, as `membership` builds it.
+    fn renewal(&self, b: &Scope, i: usize) -> Sent {
         let (m, now) = (&self.members[i], self.own_now(i));
         let after = (b.grace + b.hold) * TICK;
-        let r = Renewal {
+        let r = Renewing {
             member: i as Mid,
             epoch: m.epoch,
             lease: b.lease * TICK,
@@ -531,13 +535,13 @@ impl World {
             fence_new: b.new_data_set_fence,
             step: if b.rules.step_fence { m.step } else { 0 },
         };
-        Call::Renew(r, now)
+        Sent::Renew(r, now)
     }
 
-    /// Member `i`'s claim of `k`, in `mode`.
-    fn claiming(&self, b: &Bounds, i: Mid, k: usize, mode: Mode) -> Call {
+    /// Instance `i`'s claim of `k`, in `mode`.
+    fn claiming(&self, b: &Scope, i: Mid, k: usize, mode: ClaimMode) -> Sent {
         let m = &self.members[usize::from(i)];
-        Call::Claim(Claiming {
+        Sent::Claim(Claiming {
             member: i,
             epoch: m.epoch,
             generation: m.generation,
@@ -548,33 +552,33 @@ impl World {
     }
 
     /// Redis runs `call` now: its answer.
-    fn run(&mut self, b: &Bounds, call: &Call) -> Answer {
+    fn run(&mut self, b: &Scope, call: &Sent) -> Answered {
         let (now, server) = (self.redis_now(), self.server);
         match *call {
-            Call::Renew(mut r, _) => {
+            Sent::Renew(mut r, _) => {
                 r.offer = server;
-                Answer::Renewed(self.store.renew(&r, now, server))
+                Answered::Renewed(self.store.renew(&r, now, server))
             }
-            Call::Claim(c) => {
-                Answer::Claimed(self.store.claim(&c, now, server, b.rules.retake_window))
+            Sent::Claim(c) => {
+                Answered::Claimed(self.store.claim(&c, now, server, b.rules.retake_window))
             }
-            Call::Release(r) => {
+            Sent::Release(r) => {
                 self.store.release(&r, now, server);
-                Answer::Done
+                Answered::Done
             }
-            Call::Leave(i, epoch) => {
+            Sent::Leave(i, epoch) => {
                 self.store.leave(i, epoch);
-                Answer::Done
+                Answered::Done
             }
         }
     }
 
-    /// Member `i` gives up on slot `s`: Redis may still run its call.
+    /// Instance `i` gives up on slot `s`: Redis may still run its call.
     fn give_up(&mut self, i: usize, s: usize) {
         let Some(message) = self.members[i].slots[s].take() else {
             return;
         };
-        if let Call::Release(r) = message.call {
+        if let Sent::Release(r) = message.call {
             self.members[i].holds[r.key] = None; // let go, answered or not
         }
         if message.answer.is_none() {
@@ -582,38 +586,38 @@ impl World {
         }
     }
 
-    /// Member `i` receives slot `s`'s answer and acts on it as the code does.
-    fn deliver(&mut self, b: &Bounds, i: usize, s: usize) {
+    /// Instance `i` receives slot `s`'s answer and acts on it as the code does.
+    fn deliver(&mut self, b: &Scope, i: usize, s: usize) {
         let now = self.own_now(i);
-        let Some(Message { call, answer }) = self.members[i].slots[s].take() else {
+        let Some(InFlight { call, answer }) = self.members[i].slots[s].take() else {
             return;
         };
         let m = &mut self.members[i];
         match (call, answer) {
-            (Call::Renew(_, sent), Some(Answer::Renewed(r))) => {
+            (Sent::Renew(_, sent), Some(Answered::Renewed(r))) => {
                 m.renewed(sent, now, &r, b.lease * TICK, b.grace * TICK);
             }
-            (Call::Claim(c), Some(Answer::Claimed(a))) => {
+            (Sent::Claim(c), Some(Answered::Claimed(a))) => {
                 if let Some(end) = m.claimed(&c, &a, now) {
                     if b.rules.inherit_gap {
                         m.pace[c.key] = m.pace[c.key].max(end + b.delay * TICK);
                     }
                 }
             }
-            (Call::Release(r), _) => m.holds[r.key] = None,
-            (Call::Leave(..), _) => m.life = Life::Left,
+            (Sent::Release(r), _) => m.holds[r.key] = None,
+            (Sent::Leave(..), _) => m.life = Phase::Left,
             _ => {}
         }
     }
 
     /// Every member that may start an exchange now does (or, armed, takes its turn and
     /// stops before sending it).
-    fn act(&mut self, b: &Bounds) -> Result<(), String> {
+    fn act(&mut self, b: &Scope) -> Result<(), String> {
         for i in Self::ids(b) {
             for k in 0..b.keys {
                 let (m, now) = (&self.members[i], self.own_now(i));
                 let running = m.exchange[k].is_some_and(|s| s + b.hold * TICK > self.now);
-                let may = m.life == Life::Up
+                let may = m.life == Phase::Up
                     && m.acts_for(k, now, b.grace * TICK)
                     && now >= m.pace[k]
                     && !running;
@@ -622,7 +626,7 @@ impl World {
                 }
                 if m.armed {
                     let m = &mut self.members[i];
-                    (m.armed, m.turn, m.life) = (false, Some(k as u8), Life::Paused);
+                    (m.armed, m.turn, m.life) = (false, Some(k as u8), Phase::Paused);
                     break;
                 }
                 self.start(b, i, k)?;
@@ -631,8 +635,8 @@ impl World {
         Ok(())
     }
 
-    /// Member `i` starts an exchange of key `k` at the origin now: the invariant.
-    fn start(&mut self, b: &Bounds, i: usize, k: usize) -> Result<(), String> {
+    /// Instance `i` starts an exchange of key `k` at the origin now: the invariant.
+    fn start(&mut self, b: &Scope, i: usize, k: usize) -> Result<(), String> {
         let (hold, delay) = (b.hold * TICK, b.delay * TICK);
         if let Some((s, j)) = self.last[k] {
             let gap = if usize::from(j) == i { 0 } else { delay };
@@ -655,7 +659,7 @@ impl World {
     }
 
     /// The state, briefly.
-    pub fn describe(&self, b: &Bounds) -> String {
+    pub fn describe(&self, b: &Scope) -> String {
         let mut out = format!(
             "at {} (Redis {} ahead, server {}): {:?}\n",
             self.now, self.redis_ahead, self.server, self.store
@@ -668,7 +672,7 @@ impl World {
     }
 }
 
-/// Member `i`'s id.
+/// Instance `i`'s id.
 pub fn name(i: usize) -> char {
     char::from(b'a' + i as u8)
 }
