@@ -357,7 +357,8 @@ fn a_rotated_key_signs_under_its_own_keyid_and_old_signatures_still_verify() {
     let origin = VerifyingOrigin::start(dir.path(), &before.listener);
     let proxy = Proxy::start_for_loopback(&before.conf);
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", origin.port);
-    assert_eq!(curl(&proxy, &url("/before"), &[]).0, 200);
+    let before_rotation = curl(&proxy, &url("/before"), &[]);
+    assert_eq!(before_rotation.0, 200, "{before_rotation:?}");
     let signed_before = origin.verdict("/before");
     assert!(signed_before["signature_input"][0]
         .as_str()

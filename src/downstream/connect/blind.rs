@@ -42,6 +42,15 @@ impl Tunnels {
         else {
             return;
         };
+        // Asked again right before the connection opens (its start is what the origin
+        // sees): a process stopped between its turn and here must not open it once it
+        // no longer acts for the origin (see `Turn::still_acting`).
+        if !permit.still_acting() {
+            permit.forgo();
+            let why = "this instance stopped acting for the origin before the tunnel opened";
+            let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
+            return self.refuse(&mut l4, &shown, mode, &answer, started).await;
+        }
         let upstream = tokio::time::timeout(
             self.policy.connect_timeout,
             crate::origin::loops::connect(addr, self.policy.mark),
