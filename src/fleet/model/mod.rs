@@ -367,6 +367,15 @@ fn a_takeover_that_does_not_wait_for_the_last_exchange_breaks_the_model() {
     assert!(trace.contains("may still run"), "{trace}");
 }
 
+/// The walks through every fault at once, and through a new fleet settling.
+const EVERY_FAULT_WALKS: usize = 4_000;
+
+/// See [`EVERY_FAULT_WALKS`].
+const SETTLE_WALKS: usize = 3_000;
+
+/// The most steps of one walk.
+const STEPS: usize = 400;
+
 /// Three members and a fourth joining, every fault at once, forty ticks: random walks.
 fn every_fault() -> Bounds {
     Bounds {
@@ -401,7 +410,7 @@ fn walk_seed() -> u64 {
 fn walk(name: &str, bounds: Bounds, walks: usize) {
     let seed = walk_seed();
     let started = std::time::Instant::now();
-    match simulate(bounds, seed, walks, 400) {
+    match simulate(bounds, seed, walks, STEPS) {
         Ok((steps, takeovers)) => {
             eprintln!(
                 "model walks ({name}): seed {seed}, {walks} walks, {steps} steps, \
@@ -416,7 +425,28 @@ fn walk(name: &str, bounds: Bounds, walks: usize) {
 
 #[test]
 fn random_walks_through_every_fault_at_once() {
-    walk("every fault", every_fault(), 4_000);
+    walk("every fault", every_fault(), EVERY_FAULT_WALKS);
+}
+
+/// `docs/fleet-proof.md` gives the walks' bounds as the tests below set them.
+#[test]
+fn the_walks_bounds_are_the_documented_ones() {
+    let b = every_fault();
+    let words = ["no", "one", "two", "three", "four"];
+    let phrase = format!(
+        "{} members, a {} joining and every fault at once over\n  {} ticks ({} walks of up to {STEPS} steps; {} for a new fleet settling)",
+        words[b.members],
+        ["", "second", "third", "fourth"][b.members + b.joiners - 1],
+        b.horizon,
+        thousands(EVERY_FAULT_WALKS),
+        thousands(SETTLE_WALKS),
+    );
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
+        .expect("docs/fleet-proof.md");
+    assert!(
+        doc.contains(&phrase),
+        "docs/fleet-proof.md does not say: {phrase}"
+    );
 }
 
 /// A new fleet (`fleet.new_data_set: settle`): members joining, crashing, leaving,
@@ -429,7 +459,7 @@ fn random_walks_through_a_new_fleet_settling() {
         new_data_set: "settle",
         ..every_fault()
     };
-    walk("settle", settle, 3_000);
+    walk("settle", settle, SETTLE_WALKS);
 }
 
 /// By hand, for a longer look: `cargo test --release --lib fleet::model::deep --

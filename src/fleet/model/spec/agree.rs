@@ -370,6 +370,24 @@ fn claim_words(a: &ClaimReply) -> Vec<String> {
     }
 }
 
+/// Random stores and calls each run.
+const CASES: usize = 40_000;
+
+/// `docs/fleet-proof.md` gives the number of cases as the test runs them.
+#[test]
+fn the_number_of_cases_is_the_documented_one() {
+    let phrase = format!(
+        "runs {} random stores",
+        crate::fleet::model::thousands(CASES)
+    );
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
+        .expect("docs/fleet-proof.md");
+    assert!(
+        doc.contains(&phrase),
+        "docs/fleet-proof.md does not say: {phrase}"
+    );
+}
+
 /// Random stores and calls: the rules and the scripts answer and store alike.
 #[test]
 fn the_specifications_store_decides_as_the_scripts_do() {
@@ -377,7 +395,7 @@ fn the_specifications_store_decides_as_the_scripts_do() {
     let seed = super::super::walk_seed();
     let mut d = Xorshift(seed | 1);
     let mut answers = BTreeMap::new();
-    for case in 0..40_000 {
+    for case in 0..CASES {
         let now = 10_000 + 500 * d.below(20) as Ms;
         let mut store = random_store(&mut d, now);
         let server = match store.server {
