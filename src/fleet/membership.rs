@@ -53,6 +53,8 @@ pub(crate) const GENERATION: &str = "{robotsgate}:generation";
 pub(crate) const SERVER: &str = "{robotsgate}:server";
 /// Until when (Redis ms) nothing decided before the generation is trusted.
 pub(crate) const FENCE: &str = "{robotsgate}:fence";
+/// The keys of a renewal (`member_renew.lua`'s KEYS), in order.
+pub(crate) const RENEWAL_KEYS: [&str; 5] = [MEMBERS, EPOCH, GENERATION, SERVER, FENCE];
 
 /// One member as the renewal returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -368,11 +370,7 @@ impl Membership {
             (standing.epoch(), state, seen, running)
         };
         let mut call = script("member_renew").prepare_invoke();
-        call.key(MEMBERS)
-            .key(EPOCH)
-            .key(GENERATION)
-            .key(SERVER)
-            .key(FENCE)
+        call.key(&RENEWAL_KEYS[..])
             .arg(self.me())
             .arg(epoch)
             .arg(ms(self.lease))

@@ -164,20 +164,13 @@ async fn a_member_stopped_between_its_turn_and_its_request_never_sends_it() {
     let origin = fleet.origin("User-agent: *\nCrawl-delay: 1\n").await;
     let closing = Behaviour::with_headers(200, &[("Connection", "close")], "closing");
     origin.set("/first", closing);
-    let ca = fleet.setup.dir.path().join("operator-ca.pem");
-    let ca = ca.to_str().expect("path").to_string();
-    let args = move || {
-        let max = ["--max-time", "60", "--suppress-connect-headers"];
-        [&["--cacert", ca.as_str()][..], &max[..]]
-            .concat()
-            .iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<String>>()
-    };
     let through = |i: usize, path: &str| {
-        let args = args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        curl(fleet.member(i), &origin.url(path), &args)
+        fleet.curl(
+            i,
+            &origin.url(path),
+            "operator-ca.pem",
+            &["--max-time", "60"],
+        )
     };
     let first = through(0, "/first");
     assert_eq!(first.0, 200, "{first:?}\n{}", fleet.member(0).log());
@@ -188,9 +181,17 @@ async fn a_member_stopped_between_its_turn_and_its_request_never_sends_it() {
     let handshake = origin.hold_next_handshake();
     let accepted = origin.accepted().len();
     let stopped_request = {
-        let (proxy, url, args) = (fleet.member(0).url(), origin.url("/second"), args());
+        let ca = fleet.setup.dir.path().join("operator-ca.pem");
+        let (proxy, url) = (fleet.member(0).url(), origin.url("/second"));
         tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let ca = ca.to_str().expect("path");
+            let args = [
+                "--cacert",
+                ca,
+                "--suppress-connect-headers",
+                "--max-time",
+                "60",
+            ];
             curl_via(&proxy, &url, &args)
         })
     };

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::redis::{Data, Scripts, Val};
+use super::Dice;
 
 /// How far apart the two runs' clocks may read.
 const CLOCK_SLACK: i64 = 250;
@@ -84,24 +85,6 @@ impl Drop for RealRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A small deterministic random source (xorshift).
-struct Dice(u64);
-
-impl Dice {
-    /// A number below `n`.
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-
-    /// One of `items`.
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
     }
 }
 

@@ -53,6 +53,41 @@ use std::collections::HashSet;
 use redis::{Mutation, Scripts};
 use world::{Action, Bounds, World};
 
+/// A small deterministic random source (xorshift): the walks', `fidelity.rs`' and the
+/// specification's random cases.
+struct Dice(u64);
+
+impl Dice {
+    /// A number below `n`.
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+
+    /// One of `items`.
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
+    /// A coin.
+    fn coin(&mut self) -> bool {
+        self.below(2) == 0
+    }
+
+    /// `Some` of `f`'s value, or not.
+    fn maybe<T>(&mut self, f: impl FnOnce(&mut Dice) -> T) -> Option<T> {
+        self.coin().then(|| f(self))
+    }
+}
+
+/// `docs/fleet-proof.md`, whose figures the tests compare with what they found.
+fn proof_doc() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
+        .expect("docs/fleet-proof.md")
+}
+
 /// The most states one search may visit (a bound on its memory).
 const STATES_AT_MOST: usize = 4_000_000;
 
@@ -135,13 +170,7 @@ fn simulate(
     steps: usize,
 ) -> Result<(usize, usize), String> {
     let scripts = Scripts::new();
-    let mut dice = seed | 1;
-    let mut roll = |n: usize| {
-        dice ^= dice << 13;
-        dice ^= dice >> 7;
-        dice ^= dice << 17;
-        (dice % n as u64) as usize
-    };
+    let mut dice = Dice(seed | 1);
     let (mut taken, mut takeovers) = (0, 0);
     for walk in 0..walks {
         let mut world = World::new(bounds);
@@ -151,7 +180,7 @@ fn simulate(
             if actions.is_empty() {
                 break;
             }
-            let action = actions[roll(actions.len())].clone();
+            let action = actions[dice.below(actions.len())].clone();
             taken += 1;
             path.push((world.now, action.clone()));
             let before = world.clone();
@@ -291,8 +320,7 @@ fn check(name: &str) -> Explored {
     let found = explore(bounds, &Scripts::new()).unwrap_or_else(|t| panic!("model {name}: {t}"));
     let row = row(name, &bounds, &found);
     eprintln!("model {row} in {:.0?}", started.elapsed());
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
-        .expect("docs/fleet-proof.md");
+    let doc = proof_doc();
     assert!(
         doc.lines().any(|line| line == row),
         "docs/fleet-proof.md's figures for the search {name} are not what it found: {row}"
@@ -441,8 +469,7 @@ fn the_walks_bounds_are_the_documented_ones() {
         thousands(EVERY_FAULT_WALKS),
         thousands(SETTLE_WALKS),
     );
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
-        .expect("docs/fleet-proof.md");
+    let doc = proof_doc();
     assert!(
         doc.contains(&phrase),
         "docs/fleet-proof.md does not say: {phrase}"

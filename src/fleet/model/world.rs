@@ -20,6 +20,8 @@ use std::time::Duration;
 mod calls;
 
 use super::redis::{Data, Scripts};
+// The membership's keys, as `membership` names them (a renewal's, in its order).
+use crate::fleet::membership::RENEWAL_KEYS as MEMBERSHIP;
 use crate::fleet::ownership::ClaimAnswer;
 use crate::fleet::standing::{Held, Ms, Reassert, Standing, Taking};
 
@@ -31,15 +33,6 @@ pub const KEY: &str = "k";
 
 /// The claim's key in Redis, as `ownership` names it.
 const CLAIM: &str = "{robotsgate}:own:k";
-
-/// The membership's keys, as `membership` names them.
-const MEMBERSHIP: [&str; 5] = [
-    "{robotsgate}:members",
-    "{robotsgate}:epoch",
-    "{robotsgate}:generation",
-    "{robotsgate}:server",
-    "{robotsgate}:fence",
-];
 
 /// What a search explores: sizes in members and ticks, and a budget per fault.
 #[derive(Clone, Copy, Debug)]

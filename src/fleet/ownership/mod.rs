@@ -607,6 +607,6 @@ impl Ownership {
 }
 
 /// The claim's key in Redis (in the membership's hash slot).
-fn claim_key(key: &str) -> String {
+pub(crate) fn claim_key(key: &str) -> String {
     format!("{{robotsgate}}:own:{key}")
 }

@@ -38,7 +38,7 @@ if not (live(me, now) and me.epoch == tonumber(ARGV[2]) and me.state == 'up') th
 end
 local mode = ARGV[5]
 local c = read_claim(KEYS[1])
-local nb, how = c.nb, 'claimed'
+local nb, how, retaken = c.nb, 'claimed', false
 -- A claim let go since (released, or handed to this very member) is not written
 -- again but lost: its heir takes it with a claim, and the facts handed over with it.
 if mode ~= 'claim' and (c.m ~= ARGV[1] or c.released) then
@@ -51,7 +51,7 @@ elseif c.m == ARGV[1] then
     -- answer lost or the call run late: claimed again, it is provisional again and its
     -- window counts from now, as Redis' clock may have stepped since.
     nb = math.max(nb, now + tonumber(ARGV[6] or '0'))
-    how = 'retaken'
+    retaken = true
   end
 elseif c.m ~= nil then
   local h = member(KEYS[2], c.m)
@@ -68,8 +68,7 @@ local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (c.gen ~= ARGV[3] or c.pv) and mode ~= 'vouch' then
   nb = math.max(nb, fence)
 end
-local provisional = (fence > now and nb > now) or how == 'taken_over' or how == 'retaken'
-if how == 'retaken' then how = 'reclaimed' end
+local provisional = (fence > now and nb > now) or how == 'taken_over' or retaken
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'e', ARGV[2], 'gen', ARGV[3], 'nb', nb)
 if provisional then
   redis.call('HSET', KEYS[1], 'pv', 1)

@@ -9,25 +9,18 @@ use super::store::{
     ClaimMode, ClaimReply, Claiming, How, MemberRecord, Mid, Ms, Releasing, Renewing, State, Store,
     KEYS,
 };
+use crate::fleet::membership::RENEWAL_KEYS as MEMBERSHIP;
 use crate::fleet::model::redis::{Data, Scripts, Val};
+use crate::fleet::model::Dice;
 
-/// The membership's keys, in `member_renew.lua`'s order.
-const MEMBERSHIP: [&str; 5] = [
-    "{robotsgate}:members",
-    "{robotsgate}:epoch",
-    "{robotsgate}:generation",
-    "{robotsgate}:server",
-    "{robotsgate}:fence",
-];
-
-/// Instance `i`'s id.
+/// Member `i`'s id.
 fn id(i: Mid) -> String {
     char::from(b'a' + i).to_string()
 }
 
-/// Key `k`'s claim key.
+/// Key `k`'s claim key, as `ownership` names it.
 fn claim_key(k: usize) -> String {
-    format!("{{robotsgate}}:own:k{k}")
+    crate::fleet::ownership::claim_key(&format!("k{k}"))
 }
 
 /// A generation's name.
@@ -103,43 +96,19 @@ fn data(store: &Store) -> Data {
     out
 }
 
-/// A small xorshift generator.
-struct Xorshift(u64);
-
-impl Xorshift {
-    /// A number below `n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    /// A coin.
-    fn coin(&mut self) -> bool {
-        self.below(2) == 0
-    }
-
-    /// A time near `now` (in half-seconds, from 3 s before to 4 s after).
-    fn time(&mut self, now: Ms) -> Ms {
-        now - 3000 + 500 * self.below(15) as Ms
-    }
-
-    /// `Some` of `f`'s value, or not.
-    fn maybe<T>(&mut self, f: impl FnOnce(&mut Xorshift) -> T) -> Option<T> {
-        self.coin().then(|| f(self))
-    }
+/// A time near `now` (in half-seconds, from 3 s before to 4 s after).
+fn time(d: &mut Dice, now: Ms) -> Ms {
+    now - 3000 + 500 * d.below(15) as Ms
 }
 
 /// A random store at `now`.
-fn random_store(d: &mut Xorshift, now: Ms) -> Store {
+fn random_store(d: &mut Dice, now: Ms) -> Store {
     let mut store = Store::default();
     for r in store.members.iter_mut().take(3) {
         *r = d.maybe(|d| MemberRecord {
             epoch: 1 + d.below(4) as u8,
-            expires: d.time(now),
-            state: [State::Up, State::Up, State::Up, State::Leaving, State::Left]
-                [d.below(5) as usize],
+            expires: time(d, now),
+            state: [State::Up, State::Up, State::Up, State::Leaving, State::Left][d.below(5)],
             lease: 1000 * (1 + d.below(2) as Ms),
             after: 1000 * d.below(3) as Ms,
         });
@@ -147,16 +116,16 @@ fn random_store(d: &mut Xorshift, now: Ms) -> Store {
     store.epochs = 4 + d.below(2) as u8;
     store.generation = (d.below(4) > 0).then(|| d.below(2) as u8);
     store.server = (d.below(4) > 0).then(|| d.below(2) as u8);
-    store.fence = d.maybe(|d| d.time(now));
+    store.fence = d.maybe(|d| time(d, now));
     for c in store.claims.iter_mut() {
         *c = d.maybe(|d| super::store::Claim {
             holder: d.maybe(|d| (d.below(3) as u8, 1 + d.below(4) as u8)),
             generation: d.maybe(|d| d.below(2) as u8),
             n: 1 + d.below(3) as u8,
-            nb: if d.coin() { 0 } else { d.time(now) },
+            nb: if d.coin() { 0 } else { time(d, now) },
             pv: d.coin(),
-            released: d.maybe(|d| d.time(now)),
-            last_end: d.maybe(|d| d.time(now)),
+            released: d.maybe(|d| time(d, now)),
+            last_end: d.maybe(|d| time(d, now)),
         });
     }
     store
@@ -181,7 +150,7 @@ struct Caller {
 }
 
 /// One random call, run on `store` by the rules.
-fn random_call(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8) -> ScriptCase {
+fn random_call(d: &mut Dice, store: &mut Store, now: Ms, server: u8) -> ScriptCase {
     let member = d.below(3) as Mid;
     // Mostly a call that fits the store, so that every branch of the rules is reached.
     let fits = d.below(4) > 0;
@@ -194,7 +163,7 @@ fn random_call(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8) -> Scri
     } else {
         d.maybe(|d| d.below(2) as u8)
     };
-    let key = d.below(KEYS as u64) as usize;
+    let key = d.below(KEYS);
     let who = Caller {
         member,
         epoch,
@@ -216,7 +185,7 @@ fn random_call(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8) -> Scri
 }
 
 /// A random renewal by `who`.
-fn renew_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
+fn renew_case(d: &mut Dice, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
     let r = Renewing {
         member: who.member,
         epoch: who.epoch,
@@ -255,8 +224,8 @@ fn renew_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Cal
 }
 
 /// A random claim by `who`.
-fn claim_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
-    let mode = [ClaimMode::Claim, ClaimMode::Reassert, ClaimMode::Vouch][d.below(3) as usize];
+fn claim_case(d: &mut Dice, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
+    let mode = [ClaimMode::Claim, ClaimMode::Reassert, ClaimMode::Vouch][d.below(3)];
     let c = Claiming {
         member: who.member,
         epoch: who.epoch,
@@ -287,13 +256,7 @@ fn claim_case(d: &mut Xorshift, store: &mut Store, now: Ms, server: u8, who: Cal
 }
 
 /// A random release by `who` (mostly by the claim's holder, with its number).
-fn release_case(
-    d: &mut Xorshift,
-    store: &mut Store,
-    now: Ms,
-    server: u8,
-    who: Caller,
-) -> ScriptCase {
+fn release_case(d: &mut Dice, store: &mut Store, now: Ms, server: u8, who: Caller) -> ScriptCase {
     let heir = d.maybe(|d| (d.below(3) as u8, d.below(4) as u8));
     let ((member, epoch), n) = match store.claims[who.key].filter(|_| who.fits) {
         Some(c) => (c.holder.unwrap_or((who.member, who.epoch)), c.n),
@@ -306,7 +269,7 @@ fn release_case(
         key: who.key,
         heir,
         n,
-        last_end: d.time(now),
+        last_end: time(d, now),
     };
     let done = store.release(&r, now, server);
     let (h, he) = heir.map_or((String::new(), "0".into()), |(j, e)| (id(j), e.to_string()));
@@ -380,8 +343,7 @@ fn the_number_of_cases_is_the_documented_one() {
         "runs {} random stores",
         crate::fleet::model::thousands(CASES)
     );
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
-        .expect("docs/fleet-proof.md");
+    let doc = crate::fleet::model::proof_doc();
     assert!(
         doc.contains(&phrase),
         "docs/fleet-proof.md does not say: {phrase}"
@@ -393,7 +355,7 @@ fn the_number_of_cases_is_the_documented_one() {
 fn the_specifications_store_decides_as_the_scripts_do() {
     let scripts = Scripts::new();
     let seed = super::super::walk_seed();
-    let mut d = Xorshift(seed | 1);
+    let mut d = Dice(seed | 1);
     let mut answers = BTreeMap::new();
     for case in 0..CASES {
         let now = 10_000 + 500 * d.below(20) as Ms;

@@ -26,7 +26,7 @@ pub enum Phase {
     Left,
 }
 
-/// How a member holds a key (`standing::HeldAs`).
+/// How a member holds a key (`standing::Held`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HeldAs {
     /// It acts for it.
@@ -37,7 +37,7 @@ pub enum HeldAs {
     Releasing(Option<Mid>),
 }
 
-/// One key held (`standing::KeyHeld`).
+/// One key held (`standing::Holding`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KeyHeld {
     /// The epoch its claim was written in.
@@ -253,14 +253,13 @@ impl Instance {
                     vouched: false,
                     provisional,
                 });
+                // A claim inherits (`Route::Here`); a claim written again does not,
+                // as a background re-assertion (the worse case of the two paths).
                 let ended = last_end
                     .filter(|&e| e > 0)
                     .and_then(|e| self.own_time_of(e));
                 let bounded = (bound != 0).then_some(not_before);
-                match (reassert, ended, bounded) {
-                    (true, ..) => None,
-                    (false, a, b) => a.max(b),
-                }
+                (!reassert).then(|| ended.max(bounded)).flatten()
             }
             ClaimReply::Lost => {
                 self.holds[c.key] = None;

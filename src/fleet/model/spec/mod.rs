@@ -26,7 +26,7 @@
 //! leave, a release or a hand-over (`Moving` too), Redis restarting empty, failing
 //! over to a lagging replica, and its clock stepping forward by a lease and `after`.
 //!
-//! **Safeguards removed** ([`Safeguards`]): each test that turns one off expects a violation.
+//! **Rules removed** ([`Safeguards`]): each test that turns one off expects a violation.
 //!
 //! **Limits.** Whole ticks for every step but a clock's drift; one hold length and one
 //! Crawl-delay; a member's own exchanges are spaced by its own clock (not checked at the
@@ -66,7 +66,7 @@ pub enum Fault {
 /// How many fault classes.
 pub const FAULTS: usize = 7;
 
-/// Safeguards a test may turn off, to show the search needs them.
+/// Rules a test may turn off, to show the search needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Safeguards {
     /// A new owner keeps the Crawl-delay from the last owner's end (a bound in the
@@ -370,8 +370,7 @@ fn check(name: &str) -> String {
 
 /// Fails unless `docs/fleet-proof.md` gives each of `rows` as it is.
 fn documented(rows: &[String]) {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet-proof.md"))
-        .expect("docs/fleet-proof.md");
+    let doc = super::proof_doc();
     let missing: Vec<&String> = rows
         .iter()
         .filter(|r| !doc.lines().any(|l| l == *r))

@@ -16,7 +16,7 @@ use super::Scope;
 /// A renaming: new index of each member, and of each key.
 #[derive(Clone, Copy, Debug)]
 pub struct Renaming {
-    /// Instance `i` becomes `members[i]`.
+    /// Member `i` becomes `members[i]`.
     members: [Mid; MEMBERS],
     /// Key `k` becomes `keys[k]`.
     keys: [usize; KEYS],
@@ -93,7 +93,7 @@ impl Hasher for Fnv {
 }
 
 impl Renaming {
-    /// Instance `i`'s new index.
+    /// Member `i`'s new index.
     fn m(&self, i: Mid) -> Mid {
         self.members[usize::from(i)]
     }

@@ -42,39 +42,39 @@ pub struct System {
 pub enum Event {
     /// True time moves one tick.
     Tick,
-    /// Instance `i` starts.
+    /// Member `i` starts.
     Join(Mid),
-    /// Instance `i` renews.
+    /// Member `i` renews.
     Renew(Mid),
-    /// Instance `i` claims key `k` (a request for it came).
+    /// Member `i` claims key `k` (a request for it came).
     Claim(Mid, usize),
-    /// Instance `i` writes its claim of `k` again.
+    /// Member `i` writes its claim of `k` again.
     Reassert(Mid, usize),
-    /// Instance `i` lets `k` go (to heir `j`): it stops acting for it.
+    /// Member `i` lets `k` go (to heir `j`): it stops acting for it.
     LetGo(Mid, usize, Option<Mid>),
-    /// Instance `i` starts handing `k` to `j`, its traffic's member (`HeldAs::Moving`).
+    /// Member `i` starts handing `k` to `j`, its traffic's member (`HeldAs::Moving`).
     Move(Mid, usize, Mid),
-    /// Instance `i`'s hand-over of `k` goes ahead: released to the heir.
+    /// Member `i`'s hand-over of `k` goes ahead: released to the heir.
     Moved(Mid, usize),
-    /// Instance `i`'s hand-over of `k` did not happen: held in again.
+    /// Member `i`'s hand-over of `k` did not happen: held in again.
     Stay(Mid, usize),
-    /// Instance `i` sends `k`'s release.
+    /// Member `i` sends `k`'s release.
     Release(Mid, usize),
-    /// Instance `i` begins to leave.
+    /// Member `i` begins to leave.
     BeginLeave(Mid),
-    /// Instance `i` deregisters.
+    /// Member `i` deregisters.
     Deregister(Mid),
-    /// Instance `i` crashes.
+    /// Member `i` crashes.
     Crash(Mid),
-    /// Instance `i` is stopped (a pause) until resumed.
+    /// Member `i` is stopped (a pause) until resumed.
     Pause(Mid),
-    /// Instance `i` will be stopped right after its next turn, before its head is sent.
+    /// Member `i` will be stopped right after its next turn, before its head is sent.
     Arm(Mid),
-    /// Instance `i` resumes (and sends the head of the turn it held, if still its own).
+    /// Member `i` resumes (and sends the head of the turn it held, if still its own).
     Resume(Mid),
-    /// Instance `i` receives the late answer in slot `s`.
+    /// Member `i` receives the late answer in slot `s`.
     Deliver(Mid, usize),
-    /// Instance `i` gives up on the late call in slot `s` (its answer never comes).
+    /// Member `i` gives up on the late call in slot `s` (its answer never comes).
     GiveUp(Mid, usize),
     /// A send whose answer comes late: Redis runs it now, the member receives the
     /// answer at any later step (`Deliver`), or never (`GiveUp`).
@@ -96,29 +96,15 @@ pub enum Event {
 }
 
 impl Event {
-    /// Does it send a call?
-    fn sends(&self) -> bool {
-        matches!(
-            self,
-            Event::Renew(_)
-                | Event::Claim(..)
-                | Event::Reassert(..)
-                | Event::Release(..)
-                | Event::Deregister(_)
-        )
-    }
-}
-
-impl Event {
-    /// The member a send is of.
-    fn member(&self) -> Mid {
+    /// The member whose call this step sends, if it sends one.
+    fn sender(&self) -> Option<Mid> {
         match *self {
             Event::Renew(i)
             | Event::Claim(i, _)
             | Event::Reassert(i, _)
             | Event::Release(i, _)
-            | Event::Deregister(i) => i,
-            _ => 0,
+            | Event::Deregister(i) => Some(i),
+            _ => None,
         }
     }
 }
@@ -152,7 +138,7 @@ impl System {
         self.now + self.redis_ahead
     }
 
-    /// Instance `i`'s clock.
+    /// Member `i`'s clock.
     fn own_now(&self, i: usize) -> Ms {
         self.members[i].clock(self.now)
     }
@@ -187,8 +173,11 @@ impl System {
             let start = out.len();
             self.own_actions(b, i, &mut out);
             if self.may(b, Fault::GiveUp) && self.orphan.is_none() {
-                let sends: Vec<Event> =
-                    out[start..].iter().filter(|a| a.sends()).cloned().collect();
+                let sends: Vec<Event> = out[start..]
+                    .iter()
+                    .filter(|a| a.sender().is_some())
+                    .cloned()
+                    .collect();
                 for a in sends {
                     out.push(Event::Late(i as Mid, Box::new(a.clone())));
                     out.push(Event::Lose(i as Mid, Box::new(a.clone())));
@@ -380,9 +369,10 @@ impl System {
                 // Sent, run and answered in one step: no other member's step between
                 // them changes what this member knows (it learns only from its
                 // answers, within the tick); a late answer is a fault (`Late`).
-                let i = usize::from(action.member());
-                let s = self.send(b, action, true);
-                self.deliver(b, i, s);
+                if let Some(i) = action.sender() {
+                    let s = self.send(b, action, true);
+                    self.deliver(b, usize::from(i), s);
+                }
             }
         }
         self.act(b)?;
@@ -433,13 +423,13 @@ impl System {
         }
     }
 
-    /// Instance `i` is stopped (a crash, a pause): `f` spent.
+    /// Member `i` is stopped (a crash, a pause): `f` spent.
     fn fault(&mut self, f: Fault, i: Mid, life: Phase) {
         self.spent[f as usize] += 1;
         self.members[usize::from(i)].life = life;
     }
 
-    /// Instance `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
+    /// Member `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
     fn hold_as(&mut self, i: Mid, k: usize, from: HeldAs, to: HeldAs) {
         if let Some(h) = self.members[usize::from(i)].holds[k].as_mut() {
             if h.held == from {
@@ -448,7 +438,7 @@ impl System {
         }
     }
 
-    /// Instance `i` stops acting for `k`, to release it to `heir` once its exchange is
+    /// Member `i` stops acting for `k`, to release it to `heir` once its exchange is
     /// over (`Standing::mark`: only a key held in, in its current epoch and generation).
     fn let_go(&mut self, i: Mid, k: usize, heir: Option<Mid>) {
         let m = &mut self.members[usize::from(i)];
@@ -463,7 +453,7 @@ impl System {
         }
     }
 
-    /// Instance `i` resumes; the head of the turn it held is sent if it still acts for
+    /// Member `i` resumes; the head of the turn it held is sent if it still acts for
     /// the key (the re-check before the head is written), else the turn is given back.
     fn resume(&mut self, b: &Scope, i: usize) -> Result<(), String> {
         self.members[i].life = Phase::Up;
@@ -518,7 +508,7 @@ impl System {
         slot
     }
 
-    /// Instance `i`'s renewal, as `membership` builds it.
+    /// Member `i`'s renewal, as `membership` builds it.
     fn renewal(&self, b: &Scope, i: usize) -> Sent {
         let (m, now) = (&self.members[i], self.own_now(i));
         let after = (b.grace + b.hold) * TICK;
@@ -538,7 +528,7 @@ impl System {
         Sent::Renew(r, now)
     }
 
-    /// Instance `i`'s claim of `k`, in `mode`.
+    /// Member `i`'s claim of `k`, in `mode`.
     fn claiming(&self, b: &Scope, i: Mid, k: usize, mode: ClaimMode) -> Sent {
         let m = &self.members[usize::from(i)];
         Sent::Claim(Claiming {
@@ -573,7 +563,7 @@ impl System {
         }
     }
 
-    /// Instance `i` gives up on slot `s`: Redis may still run its call.
+    /// Member `i` gives up on slot `s`: Redis may still run its call.
     fn give_up(&mut self, i: usize, s: usize) {
         let Some(message) = self.members[i].slots[s].take() else {
             return;
@@ -586,7 +576,7 @@ impl System {
         }
     }
 
-    /// Instance `i` receives slot `s`'s answer and acts on it as the code does.
+    /// Member `i` receives slot `s`'s answer and acts on it as the code does.
     fn deliver(&mut self, b: &Scope, i: usize, s: usize) {
         let now = self.own_now(i);
         let Some(InFlight { call, answer }) = self.members[i].slots[s].take() else {
@@ -635,7 +625,7 @@ impl System {
         Ok(())
     }
 
-    /// Instance `i` starts an exchange of key `k` at the origin now: the invariant.
+    /// Member `i` starts an exchange of key `k` at the origin now: the invariant.
     fn start(&mut self, b: &Scope, i: usize, k: usize) -> Result<(), String> {
         let (hold, delay) = (b.hold * TICK, b.delay * TICK);
         if let Some((s, j)) = self.last[k] {
@@ -672,7 +662,7 @@ impl System {
     }
 }
 
-/// Instance `i`'s id.
+/// Member `i`'s id.
 pub fn name(i: usize) -> char {
     char::from(b'a' + i as u8)
 }
