@@ -269,6 +269,35 @@ impl Instance {
         }
     }
 
+    /// Starts leaving: no new ownership, no turns (`Standing::leave`).
+    pub fn leave(&mut self) {
+        self.leaving = true;
+    }
+
+    /// Holds key `k` as `to` when it is held as `from` in its current epoch and
+    /// generation: that epoch, when it was (`Standing::mark`).
+    pub fn mark(&mut self, k: usize, from: HeldAs, to: HeldAs) -> Option<u8> {
+        let (epoch, generation) = (self.epoch, self.generation);
+        let h = self.holds[k].as_mut()?;
+        let current = h.epoch == epoch && h.generation == generation;
+        (current && h.held == from).then(|| {
+            h.held = to;
+            epoch
+        })
+    }
+
+    /// Holds key `k` as `to` when it is held as `from`, in whichever epoch and
+    /// generation (`Standing::hold_as`).
+    pub fn hold_as(&mut self, k: usize, from: HeldAs, to: HeldAs) -> bool {
+        match self.holds[k].as_mut() {
+            Some(h) if h.held == from => {
+                h.held = to;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A release's facts: `Releasing` for key `k` to `heir`, if it still holds `k`.
     pub fn releasing(
         &self,

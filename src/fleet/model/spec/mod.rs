@@ -10,9 +10,10 @@
 //! **What runs.** Redis' side is `store.rs`: the membership and ownership scripts' rules
 //! over a small typed store, checked against the very Lua scripts on random stores
 //! and calls (`agree.rs`; `model/fidelity.rs` checks those against a real
-//! `redis-server`). The members' side is `member.rs`: `Standing`'s rules, the pacer's
-//! next start, the takeover's inherited gap, Redis' clock watched for steps, the two
-//! offsets facts are converted by. `world.rs` puts them together with true time, faults
+//! `redis-server`). The members' side is `member.rs`: `Standing`'s rules (checked against
+//! `standing.rs` itself on random lives, `agree_standing.rs`), the pacer's next start,
+//! the takeover's inherited gap, Redis' clock watched for steps, the two offsets facts
+//! are converted by. `world.rs` puts them together with true time, faults
 //! and messages; `symmetry.rs` makes states alike up to renaming members and keys one.
 //!
 //! **How.** A depth-first search over every state up to a horizon, each remembered by
@@ -35,6 +36,7 @@
 //! state (odds of the order of states² / 2⁶⁴).
 
 mod agree;
+mod agree_standing;
 mod member;
 mod store;
 mod symmetry;

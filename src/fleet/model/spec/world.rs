@@ -312,22 +312,23 @@ impl System {
             Event::Resume(i) => self.resume(b, usize::from(i))?,
             Event::BeginLeave(i) => {
                 self.spent[Fault::LetGo as usize] += 1;
-                self.members[usize::from(i)].leaving = true;
+                self.members[usize::from(i)].leave();
             }
             Event::LetGo(i, k, heir) => self.let_go(i, k, heir),
             Event::Move(i, k, j) => {
                 self.spent[Fault::LetGo as usize] += 1;
-                self.hold_as(i, k, HeldAs::In, HeldAs::Moving(j));
+                self.members[usize::from(i)].hold_as(k, HeldAs::In, HeldAs::Moving(j));
             }
             Event::Moved(i, k) => {
-                let held = self.members[usize::from(i)].holds[k].map(|h| h.held);
-                if let Some(HeldAs::Moving(j)) = held {
-                    self.hold_as(i, k, HeldAs::Moving(j), HeldAs::Releasing(Some(j)));
+                let m = &mut self.members[usize::from(i)];
+                if let Some(HeldAs::Moving(j)) = m.holds[k].map(|h| h.held) {
+                    m.hold_as(k, HeldAs::Moving(j), HeldAs::Releasing(Some(j)));
                 }
             }
             Event::Stay(i, k) => {
-                if let Some(h) = self.members[usize::from(i)].holds[k] {
-                    self.hold_as(i, k, h.held, HeldAs::In);
+                let m = &mut self.members[usize::from(i)];
+                if let Some(h) = m.holds[k] {
+                    m.hold_as(k, h.held, HeldAs::In);
                 }
             }
             Event::Deliver(i, s) => self.deliver(b, usize::from(i), s),
@@ -429,15 +430,6 @@ impl System {
         self.members[usize::from(i)].life = life;
     }
 
-    /// Member `i` holds `k` as `to` when it holds it as `from` (`Standing::hold_as`).
-    fn hold_as(&mut self, i: Mid, k: usize, from: HeldAs, to: HeldAs) {
-        if let Some(h) = self.members[usize::from(i)].holds[k].as_mut() {
-            if h.held == from {
-                h.held = to;
-            }
-        }
-    }
-
     /// Member `i` stops acting for `k`, to release it to `heir` once its exchange is
     /// over (`Standing::mark`: only a key held in, in its current epoch and generation).
     fn let_go(&mut self, i: Mid, k: usize, heir: Option<Mid>) {
@@ -445,12 +437,7 @@ impl System {
         if !m.leaving {
             self.spent[Fault::LetGo as usize] += 1;
         }
-        let (epoch, generation) = (m.epoch, m.generation);
-        if let Some(h) = m.holds[k].as_mut() {
-            if h.held == HeldAs::In && h.epoch == epoch && h.generation == generation {
-                h.held = HeldAs::Releasing(heir);
-            }
-        }
+        m.mark(k, HeldAs::In, HeldAs::Releasing(heir));
     }
 
     /// Member `i` resumes; the head of the turn it held is sent if it still acts for
