@@ -22,6 +22,9 @@ SPELLED_OUT = {
     "egress.allowed_ports": "[80, 443, 1025-65535]",
     "access.allow_clients": "[127.0.0.0/8, ::1/128, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7]",
     "fleet.redis_sentinel.master": '""',
+    "fleet.peer_scope": '[{members: ["*"], users: ["*"], clients: [0.0.0.0/0, ::/0]}]',
+    "fleet.peer_scope.members": '["*"]',
+    "fleet.peer_scope.users": '["*"]',
 }
 
 FIELD = re.compile(r"^\s*pub (\w+): (.+),\s*$")
@@ -169,7 +172,7 @@ def entries(found, default_values, struct, path, out, sources=None, item=False):
         nested = inner_type(rust_type)
         if nested in found and nested not in ("Cidr",):
             listed = rust_type.startswith("Vec<")
-            out.append(("section", key, rust_type, field_doc, None))
+            out.append(("section", key, rust_type, field_doc, SPELLED_OUT.get(key)))
             entries(found, default_values, nested, key, out, sources, item or listed)
         else:
             if struct in default_values:
@@ -280,7 +283,7 @@ def main():
             continue
         lines += [f"### `{key}`", ""]
         facts = [f"Type: `{rust_type}`"]
-        if kind == "key":
+        if kind == "key" or default is not None:
             facts.append(f"default: `{default}`" if default is not None else "default: see the type")
         lines += ["; ".join(facts) + ".", ""]
         if doc:

@@ -79,6 +79,40 @@ pub struct FleetConfig {
     /// Open peer-channel connections from one address (one member's: those its requests
     /// are in, and up to 64 idle per listener it relays from).
     pub peer_max_connections_per_client: usize,
+    /// What another member may say of a request it hands over: the first entry naming
+    /// that member (by its certificate's name, or `"*"`) says which proxy users and
+    /// client addresses its word may name; a request naming another is refused (`403`,
+    /// `peer_scope`), and a member no entry names may name neither. Whatever it names,
+    /// this owner judges, paces and signs the request (report mode is chosen by a
+    /// member's word only with `enforce.report_handed_over`).
+    pub peer_scope: Vec<PeerScopeEntry>,
+}
+
+/// One entry of `fleet.peer_scope`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PeerScopeEntry {
+    /// The members it is for, by the name their certificate gives; `"*"`: every one.
+    pub members: Vec<String>,
+    /// The proxy users they may name (whose robots.txt tokens, purposes, signing
+    /// identity and pay-per-crawl budget then apply); `"*"`: any this owner knows.
+    pub users: Vec<String>,
+    /// The client addresses they may name (which `agent.rules` matched by address, and
+    /// the address in the access log).
+    pub clients: Vec<Cidr>,
+}
+
+impl Default for PeerScopeEntry {
+    fn default() -> Self {
+        PeerScopeEntry {
+            members: vec!["*".to_string()],
+            users: vec!["*".to_string()],
+            clients: ["0.0.0.0/0", "::/0"]
+                .iter()
+                .filter_map(|net| Cidr::try_from(net.to_string()).ok())
+                .collect(),
+        }
+    }
 }
 
 impl Default for FleetConfig {
@@ -103,6 +137,7 @@ impl Default for FleetConfig {
             peer_allow_clients: Vec::new(),
             peer_max_connections: 2048,
             peer_max_connections_per_client: 512,
+            peer_scope: vec![PeerScopeEntry::default()],
         }
     }
 }

@@ -26,7 +26,7 @@ mod usage;
 mod values;
 pub use agent::{AgentConfig, AgentRule};
 pub use error::{ConfigError, ConfigErrorKind};
-pub use fleet::{FleetConfig, NewDataSet, OnUnavailable, SentinelConfig};
+pub use fleet::{FleetConfig, NewDataSet, OnUnavailable, PeerScopeEntry, SentinelConfig};
 pub use limits::{LimitsConfig, PINGORA_MAX_HEADERS, PINGORA_MAX_HEADER_BYTES};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
 pub use robots::{RobotsConfig, DEFAULT_USER_AGENT};

@@ -47,7 +47,7 @@ use crate::downstream::context::{ClientContext, Handed};
 use crate::downstream::drain::{draining, Serving};
 use crate::downstream::head::{read_head, read_head_after, Body, Head, HeadError, HeadLimits};
 use crate::downstream::http2::{self, Http2Limits, Multiplexer};
-use crate::downstream::peer_door::{handed_context, PeerDoor};
+use crate::downstream::peer_door::{PeerDoor, Unheard};
 use crate::downstream::refuse::{refuse, FrontRefusal};
 use crate::downstream::shutting_down;
 use crate::downstream::slots::{SlotKind, Slots};
@@ -433,34 +433,43 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         peer: Option<IpAddr>,
         context: &mut ClientContext,
     ) -> bool {
-        let handed = context.handed.as_ref();
-        if let Door::Peer(door) = &self.door {
-            if !door.still_member(handed.map_or("", |h| &h.member)) {
-                let why = "the member this connection is left the fleet or lapsed";
-                let refusal = FrontRefusal::new(403, metrics::RefusalReason::PeerNotMember, why);
-                refuse(&mut *conn.stream, peer, refusal).await;
-                return false;
-            }
+        let (Door::Peer(door), Some(handed)) = (&self.door, context.handed.as_ref()) else {
+            return false; // no member's word off the peer channel
+        };
+        if !door.still_member(&handed.member) {
+            let why = "the member this connection is left the fleet or lapsed";
+            let refusal = FrontRefusal::new(403, metrics::RefusalReason::PeerNotMember, why);
+            refuse(&mut *conn.stream, peer, refusal).await;
+            return false;
         }
         let value = head.peer.as_deref();
-        if value.is_some() && value == handed.and_then(|h| h.read_from.as_deref()) {
+        if value.is_some() && value == handed.read_from.as_deref() {
             // As the connection's last request: the same context (the access policy
-            // that read it does not change while it runs).
+            // and the scope that read it do not change while it runs).
             return true;
         }
-        let member = handed.map(|h| h.member.clone()).unwrap_or_default();
-        match value.and_then(|value| handed_context(&self.access, value, member)) {
-            Some(handed) => {
+        let member = handed.member.clone();
+        let heard = match value {
+            Some(value) => door.handed_context(&self.access, value, member.clone()),
+            None => Err(Unheard::Unreadable),
+        };
+        let refusal = match heard {
+            Ok(handed) => {
                 *context = handed;
-                true
+                return true;
             }
-            None => {
+            Err(Unheard::Unreadable) => {
                 let why = "a request on the peer channel needs a readable robotsgate-peer header and a user this member knows";
-                let refusal = FrontRefusal::new(400, metrics::RefusalReason::Malformed, why);
-                refuse(&mut *conn.stream, peer, refusal).await;
-                false
+                FrontRefusal::new(400, metrics::RefusalReason::Malformed, why)
             }
-        }
+            Err(Unheard::OutOfScope(what)) => {
+                log::warn!("peer channel: {member} named {what}, beyond its member's fleet.peer_scope: refused");
+                let why = "the member that handed this request over may not name what its context names (fleet.peer_scope)";
+                FrontRefusal::new(403, metrics::RefusalReason::PeerScope, why)
+            }
+        };
+        refuse(&mut *conn.stream, peer, refusal).await;
+        false
     }
 
     /// Opens the tunnel a CONNECT asks for: its TLS stream (the origin kept in

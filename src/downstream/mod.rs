@@ -4,7 +4,8 @@
 //! ([`context`]), [`access`] control, CONNECT tunnels ([`connect`]), TLS interception
 //! ([`intercept`]) with the operator CA ([`ca`]), connections the kernel redirected
 //! ([`transparent`]), refusals and answers written on raw client streams ([`refuse`]),
-//! an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
+//! the peer channel's door ([`peer_door`]) and what a member may name there
+//! ([`peer_scope`]), an HTTP/1.1 client's side of each exchange ([`client_stream`]) with response heads
 //! sent together with their bodies ([`coalesce`]), a client that takes none of its
 //! answer ([`unread`]), and the requests in progress a
 //! graceful stop waits for ([`drain`]). Requests for origins another fleet member
@@ -24,6 +25,7 @@ pub mod head;
 pub mod http2;
 pub mod intercept;
 pub mod peer_door;
+pub mod peer_scope;
 pub mod refuse;
 pub mod slots;
 pub mod transparent;

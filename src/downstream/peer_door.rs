@@ -15,7 +15,8 @@
 //!
 //! Each request on it is then served only while that member is live
 //! ([`PeerDoor::still_member`]), with the context its header gives
-//! ([`handed_context`]) and the connection's member.
+//! ([`PeerDoor::handed_context`]), within what that member may name
+//! ([`crate::downstream::peer_scope`]), and the connection's member.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use pingora::protocols::Stream;
 
 use crate::downstream::access::AccessPolicy;
 use crate::downstream::context::{ClientContext, Handed};
+use crate::downstream::peer_scope::{OutOfScope, PeerScope};
 use crate::downstream::slots::{Full, Slot, SlotKind, Slots};
 use crate::fleet::{Owners, PeerContext};
 use crate::policy::target::Origin;
@@ -41,6 +43,8 @@ pub struct PeerDoor {
     slots: Arc<Slots>,
     /// The longest a handshake may take.
     handshake: Duration,
+    /// What each member may name.
+    scope: PeerScope,
 }
 
 /// A connection admitted: its stream after the handshake, the member it is, and its slot.
@@ -61,12 +65,14 @@ impl PeerDoor {
         max: usize,
         per_client: usize,
         handshake: Duration,
+        scope: PeerScope,
     ) -> PeerDoor {
         PeerDoor {
             tls: owners.server_tls(),
             owners,
             slots: Slots::new(max, per_client),
             handshake: handshake.max(Duration::from_secs(5)),
+            scope,
         }
     }
 
@@ -149,36 +155,57 @@ fn refused<T>(reason: RefusalReason, from: Option<IpAddr>, why: &str) -> Option<
     None
 }
 
-/// A handed-over request's context: what `member` (the connection's, from its
-/// certificate) says of it in its `robotsgate-peer` header, whose value is `value`;
-/// `None` when that is unreadable, or names a user `access` does not know or an
-/// unreadable tunnel origin.
-pub fn handed_context(
-    access: &AccessPolicy,
-    value: &[u8],
-    member: Arc<str>,
-) -> Option<ClientContext> {
-    let peer = PeerContext::decode(value)?;
-    let user = access.user_named(peer.user.as_deref()).ok()?;
-    let tunnel = match &peer.tunnel {
-        Some(origin) => Some(Arc::new(Origin::parse(origin).ok()?)),
-        None => None,
-    };
-    Some(ClientContext {
-        tunnel,
-        user,
-        destination: peer.destination,
-        protocol: if peer.http2 {
-            metrics::Protocol::Http2
-        } else {
-            metrics::Protocol::Http1
-        },
-        handed: Some(Handed {
-            member,
-            client: peer.client,
-            read_from: Some(value.into()),
-        }),
-        started: None,
-        relayed_as: None,
-    })
+/// Why a handed-over request's context was not taken.
+#[derive(Debug)]
+pub enum Unheard {
+    /// Its `robotsgate-peer` header is unreadable, or names a user this owner does not
+    /// know or an unreadable tunnel origin.
+    Unreadable,
+    /// It names what its member may not (`fleet.peer_scope`).
+    OutOfScope(OutOfScope),
+}
+
+impl PeerDoor {
+    /// A handed-over request's context: what `member` (the connection's instance, named
+    /// by its certificate) says of it in its `robotsgate-peer` header, whose value is `value`,
+    /// when that is readable, names users `access` knows, and stays within `member`'s
+    /// scope.
+    pub fn handed_context(
+        &self,
+        access: &AccessPolicy,
+        value: &[u8],
+        member: Arc<str>,
+    ) -> Result<ClientContext, Unheard> {
+        let peer = PeerContext::decode(value).ok_or(Unheard::Unreadable)?;
+        let name = crate::fleet::channel::member_of(&member);
+        self.scope
+            .admits(name, peer.user.as_deref(), peer.client)
+            .map_err(Unheard::OutOfScope)?;
+        let user = access
+            .user_named(peer.user.as_deref())
+            .map_err(|_| Unheard::Unreadable)?;
+        let tunnel = match &peer.tunnel {
+            Some(origin) => Some(Arc::new(
+                Origin::parse(origin).map_err(|_| Unheard::Unreadable)?,
+            )),
+            None => None,
+        };
+        Ok(ClientContext {
+            tunnel,
+            user,
+            destination: peer.destination,
+            protocol: if peer.http2 {
+                metrics::Protocol::Http2
+            } else {
+                metrics::Protocol::Http1
+            },
+            handed: Some(Handed {
+                member,
+                client: peer.client,
+                read_from: Some(value.into()),
+            }),
+            started: None,
+            relayed_as: None,
+        })
+    }
 }

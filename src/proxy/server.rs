@@ -18,6 +18,7 @@ use crate::downstream::head::HeadLimits;
 use crate::downstream::http2::Http2Limits;
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::peer_door::PeerDoor;
+use crate::downstream::peer_scope::PeerScope;
 use crate::downstream::slots::Slots;
 use crate::downstream::transparent::Redirection;
 use crate::enforce::Enforcer;
@@ -395,6 +396,7 @@ fn add_client_listeners(
             config.fleet.peer_max_connections,
             config.fleet.peer_max_connections_per_client,
             config.limits.first_byte_timeout_seconds.duration(),
+            PeerScope::new(&config.fleet.peer_scope),
         )));
         let peer = server.add_service(client_listener(
             "robotsgate fleet peer",

@@ -421,3 +421,75 @@ async fn a_certificate_naming_two_organizations_is_refused() {
     assert_eq!(status, 0, "a certificate with two organizations was served");
     assert_eq!(origin.count("/two"), 0);
 }
+
+/// A member's word names only what `fleet.peer_scope` lets it: with its own key, member
+/// B hands the owner a request naming a user or a client address outside its scope,
+/// and it is refused (`403`, `peer_scope`) with nothing at the origin; inside the scope
+/// it is served. A real relay of a user outside B's scope is refused the same way, and
+/// a member no entry names may name no client at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_names_only_the_users_and_clients_its_scope_allows() {
+    let origin = paced_origin("0").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    let lines = [
+        crate::common::passwd_line("alice", "alice-secret", &["AliceBot"]),
+        crate::common::passwd_line("bob", "bob-secret", &["BobBot"]),
+    ];
+    std::fs::write(&users, lines.join("\n")).expect("write users");
+    let scope = |members: &str| serde_json::json!([{"members": [members], "users": ["alice"], "clients": ["127.0.0.0/8"]}]);
+    for members in ["*", "nobody"] {
+        let redis = Redis::start();
+        let conf = fleet_conf(&redis)
+            .set("access.credentials_file", users.display().to_string())
+            .set("fleet.peer_scope", scope(members));
+        let proxies = instances(2, &conf);
+        backend_up(&proxies).await;
+        let alice = ["--proxy-user", "alice:alice-secret"];
+        assert_eq!(curl(&proxies[0], &origin.url("/first"), &alice).0, 200);
+        assert_eq!(owner_index(&proxies, &origin), Some(0));
+        let sender = Credential::of(&proxies[1]);
+        let ask = |path: &str, context: &str| {
+            let target = origin.url(&format!("/{members}{path}"));
+            as_peer(&proxies[0], &sender.cert, &sender.key, &target, context)
+        };
+        let named = members == "*";
+        let cases = [
+            ("/in-scope", r#"{"c":"127.0.0.1","u":"alice"}"#, named),
+            ("/anonymous", r#"{}"#, true),
+            ("/other-user", r#"{"c":"127.0.0.1","u":"bob"}"#, false),
+            ("/other-client", r#"{"c":"10.9.9.9","u":"alice"}"#, false),
+        ];
+        for (path, context, served) in cases {
+            let status = ask(path, context);
+            let reached = origin.count(&format!("/{members}{path}"));
+            let expected = if served { (200, 1) } else { (403, 0) };
+            assert_eq!((status, reached), expected, "{members} {path}");
+        }
+        let refusals = if named { 2.0 } else { 3.0 };
+        assert_eq!(refused(&proxies[0], "peer_scope"), refusals);
+        // The relay's own path: B hands over what its clients send, within its scope.
+        let bob = ["--proxy-user", "bob:bob-secret"];
+        let relayed = |path: &str, user: &[&str]| {
+            let url = origin.url(&format!("/{members}/relayed{path}"));
+            (
+                curl(&proxies[1], &url, user).0,
+                origin.count(&url_path(&url)),
+            )
+        };
+        let expected = if named { (200, 1) } else { (403, 0) };
+        assert_eq!(
+            relayed("/alice", &alice),
+            expected,
+            "{members}: alice relayed"
+        );
+        assert_eq!(relayed("/bob", &bob), (403, 0), "{members}: bob relayed");
+    }
+}
+
+/// The path of `url`.
+fn url_path(url: &str) -> String {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    rest.find('/')
+        .map_or("/".to_string(), |i| rest[i..].to_string())
+}

@@ -140,6 +140,9 @@ labels!(
         /// A fleet certificate naming no live member (it left, lapsed, or never was),
         /// or a request from a member that left or lapsed since it connected.
         PeerNotMember => "peer_not_member",
+        /// A handed-over request naming a proxy user or client address its member may
+        /// not name (`fleet.peer_scope`).
+        PeerScope => "peer_scope",
         /// `fleet.peer_max_connections_per_client` held by this address.
         PeerClientConnectionLimit => "peer_client_connection_limit",
         /// `fleet.peer_max_connections` held.

@@ -55,7 +55,7 @@ fn held_as(h: Held) -> HeldAs {
 }
 
 /// One life: both sides, its clock, and what it saw.
-struct Life {
+struct Lived {
     spec: Instance,
     code: Standing,
     grace: Ms,
@@ -63,11 +63,11 @@ struct Life {
     redis: Ms,
 }
 
-impl Life {
-    fn new(d: &mut Dice) -> Life {
+impl Lived {
+    fn new(d: &mut Dice) -> Lived {
         let grace = [0, 1_000][d.below(2)];
         let to = |ms: Ms| Duration::from_millis(ms as u64);
-        Life {
+        Lived {
             spec: Instance::new(true, 0),
             code: Standing::new(to(LEASE), to(grace)),
             grace,
@@ -269,7 +269,7 @@ fn the_specifications_member_decides_as_standing_does() {
     let mut d = Dice(seed | 1);
     let mut seen = BTreeMap::new();
     for life in 0..LIVES {
-        let mut l = Life::new(&mut d);
+        let mut l = Lived::new(&mut d);
         let mut steps = Vec::new();
         for _ in 0..STEPS {
             steps.push(l.step(&mut d));
