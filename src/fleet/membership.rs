@@ -280,19 +280,29 @@ impl Membership {
         self.members.load_full()
     }
 
-    /// Is `id` a live member (its lease not over at the last renewal)? Per request on the
-    /// peer channel: a lookup, nothing copied.
-    pub fn is_live(&self, id: &str) -> bool {
-        let members = self.members.load();
-        let (now, all) = &**members;
-        all.get(id).is_some_and(|m| m.live_at(*now))
+    /// Redis' time now (ms) as this member ages its view by its own clock: the last
+    /// renewal's reading moved on by the time passed here since (converted late: a
+    /// lease is never seen longer than it is), never before the view's own time. A
+    /// member whose lease ran out is not live, whether Redis answers now or not.
+    pub fn aged(&self, seen: i64) -> i64 {
+        let now = self.fleet.redis_time_of(tokio::time::Instant::now());
+        now.map_or(seen, |now| now.max(seen))
     }
 
-    /// `id` as a live member (its lease not over at the last renewal), if it is one.
+    /// Is `id` a live member (its lease not over now, by the view aged here)? Per
+    /// request on the peer channel: a lookup, nothing copied.
+    pub fn is_live(&self, id: &str) -> bool {
+        let members = self.members.load();
+        let (seen, all) = &**members;
+        all.get(id).is_some_and(|m| m.live_at(self.aged(*seen)))
+    }
+
+    /// `id` as a live member (its lease not over now, by the view aged here), if it is
+    /// one.
     pub fn live(&self, id: &str) -> Option<Member> {
         let members = self.members.load();
-        let (now, all) = &**members;
-        all.get(id).filter(|m| m.live_at(*now)).cloned()
+        let (seen, all) = &**members;
+        all.get(id).filter(|m| m.live_at(self.aged(*seen))).cloned()
     }
 
     /// The member that stays (live, not leaving, not this one) that rendezvous hashing
@@ -300,9 +310,10 @@ impl Membership {
     pub fn successor(&self, key: &str) -> Option<crate::fleet::Owner> {
         use std::hash::{Hash, Hasher};
         let members = self.members.load();
-        let (now, all) = &**members;
+        let (seen, all) = &**members;
+        let now = self.aged(*seen);
         all.values()
-            .filter(|m| m.live_at(*now) && m.state == MemberState::Up && m.id != self.me())
+            .filter(|m| m.live_at(now) && m.state == MemberState::Up && m.id != self.me())
             .max_by_key(|m| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 (key, &m.id).hash(&mut h);

@@ -273,7 +273,8 @@ impl Owners {
     /// for the admin API.
     pub fn view(&self) -> serde_json::Value {
         let members = self.members.members();
-        let (now, all) = &*members;
+        let (seen, all) = &*members;
+        let now = &self.members.aged(*seen);
         let counts = self.ownership.counts();
         let list: Vec<serde_json::Value> = all
             .values()

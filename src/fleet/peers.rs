@@ -81,10 +81,10 @@ fn instance_of(
         .map(|m| m.id)
 }
 
-/// Every member live at the last renewal.
+/// Every member live now, by the view aged here.
 fn live_members(members: &Membership) -> impl Iterator<Item = Member> {
     let view = members.members();
-    let now = view.0;
+    let now = members.aged(view.0);
     let live: Vec<Member> = view
         .1
         .values()
