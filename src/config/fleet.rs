@@ -86,6 +86,11 @@ pub struct FleetConfig {
     /// this owner judges, paces and signs the request (report mode is chosen by a
     /// member's word only with `enforce.report_handed_over`).
     pub peer_scope: Vec<PeerScopeEntry>,
+    /// Origins new to this owner (neither held here nor with a known owner) that one
+    /// member's handed-over requests may make it claim, per second, each costing a
+    /// claim in Redis, a DNS look-up and a robots.txt fetch; past it, such a request is
+    /// answered `503` and counted. 0: no bound.
+    pub peer_max_new_origins_per_second: u32,
 }
 
 /// One entry of `fleet.peer_scope`.
@@ -138,6 +143,7 @@ impl Default for FleetConfig {
             peer_max_connections: 2048,
             peer_max_connections_per_client: 512,
             peer_scope: vec![PeerScopeEntry::default()],
+            peer_max_new_origins_per_second: 50,
         }
     }
 }

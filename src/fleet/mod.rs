@@ -16,8 +16,10 @@
 //! * [`ownership`]: one owner per pacing key, decided in Redis from the members' records
 //!   and Redis' clock; taken over only once a vanished owner's exchanges must be over,
 //!   handed over with its facts by a member leaving, and to the member its traffic comes
-//!   from ([`traffic`]);
+//!   from ([`traffic`]); `new_origins`: how many origins new to it each member may make
+//!   it claim per second;
 //! * [`channel`]: how a request is handed to its owner (mutual TLS from a fleet CA);
+//!   `peers`: which live member a peer connection is;
 //! * durable records: [`robots`] (the robots.txt copy), [`budgets`] (pay-per-crawl
 //!   days), and an owned key's pause and backoff ([`ownership`]), each written when it
 //!   happens, never per request;
@@ -37,6 +39,7 @@ pub mod channel;
 mod down;
 pub mod membership;
 mod memory;
+mod new_origins;
 pub mod ownership;
 mod peers;
 mod redis_clock;

@@ -571,3 +571,51 @@ async fn a_vanished_members_key_opens_nothing_at_an_owner_cut_from_redis() {
     assert_eq!(curl(&proxies[0], &origin.url("/own"), &[]).0, 200);
     assert_eq!(origin.count("/own"), 1);
 }
+
+/// One member's handed-over requests may make the owner claim at most
+/// `fleet.peer_max_new_origins_per_second` new origins a second (here 1, held at most
+/// 1): a stolen key asking for eight new origins at once gets the first and whatever
+/// the bucket refilled meanwhile, the rest `503` with nothing at their origins (no
+/// claim, no robots.txt fetch), counted; the owner's own clients are not bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_makes_an_owner_claim_only_so_many_new_origins_a_second() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.peer_max_new_origins_per_second", 1);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let mut origins = Vec::new();
+    for _ in 0..8 {
+        origins.push(paced_origin("0").await);
+    }
+    let stolen = Credential::of(&proxies[1]);
+    let started = std::time::Instant::now();
+    let statuses: Vec<u16> = origins
+        .iter()
+        .map(|o| {
+            let target = o.url("/new");
+            as_peer(&proxies[0], &stolen.cert, &stolen.key, &target, "{}")
+        })
+        .collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    let served = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 503).count();
+    assert_eq!(served + refused, 8, "{statuses:?}");
+    assert_eq!(statuses[0], 200, "the first new origin is within the bound");
+    assert!(
+        served as f64 <= 1.0 + elapsed.ceil(),
+        "{served} new origins in {elapsed:.2} s: {statuses:?}"
+    );
+    for (origin, status) in origins.iter().zip(&statuses) {
+        let reached = origin.count("/new") + origin.count("/robots.txt");
+        match status {
+            200 => assert_eq!(origin.count("/new"), 1),
+            _ => assert_eq!(reached, 0, "a refused new origin was fetched"),
+        }
+    }
+    let counted = proxies[0].counter("robotsgate_fleet_peer_new_origins_refused_total");
+    assert_eq!(counted, refused as f64);
+    // The owner's own clients are not bounded: each refused origin, asked for here.
+    for (origin, _) in origins.iter().zip(&statuses).filter(|(_, &s)| s == 503) {
+        assert_eq!(curl(&proxies[0], &origin.url("/own"), &[]).0, 200);
+    }
+}

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 
 use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
 use crate::fleet::membership::{Membership, FENCE, GENERATION, MEMBERS, SERVER};
+use crate::fleet::new_origins::NewOrigins;
 use crate::fleet::scripts::script;
 use crate::fleet::standing::{Held, Here, Reassert, Taking};
 use crate::fleet::traffic::Traffic;
@@ -116,18 +117,21 @@ pub struct Ownership {
     owners: Mutex<lru::LruCache<String, Owner>>,
     /// When and where from the owned keys are asked for.
     traffic: Traffic,
+    /// How many new origins each member may make this instance claim.
+    new_origins: NewOrigins,
 }
 
 impl Ownership {
     /// Ownership through `fleet` for `members`.
     pub fn new(fleet: Arc<Fleet>, members: Arc<Membership>) -> Arc<Ownership> {
         Arc::new(Ownership {
-            fleet,
             members,
             owners: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(OWNERS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
             traffic: Traffic::default(),
+            new_origins: NewOrigins::new(fleet.config().peer_max_new_origins_per_second),
+            fleet,
         })
     }
 
@@ -188,6 +192,11 @@ impl Ownership {
                 Ok(Some(owner)) => Route::Peer(owner),
                 _ => Route::Unavailable("this instance cannot take ownership now"),
             };
+        }
+        if from.is_some_and(|member| !self.new_origins.take(member)) {
+            return Route::Unavailable(
+                "the member that handed it over is past fleet.peer_max_new_origins_per_second",
+            );
         }
         match self.claim(key).await {
             Ok(route) => route,

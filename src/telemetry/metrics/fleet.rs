@@ -108,6 +108,22 @@ pub fn record_ownership(how: &'static str) {
     FLEET_OWNERSHIP.with_label_values(&[how]).inc();
 }
 
+/// `robotsgate_fleet_peer_new_origins_refused_total`: requests handed over for an
+/// origin new to this owner, refused because their member was past
+/// `fleet.peer_max_new_origins_per_second`.
+static PEER_NEW_ORIGINS_REFUSED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "robotsgate_fleet_peer_new_origins_refused_total",
+        "Requests another member handed over for an origin new to this owner, refused (503) because that member was past fleet.peer_max_new_origins_per_second (fleet mode)."
+    )
+    .expect("metric registers once")
+});
+
+/// Counts a request refused by `fleet.peer_max_new_origins_per_second`.
+pub fn record_peer_new_origin_refused() {
+    PEER_NEW_ORIGINS_REFUSED.inc();
+}
+
 /// `robotsgate_fleet_impostors_total`: connections to an owner's peer address that
 /// another certificate answered.
 static FLEET_IMPOSTORS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -142,6 +158,7 @@ pub fn record_redis_clock_step() {
 pub fn init_fleet() {
     LazyLock::force(&FLEET_MEMBERS);
     LazyLock::force(&FLEET_IMPOSTORS);
+    LazyLock::force(&PEER_NEW_ORIGINS_REFUSED);
     LazyLock::force(&FLEET_CLOCK_STEPS);
     LazyLock::force(&FLEET_OWNED);
     LazyLock::force(&FLEET_LEASE_VALID);
