@@ -63,6 +63,7 @@ impl ProxyHttp for Guarded {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
+        // docs/architecture.md shows from here (a test keeps the two the same)
         match self
             .enforcer
             .decide(&target, &Requester::new(client, user_agent.as_deref()))
@@ -94,6 +95,7 @@ impl ProxyHttp for Guarded {
                 "a hand-over without a fleet",
             )),
         }
+        // to here
     }
 
     async fn upstream_peer(

@@ -81,23 +81,29 @@ pub fn run(input: impl BufRead, mut out: impl Write) -> std::io::Result<Tally> {
 }
 
 /// Checks one input line: a JSON case, or why it is not one.
-fn check_line(line: &str) -> Result<(), String> {
-    let case: Case = serde_json::from_str(line).map_err(|e| format!("unreadable case: {e}"))?;
+fn check_line(line: &str) -> Result<(), Failed> {
+    let case: Case = serde_json::from_str(line)
+        .map_err(|e| Failed::new(FailedKind::Unreadable, format!("unreadable case: {e}")))?;
+    let incomplete = |what: String| Failed::new(FailedKind::Incomplete, what);
+    let disagrees = |what: String| Failed::new(FailedKind::Disagrees, what);
     let tokens: Vec<String> = match (case.agent_tokens, case.agent) {
         (Some(tokens), _) if !tokens.is_empty() => tokens,
         (_, Some(agent)) => vec![agent],
-        _ => return Err(format!("{}: no agent or agent_tokens", case.id)),
+        _ => return Err(incomplete(format!("{}: no agent or agent_tokens", case.id))),
     };
     let robots = RobotsTxt::parse(case.robots.as_bytes());
     let mut checked = false;
     if let Some(expected) = case.allowed {
-        let url = case.url.as_deref().ok_or(format!("{}: no url", case.id))?;
+        let url = case
+            .url
+            .as_deref()
+            .ok_or_else(|| incomplete(format!("{}: no url", case.id)))?;
         let verdict = robots.check(&tokens, url);
         let mut allowed = verdict.allowed;
         let mut why = verdict.to_string();
         if let Some(label) = &case.purpose {
             let purpose = Purpose::from_label(label)
-                .ok_or(format!("{}: `{label}` is not a purpose", case.id))?;
+                .ok_or_else(|| incomplete(format!("{}: `{label}` is not a purpose", case.id)))?;
             let group = robots.usage_group_for(&tokens);
             let usage = robots.usage(group, &CanonicalPath::from_url(url));
             let check = UsageCheck::new(
@@ -112,12 +118,12 @@ fn check_line(line: &str) -> Result<(), String> {
             }
         }
         if allowed != expected {
-            return Err(format!(
+            return Err(disagrees(format!(
                 "{}: {url} for {tokens:?}: expected {}, got {} ({why})",
                 case.id,
                 word(expected),
                 word(allowed),
-            ));
+            )));
         }
         checked = true;
     }
@@ -129,22 +135,63 @@ fn check_line(line: &str) -> Result<(), String> {
             _ => false,
         };
         if !same {
-            return Err(format!(
+            return Err(disagrees(format!(
                 "{}: crawl-delay for {tokens:?}: expected {expected:?}, got {got:?}",
                 case.id
-            ));
+            )));
         }
         checked = true;
     }
     if checked {
         Ok(())
     } else {
-        Err(format!(
+        Err(incomplete(format!(
             "{}: neither \"allowed\" nor \"crawl_delay_seconds\"",
             case.id
-        ))
+        )))
     }
 }
+
+/// Why a case did not pass: its kind, and what to say.
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    kind: FailedKind,
+    /// The report's line.
+    why: String,
+}
+
+/// What kind of failure a case's is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedKind {
+    /// The line is not a JSON case.
+    Unreadable,
+    /// The case lacks what it needs (an agent, a URL, an expectation) or names an
+    /// unknown purpose.
+    Incomplete,
+    /// robotsgate's verdict or Crawl-delay differs from the expected one.
+    Disagrees,
+}
+
+impl Failed {
+    /// A failure of `kind`, saying `why`.
+    fn new(kind: FailedKind, why: String) -> Failed {
+        Failed { kind, why }
+    }
+
+    /// What kind of failure it is.
+    pub fn kind(&self) -> FailedKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+impl std::error::Error for Failed {}
 
 /// `allowed` or `disallowed`, for the report.
 fn word(allowed: bool) -> &'static str {
@@ -152,5 +199,22 @@ fn word(allowed: bool) -> &'static str {
         "allowed"
     } else {
         "disallowed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_says_its_kind() {
+        let kind = |line: &str| check_line(line).err().map(|f| f.kind());
+        assert_eq!(kind("{not json"), Some(FailedKind::Unreadable));
+        let no_agent = r#"{"id":"a","robots":"","url":"https://e.com/","allowed":true}"#;
+        assert_eq!(kind(no_agent), Some(FailedKind::Incomplete));
+        let wrong = r#"{"id":"b","robots":"User-agent: *\nDisallow: /","agent":"x","url":"https://e.com/p","allowed":true}"#;
+        assert_eq!(kind(wrong), Some(FailedKind::Disagrees));
+        let right = r#"{"id":"c","robots":"User-agent: *\nDisallow: /","agent":"x","url":"https://e.com/p","allowed":false}"#;
+        assert_eq!(kind(right), None);
     }
 }

@@ -81,6 +81,35 @@ impl std::fmt::Display for ChannelError {
 
 impl std::error::Error for ChannelError {}
 
+/// Why no member answered at an address ([`PeerTls::answering_member`]).
+#[derive(Debug)]
+pub enum NotAnswered {
+    /// No peer channel answers there (refused, or not a member's TLS): what failed.
+    NoPeerChannel(SocketAddr, String),
+    /// Nothing answered within the time given.
+    Silent(SocketAddr, Duration),
+    /// A certificate from the fleet CA that names no member.
+    NoMember(SocketAddr),
+}
+
+impl std::fmt::Display for NotAnswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotAnswered::NoPeerChannel(addr, e) => {
+                write!(f, "no member's peer channel answers at {addr}: {e}")
+            }
+            NotAnswered::Silent(addr, within) => {
+                write!(f, "nothing answered at {addr} in {within:?}")
+            }
+            NotAnswered::NoMember(addr) => {
+                write!(f, "the certificate served at {addr} names no member")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NotAnswered {}
+
 /// The fleet's TLS: the peer listener's server configuration (client certificates from
 /// the fleet CA required), and what a member presents and trusts when it connects.
 pub struct PeerTls {
@@ -163,18 +192,18 @@ impl PeerTls {
         &self,
         addr: SocketAddr,
         within: Duration,
-    ) -> Result<String, String> {
+    ) -> Result<String, NotAnswered> {
         let connector = pingora::connectors::TransportConnector::new(None);
         let peer = self.peer(addr);
         let stream = match tokio::time::timeout(within, connector.new_stream(&peer)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(format!("no member's peer channel answers at {addr}: {e}")),
-            Err(_) => return Err(format!("nothing answered at {addr} in {within:?}")),
+            Ok(Err(e)) => return Err(NotAnswered::NoPeerChannel(addr, e.to_string())),
+            Err(_) => return Err(NotAnswered::Silent(addr, within)),
         };
         let digest = stream.get_ssl_digest();
         member_in(digest.as_deref())
             .map(str::to_string)
-            .ok_or_else(|| format!("the certificate served at {addr} names no member"))
+            .ok_or(NotAnswered::NoMember(addr))
     }
 
     /// The peer listener's TLS configuration.

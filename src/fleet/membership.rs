@@ -216,7 +216,7 @@ impl Membership {
             .tls
             .answering_member(addr, within)
             .await
-            .map_err(refused)?;
+            .map_err(|e| refused(e.to_string()))?;
         if answering != self.tls.member() {
             return Err(refused(format!("member {answering} answers there")));
         }

@@ -319,3 +319,38 @@ fn a_configuration_error_links_its_entry() {
         assert!(entries.contains(want), "{want}");
     }
 }
+
+/// `docs/architecture.md`'s embedding example is `examples/embedded.rs`'s own code (the
+/// region its comments mark, dedented), which `cargo test` compiles and
+/// `embedded_example.rs` runs: the page cannot show code that does not build.
+#[test]
+fn the_embedding_example_in_the_architecture_page_is_the_compiled_one() {
+    let example = std::fs::read_to_string(root().join("examples/embedded.rs")).expect("example");
+    let lines: Vec<&str> = example.lines().collect();
+    let from = lines
+        .iter()
+        .position(|l| l.contains("docs/architecture.md shows from here"))
+        .expect("the region's start");
+    let to = lines
+        .iter()
+        .position(|l| l.trim() == "// to here")
+        .expect("the region's end");
+    let region = &lines[from + 1..to];
+    let indent = region
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let extract: Vec<&str> = region
+        .iter()
+        .map(|l| l.get(indent..).unwrap_or(""))
+        .collect();
+    let page = std::fs::read_to_string(root().join("docs/architecture.md")).expect("page");
+    let block = page
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a rust block");
+    assert_eq!(block.trim_end(), extract.join("\n").trim_end());
+}
