@@ -19,6 +19,9 @@
 //! (`transparent.rs`) and takes the origin from the SNI and the original destination's
 //! port, then relays it blind or intercepts it exactly as above; every request inside
 //! goes to the original destination.
+//!
+//! **Its other files:** `blind.rs` (blind tunnels, judged by what a CONNECT or a
+//! ClientHello shows).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

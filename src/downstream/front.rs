@@ -27,6 +27,9 @@
 //!
 //! Refusals are written here as complete responses, counted in
 //! `robotsgate_downstream_refusals_total{reason}` and logged, and the connection closes.
+//!
+//! **Its other files:** `relayed.rs` (the front's side of a plain request relayed to its
+//! owner).
 
 use std::net::IpAddr;
 use std::sync::Arc;

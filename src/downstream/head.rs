@@ -13,7 +13,7 @@
 //!   **408**;
 //! * not HTTP/1.x → **400**;
 //! * `Content-Length` over `max_body_bytes` → **413** (chunked bodies are counted as they
-//!   stream, in `proxy.rs`).
+//!   stream, in `proxy/http.rs`).
 //!
 //! Cost: each read's new octets are scanned once for the blank line that ends the head;
 //! `httparse` runs once on the complete head (≈ 1 µs for a crawler's request). Memory per

@@ -11,6 +11,9 @@
 //! graceful stop waits for ([`drain`]). Requests for origins another fleet member
 //! owns go to [`crate::handover`]. Uses it, [`crate::enforce`] and the layers below
 //! them; never the Pingora proxy that serves the requests.
+//!
+//! **Its other files:** `h2_stream.rs` (one HTTP/2 stream as the proxy sees it),
+//! `tunnel_error.rs` (why a tunnel could not be opened).
 
 pub mod access;
 pub mod ca;

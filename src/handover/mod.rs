@@ -33,6 +33,9 @@
 //! Costs (`bench/fleet_bench.py`, `docs/fleet.md`): a relayed request adds one kept
 //! connection's exchange to the owner — a parse of the owner's answer head, a copy of
 //! each body chunk, a lock and a hash lookup to take the connection and to give it back.
+//!
+//! **Its other files:** `owner.rs` (what passes between a member and an origin's owner
+//! on every path), `tunnel.rs` (a blind tunnel handed to its owner).
 
 mod owner;
 mod pool;

@@ -5,6 +5,8 @@
 //! what the operator publishes at the identity's `signature_agent` URL.
 //!
 //! Uses [`crate::config`] only.
+//!
+//! **Its other files:** `payment.rs` (pay-per-crawl budgets).
 
 pub mod key;
 pub mod payment;

@@ -1,6 +1,9 @@
 //! Operations: the [`admin`] listener (status page with the [`history`] of the last
 //! minutes, `/check`, per-origin views, `/metrics`) and the key [`directory`] listener. Uses [`crate::enforce`] and the
 //! layers below it.
+//!
+//! **Its other files:** `check.rs` (`/check?url=…`: the decision a request would get,
+//! explained).
 
 pub mod admin;
 mod check;

@@ -4,7 +4,8 @@
 //! kept across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
 //! traffic from looping back to it ([`loops`]). Uses [`crate::policy`], [`crate::robots`],
-//! [`crate::fleet`], [`crate::pacing`], [`crate::telemetry`] and [`crate::config`].
+//! [`crate::fleet`], [`crate::pacing`], [`crate::identity`], [`crate::telemetry`],
+//! [`crate::config`] and [`crate::error`].
 
 pub mod dns;
 pub mod fetch;

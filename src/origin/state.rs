@@ -40,6 +40,9 @@
 //!
 //! **Cost.** One pass over the store to save (the snapshots are shared, not copied);
 //! loading parses every held robots.txt once.
+//!
+//! **Its other files:** `error.rs` (why a state file was not loaded (`StateError`, with
+//! a kind)), `wire.rs` (the state file's encoding: a writer and a bounded reader).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

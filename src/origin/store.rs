@@ -32,6 +32,9 @@
 //! under the fleet-wide lock and writes the result back. Other instances' changes (a new
 //! copy, a purge) arrive as [`FleetEvent`]s. While Redis is unavailable the owner
 //! fetches here (it paces the origin in memory either way) and shares the copy later.
+//!
+//! **Its other files:** `fetching.rs` (how the store fills an entry), `flight.rs` (one
+//! robots.txt fetch per origin at a time).
 
 mod fetching;
 mod flight;

@@ -55,6 +55,12 @@
 //! origin (or address) has one owner at a time (`crate::fleet`), which paces it here, in
 //! memory; a new owner starts from what the previous one handed over
 //! ([`Pacer::inherit`], [`Schedules::facts`]).
+//!
+//! **Its other files:** `facts.rs` (what a schedule's state is worth keeping when its
+//! origin changes hands), `fetch_turns.rs` (the turns of a robots.txt fetch),
+//! `local.rs` (an origin's schedules in this process's memory), `no_turn.rs` (why
+//! pacing refused a request, and when to come back), `rules.rs` (what delay is in force
+//! on a schedule and why).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,9 +1,12 @@
-//! robotsgate's own proxy: the Pingora `ProxyHttp` ([`http`], wiring only, and the
-//! steps its phases take, `steps`), the upstream
-//! side of an exchange ([`exchange`]: the peer, how an exchange ended), the headers
-//! changed on the way through (`headers`), a request handed to its owner in a fleet
-//! (`handover`), and the server that puts the front door, the
-//! proxy and the admin listener together ([`server`]). Uses every layer below it.
+//! robotsgate's own proxy: the Pingora `ProxyHttp` ([`http`]), one method per phase,
+//! each taking one step of `steps` (judge the request, take its turn, sign it, check
+//! ownership again before the head is written, settle pay per crawl, route a request
+//! handed over again), with what it knows of the request (`context`) and reads off it
+//! (`request`); the upstream side of an exchange ([`exchange`]: the peer, how an
+//! exchange ended), the headers changed on the way through (`headers`), pay per crawl
+//! on the way back (`payment`), a request handed to its owner in a fleet (`handover`),
+//! and the server that puts the front door, the proxy and the admin listener together
+//! ([`server`]). Uses every layer below it.
 
 mod context;
 pub mod exchange;

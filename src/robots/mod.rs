@@ -30,6 +30,12 @@
 //! // Longest match wins, and the URL's escapes are normalised like the rule's.
 //! assert!(!robots.check(&["ExampleBot"], "/%70rivate").allowed);
 //! ```
+//!
+//! **Its other files:** `dictionary.rs` (an RFC 9651 Dictionary, as far as usage
+//! preferences need it), `diff.rs` (what changed between two robots.txt files),
+//! `extensions.rs` (Crawl-delay, Host, Clean-param), `normalize.rs` (one canonical
+//! spelling for paths), `usage.rs` (usage preferences per purpose), `usage_groups.rs`
+//! (how usage rules are grouped).
 
 mod dictionary;
 mod diff;

@@ -35,6 +35,7 @@ mod https;
 mod https_blind;
 mod layers;
 mod limits;
+mod module_docs;
 mod pacing;
 mod package;
 mod payment;

@@ -41,6 +41,9 @@
 //!   `docs/fleet-proof.md` gives for a search is compared with what it found.
 //!
 //! [`Standing`]: crate::fleet::standing::Standing
+//!
+//! **Its other files:** `alike.rs` (when two states are alike: the fingerprint
+//! remembered), `fidelity.rs` (the model's Redis against a real `redis-server`).
 
 mod alike;
 mod fidelity;

@@ -13,6 +13,9 @@
 //! generation offer is unique per server incarnation. Replication is asynchronous: the
 //! replica takes the master's data set whenever it catches up, and a failover promotes
 //! it as it is. Faults are budgets, zero unless a search gives some.
+//!
+//! **Its other files:** `calls.rs` (the calls members send, built as the code builds
+//! them).
 
 use std::rc::Rc;
 use std::time::Duration;

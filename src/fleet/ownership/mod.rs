@@ -35,6 +35,9 @@
 //! cache entry per key met (bounded), one per key owned. Every ownership key lives in one
 //! hash slot: on a Redis Cluster, ownership (a few calls per origin per idle period)
 //! runs on one shard, while robots.txt copies and budgets spread.
+//!
+//! **Its other files:** `answer.rs` (what `own_claim.lua` and `own_look.lua` answer,
+//! read once into a type).
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;

@@ -1,6 +1,9 @@
 //! Prometheus metrics, all prefixed `robotsgate_`, in base units (seconds, bytes).
 //!
 //! Registered once in the default registry; the admin listener serves them.
+//!
+//! **Its other files:** `fleet.rs` (the fleet backend's metrics), `identity.rs` (signing
+//! and pay per crawl), `labels.rs` (the closed label sets, one type each).
 
 mod fleet;
 mod identity;
