@@ -39,6 +39,12 @@ pub enum Tunnelled {
     /// or is leaving) and opened nothing: nothing was written to the client (the tunnel
     /// may be routed once more).
     GaveUp,
+    /// The owner never received the tunnel (no connection to its peer channel, another
+    /// key answering there, its CONNECT not written, or the connection closed before a
+    /// single octet of answer), as [`crate::handover::never_received`] says of a
+    /// request: it is forgotten as the key's owner, nothing was written to the client,
+    /// and the tunnel may be routed once more.
+    NotReceived,
 }
 
 /// The owner's answer head can be no longer than this.
@@ -51,9 +57,10 @@ const MAX_REFUSAL_BODY: u64 = 64 * 1024;
 impl HandOver {
     /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
     /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
-    /// what to answer the client when the owner could not be asked; `GaveUp`: the owner
-    /// refused as it no longer serves the key (it is forgotten as the key's owner), and
-    /// nothing was written to the client.
+    /// what to answer the client when the owner may have received it but did not answer
+    /// in time or readably; `GaveUp` and `NotReceived`: the owner refused as it no longer
+    /// serves the key, or never received the tunnel (either way it is forgotten as the
+    /// key's owner), and nothing was written to the client.
     pub async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
         client: &mut S,
@@ -69,32 +76,35 @@ impl HandOver {
             .answer()
         };
         let enforcer = &self.enforcer;
-        let peer = enforcer
-            .owners()
-            .and_then(|owners| owners.peer(owner))
-            .ok_or_else(unreachable)?;
+        let not_received = || {
+            enforcer.forget_owner(owner);
+            Ok(Tunnelled::NotReceived)
+        };
+        let head = connect_head(origin, &context).ok_or_else(unreachable)?;
+        let Some(peer) = enforcer.owners().and_then(|owners| owners.peer(owner)) else {
+            return not_received();
+        };
         let connected =
             tokio::time::timeout(self.connect_timeout, self.connector.new_stream(&peer)).await;
         let Ok(Ok(mut upstream)) = connected else {
-            return Err(unreachable());
+            return not_received();
         };
         if !crate::fleet::answered_by(&owner.member, upstream.get_ssl_digest().as_deref()) {
-            enforcer.forget_owner(owner);
-            return Err(unreachable());
+            return not_received();
         }
-        let head = connect_head(origin, &context).ok_or_else(unreachable)?;
         if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
-            return Err(unreachable());
+            return not_received();
         }
         let answered =
             tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
-        let Ok(Some(OwnerHead {
+        let OwnerHead {
             status,
             gave_up,
             bytes: head,
-        })) = answered
-        else {
-            return Err(unreachable());
+        } = match answered {
+            Ok(Ok(head)) => head,
+            Ok(Err(Unanswered::Closed)) => return not_received(),
+            Ok(Err(Unanswered::Unreadable)) | Err(_) => return Err(unreachable()),
         };
         if gave_up {
             // It no longer serves the key: the owner is looked up again.
@@ -161,32 +171,45 @@ struct OwnerHead {
 
 /// Reads a response head (through its blank line, nothing after it: the owner sends
 /// nothing more before the tunnel's bytes); `None` when it is unreadable or too long.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<OwnerHead> {
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<OwnerHead, Unanswered> {
     let mut head = Vec::with_capacity(256);
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        if head.len() >= MAX_ANSWER_HEAD || stream.read(&mut byte).await.ok()? == 0 {
-            return None;
+        if head.len() >= MAX_ANSWER_HEAD {
+            return Err(Unanswered::Unreadable);
         }
-        head.push(byte[0]);
+        match stream.read(&mut byte).await {
+            Ok(1..) => head.push(byte[0]),
+            // Closed (or reset) before a single octet: the owner never took it.
+            Ok(0) | Err(_) if head.is_empty() => return Err(Unanswered::Closed),
+            Ok(0) | Err(_) => return Err(Unanswered::Unreadable),
+        }
     }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut response = httparse::Response::new(&mut headers);
     let Ok(httparse::Status::Complete(_)) = response.parse(&head) else {
-        return None;
+        return Err(Unanswered::Unreadable);
     };
-    let status = response.code?;
+    let status = response.code.ok_or(Unanswered::Unreadable)?;
     let decision = response
         .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("x-robots-decision"))
         .map(|h| h.value);
     let gave_up = crate::fleet::owner_gave_up(status, decision);
-    Some(OwnerHead {
+    Ok(OwnerHead {
         status,
         gave_up,
         bytes: head,
     })
+}
+
+/// Why no answer head came from the owner.
+enum Unanswered {
+    /// The connection closed (or was reset) before a single octet.
+    Closed,
+    /// Something came that is not a readable head, or it broke off midway.
+    Unreadable,
 }
 
 #[cfg(test)]

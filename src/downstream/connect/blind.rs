@@ -139,18 +139,22 @@ impl Tunnels {
                     self.refuse(l4, &shown, mode, &answer, started).await;
                     return None;
                 }
-                // The owner gave the key up before opening anything: routed once more.
-                Ok(Tunnelled::GaveUp) if reroutes.allowed() => {
+                // The owner gave the key up before opening anything, or never received
+                // the tunnel: routed once more.
+                Ok(Tunnelled::GaveUp | Tunnelled::NotReceived) if reroutes.allowed() => {
                     reroutes = reroutes.again().unwrap_or(reroutes);
-                }
-                Ok(Tunnelled::GaveUp) => {
-                    let why = "its owner kept giving it up";
-                    let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
-                    self.refuse(l4, &shown, mode, &answer, started).await;
-                    return None;
                 }
                 Ok(Tunnelled::Done) => {
                     log_tunnel(&shown, mode, "handed_over", started);
+                    return None;
+                }
+                Ok(last) => {
+                    let why = match last {
+                        Tunnelled::GaveUp => "its owner kept giving it up",
+                        _ => "its owner could not be reached",
+                    };
+                    let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
+                    self.refuse(l4, &shown, mode, &answer, started).await;
                     return None;
                 }
             }
