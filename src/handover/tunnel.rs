@@ -78,22 +78,22 @@ impl HandOver {
         let enforcer = &self.enforcer;
         let not_received = || {
             enforcer.forget_owner(owner);
-            Ok(Tunnelled::NotReceived)
+            Tunnelled::NotReceived
         };
         let head = connect_head(origin, &context).ok_or_else(unreachable)?;
         let Some(peer) = enforcer.owners().and_then(|owners| owners.peer(owner)) else {
-            return not_received();
+            return Ok(not_received());
         };
         let connected =
             tokio::time::timeout(self.connect_timeout, self.connector.new_stream(&peer)).await;
         let Ok(Ok(mut upstream)) = connected else {
-            return not_received();
+            return Ok(not_received());
         };
         if !crate::fleet::answered_by(&owner.member, upstream.get_ssl_digest().as_deref()) {
-            return not_received();
+            return Ok(not_received());
         }
         if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
-            return not_received();
+            return Ok(not_received());
         }
         let answered =
             tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
@@ -103,7 +103,7 @@ impl HandOver {
             bytes: head,
         } = match answered {
             Ok(Ok(head)) => head,
-            Ok(Err(Unanswered::Closed)) => return not_received(),
+            Ok(Err(Unanswered::Closed)) => return Ok(not_received()),
             Ok(Err(Unanswered::Unreadable)) | Err(_) => return Err(unreachable()),
         };
         if gave_up {
@@ -205,6 +205,7 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<OwnerHead, Un
 }
 
 /// Why no answer head came from the owner.
+#[derive(Debug, PartialEq, Eq)]
 enum Unanswered {
     /// The connection closed (or was reset) before a single octet.
     Closed,
@@ -267,11 +268,22 @@ mod tests {
     async fn an_unreadable_or_endless_head_is_refused() {
         let (mut a, mut b) = tokio::io::duplex(64 * 1024);
         b.write_all(b"garbage\r\n\r\n").await.expect("write");
-        assert!(read_head(&mut a).await.is_none());
+        assert_eq!(read_head(&mut a).await.err(), Some(Unanswered::Unreadable));
         let (mut a, mut b) = tokio::io::duplex(64 * 1024);
         b.write_all(&vec![b'x'; MAX_ANSWER_HEAD + 10])
             .await
             .expect("write");
-        assert!(read_head(&mut a).await.is_none());
+        assert_eq!(read_head(&mut a).await.err(), Some(Unanswered::Unreadable));
+    }
+
+    #[tokio::test]
+    async fn a_close_before_any_octet_is_told_from_one_midway() {
+        let (mut a, b) = tokio::io::duplex(1024);
+        drop(b);
+        assert_eq!(read_head(&mut a).await.err(), Some(Unanswered::Closed));
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        b.write_all(b"HTTP/1.1 200").await.expect("write");
+        drop(b);
+        assert_eq!(read_head(&mut a).await.err(), Some(Unanswered::Unreadable));
     }
 }
