@@ -248,3 +248,79 @@ labels!(
         Connect => "connect",
     }
 );
+
+#[cfg(test)]
+mod tests {
+    /// Every value of every closed label set the code defines appears, in backticks, in
+    /// `docs/operations.md`'s row for each metric it labels: the label types' own `ALL`,
+    /// read from the library, never a list copied here.
+    #[test]
+    fn every_label_value_is_in_the_metrics_table() {
+        use super::*;
+        use crate::policy::answer::Outcome;
+        fn labels<T: Copy>(all: &[T], label: fn(T) -> &'static str) -> Vec<&'static str> {
+            all.iter().map(|&v| label(v)).collect()
+        }
+        let sets: Vec<(&str, Vec<&str>)> = vec![
+            (
+                "robotsgate_requests_total",
+                labels(&Outcome::ALL, Outcome::label),
+            ),
+            ("robotsgate_requests_total", labels(&Mode::ALL, Mode::label)),
+            (
+                "robotsgate_requests_total",
+                labels(&Protocol::ALL, Protocol::label),
+            ),
+            (
+                "robotsgate_downstream_refusals_total",
+                labels(RefusalReason::ALL, RefusalReason::label),
+            ),
+            (
+                "robotsgate_connect_tunnels_total",
+                labels(&TunnelMode::ALL, TunnelMode::label),
+            ),
+            (
+                "robotsgate_connect_tunnels_total",
+                labels(TunnelOutcome::ALL, TunnelOutcome::label),
+            ),
+            (
+                "robotsgate_transparent_connections_total",
+                labels(TransparentOutcome::ALL, TransparentOutcome::label),
+            ),
+            (
+                "robotsgate_pacing_slow_downs_total",
+                labels(SlowDown::ALL, SlowDown::label),
+            ),
+            (
+                "robotsgate_robots_fetches_total",
+                labels(RobotsFetch::ALL, RobotsFetch::label),
+            ),
+            (
+                "robotsgate_fleet_backend_unavailable",
+                labels(DownCause::ALL, DownCause::label),
+            ),
+            (
+                "robotsgate_upstream_retries_total",
+                labels(Retry::ALL, Retry::label),
+            ),
+        ];
+        let table = include_str!("../../../docs/operations.md");
+        let mut missing = Vec::new();
+        for (metric, values) in sets {
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{metric}` |")))
+                .unwrap_or_else(|| panic!("no row for {metric}"));
+            for value in values {
+                if !row.contains(&format!("`{value}`")) {
+                    missing.push(format!("{metric}: `{value}`"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "operations.md lacks:\n{}",
+            missing.join("\n")
+        );
+    }
+}
