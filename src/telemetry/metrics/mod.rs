@@ -599,6 +599,39 @@ pub static DOWNSTREAM_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
 
 #[cfg(test)]
 mod tests {
+    /// Every metric robotsgate registers (each `"robotsgate_…"` name in `src/`) has its
+    /// row in `docs/operations.md`'s table.
+    #[test]
+    fn every_registered_metric_is_in_the_metrics_table() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let table = include_str!("../../../docs/operations.md");
+        let mut missing = std::collections::BTreeSet::new();
+        let mut dirs = vec![src];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read src").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for piece in text.split("\"robotsgate_").skip(1) {
+                    let name: String = piece
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty()
+                        && piece[name.len()..].starts_with('"')
+                        && !table.contains(&format!("| `robotsgate_{name}` |"))
+                    {
+                        missing.insert(format!("robotsgate_{name}"));
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in docs/operations.md: {missing:?}");
+    }
+
     /// The Grafana dashboard in `conf/` only charts metrics this module registers and the
     /// manual documents (`docs/operations.md`).
     #[test]
