@@ -354,3 +354,20 @@ fn the_embedding_example_in_the_architecture_page_is_the_compiled_one() {
         .expect("a rust block");
     assert_eq!(block.trim_end(), extract.join("\n").trim_end());
 }
+
+/// `docs/cli.md` is exactly what its generator writes from the binary's own `--help`
+/// for every command and subcommand: `scripts/cli_reference.py BINARY --check`.
+#[test]
+fn the_cli_reference_is_what_the_binary_says() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/cli_reference.py"))
+        .arg(env!("CARGO_BIN_EXE_robotsgate"))
+        .arg("--check")
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
