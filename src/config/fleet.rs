@@ -79,6 +79,10 @@ pub struct FleetConfig {
     /// Open peer-channel connections from one address (one member's: those its requests
     /// are in, and up to 64 idle per listener it relays from).
     pub peer_max_connections_per_client: usize,
+    /// Open peer-channel connections one member holds, from however many addresses
+    /// (each carries one request at a time): what a member's key can hold in flight
+    /// here. More are closed after the handshake.
+    pub peer_max_connections_per_member: usize,
     /// What another member may say of a request it hands over: the first entry naming
     /// that member (by its certificate's name, or `"*"`) says which proxy users and
     /// client addresses its word may name; a request naming another is refused (`403`,
@@ -142,6 +146,7 @@ impl Default for FleetConfig {
             peer_allow_clients: Vec::new(),
             peer_max_connections: 2048,
             peer_max_connections_per_client: 512,
+            peer_max_connections_per_member: 512,
             peer_scope: vec![PeerScopeEntry::default()],
             peer_max_new_origins_per_second: 50,
         }
@@ -306,6 +311,10 @@ impl FleetConfig {
             (
                 "peer_max_connections_per_client",
                 self.peer_max_connections_per_client,
+            ),
+            (
+                "peer_max_connections_per_member",
+                self.peer_max_connections_per_member,
             ),
         ] {
             if value == 0 {

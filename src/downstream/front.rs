@@ -237,7 +237,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             ..ClientContext::default()
         };
         self.serve(admitted.stream, peer, context, shutdown).await;
-        drop(admitted.slot);
+        drop((admitted.slot, admitted.member_slot));
     }
 
     /// A connection on a transparent listener: its original destination (a loop is

@@ -11,7 +11,9 @@
 //! 3. the mutual TLS handshake, within the first-byte timeout (at least 5 s): a
 //!    certificate from the fleet CA;
 //! 4. the member that certificate names, live at that address: the connection is that
-//!    member's from then on, whatever its requests' headers say.
+//!    member's from then on, whatever its requests' headers say;
+//! 5. a slot of that member's (`fleet.peer_max_connections_per_member`, from however
+//!    many addresses), held while the connection is open.
 //!
 //! Each request on it is then served only while that member is live
 //! ([`PeerDoor::still_member`]), with the context its header gives
@@ -45,6 +47,56 @@ pub struct PeerDoor {
     handshake: Duration,
     /// What each member may name.
     scope: PeerScope,
+    /// The connections each member holds open.
+    members: Arc<MemberSlots>,
+}
+
+/// The peer connections each member holds open, each taken from at most `max`
+/// (`fleet.peer_max_connections_per_member`): a member's key (a stolen one, a member
+/// gone wrong) holds at most that many requests in flight here, from however many
+/// addresses (an HTTP/1.1 connection carries one request at a time; a tunnel's HTTP/2
+/// streams are bounded per connection by `limits.http2`).
+struct MemberSlots {
+    /// The most one member holds.
+    max: usize,
+    /// Open connections, by member instance.
+    open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One member's connection, given back when dropped.
+pub struct MemberSlot {
+    /// Whose.
+    member: String,
+    /// Where it is counted.
+    slots: Arc<MemberSlots>,
+}
+
+impl MemberSlots {
+    /// A slot for `member`, unless it holds `max` already.
+    fn take(self: &Arc<Self>, member: &str) -> Option<MemberSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let held = open.entry(member.to_string()).or_insert(0);
+        if *held >= self.max {
+            return None;
+        }
+        *held += 1;
+        Some(MemberSlot {
+            member: member.to_string(),
+            slots: self.clone(),
+        })
+    }
+}
+
+impl Drop for MemberSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = open.get_mut(&self.member) {
+            *held -= 1;
+            if *held == 0 {
+                open.remove(&self.member);
+            }
+        }
+    }
 }
 
 /// A connection admitted: its stream after the handshake, the member it is, and its slot.
@@ -55,15 +107,16 @@ pub struct Admitted {
     pub member: String,
     /// Its slot, given back when the connection closes.
     pub slot: Slot,
+    /// Its member's slot, given back with it.
+    pub member_slot: MemberSlot,
 }
 
 impl PeerDoor {
     /// The door of `owners`' peer channel: `max` connections in all, `per_client` from
-    /// one address, handshakes within `handshake`.
+    /// one address, `per_member` from one member, handshakes within `handshake`.
     pub fn new(
         owners: Arc<Owners>,
-        max: usize,
-        per_client: usize,
+        (max, per_client, per_member): (usize, usize, usize),
         handshake: Duration,
         scope: PeerScope,
     ) -> PeerDoor {
@@ -73,6 +126,10 @@ impl PeerDoor {
             slots: Slots::new(max, per_client),
             handshake: handshake.max(Duration::from_secs(5)),
             scope,
+            members: Arc::new(MemberSlots {
+                max: per_member,
+                open: std::sync::Mutex::default(),
+            }),
         }
     }
 
@@ -106,10 +163,15 @@ impl PeerDoor {
             let why = format!("its certificate names member {name:?}, not live at this address");
             return refused(RefusalReason::PeerNotMember, Some(from), &why);
         };
+        let Some(member_slot) = self.members.take(&member) else {
+            let why = format!("{member} holds fleet.peer_max_connections_per_member already");
+            return refused(RefusalReason::PeerMemberConnectionLimit, Some(from), &why);
+        };
         Some(Admitted {
             stream,
             member,
             slot,
+            member_slot,
         })
     }
 

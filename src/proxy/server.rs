@@ -393,8 +393,11 @@ fn add_client_listeners(
     if let (Some(owners), Some(listen)) = (enforcer.owners(), config.fleet.peer_listen) {
         let door = Door::Peer(Arc::new(PeerDoor::new(
             owners.clone(),
-            config.fleet.peer_max_connections,
-            config.fleet.peer_max_connections_per_client,
+            (
+                config.fleet.peer_max_connections,
+                config.fleet.peer_max_connections_per_client,
+                config.fleet.peer_max_connections_per_member,
+            ),
             config.limits.first_byte_timeout_seconds.duration(),
             PeerScope::new(&config.fleet.peer_scope),
         )));

@@ -619,3 +619,72 @@ async fn a_member_makes_an_owner_claim_only_so_many_new_origins_a_second() {
         assert_eq!(curl(&proxies[0], &origin.url("/own"), &[]).0, 200);
     }
 }
+
+/// A member holds at most `fleet.peer_max_connections_per_member` peer connections at
+/// an owner (here 2), whatever address they come from: with a member's key, two
+/// connections held open (OpenSSL's `s_client`) leave a third closed after its
+/// handshake, counted, with nothing at the origin; once one closes, the next is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_holds_only_so_many_connections_at_an_owner() {
+    use std::io::BufRead;
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("fleet.peer_max_connections_per_member", 2);
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let origin = paced_origin("0").await;
+    let stolen = Credential::of(&proxies[1]);
+    let peer = proxies[0].peer.expect("a fleet member");
+    let hold = || {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-connect", &peer.to_string()])
+            .args(["-servername", "robotsgate-fleet", "-CAfile"])
+            .arg(certs().file("ca.pem"))
+            .arg("-cert")
+            .arg(&stolen.cert)
+            .arg("-key")
+            .arg(&stolen.key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_client");
+        // Its output read to the end on a thread of its own (a closed pipe would end
+        // it), the handshake's verdict passed back.
+        let out = child.stdout.take().expect("stdout");
+        let (tell, verdict) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if line.contains("Verify return code: 0") {
+                    let _ = tell.send(());
+                }
+            }
+        });
+        let verified = verdict.recv_timeout(Duration::from_secs(10)).is_ok();
+        assert!(verified, "s_client's handshake failed");
+        child
+    };
+    let mut held = vec![hold(), hold()];
+    let context = r#"{"c":"127.0.0.1"}"#;
+    let ask = |path: &str| {
+        as_peer(
+            &proxies[0],
+            &stolen.cert,
+            &stolen.key,
+            &origin.url(path),
+            context,
+        )
+    };
+    assert_eq!(ask("/third"), 0, "a third connection was served");
+    assert_eq!(origin.count("/third"), 0);
+    assert_eq!(refused(&proxies[0], "peer_member_connection_limit"), 1.0);
+    let mut first = held.remove(0);
+    first.kill().expect("kill s_client");
+    first.wait().expect("wait");
+    let served = eventually(Duration::from_secs(5), || ask("/after") == 200).await;
+    assert!(served, "no slot came back:\n{}", proxies[0].log());
+    assert!(origin.count("/after") >= 1);
+    for mut child in held {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

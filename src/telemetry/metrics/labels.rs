@@ -147,6 +147,9 @@ labels!(
         PeerClientConnectionLimit => "peer_client_connection_limit",
         /// `fleet.peer_max_connections` held.
         PeerConnectionLimit => "peer_connection_limit",
+        /// `fleet.peer_max_connections_per_member` held by the member the certificate
+        /// names.
+        PeerMemberConnectionLimit => "peer_member_connection_limit",
     }
 );
 
