@@ -131,8 +131,15 @@ fn reference_entries() -> (BTreeSet<String>, BTreeSet<String>) {
 /// (keys, types, defaults, docs): `scripts/config_reference.py --check`.
 #[test]
 fn the_configuration_reference_is_what_its_generator_writes() {
+    generator_agrees("scripts/config_reference.py", &[]);
+}
+
+/// Runs the generator `script` with `args` and `--check`: it must find its page as it
+/// would write it.
+fn generator_agrees(script: &str, args: &[&str]) {
     let out = std::process::Command::new("python3")
-        .arg(root().join("scripts/config_reference.py"))
+        .arg(root().join(script))
+        .args(args)
         .arg("--check")
         .output()
         .expect("python3");
@@ -359,15 +366,8 @@ fn the_embedding_example_in_the_architecture_page_is_the_compiled_one() {
 /// for every command and subcommand: `scripts/cli_reference.py BINARY --check`.
 #[test]
 fn the_cli_reference_is_what_the_binary_says() {
-    let out = std::process::Command::new("python3")
-        .arg(root().join("scripts/cli_reference.py"))
-        .arg(env!("CARGO_BIN_EXE_robotsgate"))
-        .arg("--check")
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    generator_agrees(
+        "scripts/cli_reference.py",
+        &[env!("CARGO_BIN_EXE_robotsgate")],
     );
 }

@@ -91,10 +91,14 @@ fn proof_doc() -> String {
         .expect("docs/fleet-proof.md")
 }
 
-/// Does `docs/fleet-proof.md` say `phrase` (line breaks and indentation as spaces)?
-fn proof_says(phrase: &str) -> bool {
+/// Fails unless `docs/fleet-proof.md` says `phrase` (line breaks and indentation as
+/// spaces).
+fn assert_proof_says(phrase: &str) {
     let squash = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
-    squash(&proof_doc()).contains(&squash(phrase))
+    assert!(
+        squash(&proof_doc()).contains(&squash(phrase)),
+        "docs/fleet-proof.md does not say: {phrase}"
+    );
 }
 
 /// The most states one search may visit (a bound on its memory).
@@ -478,10 +482,7 @@ fn the_walks_bounds_are_the_documented_ones() {
         thousands(EVERY_FAULT_WALKS),
         thousands(SETTLE_WALKS),
     );
-    assert!(
-        proof_says(&phrase),
-        "docs/fleet-proof.md does not say: {phrase}"
-    );
+    assert_proof_says(&phrase);
 }
 
 /// A new fleet (`fleet.new_data_set: settle`): members joining, crashing, leaving,

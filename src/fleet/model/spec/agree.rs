@@ -23,8 +23,8 @@ fn claim_key(k: usize) -> String {
     crate::fleet::ownership::claim_key(&format!("k{k}"))
 }
 
-/// A generation's name.
-fn gen(g: Option<u8>) -> String {
+/// A generation's name, as the scripts and `Standing` hold it (none: empty).
+pub(super) fn gen(g: Option<u8>) -> String {
     g.map_or(String::new(), |g| format!("g{g}"))
 }
 
@@ -343,10 +343,7 @@ fn the_number_of_cases_is_the_documented_one() {
         "runs {} random stores",
         crate::fleet::model::thousands(CASES)
     );
-    assert!(
-        crate::fleet::model::proof_says(&phrase),
-        "docs/fleet-proof.md does not say: {phrase}"
-    );
+    crate::fleet::model::assert_proof_says(&phrase);
 }
 
 /// Random stores and calls: the rules and the scripts answer and store alike.

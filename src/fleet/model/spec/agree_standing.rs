@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::agree::gen;
 use super::member::{HeldAs, Instance, KeyHeld};
 use super::store::{ClaimMode, ClaimReply, Claiming, How, Ms, Renewed, KEYS};
 use crate::fleet::model::Dice;
@@ -29,11 +30,6 @@ const LEASE: Ms = 2_000;
 /// Key `k` as `Standing` names it.
 fn key(k: usize) -> String {
     format!("k{k}")
-}
-
-/// A generation as `Standing` holds it (none before the first renewal).
-fn gen(g: Option<u8>) -> String {
-    g.map_or(String::new(), |g| format!("g{g}"))
 }
 
 /// `HeldAs` as `Standing` says it.
@@ -255,10 +251,7 @@ fn the_number_of_lives_is_the_documented_one() {
         "{} random lives of {STEPS} steps",
         crate::fleet::model::thousands(LIVES)
     );
-    assert!(
-        crate::fleet::model::proof_says(&phrase),
-        "docs/fleet-proof.md does not say: {phrase}"
-    );
+    crate::fleet::model::assert_proof_says(&phrase);
 }
 
 /// Random lives: the specification's member and `Standing` say the same at every step.
