@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use crate::config::FleetConfig;
 use crate::fleet::down::Down;
 use crate::fleet::memory::{memory_fit, texts};
+use crate::fleet::redis_clock::Reading;
 use crate::fleet::replicas::replicated_writes;
 use crate::telemetry::metrics;
 use crate::telemetry::metrics::DownCause;
@@ -314,10 +315,15 @@ impl Fleet {
     /// offset from this process's clock lies between the two readings, each used on the
     /// safe side of a conversion (see [`Fleet::redis_time_of`], [`Fleet::instant_of`]).
     pub(crate) fn saw_redis_time(&self, redis_now_ms: i64, sent: i64) {
+        let reading = Reading {
+            sent,
+            received: self.local_ms(),
+            redis: redis_now_ms,
+        };
         self.clock_offset_high_ms
-            .store(redis_now_ms - sent, Ordering::Release);
+            .store(reading.offset_at_sending(), Ordering::Release);
         self.clock_offset_ms
-            .store(redis_now_ms - self.local_ms(), Ordering::Release);
+            .store(reading.offset_at_receipt(), Ordering::Release);
     }
 
     /// `instant` (in this process) in Redis time (ms), when Redis' clock is known: never

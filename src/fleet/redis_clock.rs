@@ -39,6 +39,22 @@ pub struct Reading {
     pub redis: i64,
 }
 
+impl Reading {
+    /// What an own time plus this is Redis' time, never earlier than it was: as if
+    /// Redis read its clock when the call left (`Fleet::redis_time_of`; a last end or a
+    /// pause handed to another member is never shortened).
+    pub fn offset_at_sending(self) -> i64 {
+        self.redis - self.sent
+    }
+
+    /// What Redis' time minus this is an own time, never earlier than it is: as if
+    /// Redis read its clock when the answer arrived (`Fleet::instant_of`; a bound handed
+    /// over is never shortened).
+    pub fn offset_at_receipt(self) -> i64 {
+        self.redis - self.received
+    }
+}
+
 /// The last renewal's readings, to compare the next one's with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RedisClock {

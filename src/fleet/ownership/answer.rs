@@ -1,5 +1,44 @@
 //! What `own_claim.lua` and `own_look.lua` answer, read once into a type: the one
-//! reading of those answers, for the fleet and for the model (`fleet::model`).
+//! reading of those answers, for the fleet and for the model (`fleet::model`); and what
+//! a claim's answer does to this member's [`Standing`] ([`ClaimAnswer::apply`]), pure,
+//! the one place both of `ownership`'s claiming paths (a claim, a claim written again)
+//! act on it, which the specification's member is compared with
+//! (`model/spec/agree_standing.rs`).
+
+use crate::fleet::standing::{Held, Standing, Taking};
+
+/// The call an answer answers: the key, and the epoch, generation and mode it was made in.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    /// The key claimed.
+    pub key: &'a str,
+    /// This member's epoch when it called.
+    pub epoch: u64,
+    /// Its generation when it called.
+    pub generation: &'a str,
+    /// A claim written again (`reassert` or `vouch`), not a first claim.
+    pub again: bool,
+}
+
+/// What an answer did to the member's standing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The key is held here now; `bound`: the not-before the answer set (this member's
+    /// ms), when it set one (`wait_ms` not 0): in the past, a vanished owner's last
+    /// exchange ended by then, and the Crawl-delay in force counts from it.
+    Took {
+        /// The not-before, when the answer bounded it.
+        bound: Option<i64>,
+    },
+    /// Another member holds it now, or it was let go: no longer held here.
+    Lost,
+    /// A claim written again for a key released or handed on meanwhile: that decided,
+    /// the answer changes nothing.
+    Passed,
+    /// An answer that changes nothing held here (held by another, free, stale,
+    /// unregistered).
+    Unchanged,
+}
 
 /// An answer of `own_claim.lua` (or `own_look.lua`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +118,45 @@ impl ClaimAnswer {
             "unregistered" => ClaimAnswer::Unregistered,
             _ => return None,
         })
+    }
+}
+
+impl ClaimAnswer {
+    /// Acts on this answer to `asked`, received at `received` (this member's ms), in
+    /// `standing`: a key taken is held from `received` plus the answer's wait, a key lost
+    /// is dropped; a claim written again whose key is no longer held in here is left as
+    /// it is.
+    pub fn apply(&self, standing: &mut Standing, asked: Asked, received: i64) -> Applied {
+        let held_in = standing
+            .holding(asked.key)
+            .is_some_and(|h| h.held == Held::In);
+        if asked.again && !held_in {
+            return Applied::Passed;
+        }
+        match *self {
+            ClaimAnswer::Taken {
+                wait_ms,
+                token,
+                provisional,
+                ..
+            } => {
+                let not_before = received + wait_ms;
+                let taking = Taking {
+                    token,
+                    not_before,
+                    provisional,
+                };
+                standing.took(asked.key, asked.epoch, asked.generation, taking);
+                Applied::Took {
+                    bound: (wait_ms != 0).then_some(not_before),
+                }
+            }
+            ClaimAnswer::Lost => {
+                standing.drop_key(asked.key);
+                Applied::Lost
+            }
+            _ => Applied::Unchanged,
+        }
     }
 }
 

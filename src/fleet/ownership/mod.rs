@@ -50,7 +50,7 @@ use crate::fleet::backend::{lock, ms, Fleet, Unavailable};
 use crate::fleet::membership::{Membership, FENCE, GENERATION, MEMBERS, SERVER};
 use crate::fleet::new_origins::NewOrigins;
 use crate::fleet::scripts::script;
-use crate::fleet::standing::{Held, Here, Reassert, Taking};
+use crate::fleet::standing::{Held, Here, Reassert};
 use crate::fleet::traffic::Traffic;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
@@ -59,6 +59,7 @@ pub mod answer;
 mod letting_go;
 
 pub use answer::ClaimAnswer;
+use answer::{Applied, Asked};
 
 /// Keys whose owner (another member) is remembered.
 pub const OWNERS_KEPT: usize = 100_000;
@@ -380,26 +381,20 @@ impl Ownership {
     /// Claims `key`, and says where its requests go.
     async fn claim(&self, key: &str) -> Result<Route, Unavailable> {
         let (answer, epoch, generation, received) = self.own_claim(key, "claim").await?;
+        let asked = Asked {
+            key,
+            epoch,
+            generation: &generation,
+            again: false,
+        };
+        let applied = answer.apply(&mut self.members.standing(), asked, received);
         match answer {
-            ClaimAnswer::Taken {
-                how,
-                wait_ms,
-                token,
-                provisional,
-                facts,
-            } => {
-                let not_before = received + wait_ms;
-                let taking = Taking {
-                    token,
-                    not_before,
-                    provisional,
+            ClaimAnswer::Taken { how, facts, .. } => {
+                let bound = match applied {
+                    Applied::Took { bound } => bound,
+                    _ => None,
                 };
-                self.members
-                    .standing()
-                    .took(key, epoch, &generation, taking);
-                Ok(Route::Here(Some(
-                    self.taken(key, &how, wait_ms, not_before, &facts),
-                )))
+                Ok(Route::Here(Some(self.taken(key, &how, bound, &facts))))
             }
             ClaimAnswer::Held {
                 member,
@@ -431,21 +426,20 @@ impl Ownership {
         }
     }
 
-    /// The claim of `key` is this instance's now, `how` it came to be: what it starts
-    /// from.
+    /// The claim of `key` is this instance's now, `how` it came to be, bounded by the
+    /// answer's not-before when it set one: what it starts from.
     fn taken(
         &self,
         key: &str,
         how: &str,
-        wait_ms: i64,
-        not_before: i64,
+        bound: Option<i64>,
         facts: &[(String, String)],
     ) -> Inherited {
         let inherited = Inherited {
             // A bound in the past is kept too: a vanished owner's last exchange ended by
             // then at the latest, and the Crawl-delay in force counts from it, however
             // late the key is taken over.
-            not_before: (wait_ms != 0).then(|| self.fleet.local_instant(not_before)),
+            not_before: bound.map(|b| self.fleet.local_instant(b)),
             groups: facts
                 .iter()
                 .map(|(group, value)| self.group_facts(group, value))
@@ -583,37 +577,23 @@ impl Ownership {
         how: Reassert,
     ) -> Result<Option<Option<Instant>>, Unavailable> {
         let (answer, epoch, generation, received) = self.own_claim(key, how.mode()).await?;
+        let asked = Asked {
+            key,
+            epoch,
+            generation: &generation,
+            again: true,
+        };
         let mut standing = self.members.standing();
-        if standing.holding(key).is_none_or(|h| h.held != Held::In) {
-            // Released or handed on meanwhile: that decides.
-            return Ok(None);
-        }
-        match answer {
-            ClaimAnswer::Taken {
-                wait_ms,
-                token,
-                provisional,
-                ..
-            } => {
-                let not_before = received + wait_ms;
-                let taking = Taking {
-                    token,
-                    not_before,
-                    provisional,
-                };
-                standing.took(key, epoch, &generation, taking);
-                Ok(Some(
-                    (wait_ms != 0).then(|| self.fleet.local_instant(not_before)),
-                ))
-            }
-            ClaimAnswer::Lost => {
+        match answer.apply(&mut standing, asked, received) {
+            Applied::Took { bound } => Ok(Some(bound.map(|b| self.fleet.local_instant(b)))),
+            Applied::Passed => Ok(None), // released or handed on meanwhile: that decides
+            Applied::Lost => {
                 log::warn!("fleet: {key} is another member's now; handed over");
-                standing.drop_key(key);
                 metrics::record_ownership("lost");
                 metrics::FLEET_OWNED.set(standing.len() as i64);
                 Ok(None)
             }
-            _ => Err(Unavailable),
+            Applied::Unchanged => Err(Unavailable),
         }
     }
 }

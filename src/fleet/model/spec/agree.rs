@@ -300,7 +300,7 @@ fn keys(keys: &[&str]) -> Vec<String> {
 }
 
 /// A claim's answer as the script's words.
-fn claim_words(a: &ClaimReply) -> Vec<String> {
+pub(super) fn claim_words(a: &ClaimReply) -> Vec<String> {
     let w = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     match *a {
         ClaimReply::Taken(how, bound, n, pv, last_end) => {

@@ -1,22 +1,30 @@
 //! The specification's member decides as `standing.rs` does: random lives (renewals
-//! in changing epochs and generations, claims taken and lost, keys marked, put back,
+//! in changing epochs and generations, claims answered, keys marked, put back,
 //! dropped, a leave), each step applied to `member.rs`'s [`Instance`] and to the code's
 //! own `Standing`; after every step, at random moments, what each says of its lease
 //! and of every key (acting, to be written again and how, the holding itself) must be
 //! the same.
 //!
-//! What it leaves to the searches: the claim's answer as `ownership` reads it (the
-//! inherited gap, a re-assertion's answer to a key let go meanwhile), which is not
-//! `Standing`'s.
+//! A claim's answer (a first claim or one written again; taken with a wait ahead,
+//! behind or none, lost, held by another, stale, unregistered) goes to the code as the
+//! script's words, read by `ClaimAnswer::parse` and acted on by `ClaimAnswer::apply`,
+//! the reading both of `ownership`'s claiming paths call: a first claim's inherited
+//! bound must be the specification's, and a claim written again for a key let go
+//! meanwhile must change nothing on either side.
+//!
+//! What it leaves to the searches: the facts a claim carries (the answers here carry
+//! none); their offsets are `redis_clock.rs`'s, shared by both sides.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::agree::gen;
+use super::agree::{claim_words, gen};
 use super::member::{HeldAs, Instance, KeyHeld};
-use super::store::{ClaimMode, ClaimReply, Claiming, How, Ms, Renewed, KEYS};
+use super::store::{ClaimMode, ClaimReply, Claiming, How, Ms, Renewed, State, KEYS};
 use crate::fleet::model::Dice;
-use crate::fleet::standing::{Held, Reassert, Standing, Taking};
+use crate::fleet::ownership::answer::{Applied, Asked};
+use crate::fleet::ownership::ClaimAnswer;
+use crate::fleet::standing::{Held, Reassert, Standing};
 
 /// Random lives, each run through both.
 const LIVES: usize = 4_000;
@@ -57,6 +65,8 @@ struct Lived {
     grace: Ms,
     now: Ms,
     redis: Ms,
+    /// The kinds of answer applied, and how many of each.
+    applied: BTreeMap<&'static str, usize>,
 }
 
 impl Lived {
@@ -69,6 +79,7 @@ impl Lived {
             grace,
             now: 1_000,
             redis: 50_000,
+            applied: BTreeMap::new(),
         }
     }
 
@@ -99,52 +110,71 @@ impl Lived {
         format!("renewal sent {sent}: epoch {epoch} g{generation} (changed: {changed})")
     }
 
-    /// A claim of key `k`, made in this or an earlier epoch and generation, taken.
-    fn take(&mut self, d: &mut Dice, k: usize) -> String {
+    /// An answer to a claim of key `k` (a first one, or written again), made in this or
+    /// an earlier epoch and generation: the specification's member acts on it, and the
+    /// code's `ClaimAnswer::apply` on the same answer as the script words it; a first
+    /// claim's inherited bound must be the same.
+    fn answer(&mut self, d: &mut Dice, k: usize) -> Result<String, String> {
         let epoch = self.spec.epoch.saturating_sub(u8::from(d.below(4) == 0));
         let generation = match d.below(3) {
             0 => None,
             1 => Some(1 + d.below(3) as u8),
             _ => self.spec.generation,
         };
-        let (bound, token, provisional) = (500 * d.below(4) as Ms, d.below(5) as u8, d.coin());
+        let mode = [ClaimMode::Claim, ClaimMode::Reassert, ClaimMode::Vouch][d.below(3)];
         let claim = Claiming {
             member: 0,
             epoch,
             generation,
             key: k,
-            mode: ClaimMode::Claim,
+            mode,
             window: 0,
         };
-        let reply = ClaimReply::Taken(How::Claimed, bound, token, provisional, None);
-        self.spec.claimed(&claim, &reply, self.now);
-        let taking = Taking {
-            token: u64::from(token),
-            not_before: self.now + bound,
-            provisional,
+        let reply = match d.below(8) {
+            0..=4 => {
+                let bound = 500 * (d.below(5) as Ms - 2);
+                ClaimReply::Taken(How::Claimed, bound, d.below(5) as u8, d.coin(), None)
+            }
+            5 => ClaimReply::Lost,
+            6 => ClaimReply::Held(1, 1, State::Up),
+            _ => [ClaimReply::Stale, ClaimReply::Unregistered][d.below(2)],
         };
-        self.code
-            .took(&key(k), u64::from(epoch), &gen(generation), taking);
-        format!("{} taken in {epoch} {generation:?}: {taking:?}", key(k))
-    }
-
-    /// Key `k` lost to another member (the claim's answer).
-    fn lose(&mut self, k: usize) -> String {
-        let claim = Claiming {
-            member: 0,
-            epoch: self.spec.epoch,
-            generation: self.spec.generation,
-            key: k,
-            mode: ClaimMode::Claim,
-            window: 0,
+        let inherited = self.spec.claimed(&claim, &reply, self.now);
+        let answer = ClaimAnswer::parse(&claim_words(&reply))
+            .ok_or_else(|| format!("the code cannot read {reply:?}"))?;
+        let name = key(k);
+        let asked = Asked {
+            key: &name,
+            epoch: u64::from(epoch),
+            generation: &gen(generation),
+            again: mode != ClaimMode::Claim,
         };
-        self.spec.claimed(&claim, &ClaimReply::Lost, self.now);
-        self.code.drop_key(&key(k));
-        format!("{} lost", key(k))
+        let applied = answer.apply(&mut self.code, asked, self.now);
+        let kind = match applied {
+            Applied::Took { bound: Some(b) } if b < self.now => "took, bounded in the past",
+            Applied::Took { bound: Some(_) } => "took, bounded",
+            Applied::Took { bound: None } => "took",
+            Applied::Lost => "lost",
+            Applied::Passed => "passed",
+            Applied::Unchanged => "unchanged",
+        };
+        *self.applied.entry(kind).or_insert(0) += 1;
+        let bound = match applied {
+            Applied::Took { bound } if mode == ClaimMode::Claim => bound,
+            _ => None,
+        };
+        if inherited != bound {
+            return Err(format!(
+                "{reply:?} to {claim:?}: the spec inherits {inherited:?}, the code {applied:?}"
+            ));
+        }
+        Ok(format!(
+            "{reply:?} to {name} {mode:?} in {epoch} {generation:?}: {applied:?}"
+        ))
     }
 
     /// One random step: what it was.
-    fn step(&mut self, d: &mut Dice) -> String {
+    fn step(&mut self, d: &mut Dice) -> Result<String, String> {
         self.now += 250 * d.below(5) as Ms;
         self.redis += 250 * d.below(5) as Ms;
         let k = d.below(KEYS);
@@ -155,10 +185,9 @@ impl Lived {
             (Held::Releasing, Held::In),
             (Held::Moving, Held::In),
         ];
-        match d.below(20) {
+        Ok(match d.below(20) {
             0..=6 => self.renew(d),
-            7..=11 => self.take(d, k),
-            12 => self.lose(k),
+            7..=12 => return self.answer(d, k),
             13..=15 => {
                 let (from, to) = moves[d.below(moves.len())];
                 let spec = self.spec.mark(k, held_as(from), held_as(to));
@@ -188,7 +217,7 @@ impl Lived {
                 self.code.drop_key(&key(k));
                 format!("{} released", key(k))
             }
-        }
+        })
     }
 
     /// What both say at `t`, side by side, and what kinds of answer it was.
@@ -265,13 +294,19 @@ fn the_specifications_member_decides_as_standing_does() {
         let mut l = Lived::new(&mut d);
         let mut steps = Vec::new();
         for _ in 0..STEPS {
-            steps.push(l.step(&mut d));
+            match l.step(&mut d) {
+                Ok(what) => steps.push(what),
+                Err(what) => panic!("seed {seed} life {life}: {what} after {steps:#?}"),
+            }
             for _ in 0..3 {
                 let t = l.now - 1_000 + 250 * d.below(20) as Ms;
                 if let Err(what) = l.compare(t, &mut seen) {
                     panic!("seed {seed} life {life}: {what} after {steps:#?}");
                 }
             }
+        }
+        for (kind, n) in l.applied {
+            *seen.entry(kind).or_insert(0) += n;
         }
     }
     eprintln!("spec's member agrees with standing.rs: seed {seed}, answers {seen:?}");
@@ -282,6 +317,12 @@ fn the_specifications_member_decides_as_standing_does() {
         "waiting",
         "held, not acting",
         "not held",
+        "took, bounded in the past",
+        "took, bounded",
+        "took",
+        "lost",
+        "passed",
+        "unchanged",
     ];
     for kind in kinds {
         assert!(seen.contains_key(kind), "seed {seed}: no moment was {kind}");

@@ -1,7 +1,8 @@
 //! A member as the specification sees it: its standing (`standing.rs`'s rules: epoch,
 //! generation, lease by its own clock, the keys it holds and when it may act for them),
 //! its pacer's next start per key, its view of Redis' clock (`redis_clock.rs`'s own step
-//! check, `backend.rs`'s two offsets), its calls in flight, and its clock.
+//! check and its two offsets, `Reading::offset_at_sending` and `offset_at_receipt`),
+//! its calls in flight, and its clock.
 //!
 //! **Clocks.** A member's clock is a function of true time: `t + t × rate / 100` (a
 //! drift of `rate` percent, within `redis_clock::DRIFT_PERCENT`), `CLOCK_BOOTTIME`'s:
@@ -222,14 +223,14 @@ impl Instance {
     pub fn redis_time_of(&self, own: Ms) -> Ms {
         self.redis_clock
             .last()
-            .map_or(0, |r| own + (r.redis - r.sent))
+            .map_or(0, |r| own + r.offset_at_sending())
     }
 
     /// An own time from Redis' time, never earlier than it is (`Fleet::instant_of`).
     pub fn own_time_of(&self, redis: Ms) -> Option<Ms> {
         self.redis_clock
             .last()
-            .map(|r| redis - (r.redis - r.received))
+            .map(|r| redis - r.offset_at_receipt())
     }
 
     /// A claim's answer, acted on as `ownership` does: `Some(last end)` (own clock) for

@@ -11,9 +11,10 @@
 //! over a small typed store, checked against the very Lua scripts on random stores
 //! and calls (`agree.rs`; `model/fidelity.rs` checks those against a real
 //! `redis-server`). The members' side is `member.rs`: `Standing`'s rules (checked against
-//! `standing.rs` itself on random lives, `agree_standing.rs`), the pacer's next start,
-//! the takeover's inherited gap, Redis' clock watched for steps, the two offsets facts
-//! are converted by. `world.rs` puts them together with true time, faults
+//! `standing.rs` itself on random lives, `agree_standing.rs`, with claims' answers as
+//! `ownership::answer`'s `ClaimAnswer::apply` acts on them), the pacer's next start,
+//! the takeover's inherited gap, Redis' clock watched for steps (`redis_clock.rs`'s own
+//! check and offsets). `world.rs` puts them together with true time, faults
 //! and messages; `symmetry.rs` makes states alike up to renaming members and keys one.
 //!
 //! **How.** A depth-first search over every state up to a horizon, each remembered by
