@@ -9,7 +9,7 @@ use crate::fleet::standing::{Held, Standing, Taking};
 
 /// The call an answer answers: the key, and the epoch, generation and mode it was made in.
 #[derive(Clone, Copy, Debug)]
-pub struct Asked<'a> {
+pub struct ClaimCall<'a> {
     /// The key claimed.
     pub key: &'a str,
     /// This member's epoch when it called.
@@ -22,7 +22,7 @@ pub struct Asked<'a> {
 
 /// What an answer did to the member's standing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applied {
+pub enum ClaimEffect {
     /// The key is held here now; `bound`: the not-before the answer set (this member's
     /// ms), when it set one (`wait_ms` not 0): in the past, a vanished owner's last
     /// exchange ended by then, and the Crawl-delay in force counts from it.
@@ -126,12 +126,12 @@ impl ClaimAnswer {
     /// `standing`: a key taken is held from `received` plus the answer's wait, a key lost
     /// is dropped; a claim written again whose key is no longer held in here is left as
     /// it is.
-    pub fn apply(&self, standing: &mut Standing, asked: Asked, received: i64) -> Applied {
+    pub fn apply(&self, standing: &mut Standing, asked: ClaimCall, received: i64) -> ClaimEffect {
         let held_in = standing
             .holding(asked.key)
             .is_some_and(|h| h.held == Held::In);
         if asked.again && !held_in {
-            return Applied::Passed;
+            return ClaimEffect::Passed;
         }
         match *self {
             ClaimAnswer::Taken {
@@ -147,15 +147,15 @@ impl ClaimAnswer {
                     provisional,
                 };
                 standing.took(asked.key, asked.epoch, asked.generation, taking);
-                Applied::Took {
+                ClaimEffect::Took {
                     bound: (wait_ms != 0).then_some(not_before),
                 }
             }
             ClaimAnswer::Lost => {
                 standing.drop_key(asked.key);
-                Applied::Lost
+                ClaimEffect::Lost
             }
-            _ => Applied::Unchanged,
+            _ => ClaimEffect::Unchanged,
         }
     }
 }

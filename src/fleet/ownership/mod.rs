@@ -59,7 +59,7 @@ pub mod answer;
 mod letting_go;
 
 pub use answer::ClaimAnswer;
-use answer::{Applied, Asked};
+use answer::{ClaimCall, ClaimEffect};
 
 /// Keys whose owner (another member) is remembered.
 pub const OWNERS_KEPT: usize = 100_000;
@@ -232,7 +232,7 @@ impl Ownership {
     /// [`Ownership::acts_for`], confirming first a claim taken provisionally (a
     /// takeover, or a claim made while a fence held) whose wait is over: written again
     /// in Redis, which applies a fence extended meanwhile (a step of its clock, a lost
-    /// data set), so it may still not act. Asked by a turn granted and by a robots.txt
+    /// data set), so it may still not act. ClaimCall by a turn granted and by a robots.txt
     /// fetch, both past the claim's not-before.
     pub async fn acts_for_confirmed(&self, key: &str) -> bool {
         if self.acts_for(key) {
@@ -249,7 +249,7 @@ impl Ownership {
     /// [`Ownership::acts_for_confirmed`], waited for while the key stays held here, for
     /// at most `within`: a claim made inside a fence or a takeover's confirmation
     /// window acts from its not-before, a claim being written again or a renewal
-    /// answered late acts again once they are done. Asked by a robots.txt fetch, which
+    /// answered late acts again once they are done. ClaimCall by a robots.txt fetch, which
     /// a claim's first request waits for anyway: refused at once, that request would
     /// be answered 503.
     pub async fn acts_for_when_due(&self, key: &str, within: Duration) -> bool {
@@ -381,7 +381,7 @@ impl Ownership {
     /// Claims `key`, and says where its requests go.
     async fn claim(&self, key: &str) -> Result<Route, Unavailable> {
         let (answer, epoch, generation, received) = self.own_claim(key, "claim").await?;
-        let asked = Asked {
+        let asked = ClaimCall {
             key,
             epoch,
             generation: &generation,
@@ -391,7 +391,7 @@ impl Ownership {
         match answer {
             ClaimAnswer::Taken { how, facts, .. } => {
                 let bound = match applied {
-                    Applied::Took { bound } => bound,
+                    ClaimEffect::Took { bound } => bound,
                     _ => None,
                 };
                 Ok(Route::Here(Some(self.taken(key, &how, bound, &facts))))
@@ -577,7 +577,7 @@ impl Ownership {
         how: Reassert,
     ) -> Result<Option<Option<Instant>>, Unavailable> {
         let (answer, epoch, generation, received) = self.own_claim(key, how.mode()).await?;
-        let asked = Asked {
+        let asked = ClaimCall {
             key,
             epoch,
             generation: &generation,
@@ -585,15 +585,15 @@ impl Ownership {
         };
         let mut standing = self.members.standing();
         match answer.apply(&mut standing, asked, received) {
-            Applied::Took { bound } => Ok(Some(bound.map(|b| self.fleet.local_instant(b)))),
-            Applied::Passed => Ok(None), // released or handed on meanwhile: that decides
-            Applied::Lost => {
+            ClaimEffect::Took { bound } => Ok(Some(bound.map(|b| self.fleet.local_instant(b)))),
+            ClaimEffect::Passed => Ok(None), // released or handed on meanwhile: that decides
+            ClaimEffect::Lost => {
                 log::warn!("fleet: {key} is another member's now; handed over");
                 metrics::record_ownership("lost");
                 metrics::FLEET_OWNED.set(standing.len() as i64);
                 Ok(None)
             }
-            Applied::Unchanged => Err(Unavailable),
+            ClaimEffect::Unchanged => Err(Unavailable),
         }
     }
 }

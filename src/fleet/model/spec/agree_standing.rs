@@ -22,7 +22,7 @@ use super::agree::{claim_words, gen};
 use super::member::{HeldAs, Instance, KeyHeld};
 use super::store::{ClaimMode, ClaimReply, Claiming, How, Ms, Renewed, State, KEYS};
 use crate::fleet::model::Dice;
-use crate::fleet::ownership::answer::{Applied, Asked};
+use crate::fleet::ownership::answer::{ClaimCall, ClaimEffect};
 use crate::fleet::ownership::ClaimAnswer;
 use crate::fleet::standing::{Held, Reassert, Standing};
 
@@ -143,7 +143,7 @@ impl Lived {
         let answer = ClaimAnswer::parse(&claim_words(&reply))
             .ok_or_else(|| format!("the code cannot read {reply:?}"))?;
         let name = key(k);
-        let asked = Asked {
+        let asked = ClaimCall {
             key: &name,
             epoch: u64::from(epoch),
             generation: &gen(generation),
@@ -151,16 +151,16 @@ impl Lived {
         };
         let applied = answer.apply(&mut self.code, asked, self.now);
         let kind = match applied {
-            Applied::Took { bound: Some(b) } if b < self.now => "took, bounded in the past",
-            Applied::Took { bound: Some(_) } => "took, bounded",
-            Applied::Took { bound: None } => "took",
-            Applied::Lost => "lost",
-            Applied::Passed => "passed",
-            Applied::Unchanged => "unchanged",
+            ClaimEffect::Took { bound: Some(b) } if b < self.now => "took, bounded in the past",
+            ClaimEffect::Took { bound: Some(_) } => "took, bounded",
+            ClaimEffect::Took { bound: None } => "took",
+            ClaimEffect::Lost => "lost",
+            ClaimEffect::Passed => "passed",
+            ClaimEffect::Unchanged => "unchanged",
         };
         *self.applied.entry(kind).or_insert(0) += 1;
         let bound = match applied {
-            Applied::Took { bound } if mode == ClaimMode::Claim => bound,
+            ClaimEffect::Took { bound } if mode == ClaimMode::Claim => bound,
             _ => None,
         };
         if inherited != bound {
