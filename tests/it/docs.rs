@@ -1,13 +1,10 @@
 //! The manual cannot rot: every configuration key the parser accepts has its entry in
 //! `docs/configuration.md` and every entry names a key it accepts; every relative link
 //! and anchor in `README.md` and `docs/` resolves; every repository path the docs name
-//! exists; and the README's tour (`scripts/tour.sh`) runs.
+//! exists. The README's tour runs as written in `tour.rs`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use crate::common::{free_port, run_output};
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -278,25 +275,6 @@ fn every_path_the_docs_name_exists() {
         }
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
-}
-
-/// The README's tour, as `scripts/tour.sh` runs it: a local origin, robotsgate with the
-/// shipped configuration, curl and Python requests through it.
-#[test]
-fn the_readmes_tour_runs() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
-    assert!(readme.contains("scripts/tour.sh"));
-    let ports = [free_port(), free_port(), free_port()];
-    let (ok, output) = run_output(
-        Command::new(root().join("scripts/tour.sh"))
-            .env("ROBOTSGATE_BIN", env!("CARGO_BIN_EXE_robotsgate"))
-            .env("TOUR_PROXY_PORT", ports[0].to_string())
-            .env("TOUR_ADMIN_PORT", ports[1].to_string())
-            .env("TOUR_ORIGIN_PORT", ports[2].to_string()),
-    );
-    assert!(ok, "{output}");
-    assert!(output.contains("HTTP/1.1 403"), "{output}");
-    assert!(output.contains("decision=\"disallowed\""), "{output}");
 }
 
 /// A configuration error names its key and links that key's entry in the reference (an

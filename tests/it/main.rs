@@ -51,6 +51,7 @@ mod signing;
 mod state;
 mod status_page;
 mod systemd;
+mod tour;
 mod transparent;
 mod turns;
 mod usage;
