@@ -33,6 +33,7 @@ mod holes;
 mod hostile;
 mod https;
 mod https_blind;
+mod install;
 mod layers;
 mod limits;
 mod module_docs;
