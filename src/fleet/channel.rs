@@ -29,6 +29,8 @@ use pingora::protocols::tls::SslDigest;
 use pingora::utils::tls::{CertKey, WrappedX509};
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::metrics;
+
 /// The name every member's certificate is for, and the SNI members connect with.
 pub const PEER_NAME: &str = "robotsgate-fleet";
 
@@ -139,6 +141,15 @@ impl PeerTls {
                 )
             })?;
         let key_der = private_key(key)?;
+        // When this member's certificate, and the first of the fleet CAs it trusts,
+        // expire: after that, it cannot hand a request over, nor be handed one.
+        let leaf_expiry = chain.first().and_then(|leaf| expiry(leaf));
+        let ca_expiry = ca_ders.iter().filter_map(|der| expiry(der)).min();
+        let (Some(leaf_expiry), Some(ca_expiry)) = (leaf_expiry, ca_expiry) else {
+            return Err(error(cert, "its validity cannot be read"));
+        };
+        metrics::FLEET_PEER_CERT_EXPIRY.set(leaf_expiry);
+        metrics::FLEET_PEER_CA_EXPIRY.set(ca_expiry);
         let mut roots = rustls::RootCertStore::empty();
         for der in &ca_ders {
             roots.add(der.clone().into()).map_err(|e| error(ca, e))?;
@@ -228,6 +239,12 @@ pub fn member_name_valid(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// When the certificate `der` expires (Unix time), if it can be read.
+fn expiry(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
 }
 
 /// The member a certificate (DER) names: its subject's one organization, when it is a

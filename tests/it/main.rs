@@ -15,6 +15,7 @@ mod faults;
 mod fetch_status;
 mod fleet;
 mod fleet_campaign;
+mod fleet_certs;
 mod fleet_clocks;
 mod fleet_faults;
 mod fleet_fixture;

@@ -440,6 +440,27 @@ pub static TLS_LEAF_CACHE_HITS: LazyLock<prometheus::IntCounter> = LazyLock::new
     .expect("metric registers once")
 });
 
+/// `robotsgate_fleet_peer_cert_expiry_timestamp_seconds`: when this member's
+/// certificate (`fleet.peer_cert`) expires.
+pub static FLEET_PEER_CERT_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_peer_cert_expiry_timestamp_seconds",
+        "When this member's certificate (fleet.peer_cert) expires (Unix time); past it, \
+         no request is handed to or from it."
+    )
+    .expect("metric registers once")
+});
+
+/// `robotsgate_fleet_peer_ca_expiry_timestamp_seconds`: when the fleet CA expires.
+pub static FLEET_PEER_CA_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "robotsgate_fleet_peer_ca_expiry_timestamp_seconds",
+        "When the fleet CA (fleet.peer_ca; the first to expire of several) expires (Unix \
+         time); past it, no member's certificate is accepted."
+    )
+    .expect("metric registers once")
+});
+
 /// `robotsgate_tls_ca_expiry_timestamp_seconds`: when the operator CA expires.
 pub static TLS_CA_EXPIRY: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!(
