@@ -349,3 +349,64 @@ fn the_cli_reference_is_what_the_binary_says() {
         &[env!("CARGO_BIN_EXE_robotsgate")],
     );
 }
+
+/// Every `X-Robots-Decision` token the code writes (`"token; name=…` strings in `src/`,
+/// and report mode's `("would-…", Outcome…)` pairs) has its row in `docs/decisions.md`,
+/// naming each parameter written with it; every row's token is written by the code.
+#[test]
+fn every_decision_token_in_the_code_has_its_row() {
+    let page = std::fs::read_to_string(root().join("docs/decisions.md")).expect("decisions.md");
+    let rows: std::collections::BTreeMap<String, String> = page
+        .lines()
+        .filter_map(|l| {
+            let token = l.strip_prefix("| `")?.split('`').next()?;
+            Some((token.to_string(), l.to_string()))
+        })
+        .collect();
+    let mut written = BTreeSet::new();
+    let mut files = Vec::new();
+    crate::layers::sources(&root().join("src"), &mut files);
+    for path in files {
+        // Escaped quotes and quote characters do not end a string here.
+        let text = std::fs::read_to_string(&path)
+            .expect("source")
+            .replace("\\\"", "'")
+            .replace("'\"'", "'");
+        for literal in text.split('"').skip(1).step_by(2) {
+            let Some((token, rest)) = literal.split_once("; ") else {
+                continue;
+            };
+            let word = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+            if token.is_empty() || !token.chars().all(word) || !rest.contains('=') {
+                continue;
+            }
+            let name = rest.split('=').next().unwrap_or_default();
+            if !name.chars().all(word) {
+                continue;
+            }
+            written.insert(token.to_string());
+            let row = rows
+                .get(token)
+                .unwrap_or_else(|| panic!("{}: `{token}` has no row", path.display()));
+            for param in rest
+                .split("; ")
+                .filter_map(|p| p.split_once('='))
+                .map(|p| p.0)
+            {
+                assert!(
+                    row.contains(&format!("`{param}")),
+                    "{}: `{token}`'s row does not name `{param}`",
+                    path.display()
+                );
+            }
+        }
+        for token in ["would-disallow", "would-usage-refuse"] {
+            if text.contains(&format!("(\"{token}\", Outcome::")) {
+                written.insert(token.to_string());
+            }
+        }
+    }
+    let documented: BTreeSet<String> = rows.keys().cloned().collect();
+    let unwritten: Vec<_> = documented.difference(&written).collect();
+    assert!(unwritten.is_empty(), "rows no code writes: {unwritten:?}");
+}
