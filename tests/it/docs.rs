@@ -410,3 +410,50 @@ fn every_decision_token_in_the_code_has_its_row() {
     let unwritten: Vec<_> = documented.difference(&written).collect();
     assert!(unwritten.is_empty(), "rows no code writes: {unwritten:?}");
 }
+
+/// Every field robotsgate writes to the access log (`AccessRecord::write_fields`' names,
+/// and the fields of every `tracing` line with `target: "access"` in `src/`) has its row
+/// in `docs/logs.md`, and every row names such a field.
+#[test]
+fn every_access_log_field_has_its_row() {
+    let page = std::fs::read_to_string(root().join("docs/logs.md")).expect("logs.md");
+    let documented: BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| Some(l.strip_prefix("| `")?.split('`').next()?.to_string()))
+        .collect();
+    let mut written = BTreeSet::new();
+    let mut files = Vec::new();
+    crate::layers::sources(&root().join("src"), &mut files);
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("source");
+        // The access record's writer: f.text("name", …), f.number(…), …
+        let writer = text
+            .split("fn write_fields(")
+            .nth(1)
+            .and_then(|body| body.split("\n    }\n").next())
+            .unwrap_or_default();
+        for call in writer.split("f.").skip(1) {
+            let kind = call.split('(').next().unwrap_or_default();
+            if matches!(kind, "text" | "number" | "seconds" | "display") {
+                if let Some(name) = call.split('"').nth(1) {
+                    written.insert(name.to_string());
+                }
+            }
+        }
+        // Other lines: `target: "access",` then `name = value,` up to the macro's end.
+        for line in text.split("target: \"access\",").skip(1) {
+            let fields = line.split(");").next().unwrap_or_default();
+            // `name = value`, or `name` alone (a variable of that name).
+            for field in fields.split(',') {
+                let name = field.split(" = ").next().unwrap_or_default().trim();
+                if !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    written.insert(name.to_string());
+                }
+            }
+        }
+    }
+    let missing: Vec<_> = written.difference(&documented).collect();
+    assert!(missing.is_empty(), "fields with no row: {missing:?}");
+    let unwritten: Vec<_> = documented.difference(&written).collect();
+    assert!(unwritten.is_empty(), "rows no code writes: {unwritten:?}");
+}
