@@ -4,6 +4,7 @@
 
 mod access;
 mod admin;
+mod admin_reference;
 mod campaign;
 mod check_cli;
 mod common;
