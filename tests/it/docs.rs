@@ -457,3 +457,56 @@ fn every_access_log_field_has_its_row() {
     let unwritten: Vec<_> = documented.difference(&written).collect();
     assert!(unwritten.is_empty(), "rows no code writes: {unwritten:?}");
 }
+
+/// Pages of evidence (measurements, proofs, the rules' sources), whose paragraphs may
+/// run long; every other page is a task page.
+const EVIDENCE: [&str; 3] = ["benchmarks.md", "fleet-proof.md", "SPEC.md"];
+
+/// The paragraphs and list items of a Markdown text, code blocks, headings and tables
+/// left out, each as its words.
+fn paragraphs(text: &str) -> Vec<Vec<&str>> {
+    let (mut out, mut current, mut code) = (Vec::new(), Vec::new(), false);
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("```") {
+            code = !code;
+        }
+        let item = line.starts_with("* ")
+            || line.starts_with("- ")
+            || line
+                .split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        let apart = code || line.is_empty() || line.starts_with('#') || line.starts_with('|');
+        if (apart || item) && !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+        if !apart {
+            current.extend(line.split_whitespace());
+        }
+    }
+    out.push(current);
+    out
+}
+
+/// A task page's paragraphs (and list items) stay under about 150 words.
+#[test]
+fn no_task_page_paragraph_runs_over_150_words() {
+    let mut long = Vec::new();
+    for (path, text) in pages() {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if EVIDENCE.contains(&name) {
+            continue;
+        }
+        for words in paragraphs(&text).iter().filter(|w| w.len() > 150) {
+            long.push(format!(
+                "{name}: {} words: {}",
+                words.len(),
+                words[..8].join(" ")
+            ));
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
