@@ -57,19 +57,21 @@ def structs(sources):
             else:
                 match = STRUCT.match(line)
                 if match:
-                    fields, field_doc = [], []
+                    fields, field_doc, default_fn = [], [], None
                     i += 1
                     while i < len(lines) and not lines[i].startswith("}"):
                         inner = lines[i].strip()
                         if inner.startswith("///"):
                             field_doc.append(inner[3:].strip())
                         elif inner.startswith("#["):
-                            pass
+                            named = re.search(r'default = "(\w+)"', inner)
+                            default_fn = named.group(1) if named else default_fn
                         else:
                             field = FIELD.match(lines[i])
                             if field:
-                                fields.append((field.group(1), field.group(2), " ".join(field_doc)))
-                            field_doc = []
+                                fields.append((field.group(1), field.group(2), " ".join(field_doc),
+                                               default_fn))
+                            field_doc, default_fn = [], None
                         i += 1
                     # A struct read from one string (`try_from = "String"`) is a value.
                     if not any("try_from" in a for a in attributes):
@@ -90,6 +92,15 @@ def defaults(sources):
                 values[field.group(1)] = field.group(2).rstrip(",")
             found[block.group(1)] = values
     return found
+
+
+def function_value(sources, name):
+    """The expression a one-line default function (`#[serde(default = "name")]`) returns."""
+    for text in (sources or {}).values():
+        found = re.search(rf"fn {name}\(\) -> [\w:<>]+ \{{\n\s+(.+?)\n\}}", text)
+        if found:
+            return found.group(1).strip()
+    return None
 
 
 def inner_type(rust_type):
@@ -167,7 +178,7 @@ def type_default(sources, rust_type):
 
 def entries(found, default_values, struct, path, out, sources=None, item=False):
     doc, fields = found[struct]
-    for name, rust_type, field_doc in fields:
+    for name, rust_type, field_doc, default_fn in fields:
         key = f"{path}.{name}" if path else name
         nested = inner_type(rust_type)
         if nested in found and nested not in ("Cidr",):
@@ -175,7 +186,9 @@ def entries(found, default_values, struct, path, out, sources=None, item=False):
             out.append(("section", key, rust_type, field_doc, SPELLED_OUT.get(key)))
             entries(found, default_values, nested, key, out, sources, item or listed)
         else:
-            if struct in default_values:
+            if default_fn:
+                default = shown_default(function_value(sources, default_fn))
+            elif struct in default_values:
                 default = shown_default(default_values[struct].get(name))
             else:
                 default = type_default(sources, rust_type)
