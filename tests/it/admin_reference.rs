@@ -4,17 +4,16 @@
 //! `/fleet` and the fleet fields answer too) after a request through it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{admin, curl};
+use crate::common::{admin, curl, repo_root};
 use crate::fleet_fixture::{backend_up, fleet_conf, instances, paced_origin, urlencode};
 use crate::redis_servers::Redis;
 
 /// The page.
 fn page() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/admin.md");
+    let path = repo_root().join("docs/admin.md");
     std::fs::read_to_string(path).expect("docs/admin.md")
 }
 
@@ -92,9 +91,7 @@ async fn the_admin_reference_is_what_the_admin_api_answers() {
 /// route it matches.
 #[test]
 fn every_admin_route_has_its_section() {
-    let router =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/ops/admin.rs"))
-            .expect("admin.rs");
+    let router = std::fs::read_to_string(repo_root().join("src/ops/admin.rs")).expect("admin.rs");
     let mut matched = BTreeSet::new();
     for arm in router.split("(\"").skip(1) {
         let mut parts = arm.split('"');

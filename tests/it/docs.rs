@@ -1,20 +1,20 @@
 //! The manual cannot rot: every configuration key the parser accepts has its entry in
 //! `docs/configuration.md` and every entry names a key it accepts; every relative link
 //! and anchor in `README.md` and `docs/` resolves; every repository path the docs name
-//! exists. The README's tour runs as written in `tour.rs`.
+//! exists; every `X-Robots-Decision` token and access-log field the code writes has its
+//! row in `decisions.md` and `logs.md`; no task page's paragraph runs over 150 words. The
+//! README's tour runs as written in `tour.rs`, the admin reference in
+//! `admin_reference.rs`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The repository's root.
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::repo_root;
 
 /// `README.md` and every page of `docs/`, with their text.
 fn pages() -> Vec<(PathBuf, String)> {
-    let mut files = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+    let mut files = vec![repo_root().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo_root().join("docs"))
         .expect("docs/")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "md"))
@@ -111,7 +111,7 @@ const PINGORA_SECTION: &str = "## Pingora's server settings";
 /// and Pingora's (the file's top level).
 fn reference_entries() -> (BTreeSet<String>, BTreeSet<String>) {
     let reference =
-        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+        std::fs::read_to_string(repo_root().join("docs/configuration.md")).expect("reference");
     let (ours, pingora) = reference
         .split_once(PINGORA_SECTION)
         .expect("the Pingora section");
@@ -135,7 +135,7 @@ fn the_configuration_reference_is_what_its_generator_writes() {
 /// would write it.
 fn generator_agrees(script: &str, args: &[&str]) {
     let out = std::process::Command::new("python3")
-        .arg(root().join(script))
+        .arg(repo_root().join(script))
         .args(args)
         .arg("--check")
         .output()
@@ -153,7 +153,7 @@ fn generator_agrees(script: &str, args: &[&str]) {
 fn every_pingora_key_the_shipped_files_set_has_its_entry() {
     let (_, documented) = reference_entries();
     for file in ["robotsgate.yaml", "fleet.yaml", "production.yaml"] {
-        let text = std::fs::read_to_string(root().join("conf").join(file)).expect(file);
+        let text = std::fs::read_to_string(repo_root().join("conf").join(file)).expect(file);
         let conf: serde_yaml::Mapping = serde_yaml::from_str(&text).expect(file);
         let top: Vec<String> = conf
             .keys()
@@ -269,7 +269,7 @@ fn every_path_the_docs_name_exists() {
     let mut missing = Vec::new();
     for (page, text) in pages() {
         for path in named_paths(&text) {
-            if !Path::new(&root()).join(&path).exists() {
+            if !Path::new(&repo_root()).join(&path).exists() {
                 missing.push(format!("{}: {path}", page.display()));
             }
         }
@@ -282,7 +282,7 @@ fn every_path_the_docs_name_exists() {
 #[test]
 fn a_configuration_error_links_its_entry() {
     let reference =
-        std::fs::read_to_string(root().join("docs/configuration.md")).expect("reference");
+        std::fs::read_to_string(repo_root().join("docs/configuration.md")).expect("reference");
     let entries = anchors(&reference);
     for (yaml, want) in [
         (
@@ -310,7 +310,8 @@ fn a_configuration_error_links_its_entry() {
 /// `embedded_example.rs` runs: the page cannot show code that does not build.
 #[test]
 fn the_embedding_example_in_the_architecture_page_is_the_compiled_one() {
-    let example = std::fs::read_to_string(root().join("examples/embedded.rs")).expect("example");
+    let example =
+        std::fs::read_to_string(repo_root().join("examples/embedded.rs")).expect("example");
     let lines: Vec<&str> = example.lines().collect();
     let from = lines
         .iter()
@@ -331,7 +332,7 @@ fn the_embedding_example_in_the_architecture_page_is_the_compiled_one() {
         .iter()
         .map(|l| l.get(indent..).unwrap_or(""))
         .collect();
-    let page = std::fs::read_to_string(root().join("docs/architecture.md")).expect("page");
+    let page = std::fs::read_to_string(repo_root().join("docs/architecture.md")).expect("page");
     let block = page
         .split("```rust\n")
         .nth(1)
@@ -355,7 +356,8 @@ fn the_cli_reference_is_what_the_binary_says() {
 /// naming each parameter written with it; every row's token is written by the code.
 #[test]
 fn every_decision_token_in_the_code_has_its_row() {
-    let page = std::fs::read_to_string(root().join("docs/decisions.md")).expect("decisions.md");
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/decisions.md")).expect("decisions.md");
     let rows: std::collections::BTreeMap<String, String> = page
         .lines()
         .filter_map(|l| {
@@ -365,7 +367,7 @@ fn every_decision_token_in_the_code_has_its_row() {
         .collect();
     let mut written = BTreeSet::new();
     let mut files = Vec::new();
-    crate::layers::sources(&root().join("src"), &mut files);
+    crate::layers::sources(&repo_root().join("src"), &mut files);
     for path in files {
         // Escaped quotes and quote characters do not end a string here.
         let text = std::fs::read_to_string(&path)
@@ -416,14 +418,14 @@ fn every_decision_token_in_the_code_has_its_row() {
 /// in `docs/logs.md`, and every row names such a field.
 #[test]
 fn every_access_log_field_has_its_row() {
-    let page = std::fs::read_to_string(root().join("docs/logs.md")).expect("logs.md");
+    let page = std::fs::read_to_string(repo_root().join("docs/logs.md")).expect("logs.md");
     let documented: BTreeSet<String> = page
         .lines()
         .filter_map(|l| Some(l.strip_prefix("| `")?.split('`').next()?.to_string()))
         .collect();
     let mut written = BTreeSet::new();
     let mut files = Vec::new();
-    crate::layers::sources(&root().join("src"), &mut files);
+    crate::layers::sources(&repo_root().join("src"), &mut files);
     for path in files {
         let text = std::fs::read_to_string(&path).expect("source");
         // The access record's writer: f.text("name", …), f.number(…), …

@@ -39,27 +39,12 @@ async fn a_member_reports_when_its_certificate_and_the_fleet_ca_expire() {
     }
 }
 
-/// `robotsgate fleet-cert` in `dir`: member `name`'s certificate and key from the CA
-/// `ca` (made first when it does not exist yet): the certificate's and key's paths.
+/// Member `name`'s certificate and key in `dir`, from the CA `ca` (`{ca}.pem`, made
+/// first when it does not exist yet): the certificate's and key's paths.
 fn fleet_cert(dir: &Path, ca: &str, name: &str) -> (PathBuf, PathBuf) {
-    let (cert, key) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    let (ok, said) = run_output(
-        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-            .arg("fleet-cert")
-            .arg("--ca")
-            .arg(dir.join(format!("{ca}.pem")))
-            .arg("--ca-key")
-            .arg(dir.join(format!("{ca}.key")))
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
-            .args(["--member", name]),
-    );
-    assert!(ok, "{said}");
+    let file = |stem: &str, ext: &str| dir.join(format!("{stem}.{ext}"));
+    let (cert, key) = (file(name, "pem"), file(name, "key"));
+    crate::common::fleet_cert(&file(ca, "pem"), &file(ca, "key"), &cert, &key, name);
     (cert, key)
 }
 

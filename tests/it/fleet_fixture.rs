@@ -26,20 +26,8 @@ impl FleetCerts {
     pub(crate) fn make() -> FleetCerts {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = |name: &str| dir.path().join(name);
-        let status = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-            .arg("fleet-cert")
-            .arg("--ca")
-            .arg(path("ca.pem"))
-            .arg("--ca-key")
-            .arg(path("ca.key"))
-            .arg("--cert")
-            .arg(path("member.pem"))
-            .arg("--key")
-            .arg(path("member.key"))
-            .args(["--member", "stranger"])
-            .status()
-            .expect("robotsgate fleet-cert");
-        assert!(status.success(), "fleet-cert failed");
+        let [ca, ca_key, cert, key] = ["ca.pem", "ca.key", "member.pem", "member.key"].map(path);
+        crate::common::fleet_cert(&ca, &ca_key, &cert, &key, "stranger");
         FleetCerts { dir }
     }
 

@@ -10,16 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, run_output};
-
-/// The repository's root.
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{free_port, healthz, repo_root, run_output};
 
 /// The commands of the page's "From source" block.
 fn steps() -> Vec<String> {
-    let page = std::fs::read_to_string(repo().join("docs/install.md")).expect("install.md");
+    let page = std::fs::read_to_string(repo_root().join("docs/install.md")).expect("install.md");
     let from = page.find("## From source").expect("a From source section");
     let block = page[from..].split("```").nth(1).expect("its code block");
     block
@@ -72,7 +67,11 @@ fn install(root: &Path) {
             "robotsgate ca init",
             &format!("{}/usr/bin/robotsgate ca init", root.display()),
         );
-        let (ok, said) = run_output(Command::new("sh").args(["-c", &step]).current_dir(repo()));
+        let (ok, said) = run_output(
+            Command::new("sh")
+                .args(["-c", &step])
+                .current_dir(repo_root()),
+        );
         assert!(ok, "`{step}` failed: {said}");
     }
     assert_eq!(skipped, ["adduser", "systemctl"], "the user and the start");
@@ -129,20 +128,6 @@ fn unit_command(line: &str, root: &Path, extra: &[String], log: &Path) -> (bool,
     )
 }
 
-/// `GET /healthz` on `port` answers 200.
-fn healthy(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let asked = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut answer = String::new();
-    asked.is_ok()
-        && stream.read_to_string(&mut answer).is_ok()
-        && answer.starts_with("HTTP/1.1 200")
-}
-
 /// The page's steps, then the unit's start, in a throwaway root.
 #[test]
 fn the_install_from_source_starts() {
@@ -182,12 +167,12 @@ fn the_install_from_source_starts() {
                 .parse::<i32>()
                 .ok()
         });
-        if pid.is_some() && healthy(admin) {
+        if pid.is_some() && healthz(([127, 0, 0, 1], admin).into()) {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let served = healthy(admin);
+    let served = healthz(([127, 0, 0, 1], admin).into());
     if let Some(pid) = pid {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }

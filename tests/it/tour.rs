@@ -4,16 +4,10 @@
 //! the README prints under it, in order. A number of seconds printed may be larger than
 //! the README's (a paced answer comes a Crawl-delay apart or later), never smaller.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, listens_on, run_output, start_listening, Running};
-
-/// The repository's root.
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{free_port, listens_on, repo_root, run_output, start_listening, Running};
 
 /// One code block of the tour: its command and the lines the README prints under it.
 #[derive(Debug)]
@@ -105,7 +99,7 @@ fn origin(command: &str) -> (Running, u16) {
         "the tour's origin command"
     );
     let (child, port) = start_listening("the tour's origin", free_port, |port| {
-        Command::new(root().join(script))
+        Command::new(repo_root().join(script))
             .arg(port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -122,14 +116,14 @@ fn robotsgate(command: &str, dir: &std::path::Path, ports: &Ports) -> Running {
         .trim()
         .strip_prefix("scripts/run.sh")
         .expect("the tour's run command is scripts/run.sh");
-    let run = std::fs::read_to_string(root().join("scripts/run.sh")).expect("run.sh");
+    let run = std::fs::read_to_string(repo_root().join("scripts/run.sh")).expect("run.sh");
     let exec = "exec target/release/robotsgate run --config conf/robotsgate.yaml \"$@\"";
     assert!(run.contains(exec), "run.sh no longer runs `{exec}`");
     for made in ["conf", "var"] {
         std::fs::create_dir_all(dir.join(made)).expect("conf and var");
     }
     std::fs::copy(
-        root().join("conf/robotsgate.yaml"),
+        repo_root().join("conf/robotsgate.yaml"),
         dir.join("conf/robotsgate.yaml"),
     )
     .expect("copy the shipped configuration");
@@ -174,7 +168,7 @@ fn robotsgate(command: &str, dir: &std::path::Path, ports: &Ports) -> Running {
 /// step run as written, and what each prints is what the README says it prints.
 #[test]
 fn the_readmes_tour_prints_what_the_readme_says() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
     let blocks = blocks(&readme);
     assert_eq!(blocks.len(), 5, "the start and four steps: {blocks:#?}");
     let start: Vec<&str> = blocks[0].command.lines().collect();

@@ -29,3 +29,8 @@ pub use netns::*;
 pub use origin::*;
 pub use process::*;
 pub use tls::*;
+
+/// The repository's root (the crate's manifest directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}

@@ -121,6 +121,32 @@ impl Drop for Running {
     }
 }
 
+/// Runs `robotsgate fleet-cert`: member `member`'s certificate and key written to `cert`
+/// and `key`, signed by the fleet CA `ca` (its key `ca_key`), which is made first when
+/// neither exists.
+pub fn fleet_cert(
+    ca: &std::path::Path,
+    ca_key: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    member: &str,
+) {
+    let (made, said) = run_output(
+        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+            .arg("fleet-cert")
+            .arg("--ca")
+            .arg(ca)
+            .arg("--ca-key")
+            .arg(ca_key)
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .args(["--member", member]),
+    );
+    assert!(made, "fleet-cert: {said}");
+}
+
 /// `conf` for a fleet member: one given the fleet CA (`fleet.peer_ca`, its key
 /// `ca.key` beside it) and no certificate of its own gets one, for a member named
 /// after it (`member-N`), made in `dir` by `robotsgate fleet-cert`.
@@ -133,20 +159,7 @@ fn member_certificate(conf: &Conf, dir: &std::path::Path) -> Conf {
     let ca_key = ca.with_file_name("ca.key");
     let n = MEMBERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (cert, key) = (dir.join("member.pem"), dir.join("member.key"));
-    let made = run_output(
-        Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-            .arg("fleet-cert")
-            .arg("--ca")
-            .arg(&ca)
-            .arg("--ca-key")
-            .arg(&ca_key)
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
-            .args(["--member", &format!("member-{n}")]),
-    );
-    assert!(made.0, "fleet-cert: {}", made.1);
+    fleet_cert(&ca, &ca_key, &cert, &key, &format!("member-{n}"));
     conf.clone()
         .set("fleet.peer_cert", cert.to_string_lossy())
         .set("fleet.peer_key", key.to_string_lossy())
@@ -340,7 +353,7 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
 }
 
 /// `GET /healthz` on an admin listener answers 200.
-fn healthz(admin: SocketAddr) -> bool {
+pub fn healthz(admin: SocketAddr) -> bool {
     use std::io::Read;
     let Ok(mut stream) = std::net::TcpStream::connect(admin) else {
         return false;
