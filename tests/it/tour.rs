@@ -2,7 +2,8 @@
 //! run command gives `robotsgate run`, and each step's command on this test's own ports
 //! (the README's 18000, 8080 and 9090 replaced); each step's output must hold the lines
 //! the README prints under it, in order. A number of seconds printed may be larger than
-//! the README's (a paced answer comes a Crawl-delay apart or later), never smaller.
+//! the README's (a paced answer comes a Crawl-delay apart or later), never smaller. The
+//! origin's own log must show the three paced pages and never the disallowed one.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,7 +93,8 @@ fn assert_printed(block: &Block, ports: &Ports, output: &str) {
 }
 
 /// The tour's origin, as the README starts it, on `port`.
-fn origin(command: &str) -> (Running, u16) {
+/// Its log (Python's `http.server` writes one line per request to stderr) goes to `log`.
+fn origin(command: &str, log: &std::path::Path) -> (Running, u16) {
     let script = command.trim();
     assert_eq!(
         script, "scripts/tour-origin.sh",
@@ -102,7 +104,7 @@ fn origin(command: &str) -> (Running, u16) {
         Command::new(repo_root().join(script))
             .arg(port.to_string())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("origin log"))
             .spawn()
             .expect("tour-origin.sh")
     });
@@ -173,13 +175,14 @@ fn the_readmes_tour_prints_what_the_readme_says() {
     assert_eq!(blocks.len(), 5, "the start and four steps: {blocks:#?}");
     let start: Vec<&str> = blocks[0].command.lines().collect();
     assert_eq!(start.len(), 2, "an origin and robotsgate: {start:?}");
-    let (_origin, origin_port) = origin(start[0]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin_log = dir.path().join("origin.log");
+    let (_origin, origin_port) = origin(start[0], &origin_log);
     let ports = Ports {
         origin: origin_port,
         proxy: free_port(),
         admin: free_port(),
     };
-    let dir = tempfile::tempdir().expect("tempdir");
     let _robotsgate = robotsgate(start[1], dir.path(), &ports);
     for block in &blocks[1..] {
         assert!(
@@ -191,6 +194,12 @@ fn the_readmes_tour_prints_what_the_readme_says() {
         assert!(ok, "`{}` failed:\n{output}", block.command);
         assert_printed(block, &ports, &output);
     }
+    // What the origin received (each answer was logged before it was sent): the three
+    // paced pages, and never the disallowed one.
+    let received = std::fs::read_to_string(&origin_log).expect("origin log");
+    let count = |path: &str| received.matches(&format!("\"GET {path} HTTP")).count();
+    assert_eq!(count("/page"), 3, "{received}");
+    assert_eq!(count("/private/page"), 0, "{received}");
 }
 
 /// The comparison of printed lines is not lenient: a word changed, a line missing or
