@@ -538,14 +538,34 @@ impl Config {
             ));
         }
         if let (Some(ca), Some(peer)) = (&t.ca_cert, &self.fleet.peer_ca) {
-            let read = |path| std::fs::read(path).ok();
-            if ca == peer || read(ca).is_some_and(|c| Some(c) == read(peer)) {
+            let (interception, fleet) = (certificates(ca), certificates(peer));
+            if ca == peer || interception.iter().any(|c| fleet.contains(c)) {
                 return Err(ConfigError::invalid(
                     "key `robotsgate.fleet.peer_ca`: the interception CA (tls.ca_cert), whose key every member holds to make certificates: anyone with one member's files could pass for any member; give the fleet a CA of its own (robotsgate fleet-cert)",
                 ));
             }
         }
         Ok(())
+    }
+}
+
+/// The certificates of a PEM file, each as its DER octets (a bundle's every one), or
+/// the file's octets whole when it holds no PEM certificate; none when it cannot be
+/// read (the file's own reader says why, later).
+fn certificates(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let Ok(text) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let ders: Vec<Vec<u8>> = pem::parse_many(&text)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|block| block.tag() == "CERTIFICATE")
+        .map(pem::Pem::into_contents)
+        .collect();
+    if ders.is_empty() {
+        vec![text]
+    } else {
+        ders
     }
 }
 

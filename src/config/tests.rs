@@ -91,6 +91,24 @@ fn the_fleet_ca_is_never_the_interception_ca() {
         assert!(err.contains("robotsgate.fleet.peer_ca"), "{err}");
     }
     assert!(Config::from_yaml(&yaml(&other)).is_ok());
+    // PEM bundles: the interception CA among the fleet's, written apart, is refused.
+    let block = |der: &[u8]| pem::encode(&pem::Pem::new("CERTIFICATE", der.to_vec()));
+    std::fs::write(&ca, block(b"the interception CA")).expect("write");
+    std::fs::write(
+        &copy,
+        block(b"the interception CA") + "\n" + &block(b"a fleet CA"),
+    )
+    .expect("write");
+    let bundle = block(b"a fleet CA") + &block(b"the interception CA");
+    std::fs::write(&other, bundle).expect("write");
+    for bundle in [&copy, &other] {
+        let err = Config::from_yaml(&yaml(bundle))
+            .expect_err("a bundle holding the interception CA")
+            .to_string();
+        assert!(err.contains("robotsgate.fleet.peer_ca"), "{err}");
+    }
+    std::fs::write(&other, block(b"a fleet CA") + &block(b"the next fleet CA")).expect("write");
+    assert!(Config::from_yaml(&yaml(&other)).is_ok());
 }
 
 #[test]
