@@ -37,7 +37,8 @@
 //! runs on one shard, while robots.txt copies and budgets spread.
 //!
 //! **Its other files:** `answer.rs` (what `own_claim.lua` and `own_look.lua` answer,
-//! read once into a type).
+//! read once into a type), `letting_go.rs` (releases: leaving, idle, following
+//! traffic), `words.rs` (a group's facts as a claim keeps them, read strictly).
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -57,9 +58,11 @@ use crate::telemetry::metrics;
 
 pub mod answer;
 mod letting_go;
+pub mod words;
 
 pub use answer::ClaimAnswer;
 use answer::{ClaimCall, ClaimEffect};
+pub use words::Words;
 
 /// Keys whose owner (another member) is remembered.
 pub const OWNERS_KEPT: usize = 100_000;
@@ -475,38 +478,43 @@ impl Ownership {
         })
     }
 
-    /// A group's facts as a claim keeps them: `last_end|paused_until|backoff` (Redis ms).
+    /// A group's facts from the words a claim keeps ([`Words`]). Words that cannot be
+    /// read, or a moment that cannot be converted, count against this reader: the last
+    /// exchange is taken to have ended now, so the Crawl-delay counts from here.
     fn group_facts(&self, group: &str, value: &str) -> ScheduleFacts {
-        let mut fields = value.split('|').map(|f| f.parse::<i64>().unwrap_or(0));
-        let mut at = || {
-            fields
-                .next()
-                .filter(|&t| t > 0)
-                .and_then(|t| self.fleet.instant_of(t))
+        let now = Instant::now();
+        let group = group.to_string();
+        let words = match Words::parse(value) {
+            Ok(words) => words,
+            Err(e) => {
+                log::warn!("fleet: group {group:?}: {e}; its last exchange is taken to end now");
+                return ScheduleFacts {
+                    group,
+                    last_end: Some(now),
+                    paused_until: None,
+                    backoff: Duration::ZERO,
+                };
+            }
         };
-        let (last_end, paused_until) = (at(), at());
-        let backoff = value
-            .rsplit('|')
-            .next()
-            .and_then(|b| b.parse::<u64>().ok())
-            .map_or(Duration::ZERO, Duration::from_millis);
+        // A moment Redis' clock cannot be converted from (no offset known) is now.
+        let at = |t: Option<i64>| t.map(|t| self.fleet.instant_of(t).unwrap_or(now));
         ScheduleFacts {
-            group: group.to_string(),
-            last_end,
-            paused_until,
-            backoff,
+            group,
+            last_end: at(words.last_end),
+            paused_until: at(words.paused_until),
+            backoff: Duration::from_millis(words.backoff_ms),
         }
     }
 
-    /// `facts` as a claim keeps them (Redis ms; 0 for none).
+    /// `facts` as a claim keeps them ([`Words`]).
     fn encode(&self, facts: &ScheduleFacts) -> String {
-        let at = |i: Option<Instant>| i.and_then(|i| self.fleet.redis_time_of(i)).unwrap_or(0);
-        format!(
-            "{}|{}|{}",
-            at(facts.last_end),
-            at(facts.paused_until),
-            facts.backoff.as_millis()
-        )
+        let at = |i: Option<Instant>| i.and_then(|i| self.fleet.redis_time_of(i));
+        Words {
+            last_end: at(facts.last_end),
+            paused_until: at(facts.paused_until),
+            backoff_ms: u64::try_from(facts.backoff.as_millis()).unwrap_or(u64::MAX),
+        }
+        .write()
     }
 
     /// Writes a fact of an owned key when it happens (a pause, a backoff), for a new

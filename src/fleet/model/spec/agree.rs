@@ -282,7 +282,7 @@ fn release_case(d: &mut Dice, store: &mut Store, now: Ms, server: u8, who: Calle
         he,
         n.to_string(),
         "*".into(),
-        format!("{}|0|0", r.last_end),
+        last_end_words(r.last_end),
     ];
     let claim = claim_key(r.key);
     let k3 = [&claim, MEMBERSHIP[2], MEMBERSHIP[3]];
@@ -292,6 +292,15 @@ fn release_case(d: &mut Dice, store: &mut Store, now: Ms, server: u8, who: Calle
         args,
         vec![u8::from(done).to_string()],
     )
+}
+
+/// A last end (Redis ms) as the facts' words the code writes (`ownership::Words`).
+fn last_end_words(last_end: Ms) -> String {
+    crate::fleet::ownership::Words {
+        last_end: Some(last_end),
+        ..Default::default()
+    }
+    .write()
 }
 
 /// `keys` as owned strings.
@@ -313,7 +322,7 @@ pub(super) fn claim_words(a: &ClaimReply) -> Vec<String> {
             let mut out = w(&["taken", how]);
             out.extend([bound.to_string(), n.to_string(), u8::from(pv).to_string()]);
             if let Some(e) = last_end {
-                out.extend(["*".to_string(), format!("{e}|0|0")]);
+                out.extend(["*".to_string(), last_end_words(e)]);
             }
             out
         }

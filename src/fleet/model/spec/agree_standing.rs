@@ -23,7 +23,7 @@ use super::member::{HeldAs, Instance, KeyHeld};
 use super::store::{ClaimMode, ClaimReply, Claiming, How, Ms, Renewed, State, KEYS};
 use crate::fleet::model::Dice;
 use crate::fleet::ownership::answer::{ClaimCall, ClaimEffect};
-use crate::fleet::ownership::ClaimAnswer;
+use crate::fleet::ownership::{ClaimAnswer, Words};
 use crate::fleet::standing::{Held, Reassert, Standing};
 
 /// Random lives, each run through both.
@@ -133,7 +133,9 @@ impl Lived {
         let reply = match d.below(8) {
             0..=4 => {
                 let bound = 500 * (d.below(5) as Ms - 2);
-                ClaimReply::Taken(How::Claimed, bound, d.below(5) as u8, d.coin(), None)
+                // The last owner's last end, when it left one (Redis ms, maybe ahead).
+                let ended = d.maybe(|d| self.redis + 500 * (d.below(7) as Ms - 4));
+                ClaimReply::Taken(How::Claimed, bound, d.below(5) as u8, d.coin(), ended)
             }
             5 => ClaimReply::Lost,
             6 => ClaimReply::Held(1, 1, State::Up),
@@ -159,8 +161,21 @@ impl Lived {
             ClaimEffect::Unchanged => "unchanged",
         };
         *self.applied.entry(kind).or_insert(0) += 1;
+        // The facts' words as the code reads them (`ownership`'s `group_facts`), in
+        // this member's clock as the spec converts them.
+        let ended = match &answer {
+            ClaimAnswer::Taken { facts, .. } => facts
+                .iter()
+                .find(|(group, _)| group == "*")
+                .map(|(_, value)| Words::parse(value))
+                .transpose()
+                .map_err(|e| format!("{reply:?}: {e}"))?
+                .and_then(|words| words.last_end)
+                .and_then(|e| self.spec.own_time_of(e)),
+            _ => None,
+        };
         let bound = match applied {
-            ClaimEffect::Took { bound } if mode == ClaimMode::Claim => bound,
+            ClaimEffect::Took { bound } if mode == ClaimMode::Claim => bound.max(ended),
             _ => None,
         };
         if inherited != bound {
