@@ -23,12 +23,12 @@
 //! enforces (kept in the repository as the reference it is).
 //!
 //! Data flows one way: request → [`policy::target`] (origin + canonical path) →
-//! [`policy::agent`] (which crawler) → [`policy::egress`] + [`origin::dns`] (may we go
-//! there) → [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
-//! [`robots`] (the verdict) → in a fleet, [`fleet`] (who owns the origin: here, or
-//! another member, to which [`handover`] carries the request on the peer channel; the
-//! owner takes it from the top, and a request its owner never received is routed
-//! again) → [`pacing`] (the request's turn) → upstream.
+//! [`policy::agent`] (which crawler) → in a fleet, [`fleet`] (who owns the origin: here,
+//! or another member, to which [`handover`] carries the request on the peer channel,
+//! unjudged; the owner takes it from the top, and a request its owner never worked on
+//! is routed again) → [`policy::egress`] + [`origin::dns`] (may we go there) →
+//! [`origin::store`] (the origin's robots.txt, fetched by [`origin::fetch`]) →
+//! [`robots`] (the verdict) → [`pacing`] (the request's turn) → upstream.
 //!
 //! The folders are the layers, and dependencies point one way, down this list (a
 //! module uses only modules listed below it; `tests/it/layers.rs` checks this, and that

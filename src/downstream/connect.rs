@@ -41,7 +41,7 @@ use crate::enforce::{
     bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Turn, Unpaced,
 };
 use crate::fleet::{PeerContext, Reroutes};
-use crate::handover::{HandOver, Tunnelled};
+use crate::handover::{unavailable, HandOver, Tunnelled, Unreached};
 use crate::policy::target::{parse_authority, Host, Origin, Scheme, Target};
 use crate::robots::CanonicalPath;
 use crate::telemetry::metrics::{self, Outcome, TunnelMode};

@@ -43,6 +43,9 @@ pub struct ClientContext {
     /// with the context it encodes: a next one with the same context (the usual case:
     /// same client, same user) sends it again rather than encoding it anew.
     pub relayed_as: Option<Arc<(PeerContext, http::HeaderValue)>>,
+    /// How many times the request was routed once more before it reached the proxy's
+    /// pass (a relay whose owner never worked on it): the count goes on from there.
+    pub rerouted: crate::fleet::Reroutes,
 }
 
 /// Where a request handed over by another member came from.

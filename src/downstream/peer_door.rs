@@ -268,6 +268,7 @@ impl PeerDoor {
             }),
             started: None,
             relayed_as: None,
+            rerouted: Default::default(),
         })
     }
 }

@@ -1,9 +1,11 @@
 //! Enforcement as a library: the calls a Pingora `ProxyHttp` makes per request.
 //!
 //! [`Enforcer::decide`] takes where a request goes ([`Target`]) and who sends it, and
-//! answers with a [`Decision`]: forward to this address, hand it to the origin's owner
-//! (fleet mode), or answer the client with this: the egress checks, the robots.txt
-//! lookup (fetching it if needed), the verdict and the routing, in that order.
+//! answers with a [`Decision`]: forward to this address, or answer the client with
+//! this: the egress checks, the robots.txt lookup (fetching it if needed) and the
+//! verdict, in that order. [`Enforcer::judge_request`] and [`Enforcer::decide_tunnel`]
+//! route first in fleet mode: a request whose origin another member owns is handed to
+//! that owner ([`Decision::HandOver`]), unjudged, and only the others are decided.
 //! [`Enforcer::pace`] then waits for the request's turn and returns the [`Turn`] to hold
 //! until the origin's exchange has ended. None knows Pingora's session types, so any
 //! proxy — robotsgate's own (`crate::proxy`) or someone else's (`examples/embedded.rs`)

@@ -14,12 +14,16 @@
 //!    * a blind tunnel is handed over whole ([`HandOver::tunnel`]): a `CONNECT` to the
 //!      owner, which paces its start;
 //!    * anything else (a body, an HTTP/2 stream, a first request before the owner is
-//!      known) takes the proxy's pass with the owner's peer channel as its upstream
-//!      (`proxy/handover.rs`, marking it with [`mark_for_owner`]).
-//! 4. *Route again* — when the owner never received the request ([`never_received`])
-//!    or answered that it gave the key up ([`gave_up`], [`GAVE_UP`]): the owner is
-//!    forgotten and the request routed once more from step 1, as often as
-//!    [`Reroutes`](crate::fleet::Reroutes) allows. Nothing else is sent twice.
+//!      known, one the relay could not deliver) takes the proxy's pass with the owner's
+//!      peer channel as its upstream ([`pass`]: [`Passed`], one method per phase).
+//! 4. *Route again* — when the owner never received the request (`owner.rs`'s
+//!    `never_received`) or answered that it gave the key up (`gave_up`), or this member
+//!    gave the key up while the request queued for its turn: [`HandOver::route_again`],
+//!    the one rule every path applies, forgets the owner and routes the request once
+//!    more from step 1, as often as [`Reroutes`] allows. The count follows the request
+//!    from one path to the next (a relay that could not deliver hands the proxy pass its
+//!    count). Nothing else is sent twice; a request that cannot be carried is answered
+//!    by [`unavailable`], the one place its 503 is built.
 //!
 //! The owner takes a handed request from the top (its peer door,
 //! `downstream/peer_door.rs`, admits only live members; the member it reads is the
@@ -35,9 +39,12 @@
 //! each body chunk, a lock and a hash lookup to take the connection and to give it back.
 //!
 //! **Its other files:** `owner.rs` (what passes between a member and an origin's owner
-//! on every path), `tunnel.rs` (a blind tunnel handed to its owner).
+//! on every path, and the 503 when it cannot be carried), `pass.rs` (the proxy pass),
+//! `relay.rs` (the front's relay), `pool.rs` (the relay's idle connections),
+//! `tunnel.rs` (a blind tunnel handed to its owner).
 
 mod owner;
+pub mod pass;
 mod pool;
 pub mod relay;
 mod tunnel;
@@ -47,13 +54,13 @@ use std::time::Duration;
 
 use pingora::connectors::TransportConnector;
 
-pub use owner::{gave_up, mark_for_owner, never_received, peer_header, GAVE_UP, NOT_THE_OWNER};
+pub use owner::{peer_header, unavailable, Unreached};
+pub use pass::Passed;
 pub use relay::{relayable, Asked, Candidate, Relayable};
 pub use tunnel::Tunnelled;
 
 use crate::enforce::Enforcer;
-#[cfg(doc)]
-use crate::fleet::Owner;
+use crate::fleet::{Owner, Reroutes};
 use pool::Pool;
 
 /// The one entry to the hand-over the front, the tunnels and the proxy share: the
@@ -96,5 +103,28 @@ impl HandOver {
     /// Whether this instance is a fleet member (alone, nothing is ever handed over).
     pub fn in_fleet(&self) -> bool {
         self.enforcer.owners().is_some()
+    }
+
+    /// How long an owner may take to answer a request handed to it.
+    pub fn owner_answers_within(&self) -> Duration {
+        self.enforcer.owner_answers_within()
+    }
+
+    /// The rule every path applies when a request's owner never worked on it (it never
+    /// received the request, or gave the key up), or this member gave the key up while
+    /// the request queued (`owner`: `None`): the owner is forgotten (the next request
+    /// looks it up again), and the request is routed once more, counted in
+    /// `reroutes`, while [`Reroutes`] allows (`true`).
+    pub fn route_again(&self, owner: Option<&Owner>, reroutes: &mut Reroutes) -> bool {
+        if let Some(owner) = owner {
+            self.enforcer.forget_owner(owner);
+        }
+        match reroutes.again() {
+            Some(again) => {
+                *reroutes = again;
+                true
+            }
+            None => false,
+        }
     }
 }

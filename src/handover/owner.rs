@@ -2,14 +2,42 @@
 //! request (the front's relay, the proxy's pass): the request marked for the owner
 //! (this member's [`PeerContext`], nothing the client said in its place), and what the
 //! owner's side tells — an answer saying it gave the key up, an error saying it never
-//! received the request. Both paths route again on these, and only on these.
+//! received the request. Both paths route again on these, and only on these; what a
+//! member answers when it cannot carry a request to its owner is built here once
+//! ([`unavailable`]).
 
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 
 use http::HeaderValue;
 
+use crate::enforce::{Answer, Refusal};
 use crate::fleet::{PeerContext, PEER_HEADER};
+
+/// Why a member answers a request for its owner: every path's hand-over ends in one of
+/// these when it cannot carry the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreached {
+    /// No answer could be had from the owner: no connection, or one that failed before
+    /// any answer, or an answer that could not be read.
+    Unreachable,
+    /// The owner took the request and did not answer within its bound.
+    Silent,
+    /// It was routed again as often as allowed, and its owner still gave it up or never
+    /// received it.
+    KeptGivingUp,
+}
+
+/// The hand-over's answer when it cannot carry a request (`503 fleet-unavailable`, the
+/// `cause` as its reason): the one place it is built.
+pub fn unavailable(cause: Unreached) -> Answer {
+    let why = match cause {
+        Unreached::Unreachable => "its owner could not be reached",
+        Unreached::Silent => "its owner did not answer in time",
+        Unreached::KeptGivingUp => "its owner kept giving it up",
+    };
+    Refusal::FleetUnavailable { why }.answer()
+}
 
 /// Marks `request` for the owner: its proxy credentials and any `robotsgate-peer` the
 /// client sent removed, this member's `context` added, as [`peer_header`] writes it (the

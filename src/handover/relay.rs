@@ -22,7 +22,7 @@
 //!    framing (close-delimited, a coding Pingora does not read as chunked, octets past
 //!    its end) is closed, never pooled.
 //!
-//! Everything else takes the proxy's path (`proxy/handover.rs`), and so does a request the
+//! Everything else takes the proxy's path (`pass.rs`), and so does a request the
 //! owner never worked on ([`Asked::NotSent`]: the connection closed before a single
 //! octet of an answer, or the owner said it gave the key up), which the proxy routes
 //! again.
@@ -95,6 +95,13 @@ pub struct Upstream {
     session: OwnerSession,
 }
 
+impl Relayable {
+    /// Its origin's owner.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+}
+
 impl HandOver {
     /// The request for `target` when its origin's owner is another member this one
     /// knows: what the front relays itself (`None`: the proxy's path).
@@ -134,12 +141,9 @@ impl HandOver {
             // copy.
             None => Box::pin(self.ask_anew(owner, sent)).await,
         };
-        let asked = asked.unwrap_or(Asked::NotSent);
-        if let Asked::NotSent = asked {
-            // Said it gave the key up, or never answered: learnt afresh next time.
-            self.enforcer.forget_owner(owner);
-        }
-        asked
+        // `NotSent`: it said it gave the key up, or never answered; the caller routes
+        // the request again (`HandOver::route_again`, which forgets the owner).
+        asked.unwrap_or(Asked::NotSent)
     }
 
     /// [`HandOver::exchange_head`] on a new connection to `owner`'s peer channel, when

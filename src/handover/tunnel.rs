@@ -25,9 +25,9 @@ use pingora::http::RequestHeader;
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::owner::{mark_for_owner, peer_header};
+use super::owner::{mark_for_owner, peer_header, unavailable, Unreached};
 use super::HandOver;
-use crate::enforce::{Answer, Refusal};
+use crate::enforce::Answer;
 use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::Origin;
 
@@ -41,7 +41,7 @@ pub enum Tunnelled {
     GaveUp,
     /// The owner never received the tunnel (no connection to its peer channel, another
     /// key answering there, its CONNECT not written, or the connection closed before a
-    /// single octet of answer), as [`crate::handover::never_received`] says of a
+    /// single octet of answer), as `owner.rs`'s `never_received` says of a
     /// request: it is forgotten as the key's owner, nothing was written to the client,
     /// and the tunnel may be routed once more.
     NotReceived,
@@ -59,8 +59,9 @@ impl HandOver {
     /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
     /// what to answer the client when the owner may have received it but did not answer
     /// in time or readably; `GaveUp` and `NotReceived`: the owner refused as it no longer
-    /// serves the key, or never received the tunnel (either way it is forgotten as the
-    /// key's owner), and nothing was written to the client.
+    /// serves the key, or never received the tunnel, and nothing was written to the
+    /// client: the caller routes it again ([`HandOver::route_again`], which forgets the
+    /// owner).
     pub async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
         client: &mut S,
@@ -69,31 +70,22 @@ impl HandOver {
         context: PeerContext,
         connect: bool,
     ) -> Result<Tunnelled, Answer> {
-        let unreachable = || {
-            Refusal::FleetUnavailable {
-                why: "its owner could not be reached",
-            }
-            .answer()
-        };
+        let unreachable = || unavailable(Unreached::Unreachable);
         let enforcer = &self.enforcer;
-        let not_received = || {
-            enforcer.forget_owner(owner);
-            Tunnelled::NotReceived
-        };
         let head = connect_head(origin, &context).ok_or_else(unreachable)?;
         let Some(peer) = enforcer.owners().and_then(|owners| owners.peer(owner)) else {
-            return Ok(not_received());
+            return Ok(Tunnelled::NotReceived);
         };
         let connected =
             tokio::time::timeout(self.connect_timeout, self.connector.new_stream(&peer)).await;
         let Ok(Ok(mut upstream)) = connected else {
-            return Ok(not_received());
+            return Ok(Tunnelled::NotReceived);
         };
         if !crate::fleet::answered_by(&owner.member, upstream.get_ssl_digest().as_deref()) {
-            return Ok(not_received());
+            return Ok(Tunnelled::NotReceived);
         }
         if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
-            return Ok(not_received());
+            return Ok(Tunnelled::NotReceived);
         }
         let answered =
             tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
@@ -103,12 +95,11 @@ impl HandOver {
             bytes: head,
         } = match answered {
             Ok(Ok(head)) => head,
-            Ok(Err(Unanswered::Closed)) => return Ok(not_received()),
+            Ok(Err(Unanswered::Closed)) => return Ok(Tunnelled::NotReceived),
             Ok(Err(Unanswered::Unreadable)) | Err(_) => return Err(unreachable()),
         };
         if gave_up {
-            // It no longer serves the key: the owner is looked up again.
-            enforcer.forget_owner(owner);
+            // It no longer serves the key: routed again (`HandOver::route_again`).
             return Ok(Tunnelled::GaveUp);
         }
         if status != 200 {

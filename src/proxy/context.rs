@@ -10,7 +10,6 @@ use std::time::Instant;
 use super::exchange::exchange_end;
 use crate::downstream::context::ClientContext;
 use crate::enforce::{Allowed, Answer, DelayRule, ExchangeEnd, Pace, Reported, Turn};
-use crate::fleet::Owner;
 use crate::identity::payment::Reservation;
 use crate::identity::{Identity, Signer};
 use crate::policy::target::Target;
@@ -106,23 +105,7 @@ pub(super) enum Stage {
         failed: Option<String>,
     },
     /// Fleet mode: carried out through the origin's owner, another member.
-    HandedOver {
-        /// The owner.
-        owner: Owner,
-        /// Attempts sent to it so far (one more only where Pingora knows it never
-        /// received the request: a pooled connection found closed).
-        attempts: u8,
-        /// The status its answer carried.
-        upstream_status: Option<u16>,
-        /// robotsgate's own `X-Robots-Decision` when the owner could not be reached.
-        failed: Option<String>,
-        /// The owner answered that it no longer serves the key, before working on the
-        /// request: it is routed once more.
-        gave_up: bool,
-        /// How many times it was routed once more (at most
-        /// [`Reroutes`](crate::fleet::Reroutes)).
-        reroutes: crate::fleet::Reroutes,
-    },
+    HandedOver(crate::handover::Passed),
 }
 
 /// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
@@ -144,6 +127,22 @@ impl std::fmt::Display for Why {
 }
 
 impl RequestContext {
+    /// The request's hand-over, when it was handed to its origin's owner.
+    pub(super) fn handed_over(&self) -> Option<&crate::handover::Passed> {
+        match &self.stage {
+            Stage::HandedOver(passed) => Some(passed),
+            _ => None,
+        }
+    }
+
+    /// As [`RequestContext::handed_over`], to record what came of it.
+    pub(super) fn handed_over_mut(&mut self) -> Option<&mut crate::handover::Passed> {
+        match &mut self.stage {
+            Stage::HandedOver(passed) => Some(passed),
+            _ => None,
+        }
+    }
+
     /// Records that robotsgate answered `answer` instead of the origin.
     pub(super) fn answered(&mut self, answer: &Answer) {
         self.stage = Stage::Answered {
@@ -189,8 +188,8 @@ impl RequestContext {
             ) => reported.outcome,
             (Stage::Forwarded { failed: None, .. }, None) => Outcome::Allowed,
             (Stage::Forwarded { .. }, _) => Outcome::UpstreamError,
-            (Stage::HandedOver { failed: None, .. }, None) => Outcome::HandedOver,
-            (Stage::HandedOver { .. }, _) => Outcome::FleetUnavailable,
+            (Stage::HandedOver(passed), None) if passed.answered_by_owner() => Outcome::HandedOver,
+            (Stage::HandedOver(_), _) => Outcome::FleetUnavailable,
         }
     }
 
@@ -213,18 +212,13 @@ impl RequestContext {
                 ..answered("client-left; while=queued".into(), None)
             },
             Stage::Answered { why, line, .. } => answered(why, line),
-            Stage::HandedOver {
-                owner,
-                upstream_status,
-                failed,
-                ..
-            } => Ended {
-                upstream_status,
-                ..answered(
-                    failed.unwrap_or_else(|| format!("handed-over; owner={}", owner.member)),
-                    None,
-                )
-            },
+            Stage::HandedOver(passed) => {
+                let (upstream_status, why) = passed.ended();
+                Ended {
+                    upstream_status,
+                    ..answered(why, None)
+                }
+            }
             Stage::Forwarded {
                 allowed,
                 rule,

@@ -1,11 +1,19 @@
-//! robotsgate's Pingora `ProxyHttp`: wiring only.
+//! robotsgate's Pingora `ProxyHttp`: one method per phase, each a few lines calling
+//! one step (`steps.rs`), the hand-over's room for a request handed to its owner
+//! ([`crate::handover::Passed`]), or the exchange's bounds (`exchange.rs`).
 //!
-//! `request_filter` turns the request into a [`Target`](crate::policy::target::Target)
-//! and asks the [`Enforcer`]; an [`Answer`] is written to the client and the request ends there, a forward decision is
-//! kept in the context. `upstream_peer` connects to the exact address the egress check
-//! approved, pooled per origin; `upstream_request_filter` rewrites the request line to
-//! the canonical origin-form path the decision was made on. `logging` writes the access
-//! log line and the request metrics.
+//! `request_filter` turns the request into a [`Target`](crate::policy::target::Target),
+//! has the [`Enforcer`] judge it and acts on the judgement: an [`Answer`] is written to
+//! the client and the request ends there; a hand-over or a forward decision and its turn
+//! are kept in the context. `upstream_peer` connects to the owner's peer channel, or to
+//! the exact address the egress check approved, pooled per origin;
+//! `upstream_request_filter` marks a handed-over request for its owner, or checks once
+//! more that this instance still acts for the origin, rewrites the request line to the
+//! canonical origin-form path the decision was made on and signs it (reserving a
+//! pay-per-crawl payment); `upstream_response_filter` and the body filters follow the
+//! exchange, settle the payment and end the turn; the failure phases decide what is sent
+//! again (an owner that never worked on a request: routed again). `logging` writes the
+//! access log line and the request metrics.
 
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
@@ -25,6 +33,7 @@ use super::headers::{ends_by_close, strip_own_headers, usage_mark, NEVER_FORWARD
 use super::request::{requester, target_of, target_refused};
 use crate::downstream::context::ClientContext;
 use crate::enforce::{Answer, Enforcer};
+use crate::handover::{HandOver, Passed};
 use crate::policy::target::Scheme;
 use crate::telemetry::logging::AccessRecord;
 use crate::telemetry::metrics::Outcome;
@@ -33,6 +42,8 @@ use crate::telemetry::metrics::Outcome;
 pub struct RobotsGateProxy {
     /// Decides and paces every request.
     pub enforcer: Arc<Enforcer>,
+    /// Carries a request whose origin another member owns to it (fleet mode).
+    pub handover: Arc<HandOver>,
     /// Timeouts towards origins.
     pub upstream: UpstreamOptions,
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
@@ -103,10 +114,9 @@ impl ProxyHttp for RobotsGateProxy {
         };
         let judged = self.judge(session, ctx, &target).await;
         ctx.target = Some(target);
-        match self
-            .act_on(session, ctx, judged, crate::fleet::Reroutes::default())
-            .await?
-        {
+        // Counted from where it was routed before (a relay that could not deliver it).
+        let rerouted = ctx.client.rerouted;
+        match self.act_on(session, ctx, judged, rerouted).await? {
             Some(answer) => answered(session, ctx, &answer).await,
             None => Ok(false),
         }
@@ -140,15 +150,14 @@ impl ProxyHttp for RobotsGateProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        if let Stage::HandedOver { gave_up: true, .. } = ctx.stage {
-            self.route_again(session, ctx).await?;
+        if let Some(reroutes) = ctx.handed_over().and_then(Passed::routed_again) {
+            self.route_again(session, ctx, reroutes).await?;
         }
-        if let Stage::HandedOver {
-            owner, attempts, ..
-        } = &mut ctx.stage
-        {
-            *attempts += 1;
-            return super::handover::owner_peer(&self.enforcer, owner, &self.upstream);
+        if let Some(passed) = ctx.handed_over() {
+            let mut peer = self.handover.peer(passed)?;
+            let within = self.handover.owner_answers_within();
+            self.upstream.towards_owner(&mut peer, within);
+            return Ok(Box::new(peer));
         }
         let (Some(target), Stage::Forwarded { addr, pace, .. }) = (&ctx.target, &ctx.stage) else {
             return Err(Error::explain(
@@ -174,16 +183,14 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut Self::CTX,
         client_reused: bool,
     ) -> Box<Error> {
-        // What the error itself says, before the peer is added to it.
-        let unsent =
-            matches!(ctx.stage, Stage::HandedOver { .. }) && crate::handover::never_received(&e);
+        // What the error itself says, before the peer is added to it: an owner that gave
+        // the key up, or never received the request, never worked on it, whatever its
+        // method.
+        let unsent = ctx.handed_over().is_some_and(|p| p.never_worked_on(&e));
         let mut e = e.more_context(format!("Peer: {peer}"));
-        // An owner that gave the key up, or never received the request, never worked on
-        // it, whatever its method.
-        let gave_up = matches!(ctx.stage, Stage::HandedOver { gave_up: true, .. });
         if session.as_ref().retry_buffer_truncated() {
             e.set_retry(false);
-        } else if unsent || gave_up {
+        } else if unsent {
             e.set_retry(true);
         } else if !session.req_header().method.is_idempotent() {
             e.set_retry(false);
@@ -203,8 +210,8 @@ impl ProxyHttp for RobotsGateProxy {
         mut e: Box<Error>,
     ) -> Box<Error> {
         // A connection to an owner that was never made carried nothing: whatever the
-        // method, the request is sent again (routed once more, `handover::retry`).
-        if matches!(ctx.stage, Stage::HandedOver { .. }) {
+        // method, the request is sent again (routed once more, `HandOver::retry`).
+        if ctx.handed_over().is_some() {
             e.set_retry(true);
         } else if !session.req_header().method.is_idempotent() {
             e.set_retry(false);
@@ -215,7 +222,7 @@ impl ProxyHttp for RobotsGateProxy {
 
     /// A new connection to an owner carries the request only when that owner answered
     /// it (`fleet::answered_by`; a reused one was checked when it was made); otherwise
-    /// the owner never received it, and it is routed once more (`handover::retry`).
+    /// the owner never received it, and it is routed once more (`HandOver::retry`).
     async fn connected_to_upstream(
         &self,
         _session: &mut Session,
@@ -226,14 +233,10 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_fd = Some(fd);
-        if let (false, Stage::HandedOver { owner, .. }) = (reused, &ctx.stage) {
-            let answered = digest.and_then(|d| d.ssl_digest.as_deref());
-            if !crate::fleet::answered_by(&owner.member, answered) {
-                let not_the_owner = ErrorType::Custom(crate::handover::NOT_THE_OWNER);
-                return Error::e_explain(not_the_owner, "nothing sent on it");
-            }
+        match ctx.handed_over() {
+            Some(passed) => self.handover.connected(passed, reused, digest),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn upstream_response_filter(
@@ -254,30 +257,8 @@ impl ProxyHttp for RobotsGateProxy {
                 "origin answered 101 Switching Protocols; upgrades are not proxied",
             );
         }
-        if let Stage::HandedOver {
-            owner,
-            upstream_status,
-            gave_up,
-            reroutes,
-            ..
-        } = &mut ctx.stage
-        {
-            // The owner's answer, as the owner gave it (its `X-Robots-*` included).
-            *upstream_status = Some(upstream_response.status.as_u16());
-            if crate::handover::gave_up(upstream_response) {
-                self.enforcer.forget_owner(owner);
-                if reroutes.allowed() {
-                    // Not relayed: the request is routed once more (`upstream_peer`).
-                    *gave_up = true;
-                    let mut e = Error::explain(
-                        ErrorType::Custom(crate::handover::GAVE_UP),
-                        "the owner no longer serves the key",
-                    );
-                    e.set_retry(true);
-                    return Err(e);
-                }
-            }
-            return Ok(());
+        if let Stage::HandedOver(passed) = &mut ctx.stage {
+            return self.handover.answered(passed, upstream_response);
         }
         strip_own_headers(upstream_response, ctx.target.as_ref());
         // An answer only its connection's close ends is never announced as kept alive.
@@ -365,9 +346,10 @@ impl ProxyHttp for RobotsGateProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        if let Stage::HandedOver { .. } = ctx.stage {
+        if ctx.handed_over().is_some() {
             let who = requester(session, &ctx.client).client;
-            return super::handover::to_owner(ctx, who, upstream_request);
+            let context = ctx.client.peer_context(who);
+            return self.handover.mark(&context, upstream_request);
         }
         not_acting_any_more(ctx)?;
         NEVER_FORWARDED.remove_from(upstream_request);
@@ -430,7 +412,8 @@ impl ProxyHttp for RobotsGateProxy {
         e: &pingora::Error,
         ctx: &mut Self::CTX,
     ) -> FailToProxy {
-        if let Some(answer) = super::handover::failed(ctx, session.response_written().is_some()) {
+        let written = session.response_written().is_some();
+        if let Some(answer) = ctx.handed_over_mut().and_then(|p| p.failed(written)) {
             session.set_keepalive(None);
             let _ = respond(session, &answer).await;
             return FailToProxy {

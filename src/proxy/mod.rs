@@ -4,13 +4,13 @@
 //! handed over again), with what it knows of the request (`context`) and reads off it
 //! (`request`); the upstream side of an exchange ([`exchange`]: the peer, how an
 //! exchange ended), the headers changed on the way through (`headers`), pay per crawl
-//! on the way back (`payment`), a request handed to its owner in a fleet (`handover`),
-//! and the server that puts the front door, the proxy and the admin listener together
-//! ([`server`]). Uses every layer below it.
+//! on the way back (`payment`), and the server that puts the front door, the proxy and the admin listener together
+//! ([`server`]). A request handed to its owner in a fleet is carried by the hand-over's
+//! room ([`crate::handover`]'s `pass.rs`): each phase calls one of its methods. Uses
+//! every layer below it.
 
 mod context;
 pub mod exchange;
-mod handover;
 mod headers;
 pub mod http;
 mod payment;

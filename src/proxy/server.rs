@@ -229,6 +229,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         server: server.configuration.clone(),
         config: &config,
         enforcer: &enforcer,
+        handover: Arc::new(HandOver::new(
+            enforcer.clone(),
+            config.upstream.connect_timeout_seconds.duration(),
+            config.limits.idle_timeout_seconds.duration() / 2,
+        )),
         _trust: trust,
     };
     let front = proxy_front(&origins, interceptor, access);
@@ -282,11 +287,7 @@ fn proxy_front(
     access: AccessPolicy,
 ) -> ProxyFront<pingora::proxy::HttpProxy<RobotsGateProxy>> {
     let (config, enforcer) = (origins.config, origins.enforcer);
-    let handover = Arc::new(HandOver::new(
-        enforcer.clone(),
-        config.upstream.connect_timeout_seconds.duration(),
-        config.limits.idle_timeout_seconds.duration() / 2,
-    ));
+    let handover = origins.handover.clone();
     let tunnels = Tunnels::new(
         enforcer.clone(),
         interceptor,
@@ -325,6 +326,9 @@ struct OriginProxies<'a> {
     config: &'a Config,
     /// Decides and paces every request.
     enforcer: &'a Arc<Enforcer>,
+    /// The hand-over the proxies and the first front share (each further front keeps
+    /// idle relay connections of its own, `ProxyFront::at`).
+    handover: Arc<HandOver>,
     /// The root bundle's file, kept until every proxy has read it.
     _trust: UpstreamTrust,
 }
@@ -337,6 +341,7 @@ impl OriginProxies<'_> {
             &self.server,
             RobotsGateProxy {
                 enforcer: self.enforcer.clone(),
+                handover: self.handover.clone(),
                 upstream: (&config.upstream).into(),
                 max_body_bytes: config.limits.max_body_bytes,
                 socket_hook: crate::origin::loops::hook(config.transparent.upstream_mark),

@@ -14,6 +14,7 @@ use super::http::RobotsGateProxy;
 use super::request::requester;
 use crate::enforce::{Answer, Decision, Judged, Pace, Turn, Unpaced};
 use crate::fleet::Reroutes;
+use crate::handover::Passed;
 use crate::policy::target::Target;
 use crate::telemetry::metrics::{Outcome, Retry};
 
@@ -95,21 +96,14 @@ impl RobotsGateProxy {
         session: &mut Session,
         ctx: &mut RequestContext,
         judged: Judged,
-        reroutes: Reroutes,
+        mut reroutes: Reroutes,
     ) -> Result<Option<Answer>> {
         ctx.tokens_from = judged.tokens_from;
         ctx.mode_from = judged.mode_from;
         let (addr, why, pace, reported, usage) = match judged.decision {
             Decision::Refuse(reply) => return Ok(Some(reply.answer())),
             Decision::HandOver(owner) => {
-                ctx.stage = Stage::HandedOver {
-                    owner,
-                    attempts: 0,
-                    upstream_status: None,
-                    failed: None,
-                    gave_up: false,
-                    reroutes,
-                };
+                ctx.stage = Stage::HandedOver(Passed::new(owner, reroutes));
                 return Ok(None);
             }
             Decision::Forward {
@@ -136,9 +130,11 @@ impl RobotsGateProxy {
             // traffic, went idle, or this instance is leaving): routed once more, as a
             // member routes again one it handed to an owner that gave it up. One
             // handed over is refused instead, and its member routes it again.
-            Err(Unpaced::GaveUp(_)) if ctx.client.handed.is_none() && reroutes.allowed() => {
-                let again = reroutes.again().unwrap_or(reroutes);
-                return self.judge_again(session, ctx, again).await;
+            Err(Unpaced::GaveUp(_))
+                if ctx.client.handed.is_none()
+                    && self.handover.route_again(None, &mut reroutes) =>
+            {
+                return self.judge_again(session, ctx, reroutes).await;
             }
             Err(unpaced) => return Ok(Some(unpaced.answer())),
         };
@@ -162,20 +158,19 @@ impl RobotsGateProxy {
         Ok(None)
     }
 
-    /// The owner a request was handed to gave its key up before working on it (it
-    /// released the key, handed it to another member, or is leaving): the request is
-    /// routed once more, and served here, handed to the new owner, or answered (`Err`,
-    /// the answer kept for `fail_to_proxy`).
+    /// The owner a request was handed to never worked on it (it released the key,
+    /// handed it to another member, is leaving, or never received it): the request is
+    /// routed once more, for the `reroutes`-th time ([`HandOver::route_again`] counted
+    /// it), and served here, handed to the new owner, or answered (`Err`, the answer kept
+    /// for `fail_to_proxy`).
+    ///
+    /// [`HandOver::route_again`]: crate::handover::HandOver::route_again
     pub(super) async fn route_again(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
+        reroutes: Reroutes,
     ) -> Result<()> {
-        let reroutes = match ctx.stage {
-            Stage::HandedOver { reroutes, .. } => reroutes,
-            _ => Reroutes::default(),
-        };
-        let reroutes = reroutes.again().unwrap_or(reroutes);
         let Some(answer) = self.judge_again(session, ctx, reroutes).await? else {
             return Ok(());
         };
@@ -216,8 +211,8 @@ impl RobotsGateProxy {
     /// `upstream.max_retries`, only where the origin never worked on it. A refusal
     /// backs the origin off either way.
     pub(super) fn decide_retry(&self, e: &mut Error, ctx: &mut RequestContext) {
-        if let Stage::HandedOver { .. } = ctx.stage {
-            return super::handover::retry(&self.enforcer, e, &mut ctx.stage);
+        if let Stage::HandedOver(passed) = &mut ctx.stage {
+            return self.handover.retry(passed, e);
         }
         let Stage::Forwarded {
             turn,

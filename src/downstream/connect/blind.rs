@@ -111,9 +111,10 @@ impl Tunnels {
                     Ok(permit) => return Some((addr, permit)),
                     // Given up here while it queued (see `RobotsGateProxy::act_on`):
                     // routed once more.
-                    Err(Unpaced::GaveUp(_)) if handed.is_none() && reroutes.allowed() => {
-                        reroutes = reroutes.again().unwrap_or(reroutes);
-                        continue;
+                    Err(Unpaced::GaveUp(_))
+                        if handed.is_none() && self.handover.route_again(None, &mut reroutes) =>
+                    {
+                        continue
                     }
                     Err(unpaced) => {
                         let answer = unpaced.answer();
@@ -139,23 +140,21 @@ impl Tunnels {
                     self.refuse(l4, &shown, mode, &answer, started).await;
                     return None;
                 }
-                // The owner gave the key up before opening anything, or never received
-                // the tunnel: routed once more.
-                Ok(Tunnelled::GaveUp | Tunnelled::NotReceived) if reroutes.allowed() => {
-                    reroutes = reroutes.again().unwrap_or(reroutes);
-                }
                 Ok(Tunnelled::Done) => {
                     log_tunnel(&shown, mode, "handed_over", started);
                     return None;
                 }
+                // The owner gave the key up before opening anything, or never received
+                // the tunnel: routed once more, like a request, while that is allowed.
                 Ok(last) => {
-                    let why = match last {
-                        Tunnelled::GaveUp => "its owner kept giving it up",
-                        _ => "its owner could not be reached",
-                    };
-                    let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
-                    self.refuse(l4, &shown, mode, &answer, started).await;
-                    return None;
+                    if !self.handover.route_again(Some(&owner), &mut reroutes) {
+                        let answer = unavailable(match last {
+                            Tunnelled::GaveUp => Unreached::KeptGivingUp,
+                            _ => Unreached::Unreachable,
+                        });
+                        self.refuse(l4, &shown, mode, &answer, started).await;
+                        return None;
+                    }
                 }
             }
         }

@@ -57,27 +57,29 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
                 handover::relayable(candidate, request, own, context.mode(request.raw_path()))
             })
             .flatten();
-        let (relayable, asked) = match relayable {
-            Some((sent, relayable)) => {
-                let client_request = session.req_header();
-                let asked = self.handover.ask(sent, &relayable, client_request).await;
-                (Some(relayable), asked)
-            }
-            None => (None, Asked::NotSent),
+        // Not taken after all: the proxy's path, from the head again.
+        let Some((sent, relayable)) = relayable else {
+            drop(serving);
+            let stream = client_stream(session)?;
+            let session = self.session(stream, again, context, shutdown);
+            return self.proxy(session, pipelined, context, shutdown).await;
         };
-        let (relayable, upstream) = match (relayable, asked) {
-            (Some(relayable), Asked::Answer(upstream)) => (relayable, upstream),
-            (_, Asked::NotSent) | (None, _) => {
+        let client_request = session.req_header();
+        let upstream = match self.handover.ask(sent, &relayable, client_request).await {
+            Asked::Answer(upstream) => upstream,
+            Asked::NotSent => {
+                // The owner never worked on it: routed once more on the proxy's path,
+                // the count going on from this attempt.
                 drop(serving);
+                let mut rerouted = context.clone();
+                let owner = Some(relayable.owner());
+                self.handover.route_again(owner, &mut rerouted.rerouted);
                 let stream = client_stream(session)?;
                 let session = self.session(stream, again, context, shutdown);
-                return self.proxy(session, pipelined, context, shutdown).await;
+                return self.proxy(session, pipelined, &rerouted, shutdown).await;
             }
-            (Some(relayable), Asked::Silent) => {
-                let refusal = crate::enforce::Refusal::FleetUnavailable {
-                    why: "its owner did not answer in time",
-                }
-                .answer();
+            Asked::Silent => {
+                let refusal = handover::unavailable(handover::Unreached::Silent);
                 let mut stream = client_stream(session)?;
                 crate::downstream::refuse::write_answer(&mut *stream, &refusal).await;
                 relay::record(&relayable, refusal.status, started);
