@@ -43,9 +43,9 @@ pub const PEER_HEADER: &str = "robotsgate-peer";
 /// leaves).
 const MAX_REROUTES: u8 = 2;
 
-/// How many times a request (or a tunnel) was routed once more: the one place that
-/// decides whether it may be again, whichever path it takes (the proxy, the front's
-/// relay, a tunnel).
+/// How many times a request (or a tunnel) was routed once more: the count that decides
+/// whether it may be again, whichever path it takes (the proxy, the front's relay, a
+/// tunnel), applied by `handover`'s one rule (`HandOver::route_again`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reroutes(u8);
 
@@ -53,11 +53,6 @@ impl Reroutes {
     /// The next routing, when one more is allowed.
     pub fn again(self) -> Option<Reroutes> {
         (self.0 < MAX_REROUTES).then_some(Reroutes(self.0 + 1))
-    }
-
-    /// May it be routed once more?
-    pub fn allowed(self) -> bool {
-        self.again().is_some()
     }
 }
 
