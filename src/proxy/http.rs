@@ -41,18 +41,18 @@ use crate::telemetry::metrics::Outcome;
 /// robotsgate's Pingora `ProxyHttp`: wires each request to the [`Enforcer`].
 pub struct RobotsGateProxy {
     /// Decides and paces every request.
-    pub enforcer: Arc<Enforcer>,
+    pub(super) enforcer: Arc<Enforcer>,
     /// Carries a request whose origin another member owns to it (fleet mode).
-    pub handover: Arc<HandOver>,
+    pub(super) handover: Arc<HandOver>,
     /// Timeouts towards origins.
-    pub upstream: UpstreamOptions,
+    pub(super) upstream: UpstreamOptions,
     /// `limits.max_body_bytes`, for bodies without a `Content-Length` (the front checks
     /// those that have one).
-    pub max_body_bytes: u64,
+    pub(super) max_body_bytes: u64,
     /// Marks upstream sockets (`transparent.upstream_mark`).
-    pub socket_hook: Option<crate::origin::loops::SocketHook>,
+    pub(super) socket_hook: Option<crate::origin::loops::SocketHook>,
     /// The `Via` entry requests carry upstream (transparent listeners configured).
-    pub via: Option<&'static str>,
+    pub(super) via: Option<&'static str>,
 }
 
 /// Answers the request with `answer`, robotsgate's own: the request ends there.
