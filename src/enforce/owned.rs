@@ -52,6 +52,9 @@ impl Enforcer {
                 if let Some(inherited) = inherited {
                     self.pacer
                         .inherit(entry.place(), inherited.not_before, &inherited.groups);
+                    if let (true, Some(until)) = (inherited.vanished, inherited.not_before) {
+                        self.pacer.vanished(entry.place(), until);
+                    }
                 }
                 Routed::Here
             }

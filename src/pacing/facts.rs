@@ -88,6 +88,16 @@ impl Pacer {
     }
 }
 
+impl Pacer {
+    /// A new owner took `place`'s key over from a member that vanished: that member's
+    /// last exchange may have ended as late as `until` (the takeover's bound), under a
+    /// Crawl-delay this instance knows only from the fleet's robots.txt copy.
+    pub fn vanished(&self, place: Place<'_>, until: Instant) {
+        let mut list = lock(&place.schedules.list);
+        list.vanished_until = Some(list.vanished_until.map_or(until, |v| v.max(until)));
+    }
+}
+
 /// The later of two optional instants.
 fn later(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::pacing::local::{Schedule, IN_FLIGHT};
+use crate::pacing::local::{lock, Schedule, IN_FLIGHT};
 use crate::pacing::{HeldTurn, Pacer, Place};
 
 /// The turns a robots.txt fetch holds: one on every schedule of its origin, taken in
@@ -18,6 +18,17 @@ pub struct FetchTurns {
 }
 
 impl Pacer {
+    /// When a robots.txt fetch at `place` may go for an owner that does not know the
+    /// origin's Crawl-delay (no robots.txt in hand, none in the fleet's copy): the bound
+    /// of its takeover from a vanished owner ([`Pacer::vanished`]: an exchange of that
+    /// owner's may run until then) plus the largest delay obeyed,
+    /// `pacing.ceiling_seconds`, which no delay in force there can exceed. `None` when
+    /// the key was not taken over from a vanished owner.
+    pub fn unknown_delay_bound(&self, place: Place<'_>) -> Option<Instant> {
+        let at = lock(&place.schedules.list).vanished_until?;
+        Some(at + self.config.ceiling_seconds.duration())
+    }
+
     /// Waits for the turn of every one of `place`'s schedules, for a robots.txt fetch
     /// (its in-flight schedule made if it has none yet, so that a fetch counts against
     /// the in-flight limit from the first, and waits out a pause a new owner inherited).

@@ -82,6 +82,10 @@ pub(super) struct ScheduleList {
     /// owner vanished: an exchange of its may still run until then). Every schedule made
     /// here starts paused until then.
     pub(super) not_before: Option<Instant>,
+    /// A fleet's new owner that took the key over from a vanished owner: that owner's
+    /// last exchange may have ended as late as this, under a Crawl-delay this instance
+    /// may not know (see `Pacer::unknown_delay_bound`).
+    pub(super) vanished_until: Option<Instant>,
 }
 
 impl ScheduleList {

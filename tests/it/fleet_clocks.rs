@@ -1,6 +1,7 @@
 //! The fleet's takeovers against the clocks they trust, kept at the origin: a takeover
 //! asked for long after the owner vanished keeps the Crawl-delay from the owner's last
-//! exchange, and Redis' wall clock stepped forward under a crawl does not hand an origin
+//! exchange (with the fleet's robots.txt copy, and without it: then the new owner's
+//! robots.txt fetch waits the largest delay it obeys), and Redis' wall clock stepped forward under a crawl does not hand an origin
 //! to a second member while its owner still acts.
 //!
 //! Real `redis-server`s and robotsgate processes; a vanished owner is SIGKILLed, a
@@ -16,7 +17,7 @@ use crate::fleet_fixture::{
     backend_up, certs, fleet_conf, instances, members, owner_index, owner_seen_by, short_fleet,
     signal, HttpsFleet, Relay,
 };
-use crate::redis_servers::Redis;
+use crate::redis_servers::{redis_cli, Redis};
 
 /// The Crawl-delay of the takeover tests: longer than the lease plus the longest hold
 /// of [`short_fleet`] (about 5 s), so that the bound a takeover waits for is past long
@@ -78,6 +79,47 @@ async fn a_takeover_asked_for_late_keeps_the_crawl_delay() {
         crate::fleet_fixture::ownership_changes(&proxies[0], "taken_over"),
         1.0
     );
+}
+
+/// As above, with the fleet's robots.txt copy gone too (deleted,
+/// as by a Redis that lost it): the new owner must fetch robots.txt without knowing the
+/// Crawl-delay, so its fetch waits the largest delay it obeys (`pacing.ceiling_seconds`,
+/// here the origin's own) past the takeover's bound. At the origin: the robots.txt
+/// fetch, then the new owner's page, each at least the Crawl-delay after the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_without_the_robots_copy_keeps_the_crawl_delay() {
+    let redis = Redis::start();
+    let origin = crate::fleet_fixture::paced_origin(&LONG_DELAY.to_string()).await;
+    let conf = fleet_conf(&redis)
+        .with(&short_fleet("refuse"))
+        .set("pacing.ceiling_seconds", LONG_DELAY);
+    let mut proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let first = curl(&proxies[0], &origin.url("/last-of-a"), &[]);
+    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let copy = format!("rg:{{{}}}:r", origin.url("").trim_end_matches('/'));
+    assert_eq!(redis_cli(redis.port, &["DEL", &copy]), "1");
+    signal(proxies[0].pid(), "-KILL");
+    let killed = Instant::now();
+    drop(proxies.remove(0));
+    // Past the lease and the longest hold, as above: the takeover is acted on at once,
+    // and only the unknown delay holds the fetch back.
+    tokio::time::sleep_until(killed + Duration::from_secs(8)).await;
+    let next = curl(
+        &proxies[0],
+        &origin.url("/first-of-b"),
+        &["--max-time", "90"],
+    );
+    assert_eq!(next.0, 200, "{next:?}\n{}", proxies[0].log());
+    let seen = origin.seen();
+    let from = seen
+        .iter()
+        .position(|s| s.target == "/last-of-a")
+        .expect("/last-of-a reached the origin");
+    let after: Vec<&str> = seen[from..].iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(after, ["/last-of-a", "/robots.txt", "/first-of-b"]);
+    assert_gaps_at_least(&seen[from..], Duration::from_secs(LONG_DELAY));
 }
 
 /// `tests/helpers/clock_shim.c` built into `dir` with the system's compiler.

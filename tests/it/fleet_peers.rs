@@ -273,7 +273,11 @@ async fn a_wrong_peer_address_is_refused_at_join() {
                 .is_some_and(|u| u.contains(why)),
             "{fleet}"
         );
-        assert!(wrong.log().contains("not joining"), "{}", wrong.log());
+        // Log lines leave the process in batches (`telemetry::sink`, every 20 ms).
+        let logged = eventually(Duration::from_secs(5), || {
+            wrong.log().contains("not joining")
+        });
+        assert!(logged.await, "{}", wrong.log());
         assert_eq!(
             crate::fleet_fixture::members(&first[0]),
             1,

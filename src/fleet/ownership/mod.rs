@@ -96,6 +96,9 @@ pub struct Inherited {
     pub not_before: Option<Instant>,
     /// Per robots.txt group: its last end, its pause, its backoff.
     pub groups: Vec<ScheduleFacts>,
+    /// Taken over from a member that vanished, which handed no facts over: the
+    /// Crawl-delay in force is known only from the fleet's robots.txt copy.
+    pub vanished: bool,
 }
 
 /// Where a request for a key goes.
@@ -178,6 +181,7 @@ impl Ownership {
                     Ok(Some(not_before)) => Route::Here(Some(Inherited {
                         not_before,
                         groups: Vec::new(),
+                        vanished: false,
                     })),
                     Ok(None) => Box::pin(self.route_once(key, from)).await,
                     Err(Unavailable) => Route::Unavailable(NO_ANSWER),
@@ -443,6 +447,7 @@ impl Ownership {
             // then at the latest, and the Crawl-delay in force counts from it, however
             // late the key is taken over.
             not_before: bound.map(|b| self.fleet.local_instant(b)),
+            vanished: how == "taken_over",
             groups: facts
                 .iter()
                 .map(|(group, value)| self.group_facts(group, value))

@@ -232,6 +232,14 @@ impl OriginStore {
             PacingKey::Origin => None,
         };
         let keyed = address.as_deref().unwrap_or(entry);
+        // Fleet mode, an origin taken over from a vanished owner with no robots.txt in
+        // hand: its Crawl-delay is unknown, so the fetch waits as long as any delay
+        // obeyed could ask after the last exchange that owner may have run.
+        if self.acting.get().is_some() && entry.state.load().is_none() {
+            if let Some(at) = self.pacer.unknown_delay_bound(keyed.place()) {
+                tokio::time::sleep_until(at).await;
+            }
+        }
         let turns = self.pacer.turns_for_fetch(entry.place()).await;
         let address_turns = match &address {
             Some(address) => self.pacer.turns_for_fetch(address.place()).await,
