@@ -168,6 +168,10 @@ impl Fleet {
             .conf()
             .with(&backend)
             .set("fleet.new_data_set", "fence")
+            // The largest delay obeyed: above the origins' 0.3 s, and short enough that
+            // a takeover without the robots.txt copy (Redis restarted empty), whose
+            // fetch waits for it, heals within the final check's 40 s.
+            .set("pacing.ceiling_seconds", 2)
             .with(&short_fleet(self.mode));
         // Ownership changes logged (debug), for a failure's report.
         let log = [("RUST_LOG", "info,robotsgate::fleet=debug")];
