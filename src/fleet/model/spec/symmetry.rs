@@ -4,12 +4,14 @@
 //! and stateright's symmetry sets do: with 3 members and 2 keys, up to 12 states
 //! become one.
 //!
-//! Costs: one renamed copy and one hash per renaming (members! × keys!) per state.
+//! Costs: per state, a signature per member, then one renamed copy and one hash per
+//! renaming that orders the members by signature (keys! when no two members are alike,
+//! up to members! × keys! when all are).
 
 use std::hash::{Hash, Hasher};
 
 use super::member::{HeldAs, InFlight, Instance, Sent, SLOTS};
-use super::store::{ClaimReply, Mid, Store, KEYS, MEMBERS};
+use super::store::{Claim, ClaimReply, Mid, Store, KEYS, MEMBERS};
 use super::world::System;
 use super::Scope;
 
@@ -20,6 +22,12 @@ pub struct Renaming {
     members: [Mid; MEMBERS],
     /// Key `k` becomes `keys[k]`.
     keys: [usize; KEYS],
+    /// Members in the world (the rest keep their indexes).
+    n: usize,
+    /// Keys in use.
+    nk: usize,
+    /// Renames nothing.
+    identity: bool,
 }
 
 /// Every renaming the bounds allow: members in the world with the same clock rate are
@@ -41,9 +49,14 @@ pub fn renamings(b: &Scope, world: &System) -> Vec<Renaming> {
             let mut r = Renaming {
                 members: std::array::from_fn(|i| i as Mid),
                 keys: std::array::from_fn(|k| k),
+                n,
+                nk: b.keys,
+                identity: false,
             };
             r.members[..n].copy_from_slice(mp);
             r.keys[..b.keys].copy_from_slice(kp);
+            r.identity = mp.iter().enumerate().all(|(i, &j)| usize::from(j) == i)
+                && kp.iter().enumerate().all(|(k, &l)| l == k);
             out.push(r);
         }
     }
@@ -62,37 +75,141 @@ fn permute<T: Copy>(items: &mut Vec<T>, at: usize, out: &mut Vec<Vec<T>>) {
     }
 }
 
-/// The least fingerprint of `world` over `renamings`.
+/// The least fingerprint of `world` over the renamings that put its members and keys in
+/// the order of their signatures ([`signature`], [`key_signature`]): the same for every
+/// state alike up to renaming (a renaming moves a signature with its member or key),
+/// with one fingerprint for most states instead of one per renaming.
 pub fn canonical(world: &System, renamings: &[Renaming]) -> u64 {
+    let sig: [u64; MEMBERS] = std::array::from_fn(|i| signature(&world.members[i]));
+    let ksig: [u64; KEYS] = std::array::from_fn(|k| key_signature(world, k));
     renamings
         .iter()
-        .map(|r| fingerprint(&r.world(world)))
+        .filter(|r| r.keeps_order(world, &sig) && r.keeps_key_order(&ksig))
+        .map(|r| match r.identity {
+            true => fingerprint(world),
+            false => fingerprint(&r.world(world)),
+        })
         .min()
         .unwrap_or_else(|| fingerprint(world))
 }
 
-/// A 64-bit hash of `world` (FNV-1a over its derived `Hash`).
-fn fingerprint(world: &System) -> u64 {
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-    world.hash(&mut h);
-    h.0
+/// What a member is apart from the names it holds (other members', keys'): its life,
+/// clocks, lease and how many keys and calls it has. Renaming leaves it unchanged.
+fn signature(m: &Instance) -> u64 {
+    let mut h = Words(0x1319_8a2e_0370_7344);
+    (
+        m.life,
+        m.rate,
+        m.epoch,
+        m.generation,
+        m.valid_until,
+        m.leaving,
+    )
+        .hash(&mut h);
+    (
+        m.redis_clock,
+        m.step,
+        m.renewed_at,
+        m.armed,
+        m.turn.is_some(),
+    )
+        .hash(&mut h);
+    let held = m.holds.iter().flatten().count();
+    let calls = m.slots.iter().flatten().count();
+    (held, calls).hash(&mut h);
+    h.finish()
 }
 
-/// FNV-1a.
-struct Fnv(u64);
+/// What key `k` is apart from names: its last exchange's start and its claims (master's
+/// and replica's) without their holder's index. Renaming leaves it unchanged.
+fn key_signature(world: &System, k: usize) -> u64 {
+    let mut h = Words(0xa409_3822_299f_31d0);
+    world.last[k].map(|(t, _)| t).hash(&mut h);
+    for s in [&world.store, &world.replica] {
+        s.claims[k]
+            .map(|c| Claim {
+                holder: c.holder.map(|(_, e)| (0, e)),
+                ..c
+            })
+            .hash(&mut h);
+    }
+    h.finish()
+}
 
-impl Hasher for Fnv {
+/// A 64-bit hash of `world`: its derived `Hash`, a word at a time.
+fn fingerprint(world: &System) -> u64 {
+    let mut h = Words(0x243f_6a88_85a3_08d3);
+    world.hash(&mut h);
+    h.finish()
+}
+
+/// A hasher that takes a word per call: each word is mixed in by a multiplication whose
+/// 128-bit product is folded back to 64 bits (as foldhash does), and the end passes
+/// through MurmurHash3's finalizer. Not for adversarial input, only for fingerprints.
+struct Words(u64);
+
+impl Words {
+    fn mix(&mut self, word: u64) {
+        let p = u128::from(self.0 ^ word) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (p as u64) ^ ((p >> 64) as u64) ^ 0x5851_f42d_4c95_7f2d;
+    }
+}
+
+impl Hasher for Words {
     fn finish(&self) -> u64 {
-        self.0
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0; 8];
+            w.copy_from_slice(c);
+            self.mix(u64::from_le_bytes(w));
         }
+        let rest = chunks.remainder();
+        let mut w = [0; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        self.mix(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 56));
+    }
+    fn write_u8(&mut self, x: u8) {
+        self.mix(u64::from(x));
+    }
+    fn write_u16(&mut self, x: u16) {
+        self.mix(u64::from(x));
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.mix(u64::from(x));
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.mix(x);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.mix(x as u64);
     }
 }
 
 impl Renaming {
+    /// Does this renaming put members with lesser signatures first, among those it may
+    /// swap (the same clock)?
+    fn keeps_order(&self, world: &System, sig: &[u64; MEMBERS]) -> bool {
+        let alike = |i: usize, j: usize| world.members[i].rate == world.members[j].rate;
+        (0..self.n).all(|i| {
+            (0..self.n)
+                .all(|j| !alike(i, j) || sig[i] >= sig[j] || self.members[i] < self.members[j])
+        })
+    }
+
+    /// Does this renaming put keys with lesser signatures first?
+    fn keeps_key_order(&self, ksig: &[u64; KEYS]) -> bool {
+        (0..self.nk)
+            .all(|k| (0..self.nk).all(|l| ksig[k] >= ksig[l] || self.keys[k] < self.keys[l]))
+    }
+
     /// Member `i`'s new index.
     fn m(&self, i: Mid) -> Mid {
         self.members[usize::from(i)]
