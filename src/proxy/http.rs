@@ -27,7 +27,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use super::context::{RequestContext, Stage};
+use super::context::{Forwarded, RequestContext, Stage};
 use super::exchange::{unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE};
 use super::headers::{ends_by_close, strip_own_headers, usage_mark, NEVER_FORWARDED};
 use super::request::{requester, target_of, target_refused};
@@ -159,13 +159,13 @@ impl ProxyHttp for RobotsGateProxy {
             self.upstream.towards_owner(&mut peer, within);
             return Ok(Box::new(peer));
         }
-        let (Some(target), Stage::Forwarded { addr, pace, .. }) = (&ctx.target, &ctx.stage) else {
+        let (Some(target), Stage::Forwarded(f)) = (&ctx.target, &ctx.stage) else {
             return Err(Error::explain(
                 ErrorType::InternalError,
                 "no forward decision",
             ));
         };
-        let mut peer = upstream_peer(target, *addr, pace.pool_key(), &self.upstream);
+        let mut peer = upstream_peer(target, f.addr, f.pace.pool_key(), &self.upstream);
         peer.options.upstream_tcp_sock_tweak_hook = self.socket_hook.clone();
         self.next_attempt(ctx).await?;
         Ok(Box::new(peer))
@@ -272,7 +272,7 @@ impl ProxyHttp for RobotsGateProxy {
         }
         let status = upstream_response.status.as_u16();
         crate::telemetry::metrics::record_upstream_status(status);
-        if let Stage::Forwarded {
+        if let Some(Forwarded {
             turn,
             upstream_status,
             reported,
@@ -281,7 +281,7 @@ impl ProxyHttp for RobotsGateProxy {
             payment,
             paid,
             ..
-        } = &mut ctx.stage
+        }) = ctx.stage.forwarded_mut()
         {
             *upstream_status = Some(status);
             if let (Some(signer), Some(target)) = (signer, &ctx.target) {
@@ -322,9 +322,9 @@ impl ProxyHttp for RobotsGateProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<Duration>> {
-        if let Stage::Forwarded {
+        if let Some(Forwarded {
             turn: Some(turn), ..
-        } = &mut ctx.stage
+        }) = ctx.stage.forwarded_mut()
         {
             let now = tokio::time::Instant::now();
             if body.as_ref().is_some_and(|b| !b.is_empty()) {
@@ -368,11 +368,11 @@ impl ProxyHttp for RobotsGateProxy {
             }
             // Signed as the fleet's identity (a client's own signature headers are
             // gone already, with the other never-forwarded ones).
-            if let Stage::Forwarded {
+            if let Some(Forwarded {
                 signer: Some(signer),
                 payment,
                 ..
-            } = &mut ctx.stage
+            }) = ctx.stage.forwarded_mut()
             {
                 // Offers to pay while the day's budget covers it (once: a retried
                 // connection keeps its reservation).
@@ -466,7 +466,7 @@ impl ProxyHttp for RobotsGateProxy {
             session.set_keepalive(None);
             if respond(session, &answer).await.is_ok() {
                 match &mut ctx.stage {
-                    Stage::Forwarded { failed, .. } => *failed = Some(answer.header),
+                    Stage::Forwarded(f) => f.failed = Some(answer.header),
                     _ => ctx.answered(&answer),
                 }
             }
@@ -545,7 +545,7 @@ impl ProxyHttp for RobotsGateProxy {
 /// its lease by its own clock, or the key moved), its turn is given back unused and the
 /// request answered `503 fleet-unavailable`, never sent.
 fn not_acting_any_more(ctx: &mut RequestContext) -> Result<()> {
-    let Stage::Forwarded { turn, .. } = &mut ctx.stage else {
+    let Some(Forwarded { turn, .. }) = ctx.stage.forwarded_mut() else {
         return Ok(());
     };
     if turn.as_ref().is_none_or(crate::enforce::Turn::still_acting) {
@@ -555,6 +555,8 @@ fn not_acting_any_more(ctx: &mut RequestContext) -> Result<()> {
         turn.forgo();
     }
     let why = "this instance no longer acts for the origin";
-    ctx.unsent = Some(crate::enforce::Refusal::FleetUnavailable { why }.answer());
+    ctx.unsent = Some(Box::new(
+        crate::enforce::Refusal::FleetUnavailable { why }.answer(),
+    ));
     Error::e_explain(ErrorType::InternalError, why)
 }

@@ -7,7 +7,7 @@
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use super::context::{RequestContext, Stage};
+use super::context::{Forwarded, RequestContext, Stage};
 use super::exchange::{exchange_end, retry_reason};
 use super::headers::request_has_no_body;
 use super::http::RobotsGateProxy;
@@ -103,7 +103,7 @@ impl RobotsGateProxy {
         let (addr, why, pace, reported, usage) = match judged.decision {
             Decision::Refuse(reply) => return Ok(Some(reply.answer())),
             Decision::HandOver(owner) => {
-                ctx.stage = Stage::HandedOver(Passed::new(owner, reroutes));
+                ctx.stage = Stage::HandedOver(Box::new(Passed::new(owner, reroutes)));
                 return Ok(None);
             }
             Decision::Forward {
@@ -139,7 +139,7 @@ impl RobotsGateProxy {
             Err(unpaced) => return Ok(Some(unpaced.answer())),
         };
         self.exchange_starts(session, ctx);
-        ctx.stage = Stage::Forwarded {
+        ctx.stage = Stage::Forwarded(Box::new(Forwarded {
             addr,
             allowed: why,
             rule: pace.rule,
@@ -154,7 +154,7 @@ impl RobotsGateProxy {
             retried: None,
             upstream_status: None,
             failed: None,
-        };
+        }));
         Ok(None)
     }
 
@@ -175,7 +175,7 @@ impl RobotsGateProxy {
             return Ok(());
         };
         ctx.answered(&answer);
-        ctx.unsent = Some(answer);
+        ctx.unsent = Some(Box::new(answer));
         Error::e_explain(
             ErrorType::HTTPStatus(503),
             "routed again after its owner gave it up, and answered here",
@@ -214,12 +214,12 @@ impl RobotsGateProxy {
         if let Stage::HandedOver(passed) = &mut ctx.stage {
             return self.handover.retry(passed, e);
         }
-        let Stage::Forwarded {
+        let Some(Forwarded {
             turn,
             attempts,
             retried,
             ..
-        } = &mut ctx.stage
+        }) = ctx.stage.forwarded_mut()
         else {
             e.set_retry(false);
             return;
@@ -243,13 +243,13 @@ impl RobotsGateProxy {
     /// one sent again ends the last attempt's turn as it ended, then waits for a turn
     /// of its own (`Err`: none within the pacing bounds, answered as such).
     pub(super) async fn next_attempt(&self, ctx: &mut RequestContext) -> Result<()> {
-        let Stage::Forwarded {
+        let Some(Forwarded {
             pace,
             turn,
             attempts,
             retried,
             ..
-        } = &mut ctx.stage
+        }) = ctx.stage.forwarded_mut()
         else {
             return Ok(());
         };
@@ -268,7 +268,7 @@ impl RobotsGateProxy {
             Err(unpaced) => {
                 let answer = unpaced.answer();
                 ctx.answered(&answer);
-                ctx.unsent = Some(answer);
+                ctx.unsent = Some(Box::new(answer));
                 Error::e_explain(
                     ErrorType::HTTPStatus(503),
                     "no pacing turn for the attempt sent again",

@@ -96,7 +96,7 @@ pub fn canonical(world: &System, renamings: &[Renaming]) -> u64 {
 /// What a member is apart from the names it holds (other members', keys'): its life,
 /// clocks, lease and how many keys and calls it has. Renaming leaves it unchanged.
 fn signature(m: &Instance) -> u64 {
-    let mut h = Words(0x1319_8a2e_0370_7344);
+    let mut h = WordHasher(0x1319_8a2e_0370_7344);
     (
         m.life,
         m.rate,
@@ -123,7 +123,7 @@ fn signature(m: &Instance) -> u64 {
 /// What key `k` is apart from names: its last exchange's start and its claims (master's
 /// and replica's) without their holder's index. Renaming leaves it unchanged.
 fn key_signature(world: &System, k: usize) -> u64 {
-    let mut h = Words(0xa409_3822_299f_31d0);
+    let mut h = WordHasher(0xa409_3822_299f_31d0);
     world.last[k].map(|(t, _)| t).hash(&mut h);
     for s in [&world.store, &world.replica] {
         s.claims[k]
@@ -138,7 +138,7 @@ fn key_signature(world: &System, k: usize) -> u64 {
 
 /// A 64-bit hash of `world`: its derived `Hash`, a word at a time.
 fn fingerprint(world: &System) -> u64 {
-    let mut h = Words(0x243f_6a88_85a3_08d3);
+    let mut h = WordHasher(0x243f_6a88_85a3_08d3);
     world.hash(&mut h);
     h.finish()
 }
@@ -146,16 +146,16 @@ fn fingerprint(world: &System) -> u64 {
 /// A hasher that takes a word per call: each word is mixed in by a multiplication whose
 /// 128-bit product is folded back to 64 bits (as foldhash does), and the end passes
 /// through MurmurHash3's finalizer. Not for adversarial input, only for fingerprints.
-struct Words(u64);
+struct WordHasher(u64);
 
-impl Words {
+impl WordHasher {
     fn mix(&mut self, word: u64) {
         let p = u128::from(self.0 ^ word) * 0x9e37_79b9_7f4a_7c15;
         self.0 = (p as u64) ^ ((p >> 64) as u64) ^ 0x5851_f42d_4c95_7f2d;
     }
 }
 
-impl Hasher for Words {
+impl Hasher for WordHasher {
     fn finish(&self) -> u64 {
         let mut x = self.0;
         x ^= x >> 33;
