@@ -119,15 +119,16 @@ def nginx_binary():
 
 def page_origin(work, started, prefix=()):
     """Starts nginx (`prefix` before its command, e.g. `taskset -c 0`) serving the
-    benchmark origin from `{work}/www` and returns it as `127.0.0.1:port`: a small page,
-    `/index.html`, and the large robots.txt without its Crawl-delay lines (the
+    benchmark origin from `{work}/www` and returns it as `127.0.0.1:port`: a page of
+    1 KiB, `/index.html`, and the large robots.txt without its Crawl-delay lines (the
     per-request cost of cached decisions, not pacing: bench/pacing_load.py measures
     that), with usage preferences in its `*` group (parsed by every proxy, judged only
     by one that declares purposes)."""
     port = free_port()
     os.makedirs(f"{work}/www")
     with open(f"{work}/www/index.html", "w") as f:
-        f.write("<html><body>" + "x" * 512 + "</body></html>\n")
+        # 1,024 octets: 12 + 997 + 15.
+        f.write("<html><body>" + "x" * 997 + "</body></html>\n")
     rules = open(f"{ROOT}/tests/data/large_robots.txt").read().splitlines()
     rules = [l for l in rules if not l.lower().startswith("crawl-delay")]
     star = rules.index("User-agent: *")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """wrk through robotsgate vs a bare Pingora passthrough vs nginx direct, in one run.
 
-Everything runs on 127.0.0.1: an nginx origin (small page + robots.txt), robotsgate and
+Everything runs on 127.0.0.1: an nginx origin (a 1 KiB page + robots.txt), robotsgate and
 examples/passthrough.rs (the same Pingora setup and upstream peer options, timeouts
 included, but no robots/egress/DNS work), each with `threads: 1`. The proxies are pinned
 to CPU 1, nginx and wrk to CPU 0, so a proxy's CPU time is its own. robotsgate runs

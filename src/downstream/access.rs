@@ -219,28 +219,68 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
     Some((user, decoded[colon + 1..].to_vec()))
 }
 
+/// Why a credentials file cannot be read: its line and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialsError {
+    /// What kind of problem.
+    kind: CredentialsErrorKind,
+    /// What is wrong, naming the line and the user (never a hash or a password).
+    message: String,
+}
+
+/// What kind of problem a [`CredentialsError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialsErrorKind {
+    /// A line with no user name.
+    NoUser,
+    /// A user without a bcrypt hash.
+    NoHash,
+    /// A purpose that is not one.
+    NotAPurpose,
+    /// A user named twice.
+    Twice,
+}
+
+impl CredentialsError {
+    /// What kind of problem it is.
+    pub fn kind(&self) -> CredentialsErrorKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Display for CredentialsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CredentialsError {}
+
 /// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2[:purposes]]` per line,
 /// `#` comments.
-fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, String> {
+fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, CredentialsError> {
     let mut users = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = || format!("line {}", n + 1);
+        let err = |kind, message: String| CredentialsError {
+            kind,
+            message: format!("line {}: {message}", n + 1),
+        };
         let mut fields = line.splitn(4, ':');
         let user = fields.next().unwrap_or_default();
         let hash = fields.next().unwrap_or_default();
         if user.is_empty() {
-            return Err(format!("{}: no user name", at()));
+            return Err(err(CredentialsErrorKind::NoUser, "no user name".into()));
         }
         if !(hash.starts_with("$2a$") || hash.starts_with("$2b$") || hash.starts_with("$2y$"))
             || hash.parse::<bcrypt::HashParts>().is_err()
         {
-            return Err(format!(
-                "{}: user `{user}` has no bcrypt hash (`robotsgate passwd` or `htpasswd -B` writes one)",
-                at()
+            return Err(err(
+                CredentialsErrorKind::NoHash,
+                format!("user `{user}` has no bcrypt hash (`robotsgate passwd` or `htpasswd -B` writes one)"),
             ));
         }
         let tokens = fields
@@ -259,9 +299,11 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, String> 
                 continue;
             }
             let purpose = crate::config::Purpose::from_label(label).ok_or_else(|| {
-                format!(
-                    "{}: user `{user}`: `{label}` is not a purpose (search, train-ai, ai-input)",
-                    at()
+                err(
+                    CredentialsErrorKind::NotAPurpose,
+                    format!(
+                        "user `{user}`: `{label}` is not a purpose (search, train-ai, ai-input)"
+                    ),
                 )
             })?;
             purposes = purposes.with(purpose);
@@ -275,7 +317,10 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, String> 
             }),
         };
         if users.insert(user.to_string(), entry).is_some() {
-            return Err(format!("{}: user `{user}` appears twice", at()));
+            return Err(err(
+                CredentialsErrorKind::Twice,
+                format!("user `{user}` appears twice"),
+            ));
         }
     }
     Ok(users)
@@ -412,24 +457,33 @@ mod tests {
 
     #[test]
     fn bad_files_name_the_line() {
-        for (text, needle) in [
+        use CredentialsErrorKind::*;
+        for (text, kind, needle) in [
             (
                 "alice:plaintext\n",
+                NoHash,
                 "line 1: user `alice` has no bcrypt hash",
             ),
-            ("# c\n:$2b$04$abc\n", "line 2: no user name"),
+            ("# c\n:$2b$04$abc\n", NoUser, "line 2: no user name"),
             (
                 "bob:$2b$04$Bll7FjXq6C5mzO0AOSwA0uYQ3EIcymYyQOPIKh8yVpFNHq0OFbpD6::ai-train\n",
+                NotAPurpose,
                 "line 1: user `bob`: `ai-train` is not a purpose",
             ),
         ] {
             let err = parse_credentials(text).err().expect(text);
-            assert!(err.contains(needle), "{err}");
+            assert_eq!(err.kind(), kind, "{err}");
+            assert!(err.to_string().contains(needle), "{err}");
         }
         let line = credentials_line("a", "pw", &[], &[], 4).expect("hash");
         let err = parse_credentials(&format!("{line}\n{line}\n"))
             .err()
             .expect("dup");
-        assert!(err.contains("line 2") && err.contains("twice"), "{err}");
+        assert_eq!(err.kind(), Twice);
+        assert!(
+            err.to_string()
+                .starts_with("line 2: user `a` appears twice"),
+            "{err}"
+        );
     }
 }
