@@ -257,7 +257,7 @@ fn base() -> Scope {
 
 /// The searches the suite runs, by name: each fault class with a takeover acted on, with
 /// three members and two keys where a search stays within a few million states.
-const SEARCHES: [&str; 10] = [
+const SEARCHES: [&str; 11] = [
     "crash",
     "joining",
     "letting go",
@@ -265,6 +265,7 @@ const SEARCHES: [&str; 10] = [
     "pause",
     "restart",
     "failover",
+    "failover, two keys",
     "clock step",
     "clock step, pause, lost answer",
     "drift",
@@ -307,6 +308,11 @@ fn search(name: &str) -> Scope {
         },
         "failover" => Scope {
             members: 3,
+            faults: f(&[Fault::Failover]),
+            ..base()
+        },
+        "failover, two keys" => Scope {
+            keys: 2,
             faults: f(&[Fault::Failover]),
             ..base()
         },
@@ -411,7 +417,7 @@ const GROUPS: [&[&str]; 4] = [
     ],
     &["lost and late answers", "pause", "letting go"],
     &["restart"],
-    &["failover", "clock step"],
+    &["failover", "failover, two keys", "clock step"],
 ];
 
 /// Runs the searches of group `g`, each as [`check`] does, and their rows against the
