@@ -86,15 +86,13 @@ impl Pacer {
                 .min(self.config.ceiling_seconds.duration());
         }
     }
-}
 
-impl Pacer {
     /// A new owner took `place`'s key over from a member that vanished: that member's
     /// last exchange may have ended as late as `until` (the takeover's bound), under a
     /// Crawl-delay this instance knows only from the fleet's robots.txt copy.
     pub fn vanished(&self, place: Place<'_>, until: Instant) {
         let mut list = lock(&place.schedules.list);
-        list.vanished_until = Some(list.vanished_until.map_or(until, |v| v.max(until)));
+        list.vanished_until = later(list.vanished_until, Some(until));
     }
 }
 

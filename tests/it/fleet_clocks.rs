@@ -27,16 +27,44 @@ const LONG_DELAY: u64 = 12;
 /// Where the gap after `before` ends at the origin: the first request that arrived
 /// after `before`'s arrival, and the gap from `before`'s end to it.
 fn gap_after(origin: &TestOrigin, before: &str) -> (String, Duration) {
-    let seen = pages(origin, "/");
-    let at = seen
-        .iter()
-        .position(|s| s.target == before)
-        .unwrap_or_else(|| panic!("{before} never reached the origin: {seen:?}"));
-    let next = seen
-        .get(at + 1)
+    let after = received_from(origin, before);
+    let next = after
+        .get(1)
         .unwrap_or_else(|| panic!("nothing reached the origin after {before}"));
-    let gap = gaps(&seen[at..at + 2])[0];
-    (next.target.clone(), gap)
+    (next.target.clone(), gaps(&after[..2])[0])
+}
+
+/// Two members on `conf`: the first serves `/last-of-a` and so owns `origin`; then
+/// `before_kill` runs, the owner is SIGKILLed, and nothing is asked for until well past
+/// its lease (1.5 s) and longest hold (3 s), when the survivor is asked for
+/// `/first-of-b` (curl's `--max-time`: `max_time` seconds). The survivor, once it
+/// answered 200.
+async fn kill_the_owner_and_ask_late(
+    conf: &Conf,
+    origin: &TestOrigin,
+    before_kill: impl FnOnce(),
+    max_time: u64,
+) -> Proxy {
+    let mut proxies = instances(2, conf);
+    backend_up(&proxies).await;
+    let first = curl(&proxies[0], &origin.url("/last-of-a"), &[]);
+    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
+    assert_eq!(owner_index(&proxies, origin), Some(0));
+    before_kill();
+    signal(proxies[0].pid(), "-KILL");
+    let killed = Instant::now();
+    drop(proxies.remove(0));
+    // The schedule under test is a late request: time passing, not a wait for a state.
+    tokio::time::sleep_until(killed + Duration::from_secs(8)).await;
+    let survivor = proxies.remove(0);
+    let max_time = max_time.to_string();
+    let next = curl(
+        &survivor,
+        &origin.url("/first-of-b"),
+        &["--max-time", &max_time],
+    );
+    assert_eq!(next.0, 200, "{next:?}\n{}", survivor.log());
+    survivor
 }
 
 /// The owner SIGKILLed, and nothing asked for until well past its lease and longest
@@ -47,23 +75,8 @@ fn gap_after(origin: &TestOrigin, before: &str) -> (String, Duration) {
 async fn a_takeover_asked_for_late_keeps_the_crawl_delay() {
     let redis = Redis::start();
     let origin = crate::fleet_fixture::paced_origin(&LONG_DELAY.to_string()).await;
-    let mut proxies = instances(2, &fleet_conf(&redis).with(&short_fleet("refuse")));
-    backend_up(&proxies).await;
-    let first = curl(&proxies[0], &origin.url("/last-of-a"), &[]);
-    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    signal(proxies[0].pid(), "-KILL");
-    let killed = Instant::now();
-    drop(proxies.remove(0));
-    // Well past the lease (1.5 s) and the longest hold (3 s): the bound a takeover
-    // waits for has passed.
-    tokio::time::sleep_until(killed + Duration::from_secs(8)).await;
-    let next = curl(
-        &proxies[0],
-        &origin.url("/first-of-b"),
-        &["--max-time", "30"],
-    );
-    assert_eq!(next.0, 200, "{next:?}\n{}", proxies[0].log());
+    let conf = fleet_conf(&redis).with(&short_fleet("refuse"));
+    let survivor = kill_the_owner_and_ask_late(&conf, &origin, || (), 30).await;
     let (target, gap) = gap_after(&origin, "/last-of-a");
     assert_eq!(
         target, "/first-of-b",
@@ -73,10 +86,10 @@ async fn a_takeover_asked_for_late_keeps_the_crawl_delay() {
         gap >= Duration::from_secs(LONG_DELAY),
         "the origin received the new owner's page {gap:?} after the dead owner's ended, \
          under a {LONG_DELAY} s Crawl-delay\n{}",
-        proxies[0].log()
+        survivor.log()
     );
     assert_eq!(
-        crate::fleet_fixture::ownership_changes(&proxies[0], "taken_over"),
+        crate::fleet_fixture::ownership_changes(&survivor, "taken_over"),
         1.0
     );
 }
@@ -93,33 +106,17 @@ async fn a_takeover_without_the_robots_copy_keeps_the_crawl_delay() {
     let conf = fleet_conf(&redis)
         .with(&short_fleet("refuse"))
         .set("pacing.ceiling_seconds", LONG_DELAY);
-    let mut proxies = instances(2, &conf);
-    backend_up(&proxies).await;
-    let first = curl(&proxies[0], &origin.url("/last-of-a"), &[]);
-    assert_eq!(first.0, 200, "{first:?}\n{}", proxies[0].log());
-    assert_eq!(owner_index(&proxies, &origin), Some(0));
-    let copy = format!("rg:{{{}}}:r", origin.url("").trim_end_matches('/'));
-    assert_eq!(redis_cli(redis.port, &["DEL", &copy]), "1");
-    signal(proxies[0].pid(), "-KILL");
-    let killed = Instant::now();
-    drop(proxies.remove(0));
-    // Past the lease and the longest hold, as above: the takeover is acted on at once,
-    // and only the unknown delay holds the fetch back.
-    tokio::time::sleep_until(killed + Duration::from_secs(8)).await;
-    let next = curl(
-        &proxies[0],
-        &origin.url("/first-of-b"),
-        &["--max-time", "90"],
+    let delete_the_copy = || {
+        let copy = crate::fleet_fixture::robots_copy_key(&origin);
+        assert_eq!(redis_cli(redis.port, &["DEL", &copy]), "1");
+    };
+    kill_the_owner_and_ask_late(&conf, &origin, delete_the_copy, 90).await;
+    let after = received_from(&origin, "/last-of-a");
+    assert_eq!(
+        targets(&after),
+        ["/last-of-a", "/robots.txt", "/first-of-b"]
     );
-    assert_eq!(next.0, 200, "{next:?}\n{}", proxies[0].log());
-    let seen = origin.seen();
-    let from = seen
-        .iter()
-        .position(|s| s.target == "/last-of-a")
-        .expect("/last-of-a reached the origin");
-    let after: Vec<&str> = seen[from..].iter().map(|s| s.target.as_str()).collect();
-    assert_eq!(after, ["/last-of-a", "/robots.txt", "/first-of-b"]);
-    assert_gaps_at_least(&seen[from..], Duration::from_secs(LONG_DELAY));
+    assert_gaps_at_least(&after, Duration::from_secs(LONG_DELAY));
 }
 
 /// `tests/helpers/clock_shim.c` built into `dir` with the system's compiler.

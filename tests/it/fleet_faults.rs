@@ -627,17 +627,12 @@ async fn a_new_owners_robots_fetch_keeps_the_delay_from_the_last_page() {
         Some(0)
     );
     assert_eq!(curl(&proxies[0], &origin.url("/last"), &[]).0, 200);
-    let key = format!("rg:{{{}}}:r", origin.url("").trim_end_matches('/'));
+    let key = crate::fleet_fixture::robots_copy_key(&origin);
     assert_eq!(redis_cli(redis.port, &["DEL", &key]), "1");
     proxies[0].stop();
     let (status, _, body) = curl(&proxies[1], &origin.url("/next"), &[]);
     assert_eq!(status, 200, "{body}\n{}", proxies[1].log());
-    let seen = origin.seen();
-    let from = seen
-        .iter()
-        .position(|s| s.target == "/last")
-        .expect("/last reached the origin");
-    let after: Vec<&str> = seen[from..].iter().map(|s| s.target.as_str()).collect();
-    assert_eq!(after, ["/last", "/robots.txt", "/next"], "{after:?}");
-    assert_gaps_at_least(&seen[from..], Duration::from_secs(2));
+    let after = received_from(&origin, "/last");
+    assert_eq!(targets(&after), ["/last", "/robots.txt", "/next"]);
+    assert_gaps_at_least(&after, Duration::from_secs(2));
 }

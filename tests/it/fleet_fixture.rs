@@ -145,6 +145,12 @@ pub(crate) fn ownership_changes(proxy: &Proxy, how: &str) -> f64 {
     )
 }
 
+/// The Redis key of the fleet's robots.txt copy for `origin` (deleted by tests, as by a
+/// Redis that lost it).
+pub(crate) fn robots_copy_key(origin: &TestOrigin) -> String {
+    format!("rg:{{{}}}:r", origin.url("").trim_end_matches('/'))
+}
+
 /// An origin whose robots.txt asks every crawler for `delay` seconds between requests.
 pub(crate) async fn paced_origin(delay: &str) -> TestOrigin {
     let robots = format!("User-agent: *\nCrawl-delay: {delay}\nDisallow: /private\n");

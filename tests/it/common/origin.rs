@@ -532,6 +532,22 @@ pub fn pages(origin: &TestOrigin, prefix: &str) -> Vec<Seen> {
     seen
 }
 
+/// What the origin received from the first request for `target` on, in arrival order;
+/// panics naming `target` when it never came.
+pub fn received_from(origin: &TestOrigin, target: &str) -> Vec<Seen> {
+    let mut seen = pages(origin, "/");
+    let at = seen
+        .iter()
+        .position(|s| s.target == target)
+        .unwrap_or_else(|| panic!("{target} never reached the origin: {seen:?}"));
+    seen.split_off(at)
+}
+
+/// The targets of `seen`, in order.
+pub fn targets(seen: &[Seen]) -> Vec<&str> {
+    seen.iter().map(|s| s.target.as_str()).collect()
+}
+
 /// Gaps from one response's end to the next request's arrival (0 when they overlap).
 pub fn gaps(seen: &[Seen]) -> Vec<Duration> {
     seen.windows(2)
