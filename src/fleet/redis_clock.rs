@@ -81,6 +81,13 @@ impl RedisClock {
     pub fn last(&self) -> Option<Reading> {
         self.last
     }
+
+    /// A clock whose last renewal's readings were `last` (the model moves readings in
+    /// time).
+    #[cfg(test)]
+    pub fn with_last(last: Option<Reading>) -> RedisClock {
+        RedisClock { last }
+    }
 }
 
 #[cfg(test)]

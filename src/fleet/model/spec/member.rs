@@ -219,11 +219,9 @@ impl Instance {
     }
 
     /// Redis' time as this member converts an own time to it, never earlier than it
-    /// was (`Fleet::redis_time_of`): 0 when it knows no offset.
-    pub fn redis_time_of(&self, own: Ms) -> Ms {
-        self.redis_clock
-            .last()
-            .map_or(0, |r| own + r.offset_at_sending())
+    /// was (`Fleet::redis_time_of`): `None` when it knows no offset.
+    pub fn redis_time_of(&self, own: Ms) -> Option<Ms> {
+        self.redis_clock.last().map(|r| own + r.offset_at_sending())
     }
 
     /// An own time from Redis' time, never earlier than it is (`Fleet::instant_of`).
@@ -299,13 +297,14 @@ impl Instance {
         }
     }
 
-    /// A release's facts: `Releasing` for key `k` to `heir`, if it still holds `k`.
+    /// A release's facts: `Releasing` for key `k` to `heir`, if it still holds `k`; its
+    /// last exchange `ended` then (own clock), if it made one (`Ownership::encode`).
     pub fn releasing(
         &self,
         me: Mid,
         k: usize,
         heir: Option<(Mid, u8)>,
-        ended: Ms,
+        ended: Option<Ms>,
     ) -> Option<Releasing> {
         let h = self.holds[k]?;
         Some(Releasing {
@@ -315,7 +314,7 @@ impl Instance {
             key: k,
             heir,
             n: h.token,
-            last_end: self.redis_time_of(ended),
+            last_end: ended.and_then(|e| self.redis_time_of(e)).unwrap_or(0),
         })
     }
 }

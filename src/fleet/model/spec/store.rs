@@ -19,7 +19,7 @@ pub type Mid = u8;
 pub const KEYS: usize = 2;
 
 /// Members at most.
-pub const MEMBERS: usize = 4;
+pub const MEMBERS: usize = 3;
 
 /// A member's state in its record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,11 +8,14 @@
 
 use super::member::{claim_slot, release_slot, Answered, HeldAs, InFlight, Instance, Phase, Sent};
 use super::member::{RENEWAL, SLOTS};
-use super::store::{ClaimMode, ClaimReply, Claiming, Mid, Ms, Renewing, Store, KEYS, MEMBERS};
+use super::store::{ClaimMode, Claiming, Mid, Ms, Renewing, Store, KEYS, MEMBERS};
 use super::{Fault, Scope, FAULTS};
 
 /// One tick of true time, in ms.
 pub const TICK: Ms = 1000;
+
+/// A time long past, as `forget.rs` writes one that no rule can still be moved by.
+pub const PAST: Ms = Ms::MIN / 4;
 
 /// The world (its bounds are kept apart: [`Scope`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -114,7 +117,7 @@ impl System {
     pub fn new(b: &Scope) -> System {
         let mut members = [Instance::new(false, 0); MEMBERS];
         for (i, m) in members.iter_mut().enumerate().take(b.members + b.joiners) {
-            let rate = if b.drift { [-5, 5, 0, 0][i] } else { 0 };
+            let rate = if b.drift { [-5, 5, 0][i] } else { 0 };
             *m = Instance::new(i < b.members, rate);
         }
         for m in members.iter_mut().skip(b.members + b.joiners) {
@@ -301,7 +304,12 @@ impl System {
     /// what broke when the invariant does.
     pub fn apply(&mut self, b: &Scope, action: &Event) -> Result<(), String> {
         match *action {
-            Event::Tick => self.now += TICK,
+            Event::Tick => {
+                self.now += TICK;
+                if b.lag_under_a_tick && self.may(b, Fault::Failover) {
+                    self.replica = self.store;
+                }
+            }
             Event::Join(i) => self.members[usize::from(i)].life = Phase::Up,
             Event::Crash(i) => self.fault(Fault::Crash, i, Phase::Crashed),
             Event::Pause(i) => self.fault(Fault::Pause, i, Phase::Paused),
@@ -380,51 +388,8 @@ impl System {
             }
         }
         self.act(b)?;
-        self.normalize(b);
+        super::forget::forget(self, b);
         Ok(())
-    }
-
-    /// Forgets what no rule reads any more, so that states alike but for it are one:
-    /// times already past where only "has it passed?" is asked, a key's last exchange
-    /// once its Crawl-delay is over (who made it is kept), answered calls' arguments,
-    /// and what members do not read of an answer.
-    fn normalize(&mut self, b: &Scope) {
-        let past = Ms::MIN / 4;
-        for last in self.last.iter_mut().flatten() {
-            if self.now >= last.0 + (b.hold + b.delay) * TICK {
-                last.0 = past;
-            }
-        }
-        for m in self.members.iter_mut() {
-            let now = m.clock(self.now);
-            for pace in m.pace.iter_mut() {
-                if *pace <= now {
-                    *pace = 0;
-                }
-            }
-            for h in m.holds.iter_mut().flatten() {
-                if h.not_before <= now {
-                    h.not_before = 0;
-                }
-            }
-            for msg in m.slots.iter_mut().flatten() {
-                match (&mut msg.call, &mut msg.answer) {
-                    (Sent::Renew(r, _), Some(Answered::Renewed(a))) => {
-                        *r = Renewing {
-                            member: r.member,
-                            ..Renewing::default()
-                        };
-                        a.fence = 0;
-                    }
-                    (_, Some(Answered::Claimed(a)))
-                        if !matches!(a, ClaimReply::Taken(..) | ClaimReply::Lost) =>
-                    {
-                        msg.answer = Some(Answered::Done);
-                    }
-                    _ => {}
-                }
-            }
-        }
     }
 
     /// Member `i` is stopped (a crash, a pause): `f` spent.
@@ -477,7 +442,7 @@ impl System {
                 let Some(HeldAs::Releasing(heir)) = m.holds[k].map(|h| h.held) else {
                     return release_slot(k);
                 };
-                let ended = m.exchange[k].map_or(0, |s| m.clock(s + b.hold * TICK));
+                let ended = m.exchange[k].map(|s| m.clock(s + b.hold * TICK));
                 let heir = heir.map(|j| (j, 0));
                 match m.releasing(i, k, heir, ended) {
                     Some(r) => (i, release_slot(k), Sent::Release(r)),
