@@ -3,12 +3,20 @@
 //! nothing can read it again; `shift.rs` then writes the times left as offsets from
 //! now.
 //!
-//! Costs: one pass over the state per step.
+//! Costs: one pass over the state per step. A test walks every state of small searches
+//! (two members, one key, each fault class) with and without forgetting and requires
+//! the same views of the origin (each key's last exchange, by whom), faults and lives.
 
 use super::member::{Answered, Instance, Phase, Sent};
 use super::store::{ClaimReply, Ms, Renewing};
 use super::world::{System, PAST, TICK};
 use super::Scope;
+
+thread_local! {
+    /// Off only in the test that compares searches with and without forgetting (the
+    /// last exchange's start is forgotten either way: the origin's view is compared).
+    static FORGETTING: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
 
 /// Forgets, in `w`: times already past where only "has it passed?" is asked; a key's
 /// last exchange once its Crawl-delay is over (who made it is kept); answered calls'
@@ -24,6 +32,9 @@ pub fn forget(w: &mut System, b: &Scope) {
         if w.now >= last.0 + b.hold * TICK + delay {
             last.0 = PAST;
         }
+    }
+    if !FORGETTING.with(std::cell::Cell::get) {
+        return;
     }
     let redis = w.now + w.redis_ahead;
     let gone = |t: Ms| t + delay <= redis;
@@ -88,6 +99,79 @@ pub fn forget(w: &mut System, b: &Scope) {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::hash_map::DefaultHasher;
+    use std::collections::HashSet;
+    use std::hash::{Hash, Hasher};
+
+    use super::super::member::Phase;
+    use super::super::store::{Mid, KEYS, MEMBERS};
+    use super::super::{base, faults, Fault, FAULTS};
+    use super::*;
+
+    /// What the origin and the fault budget show of a state.
+    type View = (
+        Ms,
+        [Option<(Ms, Mid)>; KEYS],
+        [u8; FAULTS],
+        [Phase; MEMBERS],
+    );
+
+    /// Every view of a state reachable within `b` (states told apart exactly, by a
+    /// 64-bit hash), forgetting or not; a broken invariant is a view too.
+    fn views(b: &Scope, forgetting: bool) -> HashSet<Result<View, String>> {
+        FORGETTING.with(|f| f.set(forgetting));
+        let (mut seen, mut out) = (HashSet::new(), HashSet::new());
+        let mut stack = vec![System::new(b)];
+        while let Some(w) = stack.pop() {
+            let mut h = DefaultHasher::new();
+            w.hash(&mut h);
+            if !seen.insert(h.finish()) {
+                continue;
+            }
+            out.insert(Ok((w.now, w.last, w.spent, w.members.map(|m| m.life))));
+            for step in w.actions(b) {
+                let mut next = w;
+                match next.apply(b, &step) {
+                    Ok(()) => stack.push(next),
+                    Err(why) => {
+                        out.insert(Err(why));
+                    }
+                }
+            }
+        }
+        FORGETTING.with(|f| f.set(true));
+        out
+    }
+
+    #[test]
+    fn forgetting_changes_nothing_the_origin_sees_under_every_fault() {
+        let all = [
+            Fault::Crash,
+            Fault::Pause,
+            Fault::GiveUp,
+            Fault::LetGo,
+            Fault::Restart,
+            Fault::Failover,
+            Fault::ClockStep,
+        ];
+        for f in all {
+            let b = Scope {
+                horizon: 6,
+                faults: faults(&[f]),
+                ..base()
+            };
+            let (with, without) = (views(&b, true), views(&b, false));
+            eprintln!("{f:?}: {} views of the origin, alike", with.len());
+            assert!(
+                with == without,
+                "{f:?}: forgetting changed what the origin sees"
+            );
         }
     }
 }

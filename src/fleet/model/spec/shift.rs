@@ -14,7 +14,9 @@
 //! every offset.
 //!
 //! Costs: one copy of the state per fingerprint. Limits: a value written as "none" must
-//! be listed here; `shift_is_invisible` checks the copy on sampled states.
+//! be listed here. The test below walks every state of small searches (two members,
+//! one key, each fault class, and drifting clocks) and checks each state met again at
+//! another time against the first: the same steps, to states alike again.
 
 use crate::fleet::redis_clock::{Reading, RedisClock};
 
