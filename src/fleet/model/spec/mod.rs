@@ -539,8 +539,9 @@ fn without_the_retake_window_a_lost_takeover_answer_skips_its_confirmation() {
 
 /// Deeper searches by hand, bounds from the environment (a benchmark, not a test):
 /// `M=3 K=2 H=9 CRASH=1 cargo test --release --lib fleet::model::spec::deeper --
-/// --ignored --nocapture`. M members, J joining, K keys, H horizon, L lease, O hold,
-/// G grace, D Crawl-delay, W window (ticks), DRIFT=1, FENCE=1 (`new_data_set: fence`);
+/// --ignored --nocapture`. M members and J joining (3 at most in all), K keys, H
+/// horizon, L lease, O hold, G grace, D Crawl-delay, W window (ticks), DRIFT=1, FENCE=1
+/// (`new_data_set: fence`), LAG1=1 (a replica less than a tick behind);
 /// budgets CRASH, PAUSE, GIVEUP, LETGO, RESTART, FAILOVER, STEP; a rule off with
 /// R_GAP=0, R_STEP=0, R_HEAD=0 or R_RETAKE=0.
 #[test]
