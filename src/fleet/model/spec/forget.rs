@@ -111,7 +111,7 @@ mod tests {
 
     use super::super::member::Phase;
     use super::super::store::{Mid, KEYS, MEMBERS};
-    use super::super::{base, faults, Fault, FAULTS};
+    use super::super::{base, faults, EVERY_FAULT, FAULTS};
     use super::*;
 
     /// What the origin and the fault budget show of a state.
@@ -151,16 +151,7 @@ mod tests {
 
     #[test]
     fn forgetting_changes_nothing_the_origin_sees_under_every_fault() {
-        let all = [
-            Fault::Crash,
-            Fault::Pause,
-            Fault::GiveUp,
-            Fault::LetGo,
-            Fault::Restart,
-            Fault::Failover,
-            Fault::ClockStep,
-        ];
-        for f in all {
+        for f in EVERY_FAULT {
             let b = Scope {
                 horizon: 6,
                 faults: faults(&[f]),

@@ -78,6 +78,17 @@ pub enum Fault {
 /// How many fault classes.
 pub const FAULTS: usize = 7;
 
+/// Every fault class, in the order of a world's budgets.
+pub const EVERY_FAULT: [Fault; FAULTS] = [
+    Fault::Crash,
+    Fault::Pause,
+    Fault::GiveUp,
+    Fault::LetGo,
+    Fault::Restart,
+    Fault::Failover,
+    Fault::ClockStep,
+];
+
 /// Rules a test may turn off, to show the search needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Safeguards {

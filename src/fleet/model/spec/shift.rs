@@ -126,7 +126,7 @@ mod tests {
     use std::collections::{HashMap, HashSet};
 
     use super::super::world::TICK;
-    use super::super::{base, faults, Fault, Scope};
+    use super::super::{base, faults, Fault, Scope, EVERY_FAULT};
     use super::*;
 
     /// Two states alike but for when: the same steps enabled (the horizon aside), each
@@ -191,16 +191,7 @@ mod tests {
 
     #[test]
     fn states_alike_but_for_when_behave_alike_under_every_fault() {
-        let all = [
-            Fault::Crash,
-            Fault::Pause,
-            Fault::GiveUp,
-            Fault::LetGo,
-            Fault::Restart,
-            Fault::Failover,
-            Fault::ClockStep,
-        ];
-        for (f, drift) in all
+        for (f, drift) in EVERY_FAULT
             .iter()
             .map(|&f| (f, false))
             .chain([(Fault::Crash, true)])
