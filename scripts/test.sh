@@ -20,7 +20,15 @@ cargo clippy --release --all-targets --locked -- -D warnings
 # interpreter and the module when one is missing).
 python3 tests/helpers/check_python.py
 /usr/bin/python3 tests/helpers/check_python.py --crawler
-cargo test --release --locked
+# A failing test's message is printed again last, without a backtrace: CI keeps the
+# tail of the output, and a backtrace there would hide which assertion failed.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! RUST_BACKTRACE=0 cargo test --release --locked 2>&1 | tee "$log"; then
+  echo "== where each failing test stopped =="
+  grep -A6 "panicked at" "$log" | cut -c1-400
+  exit 1
+fi
 # The contributors' documentation builds without a warning (a broken link fails).
 RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --document-private-items --locked --quiet
 # The fuzz targets still build against today's API (they run by hand: docs/testing.md),

@@ -175,7 +175,7 @@ async fn origin_view_refresh_and_purge() {
     // The metrics of what happened, by their documented names and labels.
     let metric = |name: &str| proxy.metric(name).unwrap_or(0.0);
     assert_eq!(
-        metric("robotsgate_requests_total{decision=\"allowed\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"),
+        proxy.counted("robotsgate_requests_total{decision=\"allowed\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}", 2.0).await,
         2.0
     );
     assert_eq!(

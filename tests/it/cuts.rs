@@ -205,7 +205,12 @@ async fn an_answer_that_ends_soon_after_its_client_left_ends_the_turn_with_it() 
         "{slow:#?} {after:#?}"
     );
     assert_eq!(
-        proxy.counter("robotsgate_upstream_exchange_ends_total{end=\"complete\"}"),
+        proxy
+            .counted(
+                "robotsgate_upstream_exchange_ends_total{end=\"complete\"}",
+                3.0
+            )
+            .await,
         3.0,
         "warm, slow, after: {}",
         proxy.log()

@@ -337,8 +337,8 @@ async fn a_5xx_storm_is_backed_off_not_amplified() {
         "the origin saw {reached} of 10 during its storm"
     );
     let paced = proxy
-        .metric("robotsgate_requests_total{decision=\"paced_rejected\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}")
-        .unwrap_or(0.0);
+        .counted("robotsgate_requests_total{decision=\"paced_rejected\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}", 10.0 - reached as f64)
+        .await;
     assert_eq!(
         paced as usize + reached,
         10,

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::{curl, run_output, Proxy};
-use crate::fleet_fixture::{backend_up, fleet_conf, handed_over, instances, paced_origin};
+use crate::fleet_fixture::{
+    backend_up, fleet_conf, handed_over, handed_over_reaching, instances, paced_origin,
+};
 use crate::redis_servers::Redis;
 
 /// When the certificate in `file` expires (Unix time), as OpenSSL and `date` read it.
@@ -88,6 +90,11 @@ async fn members_with_certificates_from_the_old_and_the_new_fleet_ca_hand_over()
     }
     // Each member handed over one request: the other's origin's.
     for proxy in &proxies {
-        assert_eq!(handed_over(proxy), 1.0, "{}", proxy.log());
+        assert_eq!(
+            handed_over_reaching(proxy, 1.0).await,
+            1.0,
+            "{}",
+            proxy.log()
+        );
     }
 }

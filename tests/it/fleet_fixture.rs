@@ -136,6 +136,18 @@ pub(crate) fn handed_over(proxy: &Proxy) -> f64 {
     proxy.sum("robotsgate_requests_total", "decision=\"handed_over\"")
 }
 
+/// [`handed_over`] once it has reached `want` (counted as each exchange ends, after its
+/// client has the answer), or its value after 10 s.
+pub(crate) async fn handed_over_reaching(proxy: &Proxy, want: f64) -> f64 {
+    proxy
+        .summed(
+            "robotsgate_requests_total",
+            "decision=\"handed_over\"",
+            want,
+        )
+        .await
+}
+
 /// Keys `proxy` took or let go of by `how` (`claimed`, `handed`, `taken_over`, `idle`,
 /// `followed`, ...).
 pub(crate) fn ownership_changes(proxy: &Proxy, how: &str) -> f64 {

@@ -12,8 +12,8 @@ use crate::common::{
     assert_gaps_at_least, curl, eventually, most_at_once, pages, Behaviour, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, handed_over, instances, load, member_id, owner_index,
-    ownership_changes, paced_origin, signal, slow_origin,
+    backend_up, fleet_conf, handed_over, handed_over_reaching, instances, load, member_id,
+    owner_index, ownership_changes, paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::{redis_cli, Redis};
 
@@ -106,7 +106,8 @@ async fn without_following_an_origin_stays_with_its_first_owner() {
     let only = load(&proxies[1..], &[&origin], "/p/only-", 2, 40, until).await;
     assert!(only.iter().all(|&s| s == 200), "{only:?}");
     assert_eq!(owner_index(&proxies, &origin), Some(0));
-    assert_eq!(handed_over(&proxies[1]), only.len() as f64);
+    let sent = only.len() as f64;
+    assert_eq!(handed_over_reaching(&proxies[1], sent).await, sent);
     assert_eq!(
         pages(&origin, "/p/only-").len(),
         only.len(),

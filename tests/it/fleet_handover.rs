@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::common::{curl, pages, raw_exchange, status_of, Conf, Proxy, TestCa, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, handed_over, instances, owner_index, paced_origin, HttpsFleet,
+    backend_up, certs, fleet_conf, handed_over, handed_over_reaching, instances, owner_index,
+    paced_origin, HttpsFleet,
 };
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -58,7 +59,7 @@ async fn a_request_through_a_non_owner_gets_the_owners_answer_signed_once() {
         0.0,
         "never by the member that handed over"
     );
-    assert_eq!(handed_over(&proxies[1]), 1.0);
+    assert_eq!(handed_over_reaching(&proxies[1], 1.0).await, 1.0);
 
     // A refusal reads the same through either member.
     let refusing = paced_origin("0").await;
@@ -339,7 +340,7 @@ async fn an_intercepted_https_request_is_handed_over_in_both_protocols() {
         assert_eq!(tunnel(1, "/private/x", protocol).0, 403);
     }
     assert_eq!(origin.count("/private/x"), 0);
-    assert_eq!(handed_over(fleet.member(1)), 4.0);
+    assert_eq!(handed_over_reaching(fleet.member(1), 4.0).await, 4.0);
 }
 
 /// A blind tunnel through a member that does not own its origin is handed to the owner,

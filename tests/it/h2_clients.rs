@@ -134,15 +134,17 @@ async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
     assert!(gap >= Duration::from_millis(300), "gap {gap:?}");
 
     assert_eq!(
-        s.proxy.counter(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"h2\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"h2\",scheme=\"https\"}",
+            7.0
+        ).await,
         7.0
     );
     assert_eq!(
-        s.proxy.counter(
-            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",protocol=\"h2\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",protocol=\"h2\",scheme=\"https\"}",
+            1.0
+        ).await,
         1.0
     );
     let log = s.proxy.log();

@@ -179,7 +179,13 @@ async fn no_spelling_of_a_disallowed_path_reaches_the_origin_through_a_hand_over
     let answers = every_spelling_refused(&proxies[1], &origin).await;
     // Every 403 is the owner's judgement, relayed.
     let refused_403 = answers.iter().filter(|(_, s)| s == "403").count() as f64;
-    let judged = proxies[0].sum("robotsgate_requests_total", "decision=\"disallowed\"");
+    let judged = proxies[0]
+        .summed(
+            "robotsgate_requests_total",
+            "decision=\"disallowed\"",
+            refused_403,
+        )
+        .await;
     assert_eq!(judged, refused_403, "{}", proxies[0].log());
     assert!(refused_403 > 0.0, "{answers:?}");
     let _reply = raw_status(

@@ -145,15 +145,17 @@ async fn curl_https_is_enforced_like_http() {
     );
     assert!(s.metric("robotsgate_tls_leaf_mints_total") >= 1.0);
     assert_eq!(
-        s.metric(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}",
+            1.0
+        ).await,
         1.0
     );
     assert_eq!(
-        s.metric(
-            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"disallowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}",
+            1.0
+        ).await,
         1.0
     );
     assert_eq!(
@@ -608,9 +610,10 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
     let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
     assert_eq!(seen, ["/robots.txt", "/ai-ok/test"]);
     assert_eq!(
-        s.metric(
-            "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}",
+            1.0
+        ).await,
         1.0
     );
 }
@@ -638,9 +641,10 @@ async fn requests_in_an_intercepted_tunnel_are_signed() {
     );
     origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
-        s.metric(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}"
-        ),
+        s.proxy.counted(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}",
+            1.0
+        ).await,
         1.0
     );
 }

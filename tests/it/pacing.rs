@@ -197,8 +197,8 @@ async fn a_client_that_disconnects_gives_up_its_place() {
     assert!((0.2..1.5).contains(&waited), "{line}");
     assert!(line.contains("status=0"), "{line}");
     assert_eq!(
-        proxy.metric("robotsgate_requests_total{decision=\"left_while_queued\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"),
-        Some(1.0)
+        proxy.counted("robotsgate_requests_total{decision=\"left_while_queued\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}", 1.0).await,
+        1.0
     );
     assert_eq!(
         proxy.metric("robotsgate_pacing_left_wait_seconds_count"),

@@ -43,10 +43,11 @@ async fn report_mode_forwards_what_it_would_refuse_and_says_so() {
         "the second request would have waited about a second"
     );
     assert_eq!(
-        proxy.metric(
-            "robotsgate_requests_total{decision=\"would_disallow\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"
-        ),
-        Some(1.0)
+        proxy.counted(
+            "robotsgate_requests_total{decision=\"would_disallow\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}",
+            1.0
+        ).await,
+        1.0
     );
     proxy
         .log_with_all(&[

@@ -617,9 +617,10 @@ async fn transparent_requests_are_signed() {
     );
     origin.assert_verified(&["/robots.txt", "/page"]);
     assert_eq!(
-        proxy.counter(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",protocol=\"http/1.1\",scheme=\"http\"}"
-        ),
+        proxy.counted(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent\",protocol=\"http/1.1\",scheme=\"http\"}",
+            1.0
+        ).await,
         1.0
     );
     // The verifier can fail here too: the same headers replayed for another authority.

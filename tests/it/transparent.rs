@@ -260,21 +260,20 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
     }
 
     let requests = |decision: &str, mode: &str, protocol: &str, scheme: &str| {
-        w.metric(&format!(
+        format!(
             "robotsgate_requests_total{{decision=\"{decision}\",mode=\"{mode}\",protocol=\"{protocol}\",scheme=\"{scheme}\"}}"
-        ))
+        )
     };
-    assert_eq!(requests("allowed", "transparent", "http/1.1", "http"), 1.0);
-    assert_eq!(
-        requests("disallowed", "transparent", "http/1.1", "http"),
-        1.0
-    );
-    // curl offers h2 inside TLS, and gets it.
-    assert_eq!(requests("allowed", "transparent_tls", "h2", "https"), 1.0);
-    assert_eq!(
-        requests("disallowed", "transparent_tls", "h2", "https"),
-        1.0
-    );
+    // Each once; curl offers h2 inside TLS, and gets it.
+    for (decision, mode, protocol, scheme) in [
+        ("allowed", "transparent", "http/1.1", "http"),
+        ("disallowed", "transparent", "http/1.1", "http"),
+        ("allowed", "transparent_tls", "h2", "https"),
+        ("disallowed", "transparent_tls", "h2", "https"),
+    ] {
+        let name = requests(decision, mode, protocol, scheme);
+        assert_eq!(w.proxy.counted(&name, 1.0).await, 1.0, "{name}");
+    }
     assert_eq!(
         w.metric(
             "robotsgate_transparent_connections_total{listener=\"tls\",outcome=\"intercepted\"}"
@@ -442,9 +441,10 @@ async fn redirected_h2_is_served_stream_by_stream() {
     assert!(gap >= Duration::from_millis(300), "gap {gap:?}");
     assert_eq!(w.site_tls.count("/private/z"), 0);
     assert_eq!(
-        w.metric(
-            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent_tls\",protocol=\"h2\",scheme=\"https\"}"
-        ),
+        w.proxy.counted(
+            "robotsgate_requests_total{decision=\"allowed\",mode=\"transparent_tls\",protocol=\"h2\",scheme=\"https\"}",
+            4.0
+        ).await,
         4.0
     );
 }

@@ -113,7 +113,7 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     );
     let refused =
         "robotsgate_requests_total{decision=\"usage_refused\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}";
-    assert_eq!(proxy.counter(refused), 1.0);
+    assert_eq!(proxy.counted(refused, 1.0).await, 1.0);
     let verdict = |purpose: &str, result: &str, source: &str| {
         proxy.counter(&format!("robotsgate_usage_verdicts_total{{purpose=\"{purpose}\",result=\"{result}\",source=\"{source}\"}}"),
         )
@@ -279,8 +279,8 @@ async fn report_mode_forwards_marks_counts_and_logs() {
     assert_eq!(header(&head, "X-Robots-Decision"), None, "{head}");
     assert_eq!((origin.count("/test"), origin.count("/test?off")), (1, 1));
     assert_eq!(
-        proxy.counter("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}"
-        ),
+        proxy.counted("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}", 1.0
+        ).await,
         1.0
     );
     proxy

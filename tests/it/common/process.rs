@@ -550,6 +550,22 @@ impl Proxy {
         self.metric(name).unwrap_or(0.0)
     }
 
+    /// Counter `name` once it has reached `want`, or its value after 10 s. What is
+    /// counted when an exchange ends (`robotsgate_requests_total`, the exchange ends) is
+    /// counted after the client has its last octet, so a test that has just been
+    /// answered reads it this way; a count past `want` is returned as it is.
+    pub async fn counted(&self, name: &str, want: f64) -> f64 {
+        eventually(Duration::from_secs(10), || self.counter(name) >= want).await;
+        self.counter(name)
+    }
+
+    /// [`Proxy::sum`] once it has reached `want`, or its value after 10 s (as
+    /// [`Proxy::counted`]).
+    pub async fn summed(&self, name: &str, label: &str, want: f64) -> f64 {
+        eventually(Duration::from_secs(10), || self.sum(name, label) >= want).await;
+        self.sum(name, label)
+    }
+
     /// A reqwest client that uses this proxy for http URLs.
     pub fn client(&self) -> reqwest::Client {
         reqwest::Client::builder()
