@@ -424,7 +424,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn empty_fields_are_left_out_and_read_as_absent() {
+    fn empty_fields_are_left_out_and_unknown_ones_ignored() {
         let client_only = PeerContext {
             client: Some("10.0.0.7".parse().expect("ip")),
             ..PeerContext::default()
@@ -441,7 +441,15 @@ mod tests {
         // Written with every field (as a member of an earlier version writes it): the same.
         let full = br#"{"c":"10.0.0.7","u":null,"t":null,"d":null,"h2":false}"#;
         let full = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(full);
-        assert_eq!(PeerContext::decode(full.as_bytes()), Some(client_only));
+        assert_eq!(
+            PeerContext::decode(full.as_bytes()),
+            Some(client_only.clone())
+        );
+        // With a field this version does not know (as a later version may write it):
+        // the field is ignored (docs/upgrades.md).
+        let later = br#"{"c":"10.0.0.7","zz":{"any":[1,2]}}"#;
+        let later = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(later);
+        assert_eq!(PeerContext::decode(later.as_bytes()), Some(client_only));
     }
 
     #[test]
