@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::common::{curl, eventually, passwd_line, raw_status, Behaviour, Proxy, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, first_owns_second_learns, fleet_conf, handed_over, instances, owner_index,
+    backend_up, first_owns_second_learns, fleet_conf, handed_over, handed_over_reaching, instances,
+    owner_index,
 };
 use crate::redis_servers::Redis;
 
@@ -117,7 +118,8 @@ async fn relayed_answers_keep_their_framing() {
     assert_eq!(origin.count("/big"), 5);
     assert_eq!(origin.count("/private"), 0);
     let relayed = 2 * paths.len() + 2;
-    assert_eq!(handed_over(&proxies[1]), (relayed + 1) as f64);
+    let handed = (relayed + 1) as f64;
+    assert_eq!(handed_over_reaching(&proxies[1], handed).await, handed);
     // Access lines are written just after the answer: polled for.
     let by_relay = || {
         let log = proxies[1].log();
@@ -170,7 +172,7 @@ async fn a_hostile_answers_framing_never_reaches_another_client() {
             assert_eq!(victim.count(&path), 1, "{path} reached its origin once");
         }
     }
-    assert!(handed_over(&proxies[1]) >= 20.0);
+    assert!(handed_over_reaching(&proxies[1], 20.0).await >= 20.0);
 }
 
 /// What the proxy's path serves, the relay serves the same: request heads whose lines
@@ -217,7 +219,10 @@ async fn heads_with_bare_lf_and_repeated_lengths_are_relayed_as_served() {
         assert!(reply.ends_with(&format!("page {path}\n")), "{reply}");
         assert_eq!(origin.count(&path), 1, "{path}");
     }
-    assert_eq!(handed_over(&proxies[1]) - before, 4.0);
+    assert_eq!(
+        handed_over_reaching(&proxies[1], before + 4.0).await - before,
+        4.0
+    );
 }
 
 /// A connection the relay keeps idle for an owner that closed it meanwhile (the owner's
@@ -250,13 +255,20 @@ async fn a_kept_connection_the_owner_closed_is_replaced_and_the_request_sent_onc
         let closed = eventually(Duration::from_secs(10), || open() == 0.0).await;
         assert!(closed, "{} peer connections open", open());
     }
-    let relayed = proxies[1]
-        .log()
-        .lines()
-        .filter(|l| l.contains("/kept-") && l.contains("why=\"handed to "))
-        .count();
-    assert_eq!(relayed, 3, "{}", proxies[1].log());
-    assert_eq!(handed_over(&proxies[1]) - before, 3.0);
+    // Access lines are written just after the answer: polled for.
+    let relayed = || {
+        proxies[1]
+            .log()
+            .lines()
+            .filter(|l| l.contains("/kept-") && l.contains("why=\"handed to "))
+            .count()
+    };
+    eventually(Duration::from_secs(5), || relayed() >= 3).await;
+    assert_eq!(relayed(), 3, "{}", proxies[1].log());
+    assert_eq!(
+        handed_over_reaching(&proxies[1], before + 3.0).await - before,
+        3.0
+    );
     // The last two met a kept connection the owner had closed: passed over when the
     // runtime had seen it close, else sent on it and then on a new one.
     let again = proxies[1].log().matches("a kept connection to ").count();
@@ -314,7 +326,11 @@ async fn each_relayed_request_carries_its_own_user() {
             .expect("answer");
         assert_eq!(answer.status().as_u16(), status, "{user} {path}");
     }
-    assert_eq!(handed_over(&proxies[1]) - before, turns.len() as f64);
+    let sent = turns.len() as f64;
+    assert_eq!(
+        handed_over_reaching(&proxies[1], before + sent).await - before,
+        sent
+    );
     let fetched: Vec<String> = origin
         .seen()
         .iter()

@@ -147,8 +147,7 @@ async fn curl_over_h2_is_judged_and_paced_stream_by_stream() {
         ).await,
         1.0
     );
-    let log = s.proxy.log();
-    assert!(log.contains("protocol=\"h2\""), "{log}");
+    s.proxy.log_with(|l| l.contains("protocol=\"h2\"")).await;
     // Every stream's slot is given back.
     assert!(
         eventually(Duration::from_secs(5), || {
@@ -301,8 +300,11 @@ async fn chromium_negotiates_h2_and_its_subresources_are_judged_and_paced() {
     assert_eq!(origin.count("/private/b.png"), 0);
     // Every request Chromium made went over h2, each paced at the origin.
     // (Chromium's own background requests to Google go through the proxy too.)
-    let log = s.proxy.log();
     let ours = format!("origin=\"https://localhost:{}\"", origin.addr.port());
+    // Access lines are written just after each answer: polled for.
+    let count = || s.proxy.log().lines().filter(|l| l.contains(&ours)).count();
+    eventually(Duration::from_secs(5), || count() >= 5).await;
+    let log = s.proxy.log();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(&ours)).collect();
     assert!(lines.len() >= 5, "{log}");
     assert!(lines.iter().all(|l| l.contains("protocol=\"h2\"")), "{log}");

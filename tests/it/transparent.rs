@@ -280,11 +280,8 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
         ),
         2.0
     );
-    let log = w.proxy.log();
-    assert!(
-        log.contains("transparent_tls"),
-        "the access log names the mode:\n{log}"
-    );
+    // The access log names the mode.
+    w.proxy.log_with(|l| l.contains("transparent_tls")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
