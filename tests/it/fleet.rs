@@ -10,8 +10,8 @@ use crate::common::{
     Behaviour, Conf, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, handed_over, instances, owner_index, ownership_changes,
-    paced_origin, slow_origin, spread,
+    backend_up, certs, fleet_conf, handed_over, handed_over_reaching, instances, owner_index,
+    ownership_changes, paced_origin, slow_origin, spread, spread_answers,
 };
 use crate::redis_servers::{Cluster, Redis};
 
@@ -21,8 +21,20 @@ async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
     let origin = paced_origin("0.5").await;
     let proxies = instances(3, conf);
     backend_up(&proxies).await;
-    let statuses = spread(&proxies, &origin, "/p/", 12).await;
-    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    // Once, in a full run, one of these was answered 404 (not reproduced since): the
+    // answers, the origin's log and the members' logs are kept for the next time.
+    let answers = spread_answers(&proxies, &origin, "/p/", 12).await;
+    let odd: Vec<&(u16, String)> = answers.iter().filter(|(s, _)| *s != 200).collect();
+    assert!(
+        odd.is_empty(),
+        "{odd:#?}\norigin saw {:?}\n{}",
+        origin.seen(),
+        proxies
+            .iter()
+            .map(Proxy::log)
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    );
     let seen = pages(&origin, "/p/");
     assert_eq!(seen.len(), 12, "every request reached the origin once");
     assert_gaps_at_least(&seen, Duration::from_millis(500));
@@ -32,9 +44,13 @@ async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
         "one robots.txt fetch fleet-wide"
     );
     // One owner paced it; the two others handed their requests to it.
+    // (Counted as each exchange ends, after its client has the answer.)
     let owner = owner_index(&proxies, &origin).expect("an owner");
     for (i, proxy) in proxies.iter().enumerate() {
-        let handed = handed_over(proxy);
+        let handed = match i == owner {
+            true => handed_over(proxy),
+            false => handed_over_reaching(proxy, 1.0).await,
+        };
         assert_eq!(
             handed == 0.0,
             i == owner,

@@ -189,19 +189,38 @@ pub(crate) async fn spread(
     prefix: &str,
     count: usize,
 ) -> Vec<u16> {
+    let answers = spread_answers(proxies, origin, prefix, count).await;
+    answers.into_iter().map(|(status, _)| status).collect()
+}
+
+/// [`spread`], with each answer's headers and body as well (what to show when a status
+/// is not the one expected: who made it).
+pub(crate) async fn spread_answers(
+    proxies: &[Proxy],
+    origin: &TestOrigin,
+    prefix: &str,
+    count: usize,
+) -> Vec<(u16, String)> {
     let clients: Vec<reqwest::Client> = proxies.iter().map(|p| p.client()).collect();
     let tasks: Vec<_> = (0..count)
         .map(|i| {
-            let client = clients[i % clients.len()].clone();
+            let member = i % clients.len();
+            let client = clients[member].clone();
             let url = origin.url(&format!("{prefix}{i}"));
-            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status().as_u16()) })
+            tokio::spawn(async move {
+                let answer = client.get(&url).send().await.expect("request");
+                let status = answer.status().as_u16();
+                let head = format!("{url} via member {member}: {:?}", answer.headers());
+                let body = answer.text().await.unwrap_or_default();
+                (status, format!("{head}\n{body}"))
+            })
         })
         .collect();
-    let mut statuses = Vec::new();
+    let mut answers = Vec::new();
     for task in tasks {
-        statuses.push(task.await.expect("task").expect("request"));
+        answers.push(task.await.expect("task"));
     }
-    statuses
+    answers
 }
 
 /// `clients` clients, client `c` through `proxies[c % len]`, GETting `{prefix}{i}` for

@@ -58,11 +58,8 @@ fn install(root: &Path) {
             skipped.push(first.to_string());
             continue;
         }
-        let step = step.replace("cargo build --release --locked && ", "");
-        let step = step.replace(
-            "target/release/robotsgate",
-            env!("CARGO_BIN_EXE_robotsgate"),
-        );
+        let step = step.replace("cargo build --profile dist --locked && ", "");
+        let step = step.replace("target/dist/robotsgate", env!("CARGO_BIN_EXE_robotsgate"));
         let step = rooted(&step, root).replace(
             "robotsgate ca init",
             &format!("{}/usr/bin/robotsgate ca init", root.display()),

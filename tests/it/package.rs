@@ -1,5 +1,6 @@
-//! The Debian package: `scripts/package.sh` (cargo-deb) builds it from the release
-//! binary the tests run; `dpkg-deb` lists its files, conffiles and maintainer scripts;
+//! The Debian package: `scripts/package.sh` (cargo-deb) builds it, here from the release
+//! binary the tests run (what ships is built with the `dist` profile, the same code
+//! with link-time optimisation); `dpkg-deb` lists its files, conffiles and maintainer scripts;
 //! `lintian` finds no error; the unit as installed (from the extracted tree) passes
 //! `systemd-analyze verify`, alone and with the net-admin drop-in, and keeps its
 //! exposure within 2.0.
@@ -21,6 +22,8 @@ fn the_debian_package_installs_the_service_and_passes_lintian() {
     let out = dir.path().join("out");
     // The release binary the tests run is what gets packaged (--no-build).
     let (ok, text) = run_output(Command::new(format!("{ROOT}/scripts/package.sh")).args([
+        "--profile",
+        "release",
         "--no-build",
         "--output",
         path(&out),
