@@ -397,7 +397,10 @@ async fn the_admin_api_is_never_reached_through_the_proxy() {
         ("GET", format!("{}/", proxy.url())),
     ] {
         let (status, head, _) = crate::common::curl(&proxy, &url, &["-X", method]);
-        assert_eq!(status, 403, "{method} {url}: {head}");
+        // Once, in a full run, the `localhost` URL was answered 200 with an admin's
+        // status.json (not reproduced in 20 runs under load since): robotsgate's log (its
+        // access line names the decision and where it went) is kept for the next time.
+        assert_eq!(status, 403, "{method} {url}: {head}\n{}", proxy.log());
         // 0.0.0.0 is refused by its range first (`allow_destinations` does not open it).
         assert!(
             head.contains("own listener") || url.contains("0.0.0.0"),
