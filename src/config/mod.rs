@@ -433,14 +433,49 @@ impl Config {
     /// Every address robotsgate listens on (proxy, admin, key directory, transparent):
     /// never a destination, never a redirected connection's.
     pub fn own_listeners(&self) -> Vec<SocketAddr> {
-        [self.listen]
+        self.named_listeners()
             .into_iter()
-            .chain(self.admin_listen)
-            .chain(self.signing.directory_listen)
-            .chain(self.transparent.http_listen)
-            .chain(self.transparent.tls_listen)
-            .chain(self.fleet.peer_listen)
+            .map(|(_, at)| at)
             .collect()
+    }
+
+    /// Each listener's address with its key.
+    fn named_listeners(&self) -> Vec<(&'static str, SocketAddr)> {
+        [
+            ("robotsgate.listen", Some(self.listen)),
+            ("robotsgate.admin_listen", self.admin_listen),
+            (
+                "robotsgate.signing.directory_listen",
+                self.signing.directory_listen,
+            ),
+            (
+                "robotsgate.transparent.http_listen",
+                self.transparent.http_listen,
+            ),
+            (
+                "robotsgate.transparent.tls_listen",
+                self.transparent.tls_listen,
+            ),
+            ("robotsgate.fleet.peer_listen", self.fleet.peer_listen),
+        ]
+        .into_iter()
+        .filter_map(|(key, at)| Some((key, at?)))
+        .collect()
+    }
+
+    /// No two listeners on one address and port: Pingora would give both services the
+    /// same socket, and either could accept a connection meant for the other (the admin
+    /// API answering a crawler's request, or the proxy an operator's).
+    fn validate_distinct_listeners(&self) -> Result<(), ConfigError> {
+        let all = self.named_listeners();
+        for (i, (key, at)) in all.iter().enumerate() {
+            if let Some((other, was)) = all[..i].iter().find(|(_, was)| overlap(*at, *was)) {
+                return Err(ConfigError::invalid(format!(
+                    "key `{key}`: {at} is also `{other}`'s ({was}); each listener needs an address and port of its own (the same ones would share one socket, and either service could answer the other's connections)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks that cannot be expressed as types: each section's own, then those across
@@ -499,6 +534,7 @@ impl Config {
     /// The admin listener is never reachable unauthenticated beyond loopback, and the
     /// admin and proxy listeners admit someone.
     fn validate_listeners(&self) -> Result<(), ConfigError> {
+        self.validate_distinct_listeners()?;
         if let Some(admin) = self.admin_listen {
             if !admin.ip().is_loopback() && self.admin.token_file.is_none() {
                 return Err(ConfigError::invalid(format!(
@@ -567,6 +603,17 @@ fn certificates(path: &std::path::Path) -> Vec<Vec<u8>> {
     } else {
         ders
     }
+}
+
+/// Do listeners on `a` and `b` take the same connections: the same port, and the same
+/// address, or an unspecified one covering the other's (IPv4's its family, IPv6's
+/// every address, as a dual-stack socket does)?
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    let covers = |wide: SocketAddr, other: SocketAddr| match wide.ip() {
+        std::net::IpAddr::V4(v4) => v4.is_unspecified() && other.is_ipv4(),
+        std::net::IpAddr::V6(v6) => v6.is_unspecified(),
+    };
+    a.port() == b.port() && (a.ip() == b.ip() || covers(a, b) || covers(b, a))
 }
 
 #[cfg(test)]

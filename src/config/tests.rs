@@ -200,3 +200,33 @@ fn cidrs_and_ports() {
     assert!(PortRange::try_from("0".to_string()).is_err());
     assert!(PortRange::try_from("9-8".to_string()).is_err());
 }
+
+#[test]
+fn two_listeners_on_one_address_are_refused_naming_both_keys() {
+    let yaml = |listen: &str, admin: &str| {
+        format!("robotsgate:\n  listen: \"{listen}\"\n  admin_listen: \"{admin}\"\n")
+    };
+    for (listen, admin) in [
+        ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ("0.0.0.0:8080", "127.0.0.1:8080"),
+        ("127.0.0.1:8080", "[::]:8080"),
+    ] {
+        let err = Config::from_yaml(&yaml(listen, admin))
+            .expect_err("one address")
+            .to_string();
+        assert!(
+            err.contains("robotsgate.admin_listen")
+                && err.contains("robotsgate.listen")
+                && err.contains("line 3"),
+            "{listen} {admin}: {err}"
+        );
+    }
+    // Another port, or the other family's loopback: listeners of their own.
+    for (listen, admin) in [
+        ("127.0.0.1:8080", "127.0.0.1:9090"),
+        ("127.0.0.1:8080", "[::1]:8080"),
+        ("0.0.0.0:8080", "[::1]:8080"),
+    ] {
+        Config::from_yaml(&yaml(listen, admin)).unwrap_or_else(|e| panic!("{listen} {admin}: {e}"));
+    }
+}

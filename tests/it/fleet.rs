@@ -21,8 +21,9 @@ async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
     let origin = paced_origin("0.5").await;
     let proxies = instances(3, conf);
     backend_up(&proxies).await;
-    // Once, in a full run, one of these was answered 404 (not reproduced since): the
-    // answers, the origin's log and the members' logs are kept for the next time.
+    // Once, in a full run, one of these was answered 404 (a member's proxy and admin
+    // listeners on one port, now refused): the answers, the origin's log and the
+    // members' logs are kept should another such answer come.
     let answers = spread_answers(&proxies, &origin, "/p/", 12).await;
     let odd: Vec<&(u16, String)> = answers.iter().filter(|(s, _)| *s != 200).collect();
     assert!(
@@ -388,8 +389,10 @@ async fn an_origin_is_not_released_while_its_crawl_delay_runs() {
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     let origin = paced_origin("2").await;
-    // Once, in a full run of 2026-11-28, this first request was answered 404 (not
-    // reproduced since): the answer and the member's log are kept for the next time.
+    // Once, in a full run of 2026-11-28, this first request was answered 404: the test
+    // had given the member one port for both its proxy and admin listeners, which
+    // shared a socket (now refused at start: admin::two_listeners_on_one_port_…). The
+    // answer and the member's log are kept should another such answer come.
     let (status, head, body) = curl(&proxies[0], &origin.url("/p/first"), &[]);
     assert_eq!(status, 200, "{head}\n{body}\n{}", proxies[0].log());
     let ended = std::time::Instant::now();

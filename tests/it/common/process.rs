@@ -15,8 +15,8 @@ pub fn config_refusal(config: &std::path::Path) -> String {
     said
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again
-/// right away).
+/// A free TCP port on 127.0.0.1 (bound and released). Two calls can return the same
+/// port: [`Proxy::start`] keeps its listeners' apart.
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -217,7 +217,12 @@ impl Proxy {
         // robotsgate that could not bind exits, and is started again on other ports.
         for _attempt in 0..5 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-            let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            // Two listeners on one port would share a socket (robotsgate refuses it: a
+            // full run once had its proxy's requests answered by its admin listener).
+            let admin = std::iter::repeat_with(free_port)
+                .find(|port| *port != addr.port())
+                .expect("a port");
+            let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
             // A fleet member's peer channel: its own port too.
             let peer: Option<SocketAddr> = conf
                 .has("fleet")
