@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, healthz, repo_root, run_output};
+use crate::common::{free_ports, healthz, repo_root, run_output};
 
 /// The commands of the page's "From source" block.
 fn steps() -> Vec<String> {
@@ -142,7 +142,7 @@ fn the_install_from_source_starts() {
     let log = root.join("unit.log");
     let (ok, said) = unit_command(&pre[0], root, &[], &log);
     assert!(ok, "ExecStartPre: {said}");
-    let (proxy, admin) = (free_port(), free_port());
+    let [proxy, admin] = free_ports();
     let ports = [
         format!("--listen=127.0.0.1:{proxy}"),
         format!("--admin-listen=127.0.0.1:{admin}"),

@@ -8,7 +8,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, listens_on, repo_root, run_output, start_listening, Running};
+use crate::common::{
+    free_port, free_ports, listens_on, repo_root, run_output, start_listening, Running,
+};
 
 /// One code block of the tour: its command and the lines the README prints under it.
 #[derive(Debug)]
@@ -178,10 +180,11 @@ fn the_readmes_tour_prints_what_the_readme_says() {
     let dir = tempfile::tempdir().expect("tempdir");
     let origin_log = dir.path().join("origin.log");
     let (_origin, origin_port) = origin(start[0], &origin_log);
+    let [proxy, admin] = free_ports();
     let ports = Ports {
         origin: origin_port,
-        proxy: free_port(),
-        admin: free_port(),
+        proxy,
+        admin,
     };
     let _robotsgate = robotsgate(start[1], dir.path(), &ports);
     for block in &blocks[1..] {

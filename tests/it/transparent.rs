@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{
-    eventually, free_port, min_gap, operator_ca, pages, split_response, zone_dns, Behaviour, Conf,
-    Netns, NsRedis, Proxy, TestCa, TestOrigin,
+    eventually, free_port, free_ports, min_gap, operator_ca, pages, split_response, zone_dns,
+    Behaviour, Conf, Netns, NsRedis, Proxy, TestCa, TestOrigin,
 };
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -133,7 +133,7 @@ impl World {
         .await;
         let other = TestOrigin::start_on(ns.listener("127.0.0.3:80"), routes()).await;
         let blocked = TestOrigin::start_on(ns.listener("127.0.0.9:80"), routes()).await;
-        let (http_port, tls_port) = (free_port(), free_port());
+        let [http_port, tls_port] = free_ports();
         let proxy = Proxy::start_in(
             &ns,
             &conf,

@@ -16,13 +16,24 @@ pub fn config_refusal(config: &std::path::Path) -> String {
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released). Two calls can return the same
-/// port: [`Proxy::start`] keeps its listeners' apart.
+/// port: one process's listeners take theirs from [`free_ports`].
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// `N` free ports, all different (robotsgate refuses two listeners on one port).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let mut out = [0; N];
+    for i in 0..N {
+        out[i] = std::iter::repeat_with(free_port)
+            .find(|port| !out[..i].contains(port))
+            .expect("a port");
+    }
+    out
 }
 
 /// A loopback port kept from every other process while the server listening there is
@@ -216,17 +227,13 @@ impl Proxy {
         // A port picked free can be taken by another test before robotsgate binds it; a
         // robotsgate that could not bind exits, and is started again on other ports.
         for _attempt in 0..5 {
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-            // Two listeners on one port would share a socket (robotsgate refuses it: a
-            // full run once had its proxy's requests answered by its admin listener).
-            let admin = std::iter::repeat_with(free_port)
-                .find(|port| *port != addr.port())
-                .expect("a port");
-            let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
-            // A fleet member's peer channel: its own port too.
-            let peer: Option<SocketAddr> = conf
-                .has("fleet")
-                .then(|| format!("127.0.0.1:{}", free_port()).parse().expect("addr"));
+            // Each listener its own port (two on one port would share a socket: a full
+            // run once had its proxy's requests answered by its admin listener), a fleet
+            // member's peer channel too.
+            let ports = free_ports::<3>();
+            let at = |port: u16| -> SocketAddr { SocketAddr::from(([127, 0, 0, 1], port)) };
+            let (addr, admin) = (at(ports[0]), at(ports[1]));
+            let peer: Option<SocketAddr> = conf.has("fleet").then(|| at(ports[2]));
             let log = std::fs::File::create(&log_path).expect("log file");
             let mut run_args: Vec<String> = vec![
                 "--config".into(),
