@@ -399,7 +399,7 @@ async fn the_admin_api_is_never_reached_through_the_proxy() {
         let (status, head, _) = crate::common::curl(&proxy, &url, &["-X", method]);
         // Once, in a full run, the `localhost` URL was answered 200 with the admin's
         // status.json: the test had given the proxy and the admin one port, which shared
-        // a socket (now refused at start: `two_listeners_on_one_port_are_refused_at_start`).
+        // a socket (now refused at start: `check_cli::run_refuses_two_listeners_…`).
         assert_eq!(status, 403, "{method} {url}: {head}\n{}", proxy.log());
         // 0.0.0.0 is refused by its range first (`allow_destinations` does not open it).
         assert!(
@@ -421,42 +421,4 @@ fn an_admin_listener_beyond_loopback_needs_a_token() {
     std::fs::write(&config, conf.file(&[("version", 1.into())])).expect("config");
     let said = crate::common::config_refusal(&config);
     assert!(said.contains("robotsgate.admin.token_file"), "{said}");
-}
-
-/// A proxy listener and an admin listener on one address are refused at start, naming
-/// both keys: they would share one socket, and the admin API would answer some of the
-/// crawlers' requests (a 200 or a 404 no origin sent), the proxy some of the operator's.
-#[test]
-fn two_listeners_on_one_port_are_refused_at_start() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("robotsgate.yaml");
-    std::fs::write(&config, Conf::new().file(&[("version", 1.into())])).expect("config");
-    let at = format!("127.0.0.1:{}", crate::common::free_port());
-    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_robotsgate"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .args(["--listen", &at, "--admin-listen", &at])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("robotsgate run");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let exited = loop {
-        match run.try_wait().expect("wait") {
-            Some(status) => break status,
-            None if std::time::Instant::now() > deadline => {
-                let _ = run.kill();
-                let _ = run.wait();
-                panic!("robotsgate ran with two listeners on {at}");
-            }
-            None => std::thread::sleep(std::time::Duration::from_millis(20)),
-        }
-    };
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut said)
-        .expect("stderr");
-    assert!(!exited.success(), "{said}");
-    assert!(
-        said.contains("robotsgate.admin_listen") && said.contains("robotsgate.listen"),
-        "{said}"
-    );
 }

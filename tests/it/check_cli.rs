@@ -119,3 +119,31 @@ fn run_refuses_a_bad_config_naming_key_and_line() {
         "{err}"
     );
 }
+
+/// Two listeners on one address and port (here from the command line, as the test
+/// harness once gave them) are refused at start, naming both keys: they would share one
+/// socket, and the admin API would answer some of the crawlers' requests. `timeout`: a
+/// run that starts anyway fails the test (status 124) instead of holding it.
+#[test]
+fn run_refuses_two_listeners_on_one_port_naming_both_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("ok.yaml");
+    std::fs::write(&config, "threads: 1\n").expect("write");
+    let at = format!("127.0.0.1:{}", crate::common::free_port());
+    let out = Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_robotsgate"), "run", "--config"])
+        .arg(&config)
+        .args(["--listen", &at, "--admin-listen", &at])
+        .output()
+        .expect("timeout robotsgate run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && out.status.code() != Some(124),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(
+        err.contains("robotsgate.admin_listen") && err.contains("robotsgate.listen"),
+        "{err}"
+    );
+}

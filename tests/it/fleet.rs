@@ -48,9 +48,10 @@ async fn three_instances_keep_one_crawl_delay(conf: &Conf) {
     // (Counted as each exchange ends, after its client has the answer.)
     let owner = owner_index(&proxies, &origin).expect("an owner");
     for (i, proxy) in proxies.iter().enumerate() {
-        let handed = match i == owner {
-            true => handed_over(proxy),
-            false => handed_over_reaching(proxy, 1.0).await,
+        let handed = if i == owner {
+            handed_over(proxy)
+        } else {
+            handed_over_reaching(proxy, 1.0).await
         };
         assert_eq!(
             handed == 0.0,
@@ -391,7 +392,7 @@ async fn an_origin_is_not_released_while_its_crawl_delay_runs() {
     let origin = paced_origin("2").await;
     // Once, in a full run of 2026-11-28, this first request was answered 404: the test
     // had given the member one port for both its proxy and admin listeners, which
-    // shared a socket (now refused at start: admin::two_listeners_on_one_port_…). The
+    // shared a socket (now refused at start: check_cli::run_refuses_two_listeners_…). The
     // answer and the member's log are kept should another such answer come.
     let (status, head, body) = curl(&proxies[0], &origin.url("/p/first"), &[]);
     assert_eq!(status, 200, "{head}\n{body}\n{}", proxies[0].log());

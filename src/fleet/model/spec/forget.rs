@@ -105,13 +105,11 @@ pub fn forget(w: &mut System, b: &Scope) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::hash_map::DefaultHasher;
     use std::collections::HashSet;
-    use std::hash::{Hash, Hasher};
 
     use super::super::member::Phase;
     use super::super::store::{Mid, KEYS, MEMBERS};
-    use super::super::{base, faults, EVERY_FAULT, FAULTS};
+    use super::super::{base, each_state, faults, EVERY_FAULT, FAULTS};
     use super::*;
 
     /// What the origin and the fault budget show of a state.
@@ -122,31 +120,23 @@ mod tests {
         [Phase; MEMBERS],
     );
 
-    /// Every view of a state reachable within `b` (states told apart exactly, by a
-    /// 64-bit hash), forgetting or not; a broken invariant is a view too.
+    /// Every view of a state reachable within `b`, forgetting or not; a broken invariant
+    /// is a view too.
     fn views(b: &Scope, forgetting: bool) -> HashSet<Result<View, String>> {
         FORGETTING.with(|f| f.set(forgetting));
-        let (mut seen, mut out) = (HashSet::new(), HashSet::new());
-        let mut stack = vec![System::new(b)];
-        while let Some(w) = stack.pop() {
-            let mut h = DefaultHasher::new();
-            w.hash(&mut h);
-            if !seen.insert(h.finish()) {
-                continue;
-            }
-            out.insert(Ok((w.now, w.last, w.spent, w.members.map(|m| m.life))));
-            for step in w.actions(b) {
-                let mut next = w;
-                match next.apply(b, &step) {
-                    Ok(()) => stack.push(next),
-                    Err(why) => {
-                        out.insert(Err(why));
-                    }
-                }
-            }
-        }
+        let out = std::cell::RefCell::new(HashSet::new());
+        each_state(
+            b,
+            |w| {
+                out.borrow_mut()
+                    .insert(Ok((w.now, w.last, w.spent, w.members.map(|m| m.life))));
+            },
+            |why| {
+                out.borrow_mut().insert(Err(why));
+            },
+        );
         FORGETTING.with(|f| f.set(true));
-        out
+        out.into_inner()
     }
 
     #[test]

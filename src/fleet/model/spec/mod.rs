@@ -250,6 +250,31 @@ fn explore_within(b: &Scope, most: usize) -> Result<Searched, String> {
     Ok(found)
 }
 
+/// Every state reachable within `b`, each visited once (told apart by a 64-bit hash of
+/// the whole state, not up to renaming or time: for small searches); a step that breaks
+/// the invariant goes to `broke`. What `forget.rs`' and `shift.rs`' tests walk.
+#[cfg(test)]
+fn each_state(b: &Scope, mut visit: impl FnMut(&System), mut broke: impl FnMut(String)) {
+    use std::hash::{DefaultHasher, Hash};
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![System::new(b)];
+    while let Some(w) = stack.pop() {
+        let mut h = DefaultHasher::new();
+        w.hash(&mut h);
+        if !seen.insert(h.finish()) {
+            continue;
+        }
+        visit(&w);
+        for step in w.actions(b) {
+            let mut next = w;
+            match next.apply(b, &step) {
+                Ok(()) => stack.push(next),
+                Err(why) => broke(why),
+            }
+        }
+    }
+}
+
 /// Did some key's exchange pass to another member in this step, after a fault?
 fn taken_over(before: &System, after: &System) -> bool {
     after.faults_spent()

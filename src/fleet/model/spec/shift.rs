@@ -123,10 +123,10 @@ fn sent(call: &mut Sent, own: Ms, redis: Ms) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashMap;
 
     use super::super::world::TICK;
-    use super::super::{base, faults, Fault, Scope, EVERY_FAULT};
+    use super::super::{base, each_state, faults, Fault, Scope, EVERY_FAULT};
     use super::*;
 
     /// Two states alike but for when: the same steps enabled (the horizon aside), each
@@ -158,34 +158,25 @@ mod tests {
         }
     }
 
-    /// Every state reachable within `b` (exactly, not up to renaming or time) against
-    /// the first one with the same relative form at another time: how many compared.
+    /// Every state reachable within `b` against the first one with the same relative
+    /// form at another time: how many compared.
     fn compare_all(b: &Scope) -> usize {
-        let mut seen = HashSet::new();
         let mut first: HashMap<System, System> = HashMap::new();
-        let mut stack = vec![System::new(b)];
         let mut compared = 0;
-        while let Some(w) = stack.pop() {
-            if !seen.insert(w) {
-                continue;
-            }
-            match first.get(&relative(&w)) {
+        each_state(
+            b,
+            |w| match first.get(&relative(w)) {
                 Some(x) if x.now != w.now => {
-                    alike(x, &w, b);
+                    alike(x, w, b);
                     compared += 1;
                 }
                 Some(_) => {}
                 None => {
-                    first.insert(relative(&w), w);
+                    first.insert(relative(w), *w);
                 }
-            }
-            for step in w.actions(b) {
-                let mut next = w;
-                if next.apply(b, &step).is_ok() {
-                    stack.push(next);
-                }
-            }
-        }
+            },
+            |_| {},
+        );
         compared
     }
 
