@@ -42,8 +42,12 @@ other handed (what the hand-over costs against that build's, in microseconds) an
 other local. The handed/local ratio divides by the local cost, so a cheaper local path
 raises it; the comparison in the same run says which part moved.
 
+With --profile dist, this build's members run as it ships (Cargo.toml's `dist` profile:
+link-time optimisation, one code unit; built first) instead of the release profile the
+tests run: set against another build's shipped binary, each build as it ships.
+
 Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3] [--pause-ms N]
-                            [--compare OTHER_ROBOTSGATE_BINARY]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--profile dist]
 Needs wrk, nginx, redis-server and haproxy (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
@@ -58,7 +62,7 @@ import subprocess
 import time
 
 from benchlib import (ms, cpu_split, switches, prepare, fleet_member, free_port, nginx_binary, start_redis,
-                      stop, wait_port)
+                      stop, wait_port, ROOT)
 
 ORIGINS = 16
 
@@ -168,9 +172,15 @@ def main():
                         help="also run a fleet of another build (C owning, D relaying): 'other local', 'other handed'")
     parser.add_argument("--pause-ms", type=float, default=0,
                         help="each connection pauses this long after each answer (0: none, full load)")
+    parser.add_argument("--profile", default="release",
+                        help="the Cargo profile of this build's members (dist: as it ships)")
     args = parser.parse_args()
     work = prepare("fleet-bench", {"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server",
                                    "haproxy": "haproxy"})
+    if args.profile != "release":
+        subprocess.run(["cargo", "build", "--profile", args.profile, "--locked", "--quiet",
+                        "--bin", "robotsgate"], cwd=ROOT, check=True)
+    ours = f"{ROOT}/target/{args.profile}/robotsgate"
     cpus = sorted(os.sched_getaffinity(0))
     started = []
     try:
@@ -179,8 +189,8 @@ def main():
         ports = start_origins(work, started)
         redis_port = start_redis(work, started)
         # A pinned to the first CPU; A keeps every origin: none follows B's traffic.
-        a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])))
-        b, b_port, _ = fleet_member(work, "b", redis_port, started)
+        a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])), ours)
+        b, b_port, _ = fleet_member(work, "b", redis_port, started, (), ours)
         # Each run: the port it loads and the redis-server of that port's fleet.
         kinds = {"local": (a_port, redis_port), "handed": (b_port, redis_port)}
         members = {"A": a, "B": b}

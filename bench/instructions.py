@@ -19,7 +19,11 @@ request's future, several KiB, once or twice), so the ratio is given without it 
 last-level misses and mispredicted branches per request, for where instructions alone
 do not explain a difference in time.
 
+`--profile dist` counts this build as it ships (Cargo.toml's `dist` profile: link-time
+optimisation, one code unit; built first) instead of the release profile the tests run.
+
 Usage: bench/instructions.py --compare OTHER_ROBOTSGATE_BINARY [--requests 2000] [--close] [--top 30] [--cache]
+                             [--profile dist]
 Needs valgrind and nginx (installs them if missing). Only processes this script started
 are stopped, by PID.
 """
@@ -117,13 +121,18 @@ def main():
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--cache", action="store_true",
                         help="also simulate caches and branches: misses and mispredictions per request")
+    parser.add_argument("--profile", default="release",
+                        help="the Cargo profile of this build's robotsgate (dist: as it ships)")
     args = parser.parse_args()
     work = prepare("instructions", {"valgrind": "valgrind", "nginx": "nginx-light"})
+    if args.profile != "release":
+        subprocess.run(["cargo", "build", "--profile", args.profile, "--locked", "--quiet",
+                        "--bin", "robotsgate"], cwd=ROOT, check=True)
     started = []
     try:
         origin = page_origin(work, started)
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
-        this = measure(f"{ROOT}/target/release/robotsgate", conf, origin, work, "this", args)
+        this = measure(f"{ROOT}/target/{args.profile}/robotsgate", conf, origin, work, "this", args)
         other = measure(args.compare, conf, origin, work, "other", args)
     finally:
         stop(started)
