@@ -12,12 +12,6 @@ use super::store::{ClaimReply, Ms, Renewing};
 use super::world::{System, PAST, TICK};
 use super::Scope;
 
-thread_local! {
-    /// Off only in the test that compares searches with and without forgetting (the
-    /// last exchange's start is forgotten either way: the origin's view is compared).
-    static FORGETTING: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
-}
-
 /// Forgets, in `w`: times already past where only "has it passed?" is asked; a key's
 /// last exchange once its Crawl-delay is over (who made it is kept); answered calls'
 /// arguments and what members do not read of an answer. A time that can no longer move
@@ -33,7 +27,9 @@ pub fn forget(w: &mut System, b: &Scope) {
             last.0 = PAST;
         }
     }
-    if !FORGETTING.with(std::cell::Cell::get) {
+    // Without `b.forgetting`, the last exchange's start is forgotten all the same: the
+    // test that compares both compares what the origin sees.
+    if !b.forgetting {
         return;
     }
     let redis = w.now + w.redis_ahead;
@@ -123,7 +119,7 @@ mod tests {
     /// Every view of a state reachable within `b`, forgetting or not; a broken invariant
     /// is a view too.
     fn views(b: &Scope, forgetting: bool) -> HashSet<Result<View, String>> {
-        FORGETTING.with(|f| f.set(forgetting));
+        let b = &Scope { forgetting, ..*b };
         let out = std::cell::RefCell::new(HashSet::new());
         each_state(
             b,
@@ -135,7 +131,6 @@ mod tests {
                 out.borrow_mut().insert(Err(why));
             },
         );
-        FORGETTING.with(|f| f.set(true));
         out.into_inner()
     }
 

@@ -144,6 +144,9 @@ pub struct Scope {
     pub faults: [u8; FAULTS],
     /// The rules in force.
     pub rules: Safeguards,
+    /// `forget.rs` forgets what no rule reads any more (off only in the test that
+    /// compares searches with and without it).
+    pub forgetting: bool,
 }
 
 impl Scope {
@@ -323,6 +326,7 @@ fn base() -> Scope {
         lag_under_a_tick: false,
         faults: [0; FAULTS],
         rules: ALL_RULES,
+        forgetting: true,
     }
 }
 
