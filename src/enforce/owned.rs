@@ -114,7 +114,9 @@ impl Enforcer {
 
     /// Leaves the fleet gracefully: no new turns for the keys this instance owns, their
     /// exchanges left to end (at most the longest hold), then each key handed over with
-    /// its schedules' facts, and the membership left. Alone: nothing to do.
+    /// its schedules' facts. It stays a member (`leaving`) until [`Enforcer::left_fleet`],
+    /// so the next owners still admit the requests it hands on meanwhile (those that
+    /// were queued here). Alone: nothing to do.
     pub async fn leave_fleet(&self) {
         let Some(owners) = &self.owners else {
             return;
@@ -139,8 +141,16 @@ impl Enforcer {
             .await
             .into_iter()
             .sum();
-        owners.deregister().await;
-        log::info!("fleet: left; {handed} origins handed over");
+        log::info!("fleet: leaving; {handed} origins handed over");
+    }
+
+    /// Leaves the membership for good, after [`Enforcer::leave_fleet`] and the drain: the
+    /// record marked `left`, no renewal sent any more. Alone: nothing to do.
+    pub async fn left_fleet(&self) {
+        if let Some(owners) = &self.owners {
+            owners.deregister().await;
+            log::info!("fleet: left");
+        }
     }
 
     /// Fleet mode: looks for idle owned keys to release ([`Enforcer::release_idle_keys`])

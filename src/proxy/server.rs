@@ -597,8 +597,9 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
 /// fast stop); a graceful stop answers every request still waiting (for a turn, for an
 /// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
 /// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
-/// most `graceful_shutdown_timeout_seconds` once the leave ended), after which Pingora
-/// stops at once;
+/// most `graceful_shutdown_timeout_seconds` once the leave ended), then leaves the
+/// membership (a member until then, so that owners admit what it hands on), after which
+/// Pingora stops at once;
 /// an upgrade's old process serves what it has in progress for Pingora's 5 s and
 /// `grace_period_seconds`;
 /// then the state file is written when there is one (before the listeners
@@ -650,6 +651,11 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             if left > 0 {
                 log::warn!("stop: {left} requests still in progress are cut");
             }
+        }
+        if !matches!(signal, ShutdownSignal::FastShutdown) {
+            // A member until here: the requests it handed on while draining are still
+            // admitted by their owners.
+            self.enforcer.left_fleet().await;
         }
         if let Some(state) = &self.state {
             self.enforcer.save_state(state, why);

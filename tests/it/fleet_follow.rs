@@ -161,12 +161,23 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     let moved = eventually(Duration::from_secs(10), || {
         owner_index(&proxies, &origin) == Some(1)
     });
-    assert!(moved.await, "never handed over:\n{}", proxies[0].log());
+    assert!(
+        moved.await,
+        "never handed over:\nthe leaver:\n{}\nthe member that stays:\n{}",
+        proxies[0].log(),
+        proxies[1].log()
+    );
     let moved_at = std::time::Instant::now();
     for task in queued {
         let answer = task.await.expect("task");
         let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", proxies[0].log()));
-        assert_eq!(answer.1, 200, "{}", refusals(&proxies[0]));
+        assert_eq!(
+            answer.1,
+            200,
+            "{}\nthe member that stays:\n{}",
+            refusals(&proxies[0]),
+            proxies[1].log()
+        );
     }
     let mut leaver = proxies.remove(0);
     assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
@@ -231,7 +242,11 @@ async fn queued_at_the_owner(
     n: usize,
 ) -> (Redis, Vec<Proxy>, Vec<Queued>) {
     let redis = Redis::start();
-    let conf = fleet_conf(&redis).server("graceful_shutdown_timeout_seconds", stop_within);
+    // Renewals every half second: the member that stays reads the leaver's record again
+    // before the leaver hands the queued requests on (it is still a member then).
+    let conf = fleet_conf(&redis)
+        .set("fleet.lease_seconds", 1.5)
+        .server("graceful_shutdown_timeout_seconds", stop_within);
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
@@ -324,10 +339,11 @@ async fn a_request_through_the_old_owner_reaches_an_heir_that_has_not_taken_over
     assert_eq!(origin.count("/p/old-owner"), 1);
 }
 
-/// A member that left the membership (SIGTERM; it owns nothing) while a request it
-/// handed over still runs stays left until it exits: its record in Redis reads `left`
-/// from its leave on, and is never registered anew by a renewal it would still send
-/// (which would make it a member again, `leaving`, under a new epoch).
+/// A member stopped (SIGTERM; it owns nothing) while a request it handed over still
+/// runs stays a member, `leaving`, while it drains (its owner still admits what it hands
+/// on), then leaves: its record in Redis reads `left` from then on, and is never
+/// registered anew by a renewal it would still send (which would make it a member
+/// again, under a new epoch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_left_is_never_registered_again_before_it_exits() {
     let slow = Behaviour::Delayed {
@@ -353,15 +369,25 @@ async fn a_member_that_left_is_never_registered_again_before_it_exits() {
     // Its record, read until the process exits (the handed request keeps it running).
     let mut states = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !leaver.exited() && Instant::now() < deadline {
+    let state = || {
         let record = redis_cli(redis.port, &["HGET", "{robotsgate}:members", &id]);
-        let state = record.split('|').nth(2).unwrap_or("gone").to_string();
+        record.split('|').nth(2).unwrap_or("gone").to_string()
+    };
+    let mut exited = false;
+    while !exited && Instant::now() < deadline {
+        // Read once more after it exits: it leaves just before.
+        exited = leaver.exited();
+        let state = state();
         if states.last() != Some(&state) {
             states.push(state);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(leaver.exited(), "never exited:\n{}", leaver.log());
+    assert!(exited, "never exited:\n{}", leaver.log());
+    assert!(
+        states.iter().any(|s| s == "leaving"),
+        "not a member while it drained: {states:?}"
+    );
     let answer = handed.await.expect("task").map_err(|e| e.to_string());
     assert_eq!(answer, Ok(reqwest::StatusCode::OK));
     let left = states.iter().position(|s| s == "left");
