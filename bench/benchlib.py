@@ -104,6 +104,15 @@ def prepare(name, packages, examples=()):
     return work
 
 
+def robotsgate_binary(profile):
+    """This build's robotsgate in Cargo profile `profile` (built first unless it is the
+    release profile `prepare` built; `dist`: as it ships): its path."""
+    if profile != "release":
+        subprocess.run(["cargo", "build", "--profile", profile, "--locked", "--quiet",
+                        "--bin", "robotsgate"], cwd=ROOT, check=True)
+    return f"{ROOT}/target/{profile}/robotsgate"
+
+
 def ensure_packages(commands):
     """Installs the Debian packages of `{executable: package}` whose executable is missing."""
     missing = [pkg for exe, pkg in commands.items() if not shutil.which(exe) and not os.path.exists(f"/usr/sbin/{exe}")]

@@ -62,7 +62,7 @@ import subprocess
 import time
 
 from benchlib import (ms, cpu_split, switches, prepare, fleet_member, free_port, nginx_binary, start_redis,
-                      stop, wait_port, ROOT)
+                      stop, wait_port, robotsgate_binary)
 
 ORIGINS = 16
 
@@ -177,10 +177,7 @@ def main():
     args = parser.parse_args()
     work = prepare("fleet-bench", {"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server",
                                    "haproxy": "haproxy"})
-    if args.profile != "release":
-        subprocess.run(["cargo", "build", "--profile", args.profile, "--locked", "--quiet",
-                        "--bin", "robotsgate"], cwd=ROOT, check=True)
-    ours = f"{ROOT}/target/{args.profile}/robotsgate"
+    ours = robotsgate_binary(args.profile)
     cpus = sorted(os.sched_getaffinity(0))
     started = []
     try:

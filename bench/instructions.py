@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 
-from benchlib import (POOL, ROOT, UNPACED, prepare, free_port, page_origin, robotsgate_config,
+from benchlib import (POOL, UNPACED, prepare, robotsgate_binary, free_port, page_origin, robotsgate_config,
                       stop, wait_port)
 
 
@@ -125,14 +125,12 @@ def main():
                         help="the Cargo profile of this build's robotsgate (dist: as it ships)")
     args = parser.parse_args()
     work = prepare("instructions", {"valgrind": "valgrind", "nginx": "nginx-light"})
-    if args.profile != "release":
-        subprocess.run(["cargo", "build", "--profile", args.profile, "--locked", "--quiet",
-                        "--bin", "robotsgate"], cwd=ROOT, check=True)
+    ours = robotsgate_binary(args.profile)
     started = []
     try:
         origin = page_origin(work, started)
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
-        this = measure(f"{ROOT}/target/{args.profile}/robotsgate", conf, origin, work, "this", args)
+        this = measure(ours, conf, origin, work, "this", args)
         other = measure(args.compare, conf, origin, work, "other", args)
     finally:
         stop(started)

@@ -50,7 +50,7 @@ import subprocess
 import sys
 
 from benchlib import (POOL, ROOT, UNPACED, ms, cpu_seconds, prepare, free_port, page_origin,
-                      robotsgate_config, stop, wait_port)
+                      robotsgate_binary, robotsgate_config, stop, wait_port)
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -124,9 +124,7 @@ def main():
         subprocess.run(["apt-get", "install", "-y", "-qq", "libjemalloc2"], check=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     work = prepare("bench", {"wrk": "wrk", "nginx": "nginx-light", "taskset": "util-linux"}, ["passthrough"])
-    if args.profile != "release":
-        subprocess.run(["cargo", "build", "--profile", args.profile, "--locked", "--quiet",
-                        "--bin", "robotsgate"], cwd=ROOT, check=True)
+    rgbin = robotsgate_binary(args.profile)
     started = []
     try:
         origin = page_origin(work, started, pinned(0, []))
@@ -160,7 +158,6 @@ def main():
                                  "--allow-destination", "127.0.0.0/8", "--agent", "ExampleBot"]
 
         passthrough = lambda port: [f"{ROOT}/target/release/examples/passthrough", conf, f"127.0.0.1:{port}"]
-        rgbin = f"{ROOT}/target/{args.profile}/robotsgate"
         if not feature and not args.versus:
             start("passthrough", passthrough, {"RUST_LOG": "warn"})
             start("pt+jemalloc", passthrough, {"RUST_LOG": "warn", "LD_PRELOAD": JEMALLOC})

@@ -148,20 +148,21 @@ pub(crate) async fn handed_over_reaching(proxy: &Proxy, want: f64) -> f64 {
         .await
 }
 
-/// `value` once it holds still: read every 100 ms until two reads in a row agree (10 s
-/// at most). For a count whose last increments land just after their answers (a
-/// request is counted as its exchange ends) where no target value is known.
-pub(crate) async fn steady(value: impl Fn() -> f64) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = value();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = value();
-        if now == last || Instant::now() > deadline {
-            return now;
-        }
-        last = now;
-    }
+/// `proxy`'s access lines for the paths that start with `prefix` (each written a few
+/// milliseconds after its answer, by a thread of its own).
+pub(crate) fn access_lines(proxy: &Proxy, prefix: &str) -> Vec<String> {
+    let path = format!("path=\"{prefix}");
+    proxy
+        .log()
+        .lines()
+        .filter(|l| l.contains(" access: ") && l.contains(&path))
+        .map(String::from)
+        .collect()
+}
+
+/// Is this access line a request handed over to another member?
+pub(crate) fn handed_on(line: &str) -> bool {
+    line.contains("decision=\"handed_over\"")
 }
 
 /// Keys `proxy` took or let go of by `how` (`claimed`, `handed`, `taken_over`, `idle`,

@@ -12,8 +12,8 @@ use crate::common::{
     assert_gaps_at_least, curl, eventually, most_at_once, pages, Behaviour, Proxy, TestOrigin,
 };
 use crate::fleet_fixture::{
-    backend_up, fleet_conf, handed_over_reaching, instances, load, member_id, owner_index,
-    ownership_changes, paced_origin, signal, slow_origin,
+    access_lines, backend_up, fleet_conf, handed_on, handed_over_reaching, instances, load,
+    member_id, owner_index, ownership_changes, paced_origin, signal, slow_origin,
 };
 use crate::redis_servers::{redis_cli, Redis};
 
@@ -82,20 +82,12 @@ async fn an_origin_follows_its_traffic_to_the_member_it_comes_from() {
     let until = Instant::now() + Duration::from_secs(3);
     let after = load(&proxies[1..], &[&origin], "/p/after-", 2, 10, until).await;
     assert!(after.iter().all(|&s| s == 200), "{after:?}");
-    let lines = || -> Vec<String> {
-        let log = proxies[1].log();
-        log.lines()
-            .filter(|l| l.contains("path=\"/p/after-"))
-            .map(String::from)
-            .collect()
-    };
+    let lines = || access_lines(&proxies[1], "/p/after-");
     eventually(Duration::from_secs(10), || lines().len() >= after.len()).await;
     let served = lines();
     assert_eq!(served.len(), after.len(), "one access line each");
     assert!(
-        served
-            .iter()
-            .all(|l| !l.contains("decision=\"handed_over\"")),
+        !served.iter().any(|l| handed_on(l)),
         "handed over after the move: {served:#?}"
     );
 
