@@ -27,7 +27,19 @@ preempted), and handed/local for each part; and handed / handed by HAProxy, the 
 against the named baseline round by round.
 
 A is pinned to the first CPU; B, nginx, Redis and wrk share the others (a 2-core machine
-cannot give each proxy a core of its own and the load one more).
+cannot give each proxy a core of its own and the load one more). With --alone relay, the
+relaying process (B, D, HAProxy) is the one alone, on the last CPU, and the owners share
+the others with the load: the relay against HAProxy is then each relay's cost on a core
+of its own, not how often the load's wake-ups on its core switch it out (at full load
+our relay writes each answer as it reads it, and every write wakes wrk on the same core;
+HAProxy writes a batch at once).
+
+The goals this bench reads (issue #70; figures in docs/benchmarks.md): the relay at most
+1.15x HAProxy's in its place ("handed/handed by HAProxy"), read with --alone relay, where
+the two relays compared each have a core to themselves; and the hand-over's CPU at most
+ab278f8's ("handed/other handed" with --compare that build), in either placement. The
+third, instructions per hand-over at most 1.75x a local request's, is
+bench/fleet_instructions.py's.
 
 With --pause-ms N each connection waits N ms after each answer: the load is then set by
 the clients, not by how fast a member answers, so local and handed runs meet members
@@ -48,6 +60,7 @@ tests run: set against another build's shipped binary, each build as it ships.
 
 Usage: bench/fleet_bench.py [--seconds 6] [--connections 16] [--rounds 3] [--pause-ms N]
                             [--compare OTHER_ROBOTSGATE_BINARY] [--profile dist]
+                            [--alone owner|relay]
 Needs wrk, nginx, redis-server and haproxy (installs them if missing). Only processes this script
 started are stopped, by PID.
 """
@@ -130,8 +143,8 @@ http {{ access_log off; keepalive_requests 1000000;
     return ports
 
 
-def start_haproxy(work, owner_peer):
-    """HAProxy (one thread) relaying every request to the owner's peer channel at
+def start_haproxy(work, owner_peer, prefix=()):
+    """HAProxy (one thread, started under `prefix`) relaying every request to the owner's peer channel at
     `owner_peer` as a member would: mutual TLS with the member certificate, checked
     against the fleet CA (member b's, in b's place: the member a connection comes from is
     its certificate's), a fixed peer context, connections reused. Its process and port."""
@@ -158,7 +171,7 @@ backend owner
   server a 127.0.0.1:{owner_peer} ssl crt {work}/haproxy-member.pem ca-file {work}/fleet-ca.pem sni str(robotsgate-fleet) verifyhost robotsgate-fleet alpn http/1.1
 """)
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    proc = subprocess.Popen([binary, "-db", "-f", f"{work}/haproxy.cfg"], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([*prefix, binary, "-db", "-f", f"{work}/haproxy.cfg"], stdout=subprocess.DEVNULL)
     wait_port(port)
     return proc, port
 
@@ -174,6 +187,8 @@ def main():
                         help="each connection pauses this long after each answer (0: none, full load)")
     parser.add_argument("--profile", default="release",
                         help="the Cargo profile of this build's members (dist: as it ships)")
+    parser.add_argument("--alone", choices=("owner", "relay"), default="owner",
+                        help="which member has a CPU to itself: the owner (A, C) or the relay (B, D, HAProxy)")
     args = parser.parse_args()
     work = prepare("fleet-bench", {"wrk": "wrk", "nginx": "nginx-light", "redis-server": "redis-server",
                                    "haproxy": "haproxy"})
@@ -181,21 +196,25 @@ def main():
     cpus = sorted(os.sched_getaffinity(0))
     started = []
     try:
-        # Everything but A off the first CPU (children inherit it).
-        os.sched_setaffinity(0, set(cpus[1:]) or set(cpus))
+        # The member alone on its CPU pinned there; everything else off it (children
+        # inherit it).
+        alone, others = (cpus[0], cpus[1:]) if args.alone == "owner" else (cpus[-1], cpus[:-1])
+        os.sched_setaffinity(0, set(others) or set(cpus))
+        pin = ("taskset", "-c", str(alone))
+        owner_at, relay_at = (pin, ()) if args.alone == "owner" else ((), pin)
         ports = start_origins(work, started)
         redis_port = start_redis(work, started)
-        # A pinned to the first CPU; A keeps every origin: none follows B's traffic.
-        a, a_port, a_peer = fleet_member(work, "a", redis_port, started, ("taskset", "-c", str(cpus[0])), ours)
-        b, b_port, _ = fleet_member(work, "b", redis_port, started, (), ours)
+        # A keeps every origin: none follows B's traffic.
+        a, a_port, a_peer = fleet_member(work, "a", redis_port, started, owner_at, ours)
+        b, b_port, _ = fleet_member(work, "b", redis_port, started, relay_at, ours)
         # Each run: the port it loads and the redis-server of that port's fleet.
         kinds = {"local": (a_port, redis_port), "handed": (b_port, redis_port)}
         members = {"A": a, "B": b}
         owners, relays = [a_port], [b_port]
         if args.compare:  # the other build's fleet, C owning every origin as A does
             other_redis = start_redis(work, started)
-            c, c_port, _ = fleet_member(work, "c", other_redis, started, ("taskset", "-c", str(cpus[0])), args.compare)
-            d, d_port, _ = fleet_member(work, "d", other_redis, started, (), args.compare)
+            c, c_port, _ = fleet_member(work, "c", other_redis, started, owner_at, args.compare)
+            d, d_port, _ = fleet_member(work, "d", other_redis, started, relay_at, args.compare)
             kinds.update({"other local": (c_port, other_redis), "other handed": (d_port, other_redis)})
             members.update({"C": c, "D": d})
             owners.append(c_port)
@@ -205,7 +224,7 @@ def main():
         # learns its owner, and its pooled connection to it opens.
         for member_port in owners + relays:
             meet(member_port, ports)
-        haproxy, haproxy_port = start_haproxy(work, a_peer)
+        haproxy, haproxy_port = start_haproxy(work, a_peer, relay_at)
         started.append(haproxy)
         kinds.update({"handed by HAProxy": (haproxy_port, redis_port), "local again": (a_port, redis_port)})
         members["HAProxy"] = haproxy
@@ -222,7 +241,7 @@ def main():
         rows = {k: [] for k in kinds}
         paused = f", {args.pause_ms:g} ms pause after each answer" if args.pause_ms else ""
         print(f"wrk -t1 -c{args.connections} -d{args.seconds}s over {ORIGINS} origins{paused}, members threads: 1, "
-              f"A on CPU {cpus[0]}\n")
+              f"{'A and C' if args.alone == 'owner' else 'B, D and HAProxy'} alone on CPU {alone}\n")
         print(f"{'round':<6} {'run':<18} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} {f'CPU µs/req all ({names})':>32} "
               f"{'Redis cmds/req':>15} {'non-2xx':>8}")
         for n in range(args.rounds):

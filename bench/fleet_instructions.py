@@ -17,7 +17,10 @@ Printed: instructions per request of each, with and without `memcpy` (callgrind 
 its `rep movsb` once per octet copied), and (relaying + owner) / local, the hand-over's
 ratio in user space.
 
-Usage: bench/fleet_instructions.py [--requests 1000]
+With --profile dist, the members run as the build ships (Cargo.toml's `dist` profile,
+built first) instead of the release profile the tests run.
+
+Usage: bench/fleet_instructions.py [--requests 1000] [--profile dist]
 Needs valgrind, nginx and redis-server (installs them if missing). Only processes this
 script started are stopped, by PID.
 """
@@ -31,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import prepare, fleet_member, start_redis, stop
+from benchlib import prepare, fleet_member, start_redis, stop, robotsgate_binary
 from fleet_bench import start_origins
 from instructions import self_costs
 
@@ -50,14 +53,14 @@ def load(port, origins, count):
     conn.close()
 
 
-def measure(work, origins, counted, through, requests):
-    """Instructions per request of member `counted` ("a" or "b") while `requests` go
-    through member `through`, in a fresh fleet: (all, memcpy's)."""
+def measure(work, binary, origins, counted, through, requests):
+    """Instructions per request of member `counted` ("a" or "b", both run from `binary`)
+    while `requests` go through member `through`, in a fresh fleet: (all, memcpy's)."""
     started = []
     try:
         redis_port = start_redis(work, started)
         callgrind = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/{counted}.callgrind")
-        members = {name: fleet_member(work, name, redis_port, started, callgrind if name == counted else ())
+        members = {name: fleet_member(work, name, redis_port, started, callgrind if name == counted else (), binary)
                    for name in ("a", "b")}
         time.sleep(1.5)  # both registered, each knowing the other
         load(members["a"][1], origins, len(origins))  # A meets every origin first: it owns them all
@@ -82,15 +85,18 @@ def measure(work, origins, counted, through, requests):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--profile", default="release",
+                        help="the Cargo profile of the members (dist: as it ships)")
     args = parser.parse_args()
     work = prepare("fleet-instructions", {"valgrind": "valgrind", "nginx": "nginx-light", "redis-server": "redis-server"})
+    binary = robotsgate_binary(args.profile)
     started = []
     try:
         origins = start_origins(work, started)
         runs = {
-            "relaying member, handed": measure(work, origins, "b", "b", args.requests),
-            "owner, handed": measure(work, origins, "a", "b", args.requests),
-            "owner, local": measure(work, origins, "a", "a", args.requests),
+            "relaying member, handed": measure(work, binary, origins, "b", "b", args.requests),
+            "owner, handed": measure(work, binary, origins, "a", "b", args.requests),
+            "owner, local": measure(work, binary, origins, "a", "a", args.requests),
         }
     finally:
         stop(started)
