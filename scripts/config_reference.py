@@ -241,7 +241,9 @@ Pingora's own error log; `null` logs to standard error (the journal, under syste
 Type: integer (seconds); default: `300`.
 
 On a graceful upgrade (SIGQUIT), how long the old process goes on serving the requests
-it has before it shuts its runtimes down. A stop (SIGTERM) does not wait for it: it
+it has, after Pingora's 5 s, before it shuts its runtimes down. A request still waiting
+(for a turn, for another member's answer) half a second before 5 s plus this from the
+signal is answered 503 with `Retry-After`. A stop (SIGTERM) does not wait for it: it
 drains instead (`graceful_shutdown_timeout_seconds`).
 
 ### `graceful_shutdown_timeout_seconds`

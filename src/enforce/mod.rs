@@ -514,9 +514,12 @@ impl Enforcer {
                 None => std::future::pending().await,
             }
         };
+        // In this order: a request queued at a leaving owner goes on; one whose turn is
+        // there when a stop's bound has passed takes it (a stop refuses waits, not turns).
         let paced = tokio::select! {
-            paced = self.pacer.pace(request) => paced,
+            biased;
             () = leaves => return Err(gave_up()),
+            paced = self.pacer.pace(request) => paced,
             () = self.stop.due() => Err(Refused::stopping()),
         };
         // Its turn came, but this instance may no longer act for the origin (its lease

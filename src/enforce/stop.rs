@@ -2,14 +2,17 @@
 //!
 //! A stop (SIGTERM) drains for at most `graceful_shutdown_timeout_seconds`, after which
 //! Pingora drops what is still in progress: a client's connection then closes with no
-//! answer. So every request accepted before is answered within that bound of the
-//! signal: one waiting for its turn here is refused (503, `reason=stopping`,
-//! `Retry-After: 1`) [`ANSWER_MARGIN`] before it, and one handed to an owner (the
-//! front's relay, the proxy's hand-over, a tunnel) waits for the owner's answer no
-//! longer than that ([`Stop::bound`], through `Enforcer::owner_answers_within`), then is
-//! answered 503 as an owner silent past its bound is. A request already at its origin
-//! ends by its own timeouts, which the drain bounds as before. The drain begins once the
-//! leave ended, so no sooner than this deadline.
+//! answer. An upgrade's old process (SIGQUIT) is dropped the same way, Pingora's 5 s and
+//! `grace_period_seconds` after it hands its listeners over, which is after the signal.
+//! So every request accepted before is answered within that bound of the signal: one
+//! waiting for its turn here is refused (503, `reason=stopping`, `Retry-After: 1`)
+//! [`ANSWER_MARGIN`] before it (a turn that is there when the bound has passed is
+//! taken), and one handed to an owner (the front's relay, the proxy's hand-over, a
+//! tunnel) waits for the owner's answer no longer than that ([`Stop::bound`], through
+//! `Enforcer::owner_answers_within`), then is answered 503 as an owner silent past its
+//! bound is. A request already at its origin ends by its own timeouts, which the drain
+//! bounds as before. The drain begins once the leave ended, so no sooner than this
+//! deadline.
 //!
 //! Costs: one `watch` read per bound asked; one more branch in each turn's wait.
 

@@ -5,7 +5,7 @@
 //! (`request`); the upstream side of an exchange ([`exchange`]: the peer, how an
 //! exchange ended), the headers changed on the way through (`headers`), pay per crawl
 //! on the way back (`payment`), and the server that puts the front door, the proxy and the admin listener together
-//! ([`server`]). A request handed to its owner in a fleet is carried by the hand-over's
+//! ([`server`]), with what it does on Pingora's stop and upgrade signals (`signals`). A request handed to its owner in a fleet is carried by the hand-over's
 //! room ([`crate::handover`]'s `pass.rs`): each phase calls one of its methods. Uses
 //! every layer below it.
 
@@ -16,4 +16,5 @@ pub mod http;
 mod payment;
 mod request;
 pub mod server;
+mod signals;
 mod steps;

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -26,6 +25,7 @@ use crate::handover::HandOver;
 use crate::ops::admin::{AdminApp, AdminGuard};
 use crate::origin::trust::UpstreamTrust;
 use crate::proxy::http::RobotsGateProxy;
+use crate::proxy::signals::{Signals, StopBounds};
 
 #[derive(Args, Debug)]
 /// `robotsgate run` (and `check-config`): the configuration file and what overrides it.
@@ -188,9 +188,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ..Opt::default()
     };
     crate::telemetry::metrics::init();
-    // What a graceful stop gives the requests in progress (see `Signals`).
-    let drain_within =
-        Duration::from_secs(server_conf.graceful_shutdown_timeout_seconds.unwrap_or(5));
+    let bounds = StopBounds::of(&server_conf);
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     let bootstrap = server.bootstrap_as_a_service();
 
@@ -258,11 +256,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         config.listen,
         config.admin_listen
     );
-    let signals = Signals {
-        enforcer: enforcer.clone(),
-        state: state_file,
-        drain_within,
-    };
+    let signals = Signals::new(enforcer.clone(), state_file, bounds);
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
@@ -587,85 +581,6 @@ async fn make_transparent_once_bound(addr: std::net::SocketAddr) {
                 log::error!("TPROXY listener {addr}: cannot set IP_TRANSPARENT ({e}); it needs CAP_NET_ADMIN");
                 return;
             }
-        }
-    }
-}
-
-/// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
-/// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
-/// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
-/// fast stop); a graceful stop answers every request still waiting (for a turn, for an
-/// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
-/// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
-/// most `graceful_shutdown_timeout_seconds` once the leave ended), then leaves the
-/// membership (a member until then, so that owners admit what it hands on), after which
-/// Pingora stops at once;
-/// an upgrade's old process serves what it has in progress for Pingora's 5 s and
-/// `grace_period_seconds`;
-/// then the state file is written when there is one (before the listeners
-/// are handed to the successor, which loads it).
-struct Signals {
-    /// The enforcer, to leave the fleet and to save the state.
-    enforcer: Arc<Enforcer>,
-    /// The state file, when configured.
-    state: Option<Arc<crate::origin::state::StateFile>>,
-    /// The longest a graceful stop waits for the requests in progress
-    /// (`graceful_shutdown_timeout_seconds`).
-    drain_within: Duration,
-}
-
-#[async_trait::async_trait]
-impl pingora::server::ShutdownSignalWatch for Signals {
-    async fn recv(&self) -> pingora::server::ShutdownSignal {
-        use pingora::server::ShutdownSignal;
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut quit), Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::quit()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            log::error!("cannot watch the stop signals; stopping");
-            return ShutdownSignal::FastShutdown;
-        };
-        let (signal, why) = tokio::select! {
-            _ = quit.recv() => (ShutdownSignal::GracefulUpgrade, "upgrade"),
-            _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
-            _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
-        };
-        if matches!(signal, ShutdownSignal::GracefulTerminate) {
-            crate::downstream::drain::begin();
-            // Requests still waiting (for a turn, for an owner's answer) are answered
-            // within the drain's bound of the signal (`enforce::stop`); the drain
-            // itself ends no sooner.
-            self.enforcer
-                .stopping(tokio::time::Instant::now() + self.drain_within);
-        }
-        if !matches!(signal, ShutdownSignal::FastShutdown) {
-            self.enforcer.leave_fleet().await;
-        }
-        if matches!(signal, ShutdownSignal::GracefulTerminate) {
-            // Pingora drops what is still in progress when it stops: the requests in
-            // progress end first (those handed to other owners too).
-            let drained_by = tokio::time::Instant::now() + self.drain_within;
-            let left = crate::downstream::drain::drain_until(drained_by).await;
-            if left > 0 {
-                log::warn!("stop: {left} requests still in progress are cut");
-            }
-        }
-        if !matches!(signal, ShutdownSignal::FastShutdown) {
-            // A member until here: the requests it handed on while draining are still
-            // admitted by their owners.
-            self.enforcer.left_fleet().await;
-        }
-        if let Some(state) = &self.state {
-            self.enforcer.save_state(state, why);
-        }
-        match signal {
-            // Drained already: Pingora's fixed `grace_period_seconds` (kept for an
-            // upgrade's old process, which cannot drain before it hands its listeners
-            // over) would only delay the exit.
-            ShutdownSignal::GracefulTerminate => ShutdownSignal::FastShutdown,
-            signal => signal,
         }
     }
 }

@@ -187,24 +187,77 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     );
 }
 
-/// More requests queued at a leaving owner than its stop's bound lets the next owner
-/// serve (Crawl-delay 1, eight queued, `graceful_shutdown_timeout_seconds: 3`): each is
-/// answered, 200 through the next owner or 503 with `Retry-After` before the leaver
-/// ends; none is closed unanswered. At the origin: each page at most once, each page
-/// answered 200 seen there, a Crawl-delay apart.
+/// Requests queued at an owner that is upgraded (SIGQUIT, a new process taking its
+/// listeners, as the unit's reload does): the old process hands the origin over and
+/// leaves the membership before it gives its listeners up, and the requests queued at
+/// it go to the next owner (the member that stays, or the new process), which admits
+/// them and answers 200 within the old process's bound (5 s and `grace_period_seconds:
+/// 4`). At the origin each once, a Crawl-delay apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_a_leaving_owner_accepted_is_answered() {
+async fn requests_queued_at_an_upgraded_owner_are_answered() {
+    let delay = Duration::from_secs(3);
+    let origin = paced_origin("3").await;
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 2).await;
+    let mut old = Going::Upgraded.go(&mut proxies);
+    for task in queued {
+        let answer = task.await.expect("task");
+        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe old process:\n{}", old.log()));
+        assert_eq!(
+            answer.1,
+            200,
+            "the old process:\n{}\nthe new one:\n{}\nthe member that stays:\n{}",
+            old.log(),
+            proxies[0].log(),
+            proxies[1].log()
+        );
+    }
+    assert!(eventually(Duration::from_secs(30), || old.exited()).await);
+    let seen = pages(&origin, "/p/");
+    assert_eq!(seen.len(), 3, "each reached it once");
+    assert_gaps_at_least(&seen, delay);
+}
+
+/// How the owner goes: stopped (SIGTERM) or upgraded (SIGQUIT and a new process
+/// taking its listeners).
+#[derive(Clone, Copy, Debug)]
+enum Going {
+    Stopped,
+    Upgraded,
+}
+
+impl Going {
+    /// Makes `proxies[0]` go this way; returns the process that goes (after an upgrade
+    /// the new one takes its place in `proxies`, after a stop none does).
+    fn go(self, proxies: &mut Vec<Proxy>) -> Proxy {
+        match self {
+            Going::Stopped => {
+                signal(proxies[0].pid(), "-TERM");
+                proxies.remove(0)
+            }
+            Going::Upgraded => {
+                let next = tokio::task::block_in_place(|| proxies[0].upgrade());
+                std::mem::replace(&mut proxies[0], next)
+            }
+        }
+    }
+}
+
+/// More requests queued at a leaving owner than its bound lets the next owner serve
+/// (Crawl-delay 1): each is answered, 200 through the next owner or 503 with
+/// `Retry-After` before the leaver ends; none is closed unanswered. At the origin: each
+/// page at most once, each page answered 200 seen there, a Crawl-delay apart.
+async fn every_request_accepted_is_answered(going: Going, stop_within: u64, n: usize) {
     let origin = paced_origin("1").await;
-    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 3, 8).await;
-    signal(proxies[0].pid(), "-TERM");
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, stop_within, n).await;
+    let mut leaver = going.go(&mut proxies);
     let mut answered = Vec::new();
     for task in queued {
         let answer = task.await.expect("task");
-        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", proxies[0].log()));
+        let answer =
+            answer.unwrap_or_else(|e| panic!("{going:?}: {e}\nthe leaver:\n{}", leaver.log()));
         answered.push(answer);
     }
-    let mut leaver = proxies.remove(0);
-    assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
+    assert!(eventually(Duration::from_secs(30), || leaver.exited()).await);
     let seen = pages(&origin, "/p/");
     for (path, status, retry) in &answered {
         let times = seen.iter().filter(|p| p.target == *path).count();
@@ -221,11 +274,25 @@ async fn every_request_a_leaving_owner_accepted_is_answered() {
     assert_gaps_at_least(&seen, Duration::from_secs(1));
 }
 
+/// A stop's bound: `graceful_shutdown_timeout_seconds: 3`, eight queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_a_leaving_owner_accepted_is_answered() {
+    every_request_accepted_is_answered(Going::Stopped, 3, 8).await;
+}
+
+/// An upgrade's: the old process is dropped 5 s and `grace_period_seconds: 1` after it
+/// hands its listeners over; ten queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_an_upgraded_owner_accepted_is_answered() {
+    every_request_accepted_is_answered(Going::Upgraded, 1, 10).await;
+}
+
 /// A queued request's answer: its path, status and whether it had `Retry-After`; or
 /// the client's error.
 type Queued = tokio::task::JoinHandle<Result<(String, u16, bool), String>>;
 
-/// Two members of one Redis (`graceful_shutdown_timeout_seconds: stop_within`),
+/// Two members of one Redis (`graceful_shutdown_timeout_seconds` and
+/// `grace_period_seconds`: `stop_within`),
 /// `origin` owned by the first, and `n` requests (`/p/queued-{i}`) waiting there for
 /// their turns. The Redis is kept.
 async fn queued_at_the_owner(
@@ -238,7 +305,8 @@ async fn queued_at_the_owner(
     // before the leaver hands the queued requests on (it is still a member then).
     let conf = fleet_conf(&redis)
         .set("fleet.lease_seconds", 1.5)
-        .server("graceful_shutdown_timeout_seconds", stop_within);
+        .server("graceful_shutdown_timeout_seconds", stop_within)
+        .server("grace_period_seconds", stop_within);
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);

@@ -1,0 +1,142 @@
+//! Pingora's stop and upgrade signals, and what robotsgate does before Pingora acts on
+//! one ([`Signals`]): the fleet left, the requests still waiting answered within the
+//! bound Pingora gives them ([`StopBounds`]), a stop's drain, the state file written.
+//! Uses the enforcer (`crate::enforce`), the drain (`crate::downstream::drain`) and the
+//! state file (`crate::origin::state`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::server::configuration::ServerConf;
+
+use crate::enforce::Enforcer;
+
+/// Pingora's stop and upgrade signals (SIGTERM, SIGINT: stop; SIGQUIT: graceful
+/// upgrade). Before the shutdown starts: in fleet mode a graceful stop or upgrade leaves
+/// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
+/// fast stop); a graceful stop answers every request still waiting (for a turn, for an
+/// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
+/// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
+/// most `graceful_shutdown_timeout_seconds` once the leave ended), then leaves the
+/// membership (a member until then, so that owners admit what it hands on), after which
+/// Pingora stops at once;
+/// an upgrade's old process serves what it has in progress for Pingora's 5 s and
+/// `grace_period_seconds` after it handed its listeners over, which is after the leave,
+/// and answers what still waits (for a turn, for an owner's answer) that bound after the
+/// signal, so before it, as a stop does within its own (Pingora then drops what is
+/// still in progress: the client's connection would close unanswered);
+/// then the state file is written when there is one (before the listeners
+/// are handed to the successor, which loads it).
+pub(super) struct Signals {
+    /// The enforcer, to leave the fleet and to save the state.
+    enforcer: Arc<Enforcer>,
+    /// The state file, when configured.
+    state: Option<Arc<crate::origin::state::StateFile>>,
+    /// What a stop and an upgrade's old process give the requests in progress.
+    bounds: StopBounds,
+}
+
+impl Signals {
+    /// The signals' handling for `enforcer`, with the state file `state` and `bounds`.
+    pub(super) fn new(
+        enforcer: Arc<Enforcer>,
+        state: Option<Arc<crate::origin::state::StateFile>>,
+        bounds: StopBounds,
+    ) -> Signals {
+        Signals {
+            enforcer,
+            state,
+            bounds,
+        }
+    }
+}
+
+/// What a graceful stop, and an upgrade's old process, give the requests in progress.
+pub(super) struct StopBounds {
+    /// The longest a graceful stop waits for the requests in progress
+    /// (`graceful_shutdown_timeout_seconds`).
+    drain_within: Duration,
+    /// How long an upgrade's old process serves once it handed its listeners over:
+    /// [`PINGORA_UPGRADE_CLOSE`] and `grace_period_seconds`.
+    upgrade_within: Duration,
+}
+
+impl StopBounds {
+    /// The bounds Pingora's settings `conf` set (its defaults where unset).
+    pub(super) fn of(conf: &ServerConf) -> StopBounds {
+        let grace = Duration::from_secs(conf.grace_period_seconds.unwrap_or(300));
+        StopBounds {
+            drain_within: Duration::from_secs(conf.graceful_shutdown_timeout_seconds.unwrap_or(5)),
+            upgrade_within: PINGORA_UPGRADE_CLOSE + grace,
+        }
+    }
+}
+
+/// How long Pingora's old process waits after handing its listeners to the new one
+/// before its grace period starts (`CLOSE_TIMEOUT` in `pingora_core::server`, not
+/// exported).
+const PINGORA_UPGRADE_CLOSE: Duration = Duration::from_secs(5);
+
+#[async_trait::async_trait]
+impl pingora::server::ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> pingora::server::ShutdownSignal {
+        use pingora::server::ShutdownSignal;
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut quit), Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::quit()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            log::error!("cannot watch the stop signals; stopping");
+            return ShutdownSignal::FastShutdown;
+        };
+        let (signal, why) = tokio::select! {
+            _ = quit.recv() => (ShutdownSignal::GracefulUpgrade, "upgrade"),
+            _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
+            _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
+        };
+        let now = tokio::time::Instant::now();
+        match signal {
+            ShutdownSignal::GracefulTerminate => {
+                crate::downstream::drain::begin();
+                // Requests still waiting (for a turn, for an owner's answer) are
+                // answered within the drain's bound of the signal (`enforce::stop`);
+                // the drain itself ends no sooner.
+                self.enforcer.stopping(now + self.bounds.drain_within);
+            }
+            // Set now, before the leave hands the queued requests on: their waits for
+            // the next owner's answer are bounded by it.
+            ShutdownSignal::GracefulUpgrade => {
+                self.enforcer.stopping(now + self.bounds.upgrade_within)
+            }
+            ShutdownSignal::FastShutdown => {}
+        }
+        if !matches!(signal, ShutdownSignal::FastShutdown) {
+            self.enforcer.leave_fleet().await;
+        }
+        if matches!(signal, ShutdownSignal::GracefulTerminate) {
+            // Pingora drops what is still in progress when it stops: the requests in
+            // progress end first (those handed to other owners too).
+            let drained_by = tokio::time::Instant::now() + self.bounds.drain_within;
+            let left = crate::downstream::drain::drain_until(drained_by).await;
+            if left > 0 {
+                log::warn!("stop: {left} requests still in progress are cut");
+            }
+        }
+        if !matches!(signal, ShutdownSignal::FastShutdown) {
+            // A member until here: the requests it handed on while draining are still
+            // admitted by their owners.
+            self.enforcer.left_fleet().await;
+        }
+        if let Some(state) = &self.state {
+            self.enforcer.save_state(state, why);
+        }
+        match signal {
+            // Drained already: Pingora's fixed `grace_period_seconds` (kept for an
+            // upgrade's old process, which cannot drain before it hands its listeners
+            // over) would only delay the exit.
+            ShutdownSignal::GracefulTerminate => ShutdownSignal::FastShutdown,
+            signal => signal,
+        }
+    }
+}
