@@ -49,6 +49,29 @@ impl Signals {
             bounds,
         }
     }
+
+    /// A graceful stop (`drain`) or upgrade: what still waits (for a turn, for an
+    /// owner's answer) answered within `within` of now (`enforce::stop`); the fleet left
+    /// (each owned origin handed over); a stop's requests in progress drained for at
+    /// most `within` once the leave ended; then the membership left (a member until
+    /// then: the requests it handed on meanwhile are still admitted by their owners).
+    async fn leave(&self, drain: bool, within: Duration) {
+        if drain {
+            crate::downstream::drain::begin();
+        }
+        self.enforcer.stopping(tokio::time::Instant::now() + within);
+        self.enforcer.leave_fleet().await;
+        if drain {
+            // Pingora drops what is still in progress when it stops: the requests in
+            // progress end first (those handed to other owners too).
+            let drained_by = tokio::time::Instant::now() + within;
+            let left = crate::downstream::drain::drain_until(drained_by).await;
+            if left > 0 {
+                log::warn!("stop: {left} requests still in progress are cut");
+            }
+        }
+        self.enforcer.left_fleet().await;
+    }
 }
 
 /// What a graceful stop, and an upgrade's old process, give the requests in progress.
@@ -95,38 +118,12 @@ impl pingora::server::ShutdownSignalWatch for Signals {
             _ = term.recv() => (ShutdownSignal::GracefulTerminate, "stop"),
             _ = int.recv() => (ShutdownSignal::FastShutdown, "stop"),
         };
-        let now = tokio::time::Instant::now();
         match signal {
-            ShutdownSignal::GracefulTerminate => {
-                crate::downstream::drain::begin();
-                // Requests still waiting (for a turn, for an owner's answer) are
-                // answered within the drain's bound of the signal (`enforce::stop`);
-                // the drain itself ends no sooner.
-                self.enforcer.stopping(now + self.bounds.drain_within);
-            }
-            // Set now, before the leave hands the queued requests on: their waits for
-            // the next owner's answer are bounded by it.
-            ShutdownSignal::GracefulUpgrade => {
-                self.enforcer.stopping(now + self.bounds.upgrade_within)
-            }
+            ShutdownSignal::GracefulTerminate => self.leave(true, self.bounds.drain_within).await,
+            // Set at the signal, before the leave hands the queued requests on: their
+            // waits for the next owner's answer are bounded by it.
+            ShutdownSignal::GracefulUpgrade => self.leave(false, self.bounds.upgrade_within).await,
             ShutdownSignal::FastShutdown => {}
-        }
-        if !matches!(signal, ShutdownSignal::FastShutdown) {
-            self.enforcer.leave_fleet().await;
-        }
-        if matches!(signal, ShutdownSignal::GracefulTerminate) {
-            // Pingora drops what is still in progress when it stops: the requests in
-            // progress end first (those handed to other owners too).
-            let drained_by = tokio::time::Instant::now() + self.bounds.drain_within;
-            let left = crate::downstream::drain::drain_until(drained_by).await;
-            if left > 0 {
-                log::warn!("stop: {left} requests still in progress are cut");
-            }
-        }
-        if !matches!(signal, ShutdownSignal::FastShutdown) {
-            // A member until here: the requests it handed on while draining are still
-            // admitted by their owners.
-            self.enforcer.left_fleet().await;
         }
         if let Some(state) = &self.state {
             self.enforcer.save_state(state, why);

@@ -160,17 +160,13 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
         proxies[1].log()
     );
     let moved_at = std::time::Instant::now();
-    for task in queued {
-        let answer = task.await.expect("task");
-        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", proxies[0].log()));
-        assert_eq!(
-            answer.1,
-            200,
-            "{}\nthe member that stays:\n{}",
-            refusals(&proxies[0]),
-            proxies[1].log()
-        );
-    }
+    let answered = answers(queued, &proxies[0]).await;
+    assert!(
+        answered.iter().all(|a| a.1 == 200),
+        "{answered:?}\n{}\nthe member that stays:\n{}",
+        refusals(&proxies[0]),
+        proxies[1].log()
+    );
     let mut leaver = proxies.remove(0);
     assert!(eventually(Duration::from_secs(20), || leaver.exited()).await);
     assert_eq!(
@@ -199,18 +195,14 @@ async fn requests_queued_at_an_upgraded_owner_are_answered() {
     let origin = paced_origin("3").await;
     let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 2).await;
     let mut old = Going::Upgraded.go(&mut proxies);
-    for task in queued {
-        let answer = task.await.expect("task");
-        let answer = answer.unwrap_or_else(|e| panic!("{e}\nthe old process:\n{}", old.log()));
-        assert_eq!(
-            answer.1,
-            200,
-            "the old process:\n{}\nthe new one:\n{}\nthe member that stays:\n{}",
-            old.log(),
-            proxies[0].log(),
-            proxies[1].log()
-        );
-    }
+    let answered = answers(queued, &old).await;
+    assert!(
+        answered.iter().all(|a| a.1 == 200),
+        "{answered:?}\nthe old process:\n{}\nthe new one:\n{}\nthe member that stays:\n{}",
+        old.log(),
+        proxies[0].log(),
+        proxies[1].log()
+    );
     assert!(eventually(Duration::from_secs(30), || old.exited()).await);
     let seen = pages(&origin, "/p/");
     assert_eq!(seen.len(), 3, "each reached it once");
@@ -219,7 +211,7 @@ async fn requests_queued_at_an_upgraded_owner_are_answered() {
 
 /// How the owner goes: stopped (SIGTERM) or upgraded (SIGQUIT and a new process
 /// taking its listeners).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 enum Going {
     Stopped,
     Upgraded,
@@ -250,13 +242,7 @@ async fn every_request_accepted_is_answered(going: Going, stop_within: u64, n: u
     let origin = paced_origin("1").await;
     let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, stop_within, n).await;
     let mut leaver = going.go(&mut proxies);
-    let mut answered = Vec::new();
-    for task in queued {
-        let answer = task.await.expect("task");
-        let answer =
-            answer.unwrap_or_else(|e| panic!("{going:?}: {e}\nthe leaver:\n{}", leaver.log()));
-        answered.push(answer);
-    }
+    let answered = answers(queued, &leaver).await;
     assert!(eventually(Duration::from_secs(30), || leaver.exited()).await);
     let seen = pages(&origin, "/p/");
     for (path, status, retry) in &answered {
@@ -290,6 +276,17 @@ async fn every_request_an_upgraded_owner_accepted_is_answered() {
 /// A queued request's answer: its path, status and whether it had `Retry-After`; or
 /// the client's error.
 type Queued = tokio::task::JoinHandle<Result<(String, u16, bool), String>>;
+
+/// `queued`'s answers, in order; a client's error (a connection closed unanswered)
+/// fails the test, with the log of `leaver`, the process the requests were queued at.
+async fn answers(queued: Vec<Queued>, leaver: &Proxy) -> Vec<(String, u16, bool)> {
+    let mut answered = Vec::new();
+    for task in queued {
+        let answer = task.await.expect("task");
+        answered.push(answer.unwrap_or_else(|e| panic!("{e}\nthe leaver:\n{}", leaver.log())));
+    }
+    answered
+}
 
 /// Two members of one Redis (`graceful_shutdown_timeout_seconds` and
 /// `grace_period_seconds`: `stop_within`),
