@@ -144,12 +144,15 @@ impl Enforcer {
         log::info!("fleet: leaving; {handed} origins handed over");
     }
 
-    /// Leaves the membership for good, after [`Enforcer::leave_fleet`] and the drain: the
-    /// record marked `left`, no renewal sent any more. Alone: nothing to do.
+    /// Leaves the membership for good, after [`Enforcer::leave_fleet`] and once nothing
+    /// is handed on from here any more (a stop's drain, an upgrade's end): the record
+    /// marked `left`, no renewal sent any more. Once; alone, or not leaving (a fast
+    /// stop): nothing to do.
     pub async fn left_fleet(&self) {
         if let Some(owners) = &self.owners {
-            owners.deregister().await;
-            log::info!("fleet: left");
+            if owners.deregister().await {
+                log::info!("fleet: left");
+            }
         }
     }
 

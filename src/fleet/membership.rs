@@ -349,14 +349,19 @@ impl Membership {
     }
 
     /// Leaves the membership for good (after every origin was handed over): its record
-    /// marked left, and no renewal sent any more (one would register it anew).
-    pub async fn deregister(&self) {
+    /// marked left, and no renewal sent any more (one would register it anew). Only an
+    /// instance that is leaving, once: `false` when it is not leaving or left already.
+    pub async fn deregister(&self) -> bool {
         let mut left = self.left.lock().await;
+        if *left || !self.leaving() {
+            return false;
+        }
         *left = true;
         let key = [MEMBERS];
         let mut call = script("member_leave").prepare_invoke();
         call.key(&key).arg(self.me()).arg(self.epoch());
         let _: Result<i64, _> = self.fleet.run("member_leave", &mut call).await;
+        true
     }
 
     /// One renewal: the lease extended (or a new registration), the generation and the

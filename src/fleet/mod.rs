@@ -267,9 +267,10 @@ impl Owners {
         self.ownership.forget(owner);
     }
 
-    /// Leaves the membership, once every key was handed over.
-    pub async fn deregister(&self) {
-        self.members.deregister().await;
+    /// Leaves the membership, once every key was handed over and nothing is handed on
+    /// any more; `false` when this instance is not leaving or left already.
+    pub async fn deregister(&self) -> bool {
+        self.members.deregister().await
     }
 
     /// The members, their epochs and how many keys each owns (as this instance knows),

@@ -25,7 +25,7 @@ use crate::handover::HandOver;
 use crate::ops::admin::{AdminApp, AdminGuard};
 use crate::origin::trust::UpstreamTrust;
 use crate::proxy::http::RobotsGateProxy;
-use crate::proxy::signals::{Signals, StopBounds};
+use crate::proxy::signals::{left_after_run, Signals, StopBounds};
 
 #[derive(Args, Debug)]
 /// `robotsgate run` (and `check-config`): the configuration file and what overrides it.
@@ -260,6 +260,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
+    left_after_run(&enforcer);
     crate::telemetry::sink::flush();
     std::process::exit(0)
 }

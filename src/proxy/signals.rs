@@ -24,7 +24,9 @@ use crate::enforce::Enforcer;
 /// `grace_period_seconds` after it handed its listeners over, which is after the leave,
 /// and answers what still waits (for a turn, for an owner's answer) that bound after the
 /// signal, so before it, as a stop does within its own (Pingora then drops what is
-/// still in progress: the client's connection would close unanswered);
+/// still in progress: the client's connection would close unanswered); it stays a
+/// member, `leaving`, until Pingora has stopped it ([`left_after_run`]): owners admit
+/// what it hands on meanwhile, whenever its successor registers;
 /// then the state file is written when there is one (before the listeners
 /// are handed to the successor, which loads it).
 pub(super) struct Signals {
@@ -53,8 +55,10 @@ impl Signals {
     /// A graceful stop (`drain`) or upgrade: what still waits (for a turn, for an
     /// owner's answer) answered within `within` of now (`enforce::stop`); the fleet left
     /// (each owned origin handed over); a stop's requests in progress drained for at
-    /// most `within` once the leave ended; then the membership left (a member until
+    /// most `within` once the leave ended, then the membership left (a member until
     /// then: the requests it handed on meanwhile are still admitted by their owners).
+    /// An upgrade's old process leaves the membership once Pingora stopped it
+    /// ([`left_after_run`]).
     async fn leave(&self, drain: bool, within: Duration) {
         if drain {
             crate::downstream::drain::begin();
@@ -69,10 +73,34 @@ impl Signals {
             if left > 0 {
                 log::warn!("stop: {left} requests still in progress are cut");
             }
+            self.enforcer.left_fleet().await;
         }
-        self.enforcer.left_fleet().await;
     }
 }
+
+/// Once Pingora's run ended (an upgrade's old process: its runtimes stopped, nothing it
+/// accepted still in progress), a member that was leaving leaves the membership: until
+/// then the requests it handed on were admitted by their owners, also while its
+/// successor was not registered yet. A stop left already; a fast stop does not leave
+/// (its record lapses).
+pub(super) fn left_after_run(enforcer: &Enforcer) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(async {
+            let leaving = tokio::time::timeout(LEFT_WITHIN, enforcer.left_fleet());
+            if leaving.await.is_err() {
+                log::warn!("fleet: the membership was not left in time; its record lapses");
+            }
+        }),
+        Err(e) => log::warn!("fleet: cannot leave the membership ({e}); its record lapses"),
+    }
+}
+
+/// The longest the process waits, once Pingora's run ended, for Redis to mark its
+/// record `left`.
+const LEFT_WITHIN: Duration = Duration::from_secs(5);
 
 /// What a graceful stop, and an upgrade's old process, give the requests in progress.
 pub(super) struct StopBounds {

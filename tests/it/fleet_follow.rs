@@ -209,6 +209,49 @@ async fn requests_queued_at_an_upgraded_owner_are_answered() {
     assert_gaps_at_least(&seen, delay);
 }
 
+/// An upgrade whose new process starts late: the old process handed its origin over
+/// and still accepts (Pingora's old process keeps its listeners until the new one takes
+/// them). It stays a member, `leaving`, until Pingora stopped it, so the member that
+/// stays admits what it hands on meanwhile (a member that left hands nothing over): the
+/// request queued at it and one it accepts after its leave, before its successor
+/// registered, both answered 200 (Crawl-delay 3, `grace_period_seconds: 4`). At the
+/// origin each once, a Crawl-delay apart; once the old process exited its record reads
+/// `left`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_owner_hands_over_until_it_ends() {
+    let delay = Duration::from_secs(3);
+    let origin = paced_origin("3").await;
+    let (redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 1).await;
+    let id = member_id(&proxies[0]);
+    signal(proxies[0].pid(), "-QUIT");
+    let left = eventually(Duration::from_secs(10), || {
+        proxies[0].log().contains("origins handed over")
+    });
+    assert!(left.await, "never left:\n{}", proxies[0].log());
+    let (client, url) = (proxies[0].client(), origin.url("/p/late"));
+    let late = tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) });
+    let handed = eventually(Duration::from_secs(10), || {
+        late.is_finished() || proxies[1].metric("robotsgate_pacing_queued_requests") == Some(2.0)
+    });
+    assert!(handed.await, "never handed on:\n{}", proxies[0].log());
+    let next = tokio::task::block_in_place(|| proxies[0].upgrade_begun());
+    let mut old = std::mem::replace(&mut proxies[0], next);
+    let late = late.await.expect("task").map_err(|e| e.to_string());
+    let answered = answers(queued, &old).await;
+    assert!(
+        answered.iter().all(|a| a.1 == 200) && late == Ok(reqwest::StatusCode::OK),
+        "{answered:?} {late:?}\nthe old process:\n{}\nthe member that stays:\n{}",
+        old.log(),
+        proxies[1].log()
+    );
+    assert!(eventually(Duration::from_secs(30), || old.exited()).await);
+    let record = redis_cli(redis.port, &["HGET", "{robotsgate}:members", &id]);
+    assert_eq!(record.split('|').nth(2), Some("left"), "{}", old.log());
+    let seen = pages(&origin, "/p/");
+    assert_eq!(seen.len(), 3, "each reached it once");
+    assert_gaps_at_least(&seen, delay);
+}
+
 /// How the owner goes: stopped (SIGTERM) or upgraded (SIGQUIT and a new process
 /// taking its listeners).
 #[derive(Clone, Copy)]

@@ -393,6 +393,29 @@ impl Proxy {
     /// to this one, which hands over its listening sockets and finishes what it has in
     /// flight. Returns the new process once it answers on the admin listener.
     pub fn upgrade(&self) -> Proxy {
+        let next = self.successor();
+        self.quit();
+        self.started(next)
+    }
+
+    /// The rest of an upgrade whose SIGQUIT was sent already (a new process that starts
+    /// late: Pingora's old process offers its listeners for 5 s): the new process,
+    /// returned once it answers on the admin listener.
+    pub fn upgrade_begun(&self) -> Proxy {
+        self.started(self.successor())
+    }
+
+    /// SIGQUIT: Pingora's graceful upgrade begins.
+    fn quit(&self) {
+        let status = Command::new("kill")
+            .args(["-QUIT", &self.pid().to_string()])
+            .status()
+            .expect("kill -QUIT");
+        assert!(status.success());
+    }
+
+    /// This process's successor, started with `--upgrade` and its arguments.
+    fn successor(&self) -> Proxy {
         let log_path = self
             .dir
             .path()
@@ -406,12 +429,7 @@ impl Proxy {
             .stderr(log)
             .spawn()
             .expect("spawn robotsgate --upgrade");
-        let status = Command::new("kill")
-            .args(["-QUIT", &self.pid().to_string()])
-            .status()
-            .expect("kill -QUIT");
-        assert!(status.success());
-        let mut next = Proxy {
+        Proxy {
             child,
             netns: self.netns.clone(),
             addr: self.addr,
@@ -420,9 +438,13 @@ impl Proxy {
             dir: self.dir.clone(),
             log_path,
             args: self.args.clone(),
-        };
+        }
+    }
+
+    /// `next`, once it has read its configuration and waits for (or holds) the
+    /// listeners.
+    fn started(&self, mut next: Proxy) -> Proxy {
         let deadline = Instant::now() + Duration::from_secs(20);
-        // Started: it has read its configuration and waits for (or holds) the listeners.
         while next.child.try_wait().ok().flatten().is_none() {
             if next.log().contains("robotsgate listening") {
                 return next;
