@@ -101,6 +101,18 @@ impl Enforcer {
         self.stop.bound(within)
     }
 
+    /// Resolves when a graceful stop's bound has come for what still waits (never
+    /// without a stop): a request handed to an owner before the stop began stops
+    /// waiting for its answer then, as one handed over after it does by its bound.
+    pub async fn stop_due(&self) {
+        self.stop.due().await;
+    }
+
+    /// Has a graceful stop's bound come for what still waits?
+    pub fn stop_is_due(&self) -> bool {
+        self.stop.is_due()
+    }
+
     /// A graceful stop began: requests still waiting for a turn here or for an owner's
     /// answer are answered before `by`.
     pub fn stopping(&self, by: tokio::time::Instant) {

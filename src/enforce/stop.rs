@@ -8,11 +8,13 @@
 //! waiting for its turn here is refused (503, `reason=stopping`, `Retry-After: 1`)
 //! [`ANSWER_MARGIN`] before it (a turn that is there when the bound has passed is
 //! taken), and one handed to an owner (the front's relay, the proxy's hand-over, a
-//! tunnel) waits for the owner's answer no longer than that ([`Stop::bound`], through
-//! `Enforcer::owner_answers_within`), then is answered 503 as an owner silent past its
-//! bound is. A request already at its origin ends by its own timeouts, which the drain
-//! bounds as before. The drain begins once the leave ended, so no sooner than this
-//! deadline.
+//! tunnel) waits for the owner's answer no longer than that: one handed over after the
+//! stop began by its bound ([`Stop::bound`], through `Enforcer::owner_answers_within`),
+//! one handed over before by [`Stop::due`] (`Enforcer::stop_due`: the relay's and the
+//! tunnel's waits end with it, the proxy pass's connection is shut down, `handover/`),
+//! then it is answered 503 as an owner silent past its bound is, never sent again. A
+//! request already at its origin ends by its own timeouts, which the drain bounds as
+//! before. The drain begins once the leave ended, so no sooner than this deadline.
 //!
 //! Costs: one `watch` read per bound asked; one more branch in each turn's wait.
 
@@ -52,6 +54,13 @@ impl Stop {
         }
     }
 
+    /// Must requests still waiting be answered now?
+    pub(crate) fn is_due(&self) -> bool {
+        self.by
+            .borrow()
+            .is_some_and(|by| Instant::now() >= answer_at(by))
+    }
+
     /// Resolves when requests still waiting must be answered (never, without a stop).
     pub(crate) async fn due(&self) {
         let mut by = self.by.subscribe();
@@ -81,14 +90,17 @@ mod tests {
         let stop = Stop::new();
         let hour = Duration::from_secs(3600);
         assert_eq!(stop.bound(hour), hour);
+        assert!(!stop.is_due());
         let waiting = tokio::time::timeout(hour, stop.due()).await;
         assert!(waiting.is_err(), "no stop, no end");
         let began = Instant::now();
         stop.until(began + Duration::from_secs(10));
         assert_eq!(stop.bound(hour), Duration::from_millis(9500));
         assert_eq!(stop.bound(Duration::from_secs(2)), Duration::from_secs(2));
+        assert!(!stop.is_due());
         stop.due().await;
         assert_eq!(began.elapsed(), Duration::from_millis(9500));
         assert_eq!(stop.bound(hour), Duration::ZERO);
+        assert!(stop.is_due());
     }
 }

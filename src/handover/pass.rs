@@ -13,6 +13,16 @@
 //! again only where the owner never worked on it, and then routed once more
 //! ([`HandOver::route_again`]); an owner that cannot be reached is answered 503
 //! ([`super::unavailable`]).
+//!
+//! **A stop's bound.** Pingora reads the owner's answer with the read timeout the
+//! attempt was given. A graceful stop that begins meanwhile must still answer the
+//! request before the process ends (`enforce/stop.rs`), so while the answer's head is
+//! awaited the connection is watched ([`CutAtStop`], one task per attempt): when the
+//! stop's bound comes it is shut down, Pingora's read ends, and the request is answered
+//! 503 as an owner silent past its bound is, never sent again.
+
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::Arc;
 
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -21,7 +31,7 @@ use pingora::upstreams::peer::HttpPeer;
 
 use super::owner::{gave_up, mark_for_owner, never_received, peer_header, GAVE_UP, NOT_THE_OWNER};
 use super::{unavailable, HandOver, Unreached};
-use crate::enforce::Answer;
+use crate::enforce::{Answer, Enforcer};
 use crate::fleet::{Owner, PeerContext, Reroutes};
 
 /// A request handed to its origin's owner on the proxy pass: the owner, how often it
@@ -39,6 +49,11 @@ pub struct Passed {
     route_again: bool,
     /// How many times the request was routed once more, this time included.
     reroutes: Reroutes,
+    /// Why it is answered when the owner's answer does not come: unreachable, or
+    /// silent past a stop's bound.
+    unreached: Unreached,
+    /// The attempt's connection, watched while the owner's answer head is awaited.
+    cut: Option<CutAtStop>,
 }
 
 impl Passed {
@@ -50,6 +65,8 @@ impl Passed {
             failed: None,
             route_again: false,
             reroutes,
+            unreached: Unreached::Unreachable,
+            cut: None,
         }
     }
 
@@ -72,7 +89,7 @@ impl Passed {
         if written {
             return None;
         }
-        let answer = unavailable(Unreached::Unreachable);
+        let answer = unavailable(self.unreached);
         self.failed = Some(answer.header.clone());
         Some(answer)
     }
@@ -116,9 +133,17 @@ impl HandOver {
     /// A new connection carries the request only when its owner answered it
     /// ([`crate::fleet::answered_by`], the TLS `digest`; a `reused` one was checked
     /// when it was made). Otherwise the owner never received it ([`NOT_THE_OWNER`]).
-    pub fn connected(&self, passed: &Passed, reused: bool, digest: Option<&Digest>) -> Result<()> {
+    /// The connection (`fd`) is watched for a stop's bound until the answer's head.
+    pub fn connected(
+        &self,
+        passed: &mut Passed,
+        reused: bool,
+        digest: Option<&Digest>,
+        fd: RawFd,
+    ) -> Result<()> {
         let answered = digest.and_then(|d| d.ssl_digest.as_deref());
         if reused || crate::fleet::answered_by(&passed.owner.member, answered) {
+            passed.cut = CutAtStop::watch(self.enforcer.clone(), fd);
             return Ok(());
         }
         Error::e_explain(ErrorType::Custom(NOT_THE_OWNER), "nothing sent on it")
@@ -128,6 +153,7 @@ impl HandOver {
     /// included) — unless it says the owner gave the key up: then `Err`, and the
     /// request is routed once more while [`HandOver::route_again`] allows.
     pub fn answered(&self, passed: &mut Passed, answer: &ResponseHeader) -> Result<()> {
+        passed.cut = None;
         passed.status = Some(answer.status.as_u16());
         if !gave_up(answer) || !self.route_again(Some(&passed.owner), &mut passed.reroutes) {
             return Ok(());
@@ -149,11 +175,47 @@ impl HandOver {
     /// after the first is such a routing, counted. One whose owner gave the key up was
     /// counted as its answer came ([`HandOver::answered`]).
     pub fn retry(&self, passed: &mut Passed, e: &mut Error) {
+        passed.cut = None;
+        if self.enforcer.stop_is_due() {
+            // Cut at a stop's bound (or met it): the owner may have the request.
+            passed.unreached = Unreached::Silent;
+            e.set_retry(false);
+            return;
+        }
         if passed.route_again {
             return;
         }
         let again = e.retry() && self.route_again(Some(&passed.owner), &mut passed.reroutes);
         passed.route_again = again;
         e.set_retry(again);
+    }
+}
+
+/// A hand-over's connection to its owner while the owner's answer head is awaited:
+/// shut down both ways when a graceful stop's bound comes (`Enforcer::stop_due`), so
+/// that Pingora's read ends and the request is answered before the process ends. It
+/// holds its own descriptor of the socket (a duplicate), so the one it shuts down is
+/// always that connection's, whenever Pingora closes its own; dropped, the watch ends.
+#[derive(Debug)]
+pub(super) struct CutAtStop(tokio::task::JoinHandle<()>);
+
+impl CutAtStop {
+    /// Watches the connection Pingora holds as `fd`; `None` when it cannot be
+    /// duplicated (then only the attempt's read timeout bounds the wait).
+    fn watch(enforcer: Arc<Enforcer>, fd: RawFd) -> Option<CutAtStop> {
+        // SAFETY: `fd` is the connection Pingora just made or reused for this attempt,
+        // open for the whole call (`connected_to_upstream`); it is only duplicated.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let own = borrowed.try_clone_to_owned().ok()?;
+        Some(CutAtStop(tokio::spawn(async move {
+            enforcer.stop_due().await;
+            let _ = socket2::SockRef::from(&own).shutdown(std::net::Shutdown::Both);
+        })))
+    }
+}
+
+impl Drop for CutAtStop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -173,7 +173,12 @@ impl HandOver {
         session.read_timeout = Some(self.enforcer.owner_answers_within());
         session.write_request_header(sent).await.ok()?;
         loop {
-            if let Err(e) = session.read_response().await {
+            // A stop's bound ends the wait as its own bound does, whenever it was asked.
+            let read = tokio::select! {
+                read = session.read_response() => read,
+                () = self.enforcer.stop_due() => return Some(Asked::Silent),
+            };
+            if let Err(e) = read {
                 let unanswered = session.resp_header().is_none()
                     && matches!(
                         e.etype(),

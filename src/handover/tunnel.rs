@@ -87,16 +87,20 @@ impl HandOver {
         if upstream.write_all(&head).await.is_err() || upstream.flush().await.is_err() {
             return Ok(Tunnelled::NotReceived);
         }
-        let answered =
-            tokio::time::timeout(enforcer.owner_answers_within(), read_head(&mut upstream)).await;
+        let within = enforcer.owner_answers_within();
+        // A stop's bound ends the wait as its own bound does, whenever it was asked.
+        let answered = tokio::select! {
+            read = tokio::time::timeout(within, read_head(&mut upstream)) => read.ok(),
+            () = enforcer.stop_due() => None,
+        };
         let OwnerHead {
             status,
             gave_up,
             bytes: head,
         } = match answered {
-            Ok(Ok(head)) => head,
-            Ok(Err(Unanswered::Closed)) => return Ok(Tunnelled::NotReceived),
-            Ok(Err(Unanswered::Unreadable)) | Err(_) => return Err(unreachable()),
+            Some(Ok(head)) => head,
+            Some(Err(Unanswered::Closed)) => return Ok(Tunnelled::NotReceived),
+            Some(Err(Unanswered::Unreadable)) | None => return Err(unreachable()),
         };
         if gave_up {
             // It no longer serves the key: routed again (`HandOver::route_again`).

@@ -233,8 +233,8 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_fd = Some(fd);
-        match ctx.handed_over() {
-            Some(passed) => self.handover.connected(passed, reused, digest),
+        match ctx.handed_over_mut() {
+            Some(passed) => self.handover.connected(passed, reused, digest, fd),
             None => Ok(()),
         }
     }

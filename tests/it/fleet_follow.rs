@@ -148,7 +148,7 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
     let delay = Duration::from_secs(3);
     let origin = paced_origin("3").await;
     // Time for the requests handed on to end once the leaver's shutdown begins.
-    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 20, 2).await;
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 20, 2, Through::Owner).await;
     signal(proxies[0].pid(), "-TERM");
     let moved = eventually(Duration::from_secs(10), || {
         owner_index(&proxies, &origin) == Some(1)
@@ -193,7 +193,7 @@ async fn requests_queued_at_a_leaving_owner_are_routed_to_the_next() {
 async fn requests_queued_at_an_upgraded_owner_are_answered() {
     let delay = Duration::from_secs(3);
     let origin = paced_origin("3").await;
-    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 2).await;
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 2, Through::Owner).await;
     let mut old = Going::Upgraded.go(&mut proxies);
     let answered = answers(queued, &old).await;
     assert!(
@@ -221,7 +221,7 @@ async fn requests_queued_at_an_upgraded_owner_are_answered() {
 async fn an_upgraded_owner_hands_over_until_it_ends() {
     let delay = Duration::from_secs(3);
     let origin = paced_origin("3").await;
-    let (redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 1).await;
+    let (redis, mut proxies, queued) = queued_at_the_owner(&origin, 4, 1, Through::Owner).await;
     let id = member_id(&proxies[0]);
     signal(proxies[0].pid(), "-QUIT");
     let left = eventually(Duration::from_secs(10), || {
@@ -283,11 +283,25 @@ impl Going {
 /// page at most once, each page answered 200 seen there, a Crawl-delay apart.
 async fn every_request_accepted_is_answered(going: Going, stop_within: u64, n: usize) {
     let origin = paced_origin("1").await;
-    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, stop_within, n).await;
-    let mut leaver = going.go(&mut proxies);
+    let (_redis, mut proxies, queued) =
+        queued_at_the_owner(&origin, stop_within, n, Through::Owner).await;
+    let leaver = going.go(&mut proxies);
+    each_answered_once(queued, leaver, &origin, Duration::from_secs(1)).await;
+}
+
+/// `queued`'s answers, each 200 through its owner or 503 with `Retry-After` (some
+/// 503: the bound was reached), none closed unanswered, once `leaver`, the process
+/// they were sent through, exited; at `origin` each page at most once, each answered
+/// 200 seen there, `delay` apart.
+async fn each_answered_once(
+    queued: Vec<Queued>,
+    mut leaver: Proxy,
+    origin: &TestOrigin,
+    delay: Duration,
+) {
     let answered = answers(queued, &leaver).await;
     assert!(eventually(Duration::from_secs(30), || leaver.exited()).await);
-    let seen = pages(&origin, "/p/");
+    let seen = pages(origin, "/p/");
     for (path, status, retry) in &answered {
         let times = seen.iter().filter(|p| p.target == *path).count();
         match status {
@@ -300,7 +314,7 @@ async fn every_request_accepted_is_answered(going: Going, stop_within: u64, n: u
         answered.iter().any(|(_, status, _)| *status == 503),
         "the bound was never reached: {answered:?}"
     );
-    assert_gaps_at_least(&seen, Duration::from_secs(1));
+    assert_gaps_at_least(&seen, delay);
 }
 
 /// A stop's bound: `graceful_shutdown_timeout_seconds: 3`, eight queued.
@@ -314,6 +328,41 @@ async fn every_request_a_leaving_owner_accepted_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_an_upgraded_owner_accepted_is_answered() {
     every_request_accepted_is_answered(Going::Upgraded, 1, 10).await;
+}
+
+/// Requests a member handed to their owner before it was stopped (SIGTERM,
+/// `graceful_shutdown_timeout_seconds: 3`), four queued there under Crawl-delay 2: the
+/// stop's bound ends their wait for the owner's answer too, so each is answered before
+/// the member ends, none closed unanswered. `through`: the path they took.
+async fn every_request_a_stopping_member_handed_over_is_answered(through: Through) {
+    let origin = paced_origin("2").await;
+    let (_redis, mut proxies, queued) = queued_at_the_owner(&origin, 3, 4, through).await;
+    signal(proxies[1].pid(), "-TERM");
+    let member = proxies.remove(1);
+    each_answered_once(queued, member, &origin, Duration::from_secs(2)).await;
+}
+
+/// On the proxy pass (the member's first requests for the origin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_a_stopping_member_passed_on_is_answered() {
+    every_request_a_stopping_member_handed_over_is_answered(Through::Passed).await;
+}
+
+/// Relayed by the front (the member knows the owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_a_stopping_member_relayed_is_answered() {
+    every_request_a_stopping_member_handed_over_is_answered(Through::Relayed).await;
+}
+
+/// Which member queued requests are sent through, and how they reach the owner.
+#[derive(Clone, Copy, PartialEq)]
+enum Through {
+    /// The owner itself.
+    Owner,
+    /// The other member, its first requests for the origin: the proxy pass.
+    Passed,
+    /// The other member, once one request taught it the owner: the front's relay.
+    Relayed,
 }
 
 /// A queued request's answer: its path, status and whether it had `Retry-After`; or
@@ -333,12 +382,13 @@ async fn answers(queued: Vec<Queued>, leaver: &Proxy) -> Vec<(String, u16, bool)
 
 /// Two members of one Redis (`graceful_shutdown_timeout_seconds` and
 /// `grace_period_seconds`: `stop_within`),
-/// `origin` owned by the first, and `n` requests (`/p/queued-{i}`) waiting there for
-/// their turns. The Redis is kept.
+/// `origin` owned by the first, and `n` requests (`/p/queued-{i}`) sent `through` a
+/// member waiting there for their turns. The Redis is kept.
 async fn queued_at_the_owner(
     origin: &TestOrigin,
     stop_within: u64,
     n: usize,
+    through: Through,
 ) -> (Redis, Vec<Proxy>, Vec<Queued>) {
     let redis = Redis::start();
     // Renewals every half second: the member that stays reads the leaver's record again
@@ -351,7 +401,10 @@ async fn queued_at_the_owner(
     backend_up(&proxies).await;
     assert_eq!(curl(&proxies[0], &origin.url("/p/first"), &[]).0, 200);
     assert_eq!(owner_index(&proxies, origin), Some(0));
-    let client = proxies[0].client();
+    if through == Through::Relayed {
+        assert_eq!(curl(&proxies[1], &origin.url("/p/known"), &[]).0, 200);
+    }
+    let client = proxies[usize::from(through != Through::Owner)].client();
     let queued: Vec<Queued> = (0..n)
         .map(|i| {
             let (client, path) = (client.clone(), format!("/p/queued-{i}"));
