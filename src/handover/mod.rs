@@ -24,6 +24,10 @@
 //!    from one path to the next (a relay that could not deliver hands the proxy pass its
 //!    count). Nothing else is sent twice; a request that cannot be carried is answered
 //!    by [`unavailable`], the one place its 503 is built.
+//! 5. *Stop* — a graceful stop's bound (`enforce/stop.rs`) ends every path's wait for
+//!    the owner's answer, whenever the request was handed over: the relay's and the
+//!    tunnel's waits end with `Enforcer::stop_due`, the proxy pass's connection is shut
+//!    down (`pass.rs`). The request is answered as by an owner silent past its bound.
 //!
 //! The owner takes a handed request from the top (its peer door,
 //! `downstream/peer_door.rs`, admits only live members; the member it reads is the
