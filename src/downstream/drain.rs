@@ -10,8 +10,9 @@
 //! by which every request still waiting was answered (`enforce::stop`) — before
 //! Pingora stops the listeners. A request counts from
 //! its head read to its answer's end ([`Serving`]): HTTP/1.1 (plain, inside a tunnel,
-//! on the peer channel) and every HTTP/2 stream. Blind tunnels do not: they last as
-//! long as their client keeps them.
+//! on the peer channel) and every HTTP/2 stream; a blind tunnel until its client has
+//! its answer (the `200`, or a refusal), not while its bytes flow: that lasts as long
+//! as its client keeps it (`connect/blind.rs`, `handover/tunnel.rs`).
 //!
 //! Costs: two atomic operations per request.
 

@@ -61,14 +61,16 @@ impl HandOver {
     /// in time or readably; `GaveUp` and `NotReceived`: the owner refused as it no longer
     /// serves the key, or never received the tunnel, and nothing was written to the
     /// client: the caller routes it again ([`HandOver::route_again`], which forgets the
-    /// owner).
-    pub async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send>(
+    /// owner). `answering` (the drain's count of a request in progress) is let go once
+    /// the client has the owner's `200`, before the tunnel's bytes flow.
+    pub async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send, A: Send>(
         &self,
         client: &mut S,
         owner: &Owner,
         origin: &Origin,
         context: PeerContext,
         connect: bool,
+        answering: &mut Option<A>,
     ) -> Result<Tunnelled, Answer> {
         let unreachable = || unavailable(Unreached::Unreachable);
         let enforcer = &self.enforcer;
@@ -121,6 +123,7 @@ impl HandOver {
                 return Ok(Tunnelled::Done);
             }
         }
+        drop(answering.take());
         let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
         Ok(Tunnelled::Done)
     }

@@ -9,10 +9,12 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::common::{curl, pages, raw_exchange, status_of, Conf, Proxy, TestCa, TestOrigin};
+use crate::common::{
+    curl, eventually, pages, raw_exchange, status_of, Conf, Proxy, TestCa, TestOrigin,
+};
 use crate::fleet_fixture::{
     backend_up, certs, fleet_conf, handed_over, handed_over_reaching, instances, owner_index,
-    paced_origin, HttpsFleet,
+    paced_origin, signal, HttpsFleet,
 };
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -406,6 +408,63 @@ async fn a_blind_tunnel_is_handed_to_its_owner_and_paced_there() {
         fleet.member(1).counter("robotsgate_tls_leaf_mints_total"),
         0.0
     );
+}
+
+/// Blind tunnels a member handed to their owner before it was stopped (SIGTERM,
+/// `graceful_shutdown_timeout_seconds: 3`), three waiting there for their connection
+/// starts under Crawl-delay 2: the member's drain counts each until its client has an
+/// answer, and the stop's bound ends the wait for the owner's, so each CONNECT is
+/// answered, `200` or `503`, none closed unanswered; the origin is connected to no more
+/// often than answered `200`, the Crawl-delay apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_tunnels_a_stopping_member_handed_over_are_answered() {
+    let conf = Conf::new()
+        .set("tls.blind_tunnel", ["localhost"])
+        .server("graceful_shutdown_timeout_seconds", 3);
+    let fleet = std::sync::Arc::new(HttpsFleet::start(&conf).await);
+    let origin = fleet.origin("User-agent: *\nCrawl-delay: 2\n").await;
+    assert_eq!(
+        fleet.curl(0, &origin.url("/first"), "origin-ca.pem", &[]).0,
+        200
+    );
+    let ca = fleet.setup.dir.path().join("origin-ca.pem");
+    let tunnels: Vec<_> = (0..3)
+        .map(|i| {
+            let (fleet, url, ca) = (fleet.clone(), origin.url(&format!("/t{i}")), ca.clone());
+            tokio::task::spawn_blocking(move || {
+                curl(
+                    fleet.member(1),
+                    &url,
+                    &["--cacert", ca.to_str().expect("path")],
+                )
+            })
+        })
+        .collect();
+    let queued = eventually(Duration::from_secs(5), || {
+        fleet.member(0).metric("robotsgate_pacing_queued_requests") == Some(3.0)
+    });
+    assert!(queued.await, "never queued:\n{}", fleet.member(1).log());
+    signal(fleet.member(1).pid(), "-TERM");
+    let mut established = 0;
+    for tunnel in tunnels {
+        let (status, head, _) = tunnel.await.expect("task");
+        assert!(
+            status == 200 || (status == 503 && head.contains("Retry-After")),
+            "{status} {head}\n{}",
+            fleet.member(1).log()
+        );
+        established += usize::from(status == 200);
+    }
+    assert!(established < 3, "the bound was never reached");
+    let accepted = origin.accepted();
+    assert!(
+        accepted.len() <= 2 + established,
+        "robots.txt, /first, the tunnels"
+    );
+    for pair in accepted[1..].windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(gap >= Duration::from_millis(2000), "{gap:?}");
+    }
 }
 
 /// Each request on one peer connection is judged by its own context, however many came

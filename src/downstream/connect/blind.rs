@@ -36,10 +36,20 @@ impl Tunnels {
             origin,
             path: CanonicalPath::new("/").into_owned(),
         };
-        let Some((addr, permit)) = self
-            .route_blind(&mut l4, &root, who, started, destination, handed, mode)
-            .await
-        else {
+        // A request in progress for the drain until the client has its answer (the
+        // `200`, or a refusal), not while the tunnel's bytes flow.
+        let mut answering = Some(crate::downstream::drain::Serving::start());
+        let routed = self.route_blind(
+            &mut l4,
+            &root,
+            who,
+            started,
+            destination,
+            handed,
+            mode,
+            &mut answering,
+        );
+        let Some((addr, permit)) = routed.await else {
             return;
         };
         // Asked again right before the connection opens (its start is what the origin
@@ -73,6 +83,7 @@ impl Tunnels {
         if mode == TunnelMode::Blind && !established(&mut l4).await {
             return;
         }
+        drop(answering);
         metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
         log_tunnel(&shown, mode, "tunnelled", started);
         let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
@@ -81,7 +92,8 @@ impl Tunnels {
     /// Where a blind tunnel goes: decided (refused, paced here, or handed to its owner
     /// and relayed, routed once more when that owner gave its key up). `Some`: the address
     /// and the turn of a connection this instance opens; `None`: answered, handed over
-    /// or refused.
+    /// or refused. `answering`: the drain's count of it, let go once a tunnel handed
+    /// over has its owner's `200`.
     #[allow(clippy::too_many_arguments)]
     async fn route_blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
@@ -92,6 +104,7 @@ impl Tunnels {
         destination: Option<SocketAddr>,
         handed: Option<&str>,
         mode: TunnelMode,
+        answering: &mut Option<crate::downstream::drain::Serving>,
     ) -> Option<(SocketAddr, Turn)> {
         let shown = root.origin.to_string();
         let connect = mode != TunnelMode::TransparentBlind;
@@ -133,7 +146,7 @@ impl Tunnels {
             };
             let relayed = self
                 .handover
-                .tunnel(l4, &owner, &root.origin, context, connect)
+                .tunnel(l4, &owner, &root.origin, context, connect, answering)
                 .await;
             match relayed {
                 Err(answer) => {
