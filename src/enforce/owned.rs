@@ -157,9 +157,8 @@ impl Enforcer {
     }
 
     /// Leaves the membership for good, after [`Enforcer::leave_fleet`] and once nothing
-    /// is handed on from here any more (a stop's drain, an upgrade's end): the record
-    /// marked `left`, no renewal sent any more. Once; alone, or not leaving (a fast
-    /// stop): nothing to do.
+    /// is handed on from here any more (Pingora stopped): the record marked `left`, no
+    /// renewal sent any more. Alone, or not leaving (a fast stop): nothing to do.
     pub async fn left_fleet(&self) {
         if let Some(owners) = &self.owners {
             if owners.deregister().await {

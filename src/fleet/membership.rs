@@ -350,10 +350,10 @@ impl Membership {
 
     /// Leaves the membership for good (after every origin was handed over): its record
     /// marked left, and no renewal sent any more (one would register it anew). Only an
-    /// instance that is leaving, once: `false` when it is not leaving or left already.
+    /// instance that is leaving: `false` when it is not (a fast stop).
     pub async fn deregister(&self) -> bool {
         let mut left = self.left.lock().await;
-        if *left || !self.leaving() {
+        if !self.leaving() {
             return false;
         }
         *left = true;

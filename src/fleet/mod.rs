@@ -268,7 +268,7 @@ impl Owners {
     }
 
     /// Leaves the membership, once every key was handed over and nothing is handed on
-    /// any more; `false` when this instance is not leaving or left already.
+    /// any more; `false` when this instance is not leaving.
     pub async fn deregister(&self) -> bool {
         self.members.deregister().await
     }

@@ -17,18 +17,17 @@ use crate::enforce::Enforcer;
 /// fast stop); a graceful stop answers every request still waiting (for a turn, for an
 /// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
 /// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
-/// most `graceful_shutdown_timeout_seconds` once the leave ended), then leaves the
-/// membership (a member until then, so that owners admit what it hands on), after which
-/// Pingora stops at once;
+/// most `graceful_shutdown_timeout_seconds` once the leave ended), after which Pingora
+/// stops at once;
 /// an upgrade's old process serves what it has in progress for Pingora's 5 s and
 /// `grace_period_seconds` after it handed its listeners over, which is after the leave,
 /// and answers what still waits (for a turn, for an owner's answer) that bound after the
 /// signal, so before it, as a stop does within its own (Pingora then drops what is
-/// still in progress: the client's connection would close unanswered); it stays a
-/// member, `leaving`, until Pingora has stopped it ([`left_after_run`]): owners admit
-/// what it hands on meanwhile, whenever its successor registers;
+/// still in progress: the client's connection would close unanswered);
 /// then the state file is written when there is one (before the listeners
-/// are handed to the successor, which loads it).
+/// are handed to the successor, which loads it). Either stays a member, `leaving`,
+/// until Pingora has stopped ([`left_after_run`]): owners admit what it hands on
+/// meanwhile, however late an upgrade's successor registers.
 pub(super) struct Signals {
     /// The enforcer, to leave the fleet and to save the state.
     enforcer: Arc<Enforcer>,
@@ -55,10 +54,9 @@ impl Signals {
     /// A graceful stop (`drain`) or upgrade: what still waits (for a turn, for an
     /// owner's answer) answered within `within` of now (`enforce::stop`); the fleet left
     /// (each owned origin handed over); a stop's requests in progress drained for at
-    /// most `within` once the leave ended, then the membership left (a member until
-    /// then: the requests it handed on meanwhile are still admitted by their owners).
-    /// An upgrade's old process leaves the membership once Pingora stopped it
-    /// ([`left_after_run`]).
+    /// most `within` once the leave ended. The membership is left once Pingora stopped
+    /// ([`left_after_run`]): a member until then, the requests it handed on meanwhile
+    /// are still admitted by their owners.
     async fn leave(&self, drain: bool, within: Duration) {
         if drain {
             crate::downstream::drain::begin();
@@ -73,16 +71,15 @@ impl Signals {
             if left > 0 {
                 log::warn!("stop: {left} requests still in progress are cut");
             }
-            self.enforcer.left_fleet().await;
         }
     }
 }
 
-/// Once Pingora's run ended (an upgrade's old process: its runtimes stopped, nothing it
-/// accepted still in progress), a member that was leaving leaves the membership: until
-/// then the requests it handed on were admitted by their owners, also while its
-/// successor was not registered yet. A stop left already; a fast stop does not leave
-/// (its record lapses).
+/// Once Pingora's run ended (its runtimes stopped, nothing accepted still in progress:
+/// a stop's drain ended, an upgrade's old process served its grace), a member that was
+/// leaving leaves the membership: until then the requests it handed on were admitted
+/// by their owners, also while an upgrade's successor was not registered yet. A fast
+/// stop does not leave (its record lapses).
 pub(super) fn left_after_run(enforcer: &Enforcer) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
