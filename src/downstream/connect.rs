@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::policy::agent::Requester;
 
 use crate::config::{BlindTunnelRule, PortRange, TlsConfig};
+use crate::downstream::context::ClientContext;
 use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
@@ -127,7 +128,8 @@ impl Tunnels {
     }
 
     /// Handles a CONNECT whose `head` has been read from `l4` (anything the client sent
-    /// after it must already be rewound into `l4`). An intercepted tunnel comes back as
+    /// after it must already be rewound into `l4`), from `client` in `context` (its
+    /// proxy user, authenticated by the CONNECT). An intercepted tunnel comes back as
     /// the decrypted stream and its origin, for the front to serve request by request;
     /// everything else (refusals, blind tunnels) is finished here.
     pub async fn open(
@@ -135,7 +137,7 @@ impl Tunnels {
         mut l4: L4Stream,
         head: &[u8],
         client: Option<IpAddr>,
-        tokens: Option<&[String]>,
+        context: &ClientContext,
     ) -> Option<(Stream, Origin)> {
         let started = Instant::now();
         let admitted = match self.admit(head).await {
@@ -157,14 +159,7 @@ impl Tunnels {
             .iter()
             .any(|r| r.matches(&origin.host, &addrs))
         {
-            let who = Requester {
-                client,
-                user_agent: user_agent.as_deref(),
-                tokens,
-                user: None,
-                purposes: None,
-                handed: false,
-            };
+            let who = context.requester(client, user_agent.as_deref());
             self.blind(l4, origin, &who, started, None, None).await;
             return None;
         }
@@ -358,14 +353,7 @@ impl Tunnels {
             .any(|r| r.matches(&origin.host, &[destination.ip()]))
         {
             metrics::record_transparent(true, metrics::TransparentOutcome::Blind);
-            let who = Requester {
-                client,
-                user_agent: None,
-                tokens: None,
-                user: None,
-                purposes: None,
-                handed: false,
-            };
+            let who = Requester::new(client, None);
             self.blind(l4, origin, &who, started, Some(destination), None)
                 .await;
             return None;
@@ -395,18 +383,15 @@ impl Tunnels {
     }
 
     /// A blind tunnel another member handed over on the peer channel (`stream`, its
-    /// CONNECT `head` read; the `member`, its `client` and the redirected connection's
-    /// `destination`, from its peer context): admitted and judged as this instance's
-    /// own, answered over HTTP. Only blind tunnels are handed over (the other member
-    /// intercepts the rest itself).
-    pub async fn open_handed(
-        &self,
-        mut stream: Stream,
-        head: &[u8],
-        member: &str,
-        client: Option<IpAddr>,
-        destination: Option<SocketAddr>,
-    ) {
+    /// CONNECT `head` read), in the `context` its peer context gives (the member, its
+    /// client, the proxy user it authenticated, the redirected connection's
+    /// destination): admitted and judged as this instance's own, answered over HTTP.
+    /// Only blind tunnels are handed over (the other member intercepts the rest itself).
+    pub async fn open_handed(&self, mut stream: Stream, head: &[u8], context: &ClientContext) {
+        let Some(handed) = &context.handed else {
+            return;
+        };
+        let destination = context.destination;
         let started = Instant::now();
         let admitted = match self.admit(head).await {
             Ok(admitted) => admitted,
@@ -432,21 +417,14 @@ impl Tunnels {
                 .refuse(&mut stream, &shown, TunnelMode::Blind, &answer, started)
                 .await;
         }
-        let who = Requester {
-            client,
-            user_agent: admitted.user_agent.as_deref(),
-            tokens: None,
-            user: None,
-            purposes: None,
-            handed: true,
-        };
+        let who = context.requester(None, admitted.user_agent.as_deref());
         self.blind(
             stream,
             admitted.origin,
             &who,
             started,
             destination,
-            Some(member),
+            Some(&handed.member),
         )
         .await;
     }

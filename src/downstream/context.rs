@@ -111,6 +111,30 @@ impl ClientContext {
         }
     }
 
+    /// Who sends a request in this context, as the agent rules see it: `client`, the
+    /// address its connection came from (a request handed over names its client there
+    /// instead), with `user_agent`, and the proxy user's tokens and purposes. Every path
+    /// builds its requester here (a request, an HTTP/2 stream, a tunnel, one handed
+    /// over), so what chooses a request's robots.txt group is read in one place.
+    pub fn requester<'a>(
+        &'a self,
+        client: Option<IpAddr>,
+        user_agent: Option<&'a str>,
+    ) -> crate::policy::agent::Requester<'a> {
+        let user = self.user.as_deref();
+        crate::policy::agent::Requester {
+            client: match &self.handed {
+                Some(handed) => handed.client,
+                None => client,
+            },
+            user_agent,
+            tokens: user.map(|u| u.tokens.as_slice()),
+            user: user.map(|u| u.name.as_str()),
+            purposes: user.map(|u| u.purposes),
+            handed: self.handed.is_some(),
+        }
+    }
+
     /// What the owner of a request handed over is told of it: `client`, its client's
     /// address, and this context (the member it comes from is its connection's).
     pub fn peer_context(&self, client: Option<IpAddr>) -> PeerContext {

@@ -486,20 +486,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
     ) -> Option<Stream> {
         // On the peer channel (its context already read from the head): a blind tunnel
         // another member hands over, relayed here to its end.
-        if let Some(handed) = context
-            .handed
-            .as_ref()
-            .filter(|_| head.len == head.bytes.len())
-        {
+        if context.handed.is_some() && head.len == head.bytes.len() {
             let inner = conn.stream.into_inner().await.ok()?;
-            let head = &head.bytes[..head.len];
-            let opened = self.tunnels.open_handed(
-                inner,
-                head,
-                &handed.member,
-                handed.client,
-                context.destination,
-            );
+            let opened = self
+                .tunnels
+                .open_handed(inner, &head.bytes[..head.len], context);
             Box::pin(opened).await;
             return None;
         }
@@ -515,14 +506,13 @@ impl<A: HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
             return None;
         };
         l4.rewind(&head.bytes[head.len..]);
-        let tokens = context.user.as_ref().map(|i| i.tokens.as_slice());
         // Boxed, like the proxy's future: an idle connection's task then holds only the
         // loop's small state, not room for the largest future it might await (Pingora's
         // is tens of KiB).
         let (tls, origin) =
             Box::pin(
                 self.tunnels
-                    .open(*l4, &head.bytes[..head.len], client, tokens),
+                    .open(*l4, &head.bytes[..head.len], client, context),
             )
             .await?;
         context.tunnel = Some(Arc::new(origin));

@@ -2,9 +2,10 @@
 //!
 //! A blind tunnel's only paced event is its connection start, and only the origin's
 //! owner may pace it. A member that does not own the origin opens the peer channel to
-//! the owner (mutual TLS, `fleet::channel`) and sends `CONNECT host:port` with the
-//! tunnel's [`PeerContext`] (the client's address, a redirected connection's
-//! destination). The owner judges and paces it like its own blind tunnel and answers
+//! the owner (mutual TLS, `fleet::channel`) and sends `CONNECT host:port` with what
+//! chose the tunnel's robots.txt group, as every path hands a request over: its
+//! [`PeerContext`] (the client's address, the proxy user, a redirected connection's
+//! destination) and the client's own `User-Agent`. The owner judges and paces it like its own blind tunnel and answers
 //! `200` once it has connected to the origin, or its refusal; this member then relays
 //! the client's bytes to the owner and back (writing its own `200` first when the
 //! client sent a CONNECT), or passes the refusal on (a redirected client, which sent no
@@ -55,7 +56,8 @@ const MAX_ANSWER_HEAD: usize = 16 * 1024;
 const MAX_REFUSAL_BODY: u64 = 64 * 1024;
 
 impl HandOver {
-    /// Hands the tunnel to `origin` from `client` to `owner`, then relays it. `connect`:
+    /// Hands the tunnel to `origin` from `client` to `owner`, then relays it, with its
+    /// `context` and the client's `User-Agent` (what chose its robots.txt group). `connect`:
     /// the client sent a CONNECT (it is answered `200` or the owner's refusal). `Err`:
     /// what to answer the client when the owner may have received it but did not answer
     /// in time or readably; `GaveUp` and `NotReceived`: the owner refused as it no longer
@@ -68,13 +70,13 @@ impl HandOver {
         client: &mut S,
         owner: &Owner,
         origin: &Origin,
-        context: PeerContext,
+        (context, user_agent): (PeerContext, Option<&str>),
         connect: bool,
         answering: &mut Option<A>,
     ) -> Result<Tunnelled, Answer> {
         let unreachable = || unavailable(Unreached::Unreachable);
         let enforcer = &self.enforcer;
-        let head = connect_head(origin, &context).ok_or_else(unreachable)?;
+        let head = connect_head(origin, &context, user_agent).ok_or_else(unreachable)?;
         let Some(peer) = enforcer.owners().and_then(|owners| owners.peer(owner)) else {
             return Ok(Tunnelled::NotReceived);
         };
@@ -129,14 +131,23 @@ impl HandOver {
     }
 }
 
-/// The `CONNECT` sent to the owner for `origin`: authority-form, its `Host`, marked for
-/// the owner with `context` as every request handed over is ([`mark_for_owner`]), written
-/// by Pingora's HTTP/1 request writer (the relay's). `None`: not writable.
-fn connect_head(origin: &Origin, context: &PeerContext) -> Option<bytes::BytesMut> {
+/// The `CONNECT` sent to the owner for `origin`: authority-form, its `Host`, the
+/// client's `User-Agent` when it sent one (agent rules may match it), marked for the
+/// owner with `context` as every request handed over is ([`mark_for_owner`]), written by
+/// Pingora's HTTP/1 request writer (the relay's). `None`: not writable.
+fn connect_head(
+    origin: &Origin,
+    context: &PeerContext,
+    user_agent: Option<&str>,
+) -> Option<bytes::BytesMut> {
     // `Host`'s own form: an IPv6 address in brackets, as authority-form needs it.
     let authority = format!("{}:{}", origin.host, origin.port);
     let mut head = RequestHeader::build("CONNECT", authority.as_bytes(), None).ok()?;
     head.insert_header(http::header::HOST, &authority).ok()?;
+    if let Some(user_agent) = user_agent {
+        head.insert_header(http::header::USER_AGENT, user_agent)
+            .ok()?;
+    }
     mark_for_owner(&mut head, peer_header(context).ok()?).ok()?;
     http_req_header_to_wire(&head)
 }
@@ -220,15 +231,15 @@ mod tests {
         let origin =
             crate::policy::target::Origin::parse("https://a.example:8443").expect("origin");
         let context = PeerContext::default();
-        let head = connect_head(&origin, &context).expect("head");
+        let head = connect_head(&origin, &context, Some("StrictBot/1.0")).expect("head");
         let expected = format!(
-            "CONNECT a.example:8443 HTTP/1.1\r\nHost: a.example:8443\r\n{}: {}\r\n\r\n",
+            "CONNECT a.example:8443 HTTP/1.1\r\nHost: a.example:8443\r\nuser-agent: StrictBot/1.0\r\n{}: {}\r\n\r\n",
             crate::fleet::PEER_HEADER,
             context.encode()
         );
         assert_eq!(String::from_utf8_lossy(&head), expected);
         let v6 = crate::policy::target::Origin::parse("https://[2001:db8::1]").expect("origin");
-        let head = connect_head(&v6, &context).expect("head");
+        let head = connect_head(&v6, &context, None).expect("head");
         assert!(
             head.starts_with(b"CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n"),
             "{}",

@@ -39,22 +39,12 @@ pub(super) fn target_refused(e: TargetError) -> Answer {
 
 /// Who sends the request, as the agent rules see it.
 pub(super) fn requester<'a>(session: &'a Session, client: &'a ClientContext) -> Requester<'a> {
-    let user = client.user.as_ref();
-    Requester {
-        client: match &client.handed {
-            Some(handed) => handed.client,
-            None => client_ip(session),
-        },
-        user_agent: session
-            .req_header()
-            .headers
-            .get(http::header::USER_AGENT)
-            .and_then(|v| v.to_str().ok()),
-        tokens: user.map(|u| u.tokens.as_slice()),
-        user: user.map(|u| u.name.as_str()),
-        purposes: user.map(|u| u.purposes),
-        handed: client.handed.is_some(),
-    }
+    let user_agent = session
+        .req_header()
+        .headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    client.requester(client_ip(session), user_agent)
 }
 
 /// The address the request's connection came from.

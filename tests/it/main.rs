@@ -21,6 +21,7 @@ mod fleet_clocks;
 mod fleet_faults;
 mod fleet_fixture;
 mod fleet_follow;
+mod fleet_groups;
 mod fleet_handover;
 mod fleet_impostor;
 mod fleet_peers;

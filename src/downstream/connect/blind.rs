@@ -139,14 +139,21 @@ impl Tunnels {
             };
             let context = PeerContext {
                 client: who.client,
-                user: None,
+                user: who.user.map(str::to_string),
                 tunnel: None,
                 destination,
                 http2: false,
             };
             let relayed = self
                 .handover
-                .tunnel(l4, &owner, &root.origin, context, connect, answering)
+                .tunnel(
+                    l4,
+                    &owner,
+                    &root.origin,
+                    (context, who.user_agent),
+                    connect,
+                    answering,
+                )
                 .await;
             match relayed {
                 Err(answer) => {
