@@ -53,7 +53,9 @@ impl Enforcer {
                     self.pacer
                         .inherit(entry.place(), inherited.not_before, &inherited.groups);
                     if let (true, Some(until)) = (inherited.vanished, inherited.not_before) {
-                        self.pacer.vanished(entry.place(), until);
+                        let longer = self.overrides.find(origin);
+                        let longer = longer.and_then(|a| a.entry.delay_seconds).map(|s| s.get());
+                        self.pacer.vanished(entry.place(), until, longer);
                     }
                 }
                 Routed::Here

@@ -133,6 +133,9 @@ pub struct Membership {
     /// How long past its lease this instance's exchanges may run (its outage grace plus
     /// the longest an exchange holds a turn), written in its record.
     after: Duration,
+    /// How long past its lease an owner acts for what it owns while Redis cannot renew
+    /// it (`fleet.outage_grace_seconds` with `keep_owned`, none with `refuse`).
+    grace: Duration,
     /// Where this instance's peer channel listens, as others reach it.
     peer: String,
     /// The peer channel's TLS: how this member checks, before it joins, that its own
@@ -172,6 +175,7 @@ impl Membership {
             fleet: fleet.clone(),
             lease,
             after: grace + hold,
+            grace,
             peer,
             tls,
             standing: Mutex::new(Standing::new(lease, grace)),
@@ -289,20 +293,35 @@ impl Membership {
         now.map_or(seen, |now| now.max(seen))
     }
 
-    /// Is `id` a live member (its lease not over now, by the view aged here)? Per
-    /// request on the peer channel: a lookup, nothing copied.
+    /// Redis' time (ms) a member of the view seen at `seen` must be live at to be one
+    /// this instance hands requests to and takes them from: the view aged here
+    /// ([`Membership::aged`]) less the outage grace. An owner cut from Redis acts for
+    /// what it owns that long past its lease by its own clock (`keep_owned`; every
+    /// member of a fleet keeps one grace, `refuse` none), so its lease lapsing in the view
+    /// revokes none of that: a stall shorter than the grace loses no request handed
+    /// over, either way. A member that vanished is asked as long: one that does not
+    /// answer is forgotten as the owner at once (`HandOver::route_again`), and its key
+    /// opens nothing once the grace has passed too.
+    pub fn acting_since(&self, seen: i64) -> i64 {
+        self.aged(seen) - ms(self.grace)
+    }
+
+    /// Is `id` a member that may still act ([`Membership::acting_since`])? Per request
+    /// on the peer channel: a lookup, nothing copied.
     pub fn is_live(&self, id: &str) -> bool {
         let members = self.members.load();
         let (seen, all) = &**members;
-        all.get(id).is_some_and(|m| m.live_at(self.aged(*seen)))
+        all.get(id)
+            .is_some_and(|m| m.live_at(self.acting_since(*seen)))
     }
 
-    /// `id` as a live member (its lease not over now, by the view aged here), if it is
-    /// one.
+    /// `id` as a member that may still act ([`Membership::acting_since`]), if it is one.
     pub fn live(&self, id: &str) -> Option<Member> {
         let members = self.members.load();
         let (seen, all) = &**members;
-        all.get(id).filter(|m| m.live_at(self.aged(*seen))).cloned()
+        all.get(id)
+            .filter(|m| m.live_at(self.acting_since(*seen)))
+            .cloned()
     }
 
     /// The member that stays (live, not leaving, not this one) that rendezvous hashing

@@ -9,9 +9,10 @@
 //!   costs no TLS work;
 //! * its certificate names a member (`robotsgate fleet-cert --member NAME` writes the
 //!   name in the subject's organization) that has a live instance at that address;
-//! * and, for each request, that instance is still live: a member that left or lapsed
-//!   hands nothing over, on a connection it opened before either. Removing a member
-//!   (stopping it, or letting its lease lapse) is its revocation.
+//! * and, for each request, that instance is still live: a member that left, or whose
+//!   lease lapsed and the outage grace past it too (a member cut from Redis acts that
+//!   long), hands nothing over, on a connection it opened before either. Removing a
+//!   member (stopping it, or letting its lease lapse) is its revocation.
 //!
 //! A connection whose certificate names this very member, with no live instance of it,
 //! is its own check, before it joins, that its peer channel answers at its
@@ -81,10 +82,11 @@ fn instance_of(
         .map(|m| m.id)
 }
 
-/// Every member live now, by the view aged here.
+/// Every member that may still act now, by the view aged here (its lease, and the
+/// outage grace past it: `Membership::acting_since`).
 fn live_members(members: &Membership) -> impl Iterator<Item = Member> {
     let view = members.members();
-    let now = members.aged(view.0);
+    let now = members.acting_since(view.0);
     let live: Vec<Member> = view
         .1
         .values()

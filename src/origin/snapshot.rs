@@ -80,6 +80,15 @@ impl Failing {
 }
 
 impl Snapshot {
+    /// The largest Crawl-delay the file held sets for any group, in seconds (none for an
+    /// allow-all or disallow-all policy).
+    pub fn largest_crawl_delay(&self) -> Option<f64> {
+        match &self.policy {
+            Policy::Rules(file) => file.robots.largest_crawl_delay(),
+            Policy::AllowAll { .. } | Policy::DisallowAll { .. } => None,
+        }
+    }
+
     /// Set while fetches fail: since when.
     pub fn unreachable_since(&self) -> Option<Instant> {
         self.failing.as_ref()?.unreachable_since

@@ -89,10 +89,15 @@ impl Pacer {
 
     /// A new owner took `place`'s key over from a member that vanished: that member's
     /// last exchange may have ended as late as `until` (the takeover's bound), under a
-    /// Crawl-delay this instance knows only from the fleet's robots.txt copy.
-    pub fn vanished(&self, place: Place<'_>, until: Instant) {
+    /// Crawl-delay this instance knows only from the fleet's robots.txt copy, or the
+    /// operator's delay for the origin, `override_seconds`, when longer.
+    pub fn vanished(&self, place: Place<'_>, until: Instant, override_seconds: Option<f64>) {
         let mut list = lock(&place.schedules.list);
-        list.vanished_until = later(list.vanished_until, Some(until));
+        let until = later(list.vanished.map(|v| v.until), Some(until)).unwrap_or(until);
+        list.vanished = Some(crate::pacing::local::Vanished {
+            until,
+            override_seconds,
+        });
     }
 }
 

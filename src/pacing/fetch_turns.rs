@@ -18,15 +18,22 @@ pub struct FetchTurns {
 }
 
 impl Pacer {
-    /// When a robots.txt fetch at `place` may go for an owner that does not know the
-    /// origin's Crawl-delay (no robots.txt in hand, none in the fleet's copy): the bound
-    /// of its takeover from a vanished owner ([`Pacer::vanished`]: an exchange of that
-    /// owner's may run until then) plus the largest delay obeyed,
-    /// `pacing.ceiling_seconds`, which no delay in force there can exceed. `None` when
-    /// the key was not taken over from a vanished owner.
-    pub fn unknown_delay_bound(&self, place: Place<'_>) -> Option<Instant> {
-        let at = lock(&place.schedules.list).vanished_until?;
-        Some(at + self.config.ceiling_seconds.duration())
+    /// When a robots.txt fetch at `place` may go, for an owner that took the key over
+    /// from a vanished owner ([`Pacer::vanished`]): a request to the origin like its
+    /// pages, it keeps the Crawl-delay from that owner's last exchange, which may have
+    /// ended as late as the takeover's bound. The delay is the longest that owner could
+    /// have paced the origin at: with a copy of robots.txt in hand, its largest
+    /// Crawl-delay (`copy`: `Some`, its value), or the operator's delay when longer, as
+    /// [`Pacer::delay_for`] sets them; with none, `pacing.ceiling_seconds`, which no
+    /// delay in force there can exceed. `None` when the key was not taken over from a
+    /// vanished owner: the schedules' turns pace the fetch.
+    pub fn fetch_not_before(&self, place: Place<'_>, copy: Option<Option<f64>>) -> Option<Instant> {
+        let vanished = lock(&place.schedules.list).vanished?;
+        let delay = match copy {
+            Some(asked) => self.wanted(asked, vanished.override_seconds).0,
+            None => self.config.ceiling_seconds.duration(),
+        };
+        Some(vanished.until + delay)
     }
 
     /// Waits for the turn of every one of `place`'s schedules, for a robots.txt fetch
@@ -52,5 +59,48 @@ impl Pacer {
             held.push(self.held(schedule, turn));
         }
         Some(FetchTurns { _held: held })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PacingConfig;
+    use crate::pacing::Schedules;
+    use std::time::Duration;
+
+    /// A robots.txt fetch after a takeover from a vanished owner keeps the longest
+    /// delay that owner could have paced the origin at: the copy's largest Crawl-delay,
+    /// the operator's when longer, the ceiling without a copy, never more than it.
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_after_a_vanished_owner_waits_the_longest_delay_it_could_have_kept() {
+        let pacer = Pacer::new(PacingConfig::default());
+        let margin = pacer.config().margin_seconds.duration();
+        let ceiling = pacer.config().ceiling_seconds.duration();
+        let schedules = Schedules::default();
+        let place = Place {
+            schedules: &schedules,
+        };
+        assert_eq!(pacer.fetch_not_before(place, Some(Some(5.0))), None);
+        let until = Instant::now() + Duration::from_secs(3);
+        pacer.vanished(place, until, None);
+        let secs = Duration::from_secs;
+        let cases = [
+            (Some(Some(5.0)), until + secs(5) + margin),
+            (Some(None), until),
+            (Some(Some(1e20)), until + ceiling + margin),
+            (None, until + ceiling),
+        ];
+        for (copy, want) in cases {
+            assert_eq!(pacer.fetch_not_before(place, copy), Some(want), "{copy:?}");
+        }
+        // The operator's delay, when longer; a later bound wins, an earlier one not.
+        pacer.vanished(place, until - secs(1), Some(12.0));
+        let want = until + secs(12) + margin;
+        assert_eq!(pacer.fetch_not_before(place, Some(Some(5.0))), Some(want));
+        assert_eq!(
+            pacer.fetch_not_before(place, Some(Some(20.0))),
+            Some(want + secs(8))
+        );
     }
 }

@@ -82,10 +82,20 @@ pub(super) struct ScheduleList {
     /// owner vanished: an exchange of its may still run until then). Every schedule made
     /// here starts paused until then.
     pub(super) not_before: Option<Instant>,
-    /// A fleet's new owner that took the key over from a vanished owner: that owner's
-    /// last exchange may have ended as late as this, under a Crawl-delay this instance
-    /// may not know (see `Pacer::unknown_delay_bound`).
-    pub(super) vanished_until: Option<Instant>,
+    /// A fleet's new owner that took the key over from a vanished owner: when that
+    /// owner's last exchange may have ended, under a delay this instance may not know
+    /// (see `Pacer::fetch_not_before`).
+    pub(super) vanished: Option<Vanished>,
+}
+
+/// A key taken over from a member that vanished without handing it over.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Vanished {
+    /// Its last exchange may have ended as late as this (the takeover's bound).
+    pub(super) until: Instant,
+    /// The operator's delay for the origin (`pacing.overrides`), in seconds, when it
+    /// sets one: it paced the origin by it too when it was longer than the Crawl-delay.
+    pub(super) override_seconds: Option<f64>,
 }
 
 impl ScheduleList {

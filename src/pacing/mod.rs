@@ -312,6 +312,35 @@ impl Pacer {
         crawl_delay: Option<f64>,
         override_delay: Option<f64>,
     ) -> (Duration, DelayRule) {
+        let (delay, rule) = self.wanted(crawl_delay, override_delay);
+        let asked_seconds = crawl_delay.filter(|d| !d.is_nan()).unwrap_or(0.0);
+        let ceiling = self.config.ceiling_seconds.get();
+        // Say so once per schedule, not on every request: a schedule already running at
+        // the clamped delay has been reported.
+        let already_clamped = || {
+            lock(&schedules.list)
+                .schedules
+                .iter()
+                .find(|s| s.group == group)
+                .is_some_and(|s| lock(&s.timing).delay == delay)
+        };
+        if asked_seconds > ceiling && !already_clamped() {
+            metrics::CRAWL_DELAYS_CLAMPED.inc();
+            log::warn!(
+                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {ceiling:.1} s"
+            );
+        }
+        (delay, rule)
+    }
+
+    /// The delay a Crawl-delay (seconds) and an operator override (seconds, used when
+    /// longer) come to, and the rule that set it: the longest of them and
+    /// `pacing.floor_seconds`, at most `pacing.ceiling_seconds`, plus the margin.
+    pub(crate) fn wanted(
+        &self,
+        crawl_delay: Option<f64>,
+        override_delay: Option<f64>,
+    ) -> (Duration, DelayRule) {
         // Clamped as numbers first: a `Crawl-delay: 1e20` is the ceiling, never a value
         // that overflows a conversion (which once fell back to zero: no pacing at all).
         let (floor, ceiling) = (
@@ -336,21 +365,6 @@ impl Pacer {
         } else {
             delay + self.config.margin_seconds.duration()
         };
-        // Say so once per schedule, not on every request: a schedule already running at
-        // the clamped delay has been reported.
-        let already_clamped = || {
-            lock(&schedules.list)
-                .schedules
-                .iter()
-                .find(|s| s.group == group)
-                .is_some_and(|s| lock(&s.timing).delay == delay)
-        };
-        if asked_seconds > ceiling && !already_clamped() {
-            metrics::CRAWL_DELAYS_CLAMPED.inc();
-            log::warn!(
-                "Crawl-delay {asked_seconds:.1} s of {origin} (group {group}) is above the ceiling; pacing at {ceiling:.1} s"
-            );
-        }
         (delay, rule)
     }
 

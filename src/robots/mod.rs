@@ -295,6 +295,15 @@ impl RobotsTxt {
         group.and_then(|id| self.groups.get(id.index())?.crawl_delay)
     }
 
+    /// The largest valid Crawl-delay any group of the file sets, in seconds: the
+    /// longest any crawler is asked to wait between requests.
+    pub fn largest_crawl_delay(&self) -> Option<f64> {
+        self.groups
+            .iter()
+            .filter_map(|g| g.crawl_delay)
+            .fold(None, |most, d| Some(most.map_or(d, |m: f64| m.max(d))))
+    }
+
     /// The group with this id.
     pub fn group(&self, id: GroupId) -> Option<&Group> {
         self.groups.get(id.index())

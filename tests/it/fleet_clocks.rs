@@ -1,8 +1,11 @@
-//! The fleet's takeovers against the clocks they trust, kept at the origin: a takeover
+//! The fleet against the clocks it trusts, kept at the origin: a takeover
 //! asked for long after the owner vanished keeps the Crawl-delay from the owner's last
-//! exchange (with the fleet's robots.txt copy, and without it: then the new owner's
-//! robots.txt fetch waits the largest delay it obeys), and Redis' wall clock stepped forward under a crawl does not hand an origin
-//! to a second member while its owner still acts.
+//! exchange (with the fleet's robots.txt copy, fresh or stale, and without it: the new
+//! owner's robots.txt fetch keeps it too, by the copy's largest delay or the largest
+//! delay it obeys), Redis' wall clock stepped forward under a crawl does not hand an origin
+//! to a second member while its owner still acts, and an owner cut from Redis ages its
+//! view of the members by its own clock (a vanished member's key opens nothing there
+//! once its lease and the outage grace have run out).
 //!
 //! Real `redis-server`s and robotsgate processes; a vanished owner is SIGKILLed, a
 //! partition is a relay the test cuts; Redis' clock is stepped by `clock_shim.c` (tests/helpers), a preload library that adds an
@@ -111,6 +114,31 @@ async fn a_takeover_without_the_robots_copy_keeps_the_crawl_delay() {
         assert_eq!(redis_cli(redis.port, &["DEL", &copy]), "1");
     };
     kill_the_owner_and_ask_late(&conf, &origin, delete_the_copy, 90).await;
+    let after = received_from(&origin, "/last-of-a");
+    assert_eq!(
+        targets(&after),
+        ["/last-of-a", "/robots.txt", "/first-of-b"]
+    );
+    assert_gaps_at_least(&after, Duration::from_secs(LONG_DELAY));
+}
+
+/// As above, the fleet's robots.txt copy stale by then (its lifetime 5 s): the new
+/// owner must fetch robots.txt, a request to the origin like its pages, and the fetch
+/// keeps the Crawl-delay from the dead owner's last page, by the largest delay of the
+/// stale copy in hand (the ceiling, 60 s, would outlast curl's wait). Before, the fetch
+/// went as soon as asked, 8 s after that page, the takeover's bound long past. At the
+/// origin: the robots.txt fetch, then the new owner's page, each at least the
+/// Crawl-delay after the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_over_a_stale_robots_copy_keeps_the_crawl_delay_before_its_fetch() {
+    let redis = Redis::start();
+    let origin = crate::fleet_fixture::paced_origin(&LONG_DELAY.to_string()).await;
+    let conf = fleet_conf(&redis)
+        .with(&short_fleet("refuse"))
+        .set("robots.ttl_seconds", 5)
+        .set("robots.min_ttl_seconds", 5)
+        .set("pacing.ceiling_seconds", 60);
+    kill_the_owner_and_ask_late(&conf, &origin, || (), 45).await;
     let after = received_from(&origin, "/last-of-a");
     assert_eq!(
         targets(&after),
@@ -268,4 +296,96 @@ async fn a_member_stopped_between_its_turn_and_its_request_never_sends_it() {
         origin.seen()
     );
     assert_eq!(origin.count("/third"), 1);
+}
+
+/// An owner ages its view of the members by its own clock, and takes a member's word
+/// for as long as that member may still act: its lease, then the outage grace
+/// (`keep_owned`: a member cut from Redis acts that long past its lease, so a stall
+/// shorter than the grace loses nothing). Cut from Redis, the owner cannot learn that a
+/// member vanished; its key is still served past its lease, within the grace, and once
+/// both have run out by the owner's clock it opens nothing there, while the owner, cut
+/// later than the member vanished, still serves its own clients the origin. Before the
+/// aging, the owner's view stayed frozen at its last renewal, and the vanished member's
+/// key was served for as long as the owner kept its origins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_members_key_opens_nothing_at_an_owner_cut_from_redis() {
+    use crate::fleet_peers::{as_peer_at, Credential};
+    let redis = Redis::start();
+    let mut relay = Relay::start(redis.port).await;
+    let origin = crate::fleet_fixture::paced_origin("0").await;
+    let (lease, grace) = (5, 6);
+    let keeps = short_fleet("keep_owned")
+        .set("fleet.lease_seconds", lease)
+        .set("fleet.outage_grace_seconds", grace);
+    let through_relay = certs()
+        .conf()
+        .set("fleet.redis", format!("redis://127.0.0.1:{}", relay.port))
+        .with(&keeps);
+    let mut proxies = vec![
+        Proxy::start_for_loopback(&through_relay),
+        Proxy::start_for_loopback(&fleet_conf(&redis).with(&keeps)),
+    ];
+    backend_up(&proxies).await;
+    assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+    assert_eq!(owner_index(&proxies, &origin), Some(0));
+    let stolen = Credential::of(&proxies[1]);
+    let context = r#"{"c":"127.0.0.1"}"#;
+    let owner_peer = proxies[0].peer;
+    let ask = |n: usize| {
+        let target = origin.url(&format!("/stolen/{n}"));
+        as_peer_at(owner_peer, &stolen.cert, &stolen.key, &target, context)
+    };
+    assert_eq!(ask(0), 200, "the live member's key is served");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &proxies[1].pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let vanished = std::time::Instant::now();
+    proxies[1].wait_exit(Duration::from_secs(10));
+    // Cut 3.5 s later: the owner's last view still has the member live (its record
+    // lapses in Redis 5 s after its last renewal), and the owner's own lease and grace
+    // run 3.5 s longer than the member's.
+    std::thread::sleep(Duration::from_millis(3500).saturating_sub(vanished.elapsed()));
+    relay.cut();
+    let served_after_its_lease = Duration::from_secs(lease + 1);
+    std::thread::sleep(served_after_its_lease.saturating_sub(vanished.elapsed()));
+    assert_eq!(
+        ask(1),
+        200,
+        "revoked within the grace:\n{}",
+        proxies[0].log()
+    );
+    let deadline = vanished + Duration::from_secs(lease + grace + 2);
+    let mut n = 2;
+    let refused_at = loop {
+        let status = ask(n);
+        if status != 200 {
+            // Its record lapses in Redis within half a second (a renewal) of its lease
+            // after the kill: never refused before that, and the grace.
+            let lapsed = Duration::from_secs_f64(lease as f64 - 0.5 + grace as f64);
+            assert!(vanished.elapsed() >= lapsed, "refused within its grace");
+            break n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a vanished member's key still served at an owner cut from Redis:\n{}",
+            proxies[0].log()
+        );
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The owner itself still serves the origin: the refusal is the member's lapse.
+    assert_eq!(curl(&proxies[0], &origin.url("/own"), &[]).0, 200);
+    assert_eq!(origin.count("/own"), 1);
+    for later in refused_at + 1..refused_at + 3 {
+        assert_ne!(
+            ask(later),
+            200,
+            "served again after its lease and grace ran out"
+        );
+    }
+    for later in refused_at..refused_at + 3 {
+        assert_eq!(origin.count(&format!("/stolen/{later}")), 0);
+    }
 }

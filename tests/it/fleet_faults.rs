@@ -429,35 +429,41 @@ async fn a_stalled_redis_keeps_the_promise() {
     crawled.kept_with_one_owner(&proxies).await;
 }
 
-/// A Redis stall shorter than the outage grace, with `keep_owned`: owners keep acting
-/// through it (their grace), Redis kept its data, and once it answers again nothing is
-/// refused — no request handed over or served afterwards gets a 503.
+/// A Redis stall shorter than the outage grace, with `keep_owned`: each of two members
+/// owns one origin and both are crawled through both members, Redis paused
+/// (`CLIENT PAUSE ALL`) for 8 s, past the lease (1.5 s) and the command timeout, within
+/// the grace (30 s, the default). Nothing is lost: every allowed request through either
+/// member, handed over or not, is answered 200 during the stall and after it (an owner
+/// may still act then, so the other member keeps handing it its origin's requests, and
+/// the owner keeps taking them from a member whose lease it saw lapse by its own clock
+/// but that may act as long as it may), and the promise holds at the origins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_stall_shorter_than_the_grace_loses_nothing_with_keep_owned() {
     let redis = Redis::start();
     let crawled = Crawled::start().await;
-    let conf = member_conf(&redis, "keep_owned").set("fleet.outage_grace_seconds", 6);
+    let conf = member_conf(&redis, "keep_owned").set("fleet.outage_grace_seconds", 30);
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
-    crawled.owned_by(&proxies[0]);
-    let pid = redis.child.id();
+    assert_eq!(
+        curl(&proxies[0], &crawled.paced.url("/p/first"), &[]).0,
+        200
+    );
+    assert_eq!(curl(&proxies[1], &crawled.slow.url("/s/first"), &[]).0, 200);
+    let port = redis.port;
     let stall = async {
         crawled.under_load().await;
-        signal(pid, "-STOP");
-        // Past the lease (1.5 s) and the command timeout, within the grace (6 s).
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        signal(pid, "-CONT");
+        assert_eq!(redis_cli(port, &["CLIENT", "PAUSE", "8000", "ALL"]), "OK");
+        tokio::time::sleep(Duration::from_secs(8)).await;
     };
-    let until = Instant::now() + Duration::from_secs(6);
+    let until = Instant::now() + Duration::from_secs(12);
     let during = crawled.during(&proxies, until, stall).await;
-    assert!(during.contains(&200));
-    // Right after: through both members (the second hands both origins over).
-    let after = crawled
-        .during(&proxies, Instant::now() + Duration::from_secs(3), async {})
-        .await;
+    let lost: Vec<&u16> = during.iter().filter(|&&s| s != 200).collect();
     assert!(
-        after.iter().all(|&s| s == 200),
-        "refused after the stall: {after:?}\n{}",
+        lost.is_empty(),
+        "{} of {} requests lost in a stall shorter than the grace: {lost:?}\n{}\n{}",
+        lost.len(),
+        during.len(),
+        proxies[0].log(),
         proxies[1].log()
     );
     crawled.kept_with_one_owner(&proxies).await;

@@ -232,11 +232,17 @@ impl OriginStore {
             PacingKey::Origin => None,
         };
         let keyed = address.as_deref().unwrap_or(entry);
-        // Fleet mode, an origin taken over from a vanished owner with no robots.txt in
-        // hand: its Crawl-delay is unknown, so the fetch waits as long as any delay
-        // obeyed could ask after the last exchange that owner may have run.
-        if self.acting.get().is_some() && entry.state.load().is_none() {
-            if let Some(at) = self.pacer.unknown_delay_bound(keyed.place()) {
+        // Fleet mode, an origin taken over from a vanished owner: the fetch keeps the
+        // Crawl-delay from the last exchange that owner may have run, the largest delay
+        // of the copy in hand (the fleet's, adopted even when stale), or without one the
+        // largest any delay obeyed could ask.
+        if self.acting.get().is_some() {
+            let copy = entry
+                .state
+                .load()
+                .as_deref()
+                .map(Snapshot::largest_crawl_delay);
+            if let Some(at) = self.pacer.fetch_not_before(keyed.place(), copy) {
                 tokio::time::sleep_until(at).await;
             }
         }

@@ -141,7 +141,10 @@ impl Lived {
             6 => ClaimReply::Held(1, 1, State::Up),
             _ => [ClaimReply::Stale, ClaimReply::Unregistered][d.below(2)],
         };
-        let inherited = self.spec.claimed(&claim, &reply, self.now);
+        let inherited = self
+            .spec
+            .claimed(&claim, &reply, self.now)
+            .and_then(|i| i.latest());
         let answer = ClaimAnswer::parse(&claim_words(&reply))
             .ok_or_else(|| format!("the code cannot read {reply:?}"))?;
         let name = key(k);

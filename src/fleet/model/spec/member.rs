@@ -231,9 +231,14 @@ impl Instance {
             .map(|r| redis - r.offset_at_receipt())
     }
 
-    /// A claim's answer, acted on as `ownership` does: `Some(last end)` (own clock) for
-    /// the pacer to start from when it carried one.
-    pub fn claimed(&mut self, c: &Claiming, answer: &ClaimReply, received: Ms) -> Option<Ms> {
+    /// A claim's answer, acted on as `ownership` does: what a first claim inherits (own
+    /// clock) for the pacer to start from, when it carried anything.
+    pub fn claimed(
+        &mut self,
+        c: &Claiming,
+        answer: &ClaimReply,
+        received: Ms,
+    ) -> Option<InheritedEnd> {
         let reassert = c.mode != super::store::ClaimMode::Claim;
         let held_in = self.holds[c.key].is_some_and(|h| h.held == HeldAs::In);
         if reassert && !held_in {
@@ -258,7 +263,8 @@ impl Instance {
                     .filter(|&e| e > 0)
                     .and_then(|e| self.own_time_of(e));
                 let bounded = (bound != 0).then_some(not_before);
-                (!reassert).then(|| ended.max(bounded)).flatten()
+                let inherited = InheritedEnd { ended, bounded };
+                (!reassert && inherited.latest().is_some()).then_some(inherited)
             }
             ClaimReply::Lost => {
                 self.holds[c.key] = None;
@@ -316,6 +322,36 @@ impl Instance {
             n: h.token,
             last_end: ended.and_then(|e| self.redis_time_of(e)).unwrap_or(0),
         })
+    }
+}
+
+/// What a first claim inherits from the key's last owner (own clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InheritedEnd {
+    /// Its last exchange ended then, as the facts it left say (a release, a hand-over).
+    pub ended: Option<Ms>,
+    /// Its last exchange ended by then: the bound of a takeover from an owner that
+    /// vanished.
+    pub bounded: Option<Ms>,
+}
+
+impl InheritedEnd {
+    /// The later of the two: when the last owner's last exchange ended at the latest.
+    pub fn latest(&self) -> Option<Ms> {
+        self.ended.max(self.bounded)
+    }
+
+    /// When the new owner's first exchange may start, `delay` the Crawl-delay. That
+    /// exchange may be its robots.txt fetch (its copy gone stale), which the code paces
+    /// by rules of its own: it takes its turns on the schedules the facts made (their
+    /// pause the last end plus the delay), and after a takeover from a vanished owner
+    /// it waits the bound plus the delay (`Pacer::fetch_not_before`); without that rule
+    /// (`fetch_gap` off) it waited the bound alone.
+    pub fn first_start(&self, delay: Ms, fetch_gap: bool) -> Option<Ms> {
+        if fetch_gap {
+            return self.latest().map(|at| at + delay);
+        }
+        self.ended.map(|at| at + delay).max(self.bounded)
     }
 }
 

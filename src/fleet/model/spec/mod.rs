@@ -35,6 +35,12 @@
 //!
 //! **Rules removed** ([`Safeguards`]): each test that turns one off expects a violation.
 //!
+//! **Every exchange.** A new owner's first exchange of a key may be its robots.txt
+//! fetch (the copy it adopts gone stale): the fetch is an exchange at the origin like a
+//! page, and keeps the inherited gap by its own rule (`member.rs`'s
+//! `InheritedEnd::first_start`, [`Safeguards::fetch_gap`]); its end starts the delay of
+//! the exchange after it, as any exchange's does.
+//!
 //! **Limits.** Whole ticks for every step but a clock's drift; one hold length and one
 //! Crawl-delay; a member's own exchanges are spaced by its own clock (not checked at the
 //! origin: its drift is its pacer's); facts of one robots.txt group; `own_record`
@@ -95,6 +101,9 @@ pub struct Safeguards {
     /// A new owner keeps the Crawl-delay from the last owner's end (a bound in the
     /// past, or the facts handed over).
     pub inherit_gap: bool,
+    /// Its robots.txt fetch keeps it too, after a takeover from a vanished owner: the
+    /// bound plus the delay (`Pacer::fetch_not_before`), not the bound alone.
+    pub fetch_gap: bool,
     /// A renewal that saw Redis' clock step forward has Redis fence takeovers.
     pub step_fence: bool,
     /// A turn's head is sent only while its member still acts for the key.
@@ -107,6 +116,7 @@ pub struct Safeguards {
 /// Every rule in force.
 pub const ALL_RULES: Safeguards = Safeguards {
     inherit_gap: true,
+    fetch_gap: true,
     step_fence: true,
     recheck_head: true,
     retake_window: true,
@@ -548,6 +558,21 @@ fn without_the_inherited_gap_a_takeover_shortens_the_crawl_delay() {
 }
 
 #[test]
+fn without_the_fetchs_own_gap_a_takeovers_robots_txt_fetch_shortens_the_crawl_delay() {
+    let b = Scope {
+        horizon: 7,
+        delay: 4,
+        faults: faults(&[Fault::Crash]),
+        rules: Safeguards {
+            fetch_gap: false,
+            ..ALL_RULES
+        },
+        ..base()
+    };
+    needs("the fetch's own gap", b);
+}
+
+#[test]
 fn without_the_clock_step_fence_a_step_of_redis_clock_makes_two_owners() {
     let b = search("clock step and pause");
     let rules = Safeguards {
@@ -586,7 +611,7 @@ fn without_the_retake_window_a_lost_takeover_answer_skips_its_confirmation() {
 /// horizon, L lease, O hold, G grace, D Crawl-delay, W window (ticks), DRIFT=1, FENCE=1
 /// (`new_data_set: fence`), LAG1=1 (a replica less than a tick behind);
 /// budgets CRASH, PAUSE, GIVEUP, LETGO, RESTART, FAILOVER, STEP; a rule off with
-/// R_GAP=0, R_STEP=0, R_HEAD=0 or R_RETAKE=0; CAP the most states (20 million
+/// R_GAP=0, R_FETCH=0, R_STEP=0, R_HEAD=0 or R_RETAKE=0; CAP the most states (20 million
 /// unless set).
 #[test]
 #[ignore]
@@ -618,6 +643,7 @@ fn deeper() {
     }
     b.rules = Safeguards {
         inherit_gap: env("R_GAP", 1) == 1,
+        fetch_gap: env("R_FETCH", 1) == 1,
         step_fence: env("R_STEP", 1) == 1,
         recheck_head: env("R_HEAD", 1) == 1,
         retake_window: env("R_RETAKE", 1) == 1,

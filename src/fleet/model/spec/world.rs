@@ -543,9 +543,10 @@ impl System {
                 m.renewed(sent, now, &r, b.lease * TICK, b.grace * TICK);
             }
             (Sent::Claim(c), Some(Answered::Claimed(a))) => {
-                if let Some(end) = m.claimed(&c, &a, now) {
-                    if b.rules.inherit_gap {
-                        m.pace[c.key] = m.pace[c.key].max(end + b.delay * TICK);
+                if let Some(inherited) = m.claimed(&c, &a, now) {
+                    let first = inherited.first_start(b.delay * TICK, b.rules.fetch_gap);
+                    if let (true, Some(first)) = (b.rules.inherit_gap, first) {
+                        m.pace[c.key] = m.pace[c.key].max(first);
                     }
                 }
             }
