@@ -45,6 +45,7 @@
 //! | [`origin`] | per-origin state and its I/O: robots store, fetch, DNS, the state file, origin trust |
 //! | [`fleet`] | several instances as one: membership, ownership of each origin, the channel between instances, durable records in Redis, the Lua scripts |
 //! | [`pacing`] | Crawl-delay and in-flight schedules, in memory: one pacer for an instance and for a fleet |
+//! | [`evidence`] | the tamper-evident record of every decision: chains of records, signed heads, the robots.txt files acted on; export and verification |
 //! | [`telemetry`] | metrics and logs |
 //! | [`policy`] | pure request policy: target, agent, egress rules, the decision as data |
 //! | [`identity`] | who requests say they are: Web Bot Auth signing keys and signatures |
@@ -65,6 +66,7 @@ pub mod conformance;
 pub mod downstream;
 pub mod enforce;
 pub mod error;
+pub mod evidence;
 pub mod fleet;
 pub mod handover;
 pub mod identity;

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 mod agent;
 mod error;
+mod evidence;
 mod fleet;
 mod limits;
 mod pacing;
@@ -28,6 +29,7 @@ mod usage;
 mod values;
 pub use agent::{AgentConfig, AgentRule};
 pub use error::{ConfigError, ConfigErrorKind};
+pub use evidence::{ClientAddresses, EvidenceConfig, EvidenceFailure};
 pub use fleet::{FleetConfig, NewDataSet, OnUnavailable, PeerScopeEntry, SentinelConfig};
 pub use limits::{LimitsConfig, PINGORA_MAX_HEADERS, PINGORA_MAX_HEADER_BYTES};
 pub use pacing::{AdaptiveConfig, ExchangeBounds, PacingConfig, PacingKey, PacingOverride};
@@ -87,6 +89,8 @@ pub struct Config {
     pub usage: UsageConfig,
     /// The identities requests are signed as (Web Bot Auth).
     pub signing: SigningConfig,
+    /// The tamper-evident record of every decision (off unless `evidence.dir` is set).
+    pub evidence: EvidenceConfig,
 }
 
 /// `transparent`: listeners for crawler connections the kernel redirects to robotsgate
@@ -198,6 +202,7 @@ impl Default for Config {
             transparent: TransparentConfig::default(),
             usage: UsageConfig::default(),
             signing: SigningConfig::default(),
+            evidence: EvidenceConfig::default(),
         }
     }
 }
@@ -487,6 +492,7 @@ impl Config {
         self.signing.validate()?;
         self.robots.validate()?;
         self.limits.validate()?;
+        self.evidence.validate()?;
         self.validate_identities()?;
         self.validate_listeners()?;
         self.validate_tls()

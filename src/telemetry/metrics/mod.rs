@@ -5,6 +5,7 @@
 //! **Its other files:** `fleet.rs` (the fleet backend's metrics), `identity.rs` (signing
 //! and pay per crawl), `labels.rs` (the closed label sets, one type each).
 
+mod evidence;
 mod fleet;
 mod identity;
 mod labels;
@@ -12,6 +13,7 @@ mod labels;
 use std::sync::LazyLock;
 
 pub use crate::policy::answer::Outcome;
+pub use evidence::*;
 pub use fleet::*;
 pub use identity::*;
 pub use labels::*;
