@@ -46,12 +46,14 @@ use decide::{Facts, Operator};
 mod decision;
 mod judge;
 mod owned;
+mod record;
 mod refusal;
 mod stop;
 mod turn;
 mod views;
 pub use decision::{Allowed, Decision, Pace};
 pub use judge::{judge, judge_usage, Judgement, UsageJudgement};
+pub use record::Said;
 pub use refusal::{Refusal, Reported};
 pub use turn::{Cut, ExchangeEnd, Turn, Unpaced};
 pub use views::{FleetView, OriginView};
@@ -67,6 +69,11 @@ pub struct Judged {
     pub tokens_from: &'static str,
     /// Which setting chose enforce or report mode, for the log.
     pub mode_from: &'static str,
+    /// The robots.txt copy it was decided on (none: decided before one was looked at,
+    /// or handed over), for its evidence record.
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// Report mode: what it would be refused for is forwarded instead.
+    pub report: bool,
 }
 
 /// Enforcement for one proxy: the origin store, pacing, name resolution, egress and
@@ -87,6 +94,8 @@ pub struct Enforcer {
     follow_traffic: std::time::Duration,
     /// Name resolution, cached by TTL.
     resolver: Arc<Resolver>,
+    /// The evidence of every decision, when `evidence.dir` is set.
+    evidence: Option<Arc<crate::evidence::Evidence>>,
     /// Where traffic may go.
     egress: Arc<EgressPolicy>,
     /// Which crawler a request is, its mode, purposes and identity.
@@ -117,6 +126,9 @@ impl Enforcer {
     /// after its fork.
     pub fn run_in_background(&self) -> std::io::Result<()> {
         self.store.run_in_background()?;
+        if let Some(evidence) = &self.evidence {
+            evidence.run_in_background();
+        }
         if let Some(owners) = &self.owners {
             owners.run_in_background();
         }
@@ -164,6 +176,19 @@ impl Enforcer {
             _ => None,
         };
         let store = OriginStore::new(fetcher, pacer.clone(), config.robots.clone(), fleet.clone());
+        let (instance, member) = match &fleet {
+            Some(fleet) => {
+                let instance = fleet.instance().to_string();
+                let member = crate::fleet::channel::member_of(&instance).to_string();
+                (instance, member)
+            }
+            None => crate::evidence::lone_instance(),
+        };
+        let evidence = crate::evidence::Evidence::open(&config.evidence, &instance, &member)
+            .map_err(|e| anyhow::anyhow!("key `robotsgate.evidence.dir`: {e}"))?;
+        if let Some(evidence) = &evidence {
+            store.record_into(evidence.clone());
+        }
         if let Some(owners) = owners.clone() {
             // A robots.txt fetch goes to the origin only from the member acting for the
             // key: its claim confirmed, past any fence and not-before, its lease valid
@@ -183,6 +208,7 @@ impl Enforcer {
             idle_release: config.fleet.release_idle_seconds.duration(),
             follow_traffic: config.fleet.follow_traffic_seconds.duration(),
             resolver,
+            evidence,
             egress,
             agents: AgentResolver::new(
                 &config.agent,
@@ -225,18 +251,23 @@ impl Enforcer {
 
     /// A blind tunnel's decision (its origin's `/`): in fleet mode routed first (a tunnel
     /// to an origin another member owns is handed over; one `handed` over is never
-    /// handed on), then as [`Enforcer::decide_to`].
+    /// handed on), then as [`Enforcer::decide_to`]; with the robots.txt copy it was
+    /// decided on, for its evidence record.
     pub async fn decide_tunnel(
         &self,
         target: &Target,
         who: &Requester<'_>,
         destination: Option<SocketAddr>,
         handed: Option<&str>,
-    ) -> Decision {
+    ) -> (Decision, Option<Arc<Snapshot>>) {
         if let Some(decision) = self.routed(target, destination, handed).await {
-            return decision;
+            return (decision, None);
         }
-        self.decide_to(target, who, destination).await
+        let tokens = self.tokens(who);
+        let usage = self.agents.usage_for(who);
+        let report = self.reports(who).report;
+        self.decide_explained(target, &tokens, report, usage, destination)
+            .await
     }
 
     /// Judges one request from `who` (on a redirected connection, on its way to
@@ -254,13 +285,12 @@ impl Enforcer {
     ) -> Judged {
         let tokens = self.tokens(who);
         let mode = self.reports(who);
-        let decision = match self.routed(target, destination, handed).await {
-            Some(decision) => decision,
+        let (decision, snapshot) = match self.routed(target, destination, handed).await {
+            Some(decision) => (decision, None),
             None => {
                 let usage = self.usage_check(who);
                 self.decide_explained(target, &tokens, mode.report, usage, destination)
                     .await
-                    .0
             }
         };
         let verdict = match &decision {
@@ -280,6 +310,8 @@ impl Enforcer {
             signer,
             tokens_from: tokens.source(),
             mode_from: mode.from.label(),
+            snapshot,
+            report: mode.report,
         }
     }
 

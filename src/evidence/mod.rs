@@ -180,13 +180,18 @@ impl Evidence {
                 key,
             },
         });
-        upkeep::start(&evidence);
         log::info!(
             "evidence: recording every decision under {} (chain {})",
             dir.display(),
             evidence.chain.dir().display()
         );
         Ok(Some(evidence))
+    }
+
+    /// Starts the upkeep thread (heads, syncs, retention), once the process is what it
+    /// will be (a daemon forks first).
+    pub fn run_in_background(self: &Arc<Self>) {
+        upkeep::start(self);
     }
 
     /// How `client` is written in a record (`evidence.client_addresses`).
@@ -262,6 +267,26 @@ impl Evidence {
     pub fn close(&self) {
         self.chain.close();
     }
+}
+
+/// This process's instance id and member when it is alone (a fleet member's are its
+/// fleet's): the host name, and `host/start.pid` as a fleet names its instances.
+pub fn lone_instance() -> (String, String) {
+    let member = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| crate::fleet::channel::member_name_valid(h))
+        .unwrap_or_else(|| "robotsgate".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let instance = format!(
+        "{member}/{:x}.{}",
+        nanos & 0xffff_ffff_ffff,
+        std::process::id()
+    );
+    (instance, member)
 }
 
 /// The signing key: `key_file`, or `<dir>/evidence-key.jwk`, made when missing.

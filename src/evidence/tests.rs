@@ -17,9 +17,11 @@ fn open_small(dir: &Path, instance: &str) -> Arc<Evidence> {
         head_interval_seconds: Timeout::new(0.001),
         ..EvidenceConfig::default()
     };
-    Evidence::open(&config, instance, "m")
+    let evidence = Evidence::open(&config, instance, "m")
         .expect("open")
-        .expect("on")
+        .expect("on");
+    evidence.run_in_background();
+    evidence
 }
 
 /// `n` decisions on `origin`, each waited for, under the policy `octets`.

@@ -99,6 +99,11 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The `keyid` its signatures carry now: its signing key's thumbprint.
+    pub fn key_id(&self) -> &str {
+        self.key.thumbprint()
+    }
+
     /// An identity signing with `key`, naming `signature_agent` (a URL).
     pub fn new(
         name: String,

@@ -123,7 +123,7 @@ impl AdminGuard {
     fn refusal(
         &self,
         client: Option<IpAddr>,
-        method: &str,
+        (method, path): (&str, &str),
         authorization: Option<&[u8]>,
     ) -> Option<Response<Vec<u8>>> {
         let allowed = client.is_some_and(|ip| {
@@ -133,9 +133,11 @@ impl AdminGuard {
         if !allowed {
             return Some(error(403, "this client is not in admin.allow_clients"));
         }
-        // From beyond loopback everything needs the token; on loopback, changes do.
+        // From beyond loopback everything needs the token; on loopback, changes do, and
+        // so does the evidence (what was decided for whom).
         let local = client.is_some_and(|ip| ip.to_canonical().is_loopback());
-        let needs_token = !local || matches!(method, "POST" | "DELETE");
+        let needs_token =
+            !local || matches!(method, "POST" | "DELETE") || path.ends_with("/evidence");
         if !needs_token {
             return None;
         }
@@ -228,7 +230,7 @@ impl ServeHttp for AdminApp {
         if let (false, Some(answer)) = (
             health,
             self.guard
-                .refusal(client, req.method.as_str(), authorization),
+                .refusal(client, (req.method.as_str(), req.uri.path()), authorization),
         ) {
             return answer;
         }
@@ -382,18 +384,21 @@ impl AdminApp {
         }
     }
 
-    /// `/origins/{origin}[/refresh|/purge]`: one origin's view, or a command on it.
+    /// `/origins/{origin}[/refresh|/robots.txt|/evidence]`: one origin's view, its
+    /// robots.txt, its evidence, or a command on it.
     async fn origin(&self, method: &str, rest: &str) -> Response<Vec<u8>> {
-        let (spec, action) = match rest.strip_suffix("/refresh") {
-            Some(spec) => (spec, "refresh"),
-            None => (rest, ""),
-        };
+        let (spec, action) = ["refresh", "robots.txt", "evidence"]
+            .into_iter()
+            .find_map(|a| Some((rest.strip_suffix(&format!("/{a}"))?, a)))
+            .unwrap_or((rest, ""));
         let origin = match parse_origin(spec) {
             Ok(origin) => origin,
             Err(e) => return error(400, e.to_string()),
         };
         match (method, action) {
             ("GET", "") => {}
+            ("GET", "robots.txt") => return self.held_file(&origin),
+            ("GET", "evidence") => return self.origin_evidence(&origin),
             ("POST", "refresh") => {
                 if let Some(answer) = self.guard.refresh_refusal(&origin) {
                     return answer;
@@ -422,6 +427,7 @@ impl AdminApp {
         });
         if let Policy::Rules(file) = &snapshot.policy {
             out["parsed"] = parsed(&file.robots);
+            out["sha256"] = json!(crate::evidence::record::hex(&file.sha256));
         }
         let mut pacing = Vec::new();
         for s in view.schedules() {
@@ -441,6 +447,60 @@ impl AdminApp {
             out["owner"] = json!(owner);
         }
         json_reply(200, &out)
+    }
+}
+
+impl AdminApp {
+    /// `GET /origins/{origin}/robots.txt`: the file held, as the origin sent it (its
+    /// SHA-256 and RFC 9309 case in `X-Robots-Sha256` and `X-Robots-Case`); 404 when no
+    /// file is held (the case says why).
+    fn held_file(&self, origin: &Origin) -> Response<Vec<u8>> {
+        let Some(snapshot) = self
+            .enforcer
+            .origin_view(origin)
+            .and_then(|view| view.snapshot().cloned())
+        else {
+            return error(404, format!("{origin}: no robots.txt held"));
+        };
+        let case = snapshot.case(Instant::now());
+        let mut answer = match &snapshot.policy {
+            Policy::Rules(file) => {
+                let mut answer = reply(200, "text/plain; charset=utf-8", file.body.to_vec());
+                if let Ok(sha) =
+                    http::HeaderValue::from_str(&crate::evidence::record::hex(&file.sha256))
+                {
+                    answer.headers_mut().insert("X-Robots-Sha256", sha);
+                }
+                answer
+            }
+            _ => error(404, format!("{origin}: no file held ({case})")),
+        };
+        answer
+            .headers_mut()
+            .insert("X-Robots-Case", http::HeaderValue::from_static(case));
+        answer
+    }
+
+    /// `GET /origins/{origin}/evidence`: the robots.txt versions this process decided
+    /// on for the origin, each with the interval it was in force and its decisions per
+    /// verdict (evidence on; the token needed whenever one is set).
+    fn origin_evidence(&self, origin: &Origin) -> Response<Vec<u8>> {
+        let Some(evidence) = self.enforcer.evidence() else {
+            return error(404, "evidence is off (evidence.dir)");
+        };
+        let name = origin.to_string();
+        let versions = evidence
+            .history(&name)
+            .map(|h| h.versions)
+            .unwrap_or_default();
+        json_reply(
+            200,
+            &json!({
+                "origin": name,
+                "evidence": evidence.dir().display().to_string(),
+                "versions": versions,
+            }),
+        )
     }
 }
 

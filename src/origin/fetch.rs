@@ -59,6 +59,20 @@ pub enum FetchOutcome {
     },
 }
 
+/// What a fetch's answers said beyond its outcome, for the evidence: the URLs it was
+/// redirected through, and the last answer's caching headers.
+#[derive(Clone, Debug, Default)]
+pub struct FetchFacts {
+    /// Each URL a redirect led to, in order.
+    pub redirects: Vec<String>,
+    /// The last answer's `Cache-Control`.
+    pub cache_control: Option<String>,
+    /// Its `ETag`.
+    pub etag: Option<String>,
+    /// Its `Last-Modified`.
+    pub last_modified: Option<String>,
+}
+
 /// Is this cause a failed verification of the origin's certificate? Not transient (no
 /// retry will fix it soon), so clients are told 502, like a page whose origin fails it.
 pub fn is_certificate_failure(cause: &str) -> bool {
@@ -249,17 +263,27 @@ impl Fetcher {
     /// Fetches `origin`'s robots.txt (as the configured `robots.user_agent`, never a
     /// client's: the copy serves every crawler, so no crawler's identity may shape it).
     pub async fn fetch(&self, origin: &Origin) -> FetchOutcome {
-        match tokio::time::timeout(self.timeout, self.follow(origin)).await {
-            Ok(outcome) => outcome,
-            Err(_) => unreachable(FetchFailure::new(
-                "timeout",
-                format!("timed out after {:?}", self.timeout),
-            )),
+        self.fetch_with_facts(origin).await.0
+    }
+
+    /// [`Fetcher::fetch`], with what its answers said besides (none after a timeout).
+    pub async fn fetch_with_facts(&self, origin: &Origin) -> (FetchOutcome, FetchFacts) {
+        let mut facts = FetchFacts::default();
+        match tokio::time::timeout(self.timeout, self.follow(origin, &mut facts)).await {
+            Ok(outcome) => (outcome, facts),
+            Err(_) => (
+                unreachable(FetchFailure::new(
+                    "timeout",
+                    format!("timed out after {:?}", self.timeout),
+                )),
+                facts,
+            ),
         }
     }
 
-    /// Fetches `origin`'s robots.txt, following redirects within the limits.
-    async fn follow(&self, origin: &Origin) -> FetchOutcome {
+    /// Fetches `origin`'s robots.txt, following redirects within the limits; what the
+    /// answers said goes into `facts`.
+    async fn follow(&self, origin: &Origin, facts: &mut FetchFacts) -> FetchOutcome {
         let mut current = origin.clone();
         let mut path = "/robots.txt".to_string();
         let mut seen = vec![(current.clone(), path.clone())];
@@ -275,7 +299,12 @@ impl Fetcher {
                 body,
                 max_age,
                 retry_after,
+                cache_control,
+                etag,
+                last_modified,
             } = response;
+            (facts.cache_control, facts.etag, facts.last_modified) =
+                (cache_control, etag, last_modified);
             match status {
                 200..=299 => {
                     return FetchOutcome::Body {
@@ -311,6 +340,7 @@ impl Fetcher {
                         };
                     }
                     seen.push((next.clone(), next_path.clone()));
+                    facts.redirects.push(format!("{next}{next_path}"));
                     current = next;
                     path = next_path;
                     hops += 1;
@@ -398,7 +428,9 @@ impl Fetcher {
                 .map(str::to_string)
         };
         let location = text("location");
-        let max_age = text("cache-control").as_deref().and_then(max_age);
+        let cache_control = text("cache-control");
+        let max_age = cache_control.as_deref().and_then(max_age);
+        let (etag, last_modified) = (text("etag"), text("last-modified"));
         let retry = text("retry-after").as_deref().and_then(retry_after);
 
         let (body, complete) = if (200..300).contains(&status) {
@@ -418,6 +450,9 @@ impl Fetcher {
             body: body.freeze(),
             max_age,
             retry_after: retry,
+            cache_control,
+            etag,
+            last_modified,
         })
     }
 
@@ -503,6 +538,12 @@ struct Response {
     max_age: Option<Duration>,
     /// `Retry-After`.
     retry_after: Option<Duration>,
+    /// `Cache-Control`, as sent.
+    cache_control: Option<String>,
+    /// `ETag`.
+    etag: Option<String>,
+    /// `Last-Modified`.
+    last_modified: Option<String>,
 }
 
 /// The origin and path a `Location` header points to, relative to `base`.

@@ -28,6 +28,8 @@ pub struct RobotsFile {
     pub body: Box<[u8]>,
     /// The parsed file.
     pub robots: RobotsTxt,
+    /// The SHA-256 of `body`: what the evidence names the file by.
+    pub sha256: [u8; 32],
 }
 
 /// The files held, by the hash of their octets.
@@ -62,9 +64,12 @@ pub fn parse(body: Bytes) -> Arc<RobotsFile> {
         return file;
     }
     // Parsed outside the lock: a large file takes milliseconds.
+    let mut sha256 = [0u8; 32];
+    sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &body).as_ref());
     let file = Arc::new(RobotsFile {
         robots: RobotsTxt::parse(&body),
         body: body.to_vec().into_boxed_slice(),
+        sha256,
     });
     let mut table = lock();
     table.files.insert(key, Arc::downgrade(&file));

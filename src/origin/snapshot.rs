@@ -89,6 +89,35 @@ impl Snapshot {
         }
     }
 
+    /// The RFC 9309 case the copy is in now, as the evidence names it: `fresh` (a file,
+    /// within its lifetime), `expired` (a file past it, a refetch due), `stale-if-error`
+    /// (a file kept while fetches fail), `unavailable` (4xx, redirects exhausted: allow
+    /// all), `unreachable` (5xx or network, no copy: disallow all), `unreachable-long`
+    /// (unreachable past `unreachable_allow_after`: allow all), `not-owner` (a fleet
+    /// member that does not act for the origin now: disallow, nothing fetched).
+    pub fn case(&self, now: Instant) -> &'static str {
+        match &self.policy {
+            Policy::Rules(_) if self.is_stale_copy() => "stale-if-error",
+            Policy::Rules(_) if now >= self.fresh_until => "expired",
+            Policy::Rules(_) => "fresh",
+            Policy::AllowAll { why } if why.starts_with("robots.txt unreachable for over") => {
+                "unreachable-long"
+            }
+            Policy::AllowAll { .. } if self.is_stale_copy() => "stale-if-error",
+            Policy::AllowAll { .. } => "unavailable",
+            Policy::DisallowAll { .. } if &*self.last_outcome == "not-owner" => "not-owner",
+            Policy::DisallowAll { .. } => "unreachable",
+        }
+    }
+
+    /// The SHA-256 of the file the policy holds, if it holds one.
+    pub fn sha256(&self) -> Option<&[u8; 32]> {
+        match &self.policy {
+            Policy::Rules(file) => Some(&file.sha256),
+            _ => None,
+        }
+    }
+
     /// Set while fetches fail: since when.
     pub fn unreachable_since(&self) -> Option<Instant> {
         self.failing.as_ref()?.unreachable_since

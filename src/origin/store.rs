@@ -34,8 +34,10 @@
 //! fetches here (it paces the origin in memory either way) and shares the copy later.
 //!
 //! **Its other files:** `fetching.rs` (how the store fills an entry), `flight.rs` (one
-//! robots.txt fetch per origin at a time).
+//! robots.txt fetch per origin at a time), `evidence.rs` (what a fetch and an adopted
+//! copy leave in the evidence).
 
+mod evidence;
 mod fetching;
 mod flight;
 
@@ -187,6 +189,9 @@ pub struct OriginStore {
     /// Fleet mode: does this instance own an entry's key now? A robots.txt fetch is a
     /// request to the origin like any other, made only by its owner.
     acting: std::sync::OnceLock<ActingGate>,
+    /// The evidence, when it is kept: each robots.txt fetch is recorded before it
+    /// leaves, what it brought after it, and every file acted on kept.
+    evidence: std::sync::OnceLock<Arc<crate::evidence::Evidence>>,
     /// This store's counts.
     pub stats: Arc<StoreStats>,
     /// Recent fetches, over all origins.
@@ -232,6 +237,7 @@ impl OriginStore {
             config,
             fleet,
             acting: std::sync::OnceLock::new(),
+            evidence: std::sync::OnceLock::new(),
             stats: Arc::default(),
             fetches: Recent::new(HISTORY),
             changes: Recent::new(CHANGES),
@@ -495,6 +501,11 @@ impl OriginStore {
     /// key then (set once, by the enforcer that owns the fleet's door).
     pub fn act_only_when(&self, gate: ActingGate) {
         let _ = self.acting.set(gate);
+    }
+
+    /// Records every robots.txt fetch, and keeps every file acted on, in `evidence`.
+    pub fn record_into(&self, evidence: Arc<crate::evidence::Evidence>) {
+        let _ = self.evidence.set(evidence);
     }
 
     /// The entry of `origin` and the policy to apply to a request for it now, fetching

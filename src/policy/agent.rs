@@ -77,7 +77,7 @@ pub enum Tokens<'a> {
     None,
 }
 
-impl Tokens<'_> {
+impl<'a> Tokens<'a> {
     /// Where the tokens came from: `credential`, `rule`, `default`, `header` or `none`.
     pub fn source(&self) -> &'static str {
         match self {
@@ -90,7 +90,7 @@ impl Tokens<'_> {
     }
 
     /// The ordered token list.
-    pub fn list(&self) -> Vec<&str> {
+    pub fn list(&self) -> Vec<&'a str> {
         match self {
             Tokens::Credential(list) | Tokens::Rule(list) | Tokens::Default(list) => {
                 list.iter().map(String::as_str).collect()

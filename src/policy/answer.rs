@@ -41,11 +41,14 @@ pub enum Outcome {
     /// Fleet mode: no member may pace the origin now (Redis cannot say who owns it, its
     /// owner is handing it over, this instance's lease lapsed) (503).
     FleetUnavailable,
+    /// Its evidence record could not be written (`evidence.on_failure: refuse`): not
+    /// sent (503).
+    EvidenceUnwritable,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::Allowed,
         Outcome::WouldDisallow,
         Outcome::Disallowed,
@@ -61,6 +64,7 @@ impl Outcome {
         Outcome::LeftWhileQueued,
         Outcome::HandedOver,
         Outcome::FleetUnavailable,
+        Outcome::EvidenceUnwritable,
     ];
 
     /// The metric label and access-log value.
@@ -81,6 +85,7 @@ impl Outcome {
             Outcome::LeftWhileQueued => "left_while_queued",
             Outcome::HandedOver => "handed_over",
             Outcome::FleetUnavailable => "fleet_unavailable",
+            Outcome::EvidenceUnwritable => "evidence_unwritable",
         }
     }
 }

@@ -109,7 +109,14 @@ pub(super) struct Forwarded {
     pub(super) upstream_status: Option<u16>,
     /// The `X-Robots-Decision` robotsgate answered with when the origin failed.
     pub(super) failed: Option<String>,
+    /// Its decision's place in the evidence chain, when it was recorded.
+    pub(super) recorded: Option<u64>,
+    /// With `evidence.body_digest`: the body's SHA-256 so far, and its length.
+    pub(super) digest: Option<(Box<ring::digest::Context>, u64)>,
 }
+
+/// A body's SHA-256 and its length (`evidence.body_digest`).
+pub(super) type Digested = ([u8; 32], u64);
 
 /// Why a request ended as it did, for the access log: the `X-Robots-Decision` of
 /// robotsgate's own answer, or why it was allowed (written only when the line is).
@@ -182,6 +189,8 @@ pub(super) struct Ended {
     pub(super) usage: Option<UsageVerdict>,
     /// The identity it was signed as, and what its answer said of payment.
     pub(super) signed: Option<(Arc<Identity>, Option<String>)>,
+    /// Its decision's place in the evidence chain, and its body's digest and length.
+    pub(super) recorded: Option<(u64, Option<Digested>)>,
 }
 
 impl RequestContext {
@@ -211,6 +220,7 @@ impl RequestContext {
             delay_rule: None,
             usage: None,
             signed: None,
+            recorded: None,
         };
         match std::mem::take(&mut self.stage) {
             Stage::Received => answered(String::new(), None),
@@ -237,6 +247,8 @@ impl RequestContext {
                     usage,
                     signer,
                     paid,
+                    recorded,
+                    digest,
                     ..
                 } = *f;
                 let (line, why) = match (reported, allowed) {
@@ -256,6 +268,14 @@ impl RequestContext {
                     delay_rule: Some(rule.label()),
                     usage,
                     signed: signer.map(|s| (s.identity, paid)),
+                    recorded: recorded.map(|seq| {
+                        let body = digest.map(|(context, n)| {
+                            let mut sha = [0u8; 32];
+                            sha.copy_from_slice(context.finish().as_ref());
+                            (sha, n)
+                        });
+                        (seq, body)
+                    }),
                 }
             }
         }

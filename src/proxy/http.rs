@@ -323,12 +323,19 @@ impl ProxyHttp for RobotsGateProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<Duration>> {
         if let Some(Forwarded {
-            turn: Some(turn), ..
+            turn: Some(turn),
+            digest,
+            ..
         }) = ctx.stage.forwarded_mut()
         {
             let now = tokio::time::Instant::now();
-            if body.as_ref().is_some_and(|b| !b.is_empty()) {
+            if let Some(chunk) = body.as_ref().filter(|b| !b.is_empty()) {
                 turn.origin_wrote(now);
+                // `evidence.body_digest`: the octets the crawler is given.
+                if let Some((context, n)) = digest {
+                    context.update(chunk);
+                    *n += chunk.len() as u64;
+                }
             }
             if !end_of_stream && now >= turn.deadline() {
                 return Error::e_explain(
@@ -503,6 +510,12 @@ impl ProxyHttp for RobotsGateProxy {
         let protocol = ctx.client.protocol;
         crate::telemetry::metrics::record_request(outcome, mode, protocol, https, elapsed);
         let ended = ctx.end(error);
+        if let Some((seq, body)) = ended.recorded {
+            let how = error.map_or("complete", |e| e.etype().as_str());
+            let paid = ended.signed.as_ref().and_then(|(_, paid)| paid.as_deref());
+            self.enforcer
+                .record_outcome(seq, ended.upstream_status, how, paid, body);
+        }
         if !crate::telemetry::logging::access_enabled() {
             return;
         }

@@ -193,6 +193,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let bootstrap = server.bootstrap_as_a_service();
 
     let enforcer = Arc::new(Enforcer::with_trust(&config, &trust, identities.clone())?);
+    if enforcer.evidence().is_some() {
+        crate::telemetry::metrics::init_evidence();
+    }
     // Before the listeners accept: the held robots.txt copies of the last run.
     let state_file = crate::origin::state::StateFile::of(&config.robots)
         .map_err(|e| anyhow::anyhow!("key `robotsgate.robots.state_key_file`: {e}"))?
@@ -261,6 +264,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_signal: Box::new(signals),
     });
     left_after_run(&enforcer);
+    // Every record written and the chain's last segment closed under a signed head.
+    if let Some(evidence) = enforcer.evidence() {
+        evidence.close();
+    }
     crate::telemetry::sink::flush();
     std::process::exit(0)
 }

@@ -12,7 +12,7 @@ use super::exchange::{exchange_end, retry_reason};
 use super::headers::request_has_no_body;
 use super::http::RobotsGateProxy;
 use super::request::requester;
-use crate::enforce::{Answer, Decision, Judged, Pace, Turn, Unpaced};
+use crate::enforce::{Allowed, Answer, Decision, Judged, Pace, Said, Turn, Unpaced};
 use crate::fleet::Reroutes;
 use crate::handover::Passed;
 use crate::policy::target::Target;
@@ -100,8 +100,13 @@ impl RobotsGateProxy {
     ) -> Result<Option<Answer>> {
         ctx.tokens_from = judged.tokens_from;
         ctx.mode_from = judged.mode_from;
+        let (snapshot, report) = (judged.snapshot.clone(), judged.report);
         let (addr, why, pace, reported, usage) = match judged.decision {
-            Decision::Refuse(reply) => return Ok(Some(reply.answer())),
+            Decision::Refuse(reply) => {
+                let answer = reply.answer();
+                self.record_answer(session, ctx, snapshot.as_deref(), &answer, report);
+                return Ok(Some(answer));
+            }
             Decision::HandOver(owner) => {
                 ctx.stage = Stage::HandedOver(Box::new(Passed::new(owner, reroutes)));
                 return Ok(None);
@@ -136,14 +141,18 @@ impl RobotsGateProxy {
             {
                 return self.judge_again(session, ctx, reroutes).await;
             }
-            Err(unpaced) => return Ok(Some(unpaced.answer())),
+            Err(unpaced) => {
+                let answer = unpaced.answer();
+                self.record_answer(session, ctx, snapshot.as_deref(), &answer, report);
+                return Ok(Some(answer));
+            }
         };
-        self.exchange_starts(session, ctx);
-        ctx.stage = Stage::Forwarded(Box::new(Forwarded {
+        let reported = reported.map(|r| r.reported());
+        let forwarded = Forwarded {
             addr,
             allowed: why,
             rule: pace.rule,
-            reported: reported.map(|r| r.reported()),
+            reported,
             usage,
             signer: judged.signer,
             payment: None,
@@ -154,8 +163,101 @@ impl RobotsGateProxy {
             retried: None,
             upstream_status: None,
             failed: None,
+            recorded: None,
+            digest: None,
+        };
+        let recorded = self
+            .record_forward(session, ctx, snapshot.as_deref(), &forwarded, report)
+            .await;
+        let recorded = match recorded {
+            Ok(recorded) => recorded,
+            Err(answer) => {
+                if let Some(turn) = forwarded.turn {
+                    turn.forgo();
+                }
+                return Ok(Some(answer));
+            }
+        };
+        self.exchange_starts(session, ctx);
+        let digest = self
+            .enforcer
+            .evidence()
+            .filter(|e| e.digests_bodies() && recorded.is_some())
+            .map(|_| {
+                (
+                    Box::new(ring::digest::Context::new(&ring::digest::SHA256)),
+                    0,
+                )
+            });
+        ctx.stage = Stage::Forwarded(Box::new(Forwarded {
+            recorded,
+            digest,
+            ..forwarded
         }));
         Ok(None)
+    }
+
+    /// The evidence of a request robotsgate answers itself with `answer` (queued).
+    fn record_answer(
+        &self,
+        session: &Session,
+        ctx: &RequestContext,
+        snapshot: Option<&crate::enforce::Snapshot>,
+        answer: &Answer,
+        report: bool,
+    ) {
+        let (Some(target), Some(_)) = (&ctx.target, self.enforcer.evidence()) else {
+            return;
+        };
+        let who = requester(session, &ctx.client);
+        let said = Said {
+            verdict: answer.decision.label(),
+            why: &answer.header,
+            line: answer.rule_line,
+            report,
+            ..arrival(session, ctx)
+        };
+        self.enforcer.record_refusal(target, &who, snapshot, said);
+    }
+
+    /// The evidence of a request about to be sent as `forwarded` says, written and
+    /// waited for: its place in the chain (`None`: not kept), or the answer when it
+    /// cannot be written.
+    async fn record_forward(
+        &self,
+        session: &Session,
+        ctx: &RequestContext,
+        snapshot: Option<&crate::enforce::Snapshot>,
+        forwarded: &Forwarded,
+        report: bool,
+    ) -> std::result::Result<Option<u64>, Answer> {
+        let (Some(target), Some(_)) = (&ctx.target, self.enforcer.evidence()) else {
+            return Ok(None);
+        };
+        let who = requester(session, &ctx.client);
+        let allowed = forwarded.allowed.to_string();
+        let usage = forwarded.usage.as_ref().map(|u| u.header());
+        let (verdict, would, line) = match &forwarded.reported {
+            Some(r) => (r.outcome.label(), Some(r.header.as_str()), r.line),
+            None => match forwarded.allowed {
+                Allowed::Rule { line } => ("allowed", None, Some(line)),
+                _ => ("allowed", None, None),
+            },
+        };
+        let said = Said {
+            verdict,
+            why: &allowed,
+            would,
+            line,
+            usage: usage.as_deref(),
+            wait: forwarded.turn.as_ref().map(Turn::waited),
+            key_id: forwarded.signer.as_ref().map(|s| s.identity.key_id()),
+            report,
+            ..arrival(session, ctx)
+        };
+        self.enforcer
+            .record_forward(target, &who, snapshot, said)
+            .await
     }
 
     /// The owner a request was handed to never worked on it (it released the key,
@@ -275,5 +377,17 @@ impl RobotsGateProxy {
                 )
             }
         }
+    }
+}
+
+/// How a request arrived, for its evidence record.
+fn arrival<'a>(session: &'a Session, ctx: &'a RequestContext) -> Said<'a> {
+    let req = session.req_header();
+    Said {
+        arrived: ctx.client.mode(req.raw_path()).label(),
+        protocol: Some(ctx.client.protocol.label()),
+        method: Some(req.method.as_str()),
+        from: ctx.client.handed.as_ref().map(|h| &*h.member),
+        ..Said::default()
     }
 }

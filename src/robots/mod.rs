@@ -319,6 +319,13 @@ impl RobotsTxt {
         &self.rules
     }
 
+    /// The rule written on `line`, if one is (the rules are kept in file order: a
+    /// binary search).
+    pub fn rule_on_line(&self, line: u32) -> Option<&Rule> {
+        let at = self.rules.partition_point(|r| r.line < line);
+        self.rules.get(at).filter(|r| r.line == line)
+    }
+
     /// Every `Sitemap:` URL, in file order.
     pub fn sitemaps(&self) -> impl Iterator<Item = &str> {
         self.extras

@@ -49,14 +49,20 @@ impl Tunnels {
             mode,
             &mut answering,
         );
-        let Some((addr, permit)) = routed.await else {
+        let Some((addr, permit, recorded)) = routed.await else {
             return;
+        };
+        let outcome = |how: &str| {
+            if let Some(seq) = recorded {
+                self.enforcer.record_outcome(seq, None, how, None, None);
+            }
         };
         // Asked again right before the connection opens (its start is what the origin
         // sees): a process stopped between its turn and here must not open it once it
         // no longer acts for the origin (see `Turn::still_acting`).
         if !permit.still_acting() {
             permit.forgo();
+            outcome("not-acting");
             let why = "this instance stopped acting for the origin before the tunnel opened";
             let answer = crate::enforce::Refusal::FleetUnavailable { why }.answer();
             return self.refuse(&mut l4, &shown, mode, &answer, started).await;
@@ -72,14 +78,17 @@ impl Tunnels {
         let mut upstream = match upstream {
             Ok(Ok(upstream)) => upstream,
             Ok(Err(e)) => {
+                outcome("connect-failed");
                 let answer = upstream_unreachable(&shown, &e.to_string());
                 return self.refuse(&mut l4, &shown, mode, &answer, started).await;
             }
             Err(_) => {
+                outcome("connect-timed-out");
                 let answer = upstream_unreachable(&shown, "connect timed out");
                 return self.refuse(&mut l4, &shown, mode, &answer, started).await;
             }
         };
+        outcome("established");
         if mode == TunnelMode::Blind && !established(&mut l4).await {
             return;
         }
@@ -91,9 +100,10 @@ impl Tunnels {
 
     /// Where a blind tunnel goes: decided (refused, paced here, or handed to its owner
     /// and relayed, routed once more when that owner gave its key up). `Some`: the address
-    /// and the turn of a connection this instance opens; `None`: answered, handed over
-    /// or refused. `answering`: the drain's count of it, let go once a tunnel handed
-    /// over has its owner's `200`.
+    /// and the turn of a connection this instance opens, and its decision's place in
+    /// the evidence (written before; a tunnel whose record cannot be written is
+    /// refused); `None`: answered, handed over or refused. `answering`: the drain's count
+    /// of it, let go once a tunnel handed over has its owner's `200`.
     #[allow(clippy::too_many_arguments)]
     async fn route_blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
         &self,
@@ -105,23 +115,71 @@ impl Tunnels {
         handed: Option<&str>,
         mode: TunnelMode,
         answering: &mut Option<crate::downstream::drain::Serving>,
-    ) -> Option<(SocketAddr, Turn)> {
+    ) -> Option<(SocketAddr, Turn, Option<u64>)> {
         let shown = root.origin.to_string();
         let connect = mode != TunnelMode::TransparentBlind;
         let mut reroutes = Reroutes::default();
+        let arrival = Said {
+            arrived: mode.label(),
+            from: handed,
+            ..Said::default()
+        };
         loop {
-            let decision = self
+            let (decision, snapshot) = self
                 .enforcer
                 .decide_tunnel(root, who, destination, handed)
                 .await;
+            let snapshot = snapshot.as_deref();
+            let refused = |answer: &Answer| {
+                let said = Said {
+                    verdict: answer.decision.label(),
+                    why: &answer.header,
+                    line: answer.rule_line,
+                    ..arrival
+                };
+                self.enforcer.record_refusal(root, who, snapshot, said);
+            };
             let owner = match decision {
                 Decision::Refuse(reply) => {
-                    self.refuse(l4, &shown, mode, &reply.answer(), started)
-                        .await;
+                    let answer = reply.answer();
+                    refused(&answer);
+                    self.refuse(l4, &shown, mode, &answer, started).await;
                     return None;
                 }
-                Decision::Forward { addr, pace, .. } => match self.enforcer.pace(&pace).await {
-                    Ok(permit) => return Some((addr, permit)),
+                Decision::Forward {
+                    addr,
+                    pace,
+                    why,
+                    reported,
+                    ..
+                } => match self.enforcer.pace(&pace).await {
+                    Ok(permit) => {
+                        let reported = reported.map(|r| r.reported());
+                        let (verdict, would, line) = match (&reported, why) {
+                            (Some(r), _) => (r.outcome.label(), Some(r.header.as_str()), r.line),
+                            (None, Allowed::Rule { line }) => ("allowed", None, Some(line)),
+                            (None, _) => ("allowed", None, None),
+                        };
+                        let allowed = why.to_string();
+                        let said = Said {
+                            verdict,
+                            why: &allowed,
+                            would,
+                            line,
+                            wait: Some(permit.waited()),
+                            report: reported.is_some(),
+                            ..arrival
+                        };
+                        let recorded = self.enforcer.record_forward(root, who, snapshot, said);
+                        match recorded.await {
+                            Ok(seq) => return Some((addr, permit, seq)),
+                            Err(answer) => {
+                                permit.forgo();
+                                self.refuse(l4, &shown, mode, &answer, started).await;
+                                return None;
+                            }
+                        }
+                    }
                     // Given up here while it queued (see `RobotsGateProxy::act_on`):
                     // routed once more.
                     Err(Unpaced::GaveUp(_))
@@ -131,6 +189,7 @@ impl Tunnels {
                     }
                     Err(unpaced) => {
                         let answer = unpaced.answer();
+                        refused(&answer);
                         self.refuse(l4, &shown, mode, &answer, started).await;
                         return None;
                     }

@@ -214,7 +214,11 @@ impl OriginStore {
                 (!shared.cause.is_empty()).then(|| shared.cause.clone()),
             ),
         };
-        entry.state.store(Some(Arc::new(snapshot)));
+        let snapshot = Arc::new(snapshot);
+        if let Some(evidence) = self.evidence.get() {
+            super::evidence::adopted(evidence, entry.origin(), shared.version, &snapshot);
+        }
+        entry.state.store(Some(snapshot));
         entry.version.store(shared.version, Ordering::Release);
     }
 
@@ -259,10 +263,19 @@ impl OriginStore {
                 return not_acting(entry);
             }
         }
+        // Evidence: the fetch is recorded before it leaves (refused when it cannot be).
+        let recorded = match self.evidence.get() {
+            Some(evidence) => match super::evidence::before_fetch(evidence, origin).await {
+                Ok(seq) => seq,
+                Err(refused) => return refused,
+            },
+            None => None,
+        };
         let started = Instant::now();
-        let outcome = self.fetcher.fetch(origin).await;
+        let (outcome, facts) = self.fetcher.fetch_with_facts(origin).await;
         drop(address_turns);
         drop(turns);
+        let said = super::evidence::Said::of(&outcome, &facts);
         let duration = started.elapsed();
         let class = outcome.class();
         crate::telemetry::metrics::record_robots_fetch(class, duration);
@@ -289,6 +302,9 @@ impl OriginStore {
             );
         }
         let snapshot = Arc::new(next);
+        if let (Some(evidence), Some(seq)) = (self.evidence.get(), recorded) {
+            super::evidence::fetched(evidence, seq, origin, &said, &snapshot);
+        }
         match &snapshot.policy {
             Policy::DisallowAll { why } => {
                 log::warn!("robots.txt {} unreachable: {why}", origin.robots_url())

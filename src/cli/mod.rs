@@ -1,5 +1,9 @@
 //! The command line: `check` and `conformance` exercise the engine on files; `run` starts
 //! the proxy. Parsing of arguments lives here so `main.rs` stays a one-liner.
+//!
+//! **Its other files:** `evidence.rs` (`robotsgate evidence`: export, verify, recheck).
+
+mod evidence;
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -82,6 +86,10 @@ enum Command {
     /// Web Bot Auth signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// The evidence of compliance (`evidence.dir`): export it, verify a bundle, check
+    /// what was fetched against today's robots.txt.
+    #[command(subcommand)]
+    Evidence(evidence::EvidenceCommand),
     /// Print a line for `access.credentials_file`; the password is read from stdin.
     Passwd {
         /// The user name crawlers send in `Proxy-Authorization`.
@@ -216,6 +224,7 @@ impl Cli {
                 cost,
             } => passwd(&user, &tokens, &purposes, cost),
             Command::CheckState { file, config, key } => check_state(&file, config, key),
+            Command::Evidence(command) => command.run(),
             Command::Conformance { file } => {
                 let input = std::fs::File::open(&file)
                     .with_context(|| format!("cannot open {}", file.display()))?;

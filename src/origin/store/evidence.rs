@@ -1,0 +1,131 @@
+//! What robots.txt fetches leave in the evidence (`evidence.dir` set): a `fetch` record
+//! before the request leaves (no fetch goes unrecorded: one whose record cannot be
+//! written is not made, with `on_failure: refuse`), then a `fetched` record with what
+//! it brought — the file kept by its SHA-256, or its absence and why — and the RFC 9309
+//! case the store put it in; a copy a fleet member adopts from another's fetch, an
+//! `adopted` record.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::evidence::{Entry, Evidence, Fetch, Fetched, Recorded};
+use crate::origin::fetch::{FetchFacts, FetchOutcome};
+use crate::origin::snapshot::{Policy, Snapshot};
+use crate::policy::target::Origin;
+
+/// Records a fetch of `origin`'s robots.txt about to leave: `Ok(Some(seq))`, written;
+/// `Ok(None)`, unrecorded (`on_failure: continue`); `Err`, the snapshot to answer with
+/// instead of fetching (nothing is sent).
+pub(super) async fn before_fetch(
+    evidence: &Evidence,
+    origin: &Origin,
+) -> Result<Option<u64>, Arc<Snapshot>> {
+    let (name, url) = (origin.to_string(), origin.robots_url());
+    let entry = Entry::Fetch(Fetch {
+        origin: &name,
+        url: &url,
+    });
+    match evidence.record(&entry).await {
+        Ok(Recorded::At(seq)) => Ok(Some(seq)),
+        Ok(Recorded::Unrecorded) => Ok(None),
+        Err(_) => Err(Arc::new(Snapshot {
+            policy: Policy::DisallowAll {
+                why: "the robots.txt fetch's evidence record could not be written; nothing was fetched".into(),
+            },
+            fresh_until: Instant::now(),
+            fetched_at: None,
+            last_outcome: "evidence-unwritable".into(),
+            failing: None,
+        })),
+    }
+}
+
+/// What a fetch said, taken before its outcome is consumed.
+pub(super) struct Said {
+    /// The final status.
+    status: Option<u16>,
+    /// What happened.
+    outcome: String,
+    /// Octets of the body.
+    bytes: Option<usize>,
+    /// The answers' facts.
+    facts: FetchFacts,
+}
+
+impl Said {
+    /// What `outcome` and `facts` say.
+    pub(super) fn of(outcome: &FetchOutcome, facts: &FetchFacts) -> Said {
+        let (status, outcome_said, bytes) = match outcome {
+            FetchOutcome::Body { status, body, .. } => {
+                let said = match body.len() > crate::robots::MAX_ROBOTS_BYTES {
+                    true => format!("HTTP {status}, too large: its first 500 KiB read"),
+                    false => format!("HTTP {status}"),
+                };
+                (Some(*status), said, Some(body.len()))
+            }
+            FetchOutcome::NoRobots { status, why } => (*status, why.clone(), None),
+            FetchOutcome::Unreachable { status, why, .. } => (*status, why.clone(), None),
+        };
+        Said {
+            status,
+            outcome: outcome_said,
+            bytes,
+            facts: facts.clone(),
+        }
+    }
+}
+
+/// Records what fetch `seq` of `origin` brought, the store having made `snapshot` of
+/// it; the file is kept first.
+pub(super) fn fetched(
+    evidence: &Evidence,
+    seq: u64,
+    origin: &Origin,
+    said: &Said,
+    snapshot: &Snapshot,
+) {
+    let sha256 = keep(evidence, snapshot);
+    let (name, url) = (origin.to_string(), origin.robots_url());
+    evidence.note(&Entry::Fetched(Fetched {
+        fetch: seq,
+        origin: &name,
+        url: &url,
+        redirects: &said.facts.redirects,
+        status: said.status,
+        cache_control: said.facts.cache_control.as_deref(),
+        etag: said.facts.etag.as_deref(),
+        last_modified: said.facts.last_modified.as_deref(),
+        sha256,
+        bytes: said.bytes,
+        case: snapshot.case(Instant::now()),
+        outcome: &said.outcome,
+    }));
+}
+
+/// Records that this member took another's copy of `origin`'s robots.txt.
+pub(super) fn adopted(evidence: &Evidence, origin: &Origin, version: u64, snapshot: &Snapshot) {
+    let sha256 = keep(evidence, snapshot);
+    let name = origin.to_string();
+    evidence.note(&Entry::Adopted(crate::evidence::record::Adopted {
+        origin: &name,
+        sha256,
+        version,
+        case: snapshot.case(Instant::now()),
+    }));
+}
+
+/// Keeps the file `snapshot` holds, if any: its SHA-256 (none when it cannot be kept,
+/// logged: a decision naming it would name a file the bundle lacks).
+fn keep(evidence: &Evidence, snapshot: &Snapshot) -> Option<String> {
+    let Policy::Rules(file) = &snapshot.policy else {
+        return None;
+    };
+    match evidence.keep_policy(&file.body) {
+        Ok(sha) => Some(sha),
+        Err(e) => {
+            log::error!("evidence: a robots.txt could not be kept: {e}");
+            None
+        }
+    }
+}
