@@ -340,11 +340,7 @@ impl Admin {
 
     /// One request to the admin API (Pingora's HTTP/1.1 client): its status, headers
     /// and body.
-    fn call(
-        &self,
-        method: &str,
-        url: &str,
-    ) -> anyhow::Result<Answered> {
+    fn call(&self, method: &str, url: &str) -> anyhow::Result<Answered> {
         let rest = url
             .strip_prefix("http://")
             .context("the admin URL is http://host:port")?;

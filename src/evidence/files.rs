@@ -103,12 +103,20 @@ pub fn pseudonym_key(path: &Path) -> Result<Vec<u8>, EvidenceError> {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).map_err(|_| {
         EvidenceError::new(EvidenceErrorKind::Key, "no randomness for a pseudonym key")
     })?;
-    let mut file = OpenOptions::new()
+    let mut file = match OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| io(path, e))?;
+    {
+        Ok(file) => file,
+        // Another process sharing the directory made it meanwhile: its key is the one.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            return pseudonym_key(path);
+        }
+        Err(e) => return Err(io(path, e)),
+    };
     file.write_all(&key)
         .and_then(|()| file.sync_all())
         .map_err(|e| io(path, e))?;

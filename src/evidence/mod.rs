@@ -293,9 +293,14 @@ pub fn lone_instance() -> (String, String) {
 fn signing_key(dir: &Path, key_file: Option<&Path>) -> Result<SigningKey, EvidenceError> {
     let path = key_file.map_or_else(|| dir.join("evidence-key.jwk"), Path::to_path_buf);
     if key_file.is_none() && !path.exists() {
-        crate::identity::key::generate_file(&path)
-            .map_err(|e| EvidenceError::new(EvidenceErrorKind::Key, e.to_string()).because(e))?;
-        log::info!("evidence: made a signing key, {}", path.display());
+        // Another process sharing the directory may make it first: then its key is read.
+        match crate::identity::key::generate_file(&path) {
+            Ok(_) => log::info!("evidence: made a signing key, {}", path.display()),
+            Err(_) if path.exists() => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                return Err(EvidenceError::new(EvidenceErrorKind::Key, e.to_string()).because(e))
+            }
+        }
     }
     SigningKey::load(&path, "evidence")
         .map_err(|e| EvidenceError::new(EvidenceErrorKind::Key, e.to_string()).because(e))

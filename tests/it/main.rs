@@ -12,6 +12,7 @@ mod conformance;
 mod cuts;
 mod docs;
 mod embedded_example;
+mod evidence;
 mod faults;
 mod fetch_status;
 mod fleet;

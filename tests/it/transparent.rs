@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{
-    eventually, free_port, free_ports, min_gap, operator_ca, pages, split_response, zone_dns,
-    Behaviour, Conf, Netns, NsRedis, Proxy, TestCa, TestOrigin,
+    decisions, decisions_of, eventually, free_port, free_ports, min_gap, operator_ca, pages,
+    split_response, zone_dns, Behaviour, Conf, Netns, NsRedis, Proxy, TestCa, TestOrigin,
 };
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -230,9 +230,14 @@ fn decision(head: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Plain HTTP and TLS redirected by the kernel are judged as proxied requests are, and
+/// each is recorded in the evidence as it arrived, naming the file and rule that decided
+/// (`evidence.rs` for the other paths).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirected_http_and_https_are_judged_like_proxied_ones() {
-    let w = World::new(ROBOTS, Rules::Iptables, &Conf::new()).await;
+    let evidence = tempfile::tempdir().expect("tempdir");
+    let kept = Conf::new().set("evidence.dir", evidence.path().display().to_string());
+    let w = World::new(ROBOTS, Rules::Iptables, &kept).await;
     for (scheme, origin) in [("http", &w.site), ("https", &w.site_tls)] {
         let (status, head, body) = w.crawl(&format!("{scheme}://site.test/public"), &[]);
         assert_eq!(status, 200, "{scheme}: {head}\n{}", w.proxy.log());
@@ -282,6 +287,35 @@ async fn redirected_http_and_https_are_judged_like_proxied_ones() {
     );
     // The access log names the mode.
     w.proxy.log_with(|l| l.contains("transparent_tls")).await;
+    // The evidence: one decision each, as it arrived, the disallowed one naming line 2.
+    for (url, arrived, verdict) in [
+        ("http://site.test/public", "transparent", "allowed"),
+        ("http://site.test/private/x", "transparent", "disallowed"),
+        ("https://site.test/public", "transparent_tls", "allowed"),
+        (
+            "https://site.test/private/x",
+            "transparent_tls",
+            "disallowed",
+        ),
+    ] {
+        let listed = eventually(Duration::from_secs(5), || {
+            decisions_of(evidence.path(), url).len() == 1
+        });
+        assert!(listed.await, "{url}: {:#?}", decisions(evidence.path()));
+        let record = &decisions_of(evidence.path(), url)[0];
+        assert_eq!(
+            (record["arrived"].as_str(), record["verdict"].as_str()),
+            (Some(arrived), Some(verdict)),
+            "{record}"
+        );
+        let line = if verdict == "disallowed" {
+            Some(2)
+        } else {
+            None
+        };
+        assert_eq!(record["rule"]["line"].as_u64(), line, "{record}");
+        assert!(record["policy"]["sha256"].is_string(), "{record}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,12 +370,11 @@ async fn a_dual_stack_listener_serves_redirected_ipv4_and_ipv6() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
-    let w = World::new(
-        ROBOTS,
-        Rules::Iptables,
-        &Conf::new().set("tls.blind_tunnel", ["site.test"]),
-    )
-    .await;
+    let evidence = tempfile::tempdir().expect("tempdir");
+    let conf = Conf::new()
+        .set("tls.blind_tunnel", ["site.test"])
+        .set("evidence.dir", evidence.path().display().to_string());
+    let w = World::new(ROBOTS, Rules::Iptables, &conf).await;
     let origin_ca = w._dir.path().join("origin-ca.pem");
     readable_by_all(&origin_ca);
     // The origin's own certificate, not a minted leaf: only its CA verifies it.
@@ -368,6 +401,16 @@ async fn blind_tunnel_origins_are_relayed_with_their_own_certificate() {
     // The relayed request reached the origin; the refused handshake sent nothing.
     assert_eq!(w.site_tls.count("/robots.txt"), 1);
     assert_eq!(w.site_tls.count("/public"), 1);
+    // Each connection start recorded, at host level (its origin's `/`).
+    let tunnels: Vec<_> = decisions(evidence.path())
+        .into_iter()
+        .filter(|r| r["arrived"] == "transparent_blind")
+        .collect();
+    assert_eq!(tunnels.len(), 2, "{tunnels:#?}");
+    assert!(
+        tunnels.iter().all(|t| t["url"] == "https://site.test/"),
+        "{tunnels:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Test fixtures over real sockets on 127.0.0.1, split by what they provide: the test
 //! origin and what it saw (`origin`), robotsgate and other processes (`process`),
 //! network namespaces (`netns`), clients (`client`), DNS servers (`dns`), TLS (`tls`),
-//! and configurations built as data (`conf`).
+//! configurations built as data (`conf`), and what the evidence holds (`evidence`).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 mod client;
 mod conf;
 mod dns;
+mod evidence;
 mod netns;
 mod origin;
 mod process;
@@ -25,6 +26,7 @@ mod tls;
 pub use client::*;
 pub use conf::*;
 pub use dns::*;
+pub use evidence::*;
 pub use netns::*;
 pub use origin::*;
 pub use process::*;

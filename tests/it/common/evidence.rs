@@ -1,0 +1,88 @@
+//! Reading what robotsgate's evidence holds, three ways: the records on disk as written
+//! (`records`), robotsgate's own `evidence` commands (`evidence_cli`), and the
+//! independent readers under `tests/helpers/` (`independent`: Python, `cryptography`'s
+//! Ed25519, its own Merkle proofs; `warcio` for WARC).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Every record of every chain under `dir` as written (segments in order), parsed.
+pub fn records(dir: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    let Ok(chains) = std::fs::read_dir(dir.join("chains")) else {
+        return out;
+    };
+    let mut chains: Vec<_> = chains.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    chains.sort();
+    for chain in chains {
+        let mut segments: Vec<_> = std::fs::read_dir(&chain)
+            .expect("chain dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with(".jsonl") && n != "heads.jsonl")
+            })
+            .collect();
+        segments.sort();
+        for segment in segments {
+            let text = std::fs::read_to_string(&segment).expect("segment");
+            out.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
+            );
+        }
+    }
+    out
+}
+
+/// The decision records under `dir`.
+pub fn decisions(dir: &Path) -> Vec<Value> {
+    records(dir)
+        .into_iter()
+        .filter(|r| r["type"] == "decision")
+        .collect()
+}
+
+/// The decisions under `dir` for `url`.
+pub fn decisions_of(dir: &Path, url: &str) -> Vec<Value> {
+    decisions(dir)
+        .into_iter()
+        .filter(|r| r["url"] == url)
+        .collect()
+}
+
+/// `robotsgate evidence ARGS…`: whether it exited 0, and what it printed.
+pub fn evidence_cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .arg("evidence")
+        .args(args)
+        .output()
+        .expect("run robotsgate evidence");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `tests/helpers/{reader}` on `file` (the `python3` first on PATH): what it printed.
+pub fn independent(reader: &str, file: &Path) -> Value {
+    let script = crate::common::repo_root()
+        .join("tests/helpers")
+        .join(reader);
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(file)
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+        panic!(
+            "{reader} printed no JSON: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
