@@ -22,8 +22,12 @@ do not explain a difference in time.
 `--profile dist` counts this build as it ships (Cargo.toml's `dist` profile: link-time
 optimisation, one code unit; built first) instead of the release profile the tests run.
 
-Usage: bench/instructions.py --compare OTHER_ROBOTSGATE_BINARY [--requests 2000] [--close] [--top 30] [--cache]
-                             [--profile dist]
+`--evidence` counts this build with every decision recorded (`evidence.dir`) against
+the same build without: what recording costs in user-space instructions (the system
+calls it makes are not counted: bench/proxy_bench.py --evidence measures CPU time).
+
+Usage: bench/instructions.py (--compare OTHER_ROBOTSGATE_BINARY | --evidence) [--requests 2000] [--close]
+                             [--top 30] [--cache] [--profile dist]
 Needs valgrind and nginx (installs them if missing). Only processes this script started
 are stopped, by PID.
 """
@@ -115,7 +119,9 @@ def measure(binary, conf, origin, work, name, args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--compare", required=True, help="the other robotsgate binary")
+    parser.add_argument("--compare", help="the other robotsgate binary")
+    parser.add_argument("--evidence", action="store_true",
+                        help="this build recording evidence against this build without")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--close", action="store_true", help="one request per connection")
     parser.add_argument("--top", type=int, default=30)
@@ -124,14 +130,22 @@ def main():
     parser.add_argument("--profile", default="release",
                         help="the Cargo profile of this build's robotsgate (dist: as it ships)")
     args = parser.parse_args()
+    if bool(args.compare) == args.evidence:
+        parser.error("give --compare OTHER_ROBOTSGATE_BINARY or --evidence")
     work = prepare("instructions", {"valgrind": "valgrind", "nginx": "nginx-light"})
     ours = robotsgate_binary(args.profile)
     started = []
     try:
         origin = page_origin(work, started)
         conf = robotsgate_config(work, "rg", "  admin_listen: null\n" + UNPACED, POOL)
-        this = measure(ours, conf, origin, work, "this", args)
-        other = measure(args.compare, conf, origin, work, "other", args)
+        if args.evidence:
+            recording = robotsgate_config(work, "rg-evidence", "  admin_listen: null\n" + UNPACED +
+                                          f"  evidence:\n    dir: {work}/evidence\n", POOL)
+            this = measure(ours, recording, origin, work, "this", args)
+            other = measure(ours, conf, origin, work, "other", args)
+        else:
+            this = measure(ours, conf, origin, work, "this", args)
+            other = measure(args.compare, conf, origin, work, "other", args)
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)

@@ -23,12 +23,18 @@ back, in an order rotated each round, each after one second of unmeasured load).
 adds to the round's direct request.
 
 `--usage` measures the usage judgement's cost alone (`--signed`: signing every request as
-a Web Bot Auth identity, `rg+signed`): robotsgate, the feature's row and `rg-again`
-(a second robotsgate with the first one's configuration: the A/A control, whose ratio
-to robotsgate is this host's noise), loaded one at a time in an order rotated each round.
+a Web Bot Auth identity, `rg+signed`; `--evidence`: every decision recorded in
+`evidence.dir`, `rg+evidence`, and beside it `rg+digest`, each body's SHA-256 recorded
+too, `evidence.body_digest`): robotsgate, the feature's row and `rg-again` (a second
+robotsgate with the first one's configuration: the A/A control, whose ratio to
+robotsgate is this host's noise), loaded one at a time in an order rotated each round.
+With `--evidence`, a last load of distinct URLs (a crawl's mix: each URL new, one in
+five disallowed) through `rg+evidence` gives the octets a record takes on disk, raw and
+gzip-compressed.
 
 Usage: bench/proxy_bench.py [--seconds 6] [--connections 64] [--rounds 3]
-                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential] [--usage | --signed | --versus]
+                            [--compare OTHER_ROBOTSGATE_BINARY] [--sequential]
+                            [--usage | --signed | --evidence | --versus]
                             [--profile dist]
 With --compare, a second robotsgate (another build, e.g. the previous commit's) runs in the
 same run as another row, "other" (access log on). `--versus` (with --compare) loads only
@@ -107,6 +113,8 @@ def main():
                         help="only robotsgate, rg+usage and the A/A control rg-again, one at a time")
     parser.add_argument("--signed", action="store_true",
                         help="only robotsgate, rg+signed and the A/A control rg-again, one at a time")
+    parser.add_argument("--evidence", action="store_true",
+                        help="only robotsgate, rg+evidence and the A/A control rg-again, one at a time")
     parser.add_argument("--profile", default="release",
                         help="the Cargo profile of this build's robotsgate (dist: as it ships)")
     parser.add_argument("--versus", action="store_true",
@@ -117,7 +125,8 @@ def main():
         parser.error("--versus needs --compare")
     # --usage / --signed: one feature's cost against robotsgate without it, beside A/A;
     # --versus: this build against another, beside A/A.
-    feature = "rg+usage" if args.usage else "rg+signed" if args.signed else None
+    feature = ("rg+usage" if args.usage else "rg+signed" if args.signed
+               else "rg+evidence" if args.evidence else None)
     if feature or args.versus:
         args.sequential = True
     if not os.path.exists(JEMALLOC):
@@ -143,6 +152,12 @@ def main():
                                         f"        key_file: {key}\n"
                                         "        signature_agent: https://crawler.example\n"
                                         "  agent:\n    default_identity: main\n", POOL)
+        # The same, recording every decision (the shipped settings: refuse on failure).
+        conf_evidence = robotsgate_config(work, "rg-evidence", "  admin_listen: null\n" + UNPACED +
+                                          f"  evidence:\n    dir: {work}/evidence\n", POOL)
+        conf_digest = robotsgate_config(work, "rg-digest", "  admin_listen: null\n" + UNPACED +
+                                        f"  evidence:\n    dir: {work}/evidence-digest\n"
+                                        "    body_digest: true\n", POOL)
         proxies = {}  # name -> (process, port)
 
         def start(name, command, env):
@@ -168,10 +183,14 @@ def main():
             start("rg-again", robotsgate(rgbin), {"RUST_LOG": "info"})
         else:
             start("robotsgate", robotsgate(rgbin), {"RUST_LOG": "warn"})
-        if feature != "rg+signed" and not args.versus:
+        if feature in (None, "rg+usage") and not args.versus:
             start("rg+usage", robotsgate(rgbin, conf_usage), {"RUST_LOG": "warn"})
-        if feature != "rg+usage" and not args.versus:
+        if feature in (None, "rg+signed") and not args.versus:
             start("rg+signed", robotsgate(rgbin, conf_signed), {"RUST_LOG": "warn"})
+        if feature in (None, "rg+evidence") and not args.versus:
+            start("rg+evidence", robotsgate(rgbin, conf_evidence), {"RUST_LOG": "warn"})
+        if feature == "rg+evidence":
+            start("rg+digest", robotsgate(rgbin, conf_digest), {"RUST_LOG": "warn"})
         if feature:
             start("rg-again", robotsgate(rgbin), {"RUST_LOG": "warn"})
         elif not args.versus:
@@ -254,10 +273,10 @@ def main():
                     print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'passthrough'))} the passthrough, "
                           f"{ratios(cpus(mode, name), cpus(mode, 'pt+jemalloc'))} the passthrough on jemalloc")
         if not args.versus:
-            print("\nusage preferences judged (two purposes), and every request signed, against the same "
-                  "robotsgate without, CPU per request, the ratio of each round, median [min-max]:")
+            print("\nusage preferences judged (two purposes), every request signed, every decision recorded, "
+                  "against the same robotsgate without, CPU per request, the ratio of each round, median [min-max]:")
         for mode in ("keep-alive", "close") if not args.versus else ():
-            for name in ("rg+usage", "rg+signed"):
+            for name in ("rg+usage", "rg+signed", "rg+evidence", "rg+digest"):
                 if name in proxies:
                     print(f"{mode:<11} {name:<11} {ratios(cpus(mode, name), cpus(mode, 'robotsgate'))} robotsgate")
             if "rg-again" in proxies:
@@ -276,9 +295,42 @@ def main():
         for name, added in single.items():
             print(f"  {name:<12} +{med(added):.0f} µs [{min(added):.0f}-{max(added):.0f}] "
                   f"({ratios(added, single[next(iter(proxies))])} the {next(iter(proxies))}'s)")
+        if "rg+evidence" in proxies:
+            record_sizes(args, work, origin, proxies["rg+evidence"])
     finally:
         stop(started)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def record_sizes(args, work, origin, proxy):
+    """A crawl's mix through rg+evidence (each URL new, one in five disallowed by the
+    origin's robots.txt, `--seconds` of it), then the octets a record takes on disk."""
+    import glob
+    import gzip
+    proc, port = proxy
+    segments = lambda: sorted(glob.glob(f"{work}/evidence/chains/*/*[0-9].jsonl"))
+    before = sum(os.path.getsize(s) for s in segments())
+    lua = f"{work}/mixed.lua"
+    with open(lua, "w") as f:
+        f.write(f'''counter = 0
+request = function()
+  counter = counter + 1
+  local path = (counter % 5 == 0) and "/api/v1/news/" or "/page/"
+  return wrk.format("GET", "http://{origin}" .. path .. counter .. "?q=" .. math.random(1000000))
+end
+wrk.headers["Host"] = "{origin}"
+''')
+    wrk(args, f"http://127.0.0.1:{port}", lua, proc.pid)
+    data = b"".join(open(s, "rb").read() for s in segments())[before:]
+    lines = [l for l in data.split(b"\n") if l]
+    kinds = {}
+    for line in lines:
+        kind = line.split(b'"type":"', 1)[-1].split(b'"', 1)[0].decode()
+        kinds[kind] = kinds.get(kind, 0) + 1
+    packed = len(gzip.compress(data, 6))
+    print(f"\nrecords of a crawl's mix (each URL new, one in five disallowed): {len(lines)} records {kinds}, "
+          f"{len(data) / max(1, len(lines)):.0f} octets a record on disk, "
+          f"{packed / max(1, len(lines)):.0f} gzip-compressed (level 6)")
 
 
 if __name__ == "__main__":

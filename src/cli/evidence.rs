@@ -303,7 +303,7 @@ enum Now {
 }
 
 /// An admin API's answer: its status, headers and body.
-type Answered = (u16, Vec<(String, String)>, Vec<u8>);
+type AdminAnswer = (u16, Vec<(String, String)>, Vec<u8>);
 
 /// A running robotsgate's admin API.
 struct Admin {
@@ -340,7 +340,7 @@ impl Admin {
 
     /// One request to the admin API (Pingora's HTTP/1.1 client): its status, headers
     /// and body.
-    fn call(&self, method: &str, url: &str) -> anyhow::Result<Answered> {
+    fn call(&self, method: &str, url: &str) -> anyhow::Result<AdminAnswer> {
         let rest = url
             .strip_prefix("http://")
             .context("the admin URL is http://host:port")?;

@@ -6,8 +6,8 @@
 //! strictly here: an unknown key or a bad value is an error naming the key path and the
 //! file line. Durations are in seconds (`*_seconds`), sizes in bytes (`*_bytes`).
 //!
-//! The larger sections have a file each (`agent`, `fleet`, `limits`, `pacing`, `robots`,
-//! `signing`, `usage`), the typed values keys take another (`values`: CIDR blocks, port
+//! The larger sections have a file each (`agent`, `evidence`, `fleet`, `limits`, `pacing`,
+//! `robots`, `signing`, `usage`), the typed values keys take another (`values`: CIDR blocks, port
 //! ranges, seconds), and why a configuration cannot be used (naming the file, key and
 //! line) a third (`error`); this one holds the file's shape, the smaller sections and
 //! the checks across sections.

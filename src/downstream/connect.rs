@@ -39,8 +39,7 @@ use crate::downstream::intercept::Interceptor;
 use crate::downstream::transparent::read_client_hello;
 use crate::downstream::tunnel_error::{TunnelError, TunnelErrorKind};
 use crate::enforce::{
-    bad_request, egress_denied, Allowed, Answer, Decision, Enforcer, ExchangeEnd, Said, Turn,
-    Unpaced,
+    bad_request, egress_denied, Answer, Decision, Enforcer, ExchangeEnd, Said, Turn, Unpaced,
 };
 use crate::fleet::{PeerContext, Reroutes};
 use crate::handover::{unavailable, HandOver, Tunnelled, Unreached};

@@ -14,7 +14,8 @@
 //!
 //! **Its other files:** `decide.rs` (a decision made from what is known), `decision.rs`
 //! (a decision as data), `judge.rs` (a target judged against a held robots.txt, pure),
-//! `owned.rs` (which fleet member decides a request), `refusal.rs` (what robotsgate
+//! `owned.rs` (which fleet member decides a request), `record.rs` (what a decision
+//! leaves in the evidence), `refusal.rs` (what robotsgate
 //! answers instead of the origin, rendered once), `stop.rs` (a graceful stop's deadline
 //! for waiting requests), `turn.rs` (a request's turn as the proxy holds it),
 //! `views.rs` (what the admin API, status page and server read of an `Enforcer`).

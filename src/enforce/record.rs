@@ -14,13 +14,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::evidence::{Decided, Entry, Evidence, Outcome, PolicyRef, Recorded, RuleRef};
+use crate::evidence::{Concluded, Decided, Entry, Evidence, PolicyRef, Recorded, RuleRef};
 use crate::policy::agent::Requester;
 use crate::policy::answer::Answer;
 use crate::policy::target::Target;
 use crate::robots::RuleKind;
 
-use super::{Enforcer, Snapshot};
+use super::{Allowed, Enforcer, Reported, Snapshot};
 
 /// What a request's record says of how it arrived and what was decided for it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,6 +49,48 @@ pub struct Said<'a> {
     pub report: bool,
     /// The member that handed it over, when one did.
     pub from: Option<&'a str>,
+}
+
+impl<'a> Said<'a> {
+    /// What a forwarded request's record says of its decision: allowed (`allowed`, and
+    /// it in words, `said`), or in report mode what enforcing would have answered.
+    pub fn forwarded(allowed: Allowed, said: &'a str, reported: Option<&'a Reported>) -> Said<'a> {
+        let (verdict, would, line) = match (reported, allowed) {
+            (Some(r), _) => (r.outcome.label(), Some(r.header.as_str()), r.line),
+            (None, Allowed::Rule { line }) => ("allowed", None, Some(line)),
+            (None, _) => ("allowed", None, None),
+        };
+        Said {
+            verdict,
+            why: said,
+            would,
+            line,
+            report: reported.is_some(),
+            ..Said::default()
+        }
+    }
+
+    /// What the record of a request robotsgate answers itself with `answer` says.
+    pub fn answered(answer: &'a Answer) -> Said<'a> {
+        Said {
+            verdict: answer.decision.label(),
+            why: &answer.header,
+            line: answer.rule_line,
+            ..Said::default()
+        }
+    }
+
+    /// The same, having arrived as `arrival` says (how, in which protocol and method,
+    /// from which member).
+    pub fn arriving(self, arrival: Said<'a>) -> Said<'a> {
+        Said {
+            arrived: arrival.arrived,
+            protocol: arrival.protocol,
+            method: arrival.method,
+            from: arrival.from,
+            ..self
+        }
+    }
 }
 
 /// The answer to a request whose record cannot be written (`on_failure: refuse`).
@@ -124,7 +166,7 @@ impl Enforcer {
         let Some(evidence) = &self.evidence else {
             return;
         };
-        evidence.note(&Entry::Outcome(Outcome {
+        evidence.note(&Entry::Outcome(Concluded {
             decision: seq,
             status,
             ended,
@@ -179,7 +221,7 @@ impl Enforcer {
             why: said.why,
             would: said.would,
             policy: snapshot.map(|s| PolicyRef {
-                sha256: s.sha256().map(|h| crate::evidence::record::hex(h)),
+                sha256: s.sha256(),
                 case: s.case(now),
                 age_s: s
                     .fetched_at
@@ -204,6 +246,6 @@ fn count(evidence: &Evidence, origin: &str, decided: &Decided<'_>, verdict: &str
     let policy = decided
         .policy
         .as_ref()
-        .map_or("none", |p| p.sha256.as_deref().unwrap_or(p.case));
+        .map_or("none", |p| p.sha256.unwrap_or(p.case));
     evidence.count(origin, policy, verdict);
 }

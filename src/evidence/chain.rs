@@ -25,7 +25,7 @@
 //!
 //! Costs per record: one JSON serialisation, two SHA-256 passes over its line (the
 //! chain's, and the Merkle leaf's at the write), a lock, and a share of one `write(2)`;
-//! memory, 32 octets a record of the open segment (its leaves, for its heads' roots).
+//! a head, `⌈log₂ n⌉` hashes (the segment's tree is kept as its frontier, `merkle.rs`).
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -34,15 +34,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::head::{line_hash, signed, Cut, Head};
-use super::merkle::{leaf_hash, root, Hash};
+use super::head::{line_hash, signed, RetentionCut, SegmentHead};
+use super::merkle::{leaf_hash, Frontier, Hash};
 use super::record::{hex, stamp, Entry, Gap};
 use super::{files, EvidenceError, EvidenceErrorKind, Unwritten};
 use crate::identity::key::SigningKey;
 
 /// How a chain's segments are kept.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct ChainLimits {
     /// A segment is closed at this size.
     pub segment_bytes: u64,
     /// ... or this age.
@@ -61,6 +61,8 @@ pub struct Limits {
 struct Queue {
     /// Lines not yet written, each ending in a newline.
     pending: Vec<u8>,
+    /// The buffer the last write emptied, kept for the next batch (no reallocation).
+    spare: Vec<u8>,
     /// The next record's `seq`.
     next: u64,
     /// The SHA-256 of the last record's line (queued or written).
@@ -80,8 +82,8 @@ struct Files {
     opened: Instant,
     /// The `seq` of its first record.
     first_seq: u64,
-    /// Its records' Merkle leaves.
-    leaves: Vec<Hash>,
+    /// The Merkle tree of its records, as its frontier.
+    tree: Frontier,
     /// The SHA-256 of the last record written (64 zeros before any).
     tip: Hash,
     /// `heads.jsonl`.
@@ -109,13 +111,15 @@ pub struct Chain {
     /// `chains/<instance>/`.
     dir: PathBuf,
     /// Its settings.
-    limits: Limits,
+    limits: ChainLimits,
     /// Records queued.
     queue: Mutex<Queue>,
     /// Every `seq` below this was written, or lost.
     done: AtomicU64,
     /// `seq` ranges lost (inclusive), most recent last; kept short (a failing disk).
     lost: Mutex<Vec<(u64, u64)>>,
+    /// Whether any record was ever lost (`lost` is asked only then).
+    ever_lost: AtomicBool,
     /// Someone is writing.
     writing: AtomicBool,
     /// Wakes the waiters after each write.
@@ -149,7 +153,7 @@ impl Chain {
         root: &Path,
         (instance, member): (&str, &str),
         key: Arc<SigningKey>,
-        limits: Limits,
+        limits: ChainLimits,
         start: impl FnOnce(&SigningKey) -> String,
     ) -> Result<Chain, EvidenceError> {
         let dir = chain_dir(root, instance);
@@ -171,11 +175,13 @@ impl Chain {
             limits,
             queue: Mutex::new(Queue {
                 pending: Vec::new(),
+                spare: Vec::new(),
                 next: 0,
                 tip: [0; 32],
             }),
             done: AtomicU64::new(0),
             lost: Mutex::default(),
+            ever_lost: AtomicBool::new(false),
             writing: AtomicBool::new(false),
             wrote: tokio::sync::Notify::new(),
             files: Mutex::new(Files {
@@ -184,7 +190,7 @@ impl Chain {
                 bytes: 0,
                 opened: now,
                 first_seq: 0,
-                leaves: Vec::new(),
+                tree: Frontier::default(),
                 tip: [0; 32],
                 heads,
                 last_head: [0; 32],
@@ -215,8 +221,10 @@ impl Chain {
 
     /// Queues `entry`; its `seq`. Refused when the queue is full.
     pub fn append(&self, entry: &Entry<'_>) -> Result<u64, Unwritten> {
-        let body = serde_json::to_string(entry).map_err(|_| Unwritten::Failed)?;
-        self.queue_line(&body)
+        let mut body = Vec::with_capacity(768);
+        serde_json::to_writer(&mut body, entry).map_err(|_| Unwritten::Failed)?;
+        let body = std::str::from_utf8(&body).map_err(|_| Unwritten::Failed)?;
+        self.queue_line(body)
     }
 
     /// Queues a record whose own fields are `body` (a JSON object).
@@ -228,12 +236,17 @@ impl Chain {
         }
         let seq = queue.next;
         let start = queue.pending.len();
-        let prev = hex(&queue.tip);
         let rest = body.strip_prefix('{').unwrap_or(body);
-        let _ = write!(
-            queue.pending,
-            "{{\"seq\":{seq},\"prev\":\"{prev}\",\"t\":\"{t}\",{rest}"
-        );
+        let tip = queue.tip;
+        let line = &mut queue.pending;
+        line.extend_from_slice(b"{\"seq\":");
+        line.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+        line.extend_from_slice(b",\"prev\":\"");
+        super::record::hex_into(&tip, line);
+        line.extend_from_slice(b"\",\"t\":\"");
+        line.extend_from_slice(t.as_bytes());
+        line.extend_from_slice(b"\",");
+        line.extend_from_slice(rest.as_bytes());
         queue.tip = line_hash(&queue.pending[start..]);
         queue.pending.push(b'\n');
         queue.next += 1;
@@ -242,16 +255,24 @@ impl Chain {
 
     /// Resolves once record `seq` is written (`Ok`) or lost (`Err`).
     pub async fn written(&self, seq: u64) -> Result<(), Unwritten> {
+        // Once, before writing: the other requests ready to run queue their records
+        // meanwhile, and one write takes them all (a group commit under load; alone, a
+        // request costs one reschedule more).
+        let mut yielded = false;
         loop {
+            if let Some(done) = self.settled(seq) {
+                return done;
+            }
+            if !yielded {
+                yielded = true;
+                tokio::task::yield_now().await;
+                continue;
+            }
             let woken = self.wrote.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if self.done.load(Ordering::Acquire) > seq {
-                return if self.lost_at(seq) {
-                    Err(Unwritten::Failed)
-                } else {
-                    Ok(())
-                };
+            if let Some(done) = self.settled(seq) {
+                return done;
             }
             if !self.writing.swap(true, Ordering::AcqRel) {
                 self.write_queued();
@@ -263,8 +284,20 @@ impl Chain {
         }
     }
 
+    /// Whether record `seq` is settled: `Some(Ok)` written, `Some(Err)` lost, `None` not
+    /// yet.
+    fn settled(&self, seq: u64) -> Option<Result<(), Unwritten>> {
+        (self.done.load(Ordering::Acquire) > seq).then(|| match self.lost_at(seq) {
+            true => Err(Unwritten::Failed),
+            false => Ok(()),
+        })
+    }
+
     /// Was `seq` lost?
     fn lost_at(&self, seq: u64) -> bool {
+        if !self.ever_lost.load(Ordering::Acquire) {
+            return false;
+        }
         lock(&self.lost)
             .iter()
             .any(|(from, to)| (*from..=*to).contains(&seq))
@@ -273,17 +306,21 @@ impl Chain {
     /// Writes everything queued (one `write(2)`), or loses it (see the module docs).
     fn write_queued(&self) {
         let mut files = lock(&self.files);
-        let (batch, next) = {
+        let (mut batch, next, tip) = {
             let mut queue = lock(&self.queue);
-            (std::mem::take(&mut queue.pending), queue.next)
+            let spare = std::mem::take(&mut queue.spare);
+            let batch = std::mem::replace(&mut queue.pending, spare);
+            (batch, queue.next, queue.tip)
         };
         if batch.is_empty() {
+            lock(&self.queue).spare = batch;
             return;
         }
         let first = self.done.load(Ordering::Acquire);
-        match self.write_batch(&mut files, &batch) {
+        let written = self.write_batch(&mut files, &batch);
+        match written {
             Ok(()) => {
-                let records = files.absorb(&batch);
+                let records = files.absorb(&batch, tip);
                 crate::telemetry::metrics::record_evidence_written(records);
                 self.done.store(next, Ordering::Release);
                 if files.due(&self.limits) {
@@ -292,6 +329,8 @@ impl Chain {
             }
             Err(e) => self.lose(&mut files, first, e),
         }
+        batch.clear();
+        lock(&self.queue).spare = batch;
     }
 
     /// Writes `batch` to the open segment (opening the next one when a failure closed
@@ -329,6 +368,7 @@ impl Chain {
         queue.tip = files.tip;
         let mut lost = lock(&self.lost);
         lost.push((first, to));
+        self.ever_lost.store(true, Ordering::Release);
         let excess = lost.len().saturating_sub(64);
         lost.drain(..excess);
         drop(lost);
@@ -353,14 +393,14 @@ impl Chain {
 
     /// Signs a head over the open segment as it stands (`closed`: it closes).
     fn sign_head(&self, files: &mut Files, closed: bool) {
-        let head = Head {
+        let head = SegmentHead {
             head: 1,
             instance: &self.instance,
             member: &self.member,
             segment: files.segment,
             first_seq: files.first_seq,
-            size: files.leaves.len() as u64,
-            root: hex(&root(&files.leaves)),
+            size: files.tree.size(),
+            root: hex(&files.tree.root()),
             tip: hex(&files.tip),
             prev_head: hex(&files.last_head),
             t: stamp(SystemTime::now()),
@@ -378,7 +418,7 @@ impl Chain {
                 self.dir.display()
             );
         }
-        files.signed = files.leaves.len() as u64;
+        files.signed = files.tree.size();
         files.signed_at = Instant::now();
     }
 
@@ -406,7 +446,7 @@ impl Chain {
             self.wrote.notify_waiters();
         }
         let mut files = lock(&self.files);
-        let unsigned = files.leaves.len() as u64 > files.signed;
+        let unsigned = files.tree.size() > files.signed;
         if files.file.is_some() && files.opened.elapsed() >= self.limits.segment_age && unsigned {
             self.rotate(&mut files);
             return;
@@ -438,7 +478,7 @@ impl Chain {
     pub fn cut(&self, cut: Vec<u32>, reason: &str) {
         let mut files = lock(&self.files);
         let line = signed(
-            &Cut {
+            &RetentionCut {
                 cut,
                 instance: &self.instance,
                 reason,
@@ -469,22 +509,27 @@ impl Chain {
 }
 
 impl Files {
-    /// Takes in a batch just written: its records' leaves and the last one's hash; how
-    /// many records it held.
-    fn absorb(&mut self, batch: &[u8]) -> u64 {
+    /// Takes in a batch just written: its records' leaves, and `tip`, the SHA-256 of
+    /// its last line (the queue's, computed as the line was made); how many records it
+    /// held.
+    fn absorb(&mut self, batch: &[u8], tip: Hash) -> u64 {
         let mut records = 0;
-        for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            self.leaves.push(leaf_hash(line));
-            self.tip = line_hash(line);
-            records += 1;
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', batch) {
+            if end > start {
+                self.tree.push(leaf_hash(&batch[start..end]));
+                records += 1;
+            }
+            start = end + 1;
         }
+        self.tip = tip;
         self.bytes += batch.len() as u64;
         self.dirty = true;
         records
     }
 
     /// Is the open segment due to close (`limits`' size or age)?
-    fn due(&self, limits: &Limits) -> bool {
+    fn due(&self, limits: &ChainLimits) -> bool {
         self.bytes >= limits.segment_bytes || self.opened.elapsed() >= limits.segment_age
     }
 
@@ -495,7 +540,7 @@ impl Files {
         self.bytes = 0;
         self.opened = Instant::now();
         self.first_seq = first_seq;
-        self.leaves.clear();
+        self.tree = Frontier::default();
         self.signed = 0;
     }
 

@@ -24,7 +24,7 @@ use crate::identity::key::SigningKey;
 
 /// What a head says of its segment.
 #[derive(Serialize)]
-pub struct Head<'a> {
+pub struct SegmentHead<'a> {
     /// Always 1: a head (a cut has `cut` instead).
     pub head: u32,
     /// The chain's process (`member/start.pid`).
@@ -59,7 +59,7 @@ pub struct Head<'a> {
 
 /// Retention dropped these segments whole.
 #[derive(Serialize)]
-pub struct Cut<'a> {
+pub struct RetentionCut<'a> {
     /// The segments dropped.
     pub cut: Vec<u32>,
     /// The chain's process.

@@ -24,9 +24,11 @@ pub struct Version {
     /// Its SHA-256, or its case when there was no file (`unavailable`, `unreachable`).
     pub policy: String,
     /// The first decision made under it.
-    pub from: String,
+    #[serde(serialize_with = "as_stamp")]
+    pub from: SystemTime,
     /// The last.
-    pub to: String,
+    #[serde(serialize_with = "as_stamp")]
+    pub to: SystemTime,
     /// Decisions under it, by verdict.
     pub decisions: BTreeMap<String, u64>,
 }
@@ -38,25 +40,30 @@ pub struct OriginHistory {
     pub versions: Vec<Version>,
 }
 
+/// A time as the records write it.
+fn as_stamp<S: serde::Serializer>(at: &SystemTime, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(&stamp(*at))
+}
+
 /// Every origin's history.
-pub struct History {
+pub struct Histories {
     /// By origin, least recently decided on first out.
     origins: Mutex<lru::LruCache<String, OriginHistory>>,
 }
 
-impl Default for History {
+impl Default for Histories {
     fn default() -> Self {
         let bound = std::num::NonZeroUsize::new(ORIGINS).unwrap_or(std::num::NonZeroUsize::MIN);
-        History {
+        Histories {
             origins: Mutex::new(lru::LruCache::new(bound)),
         }
     }
 }
 
-impl History {
+impl Histories {
     /// A decision on `origin` under `policy`, `verdict`.
     pub fn count(&self, origin: &str, policy: &str, verdict: &str) {
-        let now = stamp(SystemTime::now());
+        let now = SystemTime::now();
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         let history = match origins.get_mut(origin) {
             Some(history) => history,
@@ -75,8 +82,8 @@ impl History {
             }
             history.versions.push(Version {
                 policy: policy.to_string(),
-                from: now.clone(),
-                to: now.clone(),
+                from: now,
+                to: now,
                 decisions: BTreeMap::new(),
             });
         }
@@ -99,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_new_version_starts_when_the_policy_changes_and_counts_go_to_the_current_one() {
-        let history = History::default();
+        let history = Histories::default();
         for verdict in ["allowed", "allowed", "disallowed"] {
             history.count("http://a", "aa", verdict);
         }

@@ -58,6 +58,51 @@ pub fn root(leaves: &[Hash]) -> Hash {
     }
 }
 
+/// A tree grown one leaf at a time, holding only its perfect subtrees (one per bit of
+/// its size, largest first): a leaf costs one hash and a merge per carry, its root
+/// `⌈log₂ n⌉` hashes, and it holds `⌈log₂ n⌉` hashes however many leaves it has.
+#[derive(Clone, Debug, Default)]
+pub struct Frontier {
+    /// The perfect subtrees: their sizes and roots, largest first.
+    subtrees: Vec<(u64, Hash)>,
+    /// Leaves taken.
+    size: u64,
+}
+
+impl Frontier {
+    /// Takes the leaf whose hash is `leaf`.
+    pub fn push(&mut self, leaf: Hash) {
+        let mut merged = (1u64, leaf);
+        while let Some(&(size, left)) = self.subtrees.last() {
+            if size != merged.0 {
+                break;
+            }
+            self.subtrees.pop();
+            merged = (size * 2, node_hash(&left, &merged.1));
+        }
+        self.subtrees.push(merged);
+        self.size += 1;
+    }
+
+    /// Leaves taken.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The root over the leaves taken, as [`root`] computes it (the smaller subtrees
+    /// folded into the larger, right to left).
+    pub fn root(&self) -> Hash {
+        let mut subtrees = self.subtrees.iter().rev();
+        let Some(&(_, mut right)) = subtrees.next() else {
+            return root(&[]);
+        };
+        for (_, left) in subtrees {
+            right = node_hash(left, &right);
+        }
+        right
+    }
+}
+
 /// The audit path of leaf `m` among `leaves` (RFC 6962 `PATH(m, D[n])`), nearest the
 /// leaf first; empty for a single leaf or an `m` out of range.
 pub fn path(m: usize, leaves: &[Hash]) -> Vec<Hash> {
@@ -143,6 +188,18 @@ mod tests {
                     "{m} of {n}: another root"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_frontier_grown_leaf_by_leaf_has_the_trees_root() {
+        let all = leaves(70);
+        let mut frontier = Frontier::default();
+        assert_eq!(frontier.root(), root(&[]));
+        for n in 1..=all.len() {
+            frontier.push(all[n - 1]);
+            assert_eq!(frontier.root(), root(&all[..n]), "{n} leaves");
+            assert_eq!(frontier.size(), n as u64);
         }
     }
 

@@ -53,9 +53,9 @@ use std::time::Duration;
 use crate::config::{ClientAddresses, EvidenceConfig, EvidenceFailure};
 use crate::error::Failure;
 use crate::identity::key::SigningKey;
-use chain::{Chain, Limits};
+use chain::{Chain, ChainLimits};
 pub use history::OriginHistory;
-pub use record::{Decided, Entry, Fetch, Fetched, Outcome, PolicyRef, RuleRef};
+pub use record::{Concluded, Decided, Entry, Fetch, Fetched, PolicyRef, RuleRef};
 
 /// What kind of problem an [`EvidenceError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,12 +105,15 @@ pub struct Evidence {
     pseudonyms: Option<ring::hmac::Key>,
     /// How clients are recorded.
     clients: ClientAddresses,
+    /// Pseudonyms already made, by address (a fleet's crawlers are few: at most
+    /// [`PSEUDONYMS`] kept, all forgotten when full).
+    named: std::sync::Mutex<std::collections::HashMap<IpAddr, Arc<str>>>,
     /// What a request gets when its record cannot be written.
     on_failure: EvidenceFailure,
     /// Outcomes carry the body's digest.
     body_digest: bool,
     /// Each origin's versions and verdicts, for the admin API.
-    history: history::History,
+    history: history::Histories,
     /// Retention's settings.
     retention: upkeep::Retention,
 }
@@ -141,7 +144,7 @@ impl Evidence {
             ClientAddresses::Keep | ClientAddresses::Omit => None,
         };
         upkeep::sign_unsigned_tails(dir, instance, &key);
-        let limits = Limits {
+        let limits = ChainLimits {
             segment_bytes: config.segment_bytes,
             segment_age: config.segment_seconds.duration(),
             head_every: config.head_interval_seconds.duration(),
@@ -171,9 +174,10 @@ impl Evidence {
             dir: dir.clone(),
             pseudonyms,
             clients: config.client_addresses,
+            named: std::sync::Mutex::default(),
             on_failure: config.on_failure,
             body_digest: config.body_digest,
-            history: history::History::default(),
+            history: history::Histories::default(),
             retention: upkeep::Retention {
                 age: config.retention_seconds.duration(),
                 bytes: config.retention_bytes,
@@ -200,8 +204,17 @@ impl Evidence {
         match (self.clients, &self.pseudonyms) {
             (ClientAddresses::Keep, _) => Some(ip.to_string()),
             (ClientAddresses::Pseudonym, Some(key)) => {
+                let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(name) = named.get(&ip) {
+                    return Some(name.to_string());
+                }
                 let tag = ring::hmac::sign(key, ip.to_canonical().to_string().as_bytes());
-                Some(format!("p:{}", record::hex(&tag.as_ref()[..16])))
+                let name = format!("p:{}", record::hex(&tag.as_ref()[..16]));
+                if named.len() >= PSEUDONYMS {
+                    named.clear();
+                }
+                named.insert(ip, name.as_str().into());
+                Some(name)
             }
             _ => None,
         }
@@ -275,7 +288,11 @@ pub fn lone_instance() -> (String, String) {
     let member = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())
-        .filter(|h| crate::fleet::channel::member_name_valid(h))
+        .filter(|h| {
+            (1..=64).contains(&h.len())
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        })
         .unwrap_or_else(|| "robotsgate".into());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -305,6 +322,9 @@ fn signing_key(dir: &Path, key_file: Option<&Path>) -> Result<SigningKey, Eviden
     SigningKey::load(&path, "evidence")
         .map_err(|e| EvidenceError::new(EvidenceErrorKind::Key, e.to_string()).because(e))
 }
+
+/// Client pseudonyms kept made, at most.
+const PSEUDONYMS: usize = 4096;
 
 /// How often the upkeep thread wakes.
 const UPKEEP_EVERY: Duration = Duration::from_millis(200);

@@ -9,7 +9,7 @@
 //! who writes it, with which build, matcher and key), [`Fetch`] (a robots.txt request
 //! about to leave), [`Fetched`] (what it brought: the policy by hash, or the absence
 //! of one, with the RFC 9309 case), [`Adopted`] (a fleet member took another member's
-//! copy), [`Decided`] (a request's decision, written before it is sent), [`Outcome`]
+//! copy), [`Decided`] (a request's decision, written before it is sent), [`Concluded`]
 //! (how its exchange ended), [`Gap`] (records lost to a write that failed, whose
 //! requests were refused or, with `on_failure: continue`, sent unrecorded).
 
@@ -33,7 +33,7 @@ pub enum Entry<'a> {
     /// A request's decision.
     Decision(Box<Decided<'a>>),
     /// How a forwarded request's exchange ended.
-    Outcome(Outcome<'a>),
+    Outcome(Concluded<'a>),
     /// Records that were never written.
     Gap(Gap),
 }
@@ -163,7 +163,7 @@ pub struct Decided<'a> {
     pub would: Option<&'a str>,
     /// The robots.txt it was decided on.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PolicyRef>,
+    pub policy: Option<PolicyRef<'a>>,
     /// The group the tokens chose (its first name), when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<&'a str>,
@@ -183,10 +183,10 @@ pub struct Decided<'a> {
 
 /// The robots.txt a decision was made on.
 #[derive(Serialize)]
-pub struct PolicyRef {
+pub struct PolicyRef<'a> {
     /// The SHA-256 of its octets (none: no file, see `case`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
+    pub sha256: Option<&'a str>,
     /// The RFC 9309 case it is in now (`fresh`, `stale-if-error`, `unavailable`,
     /// `unreachable`, `unreachable-long`).
     pub case: &'static str,
@@ -208,7 +208,7 @@ pub struct RuleRef<'a> {
 
 /// How a forwarded request's exchange ended (written after it, not waited for).
 #[derive(Serialize)]
-pub struct Outcome<'a> {
+pub struct Concluded<'a> {
     /// The [`Decided`] record's `seq`.
     pub decision: u64,
     /// The origin's status, when it answered.
@@ -243,33 +243,56 @@ pub struct Gap {
 
 /// Lower-case hexadecimal of `octets`.
 pub fn hex(octets: &[u8]) -> String {
+    let mut out = Vec::with_capacity(octets.len() * 2);
+    hex_into(octets, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`hex`], appended to `out`.
+pub fn hex_into(octets: &[u8], out: &mut Vec<u8>) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(octets.len() * 2);
-    for b in octets {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
+    out.extend(
+        octets
+            .iter()
+            .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]),
+    );
 }
 
 /// `at` as the records write times: RFC 3339, UTC, microseconds
-/// (`2026-12-07T15:00:00.123456Z`); such strings sort as the times do.
+/// (`2026-12-07T15:00:00.123456Z`); such strings sort as the times do. The date and time
+/// of day are formatted once per second per thread.
 pub fn stamp(at: std::time::SystemTime) -> String {
+    thread_local!(static SECOND: std::cell::RefCell<(u64, String)> = const {
+        std::cell::RefCell::new((u64::MAX, String::new()))
+    });
     let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let day = i64::try_from(since.as_secs())
-        .ok()
-        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        day.year(),
-        u8::from(day.month()),
-        day.day(),
-        day.hour(),
-        day.minute(),
-        day.second(),
-        since.subsec_micros()
-    )
+    let mut out = SECOND.with_borrow_mut(|(second, prefix)| {
+        if *second != since.as_secs() {
+            *second = since.as_secs();
+            let day = i64::try_from(since.as_secs())
+                .ok()
+                .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            *prefix = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.",
+                day.year(),
+                u8::from(day.month()),
+                day.day(),
+                day.hour(),
+                day.minute(),
+                day.second(),
+            );
+        }
+        let mut out = String::with_capacity(27);
+        out.push_str(prefix);
+        out
+    });
+    let mut micros = itoa::Buffer::new();
+    let micros = micros.format(since.subsec_micros());
+    out.extend(std::iter::repeat_n('0', 6 - micros.len()));
+    out.push_str(micros);
+    out.push('Z');
+    out
 }
 
 /// A time given on the command line (`2026-12-07`, `2026-12-07T15:00:00Z`, with or

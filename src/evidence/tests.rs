@@ -39,7 +39,7 @@ async fn decide(evidence: &Evidence, origin: &str, octets: &[u8], n: usize) {
             verdict: if i % 2 == 0 { "allowed" } else { "disallowed" },
             why: "x",
             policy: Some(PolicyRef {
-                sha256: Some(sha.clone()),
+                sha256: Some(&sha),
                 case: "fresh",
                 age_s: Some(1.0),
             }),
@@ -181,6 +181,45 @@ async fn each_change_to_the_files_is_named() {
         heads.remove(1);
         std::fs::write(&path, heads.join("\n") + "\n").expect("write");
     }
+}
+
+#[tokio::test]
+async fn segments_past_their_age_are_dropped_under_a_signed_cut() {
+    let dir = tempfile::tempdir().expect("dir");
+    let evidence = open_small(dir.path(), "m/1.6");
+    decide(&evidence, "http://a.example", b"User-agent: *\n", 30).await;
+    // The closed segments last written an hour ago; the open one now.
+    let chain = &read::chains(dir.path()).expect("chains")[0];
+    let open = evidence.chain.open_segment();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for (n, path) in &chain.segments {
+        if *n < open {
+            let file = std::fs::File::options()
+                .write(true)
+                .open(path)
+                .expect("open");
+            file.set_modified(hour_ago).expect("mtime");
+        }
+    }
+    let retention = upkeep::Retention {
+        age: Duration::from_secs(60),
+        bytes: 0,
+        key: evidence.retention.key.clone(),
+    };
+    retention.apply(dir.path(), &evidence.chain);
+    evidence.close();
+    let left = read::chains(dir.path()).expect("chains")[0].segments.len();
+    assert_eq!(left, 1, "only the segment open then is left");
+    let report = check(dir.path());
+    assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("dropped by retention (age)")),
+        "{:#?}",
+        report.notes
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::chain::Chain;
-use super::head::{line_hash, signed, Cut, Head};
+use super::head::{line_hash, signed, RetentionCut, SegmentHead};
 use super::merkle::{leaf_hash, root};
 use super::read::{self, ChainFiles};
 use super::record::{hex, stamp};
@@ -106,7 +106,7 @@ fn sign_tail(chain: &ChainFiles, key: &SigningKey) -> Result<(), super::Evidence
             .and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
             .and_then(|v| v["seq"].as_u64())
             .unwrap_or(0);
-        let head = Head {
+        let head = SegmentHead {
             head: 1,
             instance: &instance,
             member: member_of(&instance),
@@ -249,7 +249,7 @@ impl Retention {
         let heads = read::chain(&chain.dir).map(|c| c.heads).unwrap_or_default();
         let instance = chain.instance();
         let line = signed(
-            &Cut {
+            &RetentionCut {
                 cut,
                 instance: &instance,
                 reason,

@@ -19,7 +19,11 @@ use super::record::hex;
 /// Writes `bundle` as WARC 1.1 to `out`.
 pub fn write(bundle: &Bundle, out: &mut impl Write) -> std::io::Result<Exported> {
     let created = bundle.header["created"].as_str().unwrap_or("");
-    let info = format!("software: robotsgate/{}\r\nformat: WARC File Format 1.1\r\ndescription: robotsgate evidence bundle {}\r\n", env!("CARGO_PKG_VERSION"), bundle.header);
+    let info = format!(
+        "software: robotsgate/{}\r\nformat: WARC File Format 1.1\r\ndescription: robotsgate evidence bundle {}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        bundle.header
+    );
     record(
         out,
         &[
@@ -30,18 +34,36 @@ pub fn write(bundle: &Bundle, out: &mut impl Write) -> std::io::Result<Exported>
         ],
         info.as_bytes(),
     )?;
+    let responses = write_policies(bundle, out, created)?;
+    write_heads(bundle, out, created)?;
+    let mut exported = Exported {
+        chains: bundle.heads.len(),
+        policies: bundle.policies.len(),
+        ..Exported::default()
+    };
+    for item in &bundle.records {
+        write_record(item, &responses, out, created)?;
+        exported.records += 1;
+        exported.decisions += usize::from(item.json["type"] == "decision");
+    }
+    out.flush()?;
+    Ok(exported)
+}
+
+/// Each robots.txt the bundle holds, as the `response` it was: by SHA-256, the record
+/// id and target URI written.
+fn write_policies(
+    bundle: &Bundle,
+    out: &mut impl Write,
+    created: &str,
+) -> std::io::Result<std::collections::BTreeMap<String, (String, String)>> {
     let mut responses = std::collections::BTreeMap::new();
     for (sha, octets) in &bundle.policies {
-        let fetched = bundle
-            .records
-            .iter()
-            .map(|i| &i.json)
-            .find(|r| r["type"] == "fetched" && r["sha256"] == sha.as_str());
-        let any = bundle
-            .records
-            .iter()
-            .map(|i| &i.json)
-            .find(|r| r["policy"]["sha256"] == sha.as_str() || r["sha256"] == sha.as_str());
+        let naming =
+            |r: &&Value| r["policy"]["sha256"] == sha.as_str() || r["sha256"] == sha.as_str();
+        let records = || bundle.records.iter().map(|i| &i.json);
+        let fetched = records().find(|r| r["type"] == "fetched" && r["sha256"] == sha.as_str());
+        let any = records().find(naming);
         let url = fetched
             .and_then(|r| r["url"].as_str().map(str::to_string))
             .or_else(|| {
@@ -72,6 +94,11 @@ pub fn write(bundle: &Bundle, out: &mut impl Write) -> std::io::Result<Exported>
         )?;
         responses.insert(sha.clone(), (record_id, url));
     }
+    Ok(responses)
+}
+
+/// Each chain's head lines, as `metadata` records.
+fn write_heads(bundle: &Bundle, out: &mut impl Write, created: &str) -> std::io::Result<()> {
     for (chain, heads) in &bundle.heads {
         for (n, line) in heads.iter().enumerate() {
             let head: Value = serde_json::from_str(line).unwrap_or(Value::Null);
@@ -92,47 +119,46 @@ pub fn write(bundle: &Bundle, out: &mut impl Write) -> std::io::Result<Exported>
             )?;
         }
     }
-    let mut exported = Exported {
-        chains: bundle.heads.len(),
-        policies: bundle.policies.len(),
-        ..Exported::default()
+    Ok(())
+}
+
+/// One evidence record, as a `metadata` record referring to the robots.txt response it
+/// names (`responses`, by SHA-256).
+fn write_record(
+    item: &super::bundle::Item,
+    responses: &std::collections::BTreeMap<String, (String, String)>,
+    out: &mut impl Write,
+    created: &str,
+) -> std::io::Result<()> {
+    let r = &item.json;
+    let seq = r["seq"].as_u64().unwrap_or(0).to_string();
+    let target = match r["url"].as_str() {
+        Some(url) => url.to_string(),
+        None => format!("urn:robotsgate:record:{}:{seq}", item.chain),
     };
-    for item in &bundle.records {
-        let r = &item.json;
-        let seq = r["seq"].as_u64().unwrap_or(0).to_string();
-        let target = match r["url"].as_str() {
-            Some(url) => url.to_string(),
-            None => format!("urn:robotsgate:record:{}:{seq}", item.chain),
-        };
-        let proof: Vec<String> = item.proof.iter().map(|h| hex(h)).collect();
-        let (segment, index) = (item.segment.to_string(), item.index.to_string());
-        let size = item.size.map(|s| s.to_string()).unwrap_or_default();
-        let record_id = id(&["record", &item.chain, &segment, &index]);
-        let joined = proof.join(",");
-        let mut fields = vec![
-            ("WARC-Type", "metadata"),
-            ("WARC-Target-URI", target.as_str()),
-            ("WARC-Date", r["t"].as_str().unwrap_or(created)),
-            ("WARC-Record-ID", record_id.as_str()),
-            ("Content-Type", "application/json"),
-            ("Robotsgate-Chain", item.chain.as_str()),
-            ("Robotsgate-Segment", segment.as_str()),
-            ("Robotsgate-Index", index.as_str()),
-            ("Robotsgate-Size", size.as_str()),
-            ("Robotsgate-Proof", joined.as_str()),
-        ];
-        let named = super::bundle::named_policies(r);
-        let refers = named.first().and_then(|sha| responses.get(sha));
-        if let Some((referred, url)) = refers {
-            fields.push(("WARC-Refers-To", referred.as_str()));
-            fields.push(("WARC-Refers-To-Target-URI", url.as_str()));
-        }
-        record(out, &fields, &item.line)?;
-        exported.records += 1;
-        exported.decisions += usize::from(r["type"] == "decision");
+    let proof: Vec<String> = item.proof.iter().map(|h| hex(h)).collect();
+    let (segment, index) = (item.segment.to_string(), item.index.to_string());
+    let size = item.size.map(|s| s.to_string()).unwrap_or_default();
+    let record_id = id(&["record", &item.chain, &segment, &index]);
+    let joined = proof.join(",");
+    let mut fields = vec![
+        ("WARC-Type", "metadata"),
+        ("WARC-Target-URI", target.as_str()),
+        ("WARC-Date", r["t"].as_str().unwrap_or(created)),
+        ("WARC-Record-ID", record_id.as_str()),
+        ("Content-Type", "application/json"),
+        ("Robotsgate-Chain", item.chain.as_str()),
+        ("Robotsgate-Segment", segment.as_str()),
+        ("Robotsgate-Index", index.as_str()),
+        ("Robotsgate-Size", size.as_str()),
+        ("Robotsgate-Proof", joined.as_str()),
+    ];
+    let named = super::bundle::named_policies(r);
+    if let Some((referred, url)) = named.first().and_then(|sha| responses.get(sha)) {
+        fields.push(("WARC-Refers-To", referred.as_str()));
+        fields.push(("WARC-Refers-To-Target-URI", url.as_str()));
     }
-    out.flush()?;
-    Ok(exported)
+    record(out, &fields, &item.line)
 }
 
 /// One WARC record: its fields, `Content-Length`, the block, the two CRLFs after it.

@@ -282,8 +282,14 @@ impl AdminApp {
             .map(|view| {
                 let schedules = view.schedules();
                 let slowest = schedules.iter().max_by_key(|s| s.delay);
+                let versions = self
+                    .enforcer
+                    .evidence()
+                    .and_then(|e| e.history(&view.origin().to_string()))
+                    .map(|h| h.versions);
                 json!({
                     "origin": view.origin().to_string(),
+                    "versions": versions,
                     "requests": view.requests(),
                     "robots": view.snapshot().map(|s| robots_state(&view, s)),
                     "delay_seconds": slowest.map(|s| s.delay.as_secs_f64()),
@@ -427,7 +433,7 @@ impl AdminApp {
         });
         if let Policy::Rules(file) = &snapshot.policy {
             out["parsed"] = parsed(&file.robots);
-            out["sha256"] = json!(crate::evidence::record::hex(&file.sha256));
+            out["sha256"] = json!(file.sha256_hex);
         }
         let mut pacing = Vec::new();
         for s in view.schedules() {
@@ -466,9 +472,7 @@ impl AdminApp {
         let mut answer = match &snapshot.policy {
             Policy::Rules(file) => {
                 let mut answer = reply(200, "text/plain; charset=utf-8", file.body.to_vec());
-                if let Ok(sha) =
-                    http::HeaderValue::from_str(&crate::evidence::record::hex(&file.sha256))
-                {
+                if let Ok(sha) = http::HeaderValue::from_str(&file.sha256_hex) {
                     answer.headers_mut().insert("X-Robots-Sha256", sha);
                 }
                 answer

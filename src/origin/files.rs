@@ -30,6 +30,8 @@ pub struct RobotsFile {
     pub robots: RobotsTxt,
     /// The SHA-256 of `body`: what the evidence names the file by.
     pub sha256: [u8; 32],
+    /// The same in hex, as records write it (made once, not per decision).
+    pub sha256_hex: Box<str>,
 }
 
 /// The files held, by the hash of their octets.
@@ -70,6 +72,7 @@ pub fn parse(body: Bytes) -> Arc<RobotsFile> {
         robots: RobotsTxt::parse(&body),
         body: body.to_vec().into_boxed_slice(),
         sha256,
+        sha256_hex: crate::evidence::record::hex(&sha256).into(),
     });
     let mut table = lock();
     table.files.insert(key, Arc::downgrade(&file));

@@ -110,10 +110,10 @@ impl Snapshot {
         }
     }
 
-    /// The SHA-256 of the file the policy holds, if it holds one.
-    pub fn sha256(&self) -> Option<&[u8; 32]> {
+    /// The SHA-256 of the file the policy holds, in hex, if it holds one.
+    pub fn sha256(&self) -> Option<&str> {
         match &self.policy {
-            Policy::Rules(file) => Some(&file.sha256),
+            Policy::Rules(file) => Some(&file.sha256_hex),
             _ => None,
         }
     }

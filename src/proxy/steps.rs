@@ -12,7 +12,7 @@ use super::exchange::{exchange_end, retry_reason};
 use super::headers::request_has_no_body;
 use super::http::RobotsGateProxy;
 use super::request::requester;
-use crate::enforce::{Allowed, Answer, Decision, Judged, Pace, Said, Turn, Unpaced};
+use crate::enforce::{Answer, Decision, Judged, Pace, Said, Turn, Unpaced};
 use crate::fleet::Reroutes;
 use crate::handover::Passed;
 use crate::policy::target::Target;
@@ -96,12 +96,12 @@ impl RobotsGateProxy {
         session: &mut Session,
         ctx: &mut RequestContext,
         judged: Judged,
-        mut reroutes: Reroutes,
+        reroutes: Reroutes,
     ) -> Result<Option<Answer>> {
         ctx.tokens_from = judged.tokens_from;
         ctx.mode_from = judged.mode_from;
         let (snapshot, report) = (judged.snapshot.clone(), judged.report);
-        let (addr, why, pace, reported, usage) = match judged.decision {
+        let forwarded = match judged.decision {
             Decision::Refuse(reply) => {
                 let answer = reply.answer();
                 self.record_answer(session, ctx, snapshot.as_deref(), &answer, report);
@@ -117,10 +117,44 @@ impl RobotsGateProxy {
                 pace,
                 reported,
                 usage,
-            } => (addr, why, pace, reported, usage),
+            } => Forwarded {
+                addr,
+                allowed: why,
+                rule: pace.rule,
+                reported: reported.map(|r| r.reported()),
+                usage,
+                signer: judged.signer,
+                payment: None,
+                paid: None,
+                pace,
+                turn: None,
+                attempts: 0,
+                retried: None,
+                upstream_status: None,
+                failed: None,
+                recorded: None,
+                digest: None,
+            },
         };
+        let recorded = (snapshot.as_deref(), report);
+        self.in_turn(session, ctx, forwarded, recorded, reroutes)
+            .await
+    }
+
+    /// A request allowed as `forwarded` says: its turn waited for, its decision recorded
+    /// (`recorded`: the robots.txt copy it was decided on, report mode), then its
+    /// exchange begun; `Some`: robotsgate's own answer instead (no turn, no record), or
+    /// routed once more when this instance gave the key up while it queued.
+    async fn in_turn(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        forwarded: Forwarded,
+        (snapshot, report): (Option<&crate::enforce::Snapshot>, bool),
+        mut reroutes: Reroutes,
+    ) -> Result<Option<Answer>> {
         let queued = std::time::Instant::now();
-        let paced = match self.wait_for_turn(session, &pace).await {
+        let paced = match self.wait_for_turn(session, &forwarded.pace).await {
             Ok(paced) => paced,
             Err(left) => {
                 let waited = queued.elapsed();
@@ -143,33 +177,18 @@ impl RobotsGateProxy {
             }
             Err(unpaced) => {
                 let answer = unpaced.answer();
-                self.record_answer(session, ctx, snapshot.as_deref(), &answer, report);
+                self.record_answer(session, ctx, snapshot, &answer, report);
                 return Ok(Some(answer));
             }
         };
-        let reported = reported.map(|r| r.reported());
         let forwarded = Forwarded {
-            addr,
-            allowed: why,
-            rule: pace.rule,
-            reported,
-            usage,
-            signer: judged.signer,
-            payment: None,
-            paid: None,
-            pace,
             turn: Some(turn),
-            attempts: 0,
-            retried: None,
-            upstream_status: None,
-            failed: None,
-            recorded: None,
-            digest: None,
+            ..forwarded
         };
-        let recorded = self
-            .record_forward(session, ctx, snapshot.as_deref(), &forwarded, report)
-            .await;
-        let recorded = match recorded {
+        let recorded = match self
+            .record_forward(session, ctx, snapshot, &forwarded, report)
+            .await
+        {
             Ok(recorded) => recorded,
             Err(answer) => {
                 if let Some(turn) = forwarded.turn {
@@ -210,13 +229,8 @@ impl RobotsGateProxy {
             return;
         };
         let who = requester(session, &ctx.client);
-        let said = Said {
-            verdict: answer.decision.label(),
-            why: &answer.header,
-            line: answer.rule_line,
-            report,
-            ..arrival(session, ctx)
-        };
+        let said = Said::answered(answer).arriving(arrival(session, ctx));
+        let said = Said { report, ..said };
         self.enforcer.record_refusal(target, &who, snapshot, said);
     }
 
@@ -237,23 +251,13 @@ impl RobotsGateProxy {
         let who = requester(session, &ctx.client);
         let allowed = forwarded.allowed.to_string();
         let usage = forwarded.usage.as_ref().map(|u| u.header());
-        let (verdict, would, line) = match &forwarded.reported {
-            Some(r) => (r.outcome.label(), Some(r.header.as_str()), r.line),
-            None => match forwarded.allowed {
-                Allowed::Rule { line } => ("allowed", None, Some(line)),
-                _ => ("allowed", None, None),
-            },
-        };
+        let said = Said::forwarded(forwarded.allowed, &allowed, forwarded.reported.as_ref());
         let said = Said {
-            verdict,
-            why: &allowed,
-            would,
-            line,
             usage: usage.as_deref(),
             wait: forwarded.turn.as_ref().map(Turn::waited),
             key_id: forwarded.signer.as_ref().map(|s| s.identity.key_id()),
             report,
-            ..arrival(session, ctx)
+            ..said.arriving(arrival(session, ctx))
         };
         self.enforcer
             .record_forward(target, &who, snapshot, said)

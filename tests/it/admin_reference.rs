@@ -54,7 +54,10 @@ fn fields(value: &Value) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_reference_is_what_the_admin_api_answers() {
     let redis = Redis::start();
-    let proxies = instances(1, &fleet_conf(&redis));
+    let evidence = tempfile::tempdir().expect("tempdir");
+    let kept =
+        crate::common::Conf::new().set("evidence.dir", evidence.path().display().to_string());
+    let proxies = instances(1, &fleet_conf(&redis).with(&kept));
     backend_up(&proxies).await;
     let origin = paced_origin("1").await;
     assert_eq!(curl(&proxies[0], &origin.url("/page"), &[]).0, 200);
@@ -67,6 +70,10 @@ async fn the_admin_reference_is_what_the_admin_api_answers() {
         (
             "/origins/{origin}",
             format!("/origins/{}", urlencode(&base)),
+        ),
+        (
+            "/origins/{origin}/evidence",
+            format!("/origins/{}/evidence", urlencode(&base)),
         ),
         ("/status.json", "/status.json".to_string()),
         ("/fleet", "/fleet".to_string()),
@@ -101,7 +108,13 @@ fn every_admin_route_has_its_section() {
             matched.insert(format!("{method} {path}"));
         }
     }
-    for (method, sub) in [("GET", ""), ("POST", "/refresh"), ("DELETE", "")] {
+    for (method, sub) in [
+        ("GET", ""),
+        ("GET", "/robots.txt"),
+        ("GET", "/evidence"),
+        ("POST", "/refresh"),
+        ("DELETE", ""),
+    ] {
         assert!(router.contains(&format!(
             "(\"{method}\", \"{}\")",
             sub.trim_start_matches('/')

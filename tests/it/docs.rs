@@ -512,3 +512,43 @@ fn no_task_page_paragraph_runs_over_150_words() {
     }
     assert!(long.is_empty(), "{}", long.join("\n"));
 }
+
+/// Every metric the code registers has its row in `docs/operations.md`'s metrics table,
+/// and every row there is a metric the code registers (names read from `src/`: the
+/// `robotsgate_…` literals beside a `register_…!` macro).
+#[test]
+fn every_metric_has_its_row() {
+    let mut files = Vec::new();
+    crate::layers::sources(&repo_root().join("src"), &mut files);
+    let mut registered = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("source");
+        for (at, _) in text.match_indices("register_") {
+            let rest = &text[at..text.len().min(at + 200)];
+            if let Some(name) = rest
+                .split('"')
+                .nth(1)
+                .filter(|n| n.starts_with("robotsgate_"))
+            {
+                registered.insert(name.to_string());
+            }
+        }
+    }
+    let page = std::fs::read_to_string(repo_root().join("docs/operations.md")).expect("page");
+    let rows: BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `robotsgate_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|n| format!("robotsgate_{n}"))
+        .collect();
+    assert!(
+        registered.len() > 40,
+        "the names were not read: {registered:?}"
+    );
+    let missing: Vec<_> = registered.difference(&rows).collect();
+    let extra: Vec<_> = rows.difference(&registered).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "registered without a row: {missing:?}; rows the code does not register: {extra:?}"
+    );
+}

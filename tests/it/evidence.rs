@@ -669,3 +669,35 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// The status page, in headless Chromium, shows an origin's robots.txt history: each
+/// version decided on (its SHA-256's start) with its decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_an_origins_robots_txt_history() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = Proxy::start_for_loopback(&kept_in(dir.path()).set("robots.min_ttl_seconds", 0));
+    let origin = TestOrigin::robots("User-agent: *\nDisallow: /b\n").await;
+    assert_eq!(curl(&proxy, &origin.url("/a"), &[]).0, 200);
+    assert_eq!(curl(&proxy, &origin.url("/b"), &[]).0, 403);
+    let before = held_sha(&proxy, &origin.url(""));
+    origin.set(
+        "/robots.txt",
+        Behaviour::ok("User-agent: *\nDisallow: /a\n"),
+    );
+    let encoded = crate::fleet_fixture::urlencode(origin.url("").trim_end_matches('/'));
+    assert_eq!(
+        admin(&proxy, "POST", &format!("/origins/{encoded}/refresh")).0,
+        200
+    );
+    assert_eq!(curl(&proxy, &origin.url("/b"), &[]).0, 200);
+    let after = held_sha(&proxy, &origin.url(""));
+    let profile = tempfile::tempdir().expect("tempdir");
+    let page = format!("http://{}/", proxy.admin);
+    let dom = tokio::task::block_in_place(|| {
+        crate::status_page::chromium(profile.path(), &["--dump-dom"], &page)
+    });
+    for (sha, decisions) in [(&before, "allowed 1, disallowed 1"), (&after, "allowed 1")] {
+        assert!(dom.contains(&format!("{} ", &sha[..12])), "{sha}:\n{dom}");
+        assert!(dom.contains(decisions), "{decisions}:\n{dom}");
+    }
+}

@@ -171,6 +171,7 @@ fn layers_form_no_cycle() {
         "origin",
         "fleet",
         "pacing",
+        "evidence",
         "telemetry",
         "policy",
         "identity",

@@ -117,7 +117,6 @@ impl Tunnels {
         answering: &mut Option<crate::downstream::drain::Serving>,
     ) -> Option<(SocketAddr, Turn, Option<u64>)> {
         let shown = root.origin.to_string();
-        let connect = mode != TunnelMode::TransparentBlind;
         let mut reroutes = Reroutes::default();
         let arrival = Said {
             arrived: mode.label(),
@@ -130,22 +129,8 @@ impl Tunnels {
                 .decide_tunnel(root, who, destination, handed)
                 .await;
             let snapshot = snapshot.as_deref();
-            let refused = |answer: &Answer| {
-                let said = Said {
-                    verdict: answer.decision.label(),
-                    why: &answer.header,
-                    line: answer.rule_line,
-                    ..arrival
-                };
-                self.enforcer.record_refusal(root, who, snapshot, said);
-            };
-            let owner = match decision {
-                Decision::Refuse(reply) => {
-                    let answer = reply.answer();
-                    refused(&answer);
-                    self.refuse(l4, &shown, mode, &answer, started).await;
-                    return None;
-                }
+            let answer = match decision {
+                Decision::Refuse(reply) => reply.answer(),
                 Decision::Forward {
                     addr,
                     pace,
@@ -155,23 +140,18 @@ impl Tunnels {
                 } => match self.enforcer.pace(&pace).await {
                     Ok(permit) => {
                         let reported = reported.map(|r| r.reported());
-                        let (verdict, would, line) = match (&reported, why) {
-                            (Some(r), _) => (r.outcome.label(), Some(r.header.as_str()), r.line),
-                            (None, Allowed::Rule { line }) => ("allowed", None, Some(line)),
-                            (None, _) => ("allowed", None, None),
-                        };
                         let allowed = why.to_string();
+                        let said =
+                            Said::forwarded(why, &allowed, reported.as_ref()).arriving(arrival);
                         let said = Said {
-                            verdict,
-                            why: &allowed,
-                            would,
-                            line,
                             wait: Some(permit.waited()),
-                            report: reported.is_some(),
-                            ..arrival
+                            ..said
                         };
-                        let recorded = self.enforcer.record_forward(root, who, snapshot, said);
-                        match recorded.await {
+                        match self
+                            .enforcer
+                            .record_forward(root, who, snapshot, said)
+                            .await
+                        {
                             Ok(seq) => return Some((addr, permit, seq)),
                             Err(answer) => {
                                 permit.forgo();
@@ -187,55 +167,74 @@ impl Tunnels {
                     {
                         continue
                     }
-                    Err(unpaced) => {
-                        let answer = unpaced.answer();
-                        refused(&answer);
-                        self.refuse(l4, &shown, mode, &answer, started).await;
-                        return None;
-                    }
+                    Err(unpaced) => unpaced.answer(),
                 },
-                Decision::HandOver(owner) => owner,
-            };
-            let context = PeerContext {
-                client: who.client,
-                user: who.user.map(str::to_string),
-                tunnel: None,
-                destination,
-                http2: false,
-            };
-            let relayed = self
-                .handover
-                .tunnel(
-                    l4,
-                    &owner,
-                    &root.origin,
-                    (context, who.user_agent),
-                    connect,
-                    answering,
-                )
-                .await;
-            match relayed {
-                Err(answer) => {
-                    self.refuse(l4, &shown, mode, &answer, started).await;
-                    return None;
-                }
-                Ok(Tunnelled::Done) => {
-                    log_tunnel(&shown, mode, "handed_over", started);
-                    return None;
-                }
-                // The owner gave the key up before opening anything, or never received
-                // the tunnel: routed once more, like a request, while that is allowed.
-                Ok(last) => {
-                    if !self.handover.route_again(Some(&owner), &mut reroutes) {
-                        let answer = unavailable(match last {
-                            Tunnelled::GaveUp => Unreached::KeptGivingUp,
-                            _ => Unreached::Unreachable,
-                        });
-                        self.refuse(l4, &shown, mode, &answer, started).await;
-                        return None;
+                Decision::HandOver(owner) => {
+                    let to = (&owner, destination, mode);
+                    if self
+                        .hand_blind(l4, root, who, to, answering, &mut reroutes, started)
+                        .await
+                    {
+                        continue;
                     }
+                    return None;
                 }
-            }
+            };
+            let said = Said::answered(&answer).arriving(arrival);
+            self.enforcer.record_refusal(root, who, snapshot, said);
+            self.refuse(l4, &shown, mode, &answer, started).await;
+            return None;
         }
+    }
+
+    /// Hands a blind tunnel to `owner` (on its way to `destination`, arrived as `mode`)
+    /// and relays it: `true` when it is to be routed once more (the owner gave the key
+    /// up before opening anything, or never received it, and `reroutes` allows it);
+    /// `false` once it is relayed or answered.
+    #[allow(clippy::too_many_arguments)]
+    async fn hand_blind<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        l4: &mut S,
+        root: &Target,
+        who: &Requester<'_>,
+        (owner, destination, mode): (&crate::fleet::Owner, Option<SocketAddr>, TunnelMode),
+        answering: &mut Option<crate::downstream::drain::Serving>,
+        reroutes: &mut Reroutes,
+        started: Instant,
+    ) -> bool {
+        let shown = root.origin.to_string();
+        let connect = mode != TunnelMode::TransparentBlind;
+        let context = PeerContext {
+            client: who.client,
+            user: who.user.map(str::to_string),
+            tunnel: None,
+            destination,
+            http2: false,
+        };
+        let chose = (context, who.user_agent);
+        let relayed = self
+            .handover
+            .tunnel(l4, owner, &root.origin, chose, connect, answering)
+            .await;
+        let answer = match relayed {
+            Err(answer) => answer,
+            Ok(Tunnelled::Done) => {
+                log_tunnel(&shown, mode, "handed_over", started);
+                return false;
+            }
+            // The owner gave the key up before opening anything, or never received the
+            // tunnel: routed once more, like a request, while that is allowed.
+            Ok(last) => {
+                if self.handover.route_again(Some(owner), reroutes) {
+                    return true;
+                }
+                unavailable(match last {
+                    Tunnelled::GaveUp => Unreached::KeptGivingUp,
+                    _ => Unreached::Unreachable,
+                })
+            }
+        };
+        self.refuse(l4, &shown, mode, &answer, started).await;
+        false
     }
 }

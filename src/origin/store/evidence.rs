@@ -42,7 +42,7 @@ pub(super) async fn before_fetch(
 }
 
 /// What a fetch said, taken before its outcome is consumed.
-pub(super) struct Said {
+pub(super) struct FetchSaid {
     /// The final status.
     status: Option<u16>,
     /// What happened.
@@ -53,9 +53,9 @@ pub(super) struct Said {
     facts: FetchFacts,
 }
 
-impl Said {
+impl FetchSaid {
     /// What `outcome` and `facts` say.
-    pub(super) fn of(outcome: &FetchOutcome, facts: &FetchFacts) -> Said {
+    pub(super) fn of(outcome: &FetchOutcome, facts: &FetchFacts) -> FetchSaid {
         let (status, outcome_said, bytes) = match outcome {
             FetchOutcome::Body { status, body, .. } => {
                 let said = match body.len() > crate::robots::MAX_ROBOTS_BYTES {
@@ -67,7 +67,7 @@ impl Said {
             FetchOutcome::NoRobots { status, why } => (*status, why.clone(), None),
             FetchOutcome::Unreachable { status, why, .. } => (*status, why.clone(), None),
         };
-        Said {
+        FetchSaid {
             status,
             outcome: outcome_said,
             bytes,
@@ -82,7 +82,7 @@ pub(super) fn fetched(
     evidence: &Evidence,
     seq: u64,
     origin: &Origin,
-    said: &Said,
+    said: &FetchSaid,
     snapshot: &Snapshot,
 ) {
     let sha256 = keep(evidence, snapshot);

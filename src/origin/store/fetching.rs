@@ -272,10 +272,23 @@ impl OriginStore {
             None => None,
         };
         let started = Instant::now();
-        let (outcome, facts) = self.fetcher.fetch_with_facts(origin).await;
+        let fetched = self.fetcher.fetch_with_facts(origin).await;
         drop(address_turns);
         drop(turns);
-        let said = super::evidence::Said::of(&outcome, &facts);
+        self.keep_fetched(entry, origin, fetched, (started, recorded))
+    }
+
+    /// What a fetch of `origin`'s robots.txt begun at `started` brought, made `entry`'s
+    /// snapshot (SPEC §2's transition), counted, logged, and recorded after its `fetch`
+    /// record (`recorded`, its place in the evidence).
+    fn keep_fetched(
+        &self,
+        entry: &OriginEntry,
+        origin: &Origin,
+        (outcome, facts): (FetchOutcome, crate::origin::fetch::FetchFacts),
+        (started, recorded): (Instant, Option<u64>),
+    ) -> Arc<Snapshot> {
+        let said = super::evidence::FetchSaid::of(&outcome, &facts);
         let duration = started.elapsed();
         let class = outcome.class();
         crate::telemetry::metrics::record_robots_fetch(class, duration);

@@ -2,8 +2,9 @@
 //!
 //! Registered once in the default registry; the admin listener serves them.
 //!
-//! **Its other files:** `fleet.rs` (the fleet backend's metrics), `identity.rs` (signing
-//! and pay per crawl), `labels.rs` (the closed label sets, one type each).
+//! **Its other files:** `evidence.rs` (the evidence chain's records and failures),
+//! `fleet.rs` (the fleet backend's metrics), `identity.rs` (signing and pay per crawl),
+//! `labels.rs` (the closed label sets, one type each).
 
 mod evidence;
 mod fleet;

@@ -53,6 +53,15 @@ pub fn decisions_of(dir: &Path, url: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The one decision under `dir` for `url`, once written (a refusal's record is queued,
+/// written with the next write or tick); panics when there is none, or more than one.
+pub async fn recorded_once(dir: &Path, url: &str) -> Value {
+    let one = || decisions_of(dir, url).len() == 1;
+    let written = crate::common::eventually(std::time::Duration::from_secs(5), one).await;
+    assert!(written, "{url}: {:#?}", decisions(dir));
+    decisions_of(dir, url).remove(0)
+}
+
 /// `robotsgate evidence ARGS…`: whether it exited 0, and what it printed.
 pub fn evidence_cli(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
