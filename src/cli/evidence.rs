@@ -3,8 +3,10 @@
 //! fetched, judged against each origin's robots.txt as a running robotsgate holds it
 //! now (`recheck`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -145,6 +147,17 @@ fn verify_path(path: &Path, key: Option<&Path>) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    // Each robots.txt parsed once, however many decisions name it.
+    let parsed = std::cell::RefCell::new(HashMap::<String, Rc<RobotsTxt>>::new());
+    let rederive = |sha: &str, octets: &[u8], record: &Value| {
+        let robots = Rc::clone(
+            parsed
+                .borrow_mut()
+                .entry(sha.to_string())
+                .or_insert_with(|| Rc::new(RobotsTxt::parse(octets))),
+        );
+        rederive(&robots, record)
+    };
     let report = verify(&bundle, pinned.as_deref(), &rederive);
     for line in &report.breaks {
         println!("BREAK {line}");
@@ -172,17 +185,16 @@ fn verify_path(path: &Path, key: Option<&Path>) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// What this build's matcher says of a decision record's URL under `octets`: `None`
+/// What this build's matcher says of a decision record's URL under `robots`: `None`
 /// when it agrees with the record (or the record is no robots.txt verdict), else what
 /// it decides.
-fn rederive(octets: &[u8], record: &Value) -> Option<String> {
+fn rederive(robots: &RobotsTxt, record: &Value) -> Option<String> {
     let recorded_allowed = match record["verdict"].as_str()? {
         "allowed" | "usage_refused" | "would_usage_refuse" => true,
         "disallowed" | "would_disallow" => false,
         _ => return None,
     };
-    let robots = RobotsTxt::parse(octets);
-    let (allowed, line, said) = judged(&robots, record)?;
+    let (allowed, line, said) = judged(robots, record)?;
     let recorded_line = record["rule"]["line"].as_u64().map(|l| l as u32);
     (allowed != recorded_allowed || line != recorded_line).then_some(said)
 }

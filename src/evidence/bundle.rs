@@ -26,7 +26,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::merkle::{leaf_hash, path, Hash};
+use super::merkle::{leaf_hash, Hash, Tree};
 use super::read;
 use super::record::{hex, stamp};
 use super::{EvidenceError, EvidenceErrorKind};
@@ -217,6 +217,8 @@ fn chain_items(
             .get(n)
             .copied()
             .filter(|s| *s as usize <= leaves.len());
+        // One tree for the segment's signed size; every record's proof read off it.
+        let tree = size.map(|s| Tree::new(&leaves[..s as usize]));
         if filter.is_empty() {
             complete.insert((instance.to_string(), *n), leaves.len());
         }
@@ -236,7 +238,10 @@ fn chain_items(
                 }
             }
             let signed = size.filter(|s| (index as u64) < *s);
-            let proof = signed.map_or_else(Vec::new, |s| path(index, &leaves[..s as usize]));
+            let proof = match (&tree, signed) {
+                (Some(tree), Some(_)) => tree.path(index),
+                _ => Vec::new(),
+            };
             items.push(Item {
                 chain: instance.to_string(),
                 segment: *n,

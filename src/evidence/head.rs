@@ -139,7 +139,7 @@ mod tests {
         let (jwk, _) = crate::identity::key::generate_jwk().expect("key");
         let key = SigningKey::from_jwk(jwk.as_bytes(), "test").expect("key");
         let public = public_key(&key.public_jwk()).expect("public");
-        let cut = Cut {
+        let cut = RetentionCut {
             cut: vec![1, 2],
             instance: "a/1.2",
             reason: "age",

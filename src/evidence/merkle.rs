@@ -5,8 +5,9 @@
 //! bundle carry some records of a segment, not all, each still checked against the
 //! signed root.
 //!
-//! Costs: a root over `n` leaves, `n` leaf hashes and `n − 1` node hashes; a proof, the
-//! same walk keeping `⌈log₂ n⌉` hashes; checking one, `⌈log₂ n⌉` hashes.
+//! Costs: a root over `n` leaves, `n` leaf hashes and `n − 1` node hashes; the proofs of
+//! all of a segment's records, one [`Tree`] (the same `n − 1` node hashes, kept) and
+//! `⌈log₂ n⌉` copies each; checking one, `⌈log₂ n⌉` hashes.
 
 use ring::digest::{Context, SHA256};
 
@@ -103,25 +104,49 @@ impl Frontier {
     }
 }
 
-/// The audit path of leaf `m` among `leaves` (RFC 6962 `PATH(m, D[n])`), nearest the
-/// leaf first; empty for a single leaf or an `m` out of range.
-pub fn path(m: usize, leaves: &[Hash]) -> Vec<Hash> {
-    let n = leaves.len();
-    if n <= 1 || m >= n {
-        return Vec::new();
+/// A tree's every level, built once so that each of its leaves' audit paths costs
+/// `⌈log₂ n⌉` copies: level 0 the leaves, each level above the hashes of the pairs of
+/// the one below, a last node without a pair carried up as it is (which is RFC 6962's
+/// split at the largest power of two, read bottom-up).
+pub struct Tree {
+    levels: Vec<Vec<Hash>>,
+}
+
+impl Tree {
+    /// The tree over `leaves`: `n − 1` node hashes.
+    pub fn new(leaves: &[Hash]) -> Tree {
+        let mut levels = vec![leaves.to_vec()];
+        while let Some(below) = levels.last().filter(|l| l.len() > 1) {
+            let above = below
+                .chunks(2)
+                .map(|pair| match pair {
+                    [left, right] => node_hash(left, right),
+                    [alone] => *alone,
+                    _ => unreachable!("chunks(2) yields one or two"),
+                })
+                .collect();
+            levels.push(above);
+        }
+        Tree { levels }
     }
-    let k = split(n);
-    let mut path = if m < k {
-        let mut p = path(m, &leaves[..k]);
-        p.push(root(&leaves[k..]));
-        p
-    } else {
-        let mut p = path(m - k, &leaves[k..]);
-        p.push(root(&leaves[..k]));
-        p
-    };
-    path.shrink_to_fit();
-    path
+
+    /// The audit path of leaf `m` (RFC 6962 `PATH(m, D[n])`), nearest the leaf first;
+    /// empty for a single leaf or an `m` out of range.
+    pub fn path(&self, m: usize) -> Vec<Hash> {
+        let mut path = Vec::new();
+        if self.levels.first().is_none_or(|l| m >= l.len()) {
+            return path;
+        }
+        let mut at = m;
+        for level in &self.levels {
+            // A node without a pair at this level has no sibling to name.
+            if let Some(sibling) = level.get(at ^ 1) {
+                path.push(*sibling);
+            }
+            at /= 2;
+        }
+        path
+    }
 }
 
 /// Does `path` prove that the leaf whose hash is `leaf` is leaf `m` of a tree of `n`
@@ -157,6 +182,25 @@ pub fn proves(m: usize, n: usize, leaf: &Hash, path: &[Hash], root: &Hash) -> bo
 mod tests {
     use super::*;
 
+    /// RFC 6962's recursive `PATH(m, D[n])`, as the RFC writes it: what [`Tree::path`]
+    /// must equal.
+    fn path(m: usize, leaves: &[Hash]) -> Vec<Hash> {
+        let n = leaves.len();
+        if n <= 1 || m >= n {
+            return Vec::new();
+        }
+        let k = split(n);
+        if m < k {
+            let mut p = path(m, &leaves[..k]);
+            p.push(root(&leaves[k..]));
+            p
+        } else {
+            let mut p = path(m - k, &leaves[k..]);
+            p.push(root(&leaves[..k]));
+            p
+        }
+    }
+
     fn leaves(n: usize) -> Vec<Hash> {
         (0..n)
             .map(|i| leaf_hash(format!("record {i}").as_bytes()))
@@ -168,8 +212,10 @@ mod tests {
         for n in 1..40 {
             let all = leaves(n);
             let top = root(&all);
+            let tree = Tree::new(&all);
             for m in 0..n {
-                let p = path(m, &all);
+                let p = tree.path(m);
+                assert_eq!(p, path(m, &all), "{m} of {n}: the RFC's path");
                 assert!(proves(m, n, &all[m], &p, &top), "{m} of {n}");
                 // Another leaf, another index, a changed root: refused. (The size is the
                 // signed head's: a proof is checked against the size it signs.)

@@ -54,7 +54,7 @@ async fn decide(evidence: &Evidence, origin: &str, octets: &[u8], n: usize) {
 /// Verifies the whole of `dir` (every record agreeing with the matcher).
 fn check(dir: &Path) -> Report {
     let bundle = gather(&[dir.to_path_buf()], &Filter::default()).expect("gather");
-    verify(&bundle, None, &|_, _| None)
+    verify(&bundle, None, &|_, _, _| None)
 }
 
 /// The name of segment `n` of the only chain in `dir`.
@@ -90,7 +90,7 @@ async fn a_chain_of_segments_verifies_whole_in_part_and_as_read_back() {
     let mut text = Vec::new();
     part.write_jsonl(&mut text).expect("write");
     let read = Bundle::read_jsonl(std::str::from_utf8(&text).expect("utf-8")).expect("read");
-    let report = verify(&read, None, &|_, _| None);
+    let report = verify(&read, None, &|_, _, _| None);
     assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
     assert_eq!(report.decisions, 5);
     assert_eq!(read.policies.len(), 1);
@@ -99,7 +99,7 @@ async fn a_chain_of_segments_verifies_whole_in_part_and_as_read_back() {
         .expect("utf-8")
         .replacen("page/1", "page/X", 1);
     let read = Bundle::read_jsonl(&forged).expect("read");
-    let report = verify(&read, None, &|_, _| None);
+    let report = verify(&read, None, &|_, _, _| None);
     assert!(
         report
             .breaks
@@ -291,4 +291,58 @@ async fn a_crashed_chains_tail_is_signed_by_the_next_process() {
         "{:#?}",
         report.notes
     );
+}
+
+/// Records nobody writes (a stalled disk: the writer never returns) queue up to
+/// `max_pending_bytes` and no further: the next is refused at once, and once a write
+/// takes the queue, records are taken again.
+#[tokio::test]
+async fn records_queued_past_max_pending_bytes_are_refused_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = EvidenceConfig {
+        dir: Some(dir.path().to_path_buf()),
+        max_pending_bytes: 65_536,
+        ..EvidenceConfig::default()
+    };
+    let evidence = Evidence::open(&config, "a/1", "m")
+        .expect("open")
+        .expect("on");
+    let decided = Decided {
+        arrived: "explicit",
+        origin: "http://a.test",
+        url: "http://a.test/page",
+        tokens: vec!["ExampleBot"],
+        tokens_from: "default",
+        mode: "enforce",
+        verdict: "allowed",
+        why: "x",
+        ..Decided::default()
+    };
+    let entry = Entry::Decision(Box::new(decided));
+    let mut queued = Vec::new();
+    let refused = loop {
+        match evidence.chain.append(&entry) {
+            Ok(seq) => queued.push(seq),
+            Err(refused) => break refused,
+        }
+        assert!(queued.len() < 10_000, "never refused");
+    };
+    assert!(matches!(refused, Unwritten::Full), "{refused:?}");
+    let before = std::fs::metadata(segment(dir.path(), 1))
+        .expect("segment")
+        .len();
+    // Each queued record is a line of a few hundred octets: the queue held at most the
+    // bound, and at least the bound less one record.
+    assert!(queued.len() > 65_536 / 1024, "{} queued", queued.len());
+    let last = *queued.last().expect("queued");
+    evidence.chain.written(last).await.expect("written");
+    let written = std::fs::metadata(segment(dir.path(), 1))
+        .expect("segment")
+        .len()
+        - before;
+    assert!(
+        written <= 65_536 && written > 65_536 - 2048,
+        "{written} octets queued"
+    );
+    assert!(evidence.chain.append(&entry).is_ok(), "taken again");
 }

@@ -40,9 +40,10 @@ pub struct Report {
     pub rederived: usize,
 }
 
-/// How a decision is judged again: from a robots.txt's octets and the decision record,
+/// How a decision is judged again: from a robots.txt (its SHA-256 in hex, which names it
+/// for a cache of parsed files, and its octets) and the decision record,
 /// `Some(what this build decides instead)` when it differs, `None` when it agrees.
-pub type Rederive<'a> = &'a dyn Fn(&[u8], &Value) -> Option<String>;
+pub type Rederive<'a> = &'a dyn Fn(&str, &[u8], &Value) -> Option<String>;
 
 /// One chain's heads, read and checked.
 #[derive(Default)]
@@ -66,6 +67,12 @@ pub fn verify(bundle: &Bundle, pinned: Option<&[u8]>, rederive: Rederive<'_>) ->
         by_chain.entry(chain.as_str()).or_default();
     }
     let complete = bundle.header["complete"].as_bool().unwrap_or(false);
+    // Each policy's octets hashed once: whether they are the ones their name says.
+    let intact: BTreeMap<&str, bool> = bundle
+        .policies
+        .iter()
+        .map(|(sha, octets)| (sha.as_str(), hex(&ring_sha256(octets)) == *sha))
+        .collect();
     for (chain, mut items) in by_chain {
         items.sort_by_key(|i| (i.segment, i.index));
         report.chains += 1;
@@ -79,7 +86,7 @@ pub fn verify(bundle: &Bundle, pinned: Option<&[u8]>, rederive: Rederive<'_>) ->
             check_complete(chain, &items, &heads, bundle, &mut report);
         }
         for item in &items {
-            check_decision(chain, item, bundle, rederive, &mut report);
+            check_decision(chain, item, bundle, &intact, rederive, &mut report);
         }
     }
     report
@@ -300,15 +307,16 @@ fn check_decision(
     chain: &str,
     item: &Item,
     bundle: &Bundle,
+    intact: &BTreeMap<&str, bool>,
     rederive: Rederive<'_>,
     report: &mut Report,
 ) {
     let record = &item.json;
     let named = super::bundle::named_policies(record);
     for sha in &named {
-        match bundle.policies.get(sha) {
-            Some(octets) if hex(&ring_sha256(octets)) == *sha => {}
-            Some(_) => report.breaks.push(format!(
+        match intact.get(sha.as_str()) {
+            Some(true) => {}
+            Some(false) => report.breaks.push(format!(
                 "policy {sha}: its octets are not the ones named (changed)"
             )),
             None => report.breaks.push(format!(
@@ -321,11 +329,14 @@ fn check_decision(
         return;
     }
     report.decisions += 1;
-    let Some(octets) = named.first().and_then(|sha| bundle.policies.get(sha)) else {
+    let Some((sha, octets)) = named
+        .first()
+        .and_then(|sha| Some((sha, bundle.policies.get(sha)?)))
+    else {
         return;
     };
     report.rederived += 1;
-    if let Some(otherwise) = rederive(octets, record) {
+    if let Some(otherwise) = rederive(sha, octets, record) {
         report.differs.push(format!(
             "chain {chain}: seq {} ({} {}): recorded {}, this build decides {otherwise}",
             record["seq"],

@@ -355,7 +355,7 @@ async fn a_chain_verifies_whole_exports_alike_and_each_change_is_named() {
     let robots = &warc_read["robots"][origin.url("/robots.txt")];
     assert_eq!(*robots, held_sha_of(&evidence), "{warc_read}");
     // Each change, on a copy of its own.
-    let changes: [(&str, fn(&Path), &str); 4] = [
+    let changes: [Tamper; 4] = [
         (
             "a byte flipped",
             flip,
@@ -399,6 +399,9 @@ async fn a_chain_verifies_whole_exports_alike_and_each_change_is_named() {
         std::fs::remove_file(chain.join("000002.jsonl")).expect("delete");
     }
 }
+
+/// A change made to a chain: what it is, how it is made, what `verify` must name.
+type Tamper = (&'static str, fn(&Path), &'static str);
 
 /// The one policy kept under an evidence directory.
 fn held_sha_of(evidence: &Path) -> Value {
