@@ -109,6 +109,7 @@ impl Frontier {
 /// the one below, a last node without a pair carried up as it is (which is RFC 6962's
 /// split at the largest power of two, read bottom-up).
 pub struct Tree {
+    /// Level 0 the leaves, the last level the root alone.
     levels: Vec<Vec<Hash>>,
 }
 
