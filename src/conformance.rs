@@ -5,9 +5,14 @@
 //! number or `null`) checks the delay the crawler's group sets; a line may check both.
 //! A line with `"purpose"` (`search`, `train-ai`, `ai-input`) is judged for that purpose
 //! alone: its `"allowed"` is the final verdict, robots.txt rules and usage preferences
-//! together (`usage` settings at their defaults: unknown allows). Other fields are
-//! ignored. A line that cannot be read counts as a failure, it never
-//! stops the run.
+//! together (`usage` settings at their defaults: unknown allows). A line with
+//! `"tdmrep"` (the text of `/.well-known/tdmrep.json`, or `null` when the origin serves
+//! none) is a TDMRep case: with `"url"`, the page's response `"headers"` (optional; a
+//! name's value a string or a list of them) and its `"html"` (optional, read only when
+//! the headers' `Content-Type` names HTML), it checks `"reservation"` (`1`, `0` or
+//! `null`: what the three sources resolve to) and `"policy"` (a URL or `null`, when
+//! given). Other fields are ignored. A line that cannot be read counts as a failure, it
+//! never stops the run.
 
 use std::io::{BufRead, Write};
 
@@ -82,8 +87,13 @@ pub fn run(input: impl BufRead, mut out: impl Write) -> std::io::Result<Tally> {
 
 /// Checks one input line: a JSON case, or why it is not one.
 fn check_line(line: &str) -> Result<(), Failed> {
-    let case: Case = serde_json::from_str(line)
-        .map_err(|e| Failed::new(FailedKind::Unreadable, format!("unreadable case: {e}")))?;
+    let unreadable =
+        |e: serde_json::Error| Failed::new(FailedKind::Unreadable, format!("unreadable case: {e}"));
+    let value: serde_json::Value = serde_json::from_str(line).map_err(unreadable)?;
+    if value.get("tdmrep").is_some() {
+        return check_tdmrep(&value);
+    }
+    let case: Case = serde_json::from_value(value).map_err(unreadable)?;
     let incomplete = |what: String| Failed::new(FailedKind::Incomplete, what);
     let disagrees = |what: String| Failed::new(FailedKind::Disagrees, what);
     let tokens: Vec<String> = match (case.agent_tokens, case.agent) {
@@ -150,6 +160,85 @@ fn check_line(line: &str) -> Result<(), Failed> {
             case.id
         )))
     }
+}
+
+/// Checks a TDMRep case: what the file, the headers and the HTML resolve to.
+fn check_tdmrep(case: &serde_json::Value) -> Result<(), Failed> {
+    use crate::robots::tdmrep::{is_html, statement_of_headers, statement_of_html, Tdm, TdmFile};
+    let id = case["id"].as_str().unwrap_or("");
+    let incomplete = |what: &str| Failed::new(FailedKind::Incomplete, format!("{id}: {what}"));
+    let url = case["url"].as_str().ok_or_else(|| incomplete("no url"))?;
+    let file = match &case["tdmrep"] {
+        serde_json::Value::String(text) => Some(TdmFile::parse(text.as_bytes())),
+        serde_json::Value::Null => None,
+        _ => return Err(incomplete("\"tdmrep\" is neither text nor null")),
+    };
+    let mut headers = http::HeaderMap::new();
+    if let Some(given) = case.get("headers").filter(|h| !h.is_null()) {
+        let given = given
+            .as_object()
+            .ok_or_else(|| incomplete("\"headers\" is not an object"))?;
+        for (name, values) in given {
+            let name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| incomplete(&format!("`{name}` is not a header name")))?;
+            let values = match values {
+                serde_json::Value::Array(list) => list.iter().collect(),
+                one => vec![one],
+            };
+            for value in values {
+                let value = value
+                    .as_str()
+                    .and_then(|v| http::HeaderValue::from_str(v).ok())
+                    .ok_or_else(|| incomplete(&format!("{name}: not a header value")))?;
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+    let html = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .filter(|t| is_html(t))
+        .and(case["html"].as_str());
+    let path = CanonicalPath::from_url(url);
+    let header = statement_of_headers(&headers);
+    let meta = html.and_then(|h| statement_of_html(h.as_bytes()));
+    let got = Tdm::resolve(
+        file.as_ref().and_then(|f| f.lookup(&path)),
+        header.as_ref(),
+        meta.as_ref(),
+    );
+    let expected = match &case["reservation"] {
+        serde_json::Value::Null => None,
+        v => match v.as_u64() {
+            Some(1) => Some(true),
+            Some(0) => Some(false),
+            _ => return Err(incomplete("\"reservation\" is not 1, 0 or null")),
+        },
+    };
+    let source = got.source.map_or("none", |s| s.label());
+    let number = |r: Option<bool>| r.map_or("null".to_string(), |r| u8::from(r).to_string());
+    if got.reserved != expected {
+        return Err(Failed::new(
+            FailedKind::Disagrees,
+            format!(
+                "{id}: {url}: expected tdm-reservation {}, got {} (from {source})",
+                number(expected),
+                number(got.reserved)
+            ),
+        ));
+    }
+    if let Some(policy) = case.get("policy") {
+        if policy.as_str() != got.policy.as_deref() {
+            return Err(Failed::new(
+                FailedKind::Disagrees,
+                format!(
+                    "{id}: {url}: expected tdm-policy {policy}, got {:?} (from {source})",
+                    got.policy
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Why a case did not pass: its kind, and what to say.

@@ -34,8 +34,9 @@
 //! **Its other files:** `dictionary.rs` (an RFC 9651 Dictionary, as far as usage
 //! preferences need it), `diff.rs` (what changed between two robots.txt files),
 //! `extensions.rs` (Crawl-delay, Host, Clean-param), `normalize.rs` (one canonical
-//! spelling for paths), `usage.rs` (usage preferences per purpose), `usage_groups.rs`
-//! (how usage rules are grouped).
+//! spelling for paths), `tdmrep.rs` (TDMRep's file, header and meta, with this engine's path patterns),
+//! `usage.rs` (usage preferences per purpose), `usage_groups.rs` (how usage rules are
+//! grouped).
 
 mod dictionary;
 mod diff;
@@ -45,6 +46,7 @@ mod lexer;
 mod normalize;
 mod parse;
 mod pattern;
+pub mod tdmrep;
 mod usage;
 mod usage_groups;
 

@@ -90,3 +90,47 @@ fn command_reports_mismatches_and_exits_one() {
     assert!(stdout.contains("delay: crawl-delay"), "{stdout}");
     assert_eq!(stdout.lines().last(), Some("1 passed, 3 failed"));
 }
+
+/// TDMRep cases (the file, the header and HTML meta, resolved together), through the
+/// command as held-out cases are run.
+#[test]
+fn tdmrep_cases_all_pass_through_the_command() {
+    all_pass("tdmrep_cases.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .arg("conformance")
+        .arg(data("tdmrep_cases.jsonl"))
+        .output()
+        .expect("run robotsgate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let expected = format!("{} passed, 0 failed", case_count("tdmrep_cases.jsonl"));
+    assert_eq!(stdout.lines().last(), Some(expected.as_str()));
+}
+
+/// A TDMRep case robotsgate resolves otherwise is named with what each side says.
+#[test]
+fn a_tdmrep_case_resolved_otherwise_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("wrong.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"id":"first-wins","url":"https://e.com/b/x","tdmrep":"[{\"location\":\"/b/*\",\"tdm-reservation\":0},{\"location\":\"/b/x\",\"tdm-reservation\":1}]","reservation":1}"#,
+            "\n",
+        ),
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_robotsgate"))
+        .arg("conformance")
+        .arg(&file)
+        .output()
+        .expect("run robotsgate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "first-wins: https://e.com/b/x: expected tdm-reservation 1, got 0 (from file)"
+        ),
+        "{stdout}"
+    );
+}
