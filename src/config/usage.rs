@@ -12,7 +12,7 @@ use serde::Deserialize;
 pub use crate::robots::Purpose;
 
 /// `usage`: what is done with a request whose declared purposes the site refuses.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsageConfig {
     /// For every request not given another mode below or by its agent rule.
@@ -23,6 +23,22 @@ pub struct UsageConfig {
     pub refuse_when: RefuseWhen,
     /// Proxy users (`access.credentials_file`) with their own mode.
     pub users: BTreeMap<String, UsageMode>,
+    /// The purposes that are text and data mining: a TDMRep reservation binds them
+    /// (combined as `refuse_when` says), and passes the others. Default: `[train-ai,
+    /// ai-input]`.
+    pub tdm_purposes: Vec<Purpose>,
+}
+
+impl Default for UsageConfig {
+    fn default() -> UsageConfig {
+        UsageConfig {
+            mode: UsageMode::default(),
+            unknown: UnknownUsage::default(),
+            refuse_when: RefuseWhen::default(),
+            users: BTreeMap::new(),
+            tdm_purposes: vec![Purpose::TrainAi, Purpose::AiInput],
+        }
+    }
 }
 
 /// `usage.mode` (and `agent.rules[].usage_mode`, `usage.users`).

@@ -44,11 +44,17 @@ pub enum Outcome {
     /// Its evidence record could not be written (`evidence.on_failure: refuse`): not
     /// sent (503).
     EvidenceUnwritable,
+    /// The origin's answer reserved TDM rights (TDMRep) for the crawler's purposes: its
+    /// body withheld, the crawler answered 451 (the exchange was made at the origin).
+    TdmWithheld,
+    /// Report mode: the origin's answer reserved TDM rights; given to the crawler,
+    /// marked.
+    WouldTdmWithhold,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Allowed,
         Outcome::WouldDisallow,
         Outcome::Disallowed,
@@ -65,6 +71,8 @@ impl Outcome {
         Outcome::HandedOver,
         Outcome::FleetUnavailable,
         Outcome::EvidenceUnwritable,
+        Outcome::TdmWithheld,
+        Outcome::WouldTdmWithhold,
     ];
 
     /// The metric label and access-log value.
@@ -86,6 +94,8 @@ impl Outcome {
             Outcome::HandedOver => "handed_over",
             Outcome::FleetUnavailable => "fleet_unavailable",
             Outcome::EvidenceUnwritable => "evidence_unwritable",
+            Outcome::TdmWithheld => "tdm_withheld",
+            Outcome::WouldTdmWithhold => "would_tdm_withhold",
         }
     }
 }

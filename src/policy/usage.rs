@@ -22,6 +22,9 @@ pub struct UsageCheck {
     pub unknown: UnknownUsage,
     /// How the purposes' verdicts combine.
     pub refuse_when: RefuseWhen,
+    /// A TDMRep reservation binds this request (its declared purposes that are text
+    /// and data mining, combined as `refuse_when` says).
+    pub tdm_bound: bool,
 }
 
 /// One declared purpose's verdict, and the statement behind it.
@@ -47,16 +50,28 @@ pub struct UsageVerdict {
     verdicts: [Option<PurposeVerdict>; 3],
     /// The request is refused (before `mode`: report mode forwards it anyway).
     pub refused: bool,
+    /// A TDMRep reservation binds the request: in this mode.
+    tdm: Option<UsageMode>,
 }
 
 impl UsageCheck {
     /// The check for `purposes` under `config`, in `mode`.
     pub fn new(purposes: Purposes, mode: UsageMode, config: &UsageConfig) -> UsageCheck {
+        let declared = purposes.iter().count();
+        let bound = purposes
+            .iter()
+            .filter(|p| config.tdm_purposes.contains(p))
+            .count();
         UsageCheck {
             purposes,
             mode,
             unknown: config.unknown,
             refuse_when: config.refuse_when,
+            tdm_bound: bound > 0
+                && match config.refuse_when {
+                    RefuseWhen::All => bound == declared,
+                    RefuseWhen::Any => true,
+                },
         }
     }
 
@@ -67,7 +82,10 @@ impl UsageCheck {
 
     /// Judges what applies to a path.
     pub fn judge(&self, usage: &Usage<'_>) -> UsageVerdict {
-        let mut verdict = UsageVerdict::default();
+        let mut verdict = UsageVerdict {
+            tdm: self.tdm_bound.then_some(self.mode),
+            ..UsageVerdict::default()
+        };
         let (mut refused, mut judged) = (0, 0);
         for (slot, purpose) in verdict.verdicts.iter_mut().zip(self.purposes.iter()) {
             let (preference, rule) = usage.preference(purpose);
@@ -102,6 +120,12 @@ impl UsageCheck {
 }
 
 impl UsageVerdict {
+    /// When a TDMRep reservation binds the request: the usage mode it is handled in
+    /// (`enforce`: its answer withheld; `report`: marked).
+    pub fn tdm(&self) -> Option<UsageMode> {
+        self.tdm.filter(|m| *m != UsageMode::Off)
+    }
+
     /// Each declared purpose's verdict, in [`Purpose::ALL`] order.
     pub fn purposes(&self) -> impl Iterator<Item = &PurposeVerdict> {
         self.verdicts.iter().flatten()

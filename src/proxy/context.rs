@@ -113,6 +113,9 @@ pub(super) struct Forwarded {
     pub(super) recorded: Option<u64>,
     /// With `evidence.body_digest`: the body's SHA-256 so far, and its length.
     pub(super) digest: Option<(Box<ring::digest::Context>, u64)>,
+    /// The origin's answer reserved TDM rights for the crawler's purposes (TDMRep):
+    /// withheld (its body dropped) or, in report mode, marked.
+    pub(super) tdm: Option<Outcome>,
 }
 
 /// A body's SHA-256 and its length (`evidence.body_digest`).
@@ -200,9 +203,10 @@ impl RequestContext {
             (Stage::Received, _) => Outcome::BadRequest,
             (Stage::Left { .. }, _) => Outcome::LeftWhileQueued,
             (Stage::Answered { outcome, .. }, _) => *outcome,
-            (Stage::Forwarded(f), None) if f.failed.is_none() => {
-                f.reported.as_ref().map_or(Outcome::Allowed, |r| r.outcome)
-            }
+            (Stage::Forwarded(f), None) if f.failed.is_none() => f
+                .tdm
+                .or(f.reported.as_ref().map(|r| r.outcome))
+                .unwrap_or(Outcome::Allowed),
             (Stage::Forwarded(_), _) => Outcome::UpstreamError,
             (Stage::HandedOver(passed), None) if passed.answered_by_owner() => Outcome::HandedOver,
             (Stage::HandedOver(_), _) => Outcome::FleetUnavailable,

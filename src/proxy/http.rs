@@ -280,6 +280,7 @@ impl ProxyHttp for RobotsGateProxy {
             signer,
             payment,
             paid,
+            tdm,
             ..
         }) = ctx.stage.forwarded_mut()
         {
@@ -300,6 +301,7 @@ impl ProxyHttp for RobotsGateProxy {
             if let Some(mark) = usage_mark(usage.as_ref(), upstream_response) {
                 upstream_response.insert_header("X-Robots-Usage", mark)?;
             }
+            let reserved = super::tdm::reservation(usage.as_ref(), upstream_response);
             let retry_after = upstream_response
                 .headers
                 .get(http::header::RETRY_AFTER)
@@ -308,6 +310,14 @@ impl ProxyHttp for RobotsGateProxy {
             let fd = ctx.upstream_fd;
             if let Some(turn) = turn {
                 turn.origin_answered(status, retry_after, || unread(fd));
+            }
+            if let Some((outcome, decision)) = reserved {
+                if outcome == Outcome::TdmWithheld {
+                    *upstream_response = super::tdm::withheld(upstream_response, &decision)?;
+                } else {
+                    upstream_response.insert_header("X-Robots-Decision", decision)?;
+                }
+                *tdm = Some(outcome);
             }
         }
         Ok(())
@@ -325,12 +335,19 @@ impl ProxyHttp for RobotsGateProxy {
         if let Some(Forwarded {
             turn: Some(turn),
             digest,
+            tdm,
             ..
         }) = ctx.stage.forwarded_mut()
         {
             let now = tokio::time::Instant::now();
-            if let Some(chunk) = body.as_ref().filter(|b| !b.is_empty()) {
+            if body.as_ref().is_some_and(|b| !b.is_empty()) {
                 turn.origin_wrote(now);
+            }
+            // A withheld answer's body is read from the origin and dropped.
+            if *tdm == Some(Outcome::TdmWithheld) {
+                *body = None;
+            }
+            if let Some(chunk) = body.as_ref().filter(|b| !b.is_empty()) {
                 // `evidence.body_digest`: the octets the crawler is given.
                 if let Some((context, n)) = digest {
                     context.update(chunk);

@@ -4,7 +4,7 @@
 //! handed over again), with what it knows of the request (`context`) and reads off it
 //! (`request`); the upstream side of an exchange ([`exchange`]: the peer, how an
 //! exchange ended), the headers changed on the way through (`headers`), pay per crawl
-//! on the way back (`payment`), and the server that puts the front door, the proxy and the admin listener together
+//! on the way back (`payment`), TDMRep's reservation of an answer (`tdm`), and the server that puts the front door, the proxy and the admin listener together
 //! ([`server`]), with what it does on Pingora's stop and upgrade signals (`signals`). A request handed to its owner in a fleet is carried by the hand-over's
 //! room ([`crate::handover`]'s `pass.rs`): each phase calls one of its methods. Uses
 //! every layer below it.
@@ -18,3 +18,4 @@ mod request;
 pub mod server;
 mod signals;
 mod steps;
+mod tdm;

@@ -132,6 +132,7 @@ impl RobotsGateProxy {
                 retried: None,
                 upstream_status: None,
                 failed: None,
+                tdm: None,
                 recorded: None,
                 digest: None,
             },

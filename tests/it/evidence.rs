@@ -414,20 +414,6 @@ fn held_sha_of(evidence: &Path) -> Value {
     Value::from(kept[0].clone())
 }
 
-/// `from` copied to `to`, files and directories.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let path = entry.expect("entry").path();
-        let target = to.join(path.file_name().expect("name"));
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).expect("copy");
-        }
-    }
-}
-
 /// Four pages fetched, their bodies digested; the site then disallows two of them:
 /// `recheck` lists exactly those two, with the digests of the bodies fetched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,7 @@ mod signing;
 mod state;
 mod status_page;
 mod systemd;
+mod tdmrep;
 mod tour;
 mod transparent;
 mod turns;
