@@ -160,7 +160,7 @@ impl Enforcer {
         seq: u64,
         status: Option<u16>,
         ended: &str,
-        payment: Option<&str>,
+        (payment, answered): (Option<&str>, Option<&str>),
         body: Option<([u8; 32], u64)>,
     ) {
         let Some(evidence) = &self.evidence else {
@@ -171,6 +171,7 @@ impl Enforcer {
             status,
             ended,
             payment,
+            answered,
             body_sha256: body.map(|(sha, _)| crate::evidence::record::hex(&sha)),
             body_bytes: body.map(|(_, n)| n),
         }));

@@ -219,6 +219,11 @@ pub struct Concluded<'a> {
     /// The pay-per-crawl receipt, when it was charged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payment: Option<&'a str>,
+    /// What robotsgate made of the origin's answer, when not the answer itself: the
+    /// `X-Robots-Decision` of a TDMRep reservation (`tdm-reserved; …`: withheld, 451;
+    /// `would-tdm-withhold; …`: given, marked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<&'a str>,
     /// The SHA-256 of the body the crawler received (`evidence.body_digest`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body_sha256: Option<String>,

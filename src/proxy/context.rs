@@ -114,8 +114,9 @@ pub(super) struct Forwarded {
     /// With `evidence.body_digest`: the body's SHA-256 so far, and its length.
     pub(super) digest: Option<(Box<ring::digest::Context>, u64)>,
     /// The origin's answer reserved TDM rights for the crawler's purposes (TDMRep):
-    /// withheld (its body dropped) or, in report mode, marked.
-    pub(super) tdm: Option<Outcome>,
+    /// withheld (its body dropped) or, in report mode, marked: the outcome and its
+    /// `X-Robots-Decision`.
+    pub(super) tdm: Option<(Outcome, String)>,
 }
 
 /// A body's SHA-256 and its length (`evidence.body_digest`).
@@ -205,6 +206,8 @@ impl RequestContext {
             (Stage::Answered { outcome, .. }, _) => *outcome,
             (Stage::Forwarded(f), None) if f.failed.is_none() => f
                 .tdm
+                .as_ref()
+                .map(|(outcome, _)| *outcome)
                 .or(f.reported.as_ref().map(|r| r.outcome))
                 .unwrap_or(Outcome::Allowed),
             (Stage::Forwarded(_), _) => Outcome::UpstreamError,
@@ -253,12 +256,16 @@ impl RequestContext {
                     paid,
                     recorded,
                     digest,
+                    tdm,
                     ..
                 } = *f;
-                let (line, why) = match (reported, allowed) {
-                    (Some(reported), _) => (reported.line, Why::Answer(reported.header)),
-                    (None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
-                    (None, _) => (None, Why::Allowed(allowed)),
+                let (line, why) = match (tdm, reported, allowed) {
+                    (Some((_, decision)), reported, _) => {
+                        (reported.and_then(|r| r.line), Why::Answer(decision))
+                    }
+                    (None, Some(reported), _) => (reported.line, Why::Answer(reported.header)),
+                    (None, None, Allowed::Rule { line }) => (Some(line), Why::Allowed(allowed)),
+                    (None, None, _) => (None, Why::Allowed(allowed)),
                 };
                 let pacing_wait = turn.as_ref().map_or(0.0, |p| p.waited().as_secs_f64());
                 if let Some(turn) = turn {

@@ -27,7 +27,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorSource;
 
-use super::context::{Forwarded, RequestContext, Stage};
+use super::context::{Forwarded, RequestContext, Stage, Why};
 use super::exchange::{unread, upstream_failure, upstream_peer, UpstreamOptions, MAX_EXCHANGE};
 use super::headers::{ends_by_close, strip_own_headers, usage_mark, NEVER_FORWARDED};
 use super::request::{requester, target_of, target_refused};
@@ -315,9 +315,9 @@ impl ProxyHttp for RobotsGateProxy {
                 if outcome == Outcome::TdmWithheld {
                     *upstream_response = super::tdm::withheld(upstream_response, &decision)?;
                 } else {
-                    upstream_response.insert_header("X-Robots-Decision", decision)?;
+                    upstream_response.insert_header("X-Robots-Decision", decision.as_str())?;
                 }
-                *tdm = Some(outcome);
+                *tdm = Some((outcome, decision));
             }
         }
         Ok(())
@@ -344,7 +344,10 @@ impl ProxyHttp for RobotsGateProxy {
                 turn.origin_wrote(now);
             }
             // A withheld answer's body is read from the origin and dropped.
-            if *tdm == Some(Outcome::TdmWithheld) {
+            if tdm
+                .as_ref()
+                .is_some_and(|(o, _)| *o == Outcome::TdmWithheld)
+            {
                 *body = None;
             }
             if let Some(chunk) = body.as_ref().filter(|b| !b.is_empty()) {
@@ -530,8 +533,14 @@ impl ProxyHttp for RobotsGateProxy {
         if let Some((seq, body)) = ended.recorded {
             let how = error.map_or("complete", |e| e.etype().as_str());
             let paid = ended.signed.as_ref().and_then(|(_, paid)| paid.as_deref());
+            let said = match (&ended.why, outcome) {
+                (Why::Answer(said), Outcome::TdmWithheld | Outcome::WouldTdmWithhold) => {
+                    Some(said.as_str())
+                }
+                _ => None,
+            };
             self.enforcer
-                .record_outcome(seq, ended.upstream_status, how, paid, body);
+                .record_outcome(seq, ended.upstream_status, how, (paid, said), body);
         }
         if !crate::telemetry::logging::access_enabled() {
             return;

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::common::{curl, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{curl, records, Behaviour, Conf, Proxy, TestOrigin};
 
 const POLICY: &str = "https://rights.example/tdm-policy.json";
 
@@ -57,7 +57,9 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
     let origin = origin().await;
-    let proxy = Proxy::start_for_loopback(&crawlers("enforce"));
+    let evidence = tempfile::tempdir().expect("tempdir");
+    let conf = crawlers("enforce").set("evidence.dir", evidence.path().to_str().expect("path"));
+    let proxy = Proxy::start_for_loopback(&conf);
     let url = origin.url("/reserved");
     let (status, head, body) = curl(&proxy, &url, &["-A", "trainer/1"]);
     assert_eq!(status, 451, "{head}");
@@ -82,6 +84,35 @@ async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
     assert_eq!(
         proxy.sum("robotsgate_requests_total", "decision=\"tdm_withheld\""),
         1.0
+    );
+    // The evidence: the decision to send it, then its outcome naming what was withheld.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let withheld = loop {
+        let all = records(evidence.path());
+        let outcome = all.iter().find(|r| {
+            r["type"] == "outcome"
+                && r["answered"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("tdm-reserved;"))
+        });
+        if let Some(outcome) = outcome {
+            let decision = all
+                .iter()
+                .find(|r| r["type"] == "decision" && r["seq"] == outcome["decision"])
+                .cloned()
+                .expect("its decision");
+            break (decision, outcome.clone());
+        }
+        assert!(std::time::Instant::now() < deadline, "no outcome: {all:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(withheld.0["url"], url.as_str(), "{withheld:?}");
+    assert_eq!(withheld.1["status"], 200, "{withheld:?}");
+    assert!(
+        withheld.1["answered"]
+            .as_str()
+            .is_some_and(|a| a.contains(POLICY)),
+        "{withheld:?}"
     );
 }
 

@@ -54,7 +54,8 @@ impl Tunnels {
         };
         let outcome = |how: &str| {
             if let Some(seq) = recorded {
-                self.enforcer.record_outcome(seq, None, how, None, None);
+                self.enforcer
+                    .record_outcome(seq, None, how, (None, None), None);
             }
         };
         // Asked again right before the connection opens (its start is what the origin
