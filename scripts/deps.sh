@@ -3,6 +3,8 @@
 # Idempotent: installs nothing when everything is present.
 #
 #   scripts/deps.sh             install what is missing
+#   scripts/deps.sh --build     only what building needs (a C toolchain, cmake), and check
+#                               the Rust toolchain (scripts/run.sh)
 #   scripts/deps.sh --packages  print every Debian package it may install, one a line
 #                               (scripts/fresh-check.sh removes them to play a new machine)
 set -euo pipefail
@@ -39,6 +41,25 @@ DEBIAN_PYTHON=(
   "cryptography python3-cryptography"
 )
 
+# What building alone needs (the first two TOOLS).
+if [ "${1:-}" = "--build" ]; then
+  TOOLS=("${TOOLS[@]:0:2}")
+fi
+
+# The Rust toolchain: Cargo.toml's rust-version (1.85; the lockfile is version 4).
+rust_check() {
+  if ! command -v cargo >/dev/null; then
+    echo "cargo not found: install a Rust toolchain, 1.85 or later (https://rustup.rs)" >&2
+    exit 1
+  fi
+  local have
+  have="$(cargo --version | awk '{print $2}')"
+  if ! printf '1.85.0\n%s\n' "${have%%-*}" | sort -V -C; then
+    echo "cargo $have is older than 1.85, which robotsgate needs: rustup update stable" >&2
+    exit 1
+  fi
+}
+
 if [ "${1:-}" = "--packages" ]; then
   for tool in "${TOOLS[@]}" "${DEBIAN_PYTHON[@]}"; do echo "${tool#* }"; done
   echo python3-pip
@@ -62,6 +83,10 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"
 }
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
+rust_check
+if [ "${1:-}" = "--build" ]; then
+  exit 0
+fi
 
 # Debian's /usr/bin/python3: every module the tests import with it, as Debian's package.
 python=()
@@ -84,10 +109,6 @@ if ! python3 tests/helpers/check_python.py 2>/dev/null; then
   python3 tests/helpers/check_python.py
 fi
 
-if ! command -v cargo >/dev/null; then
-  echo "cargo not found: install a Rust toolchain (rustup) first" >&2
-  exit 1
-fi
 # scripts/package.sh builds the Debian package with cargo-deb.
 if ! cargo deb --version >/dev/null 2>&1; then
   echo "installing: cargo-deb" >&2

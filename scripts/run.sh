@@ -5,7 +5,7 @@
 # go to `run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --build
 cargo build --release --locked --bin robotsgate
 if [ ! -f var/ca.pem ]; then
   mkdir -p var

@@ -3,7 +3,15 @@
 # lints, then every test (unit, conformance, property, integration over real sockets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Needs root (or sudo): the tests create network namespaces and redirect a crawler uid's
+# traffic in them.
 scripts/deps.sh
+if ! cargo fmt --version >/dev/null 2>&1; then
+  rustup component add rustfmt || {
+    echo "rustfmt is not installed and rustup could not add it (rustup component add rustfmt)" >&2
+    exit 1
+  }
+fi
 cargo fmt --all --check
 # Lints are part of the suite, never skipped: a toolchain without clippy gets it from
 # rustup, or the run stops here saying so.
