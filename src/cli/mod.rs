@@ -57,6 +57,21 @@ enum Command {
         /// The `.jsonl` file of cases.
         file: PathBuf,
     },
+    /// The crawler's statement, from a configuration: `statement.json`, `statement.html`
+    /// and an Atom feed `statement.atom` whose newest entry is the statement in force
+    /// (a new entry whenever what is stated changes; `statement-history.jsonl` in the
+    /// same directory keeps them). The admin listener serves the same.
+    Statement {
+        /// The configuration (as `run` reads it).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// The directory to write into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Where the page will be published, for the feed's link.
+        #[arg(long, value_name = "URL")]
+        link: Option<String>,
+    },
     /// The operator CA for HTTPS interception.
     #[command(subcommand)]
     Ca(CaCommand),
@@ -225,6 +240,20 @@ impl Cli {
             } => passwd(&user, &tokens, &purposes, cost),
             Command::CheckState { file, config, key } => check_state(&file, config, key),
             Command::Evidence(command) => command.run(),
+            Command::Statement { config, out, link } => {
+                let config = crate::config::Config::load(&config)?;
+                let now = crate::evidence::record::stamp(std::time::SystemTime::now());
+                let changed =
+                    crate::ops::statement::write_into(&config, &out, &now, link.as_deref())
+                        .with_context(|| format!("cannot write into {}", out.display()))?;
+                println!(
+                    "{}: statement {} ({})",
+                    out.display(),
+                    crate::ops::statement::CrawlerStatement::of(&config).fingerprint(),
+                    if changed { "new" } else { "unchanged" }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Conformance { file } => {
                 let input = std::fs::File::open(&file)
                     .with_context(|| format!("cannot open {}", file.display()))?;

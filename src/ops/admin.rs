@@ -55,6 +55,8 @@ pub struct AdminApp {
     pub guard: AdminGuard,
     /// The last minutes, sampled in the background (the status page's charts).
     pub history: Arc<crate::ops::history::History>,
+    /// The crawler's statement, from the configuration in force.
+    pub statement: crate::ops::statement::Published,
 }
 
 /// Who may use the admin API, and how often an origin may be refreshed through it.
@@ -248,6 +250,9 @@ impl ServeHttp for AdminApp {
             ("GET", "/status.json") => json_reply(200, &self.status().await),
             ("GET", "/metrics") => self.metrics(),
             ("GET", "/check") => self.check(&query).await,
+            ("GET", "/statement.json") => self.statement(&path),
+            ("GET", "/statement.html") => self.statement(&path),
+            ("GET", "/statement.atom") => self.statement(&path),
             ("GET", "/fleet") => match self.enforcer.fleet_members() {
                 Some(members) => json_reply(200, &members),
                 None => reply(404, "text/plain", b"not in fleet mode\n".to_vec()),
@@ -339,6 +344,14 @@ impl AdminApp {
                 "on_unavailable": on_unavailable_label(fleet.on_unavailable),
             })),
         })
+    }
+
+    /// `/statement.json`, `.html`, `.atom`: the crawler's statement in force.
+    fn statement(&self, path: &str) -> Response<Vec<u8>> {
+        match self.statement.serve(path) {
+            Some((kind, body)) => reply(200, kind, body.to_vec()),
+            None => error(404, format!("no such endpoint: GET {path}")),
+        }
     }
 
     /// `/readyz`: 200 while requests can be served as configured. In fleet mode, 503

@@ -3,9 +3,11 @@
 //! layers below it.
 //!
 //! **Its other files:** `check.rs` (`/check?url=…`: the decision a request would get,
-//! explained).
+//! explained), `statement.rs` (the crawler's published statement: `/statement.json`,
+//! `.html`, `.atom`, and `robotsgate statement`).
 
 pub mod admin;
 mod check;
 pub mod directory;
 pub mod history;
+pub mod statement;

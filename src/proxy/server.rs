@@ -437,6 +437,7 @@ fn add_ops_listeners(
             enforcer,
             guard,
             history,
+            statement: crate::ops::statement::Published::of(config),
         };
         let mut service = Service::new("robotsgate admin".to_string(), app);
         service.add_tcp(&admin.to_string());

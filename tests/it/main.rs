@@ -54,6 +54,7 @@ mod robots_props;
 mod shape;
 mod signing;
 mod state;
+mod statement;
 mod status_page;
 mod systemd;
 mod tdmrep;
