@@ -287,8 +287,7 @@ fn escape(text: &str) -> String {
 }
 
 /// Writes the statement of `config` into `dir`, adding it to `statement-history.jsonl`
-/// when it differs from the last one there: the three files' paths, and whether the
-/// statement changed.
+/// when it differs from the last one there: whether it did.
 pub fn write_into(
     config: &Config,
     dir: &std::path::Path,

@@ -25,7 +25,7 @@ pub(super) fn reservation(
     let policy = statement
         .policy
         .as_deref()
-        .map(|p| format!("; policy=\"{}\"", p.replace(['"', '\\'], "")))
+        .map(|p| format!("; policy=\"{}\"", header_safe(p)))
         .unwrap_or_default();
     Some(match mode {
         UsageMode::Report => (
@@ -39,6 +39,20 @@ pub(super) fn reservation(
     })
 }
 
+/// A policy URL as a quoted header parameter: printable ASCII kept; a quote, a backslash, spaces,
+/// controls and any other octet percent-encoded.
+fn header_safe(url: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    for &b in url.as_bytes() {
+        match b {
+            b'"' | b'\\' => out.push_str(&format!("%{b:02X}")),
+            0x21..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// The answer the crawler gets instead of a withheld one: `451`, the decision, no body.
 pub(super) fn withheld(response: &ResponseHeader, decision: &str) -> Result<ResponseHeader> {
     let mut answer = ResponseHeader::build(451, Some(3))?;
@@ -47,4 +61,27 @@ pub(super) fn withheld(response: &ResponseHeader, decision: &str) -> Result<Resp
     answer.insert_header("Content-Length", "0")?;
     answer.insert_header("Cache-Control", "no-store")?;
     Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever octets an origin's policy holds, the decision is a valid header value.
+    #[test]
+    fn any_policy_makes_a_header_value() {
+        for policy in [
+            "https://p.example/a?b=1",
+            "https://p.example/é \"x\"\\",
+            "a\u{7f}\u{1}",
+        ] {
+            let safe = header_safe(policy);
+            assert!(http::HeaderValue::from_str(&safe).is_ok(), "{safe}");
+            assert!(!safe.contains('"') && !safe.contains(' '), "{safe}");
+        }
+        assert_eq!(
+            header_safe("https://p.example/é"),
+            "https://p.example/%C3%A9"
+        );
+    }
 }

@@ -216,16 +216,23 @@ fn agreed<T: PartialEq>(values: impl Iterator<Item = Option<T>>) -> Option<Optio
     found
 }
 
-/// The statement of a response's headers (`names` case-insensitive, as HTTP's are).
+/// The statement of a response's headers (`names` case-insensitive, as HTTP's are). A
+/// value that is not UTF-8 is a protocol error of a reservation, and no policy.
 pub fn statement_of_headers(headers: &http::HeaderMap) -> Option<TdmStatement> {
-    let values = |name: &str| -> Vec<&str> {
-        headers
-            .get_all(name)
-            .iter()
-            .map(|v| v.to_str().unwrap_or("\u{0}invalid"))
-            .collect()
-    };
-    statement_of_values(values("tdm-reservation"), values("tdm-policy"))
+    fn text(v: &http::HeaderValue) -> Option<&str> {
+        std::str::from_utf8(v.as_bytes()).ok()
+    }
+    let reservations: Vec<&str> = headers
+        .get_all("tdm-reservation")
+        .iter()
+        .map(|v| text(v).unwrap_or("\u{0}invalid"))
+        .collect();
+    let policies: Vec<&str> = headers
+        .get_all("tdm-policy")
+        .iter()
+        .filter_map(text)
+        .collect();
+    statement_of_values(reservations, policies)
 }
 
 /// Whether a `Content-Type` names an HTML page (`text/html`, `application/xhtml+xml`).
