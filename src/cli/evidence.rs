@@ -14,9 +14,10 @@ use serde_json::Value;
 
 use crate::enforce::judge;
 use crate::evidence::bundle::{gather, Bundle, Filter, Format};
-use crate::evidence::verify::verify;
+use crate::evidence::verify::{verify, JudgedOn};
 use crate::policy::agent::Tokens;
 use crate::policy::target::{Origin, Target};
+use crate::robots::tdmrep::TdmFile;
 use crate::robots::{CanonicalPath, RobotsTxt};
 
 /// `robotsgate evidence`'s subcommands.
@@ -149,14 +150,17 @@ fn verify_path(path: &Path, key: Option<&Path>) -> anyhow::Result<ExitCode> {
     };
     // Each robots.txt parsed once, however many decisions name it.
     let parsed = std::cell::RefCell::new(HashMap::<String, Rc<RobotsTxt>>::new());
-    let rederive = |sha: &str, octets: &[u8], record: &Value| {
-        let robots = Rc::clone(
-            parsed
-                .borrow_mut()
-                .entry(sha.to_string())
-                .or_insert_with(|| Rc::new(RobotsTxt::parse(octets))),
-        );
-        rederive(&robots, record)
+    let rederive = |judged: JudgedOn, sha: &str, octets: &[u8], record: &Value| match judged {
+        JudgedOn::RobotsTxt => {
+            let robots = Rc::clone(
+                parsed
+                    .borrow_mut()
+                    .entry(sha.to_string())
+                    .or_insert_with(|| Rc::new(RobotsTxt::parse(octets))),
+            );
+            rederive(&robots, record)
+        }
+        JudgedOn::TdmRep => rederive_tdm(&TdmFile::parse(octets), record),
     };
     let report = verify(&bundle, pinned.as_deref(), &rederive);
     for line in &report.breaks {
@@ -189,14 +193,41 @@ fn verify_path(path: &Path, key: Option<&Path>) -> anyhow::Result<ExitCode> {
 /// when it agrees with the record (or the record is no robots.txt verdict), else what
 /// it decides.
 fn rederive(robots: &RobotsTxt, record: &Value) -> Option<String> {
-    let recorded_allowed = match record["verdict"].as_str()? {
-        "allowed" | "usage_refused" | "would_usage_refuse" => true,
-        "disallowed" | "would_disallow" => false,
+    // A usage refusal (a robots.txt usage statement's, or TDMRep's) names no
+    // Allow/Disallow rule: only that robots.txt allowed the path is compared.
+    let (recorded_allowed, rule_named) = match record["verdict"].as_str()? {
+        "allowed" => (true, true),
+        "usage_refused" | "would_usage_refuse" => (true, false),
+        "disallowed" | "would_disallow" => (false, true),
         _ => return None,
     };
     let (allowed, line, said) = judged(robots, record)?;
     let recorded_line = record["rule"]["line"].as_u64().map(|l| l as u32);
-    (allowed != recorded_allowed || line != recorded_line).then_some(said)
+    (allowed != recorded_allowed || rule_named && line != recorded_line).then_some(said)
+}
+
+/// What this build's TDMRep reading says of a decision record that a rule of `file`
+/// refused (or would have): `None` when that rule reserves the record's URL (or the
+/// spelling a lenient origin may read), else what it finds.
+fn rederive_tdm(file: &TdmFile, record: &Value) -> Option<String> {
+    let recorded = record["tdmrep"]["rule"].as_u64()? as usize;
+    let origin = Origin::parse(record["origin"].as_str()?).ok()?;
+    let path = CanonicalPath::from_url(record["url"].as_str()?).into_owned();
+    let target = Target { origin, path };
+    let spellings = std::iter::once(target.path.clone()).chain(target.lenient_path());
+    let mut found = Vec::new();
+    for path in spellings {
+        match file.lookup(&path) {
+            Some((index, Some(s))) if s.reserved && index == recorded => return None,
+            Some((index, Some(s))) => found.push(format!(
+                "rule {index} (tdm-reservation={})",
+                u8::from(s.reserved)
+            )),
+            Some((index, None)) => found.push(format!("rule {index} (a protocol error: unset)")),
+            None => found.push("no TDMRep rule".into()),
+        }
+    }
+    Some(found.join(", "))
 }
 
 /// A decision record's URL judged against `robots` for its tokens: allowed, the

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::fleet::Owner;
 use crate::origin::store::OriginEntry;
-use crate::pacing::{DelayRule, Place};
+use crate::pacing::{DelayRule, PaceRequest, Place};
 use crate::policy::usage::UsageVerdict;
 
 use super::Refusal;
@@ -75,6 +75,19 @@ impl Pace {
     /// The address's, with `pacing.key: address`.
     pub(super) fn address_place(&self) -> Option<Place<'_>> {
         self.address.as_deref().map(OriginEntry::place)
+    }
+
+    /// What the pacer is asked for.
+    pub(super) fn request(&self) -> PaceRequest<'_> {
+        PaceRequest {
+            place: self.place(),
+            address: self.address_place(),
+            group: &self.group,
+            delay: self.delay,
+            rule: self.rule,
+            max_in_flight: self.max_in_flight,
+            robots_fetched_at: self.robots_fetched_at,
+        }
     }
 
     /// The group key of the origin's upstream connection pool.

@@ -17,7 +17,7 @@
 //! `owned.rs` (which fleet member decides a request), `record.rs` (what a decision
 //! leaves in the evidence), `refusal.rs` (what robotsgate
 //! answers instead of the origin, rendered once), `stop.rs` (a graceful stop's deadline
-//! for waiting requests), `turn.rs` (a request's turn as the proxy holds it),
+//! for waiting requests), `tdm.rs` (TDMRep's file, judged before a request is sent), `turn.rs` (a request's turn as the proxy holds it),
 //! `views.rs` (what the admin API, status page and server read of an `Enforcer`).
 
 use std::net::{IpAddr, SocketAddr};
@@ -34,7 +34,7 @@ use crate::origin::store::OriginStore;
 pub use crate::origin::store::{Policy, Snapshot};
 use crate::origin::trust::UpstreamTrust;
 pub use crate::pacing::DelayRule;
-use crate::pacing::{PaceRequest, Pacer, Refused, TurnRefusal};
+use crate::pacing::{Pacer, Refused, TurnRefusal};
 use crate::policy::agent::{AgentResolver, ModeChoice, Requester, Tokens};
 pub use crate::policy::answer::{bad_request, egress_denied, Answer, Outcome};
 use crate::policy::egress::{EgressPolicy, Forbidden};
@@ -50,6 +50,7 @@ mod owned;
 mod record;
 mod refusal;
 mod stop;
+mod tdm;
 mod turn;
 mod views;
 pub use decision::{Allowed, Decision, Pace};
@@ -397,7 +398,9 @@ impl Enforcer {
                 usage,
             },
         };
-        (self.decide_on(&facts, tokens), Some(snapshot))
+        let decision = self.decide_on(&facts, tokens);
+        let decision = self.tdm_checked(decision, target, &usage).await;
+        (decision, Some(snapshot))
     }
 }
 
@@ -504,15 +507,7 @@ impl Enforcer {
     /// origin's exchange has ended, then told how ([`Turn::end`]); report the origin's
     /// status to it. An `Err` says why there is none, with the 503 to send instead.
     pub async fn pace(&self, pace: &Pace) -> Result<Turn, Unpaced> {
-        let request = PaceRequest {
-            place: pace.place(),
-            address: pace.address_place(),
-            group: &pace.group,
-            delay: pace.delay,
-            rule: pace.rule,
-            max_in_flight: pace.max_in_flight,
-            robots_fetched_at: pace.robots_fetched_at,
-        };
+        let request = pace.request();
         // Fleet mode: the schedules' key, checked as acted for and recorded by the turn.
         let keyed = pace.address.as_ref().unwrap_or(&pace.entry);
         let fleet = self.owners.clone().map(|o| (o, keyed.pacing_key().clone()));

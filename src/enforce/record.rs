@@ -14,9 +14,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::evidence::{Concluded, Decided, Entry, Evidence, PolicyRef, Recorded, RuleRef};
+use crate::evidence::{
+    Concluded, Decided, Entry, Evidence, PolicyRef, Recorded, RuleRef, TdmRuleRef,
+};
 use crate::policy::agent::Requester;
-use crate::policy::answer::Answer;
+use crate::policy::answer::{Answer, FileRule};
 use crate::policy::target::Target;
 use crate::robots::RuleKind;
 
@@ -49,6 +51,8 @@ pub struct Said<'a> {
     pub report: bool,
     /// The member that handed it over, when one did.
     pub from: Option<&'a str>,
+    /// The TDMRep rule that refused it (or in report mode would have).
+    pub file_rule: Option<&'a FileRule>,
 }
 
 impl<'a> Said<'a> {
@@ -66,6 +70,7 @@ impl<'a> Said<'a> {
             would,
             line,
             report: reported.is_some(),
+            file_rule: reported.and_then(|r| r.file_rule.as_ref()),
             ..Said::default()
         }
     }
@@ -76,6 +81,7 @@ impl<'a> Said<'a> {
             verdict: answer.decision.label(),
             why: &answer.header,
             line: answer.rule_line,
+            file_rule: answer.file_rule.as_ref(),
             ..Said::default()
         }
     }
@@ -95,14 +101,7 @@ impl<'a> Said<'a> {
 
 /// The answer to a request whose record cannot be written (`on_failure: refuse`).
 fn unrecorded() -> Answer {
-    let mut answer = Answer::text(
-        503,
-        crate::policy::answer::Outcome::EvidenceUnwritable,
-        "refused; reason=\"evidence-unwritable\"".into(),
-        "robotsgate: this request's record could not be written (evidence.dir full or unwritable), so it was not sent. Retry in 1 s.".into(),
-    );
-    answer.retry_after = Some(1);
-    answer
+    super::Refusal::EvidenceUnwritable.answer()
 }
 
 impl Enforcer {
@@ -230,6 +229,10 @@ impl Enforcer {
             }),
             group,
             rule,
+            tdmrep: said.file_rule.map(|f| TdmRuleRef {
+                sha256: &f.sha256,
+                rule: f.rule,
+            }),
             usage: said.usage,
             wait_s: said.wait.map(|w| w.as_secs_f64()),
             key_id: said.key_id,

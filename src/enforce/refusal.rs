@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Policy, ResolveError, Snapshot};
 use crate::config::Purpose;
-use crate::policy::answer::{egress_denied, Answer, Outcome};
+use crate::policy::answer::{egress_denied, param_safe, Answer, FileRule, Outcome};
 use crate::policy::egress::Forbidden;
 use crate::policy::usage::UsageVerdict;
 
@@ -48,6 +48,23 @@ pub enum Refusal {
         /// Every declared purpose's verdict.
         verdict: UsageVerdict,
     },
+    /// The origin's TDMRep file reserves text-and-data-mining rights on the path, and a
+    /// reservation binds the crawler's declared purposes.
+    TdmReserved {
+        /// The file's URL.
+        tdmrep_url: String,
+        /// The canonical path judged (or the spelling a lenient origin may read).
+        path: String,
+        /// The rule that reserved, by its index in the file (from 0), and the file.
+        rule: FileRule,
+        /// Its `location`, as written.
+        location: String,
+        /// Its `tdm-policy`, when it names one.
+        policy: Option<String>,
+    },
+    /// The request's evidence could not be written (`evidence.on_failure: refuse`), or
+    /// that of a fetch it needed first: nothing was sent.
+    EvidenceUnwritable,
     /// The client's own request for `/robots.txt`, answered from this snapshot.
     RobotsTxt {
         /// The origin's robots.txt URL.
@@ -102,6 +119,7 @@ impl Refusal {
         let answer = self.answer();
         let (prefix, outcome) = match self {
             Refusal::UsageRefused { .. } => ("would-usage-refuse", Outcome::WouldUsageRefuse),
+            Refusal::TdmReserved { .. } => ("would-tdm-reserve", Outcome::WouldUsageRefuse),
             _ => ("would-disallow", Outcome::WouldDisallow),
         };
         let rest = answer
@@ -112,6 +130,7 @@ impl Refusal {
             header: format!("{prefix}; {rest}"),
             line: answer.rule_line,
             outcome,
+            file_rule: answer.file_rule,
         }
     }
 
@@ -146,23 +165,22 @@ impl Refusal {
                 rule,
                 line,
                 ..
-            } => {
-                let purpose = purpose.label();
-                let (header, body) = match (rule, line) {
-                    (Some(rule), Some(line)) => (
-                        format!(
-                            "usage-refused; robots=\"{robots_url}\"; purpose={purpose}; line={line}; rule=\"{}\"",
-                            rule.replace(['"', '\\'], "'")
-                        ),
-                        format!("robotsgate: {path} may not be used for {purpose}: {robots_url} states {rule}"),
-                    ),
-                    _ => (
-                        format!("usage-refused; robots=\"{robots_url}\"; purpose={purpose}; reason=unknown"),
-                        format!("robotsgate: {robots_url} states no preference for {purpose} on {path}, and usage.unknown is refuse"),
-                    ),
-                };
-                let mut answer = Answer::text(403, Outcome::UsageRefused, header, body);
-                answer.rule_line = *line;
+            } => usage_answer(robots_url, path, *purpose, (rule.as_deref(), *line)),
+            Refusal::TdmReserved {
+                tdmrep_url,
+                path,
+                rule,
+                location,
+                policy,
+            } => tdm_answer(tdmrep_url, path, rule, location, policy.as_deref()),
+            Refusal::EvidenceUnwritable => {
+                let mut answer = Answer::text(
+                    503,
+                    Outcome::EvidenceUnwritable,
+                    "refused; reason=\"evidence-unwritable\"".into(),
+                    "robotsgate: this request's record could not be written (evidence.dir full or unwritable), so it was not sent. Retry in 1 s.".into(),
+                );
+                answer.retry_after = Some(1);
                 answer
             }
             Refusal::RobotsTxt {
@@ -217,6 +235,63 @@ impl Refusal {
     }
 }
 
+/// A usage refusal's answer: the statement that refused `purpose` on `path` (its text
+/// and line), or none when `usage.unknown: refuse` decided.
+fn usage_answer(
+    robots_url: &str,
+    path: &str,
+    purpose: Purpose,
+    (rule, line): (Option<&str>, Option<u32>),
+) -> Answer {
+    let purpose = purpose.label();
+    let (header, body) = match (rule, line) {
+        (Some(rule), Some(line)) => (
+            format!(
+                "usage-refused; robots=\"{robots_url}\"; purpose={purpose}; line={line}; rule=\"{}\"",
+                rule.replace(['"', '\\'], "'")
+            ),
+            format!("robotsgate: {path} may not be used for {purpose}: {robots_url} states {rule}"),
+        ),
+        _ => (
+            format!("usage-refused; robots=\"{robots_url}\"; purpose={purpose}; reason=unknown"),
+            format!("robotsgate: {robots_url} states no preference for {purpose} on {path}, and usage.unknown is refuse"),
+        ),
+    };
+    let mut answer = Answer::text(403, Outcome::UsageRefused, header, body);
+    answer.rule_line = line;
+    answer
+}
+
+/// A TDMRep file's reservation's answer: the file, its rule, the rule's `location`,
+/// and the policy it names.
+fn tdm_answer(
+    tdmrep_url: &str,
+    path: &str,
+    rule: &FileRule,
+    location: &str,
+    policy: Option<&str>,
+) -> Answer {
+    let named = policy
+        .map(|p| format!("; policy=\"{}\"", param_safe(p)))
+        .unwrap_or_default();
+    let mut answer = Answer::text(
+        403,
+        Outcome::UsageRefused,
+        format!(
+            "tdm-reserved; source=file; tdmrep=\"{tdmrep_url}\"; rule={}; location=\"{}\"; tdm-reservation=1{named}",
+            rule.rule,
+            param_safe(location)
+        ),
+        format!(
+            "robotsgate: {path}: text and data mining rights are reserved by {tdmrep_url} (rule {}, location {location}){}",
+            rule.rule,
+            policy.map(|p| format!("; the policy: {p}")).unwrap_or_default()
+        ),
+    );
+    answer.file_rule = Some(rule.clone());
+    answer
+}
+
 /// Whole seconds until `at` (at least 1), for `Retry-After`.
 fn retry_seconds(at: Option<Instant>) -> u64 {
     at.map_or(1, |at| {
@@ -266,6 +341,7 @@ fn robots_txt_answer(snapshot: &Snapshot, robots_url: &str) -> Answer {
             retry_after: None,
             rule_line: None,
             challenge: None,
+            file_rule: None,
         },
         Policy::AllowAll { why } => Answer::text(
             404,
@@ -288,4 +364,6 @@ pub struct Reported {
     pub line: Option<u32>,
     /// [`Outcome::WouldDisallow`] or [`Outcome::WouldUsageRefuse`].
     pub outcome: Outcome,
+    /// The TDMRep rule that would have refused, when one would.
+    pub file_rule: Option<FileRule>,
 }

@@ -192,10 +192,14 @@ fn first_segment(chain: &read::ChainFiles) -> u32 {
 
 /// The SHA-256 values a record names (its policy, a fetched or adopted file).
 pub fn named_policies(record: &Value) -> Vec<String> {
-    [&record["policy"]["sha256"], &record["sha256"]]
-        .into_iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect()
+    [
+        &record["policy"]["sha256"],
+        &record["sha256"],
+        &record["tdmrep"]["sha256"],
+    ]
+    .into_iter()
+    .filter_map(|v| v.as_str().map(str::to_string))
+    .collect()
 }
 
 /// One chain's records that `filter` takes (with its start record, the outcomes of the

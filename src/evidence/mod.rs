@@ -55,7 +55,7 @@ use crate::error::Failure;
 use crate::identity::key::SigningKey;
 use chain::{Chain, ChainLimits};
 pub use history::OriginHistory;
-pub use record::{Concluded, Decided, Entry, Fetch, Fetched, PolicyRef, RuleRef};
+pub use record::{Concluded, Decided, Entry, Fetch, Fetched, PolicyRef, RuleRef, TdmRuleRef};
 
 /// What kind of problem an [`EvidenceError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,9 +24,9 @@ pub const SCHEMA: u32 = 1;
 pub enum Entry<'a> {
     /// A chain's first record.
     Start(Start<'a>),
-    /// A robots.txt request about to leave.
+    /// A fetch of robots.txt (or of TDMRep's file) about to leave.
     Fetch(Fetch<'a>),
-    /// What a robots.txt request brought.
+    /// What it brought.
     Fetched(Fetched<'a>),
     /// Another member's copy taken.
     Adopted(Adopted<'a>),
@@ -170,6 +170,10 @@ pub struct Decided<'a> {
     /// The rule that decided, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<RuleRef<'a>>,
+    /// The TDMRep rule that refused it (or in report mode would have), in the file
+    /// kept by its SHA-256.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tdmrep: Option<TdmRuleRef<'a>>,
     /// The usage verdict (`X-Robots-Usage`), and which source it came from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<&'a str>,
@@ -204,6 +208,15 @@ pub struct RuleRef<'a> {
     pub pattern: &'a str,
     /// Its line in the file.
     pub line: u32,
+}
+
+/// A rule of an origin's `/.well-known/tdmrep.json`.
+#[derive(Serialize)]
+pub struct TdmRuleRef<'a> {
+    /// The SHA-256 of the file's octets (kept under `policies/`).
+    pub sha256: &'a str,
+    /// The rule's index in the file, from 0.
+    pub rule: usize,
 }
 
 /// How a forwarded request's exchange ended (written after it, not waited for).

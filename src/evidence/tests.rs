@@ -54,7 +54,7 @@ async fn decide(evidence: &Evidence, origin: &str, octets: &[u8], n: usize) {
 /// Verifies the whole of `dir` (every record agreeing with the matcher).
 fn check(dir: &Path) -> Report {
     let bundle = gather(&[dir.to_path_buf()], &Filter::default()).expect("gather");
-    verify(&bundle, None, &|_, _, _| None)
+    verify(&bundle, None, &|_, _, _, _| None)
 }
 
 /// The name of segment `n` of the only chain in `dir`.
@@ -90,7 +90,7 @@ async fn a_chain_of_segments_verifies_whole_in_part_and_as_read_back() {
     let mut text = Vec::new();
     part.write_jsonl(&mut text).expect("write");
     let read = Bundle::read_jsonl(std::str::from_utf8(&text).expect("utf-8")).expect("read");
-    let report = verify(&read, None, &|_, _, _| None);
+    let report = verify(&read, None, &|_, _, _, _| None);
     assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
     assert_eq!(report.decisions, 5);
     assert_eq!(read.policies.len(), 1);
@@ -99,7 +99,7 @@ async fn a_chain_of_segments_verifies_whole_in_part_and_as_read_back() {
         .expect("utf-8")
         .replacen("page/1", "page/X", 1);
     let read = Bundle::read_jsonl(&forged).expect("read");
-    let report = verify(&read, None, &|_, _, _| None);
+    let report = verify(&read, None, &|_, _, _, _| None);
     assert!(
         report
             .breaks

@@ -40,10 +40,20 @@ pub struct Report {
     pub rederived: usize,
 }
 
-/// How a decision is judged again: from a robots.txt (its SHA-256 in hex, which names it
-/// for a cache of parsed files, and its octets) and the decision record,
-/// `Some(what this build decides instead)` when it differs, `None` when it agrees.
-pub type Rederive<'a> = &'a dyn Fn(&str, &[u8], &Value) -> Option<String>;
+/// How a decision is judged again: from a file it names (which file, its SHA-256 in
+/// hex, which names it for a cache of parsed files, and its octets) and the decision
+/// record, `Some(what this build decides instead)` when it differs, `None` when it
+/// agrees.
+pub type Rederive<'a> = &'a dyn Fn(JudgedOn, &str, &[u8], &Value) -> Option<String>;
+
+/// The file a decision is judged again on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JudgedOn {
+    /// Its robots.txt (`policy`).
+    RobotsTxt,
+    /// The TDMRep file whose rule refused it (`tdmrep`).
+    TdmRep,
+}
 
 /// One chain's heads, read and checked.
 #[derive(Default)]
@@ -329,21 +339,26 @@ fn check_decision(
         return;
     }
     report.decisions += 1;
-    let Some((sha, octets)) = named
-        .first()
-        .and_then(|sha| Some((sha, bundle.policies.get(sha)?)))
-    else {
-        return;
-    };
-    report.rederived += 1;
-    if let Some(otherwise) = rederive(sha, octets, record) {
-        report.differs.push(format!(
-            "chain {chain}: seq {} ({} {}): recorded {}, this build decides {otherwise}",
-            record["seq"],
-            record["verdict"].as_str().unwrap_or("?"),
-            record["url"].as_str().unwrap_or("?"),
-            record["why"].as_str().unwrap_or("?"),
-        ));
+    for (judged, field) in [
+        (JudgedOn::RobotsTxt, "policy"),
+        (JudgedOn::TdmRep, "tdmrep"),
+    ] {
+        let Some((sha, octets)) = record[field]["sha256"]
+            .as_str()
+            .and_then(|sha| Some((sha, bundle.policies.get(sha)?)))
+        else {
+            continue;
+        };
+        report.rederived += usize::from(judged == JudgedOn::RobotsTxt);
+        if let Some(otherwise) = rederive(judged, sha, octets, record) {
+            report.differs.push(format!(
+                "chain {chain}: seq {} ({} {}): recorded {}, this build decides {otherwise}",
+                record["seq"],
+                record["verdict"].as_str().unwrap_or("?"),
+                record["url"].as_str().unwrap_or("?"),
+                record["why"].as_str().unwrap_or("?"),
+            ));
+        }
     }
 }
 

@@ -120,8 +120,11 @@ impl CrawlerStatement {
                     "spec": "W3C TDM Reservation Protocol, Community Group final report (2024)",
                     "tdm_purposes": usage.tdm_purposes,
                     "mode": usage_label(usage.mode),
-                    "enforced": ["tdm-reservation response header: the answer withheld (451)"],
-                    "resolved_not_enforced": ["/.well-known/tdmrep.json", "HTML meta"],
+                    "enforced": [
+                        "/.well-known/tdmrep.json: fetched and paced as robots.txt, a reservation refused before the request is sent (403)",
+                        "tdm-reservation response header: the answer withheld (451)",
+                    ],
+                    "resolved_not_enforced": ["HTML meta"],
                     "not_read": ["EPUB metadata", "PDF XMP metadata"],
                 },
             },

@@ -21,13 +21,55 @@ use pingora::upstreams::peer::HttpPeer;
 use crate::origin::dns::Resolver;
 use crate::policy::egress::EgressPolicy;
 use crate::policy::target::{parse_authority, Origin, Scheme};
+use crate::robots::tdmrep::MAX_TDMREP_BYTES;
 use crate::robots::MAX_ROBOTS_BYTES;
 use crate::telemetry::metrics::RobotsFetch;
+
+/// A file robotsgate fetches from an origin for itself: its robots.txt, or TDMRep's
+/// `/.well-known/tdmrep.json`. Both are fetched the same way; each has its size bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnFile {
+    /// `/robots.txt`, read up to [`MAX_ROBOTS_BYTES`].
+    RobotsTxt,
+    /// `/.well-known/tdmrep.json`, read up to [`MAX_TDMREP_BYTES`].
+    TdmRep,
+}
+
+impl OwnFile {
+    /// Its path on every origin.
+    pub fn path(self) -> &'static str {
+        match self {
+            OwnFile::RobotsTxt => "/robots.txt",
+            OwnFile::TdmRep => "/.well-known/tdmrep.json",
+        }
+    }
+
+    /// Octets read at most (one more means the file is larger).
+    pub fn max_bytes(self) -> usize {
+        match self {
+            OwnFile::RobotsTxt => MAX_ROBOTS_BYTES,
+            OwnFile::TdmRep => MAX_TDMREP_BYTES,
+        }
+    }
+
+    /// Its URL on `origin`.
+    pub fn url(self, origin: &Origin) -> String {
+        format!("{origin}{}", self.path())
+    }
+
+    /// The `Accept` its request sends.
+    fn accept(self) -> &'static str {
+        match self {
+            OwnFile::RobotsTxt => "text/plain, */*;q=0.5",
+            OwnFile::TdmRep => "application/json, */*;q=0.5",
+        }
+    }
+}
 
 /// What one fetch came to.
 #[derive(Clone, Debug)]
 pub enum FetchOutcome {
-    /// 2xx: the body (at most `MAX_ROBOTS_BYTES + 1` octets; more means truncated).
+    /// 2xx: the body (at most the file's bound + 1 octets; more means truncated).
     Body {
         /// The status.
         status: u16,
@@ -263,13 +305,14 @@ impl Fetcher {
     /// Fetches `origin`'s robots.txt (as the configured `robots.user_agent`, never a
     /// client's: the copy serves every crawler, so no crawler's identity may shape it).
     pub async fn fetch(&self, origin: &Origin) -> FetchOutcome {
-        self.fetch_with_facts(origin).await.0
+        self.fetch_file(origin, OwnFile::RobotsTxt).await.0
     }
 
-    /// [`Fetcher::fetch`], with what its answers said besides (none after a timeout).
-    pub async fn fetch_with_facts(&self, origin: &Origin) -> (FetchOutcome, FetchFacts) {
+    /// Fetches `file` from `origin`, with what its answers said besides (none after a
+    /// timeout).
+    pub async fn fetch_file(&self, origin: &Origin, file: OwnFile) -> (FetchOutcome, FetchFacts) {
         let mut facts = FetchFacts::default();
-        match tokio::time::timeout(self.timeout, self.follow(origin, &mut facts)).await {
+        match tokio::time::timeout(self.timeout, self.follow(origin, file, &mut facts)).await {
             Ok(outcome) => (outcome, facts),
             Err(_) => (
                 unreachable(FetchFailure::new(
@@ -281,15 +324,15 @@ impl Fetcher {
         }
     }
 
-    /// Fetches `origin`'s robots.txt, following redirects within the limits; what the
+    /// Fetches `origin`'s `file`, following redirects within the limits; what the
     /// answers said goes into `facts`.
-    async fn follow(&self, origin: &Origin, facts: &mut FetchFacts) -> FetchOutcome {
+    async fn follow(&self, origin: &Origin, file: OwnFile, facts: &mut FetchFacts) -> FetchOutcome {
         let mut current = origin.clone();
-        let mut path = "/robots.txt".to_string();
+        let mut path = file.path().to_string();
         let mut seen = vec![(current.clone(), path.clone())];
         let mut hops = 0u32;
         loop {
-            let response = match self.get(&current, &path).await {
+            let response = match self.get(&current, &path, file).await {
                 Ok(response) => response,
                 Err(failure) => return unreachable(failure),
             };
@@ -388,7 +431,12 @@ impl Fetcher {
     }
 
     /// One GET of `path` at `origin`: resolved, checked, paced by its caller, read within limits.
-    async fn get(&self, origin: &Origin, path: &str) -> Result<Response, FetchFailure> {
+    async fn get(
+        &self,
+        origin: &Origin,
+        path: &str,
+        file: OwnFile,
+    ) -> Result<Response, FetchFailure> {
         let addr = SocketAddr::new(self.destination(origin).await?, origin.port);
         let mut peer = HttpPeer::new(addr, origin.scheme == Scheme::Https, origin.host_name());
         peer.options.connection_timeout = Some(self.timeout);
@@ -404,7 +452,7 @@ impl Fetcher {
             .get_http_session(&peer)
             .await
             .map_err(|e| FetchFailure::network(&format!("connect {addr}"), &e))?;
-        let request = self.request(&session, origin, path)?;
+        let request = self.request(&session, origin, path, file)?;
         session
             .write_request_header(Box::new(request))
             .await
@@ -434,7 +482,7 @@ impl Fetcher {
         let retry = text("retry-after").as_deref().and_then(retry_after);
 
         let (body, complete) = if (200..300).contains(&status) {
-            read_body(&mut session).await?
+            read_body(&mut session, file.max_bytes()).await?
         } else {
             (BytesMut::new(), false)
         };
@@ -465,6 +513,7 @@ impl Fetcher {
         session: &HttpSession,
         origin: &Origin,
         path: &str,
+        file: OwnFile,
     ) -> Result<RequestHeader, FetchFailure> {
         let internal = |e: Box<pingora::Error>| FetchFailure::new("internal-error", e.to_string());
         let authority = origin.authority().to_string();
@@ -491,7 +540,7 @@ impl Fetcher {
             .insert_header("User-Agent", self.user_agent.as_str())
             .map_err(internal)?;
         request
-            .insert_header("Accept", "text/plain, */*;q=0.5")
+            .insert_header("Accept", file.accept())
             .map_err(internal)?;
         if let Some(via) = self.via {
             request.insert_header("Via", via).map_err(internal)?;
@@ -506,11 +555,14 @@ impl Fetcher {
     }
 }
 
-/// A 2xx answer's body, read to its end or just past [`MAX_ROBOTS_BYTES`]; whether it
-/// was read to its end.
-async fn read_body(session: &mut HttpSession) -> Result<(BytesMut, bool), FetchFailure> {
+/// A 2xx answer's body, read to its end or just past `limit`; whether it was read to
+/// its end.
+async fn read_body(
+    session: &mut HttpSession,
+    limit: usize,
+) -> Result<(BytesMut, bool), FetchFailure> {
     let mut body = BytesMut::new();
-    while body.len() <= MAX_ROBOTS_BYTES {
+    while body.len() <= limit {
         match session.read_response_body().await {
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
             Ok(None) => return Ok((body, true)),

@@ -34,12 +34,14 @@
 //! fetches here (it paces the origin in memory either way) and shares the copy later.
 //!
 //! **Its other files:** `fetching.rs` (how the store fills an entry), `flight.rs` (one
-//! robots.txt fetch per origin at a time), `evidence.rs` (what a fetch and an adopted
-//! copy leave in the evidence).
+//! fetch of an origin's own files per origin at a time), `tdm.rs` (TDMRep's file, fetched
+//! when a request needs it), `evidence.rs` (what a fetch and an adopted copy leave in the
+//! evidence).
 
 mod evidence;
 mod fetching;
 mod flight;
+mod tdm;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +61,7 @@ use crate::origin::recent::{
 pub use crate::origin::snapshot::{Failing, Policy, Snapshot};
 use crate::pacing::{Pacer, Place, Schedules};
 use crate::policy::target::Origin;
+pub use tdm::{TdmCopy, TdmUnknown};
 
 /// Everything robotsgate keeps about one origin: its robots.txt snapshot, the fetch in
 /// flight, its pacing schedules. A request finds all of it with one lookup.
@@ -67,6 +70,8 @@ pub struct OriginEntry {
     origin: Origin,
     /// Its robots.txt snapshot, swapped whole (none: not fetched yet).
     state: ArcSwapOption<Snapshot>,
+    /// Its TDMRep file, fetched when a request a reservation binds first needs it.
+    tdm: ArcSwapOption<TdmCopy>,
     /// A background refresh is under way.
     refreshing: AtomicBool,
     /// Decisions asked for this origin since it entered the store (the status page's
@@ -99,6 +104,7 @@ impl OriginEntry {
         OriginEntry {
             hash,
             state: ArcSwapOption::empty(),
+            tdm: ArcSwapOption::empty(),
             refreshing: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             schedules: Schedules::default(),
@@ -429,6 +435,7 @@ impl OriginStore {
             return false;
         };
         entry.version.store(0, Ordering::Release);
+        entry.tdm.store(None);
         entry.state.swap(None).is_some()
     }
 

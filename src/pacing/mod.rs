@@ -81,6 +81,7 @@ mod no_turn;
 mod rules;
 
 pub use facts::ScheduleFacts;
+pub use fetch_turns::FetchTurns;
 pub use local::{Place, ScheduleState, Schedules};
 pub use no_turn::{Refused, TurnRefusal};
 pub use rules::DelayRule;
@@ -204,6 +205,17 @@ pub struct PaceRequest<'a> {
     /// When the origin's robots.txt was last fetched: that fetch counts as the
     /// schedule's previous request.
     pub robots_fetched_at: Option<Instant>,
+}
+
+/// Sets `group`'s delay and rule from `request`, and at the origin (`is_origin`) the
+/// robots.txt fetch as its previous request.
+fn timed(group: &Schedule, request: &PaceRequest<'_>, is_origin: bool) {
+    let mut t = lock(&group.timing);
+    if let Some(fetched) = request.robots_fetched_at.filter(|_| is_origin) {
+        t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
+    }
+    t.delay = request.delay;
+    t.rule = request.rule;
 }
 
 /// The pacing settings and the process-wide count of queued requests.
@@ -387,6 +399,18 @@ impl Pacer {
         (self.turns(schedule, Vec::new(), now), would_wait)
     }
 
+    /// Sets the timing of `request`'s group schedule at its origin as its own
+    /// [`Pacer::pace`] would (its delay and rule; the robots.txt fetch as its previous
+    /// request), without taking a turn: a fetch made on its behalf (TDMRep's file), which
+    /// takes every schedule's turn, then waits for that delay too.
+    pub fn prime(&self, request: &PaceRequest<'_>) {
+        timed(
+            &self.schedule(request.place, request.group, 1),
+            request,
+            true,
+        );
+    }
+
     /// Waits for every turn in force for `request` (its group's when a delay is, then
     /// the in-flight one; then the address's); `Err` when a wait would be too long or a
     /// queue is full.
@@ -402,14 +426,7 @@ impl Pacer {
             } else {
                 self.schedule(place, request.group, 1)
             };
-            {
-                let mut t = lock(&group.timing);
-                if let Some(fetched) = request.robots_fetched_at.filter(|_| is_origin) {
-                    t.last_end = Some(t.last_end.map_or(fetched, |e| e.max(fetched)));
-                }
-                t.delay = request.delay;
-                t.rule = request.rule;
-            }
+            timed(&group, &request, is_origin);
             self.local_turns(place, &group, request.max_in_flight, &mut held)
                 .await?;
         }

@@ -119,6 +119,32 @@ pub struct Answer {
     pub rule_line: Option<u32>,
     /// A `Proxy-Authenticate` challenge (407 answers).
     pub challenge: Option<String>,
+    /// The file other than robots.txt whose rule decided (TDMRep's), for the evidence.
+    pub file_rule: Option<FileRule>,
+}
+
+/// A rule of a file other than robots.txt that decided: the file by the SHA-256 of its
+/// octets (hex), and the rule by its index in the file (TDMRep's rules, from 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileRule {
+    /// The file's SHA-256, hex.
+    pub sha256: std::sync::Arc<str>,
+    /// The rule's index.
+    pub rule: usize,
+}
+
+/// `text` made safe as a quoted header parameter: printable ASCII kept; a quote, a
+/// backslash, spaces, controls and any other octet percent-encoded.
+pub fn param_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for &b in text.as_bytes() {
+        match b {
+            b'"' | b'\\' => out.push_str(&format!("%{b:02X}")),
+            0x21..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 impl Answer {
@@ -133,6 +159,7 @@ impl Answer {
             retry_after: None,
             rule_line: None,
             challenge: None,
+            file_rule: None,
         }
     }
 
@@ -186,4 +213,27 @@ pub fn egress_denied(why: String) -> Answer {
         format!("egress-denied; reason=\"{why}\""),
         format!("robotsgate: {why}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever octets an origin's policy holds, the decision is a valid header value.
+    #[test]
+    fn any_policy_makes_a_header_value() {
+        for policy in [
+            "https://p.example/a?b=1",
+            "https://p.example/é \"x\"\\",
+            "a\u{7f}\u{1}",
+        ] {
+            let safe = param_safe(policy);
+            assert!(http::HeaderValue::from_str(&safe).is_ok(), "{safe}");
+            assert!(!safe.contains('"') && !safe.contains(' '), "{safe}");
+        }
+        assert_eq!(
+            param_safe("https://p.example/é"),
+            "https://p.example/%C3%A9"
+        );
+    }
 }

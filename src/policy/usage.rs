@@ -75,6 +75,11 @@ impl UsageCheck {
         }
     }
 
+    /// When a TDMRep reservation binds the request: the usage mode it is judged in.
+    pub fn tdm(&self) -> Option<UsageMode> {
+        (self.tdm_bound && self.mode != UsageMode::Off).then_some(self.mode)
+    }
+
     /// Is there anything to judge?
     pub fn active(&self) -> bool {
         !self.purposes.is_empty() && self.mode != UsageMode::Off

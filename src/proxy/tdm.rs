@@ -4,13 +4,14 @@
 //! origin's body is read and dropped (the exchange was made at the origin), and
 //! `X-Robots-Decision` names the source and the policy. In report mode the answer goes
 //! through, marked. Only the header is read here: the file (`/.well-known/tdmrep.json`)
-//! and HTML meta are resolved by `robots::tdmrep` but not enforced yet.
+//! is judged before the request is sent (`enforce::tdm`), and HTML meta is resolved by
+//! `robots::tdmrep` but not enforced.
 
 use pingora::http::ResponseHeader;
 use pingora::Result;
 
 use crate::config::UsageMode;
-use crate::policy::answer::Outcome;
+use crate::policy::answer::{param_safe, Outcome};
 use crate::policy::usage::UsageVerdict;
 use crate::robots::tdmrep::statement_of_headers;
 
@@ -25,7 +26,7 @@ pub(super) fn reservation(
     let policy = statement
         .policy
         .as_deref()
-        .map(|p| format!("; policy=\"{}\"", header_safe(p)))
+        .map(|p| format!("; policy=\"{}\"", param_safe(p)))
         .unwrap_or_default();
     Some(match mode {
         UsageMode::Report => (
@@ -39,20 +40,6 @@ pub(super) fn reservation(
     })
 }
 
-/// A policy URL as a quoted header parameter: printable ASCII kept; a quote, a backslash, spaces,
-/// controls and any other octet percent-encoded.
-fn header_safe(url: &str) -> String {
-    let mut out = String::with_capacity(url.len());
-    for &b in url.as_bytes() {
-        match b {
-            b'"' | b'\\' => out.push_str(&format!("%{b:02X}")),
-            0x21..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 /// The answer the crawler gets instead of a withheld one: `451`, the decision, no body.
 pub(super) fn withheld(response: &ResponseHeader, decision: &str) -> Result<ResponseHeader> {
     let mut answer = ResponseHeader::build(451, Some(3))?;
@@ -61,27 +48,4 @@ pub(super) fn withheld(response: &ResponseHeader, decision: &str) -> Result<Resp
     answer.insert_header("Content-Length", "0")?;
     answer.insert_header("Cache-Control", "no-store")?;
     Ok(answer)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whatever octets an origin's policy holds, the decision is a valid header value.
-    #[test]
-    fn any_policy_makes_a_header_value() {
-        for policy in [
-            "https://p.example/a?b=1",
-            "https://p.example/é \"x\"\\",
-            "a\u{7f}\u{1}",
-        ] {
-            let safe = header_safe(policy);
-            assert!(http::HeaderValue::from_str(&safe).is_ok(), "{safe}");
-            assert!(!safe.contains('"') && !safe.contains(' '), "{safe}");
-        }
-        assert_eq!(
-            header_safe("https://p.example/é"),
-            "https://p.example/%C3%A9"
-        );
-    }
 }

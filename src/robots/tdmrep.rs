@@ -97,6 +97,8 @@ pub struct Tdm {
 struct TdmRule {
     /// The compiled `location`; `None` for an empty one (matches nothing).
     location: Option<Pattern>,
+    /// The `location` as written (trimmed).
+    written: Box<str>,
     /// Its statement; `None` a protocol error (unset).
     statement: Option<TdmStatement>,
 }
@@ -124,9 +126,11 @@ impl TdmFile {
                 let rule = item.as_object()?;
                 let location = rule.get("location")?.as_str()?;
                 let location = location.trim();
+                let location_text = location;
                 let location = (!location.is_empty()).then(|| compile(location.as_bytes()).pattern);
                 Some(TdmRule {
                     location,
+                    written: location_text.into(),
                     statement: statement(
                         rule.get("tdm-reservation").and_then(reservation_of_json),
                         rule.get("tdm-policy").and_then(|p| p.as_str()),
@@ -145,6 +149,11 @@ impl TdmFile {
     /// Whether no rule was read.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// The `location` of rule `index`, as written.
+    pub fn location(&self, index: usize) -> Option<&str> {
+        self.rules.get(index).map(|r| &*r.written)
     }
 
     /// The first rule matching `path` (canonical, with its query): its index and its

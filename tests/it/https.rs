@@ -607,8 +607,12 @@ async fn usage_preferences_are_enforced_inside_an_intercepted_tunnel() {
         head.contains("X-Robots-Usage: train-ai=y;line=5;source=content-usage"),
         "{head}"
     );
+    // train-ai is a TDM purpose: TDMRep's file is read before the first page.
     let seen: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
-    assert_eq!(seen, ["/robots.txt", "/ai-ok/test"]);
+    assert_eq!(
+        seen,
+        ["/robots.txt", "/.well-known/tdmrep.json", "/ai-ok/test"]
+    );
     assert_eq!(
         s.proxy.counted(
             "robotsgate_requests_total{decision=\"usage_refused\",mode=\"tunnel\",protocol=\"http/1.1\",scheme=\"https\"}",

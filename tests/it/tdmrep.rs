@@ -1,11 +1,19 @@
-//! TDMRep's header at the egress, over real sockets: an origin's answer reserving TDM
-//! rights is withheld from a crawler whose declared purposes the reservation binds
+//! TDMRep at the egress, over real sockets. The header: an origin's answer reserving
+//! TDM rights is withheld from a crawler whose declared purposes the reservation binds
 //! (451, no body; the origin did receive and answer the request), given to one whose
-//! purposes it does not bind, and marked in report mode.
+//! purposes it does not bind, and marked in report mode. The file: fetched in its turn
+//! before a bound request is sent, its reservation refused with nothing sent (403) or
+//! marked in report mode, recorded in the evidence and judged again by `verify`; a
+//! slow, huge or looping file is bounded and reads as unset.
 
 use serde_json::json;
 
-use crate::common::{curl, records, Behaviour, Conf, Proxy, TestOrigin};
+use std::time::Duration;
+
+use crate::common::{
+    assert_gaps_at_least, curl, evidence_cli, header_of, records, targets, Behaviour, Conf, Proxy,
+    TestOrigin,
+};
 
 const POLICY: &str = "https://rights.example/tdm-policy.json";
 
@@ -47,13 +55,6 @@ async fn origin() -> TestOrigin {
     .await
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
     let origin = origin().await;
@@ -65,13 +66,13 @@ async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
     assert_eq!(status, 451, "{head}");
     assert_eq!(body, "", "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Decision"),
+        header_of(&head, "X-Robots-Decision"),
         Some(
             format!("tdm-reserved; source=header; tdm-reservation=1; policy=\"{POLICY}\"").as_str()
         ),
         "{head}"
     );
-    assert_eq!(header(&head, "Set-Cookie"), None, "{head}");
+    assert_eq!(header_of(&head, "Set-Cookie"), None, "{head}");
     // The exchange was made at the origin: it received the request and answered it.
     assert_eq!(origin.count("/reserved"), 1);
     assert!(origin.first("/reserved").done.is_some());
@@ -79,14 +80,14 @@ async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
     let (status, head, body) = curl(&proxy, &url, &["-A", "indexer/1"]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(body, "the reserved page's body");
-    assert_eq!(header(&head, "tdm-reservation"), Some("1"), "{head}");
+    assert_eq!(header_of(&head, "tdm-reservation"), Some("1"), "{head}");
     assert_eq!(origin.count("/reserved"), 2);
     assert_eq!(
         proxy.sum("robotsgate_requests_total", "decision=\"tdm_withheld\""),
         1.0
     );
     // The evidence: the decision to send it, then its outcome naming what was withheld.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let withheld = loop {
         let all = records(evidence.path());
         let outcome = all.iter().find(|r| {
@@ -104,7 +105,7 @@ async fn a_reserved_answer_is_withheld_from_the_purposes_it_binds() {
             break (decision, outcome.clone());
         }
         assert!(std::time::Instant::now() < deadline, "no outcome: {all:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(withheld.0["url"], url.as_str(), "{withheld:?}");
     assert_eq!(withheld.1["status"], 200, "{withheld:?}");
@@ -124,7 +125,7 @@ async fn report_mode_gives_the_reserved_answer_marked() {
     assert_eq!(status, 200, "{head}");
     assert_eq!(body, "the reserved page's body");
     assert_eq!(
-        header(&head, "X-Robots-Decision"),
+        header_of(&head, "X-Robots-Decision"),
         Some(
             format!("would-tdm-withhold; source=header; tdm-reservation=1; policy=\"{POLICY}\"")
                 .as_str()
@@ -138,4 +139,179 @@ async fn report_mode_gives_the_reserved_answer_marked() {
         ),
         1.0
     );
+}
+
+/// A TDMRep file reserving `/private/` with a policy, and leaving the rest open.
+const FILE: &str = r#"[{"location":"/private/*","tdm-reservation":1,"tdm-policy":"https://rights.example/tdm-policy.json"},
+ {"location":"/","tdm-reservation":0}]"#;
+
+/// An origin with Crawl-delay 1, [`FILE`], and two pages.
+async fn origin_with_file() -> TestOrigin {
+    TestOrigin::robots_and(
+        "User-agent: *\nCrawl-delay: 1\nAllow: /\n",
+        vec![
+            (
+                "/.well-known/tdmrep.json",
+                Behaviour::with_headers(200, &[("Content-Type", "application/json")], FILE),
+            ),
+            ("/private/a", Behaviour::ok("private")),
+            ("/public", Behaviour::ok("public")),
+        ],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_refuses_before_anything_is_sent_in_its_own_turn() {
+    let origin = origin_with_file().await;
+    let evidence = tempfile::tempdir().expect("tempdir");
+    let conf = crawlers("enforce").set("evidence.dir", evidence.path().to_str().expect("path"));
+    let proxy = Proxy::start_for_loopback(&conf);
+    let tdmrep = origin.url("/.well-known/tdmrep.json");
+    let (status, head, _) = curl(&proxy, &origin.url("/private/a"), &["-A", "trainer/1"]);
+    assert_eq!(status, 403, "{head}");
+    assert_eq!(
+        header_of(&head, "X-Robots-Decision"),
+        Some(format!("tdm-reserved; source=file; tdmrep=\"{tdmrep}\"; rule=0; location=\"/private/*\"; tdm-reservation=1; policy=\"{POLICY}\"").as_str()),
+        "{head}"
+    );
+    let (status, _, body) = curl(&proxy, &origin.url("/public"), &["-A", "trainer/1"]);
+    assert_eq!((status, body.as_str()), (200, "public"));
+    // A search crawler is not bound: it never needs the file.
+    let (status, _, _) = curl(&proxy, &origin.url("/private/a"), &["-A", "indexer/1"]);
+    assert_eq!(status, 200);
+    // At the origin: the refused page never arrived; the file was fetched once, in its
+    // own turn (a Crawl-delay after robots.txt), and the next page a delay after it.
+    let seen = origin.seen();
+    assert_eq!(
+        targets(&seen),
+        [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/public",
+            "/private/a"
+        ],
+        "{seen:?}"
+    );
+    assert_gaps_at_least(&seen, Duration::from_secs(1));
+    assert_eq!(
+        seen[1].header("User-Agent"),
+        seen[0].header("User-Agent"),
+        "fetched as robots.txt is"
+    );
+    assert_eq!(
+        proxy.sum("robotsgate_tdmrep_fetches_total", "outcome=\"2xx\""),
+        1.0
+    );
+    // The evidence: the fetch recorded before it left and the file kept by its hash;
+    // the refusal names that file and rule; verify judges it again and agrees.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (fetched, refused) = loop {
+        let all = records(evidence.path());
+        let fetched = all
+            .iter()
+            .find(|r| r["type"] == "fetched" && r["url"] == tdmrep.as_str())
+            .cloned();
+        let refused = all
+            .iter()
+            .find(|r| r["type"] == "decision" && r["verdict"] == "usage_refused")
+            .cloned();
+        if let (Some(fetched), Some(refused)) = (fetched, refused) {
+            assert!(
+                all.iter()
+                    .any(|r| r["type"] == "fetch" && r["url"] == tdmrep.as_str()),
+                "{all:?}"
+            );
+            break (fetched, refused);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not recorded: {all:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let sha = fetched["sha256"].as_str().expect("the file kept");
+    assert_eq!(refused["tdmrep"]["sha256"], sha, "{refused}");
+    assert_eq!(refused["tdmrep"]["rule"], 0, "{refused}");
+    let kept = std::fs::read(evidence.path().join("policies").join(sha)).expect("kept");
+    assert_eq!(kept, FILE.as_bytes());
+    drop(proxy);
+    let (ok, said) = evidence_cli(&["verify", evidence.path().to_str().expect("path")]);
+    assert!(ok, "{said}");
+    assert!(said.contains(" 0 breaks, 0 decided otherwise"), "{said}");
+    // A file changed under the record: verify finds it changed.
+    std::fs::write(
+        evidence.path().join("policies").join(sha),
+        FILE.replace("\"tdm-reservation\":1", "\"tdm-reservation\":0"),
+    )
+    .expect("write");
+    let (ok, said) = evidence_cli(&["verify", evidence.path().to_str().expect("path")]);
+    assert!(!ok && said.contains(&format!("policy {sha}")), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_mode_sends_what_the_file_reserves_marked() {
+    let origin = origin_with_file().await;
+    let proxy = Proxy::start_for_loopback(&crawlers("report"));
+    let (status, head, body) = curl(&proxy, &origin.url("/private/a"), &["-A", "trainer/1"]);
+    assert_eq!((status, body.as_str()), (200, "private"), "{head}");
+    let decision = header_of(&head, "X-Robots-Decision").unwrap_or_default();
+    assert!(
+        decision.starts_with("would-tdm-reserve; source=file; tdmrep=")
+            && decision.contains("rule=0"),
+        "{head}"
+    );
+    assert_eq!(origin.count("/private/a"), 1);
+    assert_eq!(
+        proxy.sum(
+            "robotsgate_requests_total",
+            "decision=\"would_usage_refuse\""
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_huge_or_looping_file_is_bounded_and_reads_as_unset() {
+    let reserve_all = r#"[{"location":"/","tdm-reservation":1}]"#;
+    let huge = format!(
+        "{}{}]",
+        &reserve_all[..reserve_all.len() - 1],
+        r#",{"location":"/x","tdm-reservation":0}"#.repeat(8_000)
+    );
+    assert!(huge.len() > 256 * 1024);
+    let cases = [
+        ("slow", Behaviour::delayed(4_000, reserve_all)),
+        (
+            "huge",
+            Behaviour::with_headers(200, &[("Content-Type", "application/json")], &huge),
+        ),
+        ("loop", Behaviour::redirect(302, "/.well-known/tdmrep.json")),
+    ];
+    let proxy =
+        Proxy::start_for_loopback(&crawlers("enforce").set("robots.fetch_timeout_seconds", 1));
+    for (name, file) in cases {
+        let origin = TestOrigin::robots_and(
+            "User-agent: *\nAllow: /\n",
+            vec![
+                ("/.well-known/tdmrep.json", file),
+                ("/page", Behaviour::ok("page")),
+            ],
+        )
+        .await;
+        let (status, head, body) = curl(&proxy, &origin.url("/page"), &["-A", "trainer/1"]);
+        assert_eq!((status, body.as_str()), (200, "page"), "{name}: {head}");
+        assert_eq!(origin.count("/page"), 1, "{name}");
+        assert!(origin.count("/.well-known/tdmrep.json") >= 1, "{name}");
+    }
+    for outcome in ["network", "too_large", "3xx_exhausted"] {
+        assert_eq!(
+            proxy.sum(
+                "robotsgate_tdmrep_fetches_total",
+                &format!("outcome=\"{outcome}\"")
+            ),
+            1.0,
+            "{outcome}"
+        );
+    }
 }

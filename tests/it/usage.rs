@@ -6,7 +6,7 @@
 use serde_json::json;
 use std::process::{Command, Stdio};
 
-use crate::common::{admin, curl, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{admin, curl, header_of, Behaviour, Conf, Proxy, TestOrigin};
 
 /// draft-ietf-aipref-attach §3's example file.
 const ATTACH: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: / train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: / train-ai=y\n";
@@ -38,13 +38,6 @@ fn purpose_rules() -> Vec<serde_json::Value> {
     .collect()
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attach_example_is_judged_for_each_declared_purpose() {
     let origin = TestOrigin::robots(ATTACH).await;
@@ -55,7 +48,7 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     let (status, head, body) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 403, "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Decision"),
+        header_of(&head, "X-Robots-Decision"),
         Some(
             format!(
                 "usage-refused; robots=\"{robots_url}\"; purpose=train-ai; line=4; rule=\"Content-Usage: / train-ai=n (line 4)\""
@@ -73,31 +66,31 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
     let (status, head, _) = curl(&proxy, &origin.url("/ai-ok/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some("train-ai=y;line=5;source=content-usage")
     );
     let (status, head, _) = curl(&proxy, &origin.url("/never/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 403);
     assert!(
-        header(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("disallowed;")),
+        header_of(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("disallowed;")),
         "{head}"
     );
     // A search crawler: nothing stated for search, unknown allows (the default).
     let (status, head, _) = curl(&proxy, &origin.url("/test?s"), &["-A", "indexer/1"]);
     assert_eq!(status, 200, "{head}");
-    assert_eq!(header(&head, "X-Robots-Usage"), Some("search=unknown"));
+    assert_eq!(header_of(&head, "X-Robots-Usage"), Some("search=unknown"));
     // Both purposes: refused only when every one is (`refuse_when: all`), and marked so
     // the pipeline keeps the preference with the content.
     let (status, head, _) = curl(&proxy, &origin.url("/test?b"), &["-A", "both/1"]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some("search=unknown, train-ai=n;line=4;source=content-usage")
     );
     // No purpose declared: no usage check, no mark.
     let (status, head, _) = curl(&proxy, &origin.url("/test?plain"), &[]);
     assert_eq!(status, 200);
-    assert_eq!(header(&head, "X-Robots-Usage"), None, "{head}");
+    assert_eq!(header_of(&head, "X-Robots-Usage"), None, "{head}");
 
     // What the origin received: never the refused or the disallowed request.
     let arrived: Vec<String> = origin.seen().iter().map(|r| r.target.clone()).collect();
@@ -105,6 +98,7 @@ async fn the_attach_example_is_judged_for_each_declared_purpose() {
         arrived,
         [
             "/robots.txt",
+            "/.well-known/tdmrep.json",
             "/ai-ok/test",
             "/test?s",
             "/test?b",
@@ -156,14 +150,14 @@ async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
     let (status, head, _) = curl(&proxy, &origin.url("/rag/doc"), &[]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some("train-ai=y;line=12;source=content-usage")
     );
     // Search is welcome; the site's own Disallow still applies.
     let (status, head, _) = curl(&proxy, &origin.url("/page"), &["-A", "indexer/1"]);
     assert_eq!(status, 200);
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some("search=y;line=3;source=content-signal")
     );
     let (status, head, _) = curl(&proxy, &origin.url("/admin/x"), &["-A", "indexer/1"]);
@@ -176,7 +170,7 @@ async fn cloudflares_managed_block_merges_with_the_sites_own_group() {
     assert!(head.contains("purpose=ai-input; line=15"), "{head}");
     let (status, head, _) = curl(&proxy, &origin.url("/page?g"), &["-A", "grounding/1"]);
     assert_eq!(status, 200, "{head}");
-    assert_eq!(header(&head, "X-Robots-Usage"), Some("ai-input=unknown"));
+    assert_eq!(header_of(&head, "X-Robots-Usage"), Some("ai-input=unknown"));
     assert_eq!(origin.count("/page"), 1, "the indexer's");
     assert_eq!(origin.count("/page?g"), 1);
     assert_eq!(origin.count("/admin/x"), 0);
@@ -207,14 +201,14 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
     // response header never turns into an error.
     let (status, head, body) = curl(&proxy, &origin.url("/page"), &[]);
     assert_eq!((status, body.as_str()), (200, "content\n"), "{head}");
-    assert_eq!(header(&head, "Content-Usage"), Some("train-ai=n"));
+    assert_eq!(header_of(&head, "Content-Usage"), Some("train-ai=n"));
     assert_eq!(
-        header(&head, "Content-Signal"),
+        header_of(&head, "Content-Signal"),
         Some("search=yes, ai-input=no")
     );
     // The origin's forged X-Robots-Usage is replaced by robotsgate's own.
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some(
             r#"origin-content-usage="train-ai=n", origin-content-signal="search=yes, ai-input=no""#
         ),
@@ -225,7 +219,7 @@ async fn an_origins_usage_headers_are_relayed_counted_and_marked() {
     let (status, head, _) = curl(&proxy, &origin.url("/page"), &["-A", "trainer/1"]);
     assert_eq!(status, 200);
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some(
             r#"train-ai=unknown, origin-content-usage="train-ai=n", origin-content-signal="search=yes, ai-input=no""#
         )
@@ -259,7 +253,7 @@ async fn report_mode_forwards_marks_counts_and_logs() {
     let (status, head, _) = curl(&proxy, &origin.url("/test"), &["-A", "trainer/1"]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(
-        header(&head, "X-Robots-Decision"),
+        header_of(&head, "X-Robots-Decision"),
         Some(
             format!(
                 "would-usage-refuse; robots=\"{}\"; purpose=train-ai; line=4; rule=\"Content-Usage: / train-ai=n (line 4)\"",
@@ -269,14 +263,14 @@ async fn report_mode_forwards_marks_counts_and_logs() {
         )
     );
     assert_eq!(
-        header(&head, "X-Robots-Usage"),
+        header_of(&head, "X-Robots-Usage"),
         Some("train-ai=n;line=4;source=content-usage")
     );
     // A rule's own `usage_mode: off`: no check at all.
     let (status, head, _) = curl(&proxy, &origin.url("/test?off"), &["-A", "curl/8"]);
     assert_eq!(status, 200);
-    assert_eq!(header(&head, "X-Robots-Usage"), None, "{head}");
-    assert_eq!(header(&head, "X-Robots-Decision"), None, "{head}");
+    assert_eq!(header_of(&head, "X-Robots-Usage"), None, "{head}");
+    assert_eq!(header_of(&head, "X-Robots-Decision"), None, "{head}");
     assert_eq!((origin.count("/test"), origin.count("/test?off")), (1, 1));
     assert_eq!(
         proxy.counted("robotsgate_requests_total{decision=\"would_usage_refuse\",mode=\"explicit\",protocol=\"http/1.1\",scheme=\"http\"}", 1.0
@@ -340,7 +334,7 @@ async fn an_unreadable_statement_is_unknown_and_the_configuration_decides() {
     let allowing = Proxy::start_for_loopback(&conf);
     let (status, head, _) = curl(&allowing, &origin.url("/a"), &[]);
     assert_eq!(status, 200, "{head}");
-    assert_eq!(header(&head, "X-Robots-Usage"), Some("train-ai=unknown"));
+    assert_eq!(header_of(&head, "X-Robots-Usage"), Some("train-ai=unknown"));
     let refusing = Proxy::start_for_loopback(&conf.clone().set("usage.unknown", "refuse"));
     let (status, head, body) = curl(&refusing, &origin.url("/b"), &[]);
     assert_eq!(status, 403, "{head}");
@@ -418,7 +412,9 @@ async fn without_a_robots_txt_every_purpose_is_unknown() {
         .map(|r| r.target.clone())
         .filter(|t| t != "/robots.txt")
         .collect();
-    assert_eq!(arrived, ["/b", "/c"]);
+    // The origin serves no TDMRep file: asked for once, before `/c` (`/b` already
+    // carries report mode's usage mark, which the file could not change).
+    assert_eq!(arrived, ["/b", "/.well-known/tdmrep.json", "/c"]);
 }
 
 /// A robots.txt with more usage rules than robotsgate reads one by one fails closed: a
@@ -436,13 +432,13 @@ async fn too_many_usage_rules_fail_closed_for_what_they_refuse() {
     let (status, head, _) = curl(&proxy, &origin.url("/p1/x"), &["-A", "trainer/1"]);
     assert_eq!(status, 403, "{head}");
     assert!(
-        header(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("usage-refused;")),
+        header_of(&head, "X-Robots-Decision").is_some_and(|d| d.starts_with("usage-refused;")),
         "{head}"
     );
     // Nothing refuses search: unknown, allowed (`usage.unknown: allow`).
     let (status, head, _) = curl(&proxy, &origin.url("/p1/y"), &["-A", "indexer/1"]);
     assert_eq!(status, 200, "{head}");
-    assert_eq!(header(&head, "X-Robots-Usage"), Some("search=unknown"));
+    assert_eq!(header_of(&head, "X-Robots-Usage"), Some("search=unknown"));
     assert_eq!(
         origin.count("/p1/x"),
         0,

@@ -10,18 +10,19 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::evidence::{Entry, Evidence, Fetch, Fetched, Recorded};
-use crate::origin::fetch::{FetchFacts, FetchOutcome};
+use crate::origin::fetch::{FetchFacts, FetchOutcome, OwnFile};
 use crate::origin::snapshot::{Policy, Snapshot};
 use crate::policy::target::Origin;
 
-/// Records a fetch of `origin`'s robots.txt about to leave: `Ok(Some(seq))`, written;
-/// `Ok(None)`, unrecorded (`on_failure: continue`); `Err`, the snapshot to answer with
-/// instead of fetching (nothing is sent).
+/// Records a fetch of `origin`'s `file` about to leave: `Ok(Some(seq))`, written;
+/// `Ok(None)`, unrecorded (`on_failure: continue`); `Err`, not written: nothing may be
+/// sent.
 pub(super) async fn before_fetch(
     evidence: &Evidence,
     origin: &Origin,
-) -> Result<Option<u64>, Arc<Snapshot>> {
-    let (name, url) = (origin.to_string(), origin.robots_url());
+    file: OwnFile,
+) -> Result<Option<u64>, ()> {
+    let (name, url) = (origin.to_string(), file.url(origin));
     let entry = Entry::Fetch(Fetch {
         origin: &name,
         url: &url,
@@ -29,16 +30,23 @@ pub(super) async fn before_fetch(
     match evidence.record(&entry).await {
         Ok(Recorded::At(seq)) => Ok(Some(seq)),
         Ok(Recorded::Unrecorded) => Ok(None),
-        Err(_) => Err(Arc::new(Snapshot {
-            policy: Policy::DisallowAll {
-                why: "the robots.txt fetch's evidence record could not be written; nothing was fetched".into(),
-            },
-            fresh_until: Instant::now(),
-            fetched_at: None,
-            last_outcome: "evidence-unwritable".into(),
-            failing: None,
-        })),
+        Err(_) => Err(()),
     }
+}
+
+/// The snapshot a robots.txt fetch whose record could not be written answers with
+/// (nothing was fetched).
+pub(super) fn unrecorded_fetch() -> Arc<Snapshot> {
+    Arc::new(Snapshot {
+        policy: Policy::DisallowAll {
+            why: "the robots.txt fetch's evidence record could not be written; nothing was fetched"
+                .into(),
+        },
+        fresh_until: Instant::now(),
+        fetched_at: None,
+        last_outcome: "evidence-unwritable".into(),
+        failing: None,
+    })
 }
 
 /// What a fetch said, taken before its outcome is consumed.
@@ -55,11 +63,14 @@ pub(super) struct FetchSaid {
 
 impl FetchSaid {
     /// What `outcome` and `facts` say.
-    pub(super) fn of(outcome: &FetchOutcome, facts: &FetchFacts) -> FetchSaid {
+    pub(super) fn of(outcome: &FetchOutcome, facts: &FetchFacts, file: OwnFile) -> FetchSaid {
         let (status, outcome_said, bytes) = match outcome {
             FetchOutcome::Body { status, body, .. } => {
-                let said = match body.len() > crate::robots::MAX_ROBOTS_BYTES {
-                    true => format!("HTTP {status}, too large: its first 500 KiB read"),
+                let said = match body.len() > file.max_bytes() {
+                    true => format!(
+                        "HTTP {status}, too large: more than {} KiB",
+                        file.max_bytes() / 1024
+                    ),
                     false => format!("HTTP {status}"),
                 };
                 (Some(*status), said, Some(body.len()))
@@ -99,6 +110,43 @@ pub(super) fn fetched(
         sha256,
         bytes: said.bytes,
         case: snapshot.case(Instant::now()),
+        outcome: &said.outcome,
+    }));
+}
+
+/// Records what fetch `seq` of `origin`'s TDMRep file brought: its octets (`body`, kept
+/// by their SHA-256) or their absence, and what they came to.
+pub(super) fn tdm_fetched(
+    evidence: &Evidence,
+    seq: u64,
+    origin: &Origin,
+    said: &FetchSaid,
+    body: Option<&[u8]>,
+) {
+    let sha256 = body.and_then(|octets| match evidence.keep_policy(octets) {
+        Ok(sha) => Some(sha),
+        Err(e) => {
+            log::error!("evidence: a tdmrep.json could not be kept: {e}");
+            None
+        }
+    });
+    let (name, url) = (origin.to_string(), OwnFile::TdmRep.url(origin));
+    evidence.note(&Entry::Fetched(Fetched {
+        fetch: seq,
+        origin: &name,
+        url: &url,
+        redirects: &said.facts.redirects,
+        status: said.status,
+        cache_control: said.facts.cache_control.as_deref(),
+        etag: said.facts.etag.as_deref(),
+        last_modified: said.facts.last_modified.as_deref(),
+        case: match (&sha256, said.status) {
+            (Some(_), _) => "fresh",
+            (None, Some(400..=499)) => "unavailable",
+            (None, _) => "unreachable",
+        },
+        sha256,
+        bytes: said.bytes,
         outcome: &said.outcome,
     }));
 }

@@ -13,10 +13,11 @@ use tokio::time::Instant;
 use super::{OriginEntry, OriginStore};
 use crate::config::PacingKey;
 use crate::fleet::{FetchLock, Fleet, SharedRobots, Unavailable, ROBOTS_KEEP};
-use crate::origin::fetch::FetchOutcome;
+use crate::origin::fetch::{FetchOutcome, OwnFile};
 use crate::origin::files;
 use crate::origin::recent::{rules_change, ChangeRecord, FetchRecord};
 use crate::origin::snapshot::{Failing, Policy, Snapshot};
+use crate::pacing::FetchTurns;
 use crate::policy::target::Origin;
 
 impl OriginStore {
@@ -224,9 +225,35 @@ impl OriginStore {
 
     /// Fetches robots.txt from the origin and stores the result in `entry`.
     pub(super) async fn fetch_here(&self, entry: &OriginEntry, origin: &Origin) -> Arc<Snapshot> {
-        // The fetch is a request to the origin like any other: it waits for the turn of
-        // every schedule the origin has (and, with `pacing.key: address`, of the address
-        // it goes to), and its end starts their next delay.
+        let Some(turns) = self.fetch_turns(entry, origin).await else {
+            return not_acting(entry);
+        };
+        // Evidence: the fetch is recorded before it leaves (refused when it cannot be).
+        let recorded = match self.evidence.get() {
+            Some(evidence) => {
+                match super::evidence::before_fetch(evidence, origin, OwnFile::RobotsTxt).await {
+                    Ok(seq) => seq,
+                    Err(()) => return super::evidence::unrecorded_fetch(),
+                }
+            }
+            None => None,
+        };
+        let started = Instant::now();
+        let fetched = self.fetcher.fetch_file(origin, OwnFile::RobotsTxt).await;
+        drop(turns);
+        self.keep_fetched(entry, origin, fetched, (started, recorded))
+    }
+
+    /// The turns a fetch of one of `origin`'s own files (robots.txt, tdmrep.json) holds
+    /// while it runs: the fetch is a request to the origin like any other, so it waits
+    /// for the turn of every schedule the origin has (and, with `pacing.key: address`,
+    /// of the address it goes to), and its end starts their next delay. `None` when this
+    /// member may not make it (fleet mode: it does not own the key now).
+    pub(super) async fn fetch_turns(
+        &self,
+        entry: &OriginEntry,
+        origin: &Origin,
+    ) -> Option<FetchTurnsHeld> {
         let address = match self.pacer.config().key {
             PacingKey::Address => self
                 .fetcher
@@ -260,22 +287,13 @@ impl OriginStore {
         if let Some(acting) = self.acting.get() {
             let turned = turns.is_some() && (address.is_none() || address_turns.is_some());
             if !turned || !acting(keyed).await {
-                return not_acting(entry);
+                return None;
             }
         }
-        // Evidence: the fetch is recorded before it leaves (refused when it cannot be).
-        let recorded = match self.evidence.get() {
-            Some(evidence) => match super::evidence::before_fetch(evidence, origin).await {
-                Ok(seq) => seq,
-                Err(refused) => return refused,
-            },
-            None => None,
-        };
-        let started = Instant::now();
-        let fetched = self.fetcher.fetch_with_facts(origin).await;
-        drop(address_turns);
-        drop(turns);
-        self.keep_fetched(entry, origin, fetched, (started, recorded))
+        Some(FetchTurnsHeld {
+            _origin: turns,
+            _address: address_turns,
+        })
     }
 
     /// What a fetch of `origin`'s robots.txt begun at `started` brought, made `entry`'s
@@ -288,7 +306,7 @@ impl OriginStore {
         (outcome, facts): (FetchOutcome, crate::origin::fetch::FetchFacts),
         (started, recorded): (Instant, Option<u64>),
     ) -> Arc<Snapshot> {
-        let said = super::evidence::FetchSaid::of(&outcome, &facts);
+        let said = super::evidence::FetchSaid::of(&outcome, &facts, OwnFile::RobotsTxt);
         let duration = started.elapsed();
         let class = outcome.class();
         crate::telemetry::metrics::record_robots_fetch(class, duration);
@@ -436,6 +454,15 @@ impl OriginStore {
             }
         }
     }
+}
+
+/// What a fetch of an origin's own file holds while it runs: its turns (none taken when
+/// they were not free within `max_wait_seconds` outside a fleet: the fetch goes anyway).
+pub(super) struct FetchTurnsHeld {
+    /// The origin's schedules' turns.
+    _origin: Option<FetchTurns>,
+    /// The address's, with `pacing.key: address`.
+    _address: Option<FetchTurns>,
 }
 
 /// A snapshot as the fleet stores it: the raw file and its fetch state, times relative

@@ -3,10 +3,12 @@
 //! Registered once in the default registry; the admin listener serves them.
 //!
 //! **Its other files:** `evidence.rs` (the evidence chain's records and failures),
+//! `fetches.rs` (robotsgate's own fetches of robots.txt and TDMRep's file),
 //! `fleet.rs` (the fleet backend's metrics), `identity.rs` (signing and pay per crawl),
 //! `labels.rs` (the closed label sets, one type each).
 
 mod evidence;
+mod fetches;
 mod fleet;
 mod identity;
 mod labels;
@@ -15,6 +17,7 @@ use std::sync::LazyLock;
 
 pub use crate::policy::answer::Outcome;
 pub use evidence::*;
+pub use fetches::*;
 pub use fleet::*;
 pub use identity::*;
 pub use labels::*;
@@ -155,9 +158,7 @@ pub fn init() {
     LazyLock::force(&REQUEST_HANDLES);
     LazyLock::force(&UPSTREAM_CLASS_HANDLES);
     LazyLock::force(&EXCHANGE_END_HANDLES);
-    for class in RobotsFetch::ALL {
-        ROBOTS_FETCHES.with_label_values(&[class.label()]);
-    }
+    fetches::init();
     for cause in SlowDown::ALL {
         SLOW_DOWNS.with_label_values(&[cause.label()]);
     }
@@ -192,7 +193,7 @@ pub fn init() {
     ] {
         LazyLock::force(counter);
     }
-    for histogram in [&ROBOTS_FETCH_DURATION, &PACING_WAIT, &PACING_LEFT_WAIT] {
+    for histogram in [&PACING_WAIT, &PACING_LEFT_WAIT] {
         LazyLock::force(histogram);
     }
     for gauge in [
@@ -216,32 +217,6 @@ fn record_build_info() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     START_TIME.set(now.as_secs_f64());
-}
-
-/// `robotsgate_robots_fetch_duration_seconds`: time to fetch a robots.txt, redirects included.
-static ROBOTS_FETCH_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
-    prometheus::register_histogram!(
-        "robotsgate_robots_fetch_duration_seconds",
-        "Time to fetch a robots.txt, redirects included, whatever the outcome.",
-        vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
-    )
-    .expect("metric registers once")
-});
-
-/// `robotsgate_robots_fetches_total`: robots.txt fetches by outcome.
-static ROBOTS_FETCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "robotsgate_robots_fetches_total",
-        "robots.txt fetches by outcome (2xx, 3xx_exhausted, 4xx, 5xx, network, too_large).",
-        &["outcome"]
-    )
-    .expect("metric registers once")
-});
-
-/// Counts one robots.txt fetch of `class` that took `took`.
-pub fn record_robots_fetch(class: RobotsFetch, took: std::time::Duration) {
-    ROBOTS_FETCH_DURATION.observe(took.as_secs_f64());
-    ROBOTS_FETCHES.with_label_values(&[class.label()]).inc();
 }
 
 /// `robotsgate_robots_store_origins`: origins whose robots.txt is held.

@@ -28,6 +28,14 @@ pub async fn concurrent(proxy: &Proxy, urls: Vec<(String, &'static str)>) -> Vec
 }
 
 /// Runs `curl -s -x PROXY URL`, returning (status, headers, body).
+/// The value of the field `name` (any case) in a response head as curl prints it.
+pub fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
 pub fn curl(proxy: &Proxy, url: &str, extra: &[&str]) -> (u16, String, String) {
     curl_via(&proxy.url(), url, extra)
 }
