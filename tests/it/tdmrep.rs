@@ -315,3 +315,47 @@ async fn a_slow_huge_or_looping_file_is_bounded_and_reads_as_unset() {
         );
     }
 }
+
+/// In a fleet the file is read by the origin's owner alone, and a request handed to it
+/// (relayed in plain HTTP; inside an intercepted tunnel, in HTTP/2) is refused there by
+/// the file with nothing sent to the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_fleet_the_owner_reads_the_file_for_each_path() {
+    let fleet = crate::fleet_fixture::HttpsFleet::start(&crawlers("enforce")).await;
+    let plain = origin_with_file().await;
+    let tls = fleet.origin("User-agent: *\nAllow: /\n").await;
+    let json = [("Content-Type", "application/json")];
+    tls.set(
+        "/.well-known/tdmrep.json",
+        Behaviour::with_headers(200, &json, FILE),
+    );
+    let indexer = ["-A", "indexer/1"];
+    assert_eq!(
+        curl(fleet.member(0), &plain.url("/public"), &indexer).0,
+        200
+    );
+    let claimed = fleet.curl(0, &tls.url("/claim"), "operator-ca.pem", &indexer);
+    assert_eq!(claimed.0, 200, "{}", claimed.1);
+    let (status, head, _) = curl(
+        fleet.member(1),
+        &plain.url("/private/a"),
+        &["-A", "trainer/1"],
+    );
+    assert_eq!(status, 403, "{head}\n{}", fleet.member(1).log());
+    assert!(head.contains("tdm-reserved; source=file;"), "{head}");
+    let h2 = ["--http2", "-A", "trainer/1"];
+    let (status, head, _) = fleet.curl(1, &tls.url("/private/a"), "operator-ca.pem", &h2);
+    assert_eq!(status, 403, "{head}\n{}", fleet.member(1).log());
+    assert!(head.contains("tdm-reserved; source=file;"), "{head}");
+    for origin in [&plain, &tls] {
+        assert_eq!(origin.count("/private/a"), 0, "{:?}", origin.seen());
+        assert_eq!(
+            origin.count("/.well-known/tdmrep.json"),
+            1,
+            "{:?}",
+            origin.seen()
+        );
+    }
+    let handed = crate::fleet_fixture::handed_over_reaching(fleet.member(1), 2.0).await;
+    assert_eq!(handed, 2.0, "both were handed over");
+}
