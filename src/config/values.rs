@@ -10,13 +10,7 @@ use serde::Deserialize;
 
 /// A value a key cannot take: which kind of value, and why (serde puts the key and the
 /// line in front of it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ValueError {
-    /// The kind of value expected.
-    kind: ValueKind,
-    /// Why this one is not one, in words.
-    message: String,
-}
+pub type ValueError = crate::error::Failure<ValueKind>;
 
 /// The kinds of value a key may take, as a [`ValueError`] names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,29 +26,6 @@ pub enum ValueKind {
     /// A price (`USD 0.01`).
     Price,
 }
-
-impl ValueError {
-    /// `message`, for a value of `kind`.
-    pub(crate) fn new(kind: ValueKind, message: impl Into<String>) -> ValueError {
-        ValueError {
-            kind,
-            message: message.into(),
-        }
-    }
-
-    /// The kind of value expected.
-    pub fn kind(&self) -> ValueKind {
-        self.kind
-    }
-}
-
-impl std::fmt::Display for ValueError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ValueError {}
 
 /// A `tls.blind_tunnel` entry, parsed (and so validated) when the configuration is read.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -83,7 +54,7 @@ impl BlindTunnelRule {
             return entry
                 .parse()
                 .map(BlindTunnelRule::Network)
-                .map_err(|e: ValueError| ValueError::new(ValueKind::BlindTunnel, e.message));
+                .map_err(|e: ValueError| ValueError::new(ValueKind::BlindTunnel, e.to_string()));
         }
         let (subdomains, name) = match entry.strip_prefix("*.") {
             Some(rest) => (true, rest),

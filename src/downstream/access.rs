@@ -219,14 +219,9 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
     Some((user, decoded[colon + 1..].to_vec()))
 }
 
-/// Why a credentials file cannot be read: its line and what is wrong there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialsError {
-    /// What kind of problem.
-    kind: CredentialsErrorKind,
-    /// What is wrong, naming the line and the user (never a hash or a password).
-    message: String,
-}
+/// Why a credentials file cannot be read: its line and what is wrong there, naming the
+/// line and the user (never a hash or a password).
+pub type CredentialsError = crate::error::Failure<CredentialsErrorKind>;
 
 /// What kind of problem a [`CredentialsError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,21 +236,6 @@ pub enum CredentialsErrorKind {
     Twice,
 }
 
-impl CredentialsError {
-    /// What kind of problem it is.
-    pub fn kind(&self) -> CredentialsErrorKind {
-        self.kind
-    }
-}
-
-impl std::fmt::Display for CredentialsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for CredentialsError {}
-
 /// Parses a credentials file: `user:bcrypt-hash[:Token1,Token2[:purposes]]` per line,
 /// `#` comments.
 fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, CredentialsError> {
@@ -265,9 +245,8 @@ fn parse_credentials(text: &str) -> Result<HashMap<String, Credential>, Credenti
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let err = |kind, message: String| CredentialsError {
-            kind,
-            message: format!("line {}: {message}", n + 1),
+        let err = |kind, message: String| {
+            CredentialsError::new(kind, format!("line {}: {message}", n + 1))
         };
         let mut fields = line.splitn(4, ':');
         let user = fields.next().unwrap_or_default();

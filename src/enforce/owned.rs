@@ -127,18 +127,22 @@ impl Enforcer {
     }
 
     /// Leaves the fleet gracefully: no new turns for the keys this instance owns, their
-    /// exchanges left to end (at most the longest hold), then each key handed over with
-    /// its schedules' facts. It stays a member (`leaving`) until [`Enforcer::left_fleet`],
-    /// so the next owners still admit the requests it hands on meanwhile (those that
-    /// were queued here). Alone: nothing to do.
-    pub async fn leave_fleet(&self) {
+    /// exchanges left to end (at most the longest hold, and no later than `by`), then
+    /// each key handed over with its schedules' facts. A key still busy at `by` (a stop's
+    /// deadline, before the longest hold) is not handed over: its facts cannot say when
+    /// they end, so it is left to lapse, and its next owner waits as for a vanished one.
+    /// It stays a member (`leaving`) until [`Enforcer::left_fleet`], so the next owners
+    /// still admit the requests it hands on meanwhile (those that were queued here).
+    /// Alone: nothing to do.
+    pub async fn leave_fleet(&self, by: tokio::time::Instant) {
         let Some(owners) = &self.owners else {
             return;
         };
         owners.leave();
         let keys = owners.owned();
         log::info!("fleet: leaving; handing over {} origins", keys.len());
-        let deadline = tokio::time::Instant::now() + self.bounds.longest_hold();
+        let longest = tokio::time::Instant::now() + self.bounds.longest_hold();
+        let (deadline, cut) = (longest.min(by), by < longest);
         // Each key is handed over as soon as its own exchanges end: one origin's slow
         // answer holds no other back.
         let handing = keys.into_iter().map(|key| async move {
@@ -146,6 +150,10 @@ impl Enforcer {
             if let Some(entry) = &entry {
                 while entry.schedules().busy() && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                if cut && entry.schedules().busy() {
+                    log::warn!("fleet: leaving; {key} still has exchanges running at the stop's deadline: left to lapse");
+                    return 0;
                 }
             }
             let facts = entry.map(|e| e.schedules().facts()).unwrap_or_default();

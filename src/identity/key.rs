@@ -12,14 +12,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 
-/// Why a key file cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyError {
-    /// What kind of problem.
-    kind: KeyErrorKind,
-    /// What is wrong, naming the identity and the file (never key material).
-    message: String,
-}
+/// Why a key file cannot be used: what is wrong, naming the identity and the file
+/// (never key material).
+pub type KeyError = crate::error::Failure<KeyErrorKind>;
 
 /// What kind of problem a [`KeyError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,29 +26,6 @@ pub enum KeyErrorKind {
     /// The system has no randomness for a new key.
     Randomness,
 }
-
-impl KeyError {
-    /// A problem of `kind`, said in `message`.
-    fn new(kind: KeyErrorKind, message: impl Into<String>) -> KeyError {
-        KeyError {
-            kind,
-            message: message.into(),
-        }
-    }
-
-    /// What kind of problem it is.
-    pub fn kind(&self) -> KeyErrorKind {
-        self.kind
-    }
-}
-
-impl std::fmt::Display for KeyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for KeyError {}
 
 /// An Ed25519 private key and what is published of it.
 pub struct SigningKey {
@@ -250,13 +222,13 @@ mod tests {
     fn bad_keys_are_named_errors_without_key_material() {
         let wrong_x = RFC8037.replace("11qY", "21qY");
         let e = SigningKey::from_jwk(wrong_x.as_bytes(), "identity `main`").err();
-        assert!(
-            e.is_some_and(|e| e.message.contains("identity `main`") && e.message.contains("\"x\""))
-        );
+        assert!(e.is_some_and(
+            |e| e.to_string().contains("identity `main`") && e.to_string().contains("\"x\"")
+        ));
         let public_only =
             r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
         let e = SigningKey::from_jwk(public_only.as_bytes(), "k").err();
-        assert!(e.is_some_and(|e| e.message.contains("public key only")));
+        assert!(e.is_some_and(|e| e.to_string().contains("public key only")));
         let rsa = r#"{"kty":"RSA","crv":"x","x":"y","d":"z"}"#;
         assert!(SigningKey::from_jwk(rsa.as_bytes(), "k").is_err());
         for bad in [
@@ -266,7 +238,10 @@ mod tests {
             r#"{"kty":"OKP","crv":"Ed25519","x":"a","d":"!!"}"#,
         ] {
             let e = SigningKey::from_jwk(bad.as_bytes(), "k").err();
-            assert!(e.is_some_and(|e| !e.message.contains("nWGxne")), "{bad}");
+            assert!(
+                e.is_some_and(|e| !e.to_string().contains("nWGxne")),
+                "{bad}"
+            );
         }
     }
 

@@ -97,6 +97,7 @@ impl Pacer {
         list.vanished = Some(crate::pacing::local::Vanished {
             until,
             override_seconds,
+            held: until + self.config.ceiling_seconds.duration(),
         });
     }
 }
@@ -141,5 +142,30 @@ mod tests {
             ScheduleFacts::of(&later).paused_until,
             Some(now + Duration::from_secs(5))
         );
+    }
+
+    /// A bound inherited from a vanished owner is in force before any schedule is made
+    /// (an origin with no request yet): the store does not evict the entry, nor does an
+    /// idle sweep hand the key on without it (#83: it was lost with the entry). It ends
+    /// once the bound and the longest delay after it are past.
+    #[tokio::test(start_paused = true)]
+    async fn an_inherited_bound_is_in_force_before_any_schedule() {
+        let pacer = Pacer::new(PacingConfig::default());
+        let schedules = Schedules::default();
+        let place = Place {
+            schedules: &schedules,
+        };
+        assert!(!schedules.in_force());
+        let until = Instant::now() + Duration::from_secs(5);
+        pacer.inherit(place, Some(until), &[]);
+        pacer.vanished(place, until, None);
+        assert!(schedules.facts().is_empty());
+        assert!(schedules.in_force());
+        tokio::time::advance(Duration::from_secs(6)).await;
+        // Past the bound; the delay a robots.txt it has not read may ask is not.
+        assert!(schedules.in_force());
+        let ceiling = PacingConfig::default().ceiling_seconds.duration();
+        tokio::time::advance(ceiling).await;
+        assert!(!schedules.in_force());
     }
 }

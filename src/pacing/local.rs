@@ -96,6 +96,9 @@ pub(super) struct Vanished {
     /// The operator's delay for the origin (`pacing.overrides`), in seconds, when it
     /// sets one: it paced the origin by it too when it was longer than the Crawl-delay.
     pub(super) override_seconds: Option<f64>,
+    /// Until when the bound can still space a request: `until` and the longest delay
+    /// any rule may set (`pacing.ceiling_seconds`).
+    pub(super) held: Instant,
 }
 
 impl ScheduleList {
@@ -189,14 +192,19 @@ impl Schedules {
     }
 
     /// Does a schedule here still hold pacing in force (a delay since the last end not
-    /// yet over, a pause, a backoff)? Forgetting such an origin would let its next
-    /// request start early.
+    /// yet over, a pause, a backoff), or the key a bound it inherited from a vanished
+    /// owner (`not_before`, and the delay that may follow it), even before any schedule
+    /// was made? Forgetting such an origin, or handing its key on without it, would let
+    /// its next request start early.
     pub fn in_force(&self) -> bool {
         let now = Instant::now();
-        lock(&self.list)
-            .schedules
-            .iter()
-            .any(|s| !lock(&s.timing).forgettable(now))
+        let list = lock(&self.list);
+        list.not_before.is_some_and(|at| at > now)
+            || list.vanished.is_some_and(|v| v.held > now)
+            || list
+                .schedules
+                .iter()
+                .any(|s| !lock(&s.timing).forgettable(now))
     }
 
     /// Requests waiting for or holding a turn here, over all groups.

@@ -16,9 +16,10 @@ use crate::enforce::Enforcer;
 /// the fleet (each owned origin handed over with its facts, SIGINT does not: it is the
 /// fast stop); a graceful stop answers every request still waiting (for a turn, for an
 /// owner's answer) within `graceful_shutdown_timeout_seconds` of the signal
-/// (`enforce::stop`), and drains the requests in progress (`downstream::drain`, for at
-/// most `graceful_shutdown_timeout_seconds` once the leave ended), after which Pingora
-/// stops at once;
+/// (`enforce::stop`), and drains the requests in progress (`downstream::drain`) until
+/// that same deadline, the leave included, after which Pingora stops at once; the
+/// membership is then left within [`LEFT_WITHIN`] (so a unit's `TimeoutStopSec` must
+/// exceed `graceful_shutdown_timeout_seconds` + [`LEFT_WITHIN`]);
 /// an upgrade's old process serves what it has in progress for Pingora's 5 s and
 /// `grace_period_seconds` after it handed its listeners over, which is after the leave,
 /// and answers what still waits (for a turn, for an owner's answer) that bound after the
@@ -53,21 +54,24 @@ impl Signals {
 
     /// A graceful stop (`drain`) or upgrade: what still waits (for a turn, for an
     /// owner's answer) answered within `within` of now (`enforce::stop`); the fleet left
-    /// (each owned origin handed over); a stop's requests in progress drained for at
-    /// most `within` once the leave ended. The membership is left once Pingora stopped
+    /// (each owned origin handed over, or left to lapse when its exchanges outlast the
+    /// deadline); a stop's requests in progress drained until `within` of now. The membership is left once Pingora stopped
     /// ([`left_after_run`]): a member until then, the requests it handed on meanwhile
     /// are still admitted by their owners.
     async fn leave(&self, drain: bool, within: Duration) {
         if drain {
             crate::downstream::drain::begin();
         }
-        self.enforcer.stopping(tokio::time::Instant::now() + within);
-        self.enforcer.leave_fleet().await;
+        // One deadline from the signal for all of it: a slow exchange that holds the
+        // leave back takes its time from the drain, never adds to it (the unit's
+        // `TimeoutStopSec` counts from the signal too).
+        let by = tokio::time::Instant::now() + within;
+        self.enforcer.stopping(by);
+        self.enforcer.leave_fleet(by).await;
         if drain {
             // Pingora drops what is still in progress when it stops: the requests in
             // progress end first (those handed to other owners too).
-            let drained_by = tokio::time::Instant::now() + within;
-            let left = crate::downstream::drain::drain_until(drained_by).await;
+            let left = crate::downstream::drain::drain_until(by).await;
             if left > 0 {
                 log::warn!("stop: {left} requests still in progress are cut");
             }
@@ -97,7 +101,7 @@ pub(super) fn left_after_run(enforcer: &Enforcer) {
 
 /// The longest the process waits, once Pingora's run ended, for Redis to mark its
 /// record `left`.
-const LEFT_WITHIN: Duration = Duration::from_secs(5);
+pub const LEFT_WITHIN: Duration = Duration::from_secs(5);
 
 /// What a graceful stop, and an upgrade's old process, give the requests in progress.
 pub(super) struct StopBounds {

@@ -551,3 +551,41 @@ async fn a_member_that_left_is_never_registered_again_before_it_exits() {
         leaver.log()
     );
 }
+
+/// A stop's deadline counts from the signal, the leave included: an owner whose origin
+/// drips its answer (an exchange that may hold its turn for 30 s) is stopped with a 2 s
+/// bound, and exits within that bound and the membership's leave (5 s), as the unit's
+/// `TimeoutStopSec` assumes (`systemd::the_units_stop_timeout_covers_the_drain_and_the_leave`),
+/// the dripping exchange cut and its origin left to lapse, not handed over mid-exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_exchange_takes_its_time_from_the_stops_bound_not_beyond_it() {
+    let drip = Behaviour::Trickle {
+        body: vec![b'x'; 200],
+        every: Duration::from_millis(200),
+    };
+    let origin = TestOrigin::robots_and("User-agent: *\n", vec![("/drip", drip)]).await;
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis)
+        .set("pacing.max_exchange_seconds", 30)
+        .server("graceful_shutdown_timeout_seconds", 2);
+    let mut proxies = instances(1, &conf);
+    backend_up(&proxies).await;
+    let (client, url) = (proxies[0].client(), origin.url("/drip"));
+    let dripping = tokio::spawn(async move {
+        let response = client.get(url).send().await?;
+        response.bytes().await.map(|b| b.len())
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.count("/drip") == 1).await);
+    signal(proxies[0].pid(), "-TERM");
+    // The bound (2 s), the leave of the membership (`LEFT_WITHIN`, 5 s), and 3 s for
+    // the process to end: before the fix the leave alone waited for the exchange.
+    proxies[0].wait_exit(Duration::from_secs(10));
+    assert!(
+        origin.first("/drip").done.is_none(),
+        "the exchange ended before the stop"
+    );
+    let got = dripping.await.expect("task");
+    assert!(!matches!(got, Ok(200)), "the whole answer came: {got:?}");
+    let log = proxies[0].log();
+    assert!(log.contains("left to lapse"), "{log}");
+}

@@ -140,3 +140,43 @@ fn net_admin_drop_in_verifies_and_stays_hardened() {
     assert!(with_drop_in > without, "the drop-in is applied:\n{text}");
     assert!(with_drop_in <= 2.0, "exposure {with_drop_in}:\n{text}");
 }
+
+/// The unit's `TimeoutStopSec` leaves a stop what robotsgate takes: each shipped
+/// configuration's `graceful_shutdown_timeout_seconds` (from the signal, the fleet's
+/// leave included), then the membership's leave (`LEFT_WITHIN` in
+/// `src/proxy/signals.rs`), and 5 s for the state file and the process's end. The order
+/// under such bounds is tested by
+/// `fleet_follow::a_slow_exchange_takes_its_time_from_the_stops_bound_not_beyond_it`.
+#[test]
+fn the_units_stop_timeout_covers_the_drain_and_the_leave() {
+    let root = crate::common::repo_root();
+    let unit = std::fs::read_to_string(root.join("systemd/robotsgate.service")).expect("unit");
+    let stop: f64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+        .expect("TimeoutStopSec")
+        .parse()
+        .expect("seconds");
+    let signals = std::fs::read_to_string(root.join("src/proxy/signals.rs")).expect("signals.rs");
+    let left: f64 = signals
+        .split("LEFT_WITHIN: Duration = Duration::from_secs(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("LEFT_WITHIN")
+        .parse()
+        .expect("seconds");
+    for name in ["production.yaml", "fleet.yaml", "robotsgate.yaml"] {
+        let text = std::fs::read_to_string(root.join("conf").join(name)).expect("conf");
+        let drain: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("graceful_shutdown_timeout_seconds:"))
+            .expect("graceful_shutdown_timeout_seconds")
+            .trim()
+            .parse()
+            .expect("seconds");
+        assert!(
+            drain + left + 5.0 <= stop,
+            "{name}: {drain} s + {left} s + 5 s is over TimeoutStopSec={stop}"
+        );
+    }
+}

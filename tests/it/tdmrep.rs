@@ -359,3 +359,45 @@ async fn in_a_fleet_the_owner_reads_the_file_for_each_path() {
     let handed = crate::fleet_fixture::handed_over_reaching(fleet.member(1), 2.0).await;
     assert_eq!(handed, 2.0, "both were handed over");
 }
+
+/// TDMRep's file judges redirected requests as proxied ones: a crawler declaring
+/// `train-ai` (by an agent rule on its User-Agent) is refused a path the file reserves,
+/// in plain HTTP and in TLS, with nothing sent; the file is fetched once per origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirected_requests_are_judged_by_the_file() {
+    use crate::transparent::{decision, Rules, World, ROBOTS};
+    let rule = serde_json::json!([{
+        "user_agent_contains": "trainer",
+        "tokens": ["OtherBot"],
+        "purposes": ["train-ai"],
+        "trust_client_text": true,
+    }]);
+    let w = World::new(
+        ROBOTS,
+        Rules::Iptables,
+        &Conf::new().set("agent.rules", rule),
+    )
+    .await;
+    let file = r#"[{"location":"/tdm/*","tdm-reservation":1}]"#;
+    for origin in [&w.site, &w.site_tls] {
+        origin.set(
+            "/.well-known/tdmrep.json",
+            Behaviour::with_headers(200, &[("Content-Type", "application/json")], file),
+        );
+    }
+    for url in ["http://site.test/tdm/a", "https://site.test/tdm/a"] {
+        let (status, head, _) = w.crawl(url, &["-A", "trainer/1"]);
+        assert_eq!(status, 403, "{url}: {head}\n{}", w.proxy.log());
+        assert!(
+            decision(&head).contains("tdm-reserved; source=file;"),
+            "{url}: {head}"
+        );
+        let (status, _, _) = w.crawl(&url.replace("/tdm/", "/open/"), &["-A", "trainer/1"]);
+        assert_eq!(status, 200, "{url}");
+    }
+    for origin in [&w.site, &w.site_tls] {
+        assert_eq!(origin.count("/tdm/a"), 0, "{:?}", origin.seen());
+        assert_eq!(origin.count("/open/a"), 1, "{:?}", origin.seen());
+        assert_eq!(origin.count("/.well-known/tdmrep.json"), 1);
+    }
+}

@@ -13,16 +13,16 @@ use crate::common::{
     split_response, zone_dns, Behaviour, Conf, Netns, NsRedis, Proxy, TestCa, TestOrigin,
 };
 
-const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+pub(crate) const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
 /// A namespace with `site.test` (127.0.0.2) served on ports 80 and 443, `other.test`
 /// (127.0.0.3) and `blocked.test` (127.0.0.9, outside the allowed destinations) on 80,
 /// and robotsgate with both transparent listeners.
-struct World {
+pub(crate) struct World {
     ns: Netns,
-    proxy: Proxy,
-    site: TestOrigin,
-    site_tls: TestOrigin,
+    pub(crate) proxy: Proxy,
+    pub(crate) site: TestOrigin,
+    pub(crate) site_tls: TestOrigin,
     other: TestOrigin,
     blocked: TestOrigin,
     http_port: u16,
@@ -36,7 +36,7 @@ struct World {
 
 /// How the crawler uid's connections are redirected.
 #[derive(Clone, Copy)]
-enum Rules {
+pub(crate) enum Rules {
     /// iptables `REDIRECT` in nat OUTPUT, matching the uid.
     Iptables,
     /// The same with nftables.
@@ -79,7 +79,7 @@ impl Rules {
 }
 
 impl World {
-    async fn new(robots: &str, rules: Rules, conf: &Conf) -> World {
+    pub(crate) async fn new(robots: &str, rules: Rules, conf: &Conf) -> World {
         World::build(robots, rules, conf, false).await
     }
 
@@ -187,7 +187,7 @@ impl World {
         command
     }
 
-    fn crawl(&self, url: &str, extra: &[&str]) -> (u16, String, String) {
+    pub(crate) fn crawl(&self, url: &str, extra: &[&str]) -> (u16, String, String) {
         let mut curl = self.ns.crawler("curl");
         for var in [
             "http_proxy",
@@ -220,7 +220,7 @@ fn readable_by_all(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-fn decision(head: &str) -> String {
+pub(crate) fn decision(head: &str) -> String {
     head.lines()
         .find_map(|l| {
             l.to_ascii_lowercase()
@@ -685,45 +685,4 @@ async fn a_redirected_request_is_handed_to_its_origins_owner() {
         4.0,
         "the redirecting member handed every request to the owner"
     );
-}
-
-/// TDMRep's file judges redirected requests as proxied ones: a crawler declaring
-/// `train-ai` (by an agent rule on its User-Agent) is refused a path the file reserves,
-/// in plain HTTP and in TLS, with nothing sent; the file is fetched once per origin.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redirected_requests_are_judged_by_the_tdmrep_file() {
-    let rule = serde_json::json!([{
-        "user_agent_contains": "trainer",
-        "tokens": ["OtherBot"],
-        "purposes": ["train-ai"],
-        "trust_client_text": true,
-    }]);
-    let w = World::new(
-        ROBOTS,
-        Rules::Iptables,
-        &Conf::new().set("agent.rules", rule),
-    )
-    .await;
-    let file = r#"[{"location":"/tdm/*","tdm-reservation":1}]"#;
-    for origin in [&w.site, &w.site_tls] {
-        origin.set(
-            "/.well-known/tdmrep.json",
-            Behaviour::with_headers(200, &[("Content-Type", "application/json")], file),
-        );
-    }
-    for url in ["http://site.test/tdm/a", "https://site.test/tdm/a"] {
-        let (status, head, _) = w.crawl(url, &["-A", "trainer/1"]);
-        assert_eq!(status, 403, "{url}: {head}\n{}", w.proxy.log());
-        assert!(
-            decision(&head).contains("tdm-reserved; source=file;"),
-            "{url}: {head}"
-        );
-        let (status, _, _) = w.crawl(&url.replace("/tdm/", "/open/"), &["-A", "trainer/1"]);
-        assert_eq!(status, 200, "{url}");
-    }
-    for origin in [&w.site, &w.site_tls] {
-        assert_eq!(origin.count("/tdm/a"), 0, "{:?}", origin.seen());
-        assert_eq!(origin.count("/open/a"), 1, "{:?}", origin.seen());
-        assert_eq!(origin.count("/.well-known/tdmrep.json"), 1);
-    }
 }
