@@ -291,8 +291,8 @@ impl OriginStore {
             }
         }
         Some(FetchTurnsHeld {
-            _origin: turns,
             _address: address_turns,
+            _origin: turns,
         })
     }
 
@@ -459,10 +459,10 @@ impl OriginStore {
 /// What a fetch of an origin's own file holds while it runs: its turns (none taken when
 /// they were not free within `max_wait_seconds` outside a fleet: the fetch goes anyway).
 pub(super) struct FetchTurnsHeld {
+    /// The address's, with `pacing.key: address` (ended first).
+    _address: Option<FetchTurns>,
     /// The origin's schedules' turns.
     _origin: Option<FetchTurns>,
-    /// The address's, with `pacing.key: address`.
-    _address: Option<FetchTurns>,
 }
 
 /// A snapshot as the fleet stores it: the raw file and its fetch state, times relative
