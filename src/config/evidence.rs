@@ -43,6 +43,11 @@ pub struct EvidenceConfig {
     /// Records waiting to be written, at most: past it, a request is treated as one
     /// whose record could not be written. Bounds memory while a disk stalls.
     pub max_pending_bytes: usize,
+    /// How long a request waits for its record to be written: past it (a frozen
+    /// filesystem, a hung network disk), the request is treated as one whose record
+    /// could not be written (`on_failure`), and its client answered. The one request
+    /// whose process is in the write itself waits for the disk.
+    pub max_wait_seconds: Timeout,
     /// Each forwarded request's outcome record carries the SHA-256 of the body the
     /// crawler received (costs one pass of SHA-256 over every body; docs/evidence.md
     /// gives the measured cost).
@@ -95,6 +100,7 @@ impl Default for EvidenceConfig {
             retention_bytes: 0,
             on_failure: EvidenceFailure::Refuse,
             max_pending_bytes: 8 * 1024 * 1024,
+            max_wait_seconds: Timeout::new(5.0),
             body_digest: false,
             client_addresses: ClientAddresses::Pseudonym,
             pseudonym_key_file: None,

@@ -78,6 +78,8 @@ pub enum Unwritten {
     Full,
     /// The write failed (a full or unwritable disk).
     Failed,
+    /// The write did not end within `evidence.max_wait_seconds` (a stalled disk).
+    Stalled,
 }
 
 /// What a request may do, its record being written or not.
@@ -112,6 +114,8 @@ pub struct Evidence {
     on_failure: EvidenceFailure,
     /// Outcomes carry the body's digest.
     body_digest: bool,
+    /// How long a request waits for its record (`evidence.max_wait_seconds`).
+    max_wait: Duration,
     /// Each origin's versions and verdicts, for the admin API.
     history: history::Histories,
     /// Retention's settings.
@@ -177,6 +181,7 @@ impl Evidence {
             named: std::sync::Mutex::default(),
             on_failure: config.on_failure,
             body_digest: config.body_digest,
+            max_wait: config.max_wait_seconds.duration(),
             history: history::Histories::default(),
             retention: upkeep::Retention {
                 age: config.retention_seconds.duration(),
@@ -223,9 +228,31 @@ impl Evidence {
     /// Writes `entry` before what it records may happen: `Ok` once it is written (or,
     /// with `on_failure: continue`, once it is known it cannot be); `Err` when the
     /// request must not go (`on_failure: refuse`).
+    /// A record not written within `evidence.max_wait_seconds` counts as unwritten; it is
+    /// still written once the disk answers, followed (with `refuse`) by an `outcome`
+    /// saying that what it recorded was not sent.
     pub async fn record(&self, entry: &Entry<'_>) -> Result<Recorded, Unwritten> {
         let written = match self.chain.append(entry) {
-            Ok(seq) => self.chain.written(seq).await.map(|()| seq),
+            Ok(seq) => match tokio::time::timeout(self.max_wait, self.chain.written(seq)).await {
+                Ok(written) => written.map(|()| seq),
+                Err(_) => {
+                    crate::telemetry::metrics::record_evidence_failure(1);
+                    if self.on_failure == EvidenceFailure::Refuse {
+                        // Written with the record once the disk answers: what it
+                        // recorded did not happen.
+                        self.note(&Entry::Outcome(Concluded {
+                            decision: seq,
+                            status: None,
+                            ended: "not-sent: its record was not written within evidence.max_wait_seconds",
+                            payment: None,
+                            answered: None,
+                            body_sha256: None,
+                            body_bytes: None,
+                        }));
+                    }
+                    Err(Unwritten::Stalled)
+                }
+            },
             Err(e) => {
                 crate::telemetry::metrics::record_evidence_failure(1);
                 Err(e)

@@ -13,6 +13,7 @@ mod cuts;
 mod docs;
 mod embedded_example;
 mod evidence;
+mod evidence_stall;
 mod faults;
 mod fetch_status;
 mod fleet;

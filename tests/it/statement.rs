@@ -127,3 +127,42 @@ async fn the_admin_listener_serves_the_statement_in_force() {
         "{dom}"
     );
 }
+
+/// A reload (Pingora's graceful upgrade, as the unit's `ExecReload` makes it) that
+/// changes what is stated gives the admin listener's feed a new entry, which a feed
+/// reader sees as new; one that changes nothing stated keeps the entry's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_gives_the_feed_a_new_entry_exactly_when_the_statement_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entry = |proxy: &Proxy, name: &str| -> Value {
+        let (status, atom) = admin(proxy, "GET", "/statement.atom");
+        assert_eq!(status, 200, "{atom}");
+        let file = dir.path().join(format!("{name}.atom"));
+        std::fs::write(&file, atom).expect("write");
+        let feed = independent("feed_reader.py", &file);
+        assert_eq!(feed["bozo"], 0, "{feed}");
+        feed["entries"][0].clone()
+    };
+    let mut first = Proxy::start_for_loopback(&fleet());
+    let before = entry(&first, "first");
+    let mut second = tokio::task::block_in_place(|| first.upgrade());
+    tokio::task::block_in_place(|| first.wait_exit(std::time::Duration::from_secs(20)));
+    let unchanged = entry(&second, "second");
+    assert_eq!(unchanged["id"], before["id"], "nothing stated changed");
+    let config = std::fs::read_to_string(second.config_path()).expect("config");
+    assert!(config.contains("SearchBot/2.0"), "{config}");
+    std::fs::write(
+        second.config_path(),
+        config.replace("SearchBot/2.0", "SearchBot/3.0"),
+    )
+    .expect("write config");
+    let third = tokio::task::block_in_place(|| second.upgrade());
+    tokio::task::block_in_place(|| second.wait_exit(std::time::Duration::from_secs(20)));
+    let changed = entry(&third, "third");
+    assert_ne!(
+        changed["id"], unchanged["id"],
+        "the User-Agent stated changed"
+    );
+    let (_, json) = admin(&third, "GET", "/statement.json");
+    assert!(json.contains("SearchBot/3.0"), "{json}");
+}

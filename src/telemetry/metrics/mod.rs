@@ -641,7 +641,14 @@ mod tests {
         assert!(dashboard["panels"]
             .as_array()
             .is_some_and(|p| p.len() >= 10));
-        let source = [include_str!("mod.rs"), include_str!("fleet.rs")].concat();
+        let source = [
+            include_str!("mod.rs"),
+            include_str!("evidence.rs"),
+            include_str!("fetches.rs"),
+            include_str!("fleet.rs"),
+            include_str!("identity.rs"),
+        ]
+        .concat();
         let readme = include_str!("../../../docs/operations.md");
         let text = dashboard.to_string();
         let mut names: Vec<&str> = text
