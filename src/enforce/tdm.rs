@@ -71,7 +71,7 @@ impl Enforcer {
 
 /// The refusal `copy`'s reservation of `target` comes to, if it reserves it.
 fn reservation(copy: &TdmCopy, target: &Target) -> Option<Refusal> {
-    let (file, sha256) = (copy.file.as_deref()?, copy.sha256.as_ref()?);
+    let (file, sha256) = copy.file()?;
     let reserves = |path: &CanonicalPath<'_>| match file.lookup(path) {
         Some((index, Some(statement))) if statement.reserved => {
             Some((index, statement.policy.clone()))

@@ -27,13 +27,20 @@ use crate::robots::tdmrep::TdmFile;
 #[derive(Debug)]
 pub struct TdmCopy {
     /// The parsed file; `None` when the origin serves none that could be read (unset).
-    pub file: Option<Arc<TdmFile>>,
+    file: Option<Arc<TdmFile>>,
     /// The SHA-256 of its octets (hex), as the evidence keeps it.
-    pub sha256: Option<Arc<str>>,
+    sha256: Option<Arc<str>>,
     /// Until when it is used without fetching again.
     fresh_until: Instant,
     /// What its fetch came to, for people (`HTTP 200`, `HTTP 404`, `timeout`, …).
-    pub outcome: Box<str>,
+    outcome: Box<str>,
+}
+
+impl TdmCopy {
+    /// The file and the SHA-256 of its octets (hex); `None` when there is none (unset).
+    pub fn file(&self) -> Option<(&TdmFile, &Arc<str>)> {
+        Some((self.file.as_deref()?, self.sha256.as_ref()?))
+    }
 }
 
 /// Why no TDMRep file is known for a request that needs one: it is not sent.
