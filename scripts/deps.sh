@@ -39,6 +39,7 @@ DEBIAN_PYTHON=(
   "requests python3-requests"
   "h2 python3-h2"
   "cryptography python3-cryptography"
+  "feedparser python3-feedparser"     # tests/helpers/feed_reader.py
 )
 
 # What building alone needs (the first two TOOLS).

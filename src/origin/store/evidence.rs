@@ -87,8 +87,8 @@ impl FetchSaid {
     }
 }
 
-/// Records what fetch `seq` of `origin` brought, the store having made `snapshot` of
-/// it; the file is kept first.
+/// Records what fetch `seq` of `origin`'s robots.txt brought, the store having made
+/// `snapshot` of it; the file is kept first.
 pub(super) fn fetched(
     evidence: &Evidence,
     seq: u64,
@@ -97,21 +97,14 @@ pub(super) fn fetched(
     snapshot: &Snapshot,
 ) {
     let sha256 = keep(evidence, snapshot);
-    let (name, url) = (origin.to_string(), origin.robots_url());
-    evidence.note(&Entry::Fetched(Fetched {
-        fetch: seq,
-        origin: &name,
-        url: &url,
-        redirects: &said.facts.redirects,
-        status: said.status,
-        cache_control: said.facts.cache_control.as_deref(),
-        etag: said.facts.etag.as_deref(),
-        last_modified: said.facts.last_modified.as_deref(),
-        sha256,
-        bytes: said.bytes,
-        case: snapshot.case(Instant::now()),
-        outcome: &said.outcome,
-    }));
+    let case = snapshot.case(Instant::now());
+    note_fetched(
+        evidence,
+        (seq, OwnFile::RobotsTxt),
+        origin,
+        said,
+        (sha256, case),
+    );
 }
 
 /// Records what fetch `seq` of `origin`'s TDMRep file brought: its octets (`body`, kept
@@ -130,7 +123,30 @@ pub(super) fn tdm_fetched(
             None
         }
     });
-    let (name, url) = (origin.to_string(), OwnFile::TdmRep.url(origin));
+    let case = match (&sha256, said.status) {
+        (Some(_), _) => "fresh",
+        (None, Some(400..=499)) => "unavailable",
+        (None, _) => "unreachable",
+    };
+    note_fetched(
+        evidence,
+        (seq, OwnFile::TdmRep),
+        origin,
+        said,
+        (sha256, case),
+    );
+}
+
+/// The `fetched` record of fetch `seq` of `origin`'s `file`: what `said`, the file's
+/// SHA-256 when kept, and the case it is in.
+fn note_fetched(
+    evidence: &Evidence,
+    (seq, file): (u64, OwnFile),
+    origin: &Origin,
+    said: &FetchSaid,
+    (sha256, case): (Option<String>, &'static str),
+) {
+    let (name, url) = (origin.to_string(), file.url(origin));
     evidence.note(&Entry::Fetched(Fetched {
         fetch: seq,
         origin: &name,
@@ -140,13 +156,9 @@ pub(super) fn tdm_fetched(
         cache_control: said.facts.cache_control.as_deref(),
         etag: said.facts.etag.as_deref(),
         last_modified: said.facts.last_modified.as_deref(),
-        case: match (&sha256, said.status) {
-            (Some(_), _) => "fresh",
-            (None, Some(400..=499)) => "unavailable",
-            (None, _) => "unreachable",
-        },
         sha256,
         bytes: said.bytes,
+        case,
         outcome: &said.outcome,
     }));
 }
