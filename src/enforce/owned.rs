@@ -131,6 +131,7 @@ impl Enforcer {
     /// each key handed over with its schedules' facts. A key still busy at `by` (a stop's
     /// deadline, before the longest hold) is not handed over: its facts cannot say when
     /// they end, so it is left to lapse, and its next owner waits as for a vanished one.
+    /// A release Redis does not answer is sent again until `by`.
     /// It stays a member (`leaving`) until [`Enforcer::left_fleet`], so the next owners
     /// still admit the requests it hands on meanwhile (those that were queued here).
     /// Alone: nothing to do.
@@ -157,7 +158,7 @@ impl Enforcer {
                 }
             }
             let facts = entry.map(|e| e.schedules().facts()).unwrap_or_default();
-            usize::from(owners.release(&key, &facts).await)
+            usize::from(owners.release(&key, &facts, by).await)
         });
         let handed: usize = futures_util::future::join_all(handing)
             .await

@@ -226,9 +226,15 @@ impl Owners {
         self.ownership.owned()
     }
 
-    /// Hands `key` over with its groups' facts (see [`Ownership::release`]).
-    pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
-        self.ownership.release(key, groups).await
+    /// Hands `key` over with its groups' facts, Redis told again until `until` if it
+    /// does not answer (see [`Ownership::release`]).
+    pub async fn release(
+        &self,
+        key: &str,
+        groups: &[ScheduleFacts],
+        until: tokio::time::Instant,
+    ) -> bool {
+        self.ownership.release(key, groups, until).await
     }
 
     /// Releases `key` if `idle` still says it is (see [`Ownership::release_idle`]).

@@ -13,7 +13,8 @@ use crate::common::{
 };
 use crate::fleet_fixture::{
     access_lines, backend_up, fleet_conf, handed_on, handed_over_reaching, instances, load,
-    member_id, owner_index, ownership_changes, paced_origin, signal, slow_origin,
+    member_id, members_up, owner_index, ownership_changes, paced_origin, signal, slow_origin,
+    Relay,
 };
 use crate::redis_servers::{redis_cli, Redis};
 
@@ -588,4 +589,69 @@ async fn a_slow_exchange_takes_its_time_from_the_stops_bound_not_beyond_it() {
     assert!(!matches!(got, Ok(200)), "the whole answer came: {got:?}");
     let log = proxies[0].log();
     assert!(log.contains("left to lapse"), "{log}");
+}
+
+/// A leaving owner whose release Redis does not answer (its link to Redis cut as it
+/// leaves, restored once it has tried) sends the release again, so its origin passes
+/// on while it still drains (a handed request of 12 s keeps it running): the member
+/// that stays takes the origin as handed, with its facts, and serves it before the
+/// leaver's last exchange ends, where before it got 503 ("kept giving up") until the
+/// leaver left the membership, and then waited as for a vanished owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_redis_did_not_answer_during_a_leave_is_sent_again() {
+    let slow = Behaviour::Delayed {
+        delay: Duration::from_secs(12),
+        body: b"slow\n".to_vec(),
+    };
+    let draining = TestOrigin::robots_and("User-agent: *\n", vec![("/slow", slow)]).await;
+    let owned = TestOrigin::robots_and("User-agent: *\n", Vec::new()).await;
+    let redis = Redis::start();
+    let mut relay = Relay::start(redis.port).await;
+    // A lease that outlasts the cut: the leaver stays a live member throughout.
+    let conf = fleet_conf(&redis)
+        .set("fleet.lease_seconds", 3)
+        .server("graceful_shutdown_timeout_seconds", 20);
+    let relayed = format!("redis://127.0.0.1:{}", relay.port);
+    let mut leaver = Proxy::start_for_loopback(&conf.clone().set("fleet.redis", relayed));
+    let stays = Proxy::start_for_loopback(&conf);
+    members_up(&[&leaver, &stays]).await;
+    assert_eq!(curl(&leaver, &owned.url("/first"), &[]).0, 200);
+    assert_eq!(curl(&stays, &draining.url("/first"), &[]).0, 200);
+    let (client, url) = (leaver.client(), draining.url("/slow"));
+    let handed = tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) });
+    assert!(eventually(Duration::from_secs(5), || draining.count("/slow") == 1).await);
+    relay.cut();
+    signal(leaver.pid(), "-TERM");
+    let missed = eventually(Duration::from_secs(5), || {
+        leaver.log().contains("Redis did not answer the release")
+    });
+    assert!(missed.await, "the release was answered:\n{}", leaver.log());
+    relay.restore();
+    let served = eventually(Duration::from_secs(8), || {
+        curl(&stays, &owned.url("/after"), &["--max-time", "3"]).0 == 200
+    });
+    assert!(
+        served.await,
+        "the origin never passed on:\nthe leaver:\n{}\nthe member that stays:\n{}",
+        leaver.log(),
+        stays.log()
+    );
+    let (after, slow) = (owned.first("/after"), draining.first("/slow"));
+    assert!(
+        slow.done.is_none_or(|done| after.arrived < done),
+        "served only once the leaver's last exchange ended"
+    );
+    assert!(
+        leaver.log().contains("was answered after"),
+        "{}",
+        leaver.log()
+    );
+    let changes = (
+        ownership_changes(&stays, "handed"),
+        ownership_changes(&stays, "taken_over"),
+    );
+    assert_eq!(changes, (1.0, 0.0), "handed over, not taken over");
+    let answer = handed.await.expect("task").map_err(|e| e.to_string());
+    assert_eq!(answer, Ok(reqwest::StatusCode::OK));
+    leaver.wait_exit(Duration::from_secs(15));
 }

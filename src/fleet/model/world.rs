@@ -537,8 +537,16 @@ impl World {
             return;
         };
         if message.purpose == Awaits::Release {
-            // The code lets the key go whether Redis answered or not.
-            self.nodes[i].standing.drop_key(KEY);
+            let node = &mut self.nodes[i];
+            let heir = message.args.get(4).cloned().unwrap_or_default();
+            if node.standing.leaving() && heir.is_empty() {
+                // A leave's release is sent again, the key still held as releasing,
+                // while Redis may still run the one given up on (`letting_go.rs`).
+                node.releasing_to = Some(heir);
+            } else {
+                // Any other release lets the key go whether Redis answered or not.
+                node.standing.drop_key(KEY);
+            }
         }
         if message.answer.is_none() {
             self.orphan = Some(message);

@@ -9,20 +9,27 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{claim_key, Owner, Ownership, KEEP};
-use crate::fleet::backend::{lock, ms};
+use crate::fleet::backend::{lock, ms, Unavailable};
 use crate::fleet::membership::{Member, MemberState, GENERATION, SERVER};
 use crate::fleet::scripts::script;
 use crate::fleet::standing::Held;
 use crate::pacing::ScheduleFacts;
 use crate::telemetry::metrics;
 
+/// How often a leaving member sends again a release Redis did not answer.
+pub const RESEND_EVERY: Duration = Duration::from_millis(200);
+
 impl Ownership {
     /// Hands `key` over: its claim released with each group's facts. The key stays
     /// held, as releasing, until Redis has answered: a request meanwhile waits, then
-    /// finds the claim gone (never this instance's still standing). `false` when it was
-    /// not this instance's, or Redis could not be told (it is then taken over as a
-    /// vanished owner's, after the longest hold).
-    pub async fn release(&self, key: &str, groups: &[ScheduleFacts]) -> bool {
+    /// finds the claim gone (never this instance's still standing). A release Redis did
+    /// not answer (a timeout, a lost connection) is sent again every [`RESEND_EVERY`]
+    /// until `until`: a release Redis ran already answers `0` the second time, changing
+    /// nothing, so a leaving member's keys pass on once Redis answers again, rather than
+    /// stay claimed by a member that serves them no more while it drains. `false` when
+    /// it was not this instance's, or Redis could not be told by `until` (it is then
+    /// taken over as a vanished owner's, after the longest hold).
+    pub async fn release(&self, key: &str, groups: &[ScheduleFacts], until: Instant) -> bool {
         let epoch = {
             let mut standing = self.members.standing();
             match standing.mark(key, Held::In, Held::Releasing) {
@@ -33,7 +40,26 @@ impl Ownership {
         let Some(epoch) = epoch else {
             return false;
         };
-        let released = self.release_claim(key, epoch, groups, None).await;
+        let mut sent = 0u32;
+        let released = loop {
+            sent += 1;
+            match self.release_claim(key, epoch, groups, None).await {
+                Ok(released) => break released,
+                Err(Unavailable) if Instant::now() + RESEND_EVERY < until => {
+                    if sent == 1 {
+                        log::warn!("fleet: leaving; Redis did not answer the release of {key}: sending it again until it does");
+                    }
+                    tokio::time::sleep(RESEND_EVERY).await;
+                }
+                Err(Unavailable) => {
+                    log::warn!("fleet: leaving; Redis answered none of {sent} releases of {key} by the stop's deadline: left to lapse");
+                    break false;
+                }
+            }
+        };
+        if sent > 1 {
+            log::info!("fleet: leaving; the release of {key} was answered after {sent} sendings");
+        }
         self.let_go(key, "released");
         released
     }
@@ -58,7 +84,7 @@ impl Ownership {
         };
         // The claim goes before the key leaves the standing: a request meanwhile waits,
         // then finds it free (or another's), never this instance's claim still standing.
-        let released = self.release_claim(key, epoch, &groups, None).await;
+        let released = self.release_claim(key, epoch, &groups, None).await == Ok(true);
         self.let_go(key, "idle");
         released
     }
@@ -148,7 +174,7 @@ impl Ownership {
                 .hold_as(key, Held::Releasing, Held::In);
             return false;
         };
-        let handed = self.release_claim(key, epoch, &groups, Some(heir)).await;
+        let handed = self.release_claim(key, epoch, &groups, Some(heir)).await == Ok(true);
         if handed {
             let owner = Owner {
                 key: key.to_string(),
@@ -179,14 +205,16 @@ impl Ownership {
 
     /// Releases `key`'s claim of `epoch` in Redis with each group's facts (kept for the
     /// next owner, the record expiring after [`KEEP`]), to nobody or to `heir`: `true`
-    /// when Redis did.
+    /// when Redis did, `false` when it answered that the claim was not this one's (gone,
+    /// another's, or released already), [`Unavailable`] when it did not answer (it may
+    /// still run it: sending it again is safe).
     async fn release_claim(
         &self,
         key: &str,
         epoch: u64,
         groups: &[ScheduleFacts],
         heir: Option<&Member>,
-    ) -> bool {
+    ) -> Result<bool, Unavailable> {
         let (generation, token) = {
             let standing = self.members.standing();
             let token = standing.holding(key).map_or(0, |h| h.token);
@@ -206,7 +234,7 @@ impl Ownership {
         for facts in groups {
             call.arg(&facts.group).arg(self.encode(facts));
         }
-        let released: Result<i64, _> = self.fleet.run("own_release", &mut call).await;
-        released == Ok(1)
+        let released: i64 = self.fleet.run("own_release", &mut call).await?;
+        Ok(released == 1)
     }
 }

@@ -524,7 +524,12 @@ impl System {
             return;
         };
         if let Sent::Release(r) = message.call {
-            self.members[i].holds[r.key] = None; // let go, answered or not
+            let m = &mut self.members[i];
+            // A leave's release is sent again, the key still releasing (`letting_go.rs`);
+            // any other lets go, answered or not.
+            if !(m.leaving && r.heir.is_none()) {
+                m.holds[r.key] = None;
+            }
         }
         if message.answer.is_none() {
             self.orphan = Some((i as Mid, message.call));
