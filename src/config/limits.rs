@@ -43,6 +43,10 @@ pub struct LimitsConfig {
     /// cannot hold an origin's turns longer than this (and a cut's hold), nor make
     /// robotsgate buffer its answer.
     pub unread_timeout_seconds: Timeout,
+    /// A tunnel (a blind one, or one handed to its origin's owner) that carries no octet
+    /// either way for this long is closed: one left open and idle would hold its client
+    /// slot, and, handed over, one of this member's connections at the owner, for good.
+    pub tunnel_idle_seconds: Timeout,
 }
 
 impl Default for LimitsConfig {
@@ -59,6 +63,7 @@ impl Default for LimitsConfig {
             idle_timeout_seconds: Timeout::new(60.0),
             max_streams_per_connection: 100,
             unread_timeout_seconds: Timeout::new(10.0),
+            tunnel_idle_seconds: Timeout::new(300.0),
         }
     }
 }

@@ -45,12 +45,14 @@
 //! **Its other files:** `owner.rs` (what passes between a member and an origin's owner
 //! on every path, and the 503 when it cannot be carried), `pass.rs` (the proxy pass),
 //! `relay.rs` (the front's relay), `pool.rs` (the relay's idle connections),
+//! `share.rs` (this member's connections at each owner, divided among its clients),
 //! `tunnel.rs` (a blind tunnel handed to its owner).
 
 mod owner;
 pub mod pass;
 mod pool;
 pub mod relay;
+mod share;
 mod tunnel;
 
 use std::sync::Arc;
@@ -63,9 +65,12 @@ pub use pass::Passed;
 pub use relay::{relayable, Asked, Candidate, Relayable};
 pub use tunnel::Tunnelled;
 
+use crate::config::Config;
 use crate::enforce::Enforcer;
 use crate::fleet::{Owner, Reroutes};
 use pool::Pool;
+pub use share::Share;
+use share::Shares;
 
 /// The one entry to the hand-over the front, the tunnels and the proxy share: the
 /// fleet's door (owners, their peer channels, how long an owner may take to answer),
@@ -79,29 +84,59 @@ pub struct HandOver {
     pool: Pool,
     /// The longest wait to connect to an owner.
     connect_timeout: Duration,
+    /// This member's connections at each owner, divided among its clients (one count
+    /// for every listener).
+    shares: Arc<Shares>,
+    /// `limits.tunnel_idle_seconds`: a tunnel carrying nothing this long is closed.
+    tunnel_idle: Duration,
 }
 
 impl HandOver {
-    /// The hand-over of `enforcer`'s fleet, connecting within `connect_timeout`, keeping
-    /// pooled connections idle at most `idle`.
-    pub fn new(enforcer: Arc<Enforcer>, connect_timeout: Duration, idle: Duration) -> HandOver {
+    /// The hand-over of `enforcer`'s fleet, with `config`'s bounds: owners connected to
+    /// within `upstream.connect_timeout_seconds`, pooled connections kept idle for half
+    /// of `limits.idle_timeout_seconds`, each owner's
+    /// `fleet.peer_max_connections_per_member` divided among this member's clients, and
+    /// tunnels closed after `limits.tunnel_idle_seconds` carrying nothing.
+    pub fn new(enforcer: Arc<Enforcer>, config: &Config) -> HandOver {
         HandOver {
             enforcer,
             connector: TransportConnector::new(None),
-            pool: Pool::new(idle),
-            connect_timeout,
+            pool: Pool::new(config.limits.idle_timeout_seconds.duration() / 2),
+            connect_timeout: config.upstream.connect_timeout_seconds.duration(),
+            shares: Shares::new(config.fleet.peer_max_connections_per_member),
+            tunnel_idle: config.limits.tunnel_idle_seconds.duration(),
         }
     }
 
     /// The same hand-over with a pool of its own, for another listener: a connection
     /// is polled by the runtime that opened it, so each listener's runtime keeps its
-    /// own (see `proxy/server.rs`, `OriginProxies`).
+    /// own (see `proxy/server.rs`, `OriginProxies`). The shares are counted together.
     pub fn another(&self) -> HandOver {
-        HandOver::new(
-            self.enforcer.clone(),
-            self.connect_timeout,
-            self.pool.keep(),
-        )
+        HandOver {
+            enforcer: self.enforcer.clone(),
+            connector: TransportConnector::new(None),
+            pool: Pool::new(self.pool.keep()),
+            connect_timeout: self.connect_timeout,
+            shares: self.shares.clone(),
+            tunnel_idle: self.tunnel_idle,
+        }
+    }
+
+    /// `limits.tunnel_idle_seconds`: how long a tunnel may carry nothing.
+    pub fn tunnel_idle(&self) -> Duration {
+        self.tunnel_idle
+    }
+
+    /// A place in this member's connections at `owner` for a hand-over from `client` as
+    /// `user` (see `share.rs`); `None`: its tenant holds its share, and
+    /// `unavailable(Unreached::OverShare)` is the answer (nothing is sent to the owner).
+    pub fn share(
+        &self,
+        owner: &Owner,
+        user: Option<&str>,
+        client: Option<std::net::IpAddr>,
+    ) -> Option<Share> {
+        self.shares.take(&owner.member, user, client)
     }
 
     /// Whether this instance is a fleet member (alone, nothing is ever handed over).

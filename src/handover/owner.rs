@@ -26,6 +26,9 @@ pub enum Unreached {
     /// It was routed again as often as allowed, and its owner still gave it up or never
     /// received it.
     KeptGivingUp,
+    /// Its client (its proxy user, or its address) holds its share of this member's
+    /// connections at the owner (`share.rs`): not sent.
+    OverShare,
 }
 
 /// The hand-over's answer when it cannot carry a request (`503 fleet-unavailable`, the
@@ -35,6 +38,9 @@ pub fn unavailable(cause: Unreached) -> Answer {
         Unreached::Unreachable => "its owner could not be reached",
         Unreached::Silent => "its owner did not answer in time",
         Unreached::KeptGivingUp => "its owner kept giving it up",
+        Unreached::OverShare => {
+            "this client holds its share of this member's connections to the origin's owner (fleet.peer_max_connections_per_member, divided among the clients handing over)"
+        }
     };
     Refusal::FleetUnavailable { why }.answer()
 }

@@ -30,7 +30,7 @@ use pingora::protocols::Digest;
 use pingora::upstreams::peer::HttpPeer;
 
 use super::owner::{gave_up, mark_for_owner, never_received, peer_header, GAVE_UP, NOT_THE_OWNER};
-use super::{unavailable, HandOver, Unreached};
+use super::{unavailable, HandOver, Share, Unreached};
 use crate::enforce::{Answer, Enforcer};
 use crate::fleet::{Owner, PeerContext, Reroutes};
 
@@ -54,12 +54,15 @@ pub struct Passed {
     unreached: Unreached,
     /// The attempt's connection, watched while the owner's answer head is awaited.
     cut: Option<CutAtStop>,
+    /// Its place in this member's connections at the owner, held until it ends.
+    _share: Share,
 }
 
 impl Passed {
-    /// A request handed to `owner`, routed `reroutes` times before.
-    pub fn new(owner: Owner, reroutes: Reroutes) -> Passed {
+    /// A request handed to `owner`, routed `reroutes` times before, holding `share`.
+    pub fn new(owner: Owner, reroutes: Reroutes, share: Share) -> Passed {
         Passed {
+            _share: share,
             owner,
             status: None,
             failed: None,

@@ -45,7 +45,7 @@ use pingora::protocols::http::v1::server::HttpSession as HeadParser;
 use pingora::protocols::http::ServerSession;
 
 use super::owner::{gave_up, mark_for_owner, peer_header};
-use super::HandOver;
+use super::{HandOver, Share};
 use crate::fleet::{Owner, PeerContext};
 use crate::policy::target::{Scheme, Target};
 use crate::telemetry::metrics::{self, Mode, Outcome};
@@ -74,6 +74,8 @@ pub struct Relayable {
     owner: Owner,
     /// Its target.
     target: Target,
+    /// Its place in this member's connections at the owner, held until it ends.
+    _share: Share,
 }
 
 /// What asking the owner gave.
@@ -93,6 +95,13 @@ pub enum Asked {
 pub struct Upstream {
     /// The session.
     session: OwnerSession,
+}
+
+impl Candidate {
+    /// Its origin's owner.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
 }
 
 impl Relayable {
@@ -253,7 +262,7 @@ async fn reusable(mut session: OwnerSession) -> Option<pingora::protocols::Strea
 /// HTTP/1.1, `GET` or `HEAD`, without a body, an upgrade, an expectation or a
 /// `Connection` option but `keep-alive` and `close`.
 pub fn relayable(
-    candidate: Candidate,
+    (candidate, share): (Candidate, Share),
     request: &RequestHeader,
     context: http::HeaderValue,
     mode: Mode,
@@ -268,6 +277,7 @@ pub fn relayable(
         mode,
         owner: candidate.owner,
         target: candidate.target,
+        _share: share,
     };
     Some((sent, relayable))
 }
@@ -371,7 +381,8 @@ async fn read_by_owner(head: &[u8]) -> Option<(RequestHeader, RequestHeader)> {
         target: Target::from_request(b"http://fuzz.example/", None, Scheme::Http).ok()?,
     };
     let context = peer_header(&PeerContext::default()).ok()?;
-    let (sent, _) = relayable(candidate, &parsed, context, Mode::Explicit)?;
+    let share = super::Shares::new(1).take("", None, None)?;
+    let (sent, _) = relayable((candidate, share), &parsed, context, Mode::Explicit)?;
     let wire = pingora::protocols::http::v1::client::http_req_header_to_wire(&sent)?;
     let mut owner = HeadParser::new(Box::new(Cursor::new(wire.to_vec())));
     owner.read_request().await.ok()??;

@@ -30,6 +30,7 @@ use super::owner::{mark_for_owner, peer_header, unavailable, Unreached};
 use super::HandOver;
 use crate::enforce::Answer;
 use crate::fleet::{Owner, PeerContext};
+use crate::origin::splice::TunnelEnd;
 use crate::policy::target::Origin;
 
 /// How a tunnel's hand-over to the owner ended, when the owner could be asked.
@@ -75,6 +76,10 @@ impl HandOver {
         answering: &mut Option<A>,
     ) -> Result<Tunnelled, Answer> {
         let unreachable = || unavailable(Unreached::Unreachable);
+        // Held for the tunnel's life: one of this member's connections at the owner.
+        let Some(_share) = self.share(owner, context.user.as_deref(), context.client) else {
+            return Err(unavailable(Unreached::OverShare));
+        };
         let enforcer = &self.enforcer;
         let head = connect_head(origin, &context, user_agent).ok_or_else(unreachable)?;
         let Some(peer) = enforcer.owners().and_then(|owners| owners.peer(owner)) else {
@@ -126,7 +131,10 @@ impl HandOver {
             }
         }
         drop(answering.take());
-        let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+        let idle = self.tunnel_idle;
+        if crate::origin::splice::both_ways(client, &mut upstream, idle).await == TunnelEnd::Idle {
+            log::info!("tunnel to {origin} handed to {} closed: it carried nothing for {idle:?} (limits.tunnel_idle_seconds)", owner.member);
+        }
         Ok(Tunnelled::Done)
     }
 }

@@ -3,7 +3,8 @@
 //! in [`recent`]; in a fleet, the copy kept in Redis: `crate::fleet::robots`), the state
 //! kept across restarts ([`state`]), name resolution ([`dns`]) and the roots origin
 //! certificates are verified against ([`trust`]), and what keeps robotsgate's own upstream
-//! traffic from looping back to it ([`loops`]). Uses [`crate::policy`], [`crate::robots`],
+//! traffic from looping back to it ([`loops`]), and a tunnel's octets both ways, ended once
+//! it carries nothing ([`splice`]). Uses [`crate::policy`], [`crate::robots`],
 //! [`crate::fleet`], [`crate::pacing`], [`crate::identity`], [`crate::telemetry`],
 //! [`crate::config`] and [`crate::error`].
 
@@ -13,6 +14,7 @@ pub mod files;
 pub mod loops;
 pub mod recent;
 pub mod snapshot;
+pub mod splice;
 pub mod state;
 pub mod store;
 pub mod trust;

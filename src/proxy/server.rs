@@ -230,11 +230,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         server: server.configuration.clone(),
         config: &config,
         enforcer: &enforcer,
-        handover: Arc::new(HandOver::new(
-            enforcer.clone(),
-            config.upstream.connect_timeout_seconds.duration(),
-            config.limits.idle_timeout_seconds.duration() / 2,
-        )),
+        handover: Arc::new(HandOver::new(enforcer.clone(), &config)),
         _trust: trust,
     };
     let front = proxy_front(&origins, interceptor, access);

@@ -108,7 +108,14 @@ impl RobotsGateProxy {
                 return Ok(Some(answer));
             }
             Decision::HandOver(owner) => {
-                ctx.stage = Stage::HandedOver(Box::new(Passed::new(owner, reroutes)));
+                let who = requester(session, &ctx.client);
+                let Some(share) = self.handover.share(&owner, who.user, who.client) else {
+                    let answer =
+                        crate::handover::unavailable(crate::handover::Unreached::OverShare);
+                    self.record_answer(session, ctx, snapshot.as_deref(), &answer, report);
+                    return Ok(Some(answer));
+                };
+                ctx.stage = Stage::HandedOver(Box::new(Passed::new(owner, reroutes, share)));
                 return Ok(None);
             }
             Decision::Forward {

@@ -538,3 +538,70 @@ async fn each_request_on_a_peer_connection_has_its_own_context() {
         assert_eq!(received, usize::from(*want == 200), "{path} at the origin");
     }
 }
+
+/// One client cannot take every connection its member has at an owner
+/// (`fleet.peer_max_connections_per_member`, here 8): eight idle blind tunnels from one
+/// address through the member that does not own the origin get four `200`s (half of
+/// what others leave) and four `503`s; a second client (another address) is served
+/// through the same member meanwhile, the page reaching the origin. Tunnels that carry
+/// nothing end after `limits.tunnel_idle_seconds` (3 s here), logged, and the first
+/// client is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holding_tunnels_leaves_other_clients_room_and_idle_tunnels_end() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let extra = Conf::new()
+        .set("tls.blind_tunnel", ["localhost"])
+        .set("fleet.peer_max_connections_per_member", 8)
+        .set("limits.tunnel_idle_seconds", 3);
+    let fleet = HttpsFleet::start(&extra).await;
+    let origin = fleet.origin("User-agent: *\nAllow: /\n").await;
+    let (status, _, _) = fleet.curl(0, &origin.url("/first"), "origin-ca.pem", &[]);
+    assert_eq!(status, 200, "the first member owns the origin");
+    let authority = origin.url("").replace("https://", "").replace('/', "");
+    let connect = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut stream = tokio::net::TcpStream::connect(fleet.member(1).addr)
+            .await
+            .expect("connect");
+        stream.write_all(connect.as_bytes()).await.expect("write");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte));
+            match read.await {
+                Ok(Ok(1)) => head.push(byte[0]),
+                other => panic!("no answer head: {other:?} {head:?}"),
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let status = head.split(' ').nth(1).and_then(|s| s.parse::<u16>().ok());
+        held.push((status.unwrap_or(0), stream));
+    }
+    let statuses: Vec<u16> = held.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        (
+            statuses.iter().filter(|&&s| s == 200).count(),
+            statuses.iter().filter(|&&s| s == 503).count()
+        ),
+        (4, 4),
+        "{statuses:?}\n{}",
+        fleet.member(1).log()
+    );
+    let other = ["--interface", "127.0.0.2"];
+    let (status, _, body) = fleet.curl(1, &origin.url("/another-client"), "origin-ca.pem", &other);
+    assert_eq!((status, body.as_str()), (200, "page /another-client\n"));
+    assert_eq!(origin.count("/another-client"), 1);
+    for (_, mut stream) in held.into_iter().filter(|(status, _)| *status == 200) {
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut rest));
+        assert!(ended.await.is_ok(), "an idle tunnel stayed open");
+    }
+    let logs = || format!("{}{}", fleet.member(0).log(), fleet.member(1).log());
+    let logged = eventually(Duration::from_secs(5), || {
+        logs().contains("(limits.tunnel_idle_seconds)")
+    });
+    assert!(logged.await, "{}", logs());
+    let (status, _, _) = fleet.curl(1, &origin.url("/again"), "origin-ca.pem", &[]);
+    assert_eq!(status, 200, "the first client served again");
+}

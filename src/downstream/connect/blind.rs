@@ -4,6 +4,7 @@
 //! origin's owner when another member owns it.
 
 use super::*;
+use crate::origin::splice::TunnelEnd;
 
 impl Tunnels {
     /// A blind tunnel: host-level checks, a paced connection start, then bytes both ways.
@@ -96,7 +97,10 @@ impl Tunnels {
         drop(answering);
         metrics::record_tunnel(mode, metrics::TunnelOutcome::Established);
         log_tunnel(&shown, mode, "tunnelled", started);
-        let _ = tokio::io::copy_bidirectional(&mut l4, &mut upstream).await;
+        let idle = self.handover.tunnel_idle();
+        if crate::origin::splice::both_ways(&mut l4, &mut upstream, idle).await == TunnelEnd::Idle {
+            log::info!("tunnel to {shown} closed: it carried nothing for {idle:?} (limits.tunnel_idle_seconds)");
+        }
     }
 
     /// Where a blind tunnel goes: decided (refused, paced here, or handed to its owner

@@ -53,11 +53,16 @@ impl<A: pingora::apps::HttpServerApp + Send + Sync + 'static> ProxyFront<A> {
         let relayable = read
             .then(|| {
                 let request = session.req_header();
+                let user = context.user.as_ref().map(|u| u.name.as_str());
+                // Its client holding its share at the owner: the proxy's path answers.
+                let share = self.handover.share(candidate.owner(), user, client)?;
                 let own = context.peer_header(client)?;
-                handover::relayable(candidate, request, own, context.mode(request.raw_path()))
+                let mode = context.mode(request.raw_path());
+                handover::relayable((candidate, share), request, own, mode)
             })
             .flatten();
-        // Not taken after all: the proxy's path, from the head again.
+        // Not taken after all (or its client holds its share at the owner, which the
+        // proxy's path answers): the proxy's path, from the head again.
         let Some((sent, relayable)) = relayable else {
             drop(serving);
             let stream = client_stream(session)?;
