@@ -177,6 +177,11 @@ impl AccessPolicy {
         }
     }
 
+    /// Does every request name a user (`access.credentials_file` is set)?
+    pub fn requires_user(&self) -> bool {
+        self.users.is_some()
+    }
+
     /// The user another fleet member authenticated, by name: `Ok(None)` for none;
     /// refused when this instance's credentials file does not know the name (the
     /// members' files differ).

@@ -243,6 +243,11 @@ impl PeerDoor {
         self.scope
             .admits(name, peer.user.as_deref(), peer.client)
             .map_err(Unheard::OutOfScope)?;
+        // A member authenticates every client this owner would (the members share one
+        // configuration), but for redirected connections, which carry no credentials.
+        if peer.user.is_none() && peer.destination.is_none() && access.requires_user() {
+            return Err(Unheard::OutOfScope(OutOfScope::NoUser));
+        }
         let user = access
             .user_named(peer.user.as_deref())
             .map_err(|_| Unheard::Unreadable)?;

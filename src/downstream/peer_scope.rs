@@ -5,9 +5,11 @@
 //!
 //! A stolen member key chooses only within its member's scope: which of those users'
 //! robots.txt tokens, purposes, signing identity and budget apply, and which agent rule
-//! matched by address. Report mode is never its choice unless
-//! `enforce.report_handed_over` (`policy::agent`); robots.txt, the Crawl-delay and the
-//! egress rules hold whatever it names.
+//! matched by address. Report mode, and a usage check laxer than `usage.mode`, are
+//! never its choice unless `enforce.report_handed_over` (`policy::agent`); robots.txt,
+//! the Crawl-delay and the egress rules hold whatever it names. Where this owner
+//! requires proxy credentials, a request naming no user is out of scope unless it came
+//! on a redirected connection (`PeerDoor::handed_context`).
 
 use std::net::IpAddr;
 
@@ -27,6 +29,10 @@ pub enum OutOfScope {
     User(String),
     /// A client address.
     Client(IpAddr),
+    /// No proxy user, where this owner requires one (`access.credentials_file`) and the
+    /// request says it came on no redirected connection (the only kind that carries no
+    /// credentials).
+    NoUser,
 }
 
 impl std::fmt::Display for OutOfScope {
@@ -34,6 +40,10 @@ impl std::fmt::Display for OutOfScope {
         match self {
             OutOfScope::User(user) => write!(f, "the proxy user {user:?}"),
             OutOfScope::Client(ip) => write!(f, "the client address {ip}"),
+            OutOfScope::NoUser => write!(
+                f,
+                "no proxy user, where this owner requires one (access.credentials_file)"
+            ),
         }
     }
 }

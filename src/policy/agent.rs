@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode, UsageConfig};
+use crate::config::{AgentConfig, AgentRule, EnforceConfig, EnforceMode, UsageConfig, UsageMode};
 use crate::policy::usage::UsageCheck;
 use crate::robots::Purposes;
 
@@ -245,6 +245,13 @@ impl AgentResolver {
             .and_then(|u| self.usage.users.get(u).copied())
             .or_else(|| rule.and_then(|r| r.usage_mode))
             .unwrap_or(self.usage.mode);
+        // A peer's word never makes the usage check laxer than `usage.mode` (as it
+        // never switches enforcement off), unless `enforce.report_handed_over`.
+        let mode = if who.handed && !self.enforce.report_handed_over {
+            stricter(mode, self.usage.mode)
+        } else {
+            mode
+        };
         UsageCheck::new(purposes, mode, &self.usage)
     }
 
@@ -371,6 +378,20 @@ impl AgentResolver {
     }
 }
 
+/// The stricter of two usage modes (`enforce` over `report` over `off`).
+fn stricter(a: UsageMode, b: UsageMode) -> UsageMode {
+    let rank = |m: UsageMode| match m {
+        UsageMode::Enforce => 2,
+        UsageMode::Report => 1,
+        UsageMode::Off => 0,
+    };
+    if rank(a) >= rank(b) {
+        a
+    } else {
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,7 +497,7 @@ mod tests {
 
     #[test]
     fn purposes_and_usage_mode_come_from_user_then_rule_then_default() {
-        use crate::config::{Purpose, UsageMode};
+        use crate::config::Purpose;
         let config: AgentConfig = serde_yaml::from_str(
             "default_purposes: [search]\nrules:\n  - user_agent_contains: trainer\n    tokens: [T]\n    purposes: [train-ai]\n    usage_mode: report\n    trust_client_text: true\n",
         )
@@ -517,6 +538,34 @@ mod tests {
             (set(&[Purpose::AiInput]), UsageMode::Off)
         );
         assert!(!check.active());
+        // Handed over by another member: its word never makes the check laxer than
+        // `usage.mode` (enforce), by user or by rule; the purposes still come from it.
+        for who in [alice, anonymous] {
+            let handed = Requester {
+                handed: true,
+                ..who
+            };
+            assert_eq!(r.usage_for(&handed).mode, UsageMode::Enforce);
+        }
+        let lenient = UsageConfig {
+            mode: UsageMode::Off,
+            ..usage.clone()
+        };
+        let r = AgentResolver::new(
+            &config,
+            &EnforceConfig::default(),
+            &lenient,
+            &BTreeMap::new(),
+        );
+        let handed = Requester {
+            handed: true,
+            ..anonymous
+        };
+        assert_eq!(
+            r.usage_for(&handed).mode,
+            UsageMode::Report,
+            "stricter than off"
+        );
     }
 
     #[test]

@@ -358,6 +358,37 @@ async fn a_members_word_cannot_switch_enforcement_off() {
     }
 }
 
+/// Nor can it switch the usage check off: an owner whose agent rule gives clients of
+/// 10.9.9.0/24 the purpose `train-ai` with `usage_mode: off`, and whose origin says
+/// `Content-Usage: / train-ai=n`, refuses each request another member's key hands it
+/// naming client 10.9.9.9 (`usage.mode`, enforce, holds), nothing at the origin; with
+/// `enforce.report_handed_over: true` the rule's mode applies (forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_word_cannot_switch_the_usage_check_off() {
+    let robots = "User-agent: *\nAllow: /\nContent-Usage: / train-ai=n\n";
+    for (reported, expected) in [(false, 403), (true, 200)] {
+        let redis = Redis::start();
+        let origin = TestOrigin::robots_and(robots, Vec::new()).await;
+        let rule = serde_json::json!([{"client": "10.9.9.0/24", "tokens": ["NetBot"], "purposes": ["train-ai"], "usage_mode": "off"}]);
+        let conf = fleet_conf(&redis)
+            .set("agent.rules", rule)
+            .set("enforce.report_handed_over", reported);
+        let proxies = instances(2, &conf);
+        backend_up(&proxies).await;
+        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
+        assert_eq!(owner_index(&proxies, &origin), Some(0));
+        let sender = Credential::of(&proxies[1]);
+        let context = r#"{"c":"10.9.9.9"}"#;
+        for n in 0..3 {
+            let target = origin.url(&format!("/data/{n}"));
+            let status = as_peer(&proxies[0], &sender.cert, &sender.key, &target, context);
+            assert_eq!(status, expected, "report_handed_over: {reported}");
+        }
+        let reached: usize = (0..3).map(|n| origin.count(&format!("/data/{n}"))).sum();
+        assert_eq!(reached, if reported { 3 } else { 0 });
+    }
+}
+
 /// A certificate from the fleet CA whose subject has two organizations, `head` and
 /// `tail` (OpenSSL's `req` and `x509`, not robotsgate's `fleet-cert`, which writes one).
 fn two_organizations(head: &str, tail: &str) -> Credential {
@@ -440,8 +471,10 @@ async fn a_certificate_naming_two_organizations_is_refused() {
 /// A member's word names only what `fleet.peer_scope` lets it: with its own key, member
 /// B hands the owner a request naming a user or a client address outside its scope,
 /// and it is refused (`403`, `peer_scope`) with nothing at the origin; inside the scope
-/// it is served. A real relay of a user outside B's scope is refused the same way, and
-/// a member no entry names may name no client at all.
+/// it is served. Naming no user, where the owner requires credentials, is out of scope
+/// too, unless the request says it came on a redirected connection (which carries
+/// none). A real relay of a user outside B's scope is refused the same way, and a
+/// member no entry names may name no client at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_names_only_the_users_and_clients_its_scope_allows() {
     let origin = paced_origin("0").await;
@@ -469,9 +502,19 @@ async fn a_member_names_only_the_users_and_clients_its_scope_allows() {
             as_peer(&proxies[0], &sender.cert, &sender.key, &target, context)
         };
         let named = members == "*";
+        // Naming no user where this owner requires one is out of scope, but for a
+        // redirected connection (which carries no credentials).
+        let port = origin
+            .url("")
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .replace('/', "");
+        let redirected = format!(r#"{{"d":"127.0.0.1:{port}"}}"#);
         let cases = [
             ("/in-scope", r#"{"c":"127.0.0.1","u":"alice"}"#, named),
-            ("/anonymous", r#"{}"#, true),
+            ("/anonymous", r#"{}"#, false),
+            ("/redirected", redirected.as_str(), true),
             ("/other-user", r#"{"c":"127.0.0.1","u":"bob"}"#, false),
             ("/other-client", r#"{"c":"10.9.9.9","u":"alice"}"#, false),
         ];
@@ -481,7 +524,7 @@ async fn a_member_names_only_the_users_and_clients_its_scope_allows() {
             let expected = if served { (200, 1) } else { (403, 0) };
             assert_eq!((status, reached), expected, "{members} {path}");
         }
-        let refusals = if named { 2.0 } else { 3.0 };
+        let refusals = if named { 3.0 } else { 4.0 };
         assert_eq!(refused(&proxies[0], "peer_scope"), refusals);
         // The relay's own path: B hands over what its clients send, within its scope.
         let bob = ["--proxy-user", "bob:bob-secret"];
