@@ -90,10 +90,11 @@ pub struct FleetConfig {
     /// this owner judges, paces and signs the request (report mode is chosen by a
     /// member's word only with `enforce.report_handed_over`).
     pub peer_scope: Vec<PeerScopeEntry>,
-    /// Origins new to this owner (neither held here nor with a known owner) that one
-    /// member's handed-over requests may make it claim, per second, each costing a
-    /// claim in Redis, a DNS look-up and a robots.txt fetch; past it, such a request is
-    /// answered `503` and counted. 0: no bound.
+    /// Hosts new to this owner (it holds nothing of them) that one member's
+    /// handed-over requests may make it take on, per second, each costing a DNS
+    /// look-up, a robots.txt fetch and, for a new pacing key, a claim in Redis; counted
+    /// by host before the look-up, not by key. Past it, such a request is answered
+    /// `503` and counted. 0: no bound.
     pub peer_max_new_origins_per_second: u32,
 }
 

@@ -474,11 +474,29 @@ impl Enforcer {
         destination: Option<SocketAddr>,
         handed: Option<&str>,
     ) -> Option<Decision> {
-        self.owners.as_ref()?;
+        let owners = self.owners.as_ref()?;
+        // A host new to this owner, handed over: counted against its member's bound
+        // before anything is spent on it (a look-up, a claim, a robots.txt fetch).
+        let new_host = || self.store.peek(&target.origin).is_none();
+        if handed.is_some_and(|member| new_host() && !owners.new_origin(member)) {
+            return Some(Decision::Refuse(Refusal::FleetUnavailable {
+                why: "the member that handed it over is past fleet.peer_max_new_origins_per_second",
+            }));
+        }
         let by_address = self.pacer.config().key == crate::config::PacingKey::Address;
         let mut checked = false;
         let addrs = match destination {
-            Some(d) => vec![d.ip()],
+            // Where a redirected connection was going (a peer's word, when handed
+            // over): checked before its address can be claimed as a key.
+            Some(d) => {
+                let allowed = self.egress.check_port(d.port());
+                if let Err(refusal) =
+                    allowed.and_then(|()| self.egress.check_destination(d.ip(), d.port()))
+                {
+                    return Some(Decision::Refuse(Refusal::EgressDenied(refusal)));
+                }
+                vec![d.ip()]
+            }
             None if by_address => {
                 checked = true;
                 match self.check_egress(&target.origin).await {

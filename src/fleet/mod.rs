@@ -133,6 +133,12 @@ impl Owners {
         self.ownership.route(key, from).await
     }
 
+    /// May `member` make this owner take on one more host new to it now (see
+    /// [`Ownership::new_origin`])?
+    pub fn new_origin(&self, member: &str) -> bool {
+        self.ownership.new_origin(member)
+    }
+
     /// The other member known to own `key`, when a request for it is to be handed there
     /// without routing it (see [`Ownership::peek`]).
     pub fn peek(&self, key: &str) -> Option<Owner> {

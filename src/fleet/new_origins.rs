@@ -4,10 +4,13 @@
 //! member gone wrong) is bounded in what it can make the owner spend.
 //!
 //! **Algorithm.** A token bucket per member instance, `rate` tokens a second up to
-//! `rate` held: a request handed over for a key this owner neither holds nor knows an
-//! owner of takes one, or is answered `503` (`fleet-unavailable`) and counted in
-//! `robotsgate_fleet_peer_new_origins_refused_total`. Requests of this instance's own
-//! clients, and for keys it already holds, take none. Costs: one map look-up under a
+//! `rate` held: a request handed over for a host this owner holds nothing of (no entry
+//! in its origin store) takes one before its name is looked up (`enforce::routed`), or
+//! is answered `503` (`fleet-unavailable`) and counted in
+//! `robotsgate_fleet_peer_new_origins_refused_total`. Hosts are counted, not pacing
+//! keys: under `pacing.key: address` many hosts share one key, each still a look-up
+//! and a robots.txt fetch. Requests of this instance's own clients, and for hosts it
+//! holds, take none. Costs: one map look-up under a
 //! lock per such request; memory: one bucket per member that handed over a new origin,
 //! dropped a minute after its last (at most [`BUCKETS_KEPT`] kept).
 

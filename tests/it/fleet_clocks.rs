@@ -309,7 +309,7 @@ async fn a_member_stopped_between_its_turn_and_its_request_never_sends_it() {
 /// key was served for as long as the owner kept its origins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_members_key_opens_nothing_at_an_owner_cut_from_redis() {
-    use crate::fleet_peers::{as_peer_at, Credential};
+    use crate::fleet_fixture::{as_peer_at, Credential};
     let redis = Redis::start();
     let mut relay = Relay::start(redis.port).await;
     let origin = crate::fleet_fixture::paced_origin("0").await;

@@ -1,18 +1,19 @@
 //! What the fleet tests share: the fleet's credentials (a fleet CA and a member
 //! certificate, made once per test process by `robotsgate fleet-cert`), each backend's
-//! `fleet:` section, instances started together, the origins they crawl, and the loads
-//! they send.
+//! `fleet:` section, instances started together, the origins they crawl, the loads
+//! they send, and a member's key used by someone else (`Credential`, `as_peer`).
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use base64::Engine;
+use serde_json::json;
 use tokio::time::Instant;
 
-use serde_json::json;
-
-use crate::common::{admin, curl, eventually, Behaviour, Conf, Proxy, TestOrigin};
+use crate::common::{admin, curl, eventually, status_of, Behaviour, Conf, Proxy, TestOrigin};
 use crate::redis_servers::Redis;
 
 /// The fleet CA every test member trusts, and a certificate from it naming no member.
@@ -449,4 +450,61 @@ async fn relay_one(
         _ = tokio::io::copy_bidirectional(&mut client, &mut redis) => {}
         _ = cut.wait_for(|cut| *cut) => {}
     }
+}
+
+/// A member certificate and key, kept where a test can still use them.
+pub(crate) struct Credential {
+    /// Keeps the files.
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+}
+
+impl Credential {
+    /// A copy of `proxy`'s own certificate and key (a member's key stolen).
+    pub(crate) fn of(proxy: &Proxy) -> Credential {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = (dir.path().join("m.pem"), dir.path().join("m.key"));
+        std::fs::copy(proxy.file("member.pem"), &cert).expect("copy cert");
+        std::fs::copy(proxy.file("member.key"), &key).expect("copy key");
+        Credential {
+            _dir: dir,
+            cert,
+            key,
+        }
+    }
+}
+
+/// The status of `GET target` sent to `proxy`'s peer channel with `cert`/`key` and
+/// the peer context `context` (JSON); 0 when no HTTP answer came.
+pub(crate) fn as_peer(proxy: &Proxy, cert: &Path, key: &Path, target: &str, context: &str) -> u16 {
+    as_peer_at(proxy.peer, cert, key, target, context)
+}
+
+/// [`as_peer`] to the peer channel at `peer`.
+pub(crate) fn as_peer_at(
+    peer: Option<SocketAddr>,
+    cert: &Path,
+    key: &Path,
+    target: &str,
+    context: &str,
+) -> u16 {
+    let peer = peer.expect("a fleet member");
+    let context = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(context);
+    let host = target.split('/').nth(2).expect("authority");
+    status_of(
+        Command::new("curl")
+            .arg("--resolve")
+            .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
+            .arg("--cacert")
+            .arg(certs().file("ca.pem"))
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .args(["--request-target", target])
+            .args(["-H", &format!("robotsgate-peer: {context}")])
+            .args(["-H", &format!("Host: {host}")])
+            .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
+    )
 }

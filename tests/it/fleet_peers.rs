@@ -5,76 +5,18 @@
 //! sockets as the strangers.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use base64::Engine;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::common::{admin, curl, eventually, status_of, Proxy, TestOrigin};
+use crate::common::{admin, curl, eventually, Proxy, TestOrigin};
 use crate::fleet_fixture::{
-    backend_up, certs, fleet_conf, instances, member_id, owner_index, owner_seen_by, paced_origin,
+    as_peer, backend_up, certs, fleet_conf, instances, member_id, owner_index, owner_seen_by,
+    paced_origin, Credential,
 };
 use crate::redis_servers::Redis;
-
-/// A member certificate and key, kept where a test can still use them.
-pub(crate) struct Credential {
-    /// Keeps the files.
-    _dir: tempfile::TempDir,
-    pub(crate) cert: PathBuf,
-    pub(crate) key: PathBuf,
-}
-
-impl Credential {
-    /// A copy of `proxy`'s own certificate and key (a member's key stolen).
-    pub(crate) fn of(proxy: &Proxy) -> Credential {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (cert, key) = (dir.path().join("m.pem"), dir.path().join("m.key"));
-        std::fs::copy(proxy.file("member.pem"), &cert).expect("copy cert");
-        std::fs::copy(proxy.file("member.key"), &key).expect("copy key");
-        Credential {
-            _dir: dir,
-            cert,
-            key,
-        }
-    }
-}
-
-/// The status of `GET target` sent to `proxy`'s peer channel with `cert`/`key` and
-/// the peer context `context` (JSON); 0 when no HTTP answer came.
-fn as_peer(proxy: &Proxy, cert: &Path, key: &Path, target: &str, context: &str) -> u16 {
-    as_peer_at(proxy.peer, cert, key, target, context)
-}
-
-/// [`as_peer`] to the peer channel at `peer`.
-pub(crate) fn as_peer_at(
-    peer: Option<SocketAddr>,
-    cert: &Path,
-    key: &Path,
-    target: &str,
-    context: &str,
-) -> u16 {
-    let peer = peer.expect("a fleet member");
-    let context = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(context);
-    let host = target.split('/').nth(2).expect("authority");
-    status_of(
-        Command::new("curl")
-            .arg("--resolve")
-            .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
-            .arg("--cacert")
-            .arg(certs().file("ca.pem"))
-            .arg("--cert")
-            .arg(cert)
-            .arg("--key")
-            .arg(key)
-            .args(["--request-target", target])
-            .args(["-H", &format!("robotsgate-peer: {context}")])
-            .args(["-H", &format!("Host: {host}")])
-            .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
-    )
-}
 
 /// `proxy`'s refusals at the door for `reason`.
 fn refused(proxy: &Proxy, reason: &str) -> f64 {
@@ -552,15 +494,30 @@ fn url_path(url: &str) -> String {
         .map_or("/".to_string(), |i| rest[i..].to_string())
 }
 
-/// One member's handed-over requests may make the owner claim at most
-/// `fleet.peer_max_new_origins_per_second` new origins a second (here 1, held at most
+/// One member's handed-over requests may make the owner take on at most
+/// `fleet.peer_max_new_origins_per_second` new hosts a second (here 1, held at most
 /// 1): a stolen key asking for eight new origins at once gets the first and whatever
 /// the bucket refilled meanwhile, the rest `503` with nothing at their origins (no
 /// claim, no robots.txt fetch), counted; the owner's own clients are not bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_makes_an_owner_claim_only_so_many_new_origins_a_second() {
+    new_origins_bounded("origin").await;
+}
+
+/// As above with `pacing.key: address`: the eight origins share one key (127.0.0.1),
+/// and new hosts are counted, not new keys (before, every origin after the first was
+/// served: its key was held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_hosts_are_bounded_when_they_share_an_address_key() {
+    new_origins_bounded("address").await;
+}
+
+/// Eight new origins handed over at once under `pacing.key: key`, a bound of 1 a second.
+async fn new_origins_bounded(key: &str) {
     let redis = Redis::start();
-    let conf = fleet_conf(&redis).set("fleet.peer_max_new_origins_per_second", 1);
+    let conf = fleet_conf(&redis)
+        .set("fleet.peer_max_new_origins_per_second", 1)
+        .set("pacing.key", key);
     let proxies = instances(2, &conf);
     backend_up(&proxies).await;
     let mut origins = Vec::new();
@@ -598,6 +555,27 @@ async fn a_member_makes_an_owner_claim_only_so_many_new_origins_a_second() {
     for (origin, _) in origins.iter().zip(&statuses).filter(|(_, &s)| s == 503) {
         assert_eq!(curl(&proxies[0], &origin.url("/own"), &[]).0, 200);
     }
+}
+
+/// A redirected connection's destination, as another member's key names it, is
+/// checked by the egress rules before its address can be claimed as a pacing key
+/// (`pacing.key: address`): named as the owner's own proxy listener, the request is
+/// refused `403` and no claim of that address is written to Redis (before, the claim
+/// came first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_destination_is_checked_before_its_address_is_claimed() {
+    let redis = Redis::start();
+    let conf = fleet_conf(&redis).set("pacing.key", "address");
+    let proxies = instances(2, &conf);
+    backend_up(&proxies).await;
+    let stolen = Credential::of(&proxies[1]);
+    let own = proxies[0].addr;
+    let context = format!(r#"{{"d":"{own}"}}"#);
+    let target = format!("http://localhost:{}/loop", own.port());
+    let status = as_peer(&proxies[0], &stolen.cert, &stolen.key, &target, &context);
+    assert_eq!(status, 403, "{}", proxies[0].log());
+    let claims = crate::redis_servers::redis_cli(redis.port, &["KEYS", "{robotsgate}:own:*"]);
+    assert!(claims.trim().is_empty(), "claimed: {claims}");
 }
 
 /// A member holds at most `fleet.peer_max_connections_per_member` peer connections at

@@ -145,6 +145,15 @@ impl Ownership {
         })
     }
 
+    /// May `member` make this owner take on one more origin new to it now
+    /// (`fleet.peer_max_new_origins_per_second`, see `new_origins.rs`)? Asked by the
+    /// caller for a host this owner holds nothing of, before its name is looked up:
+    /// new hosts are counted, not new keys (with `pacing.key: address` many hosts share
+    /// one key, each still a look-up and a robots.txt fetch).
+    pub fn new_origin(&self, member: &str) -> bool {
+        self.new_origins.take(member)
+    }
+
     /// Where a request for `key` goes now (`from`: the member that handed it over, or
     /// `None` for this instance's own client); Redis is asked only for a key this
     /// instance neither holds nor knows a live owner of.
@@ -203,11 +212,6 @@ impl Ownership {
                 Ok(Some(owner)) => Route::Peer(owner),
                 _ => Route::Unavailable("this instance cannot take ownership now"),
             };
-        }
-        if from.is_some_and(|member| !self.new_origins.take(member)) {
-            return Route::Unavailable(
-                "the member that handed it over is past fleet.peer_max_new_origins_per_second",
-            );
         }
         match self.claim(key).await {
             Ok(route) => route,
