@@ -101,7 +101,12 @@ impl Shares {
     ) -> Option<Share> {
         let tenant = Tenant::of(user, client);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let at = held.entry(owner.to_string()).or_default();
+        // The owner's entry, made only for its first hand-over (no copy of its name
+        // on every request).
+        if !held.contains_key(owner) {
+            held.insert(owner.to_string(), AtOwner::default());
+        }
+        let at = held.get_mut(owner)?;
         let own = at.by.get(&tenant).copied().unwrap_or(0);
         let left_by_others = self.max.saturating_sub(at.total - own);
         if own >= (left_by_others / 2).max(1) || at.total >= self.max {

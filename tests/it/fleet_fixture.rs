@@ -489,22 +489,31 @@ pub(crate) fn as_peer_at(
     target: &str,
     context: &str,
 ) -> u16 {
-    let peer = peer.expect("a fleet member");
     let context = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(context);
     let host = target.split('/').nth(2).expect("authority");
+    let (cert, key) = (cert.to_str().expect("path"), key.to_str().expect("path"));
+    let peer_header = format!("robotsgate-peer: {context}");
+    let host_header = format!("Host: {host}");
+    peer_curl(
+        peer,
+        &["--cert", cert, "--key", key, "--request-target", target],
+        &["-H", &peer_header, "-H", &host_header],
+    )
+}
+
+/// curl to a member's peer channel at `peer` (`https://robotsgate-fleet:PORT/`, the
+/// fleet CA trusted) with `extra` and `more` arguments: the HTTP status, 0 when no
+/// exchange took place.
+pub(crate) fn peer_curl(peer: Option<SocketAddr>, extra: &[&str], more: &[&str]) -> u16 {
+    let peer = peer.expect("a fleet member");
     status_of(
         Command::new("curl")
             .arg("--resolve")
             .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
             .arg("--cacert")
             .arg(certs().file("ca.pem"))
-            .arg("--cert")
-            .arg(cert)
-            .arg("--key")
-            .arg(key)
-            .args(["--request-target", target])
-            .args(["-H", &format!("robotsgate-peer: {context}")])
-            .args(["-H", &format!("Host: {host}")])
+            .args(extra)
+            .args(more)
             .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
     )
 }

@@ -14,7 +14,7 @@ use crate::common::{
 };
 use crate::fleet_fixture::{
     backend_up, certs, fleet_conf, handed_over, handed_over_reaching, instances, owner_index,
-    paced_origin, signal, HttpsFleet,
+    paced_origin, peer_curl, signal, HttpsFleet,
 };
 use crate::redis_servers::{redis_cli, Redis};
 use crate::signing::{generate, signing, VerifyingOrigin};
@@ -103,21 +103,6 @@ fn robots_headers(head: &str) -> Vec<String> {
         .collect()
 }
 
-/// curl to a member's peer channel (`https://robotsgate-fleet:PORT/`, the fleet CA
-/// trusted) with `extra` arguments: the HTTP status, 0 when no exchange took place.
-fn peer_curl(proxy: &Proxy, extra: &[&str]) -> u16 {
-    let peer = proxy.peer.expect("a fleet member");
-    status_of(
-        Command::new("curl")
-            .arg("--resolve")
-            .arg(format!("robotsgate-fleet:{}:127.0.0.1", peer.port()))
-            .arg("--cacert")
-            .arg(certs().file("ca.pem"))
-            .args(extra)
-            .arg(format!("https://robotsgate-fleet:{}/", peer.port())),
-    )
-}
-
 /// Only a member can use the peer channel: no client certificate, one from another CA,
 /// or plain HTTP get no exchange at all; a member's request without its context is
 /// refused; one with it is judged like any other (a disallowed page never leaves).
@@ -128,7 +113,7 @@ async fn the_peer_channel_admits_only_fleet_members() {
     let proxies = instances(1, &fleet_conf(&redis));
     backend_up(&proxies).await;
     let proxy = &proxies[0];
-    assert_eq!(peer_curl(proxy, &[]), 0, "no client certificate");
+    assert_eq!(peer_curl(proxy.peer, &[], &[]), 0, "no client certificate");
     let other = TestCa::new("not the fleet CA");
     let (pem, key) = other.leaf_pem(&["robotsgate-fleet"]);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -142,7 +127,7 @@ async fn the_peer_channel_admits_only_fleet_members() {
         key_file.to_str().expect("path"),
     ];
     assert_eq!(
-        peer_curl(proxy, &foreign),
+        peer_curl(proxy.peer, &foreign, &[]),
         0,
         "a certificate from another CA"
     );
@@ -163,7 +148,7 @@ async fn the_peer_channel_admits_only_fleet_members() {
     let target = origin.url("/a");
     let absolute = ["--request-target", target.as_str()];
     assert_eq!(
-        peer_curl(proxy, &[&member[..], &absolute[..]].concat()),
+        peer_curl(proxy.peer, &[&member[..], &absolute[..]].concat(), &[]),
         400
     );
     // With one, it is judged: a disallowed page is refused, an allowed one goes once.
@@ -177,7 +162,7 @@ async fn the_peer_channel_admits_only_fleet_members() {
             &["--request-target", &target, "-H", &header, "-H", &host][..],
         ]
         .concat();
-        assert_eq!(peer_curl(proxy, &args), want, "{path}");
+        assert_eq!(peer_curl(proxy.peer, &args, &[]), want, "{path}");
     }
     assert_eq!(origin.count("/private/x"), 0);
     assert_eq!(origin.count("/ok"), 1);

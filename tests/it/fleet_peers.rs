@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::common::{admin, curl, eventually, Proxy, TestOrigin};
+use crate::common::{admin, curl, eventually, Conf, Proxy, TestOrigin};
 use crate::fleet_fixture::{
     as_peer, backend_up, certs, fleet_conf, instances, member_id, owner_index, owner_seen_by,
     paced_origin, Credential,
@@ -278,26 +278,9 @@ async fn the_peer_channel_chooses_aes_128_gcm() {
 /// word choose report mode (the same requests forwarded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_word_cannot_switch_enforcement_off() {
-    for (reported, expected) in [(false, 403), (true, 200)] {
-        let redis = Redis::start();
-        let origin = paced_origin("0").await;
-        let conf = fleet_conf(&redis)
-            .set("enforce.report_clients", vec!["10.9.9.0/24"])
-            .set("enforce.report_handed_over", reported);
-        let proxies = instances(2, &conf);
-        backend_up(&proxies).await;
-        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-        assert_eq!(owner_index(&proxies, &origin), Some(0));
-        let sender = Credential::of(&proxies[1]);
-        let context = r#"{"c":"10.9.9.9"}"#;
-        for n in 0..3 {
-            let target = origin.url(&format!("/private/{n}"));
-            let status = as_peer(&proxies[0], &sender.cert, &sender.key, &target, context);
-            assert_eq!(status, expected, "report_handed_over: {reported}");
-        }
-        let reached: usize = (0..3).map(|n| origin.count(&format!("/private/{n}"))).sum();
-        assert_eq!(reached, if reported { 3 } else { 0 });
-    }
+    let origin = paced_origin("0").await;
+    let report = Conf::new().set("enforce.report_clients", vec!["10.9.9.0/24"]);
+    handed_naming_10_9_9_9(&origin, &report, "/private/").await;
 }
 
 /// Nor can it switch the usage check off: an owner whose agent rule gives clients of
@@ -308,25 +291,34 @@ async fn a_members_word_cannot_switch_enforcement_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_word_cannot_switch_the_usage_check_off() {
     let robots = "User-agent: *\nAllow: /\nContent-Usage: / train-ai=n\n";
+    let origin = TestOrigin::robots_and(robots, Vec::new()).await;
+    let rule = serde_json::json!([{"client": "10.9.9.0/24", "tokens": ["NetBot"], "purposes": ["train-ai"], "usage_mode": "off"}]);
+    handed_naming_10_9_9_9(&origin, &Conf::new().set("agent.rules", rule), "/data/").await;
+}
+
+/// Three requests for `prefix`N, handed to the owner of `origin` (members with `extra`)
+/// by another member's key naming client 10.9.9.9: without `enforce.report_handed_over`
+/// each is refused 403 and none reaches the origin; with it each is forwarded.
+async fn handed_naming_10_9_9_9(origin: &TestOrigin, extra: &Conf, prefix: &str) {
     for (reported, expected) in [(false, 403), (true, 200)] {
         let redis = Redis::start();
-        let origin = TestOrigin::robots_and(robots, Vec::new()).await;
-        let rule = serde_json::json!([{"client": "10.9.9.0/24", "tokens": ["NetBot"], "purposes": ["train-ai"], "usage_mode": "off"}]);
         let conf = fleet_conf(&redis)
-            .set("agent.rules", rule)
+            .with(extra)
             .set("enforce.report_handed_over", reported);
         let proxies = instances(2, &conf);
         backend_up(&proxies).await;
-        assert_eq!(curl(&proxies[0], &origin.url("/first"), &[]).0, 200);
-        assert_eq!(owner_index(&proxies, &origin), Some(0));
+        let first = format!("/first-{reported}");
+        assert_eq!(curl(&proxies[0], &origin.url(&first), &[]).0, 200);
+        assert_eq!(owner_index(&proxies, origin), Some(0));
         let sender = Credential::of(&proxies[1]);
         let context = r#"{"c":"10.9.9.9"}"#;
+        let path = |n: usize| format!("{prefix}{reported}/{n}");
         for n in 0..3 {
-            let target = origin.url(&format!("/data/{n}"));
+            let target = origin.url(&path(n));
             let status = as_peer(&proxies[0], &sender.cert, &sender.key, &target, context);
             assert_eq!(status, expected, "report_handed_over: {reported}");
         }
-        let reached: usize = (0..3).map(|n| origin.count(&format!("/data/{n}"))).sum();
+        let reached: usize = (0..3).map(|n| origin.count(&path(n))).sum();
         assert_eq!(reached, if reported { 3 } else { 0 });
     }
 }
